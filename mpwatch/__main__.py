@@ -1,0 +1,5 @@
+import sys
+
+from mpwatch.cli import main
+
+sys.exit(main())

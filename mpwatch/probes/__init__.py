@@ -1,0 +1,1 @@
+"""Read-only samplers the supervisor calls: processes, GPUs, stacks."""

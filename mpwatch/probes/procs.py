@@ -1,0 +1,100 @@
+"""Process trees of the workers via psutil: CPU%, RSS, state and descendants.
+
+One pass over the process table per sample builds the parent->children map, so 256
+workers cost one scan, not 256. psutil.Process objects are cached by pid because
+cpu_percent() measures between two calls on the same object.
+"""
+from __future__ import annotations
+
+import psutil
+
+_ATTRS = ["pid", "ppid"]
+
+
+class ProcProbe:
+    def __init__(self):
+        self._cache: dict[int, psutil.Process] = {}
+
+    def _proc(self, pid: int):
+        p = self._cache.get(pid)
+        if p is None:
+            p = psutil.Process(pid)
+            p.cpu_percent(None)  # prime: the first call has no interval to measure
+            self._cache[pid] = p
+        return p
+
+    def _info(self, pid: int) -> dict | None:
+        try:
+            p = self._proc(pid)
+            with p.oneshot():
+                return {
+                    "pid": pid,
+                    "cpu_percent": round(p.cpu_percent(None), 1),
+                    "rss_bytes": p.memory_info().rss,
+                    "status": p.status(),
+                    "name": p.name(),
+                }
+        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+            self._cache.pop(pid, None)
+            return None
+
+    def sample(self, pids: list[int]) -> dict[int, dict]:
+        """{worker pid: {cpu_percent, rss_bytes, status, children: [...]}} for live pids."""
+        kids: dict[int, list[int]] = {}
+        parent: dict[int, int] = {}
+        try:
+            for p in psutil.process_iter(_ATTRS):
+                ppid = p.info.get("ppid")
+                if ppid:
+                    kids.setdefault(ppid, []).append(p.info["pid"])
+                    parent[p.info["pid"]] = ppid
+        except psutil.Error:
+            pass
+        out = {}
+        seen = set()
+        for pid in pids:
+            info = self._info(pid)
+            if info is None:
+                continue
+            seen.add(pid)
+            children = []
+            stack = list(kids.get(pid, ()))
+            while stack:
+                cpid = stack.pop()
+                cinfo = self._info(cpid)
+                if cinfo is None:
+                    continue
+                seen.add(cpid)
+                try:
+                    cinfo["cmd"] = " ".join(self._cache[cpid].cmdline())[:200]
+                except (psutil.Error, KeyError):
+                    cinfo["cmd"] = cinfo["name"]
+                cinfo["ppid"] = parent.get(cpid)
+                children.append(cinfo)
+                stack.extend(kids.get(cpid, ()))
+            info["children"] = sorted(children, key=lambda c: c["pid"])
+            out[pid] = info
+        for stale in set(self._cache) - seen:
+            self._cache.pop(stale, None)
+        return out
+
+
+def descendants(pid: int) -> list[int]:
+    try:
+        return [c.pid for c in psutil.Process(pid).children(recursive=True)]
+    except psutil.Error:
+        return []
+
+
+def group_members(pgid: int) -> list[psutil.Process]:
+    """Live (non-zombie) processes of a process group; used only while killing one."""
+    import os
+
+    out = []
+    for p in psutil.process_iter(["status"]):
+        try:
+            if os.getpgid(p.pid) == pgid and p.info["status"] != psutil.STATUS_ZOMBIE:
+                out.append(p)
+        except (OSError, psutil.Error):
+            continue
+    return out

@@ -1,0 +1,114 @@
+"""Wire format shared by both ends of a channel and of the control socket.
+
+Frames are `multiprocessing.connection` messages (length-prefixed bytes) holding one
+UTF-8 JSON object. JSON, not pickle: a frame from a confused or hostile peer must never
+run code, only fail to decode. Every decode error is a `BadFrame`, which callers count
+and drop.
+"""
+from __future__ import annotations
+
+import json
+import math
+
+VERSION = 1
+
+# Largest frame either end accepts; a worker batch is far below this.
+MAX_FRAME = 1 << 20
+
+# Environment a worker sees (torchrun's contract plus ours).
+ENV_ADDRESS = "MPWATCH_CHANNEL"
+ENV_AUTHKEY = "MPWATCH_AUTHKEY"
+ENV_RANK = "MPWATCH_RANK"
+ENV_RUN = "MPWATCH_RUN_ID"
+ENV_STACK_FILE = "MPWATCH_STACK_FILE"
+ENV_SUPERVISOR_PID = "MPWATCH_SUPERVISOR_PID"
+
+# Worker -> supervisor message types.
+HELLO = "hello"  # {t, v, rank, pid, ppid}
+BATCH = "batch"  # {t, reports: [[ts, step, loss, metrics]], seq, dropped, phases, cuda}
+BYE = "bye"  # {t} the process is exiting normally
+
+
+class BadFrame(ValueError):
+    """A frame that is not a well-formed message of this protocol."""
+
+
+def _clean(value):
+    # JSON has no NaN/inf; keep them readable instead of failing the frame.
+    if isinstance(value, float) and not math.isfinite(value):
+        return "nan" if math.isnan(value) else ("inf" if value > 0 else "-inf")
+    return value
+
+
+def encode(msg: dict) -> bytes:
+    return json.dumps(msg, separators=(",", ":"), allow_nan=False, default=str).encode()
+
+
+def encode_lossy(msg: dict) -> bytes:
+    """Encode, turning non-finite floats into strings rather than failing."""
+    try:
+        return encode(msg)
+    except ValueError:
+        return encode(_deep_clean(msg))
+
+
+def _deep_clean(value):
+    if isinstance(value, dict):
+        return {str(k): _deep_clean(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_deep_clean(v) for v in value]
+    return _clean(value)
+
+
+def decode(data: bytes) -> dict:
+    try:
+        msg = json.loads(data)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise BadFrame(f"not JSON: {exc}") from None
+    if not isinstance(msg, dict) or not isinstance(msg.get("t"), str):
+        raise BadFrame("not a message object")
+    return msg
+
+
+def as_float(value):
+    """A loss or metric as a float: numbers, their string forms for NaN/inf, else None."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, (int, float)):
+        return float(value)
+    if value in ("nan", "inf", "-inf"):
+        return float(value)
+    return None
+
+
+def validate_batch(msg: dict) -> list:
+    """Checked reports of a BATCH frame: a list of (ts, step, loss, metrics)."""
+    reports = msg.get("reports")
+    if not isinstance(reports, list):
+        raise BadFrame("batch without a reports list")
+    out = []
+    for item in reports:
+        if not isinstance(item, list) or len(item) != 4:
+            raise BadFrame("report is not [ts, step, loss, metrics]")
+        ts, step, loss, metrics = item
+        if not isinstance(ts, (int, float)) or isinstance(ts, bool):
+            raise BadFrame("report timestamp is not a number")
+        if step is not None and (not isinstance(step, int) or isinstance(step, bool)):
+            raise BadFrame("report step is not an integer")
+        if loss is not None and as_float(loss) is None:
+            raise BadFrame("report loss is not a number")
+        if not isinstance(metrics, dict):
+            raise BadFrame("report metrics is not an object")
+        out.append((float(ts), step, None if loss is None else as_float(loss), metrics))
+    return out
+
+
+def decode_request(data: bytes) -> dict:
+    """A control request: a JSON object with a string `cmd`."""
+    try:
+        req = json.loads(data)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise BadFrame(f"not JSON: {exc}") from None
+    if not isinstance(req, dict) or not isinstance(req.get("cmd"), str):
+        raise BadFrame("not a request object with a 'cmd'")
+    return req

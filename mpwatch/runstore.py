@@ -1,0 +1,146 @@
+"""The run directory: run.json, events.jsonl, per-rank logs and stack dumps.
+
+Layout (a contract other tools read):
+    run.json               command, options, start time; finish time and exit code at the end
+    events.jsonl           one JSON object a line: ts, event, rank, fields of its own
+    control.json           how to reach the control socket (0600: it holds the authkey)
+    final.json             the last status snapshot, written when the run ends
+    rank-N/stdout.log      every byte the worker (and its children) wrote
+    rank-N/stderr.log
+    rank-N/stacks/<time>.txt  stack dumps
+The directory is 0700: another user can neither list it nor read the logs.
+
+Report events are downsampled to at most one per rank per worker batch (about 20 a
+second); every other event is written as it happens. Disk errors never stop a run: the
+first one is remembered in `disk_error` for the supervisor to raise as an alert.
+"""
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+from pathlib import Path
+
+EVENTS = "events.jsonl"
+RUN_JSON = "run.json"
+CONTROL_JSON = "control.json"
+FINAL_JSON = "final.json"
+
+
+def rank_dir(run_dir: Path, rank: int) -> Path:
+    return Path(run_dir) / f"rank-{rank}"
+
+
+class RunStore:
+    def __init__(self, run_dir: Path):
+        self.dir = Path(run_dir)
+        self._lock = threading.Lock()
+        self._events = None
+        self.disk_error: str | None = None
+        self.events_written = 0
+
+    def create(self):
+        self.dir.mkdir(parents=True, exist_ok=True)
+        os.chmod(self.dir, 0o700)
+        self._events = open(self.dir / EVENTS, "a", buffering=1 << 16, encoding="utf-8")
+
+    def rank_paths(self, rank: int) -> dict:
+        d = rank_dir(self.dir, rank)
+        (d / "stacks").mkdir(parents=True, exist_ok=True)
+        return {"dir": d, "stdout": d / "stdout.log", "stderr": d / "stderr.log",
+                "stack_file": d / "faulthandler.out", "stacks": d / "stacks"}
+
+    def write_json(self, name: str, data: dict, private: bool = False):
+        path = self.dir / name
+        tmp = path.with_suffix(".tmp")
+        try:
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600 if private else 0o644)
+            with os.fdopen(fd, "w", encoding="utf-8") as f:
+                json.dump(data, f, indent=1, default=str)
+            os.replace(tmp, path)
+        except OSError as exc:
+            self._failed(exc)
+
+    def event(self, event: str, rank=None, ts: float | None = None, **fields):
+        rec = {"ts": round(time.time() if ts is None else ts, 6), "event": event, "rank": rank}
+        rec.update(fields)
+        line = json.dumps(rec, default=str, allow_nan=True) + "\n"
+        with self._lock:
+            if self._events is None:
+                return rec
+            try:
+                self._events.write(line)
+                self.events_written += 1
+            except OSError as exc:
+                self._failed(exc)
+        return rec
+
+    def flush(self):
+        with self._lock:
+            if self._events is None:
+                return
+            try:
+                self._events.flush()
+            except OSError as exc:
+                self._failed(exc)
+
+    def close(self):
+        with self._lock:
+            if self._events is not None:
+                try:
+                    self._events.close()
+                except OSError as exc:
+                    self._failed(exc)
+                self._events = None
+
+    def _failed(self, exc: OSError):
+        if self.disk_error is None:
+            self.disk_error = f"cannot write the run directory {self.dir}: {exc.strerror or exc}"
+
+
+def read_events(run_dir: Path, kinds: set | None = None):
+    """Events of a run, oldest first; a torn last line (a run still writing) is skipped."""
+    path = Path(run_dir) / EVENTS
+    try:
+        f = open(path, encoding="utf-8", errors="replace")
+    except FileNotFoundError:
+        return
+    with f:
+        for line in f:
+            try:
+                rec = json.loads(line)
+            except ValueError:
+                continue
+            if kinds is None or rec.get("event") in kinds:
+                yield rec
+
+
+def read_json(run_dir: Path, name: str) -> dict | None:
+    try:
+        with open(Path(run_dir) / name, encoding="utf-8") as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return None
+
+
+def tail_lines(path: Path, n: int = 20, max_bytes: int = 64 * 1024) -> list[str]:
+    """The last n lines of a log, read from its end (logs can be huge), made printable."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            size = f.tell()
+            f.seek(max(0, size - max_bytes))
+            data = f.read()
+    except OSError:
+        return []
+    lines = data.decode("utf-8", errors="replace").splitlines()
+    if size > max_bytes and lines:
+        lines = lines[1:]  # the first line was cut by the seek
+    return [printable(line) for line in lines[-n:]]
+
+
+def printable(line: str, width: int = 400) -> str:
+    """Control bytes and binary garbage shown as '?' so a terminal stays sane."""
+    out = "".join(c if (c.isprintable() or c == "\t") else "?" for c in line)
+    return out if len(out) <= width else out[: width - 1] + "…"

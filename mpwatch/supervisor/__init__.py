@@ -1,0 +1,1 @@
+"""The headless owner of a run: workers, channels, stall detection, control socket."""

@@ -1,0 +1,63 @@
+"""Start one worker: its environment (torchrun's contract plus ours), its own session and
+process group, its log files, and the start-up hook that arms the parent-death signal
+and the stack-dump handler (no preexec_fn: it is unsafe in a threaded supervisor)."""
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+from mpwatch import protocol
+
+INJECT_DIR = str(Path(__file__).resolve().parent.parent / "_inject")
+PACKAGE_ROOT = str(Path(__file__).resolve().parent.parent.parent)
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def worker_env(base: dict, *, rank: int, world: int, master_port: int, channel: str,
+               authkey: bytes, run_id: str, stack_file: Path) -> dict:
+    env = dict(base)
+    env.update({
+        "RANK": str(rank),
+        "LOCAL_RANK": str(rank),
+        "WORLD_SIZE": str(world),
+        "LOCAL_WORLD_SIZE": str(world),
+        "GROUP_RANK": "0",
+        "ROLE_RANK": str(rank),
+        "ROLE_WORLD_SIZE": str(world),
+        "MASTER_ADDR": "127.0.0.1",
+        "MASTER_PORT": str(master_port),
+        "TORCHELASTIC_RUN_ID": run_id,
+        protocol.ENV_ADDRESS: channel,
+        protocol.ENV_AUTHKEY: authkey.hex(),
+        protocol.ENV_RANK: str(rank),
+        protocol.ENV_RUN: run_id,
+        protocol.ENV_STACK_FILE: str(stack_file),
+        protocol.ENV_SUPERVISOR_PID: str(os.getpid()),
+    })
+    # Unbuffered so a crash's last words reach the log file; the user may override.
+    env.setdefault("PYTHONUNBUFFERED", "1")
+    # The start-up hook first; the package root so `import mpwatch` works from a checkout.
+    paths = [INJECT_DIR, PACKAGE_ROOT] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
+    env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(paths))
+    return env
+
+
+def start_worker(argv: list[str], env: dict, stdout: Path, stderr: Path, cwd: str | None = None):
+    """Popen the worker in a new session; every byte of its output goes to the log files."""
+    with open(stdout, "ab") as out, open(stderr, "ab") as err:
+        return subprocess.Popen(
+            argv, env=env, cwd=cwd, stdin=subprocess.DEVNULL, stdout=out, stderr=err,
+            start_new_session=True, close_fds=True,
+        )
+
+
+def python_argv(script: str, args: list[str]) -> list[str]:
+    return [sys.executable, script, *args]

@@ -1,0 +1,265 @@
+"""The worker side: buffered reports and phase timings sent over this process's channel.
+
+`report()` only appends to a bounded deque; a daemon sender thread ships batches to the
+supervisor every FLUSH_S seconds. The training loop therefore never waits on the
+supervisor: if it is slow or gone, the deque drops its oldest entries and the gaps in the
+sequence numbers tell the supervisor how many were dropped.
+
+A process forked from a worker (DataLoader worker, mp.Process) starts with a fresh buffer
+and opens its own channel on its first report; spawned children inherit the environment
+and connect the same way. The supervisor tells worker from child by pid.
+"""
+from __future__ import annotations
+
+import atexit
+import itertools
+import os
+import sys
+import threading
+import time
+from collections import deque
+
+from mpwatch import protocol
+
+FLUSH_S = 0.05  # how often the sender ships a batch (heartbeat latency)
+BUFFER = 4096  # reports kept while the supervisor is slow; older ones are dropped
+CUDA_EVERY_S = 1.0  # torch's memory view is sampled at most this often
+
+
+def _noop_report(step=None, loss=None, **metrics):
+    return None
+
+
+class _NoPhase:
+    __slots__ = ()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+
+_NO_PHASE = _NoPhase()
+
+
+class _Phase:
+    """Times one named phase; instances are cached per name so `with` allocates nothing."""
+
+    __slots__ = ("name", "t0", "totals")
+
+    def __init__(self, name, totals):
+        self.name = name
+        self.totals = totals
+        self.t0 = 0.0
+
+    def __enter__(self):
+        self.t0 = time.perf_counter()
+        return self
+
+    def __exit__(self, *exc):
+        totals = self.totals
+        totals[self.name] = totals.get(self.name, 0.0) + (time.perf_counter() - self.t0)
+        return False
+
+
+class _Channel:
+    """State of this process's connection to the supervisor."""
+
+    def __init__(self, address: str, authkey: bytes, rank: int):
+        self.address = address
+        self.authkey = authkey
+        self.rank = rank
+        self.reset()
+
+    def reset(self):
+        # Called at import and, via register_at_fork, in every forked child.
+        self.pid = os.getpid()
+        self.buf = deque(maxlen=BUFFER)
+        self.seq = itertools.count()
+        self.phases = {}
+        self.phase_cache = {}
+        self.conn = None
+        self.thread = None
+        self.lock = threading.Lock()
+        self.stop = threading.Event()
+        self.last_sent_seq = -1
+        self.last_phases = None
+        self.next_cuda = 0.0
+        self.retry_at = 0.0
+
+    # -- sender thread -------------------------------------------------------------
+    def start(self):
+        with self.lock:
+            if self.thread is not None:
+                return
+            self.thread = threading.Thread(target=self._run, name="mpwatch-sender", daemon=True)
+            self.thread.start()
+
+    def _run(self):
+        while not self.stop.wait(FLUSH_S):
+            self.flush()
+
+    def _connect(self) -> bool:
+        now = time.monotonic()
+        if now < self.retry_at:
+            return False
+        from multiprocessing.connection import Client
+
+        try:
+            self.conn = Client(self.address, family="AF_UNIX", authkey=self.authkey)
+            self.conn.send_bytes(
+                protocol.encode(
+                    {"t": protocol.HELLO, "v": protocol.VERSION, "rank": self.rank,
+                     "pid": os.getpid(), "ppid": os.getppid()}
+                )
+            )
+            return True
+        except (OSError, EOFError, ValueError):
+            self.conn = None
+            self.retry_at = now + 1.0  # the supervisor is gone or restarting: try later
+            return False
+        except Exception:  # AuthenticationError and friends: never raise into training
+            self.conn = None
+            self.retry_at = now + 5.0
+            return False
+
+    def flush(self):
+        buf = self.buf
+        if not buf and self.phases == self.last_phases:
+            return
+        if self.conn is None and not self._connect():
+            return
+        items = []
+        while buf:
+            try:
+                items.append(buf.popleft())
+            except IndexError:
+                break
+        dropped = 0
+        reports = []
+        for seq, ts, step, loss, metrics in items:
+            dropped += seq - self.last_sent_seq - 1
+            self.last_sent_seq = seq
+            reports.append([ts, step, _as_number(loss), metrics])
+        phases = dict(self.phases)
+        msg = {"t": protocol.BATCH, "reports": reports, "dropped": dropped, "phases": phases}
+        cuda = self._cuda_view()
+        if cuda:
+            msg["cuda"] = cuda
+        try:
+            self.conn.send_bytes(protocol.encode_lossy(msg))
+            self.last_phases = phases
+        except (OSError, EOFError, ValueError):
+            try:
+                self.conn.close()
+            except OSError:
+                pass
+            self.conn = None
+            self.retry_at = time.monotonic() + 1.0
+
+    def _cuda_view(self):
+        """torch's own memory counters, only when the script already uses CUDA."""
+        now = time.monotonic()
+        if now < self.next_cuda:
+            return None
+        self.next_cuda = now + CUDA_EVERY_S
+        torch = sys.modules.get("torch")
+        if torch is None:
+            return None
+        try:
+            cuda = torch.cuda
+            if not cuda.is_initialized():  # never initialise CUDA ourselves
+                return None
+            dev = int(os.environ.get("LOCAL_RANK", "0")) % max(cuda.device_count(), 1)
+            return {
+                "device": dev,
+                "allocated": int(cuda.memory_allocated(dev)),
+                "reserved": int(cuda.memory_reserved(dev)),
+                "max_allocated": int(cuda.max_memory_allocated(dev)),
+            }
+        except Exception:
+            return None
+
+    def close(self):
+        """Flush what is left at normal interpreter exit, briefly: exit must not hang."""
+        if self.pid != os.getpid():
+            return
+        self.stop.set()
+        if self.thread is not None:
+            self.thread.join(timeout=1.0)
+            self.flush()
+        if self.conn is not None:
+            try:
+                self.conn.send_bytes(protocol.encode({"t": protocol.BYE}))
+                self.conn.close()
+            except (OSError, EOFError, ValueError):
+                pass
+
+
+def _as_number(loss):
+    if loss is None or type(loss) is float or type(loss) is int:
+        return loss
+    try:
+        return float(loss)  # a 0-d tensor or numpy scalar; converted off the hot path
+    except (TypeError, ValueError, RuntimeError):
+        return None
+
+
+def _make_api(chan: _Channel):
+    buf_holder = chan  # the channel object survives fork; its buffer is replaced
+    clock = time.time
+
+    def report(step=None, loss=None, **metrics):
+        """Record progress; returns at once. `loss` may be a float or a 0-d tensor."""
+        if loss is not None and type(loss) is not float:
+            detach = getattr(loss, "detach", None)
+            if detach is not None:
+                loss = detach()  # do not keep the autograd graph alive
+        c = buf_holder
+        c.buf.append((next(c.seq), clock(), step, loss, metrics))
+        if c.thread is None:
+            c.start()
+
+    def phase(name: str):
+        """Context manager timing a phase of the step ("data", "compute", "sync", ...)."""
+        c = buf_holder
+        p = c.phase_cache.get(name)
+        if p is None:
+            p = c.phase_cache[name] = _Phase(name, c.phases)
+        return p
+
+    return report, phase
+
+
+def _setup():
+    address = os.environ.get(protocol.ENV_ADDRESS)
+    key = os.environ.get(protocol.ENV_AUTHKEY)
+    if not address or not key:
+        return None
+    try:
+        rank = int(os.environ.get(protocol.ENV_RANK, os.environ.get("RANK", "0")))
+        authkey = bytes.fromhex(key)
+    except ValueError:
+        return None
+    chan = _Channel(address, authkey, rank)
+    os.register_at_fork(after_in_child=chan.reset)
+    atexit.register(chan.close)
+    return chan
+
+
+_channel = _setup()
+
+if _channel is None:
+    report = _noop_report
+
+    def phase(name: str):  # noqa: D103 - same contract as the active phase()
+        return _NO_PHASE
+
+else:
+    report, phase = _make_api(_channel)
+
+
+def active() -> bool:
+    """True when this process runs under an mpwatch supervisor."""
+    return _channel is not None
