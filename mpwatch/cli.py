@@ -100,6 +100,7 @@ def run_parser() -> Parser:
                    help="GPU memory/utilization sampling interval (default 1)")
     p.add_argument("--no-mouse", action="store_true", help="TUI: do not capture the mouse")
     p.add_argument("--supervise-only", action="store_true", help=argparse.SUPPRESS)
+    p.add_argument("--run-id", help=argparse.SUPPRESS)
     p.add_argument("script", metavar="SCRIPT", help="the training script")
     p.add_argument("args", nargs=argparse.REMAINDER, metavar="ARGS", help="arguments for the script")
     return p
@@ -164,7 +165,8 @@ def cmd_run(ns) -> int:
 
     opts = Options(script=ns.script, args=list(ns.args), nprocs=ns.nprocs or default_nprocs(),
                    run_dir=ns.run_dir, max_restarts=ns.max_restarts, stall_timeout=ns.stall_timeout,
-                   grace=ns.grace, resize_mode=ns.resize_mode, gpu_interval=ns.gpu_interval)
+                   grace=ns.grace, resize_mode=ns.resize_mode, gpu_interval=ns.gpu_interval,
+                   run_id=ns.run_id)
     if not ns.headless and not ns.supervise_only:
         tui = _tui_launcher()
         if tui is not None:

@@ -51,6 +51,7 @@ class Options:
     grace: float = 10.0
     resize_mode: str = "restart"
     gpu_interval: float = 1.0
+    run_id: str | None = None  # given by a launcher that chose the run directory itself
     cwd: str = field(default_factory=os.getcwd)
     argv: list = field(default_factory=lambda: list(sys.argv))
 
@@ -147,7 +148,7 @@ class Run:
     # ----------------------------------------------------------------- setup ----
     def setup(self):
         o = self.opts
-        self.run_id = runs.new_run_id(o.script)
+        self.run_id = o.run_id or runs.new_run_id(o.script)
         run_dir = Path(o.run_dir) if o.run_dir else Path(o.cwd) / "mpwatch-runs" / self.run_id
         if (run_dir / runstore.RUN_JSON).exists():
             raise runs.RunError(f"run directory {run_dir} already holds a run; choose another --run-dir")

@@ -1,0 +1,19 @@
+import pytest
+
+from tests.helpers import HeadlessRun
+
+
+@pytest.fixture
+def headless(tmp_path):
+    """Factory: headless(script, *args, n=2, opts=[...]) -> a started HeadlessRun, cleaned up after."""
+    runs = []
+
+    def make(script, *args, n=2, opts=(), env=None, start=True):
+        run = HeadlessRun(tmp_path / f"r{len(runs)}", script, *args, n=n, opts=opts, env=env)
+        run.tmp.mkdir(parents=True, exist_ok=True)
+        runs.append(run)
+        return run.start() if start else run
+
+    yield make
+    for run in runs:
+        run.cleanup()

@@ -1,0 +1,158 @@
+"""Shared harness for tests with real processes: a headless mpwatch run in a temp dir.
+
+Waiting is always for a condition with a generous deadline (never sleep-and-hope): the
+CI machine has 2 cores and may be busy.
+"""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+
+ROOT = Path(__file__).resolve().parent.parent
+FIXTURES = Path(__file__).resolve().parent / "fixtures"
+MPWATCH = [sys.executable, "-m", "mpwatch"]
+
+
+def wait_for(pred, timeout: float = 30.0, interval: float = 0.05, what: str = "condition"):
+    """Poll pred() until it returns a truthy value; return it, or fail after timeout."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = pred()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout:g}s waiting for {what}")
+        time.sleep(interval)
+
+
+def alive(pid: int) -> bool:
+    """True when pid is a live, non-zombie process."""
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+
+def mpwatch(*args, env=None, timeout=60, cwd=None, input=None) -> subprocess.CompletedProcess:
+    """Run an mpwatch command to completion and capture its output."""
+    return subprocess.run([*MPWATCH, *map(str, args)], capture_output=True, text=True, env=env,
+                          timeout=timeout, cwd=cwd, input=input)
+
+
+class HeadlessRun:
+    """`mpwatch --headless` as a subprocess, with its run directory under tmp_path."""
+
+    def __init__(self, tmp_path: Path, script, *args, n: int = 2, opts=(), env=None):
+        self.tmp = Path(tmp_path)
+        self.run_dir = self.tmp / "run"
+        self.script = str(script)
+        self.args = [str(a) for a in args]
+        self.n = n
+        self.opts = [str(o) for o in opts]
+        self.env = dict(os.environ if env is None else env)
+        self.proc: subprocess.Popen | None = None
+        self.seen_pids: set[int] = set()
+
+    def start(self) -> "HeadlessRun":
+        self.out = open(self.tmp / "mpwatch.out", "wb")
+        self.err = open(self.tmp / "mpwatch.err", "wb")
+        cmd = [*MPWATCH, "--headless", "-n", str(self.n), "--run-dir", str(self.run_dir),
+               *self.opts, self.script, *self.args]
+        self.proc = subprocess.Popen(cmd, stdout=self.out, stderr=self.err, env=self.env,
+                                     cwd=self.tmp, start_new_session=True)
+        wait_for(lambda: (self.run_dir / "control.json").exists() or self.proc.poll() is not None,
+                 what="the supervisor to start")
+        return self
+
+    @property
+    def stderr_text(self) -> str:
+        return (self.tmp / "mpwatch.err").read_text(errors="replace")
+
+    def events(self, kind: str | None = None) -> list[dict]:
+        out = []
+        try:
+            lines = (self.run_dir / "events.jsonl").read_text().splitlines()
+        except FileNotFoundError:
+            return out
+        for line in lines:
+            try:
+                rec = json.loads(line)
+            except ValueError:
+                continue
+            if rec.get("event") == "worker_started":
+                self.seen_pids.add(rec["pid"])
+            if kind is None or rec.get("event") == kind:
+                out.append(rec)
+        return out
+
+    def wait_event(self, kind: str, pred=None, timeout: float = 30.0, count: int = 1) -> list[dict]:
+        def found():
+            recs = [r for r in self.events(kind) if pred is None or pred(r)]
+            return recs if len(recs) >= count else None
+        return wait_for(found, timeout, what=f"{count} '{kind}' event(s)")
+
+    def ctl(self, *args, check: bool = True, timeout: float = 60) -> subprocess.CompletedProcess:
+        res = mpwatch("ctl", "--run", self.run_dir, *args, timeout=timeout)
+        if check:
+            assert res.returncode == 0, f"ctl {args} failed: {res.stderr}"
+        return res
+
+    def status(self) -> dict:
+        return json.loads(self.ctl("status", "--json").stdout)
+
+    def worker(self, rank: int) -> dict:
+        return next(w for w in self.status()["workers"] if w["rank"] == rank)
+
+    def wait_state(self, rank: int, state: str, timeout: float = 30.0) -> dict:
+        return wait_for(lambda: (lambda w: w if w["state"] == state else None)(self.worker(rank)),
+                        timeout, what=f"rank {rank} to be {state}")
+
+    def wait_exit(self, timeout: float = 60.0) -> int:
+        return self.proc.wait(timeout=timeout)
+
+    def all_pids(self) -> set[int]:
+        """Every worker pid this run started, plus their live descendants now."""
+        self.events()
+        pids = set(self.seen_pids)
+        for pid in list(pids):
+            try:
+                pids.update(c.pid for c in psutil.Process(pid).children(recursive=True))
+            except psutil.Error:
+                pass
+        return pids
+
+    def cleanup(self):
+        """Never leak processes from a test, whatever happened in it."""
+        pids = self.all_pids()
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        for pid in pids:
+            try:
+                os.killpg(pid, signal.SIGKILL)
+            except OSError:
+                pass
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+        for f in ("out", "err"):
+            if hasattr(self, f):
+                getattr(self, f).close()
+
+
+def assert_gone(pids, timeout: float = 15.0):
+    """Every pid ends (zombies count as gone); fails naming the survivors."""
+    wait_for(lambda: not [p for p in pids if alive(p)], timeout,
+             what=f"processes to end; still alive: {[p for p in pids if alive(p)]}")
