@@ -188,6 +188,8 @@ class _Channel:
         self.stop.set()
         if self.thread is not None:
             self.thread.join(timeout=1.0)
+            if self.thread.is_alive():
+                return  # stuck sending to a supervisor that does not read: do not hang exit
             self.flush()
         if self.conn is not None:
             try:

@@ -1,0 +1,42 @@
+"""Issue 2: the wire format decodes what it encodes and rejects everything else."""
+import math
+
+import pytest
+
+from mpwatch import protocol
+
+
+def test_roundtrip_batch():
+    msg = {"t": protocol.BATCH, "reports": [[1.5, 3, 0.25, {"acc": 0.9}]], "dropped": 0, "phases": {"data": 0.1}}
+    back = protocol.decode(protocol.encode(msg))
+    assert back == msg
+    assert protocol.validate_batch(back) == [(1.5, 3, 0.25, {"acc": 0.9})]
+
+
+def test_non_finite_losses_survive_as_such():
+    msg = {"t": protocol.BATCH, "reports": [[1.0, 1, float("nan"), {}], [2.0, 2, float("inf"), {}]]}
+    back = protocol.decode(protocol.encode_lossy(msg))
+    reports = protocol.validate_batch(back)
+    assert math.isnan(reports[0][2]) and reports[1][2] == float("inf")
+
+
+@pytest.mark.parametrize("data", [b"", b"\xff\xfe", b"[1,2]", b'{"x":1}', b"{not json", b'"str"'])
+def test_garbage_is_a_bad_frame(data):
+    with pytest.raises(protocol.BadFrame):
+        protocol.decode(data)
+
+
+@pytest.mark.parametrize("reports", [
+    None, "x", [[1, 2, 3]], [["ts", 1, 0.5, {}]], [[1.0, "step", 0.5, {}]], [[1.0, 1, "loss", {}]],
+    [[1.0, 1, 0.5, []]], [[True, 1, 0.5, {}]], [[1.0, 1.5, 0.5, {}]],
+])
+def test_malformed_batches_are_bad_frames(reports):
+    with pytest.raises(protocol.BadFrame):
+        protocol.validate_batch({"t": protocol.BATCH, "reports": reports})
+
+
+def test_requests_need_a_cmd():
+    assert protocol.decode_request(b'{"cmd":"status"}') == {"cmd": "status"}
+    for bad in (b"[]", b'{"cmd":1}', b"\x00\x01"):
+        with pytest.raises(protocol.BadFrame):
+            protocol.decode_request(bad)

@@ -1,0 +1,149 @@
+"""Issue 2: the worker API — a no-op outside mpwatch, non-blocking and fork-aware inside."""
+import json
+import os
+import subprocess
+import sys
+import textwrap
+import threading
+from multiprocessing.connection import Listener
+
+from mpwatch import protocol
+from tests.helpers import ROOT, wait_for
+
+KEY = os.urandom(16)
+
+
+def run_worker(code: str, env_extra: dict, timeout=60):
+    env = dict(os.environ, PYTHONPATH=str(ROOT), **env_extra)
+    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], env=env, capture_output=True,
+                          text=True, timeout=timeout)
+
+
+def channel_env(address, rank=0):
+    return {protocol.ENV_ADDRESS: address, protocol.ENV_AUTHKEY: KEY.hex(), protocol.ENV_RANK: str(rank)}
+
+
+def test_outside_mpwatch_report_and_phase_are_noops():
+    res = run_worker("""
+        import threading, mpwatch
+        assert not mpwatch.active()
+        assert mpwatch.report(step=1, loss=0.5, acc=1) is None
+        with mpwatch.phase("data"):
+            pass
+        assert threading.active_count() == 1, "no sender thread outside mpwatch"
+        import sys
+        assert "torch" not in sys.modules and "textual" not in sys.modules
+        print("ok")
+    """, {})
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.strip() == "ok"
+
+
+def collect(listener, n_conns, out):
+    for _ in range(n_conns):
+        conn = listener.accept()
+        msgs = []
+        out.append(msgs)
+
+        def read(c=conn, m=msgs):
+            while True:
+                try:
+                    m.append(json.loads(c.recv_bytes()))
+                except (EOFError, OSError):
+                    return
+        threading.Thread(target=read, daemon=True).start()
+
+
+def test_reports_phases_and_forked_children_use_their_own_channels(tmp_path):
+    address = str(tmp_path / "chan")
+    listener = Listener(address, family="AF_UNIX", authkey=KEY)
+    conns = []
+    t = threading.Thread(target=collect, args=(listener, 2, conns), daemon=True)
+    t.start()
+    res = run_worker("""
+        import os, time, mpwatch
+        for i in range(5):
+            with mpwatch.phase("compute"):
+                time.sleep(0.01)
+            mpwatch.report(step=i, loss=1.0 / (i + 1), lr=0.1)
+        pid = os.fork()
+        if pid == 0:
+            mpwatch.report(step=100, loss=9.0)
+            raise SystemExit(0)  # a normal exit: atexit flushes the child's channel
+        os.waitpid(pid, 0)
+        print(os.getpid())
+    """, channel_env(address, rank=3))
+    assert res.returncode == 0, res.stderr
+    t.join(timeout=30)
+    # Both processes exited normally, so each channel ends with "bye" once fully read.
+    wait_for(lambda: len(conns) == 2 and all(m and m[-1]["t"] == "bye" for m in conns), what="both channels read")
+    worker_pid = int(res.stdout.split()[-1])
+    by_pid = {}
+    for msgs in conns:
+        hello = msgs[0]
+        assert hello["t"] == "hello" and hello["rank"] == 3
+        by_pid[hello["pid"]] = msgs
+    assert worker_pid in by_pid and len(by_pid) == 2
+    child_pid = next(p for p in by_pid if p != worker_pid)
+    reports = [r for m in by_pid[worker_pid] if m["t"] == "batch" for r in m["reports"]]
+    assert [r[1] for r in reports] == [0, 1, 2, 3, 4]
+    assert reports[-1][3] == {"lr": 0.1}
+    batches = [m for m in by_pid[worker_pid] if m["t"] == "batch"]
+    assert sum(b["dropped"] for b in batches) == 0
+    assert batches[-1]["phases"]["compute"] >= 0.05
+    child = [r for m in by_pid[child_pid] if m["t"] == "batch" for r in m["reports"]]
+    assert child[-1][1] == 100
+    assert by_pid[child_pid][0]["ppid"] == worker_pid
+    listener.close()
+
+
+def test_report_never_blocks_when_the_supervisor_does_not_read(tmp_path):
+    address = str(tmp_path / "chan")
+    listener = Listener(address, family="AF_UNIX", authkey=KEY)
+    accepted = []
+    threading.Thread(target=lambda: accepted.append(listener.accept()), daemon=True).start()
+    # 200k reports with fat metrics fill the socket buffer many times over; the loop must still end
+    # (the sender thread blocks, the deque drops its oldest entries) and so must the process.
+    res = run_worker("""
+        import mpwatch
+        pad = "x" * 200
+        for i in range(200_000):
+            mpwatch.report(step=i, loss=0.5, pad=pad)
+        print("done")
+    """, channel_env(address), timeout=120)
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.strip() == "done"
+    listener.close()
+
+
+def test_report_never_blocks_when_the_supervisor_is_gone(tmp_path):
+    res = run_worker("""
+        import mpwatch
+        for i in range(100_000):
+            mpwatch.report(step=i, loss=0.5)
+        print("done")
+    """, channel_env(str(tmp_path / "nobody-listens")))
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.strip() == "done"
+
+
+def test_tensor_like_loss_is_converted_off_the_hot_path(tmp_path):
+    address = str(tmp_path / "chan")
+    listener = Listener(address, family="AF_UNIX", authkey=KEY)
+    conns = []
+    t = threading.Thread(target=collect, args=(listener, 1, conns), daemon=True)
+    t.start()
+    res = run_worker("""
+        import mpwatch
+        class FakeTensor:  # what report() relies on: detach() and float()
+            def __init__(self, v): self.v = v
+            def detach(self): return FakeTensor(self.v)
+            def __float__(self): return self.v
+        mpwatch.report(step=1, loss=FakeTensor(0.75))
+    """, channel_env(address))
+    assert res.returncode == 0, res.stderr
+    t.join(timeout=30)
+    wait_for(lambda: conns and conns[0] and conns[0][-1]["t"] == "bye", what="the channel read")
+    reports = [r for m in conns[0] if m["t"] == "batch" for r in m["reports"]]
+    assert reports[0][2] == 0.75
+    listener.close()
