@@ -395,13 +395,13 @@ class Run:
         for w in list(self.workers.values()):
             if w.pending_restart and not w.alive and not self._group_pending(w.pid):
                 kind = w.pending_restart
+                why = "on request" if kind == "restart" else f"exited with failure: {w.cause}"
                 w.restarts += 1
                 if kind == "auto":
                     w.auto_restarts += 1
                 self.restarts_total += 1
                 self._start(w.rank, reason="restarted")
-                self.event("restarted", w.rank, attempt=w.restarts, pid=w.pid,
-                           why="on request" if kind == "restart" else f"exited with failure: {w.cause}")
+                self.event("restarted", w.rank, attempt=w.restarts, pid=w.pid, why=why)
 
     # ------------------------------------------------------------ the loop ----
     def serve(self) -> int:
