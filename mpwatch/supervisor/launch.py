@@ -12,7 +12,6 @@ from pathlib import Path
 from mpwatch import protocol
 
 INJECT_DIR = str(Path(__file__).resolve().parent.parent / "_inject")
-PACKAGE_ROOT = str(Path(__file__).resolve().parent.parent.parent)
 
 
 def free_port() -> int:
@@ -44,8 +43,9 @@ def worker_env(base: dict, *, rank: int, world: int, master_port: int, channel: 
     })
     # Unbuffered so a crash's last words reach the log file; the user may override.
     env.setdefault("PYTHONUNBUFFERED", "1")
-    # The start-up hook first; the package root so `import mpwatch` works from a checkout.
-    paths = [INJECT_DIR, PACKAGE_ROOT] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
+    # Only the start-up hook's own directory: the workers run our interpreter, where mpwatch
+    # is installed, and a repository root here could shadow the user's packages.
+    paths = [INJECT_DIR] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
     env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(paths))
     return env
 
