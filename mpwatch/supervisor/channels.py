@@ -2,18 +2,21 @@
 
 Each connection proves the run's authkey (multiprocessing's HMAC challenge, both ways)
 on a short-lived thread, so a silent or hostile peer cannot hold up the others. One
-reader thread then waits on every connection with `multiprocessing.connection.wait`
-and hands decoded frames to the run. A frame that does not decode is counted and
+reader thread then waits on every connection with one epoll set and hands decoded
+frames to the run. Reads are non-blocking into a per-peer buffer, so a peer that stops
+mid-frame holds up nobody. A frame that does not decode is counted and
 dropped; an oversized frame desynchronises the stream, so that connection is closed
 (the worker reconnects on its next batch).
 """
 from __future__ import annotations
 
 import os
+import selectors
 import socket
+import struct
 import threading
 from multiprocessing.connection import (AuthenticationError, Connection, answer_challenge,
-                                        deliver_challenge, wait)
+                                        deliver_challenge)
 
 from mpwatch import protocol
 
@@ -21,13 +24,14 @@ HANDSHAKE_S = 5.0
 
 
 class Peer:
-    __slots__ = ("conn", "rank", "pid", "bad_frames")
+    __slots__ = ("conn", "rank", "pid", "bad_frames", "buf")
 
     def __init__(self, conn, rank, pid):
         self.conn = conn
         self.rank = rank
         self.pid = pid
         self.bad_frames = 0
+        self.buf = bytearray()
 
 
 class ChannelHub:
@@ -104,6 +108,9 @@ class ChannelHub:
                 pass
             return
         timer.cancel()
+        # From here on the reader never blocks on this peer: a half-sent frame waits in
+        # the peer's buffer instead of holding up every other worker.
+        os.set_blocking(conn.fileno(), False)
         peer = Peer(conn, rank, pid)
         self.handler.on_hello(peer, hello)
         with self._lock:
@@ -112,50 +119,84 @@ class ChannelHub:
 
     # -- reading -------------------------------------------------------------------
     def _read_loop(self):
-        by_conn: dict = {}
+        # One persistent epoll set: multiprocessing.connection.wait() would rebuild a
+        # selector over every connection on each wakeup, O(workers) per frame.
+        sel = selectors.DefaultSelector()
+        sel.register(self._wake_r, selectors.EVENT_READ, None)
         while not self._closed:
             with self._lock:
                 for p in self._new:
-                    by_conn[p.conn] = p
+                    sel.register(p.conn, selectors.EVENT_READ, p)
                 self._new.clear()
             try:
-                ready = wait(list(by_conn) + [self._wake_r], timeout=1.0)
+                ready = sel.select(timeout=1.0)
             except OSError:
                 ready = []
-            for obj in ready:
-                if obj is self._wake_r:
+            for key, _ in ready:
+                peer = key.data
+                if peer is None:
                     try:
                         self._wake_r.recv(4096)
                     except OSError:
                         pass
                     continue
-                peer = by_conn[obj]
-                if not self._read_one(peer):
-                    del by_conn[obj]
+                ok = self._read_ready(peer)
+                if not ok:
+                    sel.unregister(peer.conn)
                     try:
-                        obj.close()
+                        peer.conn.close()
                     except OSError:
                         pass
                     self.handler.on_close(peer)
-        for conn in by_conn:
-            try:
-                conn.close()
-            except OSError:
-                pass
+        for key in list(sel.get_map().values()):
+            if key.data is not None:
+                try:
+                    key.data.conn.close()
+                except OSError:
+                    pass
+        sel.close()
 
-    def _read_one(self, peer: Peer) -> bool:
+    def _read_ready(self, peer: Peer) -> bool:
+        """Read what the socket has and hand over every complete frame; False on EOF or a
+        frame that breaks the stream (the connection is then closed)."""
         try:
-            data = peer.conn.recv_bytes(protocol.MAX_FRAME)
-        except EOFError:
+            data = os.read(peer.conn.fileno(), 1 << 16)
+        except BlockingIOError:
+            return True
+        except OSError:
             return False
-        except OSError as exc:  # "bad message length": oversized or corrupt header
-            peer.bad_frames += 1
-            self.handler.on_bad(peer, f"unreadable frame ({exc})")
+        if not data:
             return False
-        try:
-            msg = protocol.decode(data)
-            self.handler.on_frame(peer, msg)
-        except protocol.BadFrame as exc:
-            peer.bad_frames += 1
-            self.handler.on_bad(peer, str(exc))
-        return True
+        buf = peer.buf
+        buf += data
+        while True:
+            size, head = _frame_size(buf)
+            if size is None:
+                return True
+            if size < 0 or size > protocol.MAX_FRAME:
+                peer.bad_frames += 1
+                self.handler.on_bad(peer, f"frame of {size} bytes is over the {protocol.MAX_FRAME} limit")
+                return False
+            if len(buf) < head + size:
+                return True
+            frame = bytes(buf[head:head + size])
+            del buf[:head + size]
+            try:
+                self.handler.on_frame(peer, protocol.decode(frame))
+            except protocol.BadFrame as exc:
+                peer.bad_frames += 1
+                self.handler.on_bad(peer, str(exc))
+
+
+def _frame_size(buf: bytearray):
+    """(payload size, header length) of multiprocessing.connection's framing, or (None, 0)
+    while the header is incomplete: a 4-byte big-endian length, or -1 and an 8-byte one."""
+    if len(buf) < 4:
+        return None, 0
+    (n,) = struct.unpack("!i", buf[:4])
+    if n != -1:
+        return n, 4
+    if len(buf) < 12:
+        return None, 0
+    (n,) = struct.unpack("!Q", buf[4:12])
+    return n, 12
