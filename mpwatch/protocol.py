@@ -63,7 +63,7 @@ def _deep_clean(value):
 def decode(data: bytes) -> dict:
     try:
         msg = json.loads(data)
-    except (ValueError, UnicodeDecodeError) as exc:
+    except (ValueError, UnicodeDecodeError, RecursionError) as exc:  # RecursionError: "[[[[..."
         raise BadFrame(f"not JSON: {exc}") from None
     if not isinstance(msg, dict) or not isinstance(msg.get("t"), str):
         raise BadFrame("not a message object")
@@ -75,7 +75,10 @@ def as_float(value):
     if isinstance(value, bool):
         return None
     if isinstance(value, (int, float)):
-        return float(value)
+        try:
+            return float(value)
+        except OverflowError:  # an int with hundreds of digits is not a loss
+            return None
     if value in ("nan", "inf", "-inf"):
         return float(value)
     return None
@@ -91,7 +94,7 @@ def validate_batch(msg: dict) -> list:
         if not isinstance(item, list) or len(item) != 4:
             raise BadFrame("report is not [ts, step, loss, metrics]")
         ts, step, loss, metrics = item
-        if not isinstance(ts, (int, float)) or isinstance(ts, bool):
+        if not isinstance(ts, (int, float)) or isinstance(ts, bool) or as_float(ts) is None:
             raise BadFrame("report timestamp is not a number")
         if step is not None and (not isinstance(step, int) or isinstance(step, bool)):
             raise BadFrame("report step is not an integer")
@@ -107,7 +110,7 @@ def decode_request(data: bytes) -> dict:
     """A control request: a JSON object with a string `cmd`."""
     try:
         req = json.loads(data)
-    except (ValueError, UnicodeDecodeError) as exc:
+    except (ValueError, UnicodeDecodeError, RecursionError) as exc:
         raise BadFrame(f"not JSON: {exc}") from None
     if not isinstance(req, dict) or not isinstance(req.get("cmd"), str):
         raise BadFrame("not a request object with a 'cmd'")

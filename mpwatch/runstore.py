@@ -47,7 +47,10 @@ class RunStore:
 
     def rank_paths(self, rank: int) -> dict:
         d = rank_dir(self.dir, rank)
-        (d / "stacks").mkdir(parents=True, exist_ok=True)
+        try:
+            (d / "stacks").mkdir(parents=True, exist_ok=True)
+        except OSError as exc:  # a full disk: the caller's open() fails and says so
+            self._failed(exc)
         return {"dir": d, "stdout": d / "stdout.log", "stderr": d / "stderr.log",
                 "stack_file": d / "faulthandler.out", "stacks": d / "stacks"}
 
@@ -65,7 +68,12 @@ class RunStore:
     def event(self, event: str, rank=None, ts: float | None = None, **fields):
         rec = {"ts": round(time.time() if ts is None else ts, 6), "event": event, "rank": rank}
         rec.update(fields)
-        line = json.dumps(rec, default=str, allow_nan=True) + "\n"
+        try:
+            line = json.dumps(rec, default=str, allow_nan=False) + "\n"
+        except ValueError:  # NaN/inf: spelled "nan"/"inf" as on the wire, so each line stays JSON
+            from mpwatch.protocol import encode_lossy
+
+            line = encode_lossy(rec).decode() + "\n"
         with self._lock:
             if self._events is None:
                 return rec

@@ -171,7 +171,14 @@ class _Channel:
             cuda = torch.cuda
             if not cuda.is_initialized():  # never initialise CUDA ourselves
                 return None
-            dev = int(os.environ.get("LOCAL_RANK", "0")) % max(cuda.device_count(), 1)
+            # The device this process actually allocates on: the current device is per
+            # thread (this is the sender thread) and LOCAL_RANK is wrong exactly when a
+            # script picks a wrong device, so take the one holding the most memory.
+            n = max(cuda.device_count(), 1)
+            reserved = [int(cuda.memory_reserved(d)) for d in range(n)]
+            dev = max(range(n), key=reserved.__getitem__)
+            if not reserved[dev]:
+                dev = int(os.environ.get("LOCAL_RANK", "0")) % n
             return {
                 "device": dev,
                 "allocated": int(cuda.memory_allocated(dev)),

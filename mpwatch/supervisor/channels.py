@@ -166,6 +166,9 @@ class ChannelHub:
         except OSError:
             return False
         if not data:
+            if peer.buf:  # the peer went away mid-frame: that frame is lost, say so
+                peer.bad_frames += 1
+                self.handler.on_bad(peer, f"truncated frame ({len(peer.buf)} bytes, then end of stream)")
             return False
         buf = peer.buf
         buf += data
@@ -186,6 +189,9 @@ class ChannelHub:
             except protocol.BadFrame as exc:
                 peer.bad_frames += 1
                 self.handler.on_bad(peer, str(exc))
+            except Exception as exc:  # noqa: BLE001 - a frame that trips a bug must not end this thread
+                peer.bad_frames += 1
+                self.handler.on_bad(peer, f"frame could not be applied: {type(exc).__name__}: {exc}")
 
 
 def _frame_size(buf: bytearray):

@@ -36,6 +36,8 @@ def describe(rec: dict) -> str | None:
         return f"{who} stack dump: {rec.get('path')}"
     if e == "alert":
         return f"alert: {rec.get('message')}"
+    if e == "gpu_alert":
+        return f"GPU alert: {rec.get('message')}"
     if e == "stopping":
         return f"stopping the run ({rec.get('why')})"
     if e == "run_finished":

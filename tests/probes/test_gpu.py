@@ -1,0 +1,237 @@
+"""The GPU probe: backends, per-value N/A, the one-line reasons. NVML itself is the only
+thing faked here (a scripted scenario, or a stand-in pynvml module for the real backend)."""
+import ctypes
+import json
+import os
+import types
+
+import pynvml
+import pytest
+
+from mpwatch.probes import gpu
+
+GiB = 1 << 30
+
+
+def nvml_present() -> bool:
+    try:
+        ctypes.CDLL("libnvidia-ml.so.1")
+        return True
+    except OSError:
+        return False
+
+
+def scenario(tmp_path, data) -> str:
+    path = tmp_path / "scenario.json"
+    path.write_text(json.dumps(data))
+    return str(path)
+
+
+class Clock:
+    def __init__(self):
+        self.t = 100.0
+
+    def __call__(self):
+        return self.t
+
+
+# ------------------------------------------------------------------ reasons ----
+@pytest.mark.parametrize("code,expect", [
+    (pynvml.NVML_ERROR_LIBRARY_NOT_FOUND, "NVML library not found"),
+    (pynvml.NVML_ERROR_DRIVER_NOT_LOADED, "no NVIDIA GPU found"),
+    (pynvml.NVML_ERROR_LIB_RM_VERSION_MISMATCH, "driver/bindings mismatch"),
+    (pynvml.NVML_ERROR_FUNCTION_NOT_FOUND, "driver/bindings mismatch"),
+    (pynvml.NVML_ERROR_NO_PERMISSION, "no permission"),
+    (pynvml.NVML_ERROR_UNKNOWN, "NVML failed to start"),
+])
+def test_each_nvml_start_failure_is_one_clear_line(code, expect):
+    line = gpu.reason_for(pynvml.NVMLError(code))
+    assert expect in line and "\n" not in line
+
+
+def test_a_bindings_mismatch_error_is_named_so():
+    line = gpu.reason_for(pynvml.NVMLLibraryMismatchError("unversioned function called"))
+    assert line.startswith("driver/bindings mismatch:")
+
+
+def test_real_backend_without_a_driver_gives_the_clear_line():
+    if nvml_present():
+        pytest.skip("this machine has an NVIDIA driver")
+    backend, why = gpu.open_backend({})
+    assert backend is None
+    assert why.startswith("NVML library not found") and "\n" not in why
+
+
+# --------------------------------------------------------------- fake backend ----
+def test_fake_scenario_drives_every_value(tmp_path):
+    path = scenario(tmp_path, {
+        "gpus": [{"name": "Fake A", "mem_total": 16 * GiB}, {"name": "Fake B", "mem_total": 8 * GiB}],
+        "frames": [{"at": 0, "gpus": [
+            {"util_gpu": 80, "util_mem": 30, "temperature": 61, "power_w": 250.25, "extra_used": GiB,
+             "processes": [{"pid": 4242, "mem": 2 * GiB}, {"pid": "self", "mem": GiB}]},
+            {"mem_used": 5, "processes": []}]}]})
+    backend, why = gpu.open_backend({gpu.FAKE_ENV: path})
+    assert why is None and backend.kind == "fake"
+    probe = gpu.GpuProbe(backend)
+    probe.open()
+    a, b = probe.sample(with_processes=True)
+    assert (a.index, a.name, a.mem_used, a.mem_total) == (0, "Fake A", 4 * GiB, 16 * GiB)
+    assert (a.util_gpu, a.util_mem, a.temperature, a.power_w) == (80, 30, 61, 250.2)
+    assert a.processes == [(4242, 2 * GiB), (os.getpid(), GiB)] and a.errors == {}
+    assert (b.name, b.mem_used, b.processes) == ("Fake B", 5, [])
+
+
+def test_processes_are_only_asked_for_when_due(tmp_path):
+    path = scenario(tmp_path, {"gpus": [{}], "frames": [{"gpus": [{"processes": [{"pid": 1, "mem": 1}]}]}]})
+    backend, _ = gpu.open_backend({gpu.FAKE_ENV: path})
+    probe = gpu.GpuProbe(backend)
+    probe.open()
+    (s,) = probe.sample(with_processes=False)
+    assert s.processes is None and s.mem_used == 1
+    (s,) = probe.sample(with_processes=True)
+    assert s.processes == [(1, 1)]
+
+
+def test_a_failing_call_is_na_for_that_value_only(tmp_path):
+    path = scenario(tmp_path, {"gpus": [{"mem_total": GiB}], "frames": [{"gpus": [
+        {"util_gpu": 10, "temperature": 50, "fail": ["temperature", "processes", "power"]}]}]})
+    backend, _ = gpu.open_backend({gpu.FAKE_ENV: path})
+    probe = gpu.GpuProbe(backend)
+    probe.open()
+    (s,) = probe.sample(with_processes=True)
+    assert s.temperature is None and s.power_w is None and s.processes is None
+    assert s.util_gpu == 10 and s.mem_total == GiB
+    assert set(s.errors) == {"temperature", "processes", "power"}
+    assert "scripted failure" in s.errors["temperature"]
+
+
+def test_frames_follow_the_scenario_clock(tmp_path):
+    path = scenario(tmp_path, {"gpus": [{}], "frames": [
+        {"at": 0, "gpus": [{"util_gpu": 1}]}, {"at": 5, "gpus": [{"util_gpu": 2}]},
+        {"at": 10, "gpus": [{"util_gpu": 3}]}]})
+    clock = Clock()
+    backend = gpu.FakeBackend(path, clock=clock)
+    backend.init()
+    seen = []
+    for dt in (0, 4.9, 5.0, 9.0, 11.0, 1000.0):
+        clock.t = 100.0 + dt
+        seen.append(backend.utilization(0)[0])
+    assert seen == [1, 1, 2, 2, 3, 3]
+
+
+@pytest.mark.parametrize("data,expect", [
+    ({"gpus": [{}], "init_error": "driver/bindings mismatch: scripted"}, "driver/bindings mismatch: scripted"),
+    ({"gpus": []}, "no NVIDIA GPU found"),
+    ([1, 2], "unreadable"),
+])
+def test_fake_start_failures_are_one_line(tmp_path, data, expect):
+    backend, why = gpu.open_backend({gpu.FAKE_ENV: scenario(tmp_path, data)})
+    assert backend is None and expect in why and "\n" not in why
+
+
+def test_a_missing_or_broken_scenario_file_is_one_line(tmp_path):
+    backend, why = gpu.open_backend({gpu.FAKE_ENV: str(tmp_path / "nope.json")})
+    assert backend is None and "unreadable" in why
+    bad = tmp_path / "bad.json"
+    bad.write_text("{not json")
+    backend, why = gpu.open_backend({gpu.FAKE_ENV: str(bad)})
+    assert backend is None and "unreadable" in why and "\n" not in why
+
+
+def test_rank_names_resolve_to_this_processes_children(tmp_path):
+    import subprocess
+    import sys
+
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"],
+                             env=dict(os.environ, MPWATCH_RANK="3"))
+    try:
+        assert gpu.resolve_fake_pid("rank:3") == child.pid
+        assert gpu.resolve_fake_pid("rank:4") is None
+        assert gpu.resolve_fake_pid("parent") == os.getppid()
+        assert gpu.resolve_fake_pid(77) == 77 and gpu.resolve_fake_pid("junk") is None
+    finally:
+        child.kill()
+        child.wait()
+
+
+# ---------------------------------------------------------------- real backend ----
+def fake_pynvml(**overrides):
+    """A stand-in for the pynvml module: the real NvmlBackend code runs against it."""
+    ns = types.SimpleNamespace(
+        NVMLError=pynvml.NVMLError, NVMLLibraryMismatchError=pynvml.NVMLLibraryMismatchError,
+        NVML_ERROR_FUNCTION_NOT_FOUND=pynvml.NVML_ERROR_FUNCTION_NOT_FOUND,
+        NVML_TEMPERATURE_GPU=0,
+        nvmlInit=lambda: None, nvmlShutdown=lambda: None, nvmlDeviceGetCount=lambda: 1,
+        nvmlDeviceGetHandleByIndex=lambda i: f"h{i}", nvmlDeviceGetName=lambda h: b"NVIDIA Test",
+        nvmlDeviceGetMemoryInfo=lambda h: types.SimpleNamespace(used=3 * GiB, total=80 * GiB, free=77 * GiB),
+        nvmlDeviceGetUtilizationRates=lambda h: types.SimpleNamespace(gpu=55, memory=20),
+        nvmlDeviceGetTemperature=lambda h, s: 64,
+        nvmlDeviceGetPowerUsage=lambda h: 123456,
+        nvmlDeviceGetComputeRunningProcesses=lambda h: [types.SimpleNamespace(pid=10, usedGpuMemory=GiB),
+                                                        types.SimpleNamespace(pid=11, usedGpuMemory=None)],
+    )
+    for k, v in overrides.items():
+        setattr(ns, k, v)
+    return ns
+
+
+def real_backend(nv):
+    b = gpu.NvmlBackend()
+    b.nv = nv
+    return b
+
+
+def test_real_backend_reads_and_converts_units():
+    probe = gpu.GpuProbe(real_backend(fake_pynvml()))
+    probe.open()
+    (s,) = probe.sample(with_processes=True)
+    assert (s.name, s.mem_used, s.mem_total, s.util_gpu, s.util_mem) == ("NVIDIA Test", 3 * GiB, 80 * GiB, 55, 20)
+    assert s.temperature == 64 and s.power_w == 123.5  # milliwatts -> watts
+    assert s.processes == [(10, GiB), (11, None)]  # None: the driver cannot tell
+
+
+def test_real_backend_falls_back_to_v2_processes_on_an_older_driver():
+    calls = []
+
+    def unversioned(h):
+        calls.append("v3")
+        raise pynvml.NVMLLibraryMismatchError("unversioned function called")
+
+    def v2(h):
+        calls.append("v2")
+        return [types.SimpleNamespace(pid=5, usedGpuMemory=7)]
+
+    b = real_backend(fake_pynvml(nvmlDeviceGetComputeRunningProcesses=unversioned,
+                                 nvmlDeviceGetComputeRunningProcesses_v2=v2))
+    assert b.processes("h0") == [(5, 7)]
+    assert b.processes("h0") == [(5, 7)]
+    assert calls == ["v3", "v2", "v2"]  # the working variant is remembered
+
+
+def test_real_backend_unsupported_values_are_na_and_sampling_goes_on():
+    def not_supported(*a):
+        raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_SUPPORTED)
+
+    def lost(*a):
+        raise pynvml.NVMLError(pynvml.NVML_ERROR_GPU_IS_LOST)
+
+    probe = gpu.GpuProbe(real_backend(fake_pynvml(nvmlDeviceGetPowerUsage=not_supported,
+                                                  nvmlDeviceGetComputeRunningProcesses=lost)))
+    probe.open()
+    for _ in range(3):
+        (s,) = probe.sample(with_processes=True)
+        assert s.power_w is None and s.processes is None and s.mem_used == 3 * GiB
+        assert "Not Supported" in s.errors["power"] and "GPU is lost" in s.errors["processes"]
+
+
+def test_a_device_whose_handle_fails_is_skipped_and_said():
+    def handle(i):
+        if i == 1:
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_GPU_IS_LOST)
+        return f"h{i}"
+
+    probe = gpu.GpuProbe(real_backend(fake_pynvml(nvmlDeviceGetCount=lambda: 2,
+                                                  nvmlDeviceGetHandleByIndex=handle)))
+    probe.open()
+    assert [d[0] for d in probe.devices] == [0]
+    assert probe.status.startswith("GPU 1:") and "fallen off the bus" in probe.status

@@ -1,0 +1,165 @@
+"""GPU watching in real headless runs: the fake NVML scenario (MPWATCH_FAKE_NVML) stands in
+for the driver; everything else (workers, pids, psutil, the control socket) is real."""
+import ctypes
+import json
+import os
+
+import pytest
+
+from tests.helpers import FIXTURES, mpwatch, wait_for
+
+GiB = 1 << 30
+REPORTER = FIXTURES / "reporter.py"
+FAST = ["--gpu-interval", "0.1"]
+
+
+def nvml_present() -> bool:
+    try:
+        ctypes.CDLL("libnvidia-ml.so.1")
+        return True
+    except OSError:
+        return False
+
+
+def fake_env(tmp_path, data, **extra) -> dict:
+    path = tmp_path / "nvml-scenario.json"
+    path.write_text(json.dumps(data))
+    return dict(os.environ, MPWATCH_FAKE_NVML=str(path), SLEEP="0.2", **extra)
+
+
+def gpu0(run) -> dict | None:
+    gpus = run.status()["gpus"]
+    return gpus[0] if gpus else None
+
+
+def alert_kinds(g) -> set:
+    return {a["kind"] for a in (g or {}).get("alerts", [])}
+
+
+def unused_pid() -> int:
+    with open("/proc/sys/kernel/pid_max") as f:
+        return int(f.read()) + 1  # never a live pid here: as a pid from another namespace looks
+
+
+def test_two_ranks_and_outsiders_on_one_gpu(headless, tmp_path):
+    ghost = unused_pid()
+    env = fake_env(tmp_path, {"gpus": [{"name": "Fake 10G", "mem_total": 10 * GiB}], "frames": [{"gpus": [
+        {"util_gpu": 70, "util_mem": 20, "temperature": 55, "power_w": 200,
+         "processes": [{"pid": "rank:0", "mem": 2 * GiB}, {"pid": "rank:1", "mem": GiB},
+                       {"pid": "parent", "mem": GiB // 2}, {"pid": ghost, "mem": 1000}]}]}]})
+    run = headless(REPORTER, "100000", n=2, opts=FAST, env=env)
+    g = wait_for(lambda: (lambda g: g if {"contention", "outside"} <= alert_kinds(g) and
+                          len(g["processes"]) == 4 and all(p["rank"] is not None or p["pid"] in (os.getpid(), ghost)
+                                                           for p in g["processes"]) else None)(gpu0(run)),
+                 timeout=60, what="contention and outsider alerts")
+    assert (g["name"], g["mem_total"], g["util_gpu"], g["temperature"], g["power_w"]) == ("Fake 10G", 10 * GiB, 70,
+                                                                                          55, 200.0)
+    by_pid = {p["pid"]: p for p in g["processes"]}
+    me = by_pid[os.getpid()]  # the supervisor's parent is this test process: an outsider
+    assert me["rank"] is None and me["visible"] and me["user"] and "pytest" in me["cmd"]
+    assert by_pid[ghost]["visible"] is False and by_pid[ghost]["cmd"] == "not visible"
+    contention = next(a for a in g["alerts"] if a["kind"] == "contention")
+    assert contention["ranks"] == [0, 1] and "ranks 0 and 1 share this GPU" in contention["message"]
+    outside = {a["pid"]: a for a in g["alerts"] if a["kind"] == "outside"}
+    assert set(outside) == {os.getpid(), ghost} and outside[os.getpid()]["mem_bytes"] == GiB // 2
+
+    st = run.status()
+    views = {w["rank"]: w["gpu"] for w in st["workers"]}
+    assert views[0]["index"] == 0 and views[0]["mem_bytes"] == 2 * GiB
+    assert views[1]["index"] == 0 and views[1]["mem_bytes"] == GiB
+
+    # Alerts are announced when they start, not on every tick: let several process
+    # queries pass, then count.
+    first = g["processes_ts"]
+    wait_for(lambda: gpu0(run)["processes_ts"] > first + 1.0, timeout=60, what="more process queries")
+    events = run.events("gpu_alert")
+    assert len([e for e in events if e["kind"] == "contention" and e["ranks"] == [0, 1]]) == 1
+    assert len([e for e in events if e["kind"] == "outside" and e["pid"] == ghost]) == 1
+    assert all(e["gpu"] == 0 and e["message"] for e in events)
+
+    text = run.ctl("status").stdout
+    assert "GPU 0: Fake 10G · mem" in text and "! GPU 0: ranks 0 and 1 share this GPU" in text
+    assert "not visible" in text
+
+
+def test_memory_high_names_the_rank_that_grows_fastest(headless, tmp_path):
+    frames = [{"at": t, "gpus": [{"util_gpu": 90, "processes": [{"pid": "rank:0", "mem": 5 * GiB},
+                                                                   {"pid": "rank:1", "mem": r1}]}]}
+              for t, r1 in ((0, 1 * GiB), (1.5, 2 * GiB), (3, 3 * GiB), (4.5, 3.5 * GiB), (6, 4.2 * GiB))]
+    env = fake_env(tmp_path, {"gpus": [{"mem_total": 10 * GiB}], "frames": frames})
+    run = headless(REPORTER, "100000", n=2, opts=FAST, env=env)
+    (ev,) = run.wait_event("gpu_alert", lambda e: e["kind"] == "memory_high", timeout=60)
+    assert ev["rank"] == 1 and ev["gpu"] == 0 and ev["fraction"] > 0.9
+    assert "rank 1 grows fastest" in ev["message"] and "GPU 0 memory at 92%" in ev["message"]
+    assert "memory_high" in alert_kinds(gpu0(run))
+
+
+def test_a_worker_dying_of_cuda_oom_raises_the_oom_alert(headless, tmp_path):
+    go = tmp_path / "go"
+    env = fake_env(tmp_path, {"gpus": [{"mem_total": 10 * GiB}], "frames": [{"gpus": [
+        {"processes": [{"pid": "rank:0", "mem": 6 * GiB}, {"pid": "rank:1", "mem": GiB},
+                       {"pid": "parent", "mem": 2 * GiB}]}]}]})
+    run = headless(FIXTURES / "gpu_oom.py", go, n=2, opts=FAST, env=env)
+    # Die only once the poller has seen rank 0 on the GPU, as a real OOM happens mid-run.
+    wait_for(lambda: run.worker(0)["gpu"], timeout=60, what="rank 0 seen on GPU 0")
+    go.write_text("")
+    (ev,) = run.wait_event("gpu_alert", lambda e: e["kind"] == "oom", timeout=60)
+    m = ev["message"]
+    assert ev["rank"] == 0 and ev["gpu"] == 0
+    assert m.startswith("rank 0 died of CUDA out of memory on GPU 0") and "9.0 GiB of 10.0 GiB used" in m
+    assert "rank 1 1.0 GiB" in m and f"pid {os.getpid()}" in m and "tried to allocate 2.00 GiB" in m
+    g = wait_for(lambda: (lambda g: g if "oom" in alert_kinds(g) else None)(gpu0(run)), timeout=30,
+                 what="the OOM alert in gpus[0].alerts")
+    assert next(a for a in g["alerts"] if a["kind"] == "oom")["rank"] == 0
+    assert run.worker(0)["state"] == "failed"
+
+
+def test_low_use_while_running_hints_the_batch_could_grow(headless, tmp_path):
+    env = fake_env(tmp_path, {"gpus": [{"mem_total": 80 * GiB}], "frames": [{"gpus": [
+        {"util_gpu": 4, "processes": [{"pid": "rank:0", "mem": 3 * GiB}]}]}]}, MPWATCH_GPU_IDLE_S="1")
+    run = headless(REPORTER, "100000", n=1, opts=FAST, env=env)
+    (ev,) = run.wait_event("gpu_alert", lambda e: e["kind"] == "idle", timeout=60)
+    assert "batch size could probably grow" in ev["message"] and "rank 0 runs on it" in ev["message"]
+
+
+def test_failing_nvml_calls_are_na_and_the_poller_goes_on(headless, tmp_path):
+    # Temperature always fails; the process query fails for the first 2 s, then works.
+    env = fake_env(tmp_path, {"gpus": [{"mem_total": 10 * GiB}], "frames": [
+        {"at": 0, "gpus": [{"util_gpu": 33, "fail": ["temperature", "processes"]}]},
+        {"at": 2, "gpus": [{"util_gpu": 33, "fail": ["temperature"],
+                            "processes": [{"pid": "rank:0", "mem": GiB}]}]}]})
+    run = headless(REPORTER, "100000", n=1, opts=FAST, env=env)
+    g = wait_for(lambda: (lambda g: g if g and "temperature" in g["errors"] else None)(gpu0(run)),
+                 timeout=60, what="a failing temperature call")
+    assert g["temperature"] is None and g["mem_total"] == 10 * GiB and g["util_gpu"] == 33
+    assert "scripted failure" in g["errors"]["temperature"]
+    line = next(x for x in run.ctl("status").stdout.splitlines() if x.startswith("GPU 0:"))
+    assert " · N/A · " in line and "util 33%" in line
+    # The process list only exists after the failing queries: the poller kept going.
+    wait_for(lambda: run.worker(0)["gpu"], timeout=60, what="the process list after the failures")
+    g = gpu0(run)
+    assert g["temperature"] is None and "processes" not in g["errors"]
+    assert g["processes"][0]["rank"] == 0
+
+
+def test_without_nvml_the_gpu_line_is_clear_and_the_run_goes_on(headless, tmp_path):
+    if nvml_present():
+        pytest.skip("this machine has an NVIDIA driver")
+    env = {k: v for k, v in os.environ.items() if k != "MPWATCH_FAKE_NVML"}
+    run = headless(REPORTER, "100000", n=1, opts=FAST, env=dict(env, SLEEP="0.2"))
+    st = wait_for(lambda: (lambda s: s if s["gpu_status"] else None)(run.status()), timeout=60,
+                  what="the GPU status line")
+    assert st["gpu_status"].startswith("NVML library not found") and st["gpus"] == []
+    assert st["workers"][0]["gpu"] is None
+    res = mpwatch("ctl", "--run", run.run_dir, "status")
+    assert res.returncode == 0 and "GPU: NVML library not found" in res.stdout
+    assert "Traceback" not in res.stderr + run.stderr_text
+    run.wait_event("report", timeout=60)  # everything else works
+
+
+def test_a_bad_scenario_is_a_status_line_not_a_crash(headless, tmp_path):
+    env = dict(os.environ, MPWATCH_FAKE_NVML=str(tmp_path / "missing.json"), SLEEP="0.2")
+    run = headless(REPORTER, "100000", n=1, opts=FAST, env=env)
+    st = wait_for(lambda: (lambda s: s if s["gpu_status"] else None)(run.status()), timeout=60,
+                  what="the GPU status line")
+    assert "unreadable" in st["gpu_status"] and "Traceback" not in run.stderr_text
