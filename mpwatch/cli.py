@@ -251,6 +251,33 @@ def _fmt_bytes(n):
     return f"{n:.0f}P"
 
 
+def _na_bytes(n):
+    return "N/A" if n is None else _fmt_bytes(n)
+
+
+def _na(v, unit=""):
+    return "N/A" if v is None else f"{v:g}{unit}"
+
+
+def _gpu_line(g: dict) -> str:
+    """One GPU: N/A where NVML could not tell."""
+    used, total = g.get("mem_used"), g.get("mem_total")
+    pct = f" ({used / total:.0%})" if used is not None and total else ""
+    return (f"GPU {g.get('index')}: {g.get('name') or 'N/A'} · mem {_na_bytes(used)}/{_na_bytes(total)}{pct}"
+            f" · util {_na(g.get('util_gpu'), '%')} (mem {_na(g.get('util_mem'), '%')})"
+            f" · {_na(g.get('temperature'), 'C')} · {_na(g.get('power_w'), 'W')}")
+
+
+def _gpu_owner(p: dict) -> str:
+    if p.get("rank") is not None:
+        return f"rank {p['rank']}"
+    if p.get("child_of") is not None:
+        return f"child of rank {p['child_of']}: {p.get('cmd') or ''}"[:80]
+    if not p.get("visible", True):
+        return "not visible (another PID namespace)"
+    return f"outside: {p.get('user') or '?'}: {p.get('cmd') or ''}"[:80]
+
+
 def print_status(st: dict):
     r = st["run"]
     counts = ", ".join(f"{n} {s}" for s, n in sorted(r["counts"].items()))
@@ -267,10 +294,27 @@ def print_status(st: dict):
             print(f"{'':>4} {c['pid']:>7} {'└ ' + c['status']:10} {_fmt(c.get('step')):>8} "
                   f"{_fmt(c.get('loss')):>10} {'':>6} {_fmt(c['cpu_percent']):>6} {_fmt_bytes(c['rss_bytes']):>6}"
                   f"           {c.get('cmd', '')[:50]}")
+        stl = w.get("stall") if w["state"] == "stalled" else None
+        if stl:  # the hang diagnosis: what it does, where it is stuck, the dump to read
+            since = r["started"] + r["uptime"] - stl["since"] if stl.get("since") else None  # wall clock
+            print(f"{'':>4} stalled {_fmt(None if since is None else round(max(0.0, since), 1), 's')}: "
+                  f"{stl.get('detail') or stl.get('kind') or ''}")
+            if stl.get("where") or stl.get("innermost"):
+                print(f"{'':>4} stuck in {stl.get('where') or stl.get('innermost')}"
+                      + (f", waiting in {stl['collective']}" if stl.get("collective") else ""))
+        if w.get("last_dump"):
+            print(f"{'':>4} last dump: {w['last_dump']}")
+    sg = st.get("straggler")
+    if sg and sg.get("text"):
+        print(("likely culprit: " if sg.get("culprits") else "hang: ") + sg["text"])
     if st.get("gpu_status"):
         print(f"GPU: {st['gpu_status']}")
     for g in st.get("gpus", []):
-        print(f"GPU {g.get('index')}: {g.get('name')} {g.get('summary', '')}")
+        print(_gpu_line(g))
+        for p in g.get("processes", []):
+            print(f"    pid {p['pid']:>7} {_na_bytes(p.get('mem_bytes')):>9}  {_gpu_owner(p)}")
+        for a in g.get("alerts", []):
+            print(f"  ! {a.get('message')}")
     for a in st.get("alerts", [])[-5:]:
         print(f"alert: {a['message']}")
 

@@ -1,80 +1,294 @@
-"""Stack capture through the faulthandler that the start-up hook arms on SIGUSR1.
+"""Stack capture through the faulthandler that the start-up hook arms on SIGUSR1, and
+reading those dumps back (which function is each process stuck in?).
 
 faulthandler writes from C without the GIL, so it dumps a main thread blocked in a lock,
-a socket read or a C loop. Each process of a rank appends to the rank's stack file; we
-write our own header line (pid, time) before signalling each process, then copy the
-new bytes into rank-N/stacks/<time>.txt. A process is only signalled when it has a
-handler for SIGUSR1 installed: the default action would kill it.
+a socket read, a pipe read, a C loop or a pure-Python loop. Each process of a rank
+appends to the rank's stack file (forked children inherit the handler and the file), so
+before signalling a process we write our own header line (pid, time), then copy the new
+bytes into rank-N/stacks/<time>.txt. A process is only signalled when it catches
+SIGUSR1 (the default action would kill it), and never while stopped or a zombie (it
+could not answer; a stopped one would dump later, unasked): py-spy --nonblocking, when
+installed, reads those. py-spy may add native frames on request.
 """
 from __future__ import annotations
 
 import os
+import re
 import signal
+import sysconfig
+import threading
 import time
 from pathlib import Path
 
-SETTLE_S = 0.15  # output is complete once the file stops growing this long
+from mpwatch.probes import pyspy
+
+SETTLE_S = 0.05  # output is taken as complete once the file stops growing this long...
+SLOW_SETTLE_S = 0.3  # ...or this long, when it does not end like a whole dump (a busy box)
 MAX_WAIT_S = 2.0
+HEADER = "=== mpwatch stack dump: pid "
+
+PYSPY_AT_ONCE = 2  # a run of 256 ranks stalling together must not start 256 py-spys
+_pyspy_slots = threading.BoundedSemaphore(PYSPY_AT_ONCE)
+_locks: dict[str, threading.Lock] = {}
+_locks_guard = threading.Lock()
 
 
-def handles_sigusr1(pid: int) -> bool:
-    """True when the process catches SIGUSR1 (SigCgt in /proc; psutil does not expose it)."""
+def _lock_for(path) -> threading.Lock:
+    # Two dumps of one rank at once (a stall and a request) would interleave in its file.
+    with _locks_guard:
+        return _locks.setdefault(str(path), threading.Lock())
+
+
+def _proc_status(pid: int) -> tuple[str | None, int | None]:
+    """(state letter, SigCgt mask) from /proc/PID/status; psutil does not expose SigCgt."""
+    state = mask = None
     try:
         with open(f"/proc/{pid}/status", encoding="ascii", errors="replace") as f:
             for line in f:
-                if line.startswith("SigCgt:"):
+                if line.startswith("State:"):
+                    state = line.split()[1]
+                elif line.startswith("SigCgt:"):
                     mask = int(line.split()[1], 16)
-                    return bool(mask & (1 << (signal.SIGUSR1 - 1)))
-    except (OSError, ValueError):
+    except (OSError, ValueError, IndexError):
         pass
-    return False
+    return state, mask
 
 
-def _wait_settled(path: Path, start_size: int) -> int:
-    deadline = time.monotonic() + MAX_WAIT_S
+def handles_sigusr1(pid: int) -> bool:
+    """True when the process catches SIGUSR1."""
+    _, mask = _proc_status(pid)
+    return bool(mask and mask & (1 << (signal.SIGUSR1 - 1)))
+
+
+def _wait_settled(path: Path, start_size: int, max_wait: float = MAX_WAIT_S, settle: float = SETTLE_S,
+                  need_growth: bool = True) -> int:
+    deadline = time.monotonic() + max_wait
     last, last_change = start_size, time.monotonic()
     while time.monotonic() < deadline:
-        time.sleep(0.02)
+        time.sleep(0.01)
         try:
             size = path.stat().st_size
         except OSError:
             return last
         if size != last:
             last, last_change = size, time.monotonic()
-        elif size > start_size and time.monotonic() - last_change >= SETTLE_S:
+        elif (size > start_size or not need_growth) and time.monotonic() - last_change >= settle:
             return size
     return last
 
 
-def capture(pids: list[int], stack_file: Path, out_dir: Path, label: str = "") -> tuple[Path, list[str]]:
+def _read_span(path, start: int, end: int) -> str:
+    with open(path, "rb") as f:
+        f.seek(start)
+        return f.read(end - start).decode("utf-8", errors="replace")
+
+
+_OUTERMOST = (" in <module>", " in _run_module_as_main", " in _run_code")
+
+
+def _looks_whole(chunk: str) -> bool:
+    """faulthandler lists the main thread last, and its outermost frame is the script's
+    <module> (or runpy's, under -m); "..." ends a truncated stack."""
+    lines = chunk.rstrip("\n").splitlines()
+    last = lines[-1] if lines else ""
+    return last.endswith(_OUTERMOST) or last.strip() in ("...", "<no Python frame>")
+
+
+def _faulthandler_dump(pid: int, stack_file: Path, label: str) -> tuple[str, str | None]:
+    """(text, note) for one process through its SIGUSR1 handler."""
+    with open(stack_file, "a") as f:
+        start = f.tell()
+        f.write(f"{HEADER}{pid} at {time.strftime('%H:%M:%S')} {label}\n")
+        header_end = f.tell()
+    os.kill(pid, signal.SIGUSR1)
+    t0 = time.monotonic()
+    end = _wait_settled(Path(stack_file), header_end)
+    chunk = _read_span(stack_file, start, end)
+    if end > header_end and not _looks_whole(chunk):
+        # A handler preempted mid-write pauses the file: give it longer before copying.
+        left = max(0.0, MAX_WAIT_S - (time.monotonic() - t0))
+        end = _wait_settled(Path(stack_file), end, max_wait=left, settle=SLOW_SETTLE_S, need_growth=False)
+        chunk = _read_span(stack_file, start, end)
+    if end == header_end:
+        return chunk + "(no output: the process did not answer; it may be in a kernel wait)\n", \
+            f"pid {pid}: no output"
+    return chunk, None
+
+
+def capture(pids: list[int], stack_file: Path, out_dir: Path, label: str = "",
+            native: bool = False) -> tuple[Path, list[str]]:
     """Dump every listed process's threads into a new file; returns (path, notes).
-    Notes say which processes could not be dumped and why."""
+    Notes say which processes could not be dumped and why. With native=True, py-spy
+    --native output (C frames too) follows (see add_native: it is slower, so a caller in
+    a hurry passes native=False and calls add_native after announcing the file)."""
     out_dir.mkdir(parents=True, exist_ok=True)
     stamp = time.strftime("%Y%m%d-%H%M%S") + f"-{int(time.time() * 1000) % 1000:03d}"
     out = out_dir / f"{stamp}.txt"
-    notes = []
-    parts = []
-    for pid in pids:
-        if not handles_sigusr1(pid):
-            notes.append(f"pid {pid}: no stack handler (not a Python process of this run); not signalled")
-            continue
-        try:
-            with open(stack_file, "a") as f:
-                start = f.tell()
-                f.write(f"=== mpwatch stack dump: pid {pid} at {time.strftime('%H:%M:%S')} {label}\n")
-                header_end = f.tell()
-            os.kill(pid, signal.SIGUSR1)
-        except OSError as exc:
-            notes.append(f"pid {pid}: {exc.strerror}")
-            continue
-        end = _wait_settled(Path(stack_file), header_end)
-        with open(stack_file, "rb") as f:
-            f.seek(start)
-            chunk = f.read(end - start).decode("utf-8", errors="replace")
-        if end == header_end:
-            chunk += "(no output: the process did not answer; it may be stopped or in a kernel wait)\n"
-            notes.append(f"pid {pid}: no output")
-        parts.append(chunk)
-    text = "".join(parts) + "".join(f"# {n}\n" for n in notes)
-    out.write_text(text or "# nothing could be dumped\n")
+    n = 1
+    while out.exists():  # two dumps in the same millisecond
+        out = out_dir / f"{stamp}-{n}.txt"
+        n += 1
+    notes: list[str] = []
+    parts: list[str] = []
+    stopped: list[int] = []
+    with _lock_for(stack_file):
+        for pid in pids:
+            state, mask = _proc_status(pid)
+            if state is None:
+                notes.append(f"pid {pid}: gone")
+                continue
+            if state in ("Z", "X"):
+                notes.append(f"pid {pid}: a zombie (exited, not yet reaped); no stack")
+                continue
+            if state in ("T", "t"):
+                stopped.append(pid)
+                continue
+            if not (mask and mask & (1 << (signal.SIGUSR1 - 1))):
+                notes.append(f"pid {pid}: no stack handler (not a Python process of this run); not signalled")
+                continue
+            try:
+                chunk, note = _faulthandler_dump(pid, stack_file, label)
+            except OSError as exc:
+                notes.append(f"pid {pid}: {exc.strerror}")
+                continue
+            parts.append(chunk)
+            if note:
+                notes.append(note)
+    out.write_text("".join(parts) or "# no Python stack could be dumped\n")
+    extra = []
+    for pid in stopped:  # never signal a stopped process: read it from outside, if we can
+        ok, text = pyspy.dump(pid, nonblocking=True)
+        if ok:
+            extra.append(f"{HEADER}{pid} (stopped; py-spy --nonblocking)\n{text}")
+        else:
+            notes.append(f"pid {pid}: stopped, not signalled; {text}")
+    if extra or notes:
+        with open(out, "a") as f:
+            f.write("".join(extra) + "".join(f"# {n}\n" for n in notes))
+    if native:
+        notes += add_native(out, [p for p in pids if p not in stopped])
     return out, notes
+
+
+def _clip(text: str, width: int = 240) -> str:
+    # C++ template frames run to thousands of characters; the head says enough.
+    return "".join((ln[:width] + " ...\n") if len(ln) > width + 1 else ln for ln in text.splitlines(True))
+
+
+def add_native(out: Path, pids: list[int]) -> list[str]:
+    """Append py-spy --native stacks (C and C++ frames too) of each live process to `out`;
+    returns notes on what could not be had. py-spy stops each process for a moment."""
+    exe = pyspy.find()
+    parts, notes = [], []
+    for pid in pids:
+        if _proc_status(pid)[0] in (None, "Z", "X", "T", "t"):
+            continue
+        with _pyspy_slots:
+            ok, text = pyspy.dump(pid, native=True, exe=exe)
+        if ok:
+            parts.append(f"--- py-spy --native: pid {pid} ---\n{_clip(text)}")
+        else:
+            notes.append(f"pid {pid}: {text}")
+            if exe is None or "not permitted" in text:
+                break  # the same answer for every process
+    with open(out, "a") as f:
+        f.write("".join(parts) + "".join(f"# {n}\n" for n in notes))
+    return notes
+
+
+# ------------------------------------------------------------------ reading ----
+_THREAD = re.compile(r"^(Current thread|Thread) (0x[0-9a-fA-F]+) \(most recent call first\):")
+_FRAME = re.compile(r'^\s+File "(?P<file>.*)", line (?P<line>\d+) in (?P<func>.*)$')
+
+COLLECTIVES = {
+    "all_reduce", "all_gather", "all_gather_into_tensor", "all_gather_object", "reduce_scatter",
+    "reduce_scatter_tensor", "broadcast", "broadcast_object_list", "barrier", "monitored_barrier",
+    "reduce", "gather", "scatter", "all_to_all", "all_to_all_single", "send", "recv", "wait",
+    "_wait", "batch_isend_irecv", "new_group", "init_process_group", "rendezvous", "_store_based_barrier",
+}
+
+
+def parse(text: str) -> list[dict]:
+    """faulthandler dumps -> [{pid, threads: [{id, current, frames: [(file, line, func)]}]}],
+    innermost frame first. Lines that are neither headers nor frames are skipped."""
+    procs: list[dict] = []
+    cur = None
+    thread = None
+    for line in text.splitlines():
+        if line.startswith(HEADER):
+            try:
+                pid = int(line[len(HEADER):].split()[0])
+            except (ValueError, IndexError):
+                pid = None
+            cur = {"pid": pid, "threads": []}
+            procs.append(cur)
+            thread = None
+            continue
+        m = _THREAD.match(line)
+        if m:
+            if cur is None:
+                cur = {"pid": None, "threads": []}
+                procs.append(cur)
+            thread = {"id": m.group(2), "current": m.group(1) == "Current thread", "frames": []}
+            cur["threads"].append(thread)
+            continue
+        m = _FRAME.match(line)
+        if m and thread is not None:
+            thread["frames"].append((m.group("file"), int(m.group("line")), m.group("func")))
+    return procs
+
+
+def main_thread(proc: dict) -> dict | None:
+    """The thread that ran the handler is the main thread (the kernel delivers a
+    process-directed signal to it first); failing that, the oldest thread, listed last."""
+    threads = proc.get("threads") or []
+    cur = [t for t in threads if t["current"]]
+    return cur[0] if cur else (threads[-1] if threads else None)
+
+
+_LIBRARY_DIRS = tuple({p for p in (sysconfig.get_paths().get(k) for k in ("stdlib", "platstdlib",
+                                                                           "purelib", "platlib")) if p})
+_MPWATCH_DIR = str(Path(__file__).resolve().parent.parent)
+
+
+def is_user_file(path: str) -> bool:
+    """A frame of the user's own code: not the standard library, not an installed
+    package, not mpwatch, not a frozen module."""
+    if not path or path.startswith("<"):
+        return False
+    if "site-packages" in path or "dist-packages" in path or "/lib/python3" in path:
+        return False
+    if path.startswith(_LIBRARY_DIRS) or path.startswith(_MPWATCH_DIR):
+        return False
+    return True
+
+
+def fmt_frame(frame) -> str:
+    file, line, func = frame
+    return f"{func} ({os.path.basename(file)}:{line})"
+
+
+def collective_frame(frames) -> tuple | None:
+    """The torch.distributed call a thread waits in, if any (innermost first)."""
+    for f in frames:
+        if ("torch/distributed" in f[0] or "torch\\distributed" in f[0]) and f[2] in COLLECTIVES:
+            return f
+    return None
+
+
+def summarize(text: str, pid: int | None = None) -> dict:
+    """Where the main thread of `pid` (default: the first process) is stuck:
+    {where: innermost user frame, innermost: innermost Python frame, collective: name or
+    None, threads: n}; empty when the dump has no such process."""
+    procs = parse(text)
+    proc = next((p for p in procs if pid is None or p["pid"] == pid), None)
+    if proc is None:
+        return {}
+    t = main_thread(proc)
+    if t is None or not t["frames"]:
+        return {"threads": len(proc["threads"])}
+    frames = t["frames"]
+    user = next((f for f in frames if is_user_file(f[0])), None)
+    coll = collective_frame(frames)
+    return {"where": fmt_frame(user) if user else None, "innermost": fmt_frame(frames[0]),
+            "collective": coll[2] if coll else None, "threads": len(proc["threads"])}

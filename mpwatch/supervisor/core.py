@@ -23,10 +23,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from mpwatch import protocol, runs, runstore
-from mpwatch.probes import procs, stacks
-from mpwatch.supervisor import launch, stall
+from mpwatch.probes import hang, procs, stacks
+from mpwatch.supervisor import flight, launch, stall, straggler
 from mpwatch.supervisor.channels import ChannelHub
 from mpwatch.supervisor.control import ControlServer
+from mpwatch.supervisor.gpu_watch import GpuWatch
 
 TICK_S = 0.1
 SAMPLE_S = 1.0
@@ -35,6 +36,7 @@ UNKILLABLE_S = 5.0  # after SIGKILL, this long before a survivor is reported
 HISTORY = 1024  # loss points kept per rank; halved (every other point) when full
 TAIL = 32  # recent losses for the sparkline
 RECENT_EVENTS = 1000  # notable events kept for clients
+STALL_PROBE_S = 2.0  # how often a stalled worker's diagnosis (busy/blocked/...) is refreshed
 
 ALIVE = {"starting", "running", "stalled", "paused"}
 ENDED = {"exited", "failed", "killed"}
@@ -99,6 +101,7 @@ class Worker:
         self.pending_restart: str | None = None  # "restart" | "auto"
         self.resumed: float | None = None
         self.stall_info: dict | None = None
+        self.stall_probed = 0.0  # monotonic time of the last hang.probe while stalled
         self.last_dump: str | None = None
 
     @property
@@ -182,6 +185,8 @@ class Run:
             "pid": os.getpid()}, private=True)
         self.hub.start()
         self.control.start()
+        self.gpu = GpuWatch.for_run(self)  # NVML starts on its own thread: setup never waits on it
+        self.gpu.start()
         runs.register(self.run_id, {"run_id": self.run_id, "run_dir": str(run_dir.resolve()),
                                     "pid": os.getpid(), "script": o.script,
                                     "started": self.started_wall, "nprocs": o.nprocs})
@@ -219,11 +224,16 @@ class Run:
         paths = self.store.rank_paths(rank)
         if reason is not None:
             for key in ("stdout", "stderr"):  # mark the restart in the logs, append-only
-                with open(paths[key], "ab") as f:
-                    f.write(f"\n--- mpwatch: rank {rank} {reason} at {time.strftime('%H:%M:%S')} ---\n".encode())
+                try:
+                    with open(paths[key], "ab") as f:
+                        f.write(f"\n--- mpwatch: rank {rank} {reason} at {time.strftime('%H:%M:%S')} ---\n".encode())
+                except OSError as exc:  # a full disk costs the marker, never the restart
+                    self.store._failed(exc)
         env = launch.worker_env(os.environ, rank=rank, world=self.world, master_port=self.master_port,
                                 channel=self.chan_address, authkey=self.authkey, run_id=self.run_id,
                                 stack_file=paths["stack_file"])
+        if flight.enabled():
+            env = flight.apply(env, paths["dir"])
         try:
             proc = launch.start_worker(launch.python_argv(o.script, o.args), env,
                                        paths["stdout"], paths["stderr"], cwd=o.cwd)
@@ -306,7 +316,8 @@ class Run:
                     self._signal_group(w.pid, signal.SIGKILL)
                     w.hard_killed = now
                 elif w.hard_killed is not None and now - w.hard_killed > UNKILLABLE_S and w.unkillable is None:
-                    self._report_unkillable(w, [w.pid])
+                    # Name every member still there (a stuck child too), not just the worker.
+                    self._report_unkillable(w, [p.pid for p in procs.group_members(w.pid)] or [w.pid])
             if w.state == "starting" and not w.connected and now - w.started > NO_HELLO_S and w.alive:
                 with self.lock:
                     w.state = "running"
@@ -350,6 +361,8 @@ class Run:
             w.stall_info = None
         self.event("worker_exited", w.rank, pid=w.pid, exit_code=code, signal=sig, state=state,
                    cause=cause, reason=reason, stderr_tail=tail)
+        if self.gpu is not None and state == "failed":
+            self.gpu.on_worker_exit(w.rank, tail, w.cuda)  # "CUDA out of memory" -> an OOM alert
         g = self._groups.get(w.pid)
         if g is not None:
             g["active"] = True
@@ -462,7 +475,8 @@ class Run:
     def _check_finished(self):
         if self.state == "finished":
             return
-        if any(w.alive or w.pending_restart for w in self.workers.values()):
+        # A worker we gave up on (unkillable, already reported) must not hold the run open forever.
+        if any((w.alive and w.unkillable is None) or w.pending_restart for w in self.workers.values()):
             return
         if self.state == "resizing" or self.resize_to is not None:
             return
@@ -514,20 +528,61 @@ class Run:
     def _check_stalls(self):
         now = time.monotonic()
         timeout = self.opts.stall_timeout
+        any_stalled = False
         for w in list(self.workers.values()):
+            if w.state == "stalled" and w.alive:
+                any_stalled = True
+                if now - w.stall_probed >= STALL_PROBE_S:
+                    self._diagnose(w, now)  # busy can turn blocked and back: keep it current
+                continue
             if w.state not in ("running", "starting") or not w.alive:
                 continue
+            if w.stall_info is not None:  # resumed after a pause while stalled: that stall is over
+                with self.lock:
+                    w.stall_info = None
             if stall.is_stalled(now, timeout=timeout, started=w.started, connected=w.connected,
                                 last_report=w.last_report, resumed=w.resumed):
                 silent = now - max(t for t in (w.started, w.last_report, w.resumed) if t is not None)
                 with self.lock:
                     w.state = "stalled"
                     w.stall_info = {"since": time.time() - silent, "step": w.step}
-                self.event("stalled", w.rank, silent_for=round(silent, 1), step=w.step, pid=w.pid)
+                d = self._diagnose(w, now)
+                self.event("stalled", w.rank, silent_for=round(silent, 1), step=w.step, pid=w.pid,
+                           kind=d["kind"], detail=d["detail"], wchan=d.get("wchan"))
                 self.on_stalled(w)
+                any_stalled = True
+        if any_stalled:
+            self._check_culprit()
+        else:
+            self._hang_text = None
+
+    def _diagnose(self, w: Worker, now: float) -> dict:
+        """Classify a stalled worker from /proc (one read: this runs on the main loop)."""
+        cpu = (w.proc_info or {}).get("cpu_percent")
+        gpu = bool(w.cuda) or bool((w.stall_info or {}).get("gpu"))
+        d = hang.probe(w.pid, cpu_percent=cpu, cuda=gpu, reads=1)
+        w.stall_probed = now
+        with self.lock:
+            if w.state == "stalled" and w.stall_info is not None:
+                w.stall_info.update(kind=d["kind"], detail=d["detail"], wchan=d.get("wchan"),
+                                    gpu=bool(d.get("gpu")))
+        return d
+
+    _hang_text: str | None = None
+
+    def _check_culprit(self):
+        """While ranks are stalled, name the rank the others wait for, once per finding."""
+        with self.lock:
+            views = [{"rank": w.rank, "step": w.step, "state": w.state, "stall": dict(w.stall_info or {})}
+                     for w in self.workers.values()]
+        s = straggler.analyze(views)
+        if not s or not s["culprits"] or s["text"] == self._hang_text:
+            return
+        self._hang_text = s["text"]
+        self.alert("hang", f"likely culprit: {s['text']}", culprits=s["culprits"], waiting=s["waiting"])
 
     def on_stalled(self, w: Worker):
-        """Hook: the hang-diagnosis layer dumps stacks and classifies here."""
+        """Once per stall: dump every thread of the worker and of its children."""
         self._dump_async([w], reason="stall")
 
     # --------------------------------------------------------- channel hub ----
@@ -596,7 +651,7 @@ class Run:
                 w.reports += 1
             w.dropped += max(0, dropped)
             if phases:
-                w.phases = {str(k): float(v) for k, v in phases.items() if isinstance(v, (int, float))}
+                w.phases = {str(k): f for k, v in phases.items() if (f := protocol.as_float(v)) is not None}
             if isinstance(cuda, dict):
                 w.cuda = cuda
             if reports:
@@ -756,11 +811,30 @@ class Run:
             return None
         pids = [pid] + procs.descendants(pid)
         paths = self.store.rank_paths(w.rank)
+        # py-spy --native stops the process for a moment: by default only for a stall dump.
+        pyspy_policy = os.environ.get("MPWATCH_PYSPY", "stall").lower()
+        native = pyspy_policy == "always" or (pyspy_policy == "stall" and reason == "stall")
+        fr = []
+        if flight.enabled():  # unchecked without NCCL: see supervisor/flight.py
+            why = flight.trigger(paths["dir"], w.rank)
+            fr = [f"NCCL flight recorder: {why or f'asked for rank-{w.rank}/{flight.TRACE_PREFIX}{w.rank}'}"]
         path, notes = stacks.capture(pids, paths["stack_file"], paths["stacks"], label=f"({reason})")
+        notes = notes + fr
+        try:
+            where = stacks.summarize(path.read_text(errors="replace"), pid)
+        except OSError:
+            where = {}
         rel = str(path.relative_to(self.run_dir))
         with self.lock:
             w.last_dump = str(path)
-        self.event("dump", w.rank, path=rel, pid=pid, reason=reason, notes=notes)
+            if w.pid == pid and w.state == "stalled" and w.stall_info is not None:
+                w.stall_info.update(where=where.get("where"), innermost=where.get("innermost"),
+                                    collective=where.get("collective"), dump=rel)
+        self.event("dump", w.rank, path=rel, pid=pid, pids=pids, reason=reason, notes=notes,
+                   where=where.get("where"), innermost=where.get("innermost"),
+                   collective=where.get("collective"), native=native)
+        if native:  # announced first: py-spy takes seconds on a process with torch loaded
+            stacks.add_native(path, pids)
         return path
 
     def _cmd_resize(self, n: int) -> dict:
@@ -861,6 +935,7 @@ class Run:
                 "gpu_status": gpus.get("gpu_status"),
                 "alerts": list(self.alerts),
                 "events_seq": self.seq,
+                "straggler": straggler.analyze(workers),  # lags, and the likely culprit of a hang
             }
 
     def _worker_view(self, w: Worker, now: float) -> dict:
@@ -884,6 +959,9 @@ class Run:
             "reports": w.reports, "dropped": w.dropped, "bad_frames": w.bad_frames,
             "phases": dict(w.phases), "cuda": w.cuda, "loss_tail": list(w.tail),
             "world_size": w.world, "uptime": round(now - w.started, 1) if w.started else None,
-            "stall": w.stall_info, "last_dump": w.last_dump, "unkillable": w.unkillable,
+            "stall": dict(w.stall_info) if w.stall_info else None,  # a copy: dump threads update it
+            "last_dump": w.last_dump, "unkillable": w.unkillable,
             "children": children,
+            "gpu": self.gpu.worker_gpu([w.pid] + [c["pid"] for c in children])
+            if self.gpu is not None and w.alive else None,
         }

@@ -29,11 +29,13 @@ def describe(rec: dict) -> str | None:
     if e == "resized":
         return f"resized from {rec.get('frm')} to {rec.get('to')} workers ({rec.get('mode')})"
     if e == "stalled":
-        return f"{who} stalled: no report for {rec.get('silent_for')}s (step {rec.get('step')})"
+        what = f"; {rec['kind']}" + (f" ({rec['detail']})" if rec.get("detail") else "") if rec.get("kind") else ""
+        return f"{who} stalled: no report for {rec.get('silent_for')}s (step {rec.get('step')}){what}"
     if e == "recovered":
         return f"{who} recovered (step {rec.get('step')})"
     if e == "dump":
-        return f"{who} stack dump: {rec.get('path')}"
+        where = f", stuck in {rec['where']}" if rec.get("where") else ""
+        return f"{who} stack dump: {rec.get('path')}{where}"
     if e == "alert":
         return f"alert: {rec.get('message')}"
     if e == "gpu_alert":

@@ -1,0 +1,74 @@
+"""Optional native stacks through py-spy, when it is installed and ptrace is permitted.
+
+py-spy reads another process's memory (process_vm_readv) and, with --native, attaches
+with ptrace to unwind C frames: it sees what faulthandler cannot (the C/C++ frames under
+a collective, a stopped process with --nonblocking). Its exit status cannot be trusted
+(some versions exit 0 after an error), so success is read from its output: a good dump
+names the process and at least one thread.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+TIMEOUT_S = 10.0
+_DENIED = ("permission denied", "operation not permitted", "ptrace", "os error 1)", "os error 13")
+
+
+def find() -> str | None:
+    """The py-spy binary: next to this interpreter (a venv's bin) or on PATH."""
+    here = Path(sys.executable).parent / "py-spy"
+    if here.is_file() and os.access(here, os.X_OK):
+        return str(here)
+    return shutil.which("py-spy")
+
+
+def ptrace_scope() -> int | None:
+    """Yama's ptrace_scope (0-3), None where Yama is absent."""
+    try:
+        return int(Path("/proc/sys/kernel/yama/ptrace_scope").read_text().strip())
+    except (OSError, ValueError):
+        return None
+
+
+def judge(output: str) -> tuple[bool, str | None]:
+    """(ok, note) from py-spy's combined output; the note explains a failure in one line."""
+    if "Thread " in output and "Process " in output:
+        return True, None
+    lines = [ln.strip() for ln in output.splitlines() if ln.strip()]
+    err = next((ln for ln in lines if ln.startswith("Error:")), lines[0] if lines else "no output")
+    causes = [ln for ln in lines if ln[:2].rstrip(":").isdigit() and ":" in ln[:4]]
+    text = " ".join([err] + causes[:1])
+    if any(d in output.lower() for d in _DENIED):
+        scope = ptrace_scope()
+        hint = f" (kernel.yama.ptrace_scope={scope})" if scope else ""
+        return False, f"py-spy: ptrace not permitted{hint}: {text}"
+    return False, f"py-spy failed: {text}"
+
+
+def dump(pid: int, native: bool = False, nonblocking: bool = False,
+         exe: str | None = None, timeout: float = TIMEOUT_S) -> tuple[bool, str]:
+    """(ok, text): the dump, or a one-line reason it could not be taken.
+    --native needs to stop the process briefly; --nonblocking never does (and is the only
+    mode that works on a stopped process), so the two are not combined."""
+    exe = exe or find()
+    if exe is None:
+        return False, "py-spy is not installed (pip install py-spy for native stacks)"
+    argv = [exe, "dump", "--pid", str(pid)]
+    if nonblocking:
+        argv.append("--nonblocking")
+    elif native:
+        argv.append("--native")
+    try:
+        res = subprocess.run(argv, capture_output=True, text=True, timeout=timeout,
+                             stdin=subprocess.DEVNULL)
+    except subprocess.TimeoutExpired:
+        return False, f"py-spy did not answer in {timeout:g}s"
+    except OSError as exc:
+        return False, f"py-spy could not run: {exc.strerror}"
+    out = (res.stdout or "") + (res.stderr or "")
+    ok, note = judge(out)
+    return (True, res.stdout) if ok else (False, note)

@@ -1,0 +1,78 @@
+"""Which rank holds the others up? Pure: from each rank's last reported step, its state
+and what its stall diagnosis says (the collective its main thread waits in, where it
+is stuck), name the likely culprit of a collective hang.
+
+A collective blocks every rank that reached it until the last one arrives. So when
+ranks are stalled, a rank behind the leading step, or a stalled rank that is not inside
+a collective while its peers are, is the one the others wait for:
+"rank 2 is at step 118; ranks 0,1,3 wait at step 119".
+"""
+from __future__ import annotations
+
+
+def _ranks(rs) -> str:
+    rs = sorted(rs)
+    return f"rank {rs[0]}" if len(rs) == 1 else "ranks " + ",".join(map(str, rs))
+
+
+def _is(rs) -> str:
+    return "is" if len(rs) == 1 else "are"
+
+
+def analyze(workers: list[dict]) -> dict | None:
+    """workers: [{rank, step, state, stall: {collective, where} | None}].
+    Returns None with fewer than two ranks that reported a step, else
+    {leader_step, lags: [{rank, step, lag}], culprits: [...], waiting: [...], text}
+    (a list, not a dict keyed by rank: it crosses JSON). text is None while nothing is
+    stalled."""
+    ws = [w for w in workers if w.get("step") is not None and isinstance(w.get("step"), (int, float))]
+    if len(ws) < 2:
+        return None
+    lead = max(w["step"] for w in ws)
+    lag = {w["rank"]: lead - w["step"] for w in ws}
+    out = {"leader_step": lead,
+           "lags": [{"rank": w["rank"], "step": w["step"], "lag": lag[w["rank"]]} for w in ws],
+           "culprits": [], "waiting": [], "text": None}
+    stalled = [w for w in ws if w.get("state") == "stalled"]
+    if not stalled:
+        return out
+    stall = {w["rank"]: (w.get("stall") or {}) for w in ws}
+    at_lead = [w for w in ws if lag[w["rank"]] == 0]
+    behind = [w for w in ws if lag[w["rank"]] > 0]
+    if behind and all(w.get("state") == "stalled" for w in at_lead):
+        # Those at the front cannot go on: they wait for the ones behind.
+        culprits = behind
+        waiting = at_lead
+    else:
+        in_coll = [w for w in stalled if stall[w["rank"]].get("collective")]
+        outside = [w for w in stalled if not stall[w["rank"]].get("collective")
+                   and stall[w["rank"]].get("where")]
+        if in_coll and outside:
+            culprits, waiting = outside, in_coll
+        else:
+            steps = sorted({w["step"] for w in stalled})
+            at = f"step {steps[0]}" if len(steps) == 1 else f"steps {steps[0]}..{steps[-1]}"
+            moving = [w["rank"] for w in ws if w.get("state") != "stalled"]
+            text = f"{_ranks(w['rank'] for w in stalled)} stalled at {at}"
+            if moving:
+                text += f"; {_ranks(moving)} {_is(moving)} not stalled (leading step {lead})"
+            elif len(stalled) > 1:
+                text += "; no rank lags behind: compare their stacks"
+            out["text"] = text
+            return out
+    out["culprits"] = sorted(w["rank"] for w in culprits)
+    out["waiting"] = sorted(w["rank"] for w in waiting)
+    parts = []
+    by_step: dict = {}
+    for w in culprits:
+        by_step.setdefault(w["step"], []).append(w["rank"])
+    for step in sorted(by_step):
+        rs = by_step[step]
+        where = [stall[r].get("where") for r in rs if stall[r].get("where")]
+        parts.append(f"{_ranks(rs)} {_is(rs)} at step {step}" + (f" (in {where[0]})" if len(rs) == 1 and where else ""))
+    colls = sorted({stall[w["rank"]].get("collective") for w in waiting if stall[w["rank"]].get("collective")})
+    wsteps = sorted({w["step"] for w in waiting})
+    wat = f"step {wsteps[0]}" if len(wsteps) == 1 else f"steps {wsteps[0]}..{wsteps[-1]}"
+    wait_txt = f"{_ranks(out['waiting'])} wait" + (f" in {colls[0]}" if len(colls) == 1 else "") + f" at {wat}"
+    out["text"] = "; ".join(parts) + "; " + wait_txt
+    return out

@@ -1,0 +1,163 @@
+"""Pure decisions about hung workers: is it stalled, what is it doing, who is the culprit,
+and the NCCL flight recorder's bookkeeping. No processes here."""
+import pickle
+
+from mpwatch.probes import hang, pyspy
+from mpwatch.supervisor import flight, stall, straggler
+
+
+# ------------------------------------------------------------------ is_stalled ----
+def test_never_connected_worker_is_never_stalled_for_silence():
+    assert not stall.is_stalled(1000.0, timeout=5, started=0.0, connected=False, last_report=None)
+
+
+def test_connected_worker_without_report_is_judged_from_its_start():
+    assert not stall.is_stalled(4.0, timeout=5, started=0.0, connected=True, last_report=None)
+    assert stall.is_stalled(6.0, timeout=5, started=0.0, connected=True, last_report=None)
+
+
+def test_stalled_after_timeout_since_last_report():
+    kw = dict(timeout=5, started=0.0, connected=True, last_report=10.0)
+    assert not stall.is_stalled(15.0, **kw)
+    assert stall.is_stalled(15.1, **kw)
+
+
+def test_time_paused_does_not_count():
+    kw = dict(timeout=5, started=0.0, connected=True, last_report=10.0, resumed=100.0)
+    assert not stall.is_stalled(104.0, **kw)
+    assert stall.is_stalled(106.0, **kw)
+
+
+# -------------------------------------------------------------------- classify ----
+def facts(states, wchan=None, syscall=None, threads=None, nvidia=False):
+    return {"pid": 1, "states": states, "wchan": wchan, "syscall": syscall,
+            "threads": threads or {1: states[-1] if states else "S"}, "nvidia": nvidia}
+
+
+def test_blocked_names_the_wait_channel():
+    d = hang.classify(facts(["S", "S", "S"], wchan="futex_do_wait", syscall="futex"), cpu_percent=0.0)
+    assert d["kind"] == "blocked"
+    assert d["wchan"] == "futex_do_wait"
+    assert "futex_do_wait" in d["detail"]
+
+
+def test_blocked_falls_back_to_the_syscall_when_wchan_is_hidden():
+    d = hang.classify(facts(["S"], wchan=None, syscall="read"), cpu_percent=1.0)
+    assert d["kind"] == "blocked" and "in read" in d["detail"]
+
+
+def test_busy_when_main_thread_runs():
+    d = hang.classify(facts(["R", "R", "S"]), cpu_percent=99.0)
+    assert d["kind"] == "busy"
+    assert "CUDA" not in d["detail"]
+
+
+def test_busy_when_other_threads_burn_cpu():
+    d = hang.classify(facts(["S", "S", "S"], threads={1: "S", 2: "R"}), cpu_percent=95.0)
+    assert d["kind"] == "busy" and "other thread" in d["detail"]
+
+
+def test_busy_gpu_worker_may_be_a_hung_kernel():
+    for kw in ({"cuda": True}, {}):
+        d = hang.classify(facts(["R"], nvidia=not kw), cpu_percent=100.0, **kw)
+        assert d["kind"] == "busy"
+        assert "hung CUDA kernel" in d["detail"]
+
+
+def test_stopped_zombie_uninterruptible_gone():
+    assert hang.classify(facts(["T"]))["kind"] == "stopped"
+    assert "tracer" in hang.classify(facts(["t"]))["detail"]
+    assert hang.classify(facts(["Z"]))["kind"] == "zombie"
+    d = hang.classify(facts(["D", "D", "S"], wchan="nfs_wait_bit_killable"))
+    assert d["kind"] == "uninterruptible" and "nfs_wait_bit_killable" in d["detail"]
+    assert hang.classify(facts([]))["kind"] == "gone"
+
+
+def test_majority_of_reads_wins():
+    # One read caught a blocked thread in a brief wake-up: it is still blocked.
+    assert hang.classify(facts(["S", "R", "S"]), cpu_percent=2.0)["kind"] == "blocked"
+
+
+# ------------------------------------------------------------------- straggler ----
+def W(rank, step, state="stalled", **stall_info):
+    return {"rank": rank, "step": step, "state": state, "stall": stall_info or None}
+
+
+def test_rank_behind_while_others_wait_is_the_culprit():
+    s = straggler.analyze([W(0, 119), W(1, 119), W(2, 118), W(3, 119)])
+    assert s["culprits"] == [2] and s["waiting"] == [0, 1, 3]
+    assert s["text"] == "rank 2 is at step 118; ranks 0,1,3 wait at step 119"
+    assert {x["rank"]: x["lag"] for x in s["lags"]} == {0: 0, 1: 0, 2: 1, 3: 0}
+
+
+def test_culprit_lagging_but_not_yet_flagged_is_still_named():
+    s = straggler.analyze([W(0, 50), W(1, 48, "running"), W(2, 50)])
+    assert s["culprits"] == [1]
+
+
+def test_same_step_culprit_found_from_stacks():
+    s = straggler.analyze([W(0, 5, collective="all_reduce", where="main (t.py:3)"),
+                           W(1, 5, where="load (t.py:9)"),
+                           W(2, 5, collective="all_reduce", where="main (t.py:3)")])
+    assert s["culprits"] == [1] and s["waiting"] == [0, 2]
+    assert s["text"] == "rank 1 is at step 5 (in load (t.py:9)); ranks 0,2 wait in all_reduce at step 5"
+
+
+def test_no_culprit_when_nothing_tells_them_apart():
+    s = straggler.analyze([W(0, 5), W(1, 5)])
+    assert s["culprits"] == [] and "no rank lags" in s["text"]
+
+
+def test_a_running_leader_is_not_waiting():
+    s = straggler.analyze([W(0, 200, "running"), W(1, 2), W(2, 2)])
+    assert s["culprits"] == []
+    assert s["text"] == "ranks 1,2 stalled at step 2; rank 0 is not stalled (leading step 200)"
+
+
+def test_healthy_run_has_lags_but_no_text():
+    s = straggler.analyze([W(0, 10, "running"), W(1, 9, "running")])
+    assert s["text"] is None and s["culprits"] == []
+    assert straggler.analyze([W(0, 10)]) is None
+    assert straggler.analyze([W(0, None), W(1, 3)]) is None
+
+
+# ---------------------------------------------------------------------- py-spy ----
+def test_pyspy_output_is_judged_by_content_not_exit_code():
+    good = 'Process 12: python x.py\nPython v3.11.7\n\nThread 12 (idle): "MainThread"\n    f (x.py:3)\n'
+    assert pyspy.judge(good) == (True, None)
+    ok, note = pyspy.judge("Error: Failed to get process executable name.\n\nCaused by:\n"
+                           "    0: Permission denied (os error 13)\n")
+    assert not ok and "ptrace not permitted" in note
+    ok, note = pyspy.judge("Error: Failed to find python version from target process\n")
+    assert not ok and note.startswith("py-spy failed: Error: Failed to find python version")
+
+
+# ---------------------------------------------------------------------- flight ----
+def test_flight_switch_and_vars(tmp_path):
+    assert not flight.enabled({})
+    assert flight.enabled({"MPWATCH_NCCL_FLIGHT": "1"})
+    env = flight.apply({"TORCH_NCCL_DUMP_ON_TIMEOUT": "0"}, tmp_path / "rank-3")
+    assert env["TORCH_NCCL_DUMP_ON_TIMEOUT"] == "0"  # the user's choice wins
+    assert int(env["TORCH_FR_BUFFER_SIZE"]) > 0 and env["TORCH_NCCL_TRACE_BUFFER_SIZE"] == env["TORCH_FR_BUFFER_SIZE"]
+    assert env["TORCH_FR_DUMP_TEMP_FILE"].endswith("rank-3/nccl_trace_rank_")
+    assert env["TORCH_NCCL_DEBUG_INFO_PIPE_FILE"].endswith("rank-3/nccl_pipe_")
+
+
+def test_flight_trigger_without_reader_says_why(tmp_path):
+    assert "no flight-recorder pipe" in flight.trigger(tmp_path, 0)
+    import os
+    os.mkfifo(tmp_path / "nccl_pipe_0.pipe")
+    assert "No such device" in flight.trigger(tmp_path, 0)  # ENXIO: no process reads it
+
+
+def test_flight_not_joined_names_missing_ranks(tmp_path):
+    def e(seq, name="nccl:all_reduce", pg=0):
+        return {"collective_seq_id": seq, "profiling_name": name, "pg_id": pg}
+    traces = {0: {"entries": [e(1), e(2), e(3)]}, 1: {"entries": [e(1), e(2)]}, 2: {"entries": [e(2), e(3)]}}
+    assert flight.not_joined(traces) == {"0": {"seq": 3, "op": "nccl:all_reduce", "missing": [1]}}
+    assert flight.not_joined({0: {"entries": []}}) is None
+    path = tmp_path / "t"
+    path.write_bytes(pickle.dumps(traces[0]))
+    assert flight.read_trace(path) == traces[0]
+    path.write_bytes(pickle.dumps(range(3)))  # names a class: refused, never built
+    assert flight.read_trace(path) is None
