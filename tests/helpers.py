@@ -75,6 +75,13 @@ class HeadlessRun:
     def stderr_text(self) -> str:
         return (self.tmp / "mpwatch.err").read_text(errors="replace")
 
+    def log(self, rank: int, stream: str = "stdout") -> str:
+        """A rank's log so far ("" before the worker has started)."""
+        try:
+            return (self.run_dir / f"rank-{rank}" / f"{stream}.log").read_text(errors="replace")
+        except FileNotFoundError:
+            return ""
+
     def events(self, kind: str | None = None) -> list[dict]:
         out = []
         try:

@@ -6,6 +6,8 @@ cpu_percent() measures between two calls on the same object.
 """
 from __future__ import annotations
 
+import os
+
 import psutil
 
 _ATTRS = ["pid", "ppid"]
@@ -29,12 +31,13 @@ class ProcProbe:
             with p.oneshot():
                 return {
                     "pid": pid,
+                    "pgid": os.getpgid(pid),
                     "cpu_percent": round(p.cpu_percent(None), 1),
                     "rss_bytes": p.memory_info().rss,
                     "status": p.status(),
                     "name": p.name(),
                 }
-        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess, ProcessLookupError):
             self._cache.pop(pid, None)
             return None
 
@@ -88,8 +91,6 @@ def descendants(pid: int) -> list[int]:
 
 def group_members(pgid: int) -> list[psutil.Process]:
     """Live (non-zombie) processes of a process group; used only while killing one."""
-    import os
-
     out = []
     for p in psutil.process_iter(["status"]):
         try:

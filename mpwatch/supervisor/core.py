@@ -101,6 +101,9 @@ class Worker:
         self.pending_restart: str | None = None  # "restart" | "auto"
         self.resumed: float | None = None
         self.stall_info: dict | None = None
+        # Process groups of descendants that left the worker's group (setsid, setpgid):
+        # the group kill would miss them, so they are tracked and killed on their own.
+        self.foreign_groups: set[int] = set()
         self.stall_probed = 0.0  # monotonic time of the last hang.probe while stalled
         self.last_dump: str | None = None
 
@@ -142,6 +145,8 @@ class Run:
         self._commands: queue.Queue = queue.Queue()
         self._signals: list[int] = []
         self._groups: dict[int, dict] = {}  # pgid -> {deadline, killed, reported}
+        self._group_rank: dict[int, int] = {}  # pgid -> rank whose process tree it belongs to
+        self._wd_lock = threading.Lock()
         self._probe = procs.ProcProbe()
         self._stop_sampler = threading.Event()
         self.gpu = None  # a GPU poller (probes.gpu) when one is attached
@@ -267,11 +272,33 @@ class Run:
         self._tell_watchdog(f"+{pgid}")
 
     def _tell_watchdog(self, line: str):
-        try:
-            self.watchdog.stdin.write(line.encode() + b"\n")
-            self.watchdog.stdin.flush()
-        except (OSError, ValueError):
-            pass
+        with self._wd_lock:
+            try:
+                self.watchdog.stdin.write(line.encode() + b"\n")
+                self.watchdog.stdin.flush()
+            except (OSError, ValueError):
+                pass
+
+    def _adopt_foreign_groups(self):
+        """Register groups the sampler found under a worker (main thread only)."""
+        for w in list(self.workers.values()):
+            with self.lock:
+                new = [g for g in w.foreign_groups if g not in self._groups]
+            for pgid in new:
+                self._watch_group(pgid)
+                self._group_rank[pgid] = w.rank
+                if w.kill_deadline is not None or not w.alive:
+                    self._end_group(pgid, w.kill_deadline or time.monotonic())
+
+    def _end_group(self, pgid: int, deadline: float):
+        """TERM (and CONT) a process group now, KILL it at the deadline, report survivors."""
+        g = self._groups.get(pgid)
+        if g is None or g["active"]:
+            return
+        g["active"] = True
+        g["deadline"] = deadline
+        self._signal_group(pgid, signal.SIGTERM)
+        self._signal_group(pgid, signal.SIGCONT)
 
     def _signal_group(self, pgid: int, sig: int) -> bool:
         try:
@@ -301,6 +328,8 @@ class Run:
             w.kill_deadline = time.monotonic() + self.opts.grace
         self._signal_group(w.pid, signal.SIGTERM)
         self._signal_group(w.pid, signal.SIGCONT)
+        for pgid in list(w.foreign_groups):
+            self._end_group(pgid, w.kill_deadline)
         return True
 
     def _poll(self):
@@ -321,6 +350,7 @@ class Run:
             if w.state == "starting" and not w.connected and now - w.started > NO_HELLO_S and w.alive:
                 with self.lock:
                     w.state = "running"
+        self._adopt_foreign_groups()
         self._reap_groups(now)
         self._pending_restarts()
 
@@ -374,6 +404,9 @@ class Run:
                 # left of its grace period; after a natural exit they get a short one.
                 now = time.monotonic()
                 g["deadline"] = now + min(self.opts.grace, 2.0) if reason is None else (kill_deadline or now)
+        for pgid in list(w.foreign_groups):
+            self._end_group(pgid, (kill_deadline or time.monotonic()) if reason else
+                            time.monotonic() + min(self.opts.grace, 2.0))
         if reason == "restart":
             w.pending_restart = "restart"
         elif reason is None and state == "failed" and self.state == "running":
@@ -388,6 +421,9 @@ class Run:
                 continue
             if not self._group_alive(pgid):
                 del self._groups[pgid]
+                self._group_rank.pop(pgid, None)
+                for w in self.workers.values():
+                    w.foreign_groups.discard(pgid)
                 self._tell_watchdog(f"-{pgid}")
                 continue
             if g["killed"] is None and g["deadline"] is not None and now >= g["deadline"]:
@@ -395,7 +431,8 @@ class Run:
                 g["killed"] = now
             elif g["killed"] is not None and now - g["killed"] > UNKILLABLE_S and not g["reported"]:
                 g["reported"] = True
-                w = next((x for x in self.workers.values() if x.pid == pgid), None)
+                rank = self._group_rank.get(pgid)
+                w = next((x for x in self.workers.values() if x.pid == pgid or x.rank == rank), None)
                 members = [p.pid for p in procs.group_members(pgid)]
                 if w is not None:
                     self._report_unkillable(w, members)
@@ -685,6 +722,8 @@ class Run:
                 for w in self.workers.values():
                     if w.pid in infos and w.alive:
                         w.proc_info = infos[w.pid]
+                        w.foreign_groups.update(c["pgid"] for c in infos[w.pid]["children"]
+                                                if c.get("pgid") not in (None, w.pid))
 
     # ------------------------------------------------------------ commands ----
     def dispatch(self, req: dict) -> dict:
@@ -961,6 +1000,7 @@ class Run:
             "world_size": w.world, "uptime": round(now - w.started, 1) if w.started else None,
             "stall": dict(w.stall_info) if w.stall_info else None,  # a copy: dump threads update it
             "last_dump": w.last_dump, "unkillable": w.unkillable,
+            "foreign_groups": sorted(w.foreign_groups),
             "children": children,
             "gpu": self.gpu.worker_gpu([w.pid] + [c["pid"] for c in children])
             if self.gpu is not None and w.alive else None,

@@ -14,7 +14,7 @@ pytestmark = pytest.mark.timeout(180)
 
 def env_lines(run, rank):
     """The ENV lines forever.py printed, one per start of that rank."""
-    text = (run.run_dir / f"rank-{rank}" / "stdout.log").read_text()
+    text = run.log(rank)
     return [json.loads(m) for m in re.findall(r"^ENV (.*)$", text, re.M)]
 
 
@@ -90,7 +90,7 @@ def test_pause_stops_the_group_and_resume_continues(headless):
 def test_kill_reaches_a_child_that_ignores_sigterm(headless):
     run = headless(FIXTURES / "child_ignores_term.py", n=2, opts=["--grace", "1"])
     wait_for(lambda: running_with_steps(run, 2), what="both ranks reporting")
-    text = wait_for(lambda: re.search(r"CHILD (\d+)", (run.run_dir / "rank-0" / "stdout.log").read_text()),
+    text = wait_for(lambda: re.search(r"CHILD (\d+)", run.log(0)),
                     what="child pid")
     child = int(text.group(1))
     worker = run.worker(0)["pid"]
@@ -182,7 +182,7 @@ def test_stdout_and_stderr_are_complete_in_the_files(headless):
     n = 20000
     run = headless(FIXTURES / "chatty.py", str(n), n=1)
     assert run.wait_exit() == 0
-    out = (run.run_dir / "rank-0" / "stdout.log").read_text().splitlines()
+    out = run.log(0).splitlines()
     err = (run.run_dir / "rank-0" / "stderr.log").read_text().splitlines()
     assert out == [f"out {i}" for i in range(n)]
     assert err == [f"err {i}" for i in range(n)]
@@ -193,7 +193,7 @@ def test_sigkilled_supervisor_leaves_no_worker_or_grandchild(headless):
     wait_for(lambda: running_with_steps(run, 2), what="both ranks reporting")
     grand = []
     for rank in range(2):
-        m = wait_for(lambda: re.search(r"GRANDCHILD (\d+)", (run.run_dir / f"rank-{rank}" / "stdout.log").read_text()),
+        m = wait_for(lambda: re.search(r"GRANDCHILD (\d+)", run.log(rank)),
                      what="grandchild pid")
         grand.append(int(m.group(1)))
     pids = run.all_pids() | set(grand)

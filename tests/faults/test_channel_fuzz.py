@@ -1,0 +1,256 @@
+"""Bad frames on a worker channel: dropped and counted, never a crash (issue 8).
+
+A hypothesis fuzz of the decoder and of the run's frame handler, then a live one: a client
+that proves the run's authkey and sends truncated, oversized, wrong-typed and random frames.
+"""
+import json
+import math
+import os
+import socket
+import struct
+import time
+import types
+from multiprocessing.connection import Client as Connect
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from mpwatch import protocol
+from mpwatch.runstore import RunStore
+from mpwatch.supervisor.core import Options, Run, Worker
+from tests.faults.conftest import FAULTS, control, reporting
+from tests.helpers import assert_gone, wait_for
+
+# ----------------------------------------------------------------- strategies ----
+scalars = st.one_of(st.none(), st.booleans(), st.integers(min_value=-(10 ** 400), max_value=10 ** 400),
+                    st.floats(allow_nan=True, allow_infinity=True), st.text(max_size=20),
+                    st.sampled_from(["nan", "inf", "-inf"]))
+json_values = st.recursive(scalars, lambda inner: st.one_of(
+    st.lists(inner, max_size=5), st.dictionaries(st.text(max_size=8), inner, max_size=5)), max_leaves=20)
+report_items = st.one_of(
+    json_values,
+    st.tuples(json_values, json_values, json_values, json_values).map(list),
+    st.tuples(st.floats(allow_nan=True, allow_infinity=True), st.one_of(st.none(), st.integers()),
+              st.one_of(st.none(), st.floats(allow_nan=True, allow_infinity=True), st.sampled_from(["nan", "inf"])),
+              st.dictionaries(st.text(max_size=8), json_values, max_size=3)).map(list),
+)
+frames = st.one_of(
+    json_values,
+    st.fixed_dictionaries({"t": st.sampled_from(["batch", "bye", "hello", "nope", ""])},
+                          optional={"reports": st.one_of(json_values, st.lists(report_items, max_size=4)),
+                                    "dropped": json_values, "phases": json_values, "cuda": json_values,
+                                    "seq": json_values}),
+)
+
+
+def as_bytes(value) -> bytes:
+    # Python's json writes NaN/Infinity/huge ints, as a careless or hostile peer might.
+    return json.dumps(value, allow_nan=True).encode()
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.binary(max_size=256))
+def test_decoder_turns_any_bytes_into_a_message_or_a_bad_frame(data):
+    try:
+        msg = protocol.decode(data)
+    except protocol.BadFrame:
+        return
+    assert isinstance(msg, dict) and isinstance(msg["t"], str)
+
+
+@settings(max_examples=300, deadline=None)
+@given(frames)
+def test_batch_validation_accepts_only_well_typed_reports(value):
+    try:
+        msg = protocol.decode(as_bytes(value))
+        reports = protocol.validate_batch(msg)
+    except protocol.BadFrame:
+        return
+    for ts, step, loss, metrics in reports:
+        assert isinstance(ts, float)
+        assert step is None or (isinstance(step, int) and not isinstance(step, bool))
+        assert loss is None or isinstance(loss, float)
+        assert isinstance(metrics, dict)
+
+
+@pytest.mark.parametrize("data", [
+    b"[" * 100_000,  # nesting past the recursion limit
+    b'{"t":"batch","reports":[[' + b"1" + b"0" * 400 + b',1,1.0,{}]]}',  # a timestamp too big for a float
+    b'{"t":"batch","reports":[[1,1,' + b"1" + b"0" * 400 + b',{}]]}',  # a loss too big for a float
+    b"\xff\xfe\x00garbage",
+])
+def test_nasty_frames_are_bad_frames(tmp_path, data):
+    run = bare_run(tmp_path)
+    peer = types.SimpleNamespace(rank=0, pid=run.workers[0].pid)
+    with pytest.raises(protocol.BadFrame):
+        run.on_frame(peer, protocol.decode(data))
+    protocol.encode_lossy(run.snapshot())
+
+
+def test_phase_times_that_are_not_numbers_are_ignored(tmp_path):
+    run = bare_run(tmp_path)
+    peer = types.SimpleNamespace(rank=0, pid=run.workers[0].pid)
+    huge = "1" + "0" * 400
+    run.on_frame(peer, protocol.decode(b'{"t":"batch","reports":[[1,1,1.0,{}]],"phases":{"data":%s,'
+                                       b'"compute":0.5,"x":"y"}}' % huge.encode()))
+    assert run.workers[0].phases == {"compute": 0.5}
+    protocol.encode_lossy(run.snapshot())
+
+
+def bare_run(tmp_path) -> Run:
+    """A Run with its store and one worker, but no processes: for driving its frame handler."""
+    run = Run(Options(script="x.py", args=[], nprocs=1, run_dir=tmp_path))
+    run.run_id, run.run_dir = "fuzz", tmp_path
+    run.store = RunStore(tmp_path)
+    run.store.create()
+    run.control = types.SimpleNamespace(refused=0)
+    w = run.workers[0] = Worker(0)
+    w.pid, w.state = os.getpid(), "running"
+    return run
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.lists(frames, min_size=1, max_size=5))
+def test_frame_handler_only_ever_raises_bad_frame_and_status_still_encodes(tmp_path, batch):
+    run = bare_run(tmp_path)
+    worker = types.SimpleNamespace(rank=0, pid=os.getpid())
+    child = types.SimpleNamespace(rank=0, pid=os.getpid() + 1)
+    for value in batch:
+        for peer in (worker, child):
+            try:
+                run.on_frame(peer, protocol.decode(as_bytes(value)))
+            except protocol.BadFrame:
+                pass
+    snap = json.loads(protocol.encode_lossy(run.snapshot()))
+    w = snap["workers"][0]
+    assert w["loss"] is None or isinstance(w["loss"], float) or w["loss"] in ("nan", "inf", "-inf")
+    run.store.close()
+
+
+# ------------------------------------------------------------------ live ----
+def chan_address(run) -> str:
+    return control(run)["address"][: -len(".ctl")] + ".chan"
+
+
+def raw_send(conn, payload: bytes):
+    """Bytes straight onto the connection's socket, bypassing its framing."""
+    os.write(conn.fileno(), payload)
+
+
+def fake_peer(run, rank=0):
+    conn = Connect(chan_address(run), family="AF_UNIX", authkey=bytes.fromhex(control(run)["authkey"]))
+    conn.send_bytes(protocol.encode({"t": "hello", "v": 1, "rank": rank, "pid": os.getpid(), "ppid": 1}))
+    return conn
+
+
+BAD_IN_STREAM = [
+    b"\x00\xffgarbage\x1b[2J",
+    b"[1, 2, 3]",
+    b'{"no": "type"}',
+    b'{"t": "batch", "reports": "x"}',
+    b'{"t": "batch", "reports": [[1, "step", 1.0, {}]]}',
+    b'{"t": "batch", "reports": [[1, 1, "abc", {}]]}',
+    b'{"t": "batch", "reports": [[1, 1, 1.0, []]]}',
+    b'{"t": "batch", "reports": [], "dropped": "x"}',
+    b'{"t": "surprise"}',
+    b'{"t": "batch", "reports": [[1' + b"0" * 400 + b', 1, 1.0, {}]]}',
+    b"[" * 200_000,
+]
+
+
+def steps(run) -> int:
+    return run.status()["workers"][0]["step"] or 0
+
+
+@pytest.mark.timeout(120)
+def test_live_bad_frames_are_dropped_counted_and_shown(headless):
+    run = headless(FAULTS / "steady.py", n=1)
+    wait_for(lambda: reporting(run, 1), what="rank 0 reporting")
+    refused0 = run.status()["run"]["refused_connections"]
+    conn = fake_peer(run)
+    for frame in BAD_IN_STREAM:
+        conn.send_bytes(frame)
+    # the connection survives frames that decode badly: a good one from it still counts
+    conn.send_bytes(protocol.encode_lossy({"t": "batch", "reports": [[time.time(), 7, float("nan"), {}]],
+                                           "dropped": 0}))
+    n = len(BAD_IN_STREAM)
+    wait_for(lambda: run.status()["workers"][0]["bad_frames"] >= n, what=f"{n} bad frames counted")
+    # an oversized frame breaks the stream: counted, and that connection is closed
+    raw_send(conn, struct.pack("!i", protocol.MAX_FRAME + 1) + b"x" * 100)
+    wait_for(lambda: conn.poll(0.1) and _closed(conn), what="the hub to close the oversized sender")
+    # a frame cut short by the sender's exit is counted too
+    cut = fake_peer(run)
+    raw_send(cut, struct.pack("!i", 1000) + b'{"t":"bat')
+    cut.close()
+    # one that stops mid-frame and stays connected holds up nobody
+    stuck = fake_peer(run)
+    raw_send(stuck, struct.pack("!i", 1000) + b'{"t":"bat')
+    s0 = steps(run)
+    wait_for(lambda: steps(run) >= s0 + 20, what="the real worker's reports to keep flowing")
+    st = wait_for(lambda: (lambda s: s if s["workers"][0]["bad_frames"] == n + 2 else None)(run.status()),
+                  what=f"{n + 2} bad frames")
+    w = st["workers"][0]
+    assert w["state"] == "running" and w["heartbeat"] == "ok"
+    assert st["run"]["refused_connections"] == refused0
+    events = run.events("bad_frame")
+    assert [e["count"] for e in events][:2] == [1, 10] and all(e["rank"] == 0 for e in events)
+    assert "not JSON" in events[0]["why"]
+    # a peer without the key, and one whose first frame is not a hello, are refused
+    with pytest.raises(Exception):
+        Connect(chan_address(run), family="AF_UNIX", authkey=b"wrong key")
+    bad_hello = Connect(chan_address(run), family="AF_UNIX", authkey=bytes.fromhex(control(run)["authkey"]))
+    bad_hello.send_bytes(b"\xff" * 10)
+    wait_for(lambda: run.status()["run"]["refused_connections"] == refused0 + 2, what="two refusals")
+    # random bytes before any handshake: refused, nothing else
+    with socket.socket(socket.AF_UNIX) as s:
+        s.connect(chan_address(run))
+        s.sendall(os.urandom(4096))
+    wait_for(lambda: run.status()["run"]["refused_connections"] == refused0 + 3, what="a third refusal")
+    assert run.proc.poll() is None
+    s1 = steps(run)
+    wait_for(lambda: steps(run) >= s1 + 5, what="reports after all that")
+    for c in (stuck, bad_hello):
+        c.close()
+    run.ctl("stop")
+    assert run.wait_exit(timeout=60) == 1
+    assert_gone(run.all_pids())
+
+
+def _closed(conn) -> bool:
+    try:
+        conn.recv_bytes()
+    except (EOFError, OSError):
+        return True
+    return False
+
+
+def strict_json(line: str):
+    def no_constants(name):
+        raise ValueError(f"{name} is not JSON")
+    return json.loads(line, parse_constant=no_constants)
+
+
+@pytest.mark.timeout(120)
+def test_nan_and_inf_losses_are_shown_as_such(headless):
+    run = headless(FAULTS / "nanloss.py", n=1)
+    w = wait_for(lambda: (lambda w: w if (w["step"] or 0) >= 4 else None)(run.worker(0)), what="step 4")
+    assert w["loss"] == "inf" and w["metrics"]["grad_norm"] == "-inf"
+    assert "nan" in w["loss_tail"] and "inf" in w["loss_tail"] and 1.0 in w["loss_tail"]
+    assert w["bad_frames"] == 0 and w["state"] == "running"
+    human = run.ctl("status").stdout
+    assert " inf " in human
+    from mpwatch.client import Client
+
+    with Client.connect(str(run.run_dir)) as c:
+        hist = dict(c.history(0))
+    assert hist[0] == 1.0 and hist[1] == "nan" and hist[2] == "inf"
+    run.ctl("stop")
+    assert run.wait_exit(timeout=60) == 1
+    # events.jsonl stays strict JSON (no bare NaN/Infinity), with the values spelled out
+    reports = [strict_json(line) for line in (run.run_dir / "events.jsonl").read_text().splitlines()]
+    losses = {r["step"]: r["loss"] for r in reports if r["event"] == "report"}
+    assert "nan" in losses.values() or 1 not in losses  # reports are downsampled per batch
+    assert losses[max(losses)] == "inf"
+    assert math.isinf(float(losses[max(losses)]))
+    assert_gone(run.all_pids())

@@ -1,0 +1,132 @@
+"""Every flag with a wrong value, scripts that cannot run, RUNs that do not exist or have ended:
+one line on stderr naming the cause, exit code 2, never a traceback (issue 8)."""
+import os
+import shutil
+import signal
+import tempfile
+import types
+from pathlib import Path
+
+import pytest
+
+from tests.faults.conftest import FAULTS, as_user, reporting, run_cli
+from tests.helpers import FIXTURES, assert_gone, mpwatch, wait_for
+
+pytestmark = pytest.mark.timeout(120)
+
+SCRIPT = str(FIXTURES / "reporter.py")
+
+BAD_RUN_ARGS = [
+    ([], "the following arguments are required: SCRIPT"),
+    (["--bogus", SCRIPT], "unrecognized arguments: --bogus"),
+    (["-n", "0", SCRIPT], "must be at least 1, got 0"),
+    (["-n", "-3", SCRIPT], "must be at least 1, got -3"),
+    (["-n", "two", SCRIPT], "expected a whole number, got 'two'"),
+    (["-n", "1.5", SCRIPT], "expected a whole number"),
+    (["-n", "", SCRIPT], "expected a whole number"),
+    (["-n"], "expected one argument"),
+    (["--max-restarts", "-1", SCRIPT], "must not be negative"),
+    (["--max-restarts", "many", SCRIPT], "expected a whole number"),
+    (["--stall-timeout", "0", SCRIPT], "positive number of seconds"),
+    (["--stall-timeout", "-5", SCRIPT], "positive number of seconds"),
+    (["--stall-timeout", "nan", SCRIPT], "positive number of seconds"),
+    (["--stall-timeout", "inf", SCRIPT], "positive number of seconds"),
+    (["--stall-timeout", "soon", SCRIPT], "expected seconds, got 'soon'"),
+    (["--grace", "-1", SCRIPT], "non-negative number of seconds"),
+    (["--grace", "nan", SCRIPT], "non-negative number of seconds"),
+    (["--grace", "1e999", SCRIPT], "non-negative number of seconds"),
+    (["--gpu-interval", "0", SCRIPT], "positive number of seconds"),
+    (["--gpu-interval", "x", SCRIPT], "expected seconds"),
+    (["--resize-mode", "elastic", SCRIPT], "invalid choice: 'elastic'"),
+    (["/no/such/train.py"], "script not found: /no/such/train.py"),
+    ([str(FIXTURES)], "is a directory, not a script"),
+    (["--run-dir", SCRIPT, SCRIPT], "exists and is not a directory"),
+]
+
+BAD_OTHER = [
+    (["ls", "--bogus"], "unrecognized arguments: --bogus"),
+    (["ctl"], "required: ACTION"),
+    (["ctl", "frobnicate"], "invalid choice: 'frobnicate'"),
+    (["ctl", "pause"], "required: RANK|all"),
+    (["ctl", "pause", "zero"], "expected a rank number or 'all', got 'zero'"),
+    (["ctl", "kill", "-1"], "a rank is not negative"),
+    (["ctl", "resize", "0"], "must be at least 1"),
+    (["ctl", "resize", "lots"], "expected a whole number"),
+    (["ctl", "status", "--yaml"], "unrecognized arguments: --yaml"),
+    (["ctl", "--run", "no-such-run-id", "status"], "no such run: no-such-run-id"),
+    (["ctl", "--run", "/no/such/dir", "stop"], "no such run: /no/such/dir"),
+    (["ctl", "--run", "/", "status"], "/ is not an mpwatch run directory"),
+    (["attach", "no-such-run-id"], "no such run: no-such-run-id"),
+    (["attach", "/no/such/dir"], "no such run: /no/such/dir"),
+]
+
+
+def one_line_error(res, words):
+    assert res.returncode == 2, (res.returncode, res.stderr)
+    assert res.stdout == ""
+    lines = res.stderr.splitlines()
+    assert len(lines) == 1, res.stderr
+    assert lines[0].startswith("mpwatch: error: ") and words in lines[0], lines[0]
+    assert "Traceback" not in res.stderr
+
+
+@pytest.mark.parametrize("args,words", BAD_RUN_ARGS, ids=[" ".join(a)[-40:] or "none" for a, _ in BAD_RUN_ARGS])
+def test_bad_run_arguments(tmp_path, args, words):
+    res = mpwatch(*args, cwd=tmp_path)
+    one_line_error(res, words)
+    assert not (tmp_path / "mpwatch-runs").exists(), "nothing is started for a bad command line"
+
+
+@pytest.mark.parametrize("args,words", BAD_OTHER, ids=[" ".join(a) for a, _ in BAD_OTHER])
+def test_bad_subcommand_arguments(tmp_path, args, words):
+    one_line_error(mpwatch(*args, cwd=tmp_path), words)
+
+
+def test_unreadable_script(tmp_path):
+    script = tmp_path / "secret.py"
+    script.write_text("print('hi')\n")
+    script.chmod(0)
+    if not os.access(script, os.R_OK):
+        one_line_error(mpwatch("--headless", script, cwd=tmp_path), f"script is not readable: {script}")
+        return
+    if os.geteuid() != 0:
+        pytest.skip("this user can read a mode-000 file and cannot become another user")
+    # root reads anything: ask as an unprivileged user (a forked child that drops to nobody),
+    # with the script where that user can reach it but not read it
+    shared = Path(tempfile.mkdtemp(prefix="mpwatch-unreadable-"))
+    try:
+        shared.chmod(0o755)
+        script = shared / "secret.py"
+        script.write_text("print('hi')\n")
+        script.chmod(0o600)
+        res = as_user(lambda: run_cli(["--headless", str(script)]))
+    finally:
+        shutil.rmtree(shared)
+    one_line_error(types.SimpleNamespace(returncode=res["code"], stdout=res["stdout"], stderr=res["stderr"]),
+                   f"script is not readable: {script}")
+
+
+def test_run_dir_that_already_holds_a_run(headless, tmp_path):
+    run = headless(SCRIPT, "2", n=1)
+    assert run.wait_exit() == 0
+    res = mpwatch("--headless", "--run-dir", run.run_dir, SCRIPT, cwd=tmp_path)
+    one_line_error(res, "already holds a run")
+
+
+def test_ctl_and_attach_against_a_finished_run(headless):
+    run = headless(SCRIPT, "2", n=1)
+    assert run.wait_exit() == 0
+    for args in (["ctl", "--run", run.run_dir, "status"], ["ctl", "--run", run.run_dir, "stop"],
+                 ["attach", run.run_dir]):
+        one_line_error(mpwatch(*args), "has finished (exit code 0)")
+
+
+def test_ctl_against_a_run_whose_supervisor_was_killed(headless):
+    run = headless(FAULTS / "steady.py", n=1)
+    wait_for(lambda: reporting(run, 1), what="rank 0 reporting")
+    pids = run.all_pids()
+    os.kill(run.proc.pid, signal.SIGKILL)
+    run.wait_exit()
+    assert_gone(pids)
+    one_line_error(mpwatch("ctl", "--run", run.run_dir, "status"), "is not running (its supervisor is gone)")
+    one_line_error(mpwatch("attach", run.run_dir), "is not running")

@@ -1,0 +1,63 @@
+"""The run directory's file system fills up: a clear alert, and the run goes on (issue 8)."""
+import os
+import shutil
+import subprocess
+import uuid
+
+import pytest
+
+from tests.faults.conftest import FAULTS
+from tests.helpers import assert_gone, wait_for
+
+pytestmark = pytest.mark.timeout(180)
+
+
+def mount_tmpfs(path, size="1m") -> str | None:
+    """Mount a small tmpfs at path; None when done, else why it could not be."""
+    if os.geteuid() != 0:
+        return "mounting a small tmpfs needs root (CI runs the tests as root)"
+    if shutil.which("mount") is None:
+        return "no mount command"
+    path.mkdir()
+    res = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size},mode=0755", f"mpwatch-test-{uuid.uuid4().hex[:8]}",
+                          str(path)], capture_output=True, text=True)
+    if res.returncode != 0:
+        return f"cannot mount a tmpfs here (no CAP_SYS_ADMIN?): {res.stderr.strip()}"
+    return None
+
+
+@pytest.mark.slow
+def test_full_disk_raises_an_alert_and_the_run_goes_on(headless, tmp_path):
+    disk = tmp_path / "disk"
+    why = mount_tmpfs(disk)
+    if why:
+        pytest.skip(why)
+    run = headless(FAULTS / "diskfill.py", str(disk), n=2, start=False)
+    run.run_dir = disk / "run"
+    try:
+        run.start()
+        st = wait_for(lambda: (lambda s: s if any(a["kind"] == "disk" for a in s["alerts"]) else None)(run.status()),
+                      what="a disk alert")
+        alert = next(a for a in st["alerts"] if a["kind"] == "disk")
+        assert "No space left on device" in alert["message"] and str(run.run_dir) in alert["message"]
+        assert "the run goes on" in alert["message"]
+        assert "alert: cannot write the run directory" in run.stderr_text
+        assert shutil.disk_usage(disk).free < 64 * 1024
+        # the run goes on: every rank keeps reporting
+        steps = {w["rank"]: w["step"] or 0 for w in st["workers"]}
+        wait_for(lambda: (lambda s: all(w["state"] == "running" and w["step"] >= steps[w["rank"]] + 20
+                                        for w in s["workers"]))(run.status()), what="20 more steps on each rank")
+        # restarting a rank needs the (full) run directory too: the supervisor must survive it
+        pid1 = run.worker(1)["pid"]
+        run.ctl("restart", "1")
+        wait_for(lambda: (lambda w: w["restarts"] == 1 and w["pid"] != pid1 and w["state"] == "running"
+                          and (w["step"] or 0) >= 5)(run.worker(1)), what="rank 1 back after its restart")
+        assert run.proc.poll() is None
+        run.ctl("stop")
+        assert run.wait_exit(timeout=60) == 1
+        assert_gone(run.all_pids())
+    finally:
+        run.cleanup()
+        subprocess.run(["umount", str(disk)], capture_output=True)
+        if os.path.ismount(disk):
+            subprocess.run(["umount", "-l", str(disk)], capture_output=True)
