@@ -101,7 +101,8 @@ def test_a_worker_dying_of_cuda_oom_raises_the_oom_alert(headless, tmp_path):
                        {"pid": "parent", "mem": 2 * GiB}]}]}]})
     run = headless(FIXTURES / "gpu_oom.py", go, n=2, opts=FAST, env=env)
     # Die only once the poller has seen rank 0 on the GPU, as a real OOM happens mid-run.
-    wait_for(lambda: run.worker(0)["gpu"], timeout=60, what="rank 0 seen on GPU 0")
+    # Both ranks must be on the sample the alert reports (rank 1 may start late on a busy box).
+    wait_for(lambda: run.worker(0)["gpu"] and run.worker(1)["gpu"], timeout=60, what="ranks 0 and 1 seen on GPU 0")
     go.write_text("")
     (ev,) = run.wait_event("gpu_alert", lambda e: e["kind"] == "oom", timeout=60)
     m = ev["message"]
