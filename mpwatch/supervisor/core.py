@@ -665,49 +665,59 @@ class Run:
         if not isinstance(dropped, int) or (phases is not None and not isinstance(phases, dict)):
             raise protocol.BadFrame("batch fields of the wrong type")
         now = time.monotonic()
-        recovered = None
+        recovered = child_of = None
         last = reports[-1] if reports else None
         with self.lock:
             w = self.workers.get(peer.rank)
             if w is None:
                 return
             if peer.pid != w.pid:
+                # A process the worker started (mp.Process, DataLoader): its own row, and never
+                # the worker's heartbeat, so a busy child cannot hide a stuck worker.
+                child_of = w.pid
                 c = w.child_reports.setdefault(peer.pid, {"pid": peer.pid})
                 if last is not None:
                     c.update(step=last[1], loss=last[2], last_report=now)
-                return
-            for ts, step, loss, metrics in reports:
-                if step is not None:
-                    w.step = step
-                if loss is not None:
-                    w.loss = loss
-                    w.tail.append(loss)
-                    w.add_history(step if step is not None else w.reports, loss)
-                if metrics:
-                    w.metrics.update(metrics)
-                w.reports += 1
-            w.dropped += max(0, dropped)
-            if phases:
-                w.phases = {str(k): f for k, v in phases.items() if (f := protocol.as_float(v)) is not None}
-            if isinstance(cuda, dict):
-                w.cuda = cuda
-            if reports:
-                w.last_report = now
-                if w.step is not None:
-                    w.rate.append((now, w.step))
-                if w.state == "stalled":
-                    w.state = "running"
-                    recovered = w.stall_info
-                    w.stall_info = None
-                elif w.state == "starting":
-                    w.state = "running"
-            w.connected = True
+            else:
+                recovered = self._apply_reports(w, reports, dropped, phases, cuda, now)
         if last is not None:
             ts, step, loss, metrics = last
+            extra = {"pid": peer.pid, "child_of": child_of} if child_of is not None else {}
             self.event("report", peer.rank, ts=ts, step=step, loss=loss, metrics=metrics,
-                       n=len(reports), dropped=dropped)
+                       n=len(reports), dropped=dropped, **extra)
         if recovered is not None:
             self.event("recovered", peer.rank, step=w.step)
+
+    def _apply_reports(self, w: Worker, reports, dropped, phases, cuda, now):
+        """Fold a worker's batch into its row (under the lock); returns the stall it ends."""
+        recovered = None
+        for ts, step, loss, metrics in reports:
+            if step is not None:
+                w.step = step
+            if loss is not None:
+                w.loss = loss
+                w.tail.append(loss)
+                w.add_history(step if step is not None else w.reports, loss)
+            if metrics:
+                w.metrics.update(metrics)
+            w.reports += 1
+        w.dropped += max(0, dropped)
+        if phases:
+            w.phases = {str(k): f for k, v in phases.items() if (f := protocol.as_float(v)) is not None}
+        if isinstance(cuda, dict):
+            w.cuda = cuda
+        if reports:
+            w.last_report = now
+            if w.step is not None:
+                w.rate.append((now, w.step))
+            if w.state == "stalled":
+                w.state = "running"
+                recovered = w.stall_info or {}
+                w.stall_info = None
+            elif w.state == "starting":
+                w.state = "running"
+        w.connected = True
+        return recovered
 
     # ------------------------------------------------------------- sampler ----
     def _sampler(self):
@@ -795,6 +805,10 @@ class Run:
         if not done:
             raise ValueError("; ".join(skipped))
         text = "; ".join(done) + ("" if not skipped else " (" + "; ".join(skipped) + ")")
+        if cmd == "restart" and len(ws) == 1 and self.opts.resize_mode == "restart" and len(self.workers) > 1:
+            # Restart mode assumes the ranks share collectives: a rank restarted alone cannot
+            # rejoin its peers' process group, so say how to restart them together.
+            text += "; note: its peers may not take it back into their collectives (use 'restart all')"
         return {"ok": True, "message": text}
 
     def _do_pause(self, w: Worker) -> str:
