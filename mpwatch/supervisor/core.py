@@ -1002,7 +1002,9 @@ class Run:
                              else round(now - rep["last_report"], 2)})
         return {
             "rank": w.rank, "pid": w.pid, "state": w.state, "step": w.step, "loss": w.loss,
-            "steps_per_s": stall.steps_per_second(list(w.rate)),
+            # A paused, stalled or ended worker makes no progress, whatever its last window says.
+            "steps_per_s": stall.steps_per_second(list(w.rate)) if w.state in ("running", "starting")
+            else (0.0 if w.alive else None),
             "metrics": dict(w.metrics),
             "heartbeat_age": None if w.last_report is None else round(now - w.last_report, 2),
             "heartbeat": "ok" if w.last_report is not None else ("waiting" if w.connected else "none"),

@@ -76,6 +76,7 @@ def test_pause_stops_the_group_and_resume_continues(headless):
     assert "paused rank 0" in out
     wait_for(lambda: psutil.Process(pid).status() == psutil.STATUS_STOPPED, what="stopped state")
     assert run.worker(0)["state"] == "paused"
+    assert run.worker(0)["steps_per_s"] == 0.0  # no stale rate while paused
     assert run.wait_event("paused")[0]["rank"] == 0
     # Pausing twice says so and fails.
     again = run.ctl("pause", "0", check=False)

@@ -1,0 +1,119 @@
+"""The data poller: a thread that reads the control socket and posts immutable snapshots.
+
+One request pair (status, then events since the last seen) per tick, at most 4 ticks a
+second; the next tick is scheduled only after the app has applied the last snapshot
+(Dolphie's rule: collections never overlap or pile up). It uses post_message, which is
+thread-safe and never blocks this thread on the UI. When the supervisor goes away the
+poller reads final.json and posts RunGone instead.
+"""
+from __future__ import annotations
+
+import json
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from textual.message import Message
+
+from mpwatch.client import ClientError
+
+INTERVAL_S = 0.25  # at most 4 refreshes a second
+FINAL_WAIT_S = 3.0  # after the socket closes, how long final.json may take to appear
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    status: dict  # the supervisor's snapshot (treated as read-only)
+    events: tuple  # notable events since the previous snapshot, with seq
+    seq: int
+    taken: float  # monotonic time of the request
+
+
+class SnapshotReady(Message):
+    def __init__(self, snapshot: Snapshot):
+        super().__init__()
+        self.snapshot = snapshot
+
+
+class PollFailed(Message):
+    """A poll failed in an unexpected way (a bug, a malformed reply); polling goes on."""
+
+    def __init__(self, why: str):
+        super().__init__()
+        self.why = why
+
+
+class RunGone(Message):
+    """The control socket is gone: final is final.json (None when missing), why says so."""
+
+    def __init__(self, final: dict | None, info: dict | None, why: str):
+        super().__init__()
+        self.final = final
+        self.info = info
+        self.why = why
+
+
+def read_json(path: Path) -> dict | None:
+    try:
+        return json.loads(Path(path).read_text())
+    except (OSError, ValueError):
+        return None
+
+
+class Poller:
+    def __init__(self, source, target, run_dir: Path | None, interval: float = INTERVAL_S, since: int = 0):
+        self.source = source
+        self.target = target  # anything with post_message (the App)
+        self.run_dir = Path(run_dir) if run_dir else None
+        self.interval = interval
+        self.since = since
+        self.applied = threading.Event()
+        self.applied.set()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="mpwatch-tui-poller", daemon=True)
+        self.polls = 0
+
+    def start(self):
+        self._thread.start()
+
+    def stop(self):
+        self._stop.set()
+        self.applied.set()
+
+    def _loop(self):
+        while not self._stop.is_set():
+            t0 = time.monotonic()
+            try:
+                status = self.source.status()
+                ev = self.source.events(self.since)
+            except ClientError as exc:
+                self._gone(str(exc))
+                return
+            except Exception as exc:  # noqa: BLE001 - the screen must say so, never freeze silently
+                self.target.post_message(PollFailed(f"{type(exc).__name__}: {exc}"))
+                self._stop.wait(max(self.interval, 1.0))
+                continue
+            self.polls += 1
+            events = tuple(ev.get("events", ()))
+            self.since = max(self.since, ev.get("seq", self.since))
+            self.applied.clear()
+            self.target.post_message(SnapshotReady(Snapshot(status, events, self.since, t0)))
+            # Wait for the app to apply it, then keep to the interval.
+            self.applied.wait(10.0)
+            rest = self.interval - (time.monotonic() - t0)
+            if rest > 0:
+                self._stop.wait(rest)
+
+    def _gone(self, why: str):
+        final = info = None
+        if self.run_dir is not None:
+            deadline = time.monotonic() + FINAL_WAIT_S
+            while not self._stop.is_set():
+                info = read_json(self.run_dir / "run.json")
+                final = read_json(self.run_dir / "final.json")
+                if (final is not None and info and info.get("finished")) or time.monotonic() > deadline:
+                    break
+                self._stop.wait(0.1)
+        if not self._stop.is_set():
+            self.target.post_message(RunGone(final, info, why))

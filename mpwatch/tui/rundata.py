@@ -1,0 +1,76 @@
+"""What the detail and logs views need, from the live run or, once it has ended, from
+its run directory (logs, report events, stack dumps). Runs on worker threads only."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from mpwatch import runstore
+from mpwatch.client import ClientError
+
+MAX_DUMP_CHARS = 20000
+
+
+def history_from_events(run_dir: Path, ranks: set | None = None, limit: int = 2000) -> dict:
+    """{rank: [(step, loss)]} from the report events of events.jsonl (every other point
+    dropped until each curve fits `limit`)."""
+    out: dict = {}
+    try:
+        f = open(Path(run_dir) / runstore.EVENTS, encoding="utf-8", errors="replace")
+    except OSError:
+        return out
+    with f:
+        for line in f:
+            if '"report"' not in line:
+                continue
+            try:
+                rec = json.loads(line)
+            except ValueError:
+                continue
+            r = rec.get("rank")
+            if rec.get("event") != "report" or rec.get("loss") is None or (ranks is not None and r not in ranks):
+                continue
+            pts = out.setdefault(r, [])
+            pts.append((rec.get("step") if rec.get("step") is not None else len(pts), rec["loss"]))
+            if len(pts) > limit:
+                out[r] = pts[::2]
+    return out
+
+
+def histories(source, run_dir, ranks: list[int], live: bool) -> dict:
+    if live and source is not None:
+        out = {}
+        try:
+            for r in ranks:
+                out[r] = source.history(r)
+            return out
+        except ClientError:
+            pass
+    return history_from_events(run_dir, set(ranks)) if run_dir else {}
+
+
+def log_tail(source, run_dir, rank: int, stream: str, lines: int, live: bool) -> list[str]:
+    if live and source is not None:
+        try:
+            return source.logs(rank, stream, lines)
+        except ClientError:
+            pass
+    if run_dir is None:
+        return []
+    return runstore.tail_lines(runstore.rank_dir(run_dir, rank) / f"{stream}.log", lines)
+
+
+def read_dump(path: str | None, run_dir=None) -> str:
+    if not path:
+        return ""
+    p = Path(path)
+    if not p.is_absolute() and run_dir is not None:
+        p = Path(run_dir) / p
+    try:
+        with open(p, encoding="utf-8", errors="replace") as f:
+            text = f.read(MAX_DUMP_CHARS + 1)
+    except OSError as exc:
+        return f"(cannot read {p}: {exc.strerror})"
+    cut = len(text) > MAX_DUMP_CHARS
+    text = "\n".join(runstore.printable(line) for line in text[:MAX_DUMP_CHARS].splitlines())
+    return text + ("\n... (truncated)" if cut else "")

@@ -1,0 +1,1 @@
+"""Screens over the main one: detail, logs, help, filter, and the confirm/quit dialogs."""

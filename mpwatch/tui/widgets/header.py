@@ -1,0 +1,19 @@
+"""The run header: name, script, state, uptime, counts by state, restarts, sort/filter."""
+from __future__ import annotations
+
+from textual.widgets import Static
+
+from mpwatch.tui.widgets.cells import lines_to_text
+
+
+class RunHeader(Static):
+    DEFAULT_CSS = "RunHeader { height: 3; padding: 0 1; background: $boost; }"
+
+    def __init__(self, **kw):
+        super().__init__("mpwatch: connecting…", **kw)
+        self._lines = None
+
+    def show(self, lines: list) -> None:
+        if lines != self._lines:  # only repaint when the text changed
+            self._lines = lines
+            self.update(lines_to_text(lines))

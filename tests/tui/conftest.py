@@ -1,0 +1,63 @@
+"""Helpers for Pilot tests against a real supervisor (the `headless` fixture's runs)."""
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import time
+
+import pytest
+
+from mpwatch.client import Client
+from mpwatch.tui import glyphs
+from mpwatch.tui.app import MpwatchApp
+from tests.helpers import FIXTURES
+
+WORKER = FIXTURES / "tui_worker.py"
+
+
+async def until(pilot, pred, timeout: float = 60.0, what: str = "condition"):
+    """wait_for for async tests: poll pred() while the app keeps running."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = pred()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout:g}s waiting for {what}")
+        await pilot.pause(0.05)
+
+
+def worker_of(app, rank):
+    return next((w for w in (app.status or {}).get("workers", []) if w["rank"] == rank), None)
+
+
+def said(app, fragment: str) -> bool:
+    return any(fragment in text for text, _ in app.messages)
+
+
+@pytest.fixture
+def tui(headless):
+    """tui(n=2, env={...}, opts=[...]) -> async context manager yielding (app, pilot, run)."""
+
+    @contextlib.asynccontextmanager
+    async def make(n=2, env=None, opts=(), size=(120, 40), wait_running=True):
+        full_env = dict(os.environ, **(env or {}))
+        run = headless(WORKER, n=n, opts=opts, env=full_env)
+        client = Client.connect(str(run.run_dir))
+        app = MpwatchApp(client, run.run_dir, glyphs=glyphs.UNICODE, notices=False)
+        try:
+            async with app.run_test(size=size) as pilot:
+                await until(pilot, lambda: app.snapshots > 0, what="the first snapshot")
+                if wait_running:
+                    await until(pilot, lambda: all(
+                        w["state"] == "running" and w["step"] is not None for w in app.status["workers"])
+                        and len(app.status["workers"]) == n, what="all workers running")
+                yield app, pilot, run
+                if app.poller is not None:
+                    app.poller.stop()
+        finally:
+            client.close()
+            await asyncio.sleep(0)
+
+    return make
