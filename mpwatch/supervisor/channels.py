@@ -15,12 +15,9 @@ import selectors
 import socket
 import struct
 import threading
-from multiprocessing.connection import (AuthenticationError, Connection, answer_challenge,
-                                        deliver_challenge)
 
 from mpwatch import protocol
-
-HANDSHAKE_S = 5.0
+from mpwatch.supervisor import sockets
 
 
 class Peer:
@@ -42,17 +39,7 @@ class ChannelHub:
         self.address = address
         self.authkey = authkey
         self.handler = handler
-        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        try:
-            os.unlink(address)
-        except FileNotFoundError:
-            pass
-        old = os.umask(0o177)
-        try:
-            self.sock.bind(address)
-        finally:
-            os.umask(old)
-        self.sock.listen(512)
+        self.sock = sockets.listen_private(address, 512)
         self._peers: list[Peer] = []
         self._new: list[Peer] = []
         self._lock = threading.Lock()
@@ -86,28 +73,13 @@ class ChannelHub:
             threading.Thread(target=self._handshake, args=(s,), daemon=True).start()
 
     def _handshake(self, s: socket.socket):
-        conn = Connection(s.detach())
-        timer = threading.Timer(HANDSHAKE_S, conn.close)
-        timer.start()
         try:
-            deliver_challenge(conn, self.authkey)
-            answer_challenge(conn, self.authkey)
-            hello = protocol.decode(conn.recv_bytes(protocol.MAX_FRAME))
-            if hello.get("t") != protocol.HELLO:
-                raise protocol.BadFrame("first frame is not hello")
-            rank, pid = hello.get("rank"), hello.get("pid")
-            if not isinstance(rank, int) or not isinstance(pid, int):
-                raise protocol.BadFrame("hello without rank and pid")
-        except (AuthenticationError, protocol.BadFrame, OSError, EOFError, TypeError) as exc:
-            timer.cancel()
+            conn, hello = sockets.authenticate(s, self.authkey, first=_read_hello)
+        except sockets.Refused as exc:
             self.refused += 1
-            self.handler.on_refused(str(exc) or type(exc).__name__)
-            try:
-                conn.close()
-            except OSError:
-                pass
+            self.handler.on_refused(str(exc))
             return
-        timer.cancel()
+        rank, pid = hello["rank"], hello["pid"]
         # From here on the reader never blocks on this peer: a half-sent frame waits in
         # the peer's buffer instead of holding up every other worker.
         os.set_blocking(conn.fileno(), False)
@@ -192,6 +164,15 @@ class ChannelHub:
             except Exception as exc:  # noqa: BLE001 - a frame that trips a bug must not end this thread
                 peer.bad_frames += 1
                 self.handler.on_bad(peer, f"frame could not be applied: {type(exc).__name__}: {exc}")
+
+
+def _read_hello(conn) -> dict:
+    hello = protocol.decode(conn.recv_bytes(protocol.MAX_FRAME))
+    if hello.get("t") != protocol.HELLO:
+        raise protocol.BadFrame("first frame is not hello")
+    if not isinstance(hello.get("rank"), int) or not isinstance(hello.get("pid"), int):
+        raise protocol.BadFrame("hello without rank and pid")
+    return hello
 
 
 def _frame_size(buf: bytearray):

@@ -9,12 +9,9 @@ from __future__ import annotations
 import os
 import socket
 import threading
-from multiprocessing.connection import (AuthenticationError, Connection, answer_challenge,
-                                        deliver_challenge)
 
 from mpwatch import protocol
-
-HANDSHAKE_S = 5.0
+from mpwatch.supervisor import sockets
 
 
 class ControlServer:
@@ -23,17 +20,7 @@ class ControlServer:
         self.address = address
         self.authkey = authkey
         self.dispatch = dispatch
-        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        try:
-            os.unlink(address)
-        except FileNotFoundError:
-            pass
-        old = os.umask(0o177)
-        try:
-            self.sock.bind(address)
-        finally:
-            os.umask(old)
-        self.sock.listen(64)
+        self.sock = sockets.listen_private(address, 64)
         self._closed = False
         self.clients = 0
         self.refused = 0
@@ -62,22 +49,12 @@ class ControlServer:
             threading.Thread(target=self._serve, args=(s,), name="mpwatch-client", daemon=True).start()
 
     def _serve(self, s: socket.socket):
-        conn = Connection(s.detach())
-        timer = threading.Timer(HANDSHAKE_S, conn.close)
-        timer.start()
         try:
-            deliver_challenge(conn, self.authkey)
-            answer_challenge(conn, self.authkey)
-        except (AuthenticationError, OSError, EOFError):
-            timer.cancel()
+            conn, _ = sockets.authenticate(s, self.authkey)
+        except sockets.Refused:
             with self._lock:
                 self.refused += 1
-            try:
-                conn.close()
-            except OSError:
-                pass
             return
-        timer.cancel()
         with self._lock:
             self.clients += 1
         try:
