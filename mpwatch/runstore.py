@@ -10,8 +10,9 @@ Layout (a contract other tools read):
     rank-N/stacks/<time>.txt  stack dumps
 The directory is 0700: another user can neither list it nor read the logs.
 
-Report events are downsampled to at most one per rank per worker batch (about 20 a
-second); every other event is written as it happens. Disk errors never stop a run: the
+Report events are downsampled: a rank's latest report at most 5 times a second, with
+`n` (the reports it stands for) and `dropped`; a worker's last report is always written,
+so the curve keeps its shape and its end. Every other event is written as it happens. Disk errors never stop a run: the
 first one is remembered in `disk_error` for the supervisor to raise as an alert.
 """
 from __future__ import annotations

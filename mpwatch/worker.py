@@ -21,8 +21,11 @@ from collections import deque
 
 from mpwatch import protocol
 
-FLUSH_S = 0.05  # how often the sender ships a batch (heartbeat latency)
-BUFFER = 4096  # reports kept while the supervisor is slow; older ones are dropped
+FLUSH_S = 0.1  # how often the sender ships a batch (heartbeat latency; one frame per flush)
+# Reports kept between two flushes; when a loop reports faster than BUFFER per FLUSH_S
+# (2,560 a second), the oldest are dropped and counted. The bound also caps the sender's
+# per-flush work, which otherwise competes with the training loop for the GIL.
+BUFFER = 256
 CUDA_EVERY_S = 1.0  # torch's memory view is sampled at most this often
 
 

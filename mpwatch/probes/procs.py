@@ -7,15 +7,20 @@ cpu_percent() measures between two calls on the same object.
 from __future__ import annotations
 
 import os
+import time
 
 import psutil
 
 _ATTRS = ["pid", "ppid"]
+TREE_S = 2.0  # new descendants are found within this long (a full process-table scan)
 
 
 class ProcProbe:
     def __init__(self):
         self._cache: dict[int, psutil.Process] = {}
+        self._tree = None
+        self._tree_at = 0.0
+        self._tree_roots: set[int] = set()
 
     def _proc(self, pid: int):
         p = self._cache.get(pid)
@@ -41,8 +46,8 @@ class ProcProbe:
             self._cache.pop(pid, None)
             return None
 
-    def sample(self, pids: list[int]) -> dict[int, dict]:
-        """{worker pid: {cpu_percent, rss_bytes, status, children: [...]}} for live pids."""
+    def _scan_tree(self):
+        """Parent -> children over the whole process table (the costly part of a sample)."""
         kids: dict[int, list[int]] = {}
         parent: dict[int, int] = {}
         try:
@@ -53,6 +58,17 @@ class ProcProbe:
                     parent[p.info["pid"]] = ppid
         except psutil.Error:
             pass
+        self._tree = (kids, parent)
+        self._tree_at = time.monotonic()
+
+    def sample(self, pids: list[int]) -> dict[int, dict]:
+        """{worker pid: {cpu_percent, rss_bytes, status, children: [...]}} for live pids.
+        The process table is scanned for new descendants every TREE_S seconds; CPU and RSS
+        of the processes already known are read at every sample."""
+        if self._tree is None or time.monotonic() - self._tree_at >= TREE_S or set(pids) - self._tree_roots:
+            self._scan_tree()
+            self._tree_roots = set(pids)
+        kids, parent = self._tree
         out = {}
         seen = set()
         for pid in pids:

@@ -36,6 +36,9 @@ UNKILLABLE_S = 5.0  # after SIGKILL, this long before a survivor is reported
 HISTORY = 1024  # loss points kept per rank; halved (every other point) when full
 TAIL = 32  # recent losses for the sparkline
 RECENT_EVENTS = 1000  # notable events kept for clients
+# events.jsonl gets a rank's latest report at most this often (n = reports it stands for);
+# a worker's last report is always written. 5 points a second keep any loss curve.
+REPORT_EVENT_S = 0.2
 STALL_PROBE_S = 2.0  # how often a stalled worker's diagnosis (busy/blocked/...) is refreshed
 
 ALIVE = {"starting", "running", "stalled", "paused"}
@@ -91,6 +94,8 @@ class Worker:
         self.history_skip = 0
         self.tail = deque(maxlen=TAIL)
         self.child_reports: dict[int, dict] = {}
+        self.report_pending: dict | None = None  # the latest report not yet in events.jsonl
+        self.report_next = 0.0  # monotonic time the next report event may be written
         # probes
         self.proc_info: dict = {}
         # control
@@ -371,6 +376,7 @@ class Run:
                        rank=w.rank, processes=who)
 
     def _on_exit(self, w: Worker, rc: int):
+        self._write_report(w, time.monotonic())  # the curve's last point comes before the exit
         code, sig = stall.exit_cause(rc)
         paths = self.store.rank_paths(w.rank)
         tail = runstore.tail_lines(paths["stderr"], 10)
@@ -472,6 +478,7 @@ class Run:
             except queue.Empty:
                 pass
             self._handle_signals()
+            self._flush_reports(time.monotonic())
             self._poll()
             self._check_stalls()
             self._advance_resize()
@@ -682,11 +689,32 @@ class Run:
                 recovered = self._apply_reports(w, reports, dropped, phases, cuda, now)
         if last is not None:
             ts, step, loss, metrics = last
-            extra = {"pid": peer.pid, "child_of": child_of} if child_of is not None else {}
-            self.event("report", peer.rank, ts=ts, step=step, loss=loss, metrics=metrics,
-                       n=len(reports), dropped=dropped, **extra)
+            if child_of is not None:
+                self.event("report", peer.rank, ts=ts, step=step, loss=loss, metrics=metrics,
+                           n=len(reports), dropped=dropped, pid=peer.pid, child_of=child_of)
+            else:
+                with self.lock:
+                    prev = w.report_pending
+                    w.report_pending = {"ts": ts, "step": step, "loss": loss, "metrics": metrics,
+                                        "n": len(reports) + (prev["n"] if prev else 0),
+                                        "dropped": dropped + (prev["dropped"] if prev else 0)}
+                if now >= w.report_next:
+                    self._write_report(w, now)
         if recovered is not None:
             self.event("recovered", peer.rank, step=w.step)
+
+    def _write_report(self, w: Worker, now: float):
+        with self.lock:
+            rec, w.report_pending = w.report_pending, None
+            w.report_next = now + REPORT_EVENT_S
+        if rec is not None:
+            self.event("report", w.rank, **rec)
+
+    def _flush_reports(self, now: float):
+        """Main loop: write reports held back by the rate limit once their slot comes."""
+        for w in list(self.workers.values()):
+            if w.report_pending is not None and now >= w.report_next:
+                self._write_report(w, now)
 
     def _apply_reports(self, w: Worker, reports, dropped, phases, cuda, now):
         """Fold a worker's batch into its row (under the lock); returns the stall it ends."""
@@ -728,12 +756,20 @@ class Run:
                 infos = self._probe.sample(pids)
             except Exception:  # noqa: BLE001 - a probe must never stop the run
                 continue
+            found = []
             with self.lock:
                 for w in self.workers.values():
                     if w.pid in infos and w.alive:
                         w.proc_info = infos[w.pid]
-                        w.foreign_groups.update(c["pgid"] for c in infos[w.pid]["children"]
-                                                if c.get("pgid") not in (None, w.pid))
+                        found += [(w, c["pgid"]) for c in infos[w.pid]["children"]
+                                  if c.get("pgid") not in (None, w.pid) and c["pgid"] not in w.foreign_groups]
+            for w, pgid in found:
+                # The watchdog hears of it first, before anyone sees it tracked: a supervisor
+                # SIGKILLed right then must still take this group along. (The main loop does
+                # the rest of the bookkeeping on its next tick.)
+                self._tell_watchdog(f"+{pgid}")
+                with self.lock:
+                    w.foreign_groups.add(pgid)
 
     # ------------------------------------------------------------ commands ----
     def dispatch(self, req: dict) -> dict:

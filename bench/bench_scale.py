@@ -1,0 +1,140 @@
+"""Scale: N workers of a pure-Python reporter at 100 reports/s each; the supervisor's CPU
+share and memory, and every report accounted for.
+
+How the count is exact: each worker counts the reports it made; when the bench says stop,
+it stops reporting, writes its count to a file, and stays alive until released, so its
+sender has shipped everything before anything ends. The bench then compares, per rank,
+what the worker made with what the supervisor's status shows: `reports` (received) and
+`dropped` (the gaps the worker's buffer declared). lost = made - received, and
+unaccounted = lost - dropped must be 0.
+
+The supervisor's CPU share is psutil's user+system time of the supervisor process over a
+window in which nothing else talks to it (no status polls).
+"""
+from __future__ import annotations
+
+import os
+import time
+
+import psutil
+
+from bench import measure
+from bench.harness import row
+
+RATE = 100.0
+TARGET_PCT = 10.0  # of one core, at 64 workers
+
+REPORTER = r'''
+import os, sys, time
+import mpwatch
+rate, marks = float(sys.argv[1]), sys.argv[2]
+stop, release = os.path.join(marks, "stop"), os.path.join(marks, "release")
+period = 1.0 / rate
+sent = 0
+next_t = time.monotonic()
+while True:
+    mpwatch.report(step=sent, loss=1.0 / (sent + 1))
+    sent += 1
+    if sent % 10 == 0 and os.path.exists(stop):
+        break
+    next_t += period
+    delay = next_t - time.monotonic()
+    if delay > 0:
+        time.sleep(delay)
+    elif delay < -1.0:
+        next_t = time.monotonic()  # far behind (a saturated machine): do not burst to catch up
+tmp = os.path.join(marks, "rank-%s.tmp" % os.environ["RANK"])
+with open(tmp, "w") as f:
+    f.write(str(sent))
+os.replace(tmp, tmp[:-4] + ".sent")
+while not os.path.exists(release):
+    time.sleep(0.1)
+'''
+
+
+def one_size(n: int, window: float, start_timeout: float, settle_timeout: float = 60.0) -> dict:
+    with measure.scratch(f"scale{n}") as d:
+        script = measure.write_script(d, "reporter.py", REPORTER)
+        marks = d / "marks"
+        marks.mkdir()
+        with measure.Headless(d, script, RATE, marks, n=n, name="run") as h:
+            t_start = time.monotonic()
+            reporting = 0
+
+            def all_reporting():
+                nonlocal reporting
+                reporting = sum(1 for w in h.status()["workers"] if w["reports"] > 0)
+                return reporting == n
+
+            try:
+                measure.wait_for(all_reporting, start_timeout, interval=0.5, what=f"all {n} workers reporting")
+            except TimeoutError:
+                pass  # a saturated machine: measure what the supervisor manages, and say so
+            started_in = time.monotonic() - t_start
+            time.sleep(1.0)  # let the start-up burst settle
+            sup = psutil.Process(h.proc.pid)
+            before = sum(w["reports"] for w in h.status()["workers"])
+            psutil.cpu_percent(None)
+            c0, t0 = sup.cpu_times(), time.monotonic()
+            rss_peak = 0
+            while time.monotonic() - t0 < window:
+                rss_peak = max(rss_peak, sup.memory_info().rss)
+                time.sleep(0.25)
+            c1, t1 = sup.cpu_times(), time.monotonic()
+            machine = psutil.cpu_percent(None)
+            rss_peak = max(rss_peak, sup.memory_info().rss)
+            end = h.status()["workers"]
+            after = sum(w["reports"] for w in end)
+            ages = sorted(w["heartbeat_age"] for w in end if w["heartbeat_age"] is not None)
+            cpu_pct = 100.0 * ((c1.user - c0.user) + (c1.system - c0.system)) / (t1 - t0)
+            # Stop reporting, collect every worker's own count, let the senders drain.
+            (marks / "stop").touch()
+            measure.wait_for(lambda: len(list(marks.glob("rank-*.sent"))) == n, 120, interval=0.2,
+                             what="every worker's count")
+            sent = {int(p.name[5:-5]): int(p.read_text()) for p in marks.glob("rank-*.sent")}
+
+            def settled():
+                ws = {w["rank"]: w for w in h.status()["workers"]}
+                return ws if all(ws[r]["reports"] + ws[r]["dropped"] >= sent[r] for r in sent) else None
+
+            try:
+                ws = measure.wait_for(settled, settle_timeout, interval=0.5,
+                                      what="the supervisor to count every report")
+            except TimeoutError:
+                ws = {w["rank"]: w for w in h.status()["workers"]}
+            (marks / "release").touch()
+            h.wait(timeout=120)
+    made = sum(sent.values())
+    received = sum(ws[r]["reports"] for r in sent)
+    dropped = sum(ws[r]["dropped"] for r in sent)
+    return {"cpu_pct": cpu_pct, "rss_mib": rss_peak / 2**20, "made": made, "received": received,
+            "dropped": dropped, "lost": made - received, "unaccounted": made - received - dropped,
+            "rate": (after - before) / (t1 - t0) / n, "machine_pct": machine, "started_in": started_in,
+            "reporting": reporting, "age_med": measure.median(ages), "age_max": ages[-1] if ages else None,
+            "window": t1 - t0}
+
+
+def run(quick: bool = False) -> list[dict]:
+    sizes = [8] if quick else [64, 256]
+    window = 2.0 if quick else 10.0
+    rows = []
+    for n in sizes:
+        r = one_size(n, window, start_timeout=30 + n // 4)
+        cmd = measure.shown([*measure.mpwatch_cmd(), "--headless", "-n", str(n), "reporter.py", str(RATE)])
+        started = (f"all {n} reporting {r['started_in']:.0f} s after launch" if r["reporting"] == n else
+                   f"only {r['reporting']} of {n} workers had a report through after {r['started_in']:.0f} s "
+                   f"(the supervisor fell behind)")
+        load = (f"the supervisor took in {r['rate']:.0f} reports/s per worker in the window (each sends "
+                f"{RATE:.0f}); machine CPU {r['machine_pct']:.0f}% of {os.cpu_count()} cores over the "
+                f"{r['window']:.0f} s window; {started}; heartbeat age at the window's end: median "
+                f"{r['age_med']:.2f} s, max {r['age_max']:.2f} s")
+        target = f"< {TARGET_PCT:g}% of a core" if n == 64 else None
+        rows.append(row(f"Scale {n} workers x {RATE:.0f} reports/s: supervisor CPU", cmd, r["cpu_pct"],
+                        unit="% of a core", target=target, ok=(r["cpu_pct"] < TARGET_PCT) if target else None,
+                        note=load))
+        rows.append(row(f"Scale {n} workers: supervisor RSS (peak in window)", cmd, r["rss_mib"], unit="MiB"))
+        rows.append(row(f"Scale {n} workers: reports lost", cmd, r["lost"], unit="reports",
+                        target="all counted (unaccounted 0)", ok=r["unaccounted"] == 0,
+                        note=f"made {r['made']}, received {r['received']}, dropped by the worker buffer "
+                             f"(declared) {r['dropped']}, unaccounted {r['unaccounted']}"))
+    return rows
