@@ -141,6 +141,11 @@ def note_text(w: dict) -> str:
         age = w.get("heartbeat_age")
         parts.append(f"stalled at step {fmt_num(stall.get('step', w.get('step'))) or '-'}"
                      + (f", silent {fmt_age(age)}" if age is not None else ""))
+        if stall.get("kind"):  # what the process is doing, from /proc: busy, blocked (wchan), ...
+            parts.append(stall["kind"] + (f" ({stall['detail']})" if stall.get("detail") else ""))
+        if stall.get("where"):  # the innermost frame of the user's own code in the last dump
+            parts.append(f"stuck in {stall['where']}"
+                         + (f", waiting in {stall['collective']}" if stall.get("collective") else ""))
     if w.get("restarts"):
         parts.append(f"restarted {w['restarts']}x")
     if w.get("unkillable"):

@@ -16,6 +16,7 @@ from textual.message import Message
 from textual.screen import ModalScreen
 from textual.widgets import Footer, Static
 
+from mpwatch import stackfmt
 from mpwatch.tui import rundata, view
 from mpwatch.tui.widgets.loss_plot import LossPlot
 
@@ -35,6 +36,20 @@ class DetailLoaded(Message):
     def __init__(self, data: DetailData):
         super().__init__()
         self.data = data
+
+
+def _dump_text(dump: str) -> Text:
+    """The stack dump, with each thread's innermost frame of the user's own code marked."""
+    lines = dump.splitlines()
+    if not lines:
+        return Text("no stack dump yet (press d to take one)", style="bright_black")
+    marked = stackfmt.user_frame_lines(dump)
+    text = Text(no_wrap=True, overflow="ellipsis")
+    for i, line in enumerate(lines):
+        if i:
+            text.append("\n")
+        text.append(("> " + line.lstrip()) if i in marked else line, style="bold reverse" if i in marked else "")
+    return text
 
 
 def _plain(lines, empty: str) -> Text:
@@ -127,8 +142,7 @@ class DetailScreen(ModalScreen[None]):
         self.query_one(LossPlot).set_data(d.series, self.rank)
         self.query_one("#detail-stdout", Static).update(_plain(d.stdout, "(empty)"))
         self.query_one("#detail-stderr", Static).update(_plain(d.stderr, "(empty)"))
-        self.query_one("#detail-dump", Static).update(
-            _plain(d.dump.splitlines(), "no stack dump yet (press d to take one)"))
+        self.query_one("#detail-dump", Static).update(_dump_text(d.dump))
 
     def action_close(self) -> None:
         self.dismiss(None)
