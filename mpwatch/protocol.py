@@ -85,24 +85,27 @@ def as_float(value):
 
 
 def validate_batch(msg: dict) -> list:
-    """Checked reports of a BATCH frame: a list of (ts, step, loss, metrics)."""
+    """Checked reports of a BATCH frame: a list of (ts, step, loss, metrics).
+    On the supervisor's hot path, so exact type checks (bool is not int here) and one
+    pass; anything unexpected is a BadFrame."""
     reports = msg.get("reports")
-    if not isinstance(reports, list):
+    if type(reports) is not list:
         raise BadFrame("batch without a reports list")
     out = []
     for item in reports:
-        if not isinstance(item, list) or len(item) != 4:
+        if type(item) is not list or len(item) != 4:
             raise BadFrame("report is not [ts, step, loss, metrics]")
         ts, step, loss, metrics = item
-        if not isinstance(ts, (int, float)) or isinstance(ts, bool) or as_float(ts) is None:
-            raise BadFrame("report timestamp is not a number")
-        if step is not None and (not isinstance(step, int) or isinstance(step, bool)):
+        if type(ts) is not float:
+            if type(ts) is not int or (ts := as_float(ts)) is None:
+                raise BadFrame("report timestamp is not a number")
+        if step is not None and type(step) is not int:
             raise BadFrame("report step is not an integer")
-        if loss is not None and as_float(loss) is None:
+        if loss is not None and type(loss) is not float and (loss := as_float(loss)) is None:
             raise BadFrame("report loss is not a number")
-        if not isinstance(metrics, dict):
+        if type(metrics) is not dict:
             raise BadFrame("report metrics is not an object")
-        out.append((float(ts), step, None if loss is None else as_float(loss), metrics))
+        out.append((ts, step, loss, metrics))
     return out
 
 

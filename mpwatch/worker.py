@@ -21,11 +21,13 @@ from collections import deque
 
 from mpwatch import protocol
 
-FLUSH_S = 0.1  # how often the sender ships a batch (heartbeat latency; one frame per flush)
+# How often the sender ships a batch: one frame per flush, and the supervisor's cost is
+# mostly per frame; 0.2 s is far below any stall timeout and the TUI's refresh.
+FLUSH_S = 0.2
 # Reports kept between two flushes; when a loop reports faster than BUFFER per FLUSH_S
 # (2,560 a second), the oldest are dropped and counted. The bound also caps the sender's
 # per-flush work, which otherwise competes with the training loop for the GIL.
-BUFFER = 256
+BUFFER = 512
 CUDA_EVERY_S = 1.0  # torch's memory view is sampled at most this often
 
 

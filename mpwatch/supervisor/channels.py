@@ -15,9 +15,13 @@ import selectors
 import socket
 import struct
 import threading
+import time
 
 from mpwatch import protocol
 from mpwatch.supervisor import sockets
+
+COALESCE_S = 0.025
+COALESCE_MIN = 8  # fewer ready peers than this: wait COALESCE_S for more before reading
 
 
 class Peer:
@@ -104,6 +108,14 @@ class ChannelHub:
                 ready = sel.select(timeout=1.0)
             except OSError:
                 ready = []
+            if len(ready) < COALESCE_MIN:
+                # Frames arrive spread out; waking for each costs more than reading it. A short
+                # wait lets one select serve many (heartbeat latency + COALESCE_S, no frame lost).
+                time.sleep(COALESCE_S)
+                try:
+                    ready = sel.select(timeout=0)
+                except OSError:
+                    ready = []
             for key, _ in ready:
                 peer = key.data
                 if peer is None:
