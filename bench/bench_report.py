@@ -114,7 +114,7 @@ def run(quick: bool = False) -> list[dict]:
     under_us, outside_us, cmd = measure_kind("float", n, reps, rounds)
     how = (f"median of {rounds} run(s) x {reps} loops of {n} calls, minus an empty loop; CPU time of the whole "
            "worker process, so the sender thread's batching and encoding are included; the loop outruns the "
-           "4096-report buffer, so the drop path is too")
+           "2048-report buffer, so the drop path is too")
     rows = [
         row("report() per call, under mpwatch (float loss), CPU", cmd, under_us["cpu"], outside_us["cpu"],
             alt_name="outside mpwatch", unit="µs", target=f"≤ {TARGET_US:g} µs under mpwatch",

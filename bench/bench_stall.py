@@ -164,7 +164,7 @@ def run(quick: bool = False) -> list[dict]:
                         alt_name="torchrun: no stall detection", unit="s", target="< 0.5 s",
                         ok=med["stalled"] < 0.5,
                         note=f"median of {reps}; the deadline is the worker's last report + the timeout, "
-                             "so it includes the sender's 50 ms flush interval and the 0.1 s tick"))
+                             "so it includes the sender's 0.25 s flush interval and the 0.1 s tick"))
         rows.append(row("Stall: deadline to the Python stacks on disk", cmd, med["file"],
                         alt_name="torchrun: never dumps a hung rank", unit="s", target="< 1 s",
                         ok=med["file"] < 1.0, note=f"median of {reps}; stack file polled every 2 ms"))

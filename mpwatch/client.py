@@ -31,6 +31,10 @@ class Client:
         except runs.RunError as exc:
             raise ClientError(str(exc)) from None
 
+    def another(self) -> "Client":
+        """A second connection to the same run (requests on one connection wait in turn)."""
+        return Client(self.handle, self.timeout)
+
     def close(self):
         try:
             self._conn.close()
@@ -49,7 +53,7 @@ class Client:
                 self._conn.send_bytes(protocol.encode({"cmd": cmd, **args}))
                 if not self._conn.poll(self.timeout):
                     raise ClientError(f"run {self.handle.run_id} did not answer within {self.timeout:g}s")
-                data = self._conn.recv_bytes(protocol.MAX_FRAME)
+                data = self._conn.recv_bytes(protocol.MAX_REPLY)
             except (OSError, EOFError):
                 raise ClientError(f"lost the connection to run {self.handle.run_id} (it may have finished)") from None
         try:
@@ -61,8 +65,11 @@ class Client:
         return reply
 
     # Convenience wrappers: each returns the reply dict or raises ClientError.
-    def status(self) -> dict:
-        return self.request("status")["status"]
+    def status(self, tail: int | None = None) -> dict:
+        """The run's snapshot; `tail` caps each worker's loss_tail (fewer bytes for a big run)."""
+        if tail is None:
+            return self.request("status")["status"]
+        return self.request("status", tail=tail)["status"]
 
     def events(self, since: int = 0) -> dict:
         return self.request("events", since=since)

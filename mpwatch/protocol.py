@@ -14,6 +14,9 @@ VERSION = 1
 
 # Largest frame either end accepts; a worker batch is far below this.
 MAX_FRAME = 1 << 20
+# Largest reply a client accepts from its (authenticated) supervisor: a status of a few
+# thousand workers is several MiB.
+MAX_REPLY = 1 << 28
 
 # Environment a worker sees (torchrun's contract plus ours).
 ENV_ADDRESS = "MPWATCH_CHANNEL"
@@ -22,10 +25,20 @@ ENV_RANK = "MPWATCH_RANK"
 ENV_RUN = "MPWATCH_RUN_ID"
 ENV_STACK_FILE = "MPWATCH_STACK_FILE"
 ENV_SUPERVISOR_PID = "MPWATCH_SUPERVISOR_PID"
+ENV_FLUSH = "MPWATCH_FLUSH_S"  # how often the worker's sender ships a batch
+
+
+def flush_interval(workers: int, stall_timeout: float) -> float:
+    """The sender's batch interval for a run of this size. The supervisor's cost is mostly
+    per frame, so past 32 workers the interval grows to hold the run near 128 frames a
+    second (0.5 s at 64 workers, at most 2 s), always well inside the stall timeout."""
+    return round(max(0.05, min(max(0.25, workers / 128), 2.0, stall_timeout / 4)), 3)
 
 # Worker -> supervisor message types.
 HELLO = "hello"  # {t, v, rank, pid, ppid}
-BATCH = "batch"  # {t, reports: [[ts, step, loss, metrics]], seq, dropped, phases, cuda}
+BATCH = "batch"  # {t, reports: [[ts, step, loss, metrics(, n)]], dropped, phases, cuda}
+# A report entry with a fifth element n stands for n consecutive report() calls folded into
+# one by the sender (the last step and loss among them, their metrics merged).
 BYE = "bye"  # {t} the process is exiting normally
 
 
@@ -85,17 +98,25 @@ def as_float(value):
 
 
 def validate_batch(msg: dict) -> list:
-    """Checked reports of a BATCH frame: a list of (ts, step, loss, metrics).
-    On the supervisor's hot path, so exact type checks (bool is not int here) and one
-    pass; anything unexpected is a BadFrame."""
+    """Checked reports of a BATCH frame: a list of (ts, step, loss, metrics, n), n being how
+    many report() calls the entry stands for. On the supervisor's hot path, so exact type
+    checks (bool is not int here) and one pass; anything unexpected is a BadFrame."""
     reports = msg.get("reports")
     if type(reports) is not list:
         raise BadFrame("batch without a reports list")
     out = []
     for item in reports:
-        if type(item) is not list or len(item) != 4:
+        if type(item) is not list:
             raise BadFrame("report is not [ts, step, loss, metrics]")
-        ts, step, loss, metrics = item
+        if len(item) == 4:
+            ts, step, loss, metrics = item
+            n = 1
+        elif len(item) == 5:
+            ts, step, loss, metrics, n = item
+            if type(n) is not int or n < 1:
+                raise BadFrame("report count is not a positive integer")
+        else:
+            raise BadFrame("report is not [ts, step, loss, metrics]")
         if type(ts) is not float:
             if type(ts) is not int or (ts := as_float(ts)) is None:
                 raise BadFrame("report timestamp is not a number")
@@ -105,7 +126,7 @@ def validate_batch(msg: dict) -> list:
             raise BadFrame("report loss is not a number")
         if type(metrics) is not dict:
             raise BadFrame("report metrics is not an object")
-        out.append((ts, step, loss, metrics))
+        out.append((ts, step, loss, metrics, n))
     return out
 
 

@@ -1,9 +1,10 @@
 """The worker side: buffered reports and phase timings sent over this process's channel.
 
 `report()` only appends to a bounded deque; a daemon sender thread ships batches to the
-supervisor every FLUSH_S seconds. The training loop therefore never waits on the
-supervisor: if it is slow or gone, the deque drops its oldest entries and the gaps in the
-sequence numbers tell the supervisor how many were dropped.
+supervisor every flush interval (0.25 s; longer in wide runs, as the supervisor sets). The
+training loop therefore never waits on the supervisor: if it is slow or gone, the deque
+drops its oldest entries and the gaps in the sequence numbers tell the supervisor how many
+were dropped.
 
 A process forked from a worker (DataLoader worker, mp.Process) starts with a fresh buffer
 and opens its own channel on its first report; spawned children inherit the environment
@@ -22,13 +23,17 @@ from collections import deque
 from mpwatch import protocol
 
 # How often the sender ships a batch: one frame per flush, and the supervisor's cost is
-# mostly per frame; 0.2 s is far below any stall timeout and the TUI's refresh.
-FLUSH_S = 0.2
-# Reports kept between two flushes; when a loop reports faster than BUFFER per FLUSH_S
-# (2,560 a second), the oldest are dropped and counted. The bound also caps the sender's
-# per-flush work, which otherwise competes with the training loop for the GIL.
-BUFFER = 512
+# mostly per frame. The supervisor sets it by the run's size (protocol.flush_interval).
+FLUSH_S = 0.25
+# Reports kept between two flushes; when a loop reports faster than BUFFER per flush
+# the oldest are dropped and counted. The bound also caps the sender's per-flush work,
+# which otherwise competes with the training loop for the GIL.
+BUFFER = 2048
 CUDA_EVERY_S = 1.0  # torch's memory view is sampled at most this often
+# Entries per batch: a flush holding more reports folds runs of consecutive ones into one
+# entry (last step, last loss, metrics merged, and their count), so the supervisor's cost
+# per worker stays flat however fast a loop reports; 8 points a flush still draw the curve.
+FOLD = 8
 
 
 def _noop_report(step=None, loss=None, **metrics):
@@ -71,7 +76,8 @@ class _Phase:
 class _Channel:
     """State of this process's connection to the supervisor."""
 
-    def __init__(self, address: str, authkey: bytes, rank: int):
+    def __init__(self, address: str, authkey: bytes, rank: int, flush_s: float = FLUSH_S):
+        self.flush_s = flush_s
         self.address = address
         self.authkey = authkey
         self.rank = rank
@@ -102,7 +108,7 @@ class _Channel:
             self.thread.start()
 
     def _run(self):
-        while not self.stop.wait(FLUSH_S):
+        while not self.stop.wait(self.flush_s):
             self.flush()
 
     def _connect(self) -> bool:
@@ -142,11 +148,15 @@ class _Channel:
             except IndexError:
                 break
         dropped = 0
-        reports = []
-        for seq, ts, step, loss, metrics in items:
-            dropped += seq - self.last_sent_seq - 1
-            self.last_sent_seq = seq
-            reports.append([ts, step, _as_number(loss), metrics])
+        if items:
+            # The deque only ever drops its oldest entries, so every gap in the sequence
+            # numbers, whether before items[0] or between items, adds up to this.
+            dropped = items[-1][0] - self.last_sent_seq - len(items)
+            self.last_sent_seq = items[-1][0]
+        if len(items) <= FOLD:
+            reports = [[ts, step, _as_number(loss), metrics] for _, ts, step, loss, metrics in items]
+        else:
+            reports = _fold(items)
         phases = dict(self.phases)
         msg = {"t": protocol.BATCH, "reports": reports, "dropped": dropped, "phases": phases}
         cuda = self._cuda_view()
@@ -220,6 +230,26 @@ def _as_number(loss):
         return None
 
 
+def _fold(items):
+    """FOLD entries for a long run of reports: consecutive reports in near-equal groups, each
+    group the last timestamp, the last step and loss given, the merged metrics, its size."""
+    out = []
+    n = len(items)
+    for g in range(FOLD):
+        group = items[g * n // FOLD:(g + 1) * n // FOLD]
+        step = loss = None
+        metrics = {}
+        for _, _, s, l, m in group:
+            if s is not None:
+                step = s
+            if l is not None:
+                loss = l
+            if m:
+                metrics.update(m)
+        out.append([group[-1][1], step, _as_number(loss), metrics, len(group)])
+    return out
+
+
 def _make_api(chan: _Channel):
     buf_holder = chan  # the channel object survives fork; its buffer is replaced
     clock = time.time
@@ -256,7 +286,13 @@ def _setup():
         authkey = bytes.fromhex(key)
     except ValueError:
         return None
-    chan = _Channel(address, authkey, rank)
+    try:
+        flush_s = float(os.environ.get(protocol.ENV_FLUSH, FLUSH_S))
+    except ValueError:
+        flush_s = FLUSH_S
+    if not 0.01 <= flush_s <= 10.0:  # also NaN
+        flush_s = FLUSH_S
+    chan = _Channel(address, authkey, rank, flush_s)
     os.register_at_fork(after_in_child=chan.reset)
     atexit.register(chan.close)
     return chan

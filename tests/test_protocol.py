@@ -10,7 +10,12 @@ def test_roundtrip_batch():
     msg = {"t": protocol.BATCH, "reports": [[1.5, 3, 0.25, {"acc": 0.9}]], "dropped": 0, "phases": {"data": 0.1}}
     back = protocol.decode(protocol.encode(msg))
     assert back == msg
-    assert protocol.validate_batch(back) == [(1.5, 3, 0.25, {"acc": 0.9})]
+    assert protocol.validate_batch(back) == [(1.5, 3, 0.25, {"acc": 0.9}, 1)]
+
+
+def test_a_folded_entry_carries_its_count():
+    msg = {"t": protocol.BATCH, "reports": [[1.5, 3, 0.25, {}, 7], [2.0, 4, None, {}]]}
+    assert [r[4] for r in protocol.validate_batch(msg)] == [7, 1]
 
 
 def test_non_finite_losses_survive_as_such():
@@ -29,6 +34,7 @@ def test_garbage_is_a_bad_frame(data):
 @pytest.mark.parametrize("reports", [
     None, "x", [[1, 2, 3]], [["ts", 1, 0.5, {}]], [[1.0, "step", 0.5, {}]], [[1.0, 1, "loss", {}]],
     [[1.0, 1, 0.5, []]], [[True, 1, 0.5, {}]], [[1.0, 1.5, 0.5, {}]],
+    [[1.0, 1, 0.5, {}, 0]], [[1.0, 1, 0.5, {}, 1.0]], [[1.0, 1, 0.5, {}, True]], [[1.0, 1, 0.5, {}, 2, 3]],
 ])
 def test_malformed_batches_are_bad_frames(reports):
     with pytest.raises(protocol.BadFrame):
@@ -40,3 +46,12 @@ def test_requests_need_a_cmd():
     for bad in (b"[]", b'{"cmd":1}', b"\x00\x01"):
         with pytest.raises(protocol.BadFrame):
             protocol.decode_request(bad)
+
+
+@pytest.mark.parametrize("workers, stall_timeout, interval", [
+    (1, 60, 0.25), (32, 60, 0.25), (64, 60, 0.5), (256, 60, 2.0), (4096, 60, 2.0),
+    (64, 1.5, 0.375),  # always well inside the stall timeout
+    (256, 0.1, 0.05),  # never below 50 ms
+])
+def test_flush_interval_grows_with_the_run_and_stays_inside_the_stall_timeout(workers, stall_timeout, interval):
+    assert protocol.flush_interval(workers, stall_timeout) == interval

@@ -147,3 +147,38 @@ def test_tensor_like_loss_is_converted_off_the_hot_path(tmp_path):
     reports = [r for m in conns[0] if m["t"] == "batch" for r in m["reports"]]
     assert reports[0][2] == 0.75
     listener.close()
+
+
+def test_a_fast_loop_is_folded_without_losing_a_count_a_loss_or_a_metric(tmp_path):
+    address = str(tmp_path / "chan")
+    listener = Listener(address, family="AF_UNIX", authkey=KEY)
+    conns = []
+    t = threading.Thread(target=collect, args=(listener, 1, conns), daemon=True)
+    t.start()
+    # 300 reports inside one flush interval: every other one has no loss, one carries a metric
+    # that is never reported again. The batch is folded, and nothing the supervisor shows is lost.
+    res = run_worker("""
+        import mpwatch
+        for i in range(300):
+            if i % 2:
+                mpwatch.report(lr=0.1)
+            else:
+                mpwatch.report(step=i, loss=float(i))
+            if i == 37:
+                mpwatch.report(val_acc=0.5)
+    """, channel_env(address))
+    assert res.returncode == 0, res.stderr
+    t.join(timeout=30)
+    wait_for(lambda: conns and conns[0] and conns[0][-1]["t"] == "bye", what="the channel read")
+    batches = [m for m in conns[0] if m["t"] == "batch"]
+    entries = [protocol.validate_batch(b) for b in batches]
+    flat = [e for es in entries for e in es]
+    assert sum(e[4] for e in flat) == 301
+    assert sum(b["dropped"] for b in batches) == 0
+    assert any(len(es) == 8 and sum(e[4] for e in es) > 8 for es in entries), "a long batch is folded"
+    assert all(e[2] is not None and e[1] is not None for e in flat), "each group keeps its last loss and step"
+    assert flat[-1][1] == 298 and flat[-1][2] == 298.0
+    assert any(e[3].get("val_acc") == 0.5 for e in flat)
+    steps = [e[1] for e in flat]
+    assert steps == sorted(steps)
+    listener.close()

@@ -30,15 +30,17 @@ from mpwatch.supervisor.control import ControlServer
 from mpwatch.supervisor.gpu_watch import GpuWatch
 
 TICK_S = 0.1
-SAMPLE_S = 1.0
+SAMPLE_S = 1.0  # CPU% and RSS of every process; twice as long past SAMPLE_WIDE workers
+SAMPLE_WIDE = 32
 NO_HELLO_S = 2.0  # a worker silent this long after start is shown running, "no heartbeat"
 UNKILLABLE_S = 5.0  # after SIGKILL, this long before a survivor is reported
 HISTORY = 1024  # loss points kept per rank; halved (every other point) when full
 TAIL = 32  # recent losses for the sparkline
 RECENT_EVENTS = 1000  # notable events kept for clients
-# events.jsonl gets a rank's latest report at most this often (n = reports it stands for);
-# a worker's last report is always written. 5 points a second keep any loss curve.
-REPORT_EVENT_S = 0.2
+# events.jsonl gets a rank's latest report at most this often (n = reports it stands for,
+# metrics merged); a worker's last report is always written. A point a second per rank
+# draws the curve of a finished run; a live run's curves come from the in-memory history.
+REPORT_EVENT_S = 1.0
 STALL_PROBE_S = 2.0  # how often a stalled worker's diagnosis (busy/blocked/...) is refreshed
 
 ALIVE = {"starting", "running", "stalled", "paused"}
@@ -241,7 +243,8 @@ class Run:
                     self.store._failed(exc)
         env = launch.worker_env(os.environ, rank=rank, world=self.world, master_port=self.master_port,
                                 channel=self.chan_address, authkey=self.authkey, run_id=self.run_id,
-                                stack_file=paths["stack_file"])
+                                stack_file=paths["stack_file"],
+                                flush_s=protocol.flush_interval(self.world, self.opts.stall_timeout))
         if flight.enabled():
             env = flight.apply(env, paths["dir"])
         try:
@@ -673,7 +676,9 @@ class Run:
             raise protocol.BadFrame("batch fields of the wrong type")
         now = time.monotonic()
         recovered = child_of = None
+        write = False
         last = reports[-1] if reports else None
+        n = sum(r[4] for r in reports)
         with self.lock:
             w = self.workers.get(peer.rank)
             if w is None:
@@ -687,19 +692,22 @@ class Run:
                     c.update(step=last[1], loss=last[2], last_report=now)
             else:
                 recovered = self._apply_reports(w, reports, dropped, phases, cuda, now)
-        if last is not None:
-            ts, step, loss, metrics = last
-            if child_of is not None:
-                self.event("report", peer.rank, ts=ts, step=step, loss=loss, metrics=metrics,
-                           n=len(reports), dropped=dropped, pid=peer.pid, child_of=child_of)
-            else:
-                with self.lock:
+                if last is not None:
+                    # events.jsonl gets at most one report per REPORT_EVENT_S per rank: the
+                    # latest step and loss, every metric reported since the last one, and n,
+                    # how many report() calls it stands for.
                     prev = w.report_pending
-                    w.report_pending = {"ts": ts, "step": step, "loss": loss, "metrics": metrics,
-                                        "n": len(reports) + (prev["n"] if prev else 0),
+                    metrics = _merged_metrics(reports, prev["metrics"] if prev else None)
+                    w.report_pending = {"ts": last[0], "step": w.step, "loss": w.loss, "metrics": metrics,
+                                        "n": n + (prev["n"] if prev else 0),
                                         "dropped": dropped + (prev["dropped"] if prev else 0)}
-                if now >= w.report_next:
-                    self._write_report(w, now)
+                    write = now >= w.report_next
+        if last is not None and child_of is not None:
+            self.event("report", peer.rank, ts=last[0], step=last[1], loss=last[2],
+                       metrics=_merged_metrics(reports, None), n=n, dropped=dropped,
+                       pid=peer.pid, child_of=child_of)
+        if write:
+            self._write_report(w, now)
         if recovered is not None:
             self.event("recovered", peer.rank, step=w.step)
 
@@ -719,7 +727,7 @@ class Run:
     def _apply_reports(self, w: Worker, reports, dropped, phases, cuda, now):
         """Fold a worker's batch into its row (under the lock); returns the stall it ends."""
         recovered = None
-        for ts, step, loss, metrics in reports:
+        for ts, step, loss, metrics, n in reports:
             if step is not None:
                 w.step = step
             if loss is not None:
@@ -728,7 +736,7 @@ class Run:
                 w.add_history(step if step is not None else w.reports, loss)
             if metrics:
                 w.metrics.update(metrics)
-            w.reports += 1
+            w.reports += n
         w.dropped += max(0, dropped)
         if phases:
             w.phases = {str(k): f for k, v in phases.items() if (f := protocol.as_float(v)) is not None}
@@ -749,7 +757,8 @@ class Run:
 
     # ------------------------------------------------------------- sampler ----
     def _sampler(self):
-        while not self._stop_sampler.wait(SAMPLE_S):
+        # psutil costs ~0.2 ms a process here: a wide run is sampled every 2 s (as nvitop does)
+        while not self._stop_sampler.wait(SAMPLE_S * (2 if len(self.workers) > SAMPLE_WIDE else 1)):
             with self.lock:
                 pids = [w.pid for w in self.workers.values() if w.alive]
             try:
@@ -776,7 +785,10 @@ class Run:
         """Control-socket entry point (control threads)."""
         cmd = req["cmd"]
         if cmd == "status":
-            return {"ok": True, "status": self.snapshot()}
+            tail = req.get("tail", TAIL)  # a client drawing narrow sparklines asks for fewer points
+            if type(tail) is not int or not 0 <= tail <= TAIL:
+                raise ValueError(f"'tail' must be an integer from 0 to {TAIL}")
+            return {"ok": True, "status": self.snapshot(tail)}
         if cmd == "events":
             since = req.get("since", 0)
             if not isinstance(since, int):
@@ -998,7 +1010,7 @@ class Run:
         return sum(1 for w in self.workers.values() if self._kill(w, "stop"))
 
     # ------------------------------------------------------------ snapshot ----
-    def snapshot(self) -> dict:
+    def snapshot(self, tail: int = TAIL) -> dict:
         now = time.monotonic()
         with self.lock:
             counts: dict = {}
@@ -1006,7 +1018,7 @@ class Run:
             for rank in sorted(self.workers):
                 w = self.workers[rank]
                 counts[w.state] = counts.get(w.state, 0) + 1
-                workers.append(self._worker_view(w, now))
+                workers.append(self._worker_view(w, now, tail))
             gpus = self.gpu.snapshot() if self.gpu is not None else {"gpus": [], "gpu_status": None}
             return {
                 "run": {
@@ -1027,7 +1039,7 @@ class Run:
                 "straggler": straggler.analyze(workers),  # lags, and the likely culprit of a hang
             }
 
-    def _worker_view(self, w: Worker, now: float) -> dict:
+    def _worker_view(self, w: Worker, now: float, tail: int = TAIL) -> dict:
         info = w.proc_info if w.alive else {}
         children = []
         for c in info.get("children", []):
@@ -1048,7 +1060,7 @@ class Run:
             "proc_status": info.get("status"),
             "restarts": w.restarts, "exit_code": w.exit_code, "signal": w.signal, "cause": w.cause,
             "reports": w.reports, "dropped": w.dropped, "bad_frames": w.bad_frames,
-            "phases": dict(w.phases), "cuda": w.cuda, "loss_tail": list(w.tail),
+            "phases": dict(w.phases), "cuda": w.cuda, "loss_tail": list(w.tail)[len(w.tail) - tail:] if tail else [],
             "world_size": w.world, "uptime": round(now - w.started, 1) if w.started else None,
             "stall": dict(w.stall_info) if w.stall_info else None,  # a copy: dump threads update it
             "last_dump": w.last_dump, "unkillable": w.unkillable,
@@ -1057,3 +1069,12 @@ class Run:
             "gpu": self.gpu.worker_gpu([w.pid] + [c["pid"] for c in children])
             if self.gpu is not None and w.alive else None,
         }
+
+
+def _merged_metrics(reports, into: dict | None) -> dict:
+    """Every metric of a batch, later values winning; `into` (a pending event's) first."""
+    out = dict(into) if into else {}
+    for r in reports:
+        if r[3]:
+            out.update(r[3])
+    return out

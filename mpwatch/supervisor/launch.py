@@ -21,7 +21,7 @@ def free_port() -> int:
 
 
 def worker_env(base: dict, *, rank: int, world: int, master_port: int, channel: str,
-               authkey: bytes, run_id: str, stack_file: Path) -> dict:
+               authkey: bytes, run_id: str, stack_file: Path, flush_s: float = 0.25) -> dict:
     env = dict(base)
     env.update({
         "RANK": str(rank),
@@ -40,6 +40,7 @@ def worker_env(base: dict, *, rank: int, world: int, master_port: int, channel: 
         protocol.ENV_RUN: run_id,
         protocol.ENV_STACK_FILE: str(stack_file),
         protocol.ENV_SUPERVISOR_PID: str(os.getpid()),
+        protocol.ENV_FLUSH: str(flush_s),
     })
     # Unbuffered so a crash's last words reach the log file; the user may override.
     env.setdefault("PYTHONUNBUFFERED", "1")

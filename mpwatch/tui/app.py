@@ -8,6 +8,8 @@ says what happened (the supervisor's message, or why it failed).
 """
 from __future__ import annotations
 
+import threading
+
 from pathlib import Path
 from typing import Callable, NamedTuple
 
@@ -35,6 +37,7 @@ from mpwatch.tui.widgets.worker_table import WorkerTable
 
 WIDE_COLS = 120
 MAX_NOTICES = 3  # per snapshot; the rest are summed up in one line
+KICK_AFTER_S = 0.1  # after an action's reply, poll this soon (not at a stretched interval)
 
 
 class Outcome(NamedTuple):
@@ -114,6 +117,9 @@ class MpwatchApp(App[Outcome]):
         self.snapshots = 0  # applied snapshots, for tests and the bench
         self.messages: list[tuple[str, str]] = []  # everything said to the user
         self.poller: Poller | None = None
+        self._act_source = None
+        self._act_lock = threading.Lock()
+        self._told_exit: dict = {}  # rank -> pid of the last exit a notice told of
 
     # ---------------------------------------------------------------- layout ----
     def compose(self) -> ComposeResult:
@@ -142,6 +148,20 @@ class MpwatchApp(App[Outcome]):
     def on_unmount(self) -> None:
         if self.poller is not None:
             self.poller.stop()
+        if self._act_source is not None and self._act_source is not self.source:
+            self._act_source.close()
+
+    def _actions(self):
+        """A connection of its own for actions (worker threads): a key press never waits
+        behind a status poll, which for a big run on a busy machine takes a while."""
+        with self._act_lock:
+            if self._act_source is None:
+                another = getattr(self.source, "another", None)
+                try:
+                    self._act_source = another() if another is not None else self.source
+                except ClientError:
+                    self._act_source = self.source
+            return self._act_source
 
     def on_resize(self, event: events.Resize) -> None:
         self._set_columns(event.size.width)
@@ -191,6 +211,9 @@ class MpwatchApp(App[Outcome]):
             self.screen.show_worker()
 
     def _notices(self, recs) -> None:
+        for rec in recs:
+            if rec.get("event") == "worker_exited":
+                self._told_exit[rec.get("rank")] = rec.get("pid")
         notes = [n for n in map(view.event_notice, recs) if n is not None]
         for text, sev in notes[:MAX_NOTICES]:
             self.say(text, sev)
@@ -210,6 +233,11 @@ class MpwatchApp(App[Outcome]):
             code = final.get("run", {}).get("exit_code", code) if code is None else code
             final = dict(final, run=dict(final.get("run", {}), exit_code=code, state="finished"))
             self.apply_status(final)
+            # A worker that failed after the last poll (the run ended in between): say so now.
+            for w in final.get("workers", []):
+                if w.get("state") in ("failed", "killed") and self._told_exit.get(w["rank"]) != w.get("pid"):
+                    self.say(f"rank {w['rank']} {w['state']}: {w.get('cause')}",
+                             "error" if w["state"] == "failed" else "warning")
             lines = view.ending_lines(final)
             self.say(lines[0], "information" if code == 0 else "error")
         else:
@@ -230,7 +258,7 @@ class MpwatchApp(App[Outcome]):
         self.messages.append((text, severity))
         del self.messages[:-200]
         line = self.status_line
-        line.update(Text(text.splitlines()[0] if text else "", no_wrap=True, overflow="ellipsis"))
+        line.update(Text(text.splitlines()[0] if text else "", no_wrap=True, overflow="ellipsis"), layout=False)
         line.set_class(severity == "error", "error")
         line.set_class(severity == "warning", "warning")
         if notify and self.notices:
@@ -238,6 +266,9 @@ class MpwatchApp(App[Outcome]):
 
     def on_action_done(self, msg: ActionDone) -> None:
         self.say(msg.text, msg.severity)
+        if self.poller is not None:
+            # The next snapshot shows the action's effect: soon, but after this reply is drawn.
+            self.set_timer(KICK_AFTER_S, self.poller.kick)
         if msg.then is not None:
             msg.then()
 
@@ -281,7 +312,7 @@ class MpwatchApp(App[Outcome]):
         line = view.selected_line(w, self.glyphs)
         if line != getattr(self, "_selected_shown", None):
             self._selected_shown = line
-            self.selected_line.update(to_text(line))
+            self.selected_line.update(to_text(line), layout=False)  # one line, always
 
     def on_worker_table_row_highlighted(self, event: WorkerTable.RowHighlighted) -> None:
         self._show_selected()
@@ -308,19 +339,31 @@ class MpwatchApp(App[Outcome]):
         if w is None:
             return
         cmd = "resume" if w["state"] == "paused" else "pause"
-        self._request(f"{cmd} rank {w['rank']}", lambda: self.source.act(cmd, w["rank"]))
+        rank = w["rank"]
+        self._request(f"{cmd} rank {rank}", lambda: self._actions().act(cmd, rank),
+                      then=lambda: self._assume_state(rank, "paused" if cmd == "pause" else "running"))
+
+    def _assume_state(self, rank: int, state: str) -> None:
+        """Show what the supervisor just confirmed until the next snapshot says more, so a
+        second `p` right away resumes what the first one paused."""
+        st = self.status
+        if st is None or not self.live:
+            return
+        self.status = dict(st, workers=[dict(w, state=state) if w["rank"] == rank else w
+                                        for w in st.get("workers", [])])
+        self.refresh_view()
 
     def action_pause_all(self) -> None:
         if not self._can_act("pause all"):
             return
         alive = [w for w in self.status["workers"] if w["state"] in view.ALIVE]
         cmd = "resume" if alive and all(w["state"] == "paused" for w in alive) else "pause"
-        self._request(f"{cmd} all", lambda: self.source.act(cmd, "all"))
+        self._request(f"{cmd} all", lambda: self._actions().act(cmd, "all"))
 
     def _confirmed(self, verb: str, w: dict, detail: str) -> None:
         def answer(yes: bool | None) -> None:
             if yes:
-                self._request(f"{verb} rank {w['rank']}", lambda: self.source.act(verb, w["rank"]))
+                self._request(f"{verb} rank {w['rank']}", lambda: self._actions().act(verb, w["rank"]))
             else:
                 self.say(f"{verb} of rank {w['rank']} cancelled", notify=False)
         self.push_screen(ConfirmDialog(f"{verb.capitalize()} rank {w['rank']} (pid {w.get('pid')})?", detail),
@@ -343,7 +386,7 @@ class MpwatchApp(App[Outcome]):
         if n < 1:
             self.say("cannot resize below 1 worker", "warning")
             return
-        self._request(f"resize to {n}", lambda: self.source.resize(n))
+        self._request(f"resize to {n}", lambda: self._actions().resize(n))
 
     def action_grow(self) -> None:
         self._resize(+1)
@@ -354,7 +397,7 @@ class MpwatchApp(App[Outcome]):
     def action_dump(self) -> None:
         w = self._selected("dump stacks")
         if w is not None:
-            self._request(f"dump rank {w['rank']}", lambda: self.source.act("dump", w["rank"]))
+            self._request(f"dump rank {w['rank']}", lambda: self._actions().act("dump", w["rank"]))
 
     def action_filter(self) -> None:
         def done(text: str | None) -> None:
@@ -422,7 +465,7 @@ class MpwatchApp(App[Outcome]):
                 self.exit(Outcome("detach", None))
             elif choice == "stop":
                 self.leaving = "stop"
-                self._request("stop the run", self.source.stop,
+                self._request("stop the run", lambda: self._actions().stop(),
                               failed=lambda: setattr(self, "leaving", None))
             else:
                 self.say("still watching", notify=False)

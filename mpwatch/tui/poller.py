@@ -19,6 +19,15 @@ from textual.message import Message
 from mpwatch.client import ClientError
 
 INTERVAL_S = 0.25  # at most 4 refreshes a second
+# The share of one core the TUI may spend keeping up. When a refresh costs more (a wide run
+# on a slow machine), the next poll waits longer, down to one refresh per MAX_INTERVAL_S:
+# the run and its training jobs matter more than the TUI's frame rate. Keys are handled
+# between refreshes either way.
+CPU_BUDGET = 0.10
+MAX_INTERVAL_S = 1.0
+# Loss points per worker a snapshot carries: the widest sparkline. At 256 workers the full
+# tail would be most of each snapshot's bytes, decoded 4 times a second.
+TAIL_POINTS = 12
 FINAL_WAIT_S = 3.0  # after the socket closes, how long final.json may take to appear
 
 
@@ -66,11 +75,13 @@ class Poller:
         self.source = source
         self.target = target  # anything with post_message (the App)
         self.run_dir = Path(run_dir) if run_dir else None
-        self.interval = interval
+        self.interval = interval  # the shortest; `current` is stretched to fit CPU_BUDGET
+        self.current = interval
         self.since = since
         self.applied = threading.Event()
         self.applied.set()
         self._stop = threading.Event()
+        self._wake = threading.Event()  # poll now: an action changed the run
         self._thread = threading.Thread(target=self._loop, name="mpwatch-tui-poller", daemon=True)
         self.polls = 0
 
@@ -79,13 +90,31 @@ class Poller:
 
     def stop(self):
         self._stop.set()
+        self._wake.set()
         self.applied.set()
 
+    def join(self, timeout: float | None = None) -> None:
+        self._thread.join(timeout)
+
+    def kick(self):
+        """Poll at once instead of at the next interval (after an action, so the screen shows
+        its effect without waiting out a stretched interval)."""
+        self._wake.set()
+
+    def _pace(self, cpu: float, wall: float) -> None:
+        """The next interval from the last cycle's CPU share (of the whole TUI process)."""
+        if wall <= 0:
+            return
+        want = self.current * (cpu / wall) / CPU_BUDGET
+        # Halfway there each cycle: one slow frame (a resize, the detail view) is not a trend.
+        self.current = min(max((self.current + want) / 2, self.interval), max(MAX_INTERVAL_S, self.interval))
+
     def _loop(self):
+        c0 = w0 = None  # paced from the second cycle: the first one pays for the app's start
         while not self._stop.is_set():
             t0 = time.monotonic()
             try:
-                status = self.source.status()
+                status = self.source.status(tail=TAIL_POINTS)
                 ev = self.source.events(self.since)
             except ClientError as exc:
                 self._gone(str(exc))
@@ -101,9 +130,14 @@ class Poller:
             self.target.post_message(SnapshotReady(Snapshot(status, events, self.since, t0)))
             # Wait for the app to apply it, then keep to the interval.
             self.applied.wait(10.0)
-            rest = self.interval - (time.monotonic() - t0)
+            rest = self.current - (time.monotonic() - t0)
             if rest > 0:
-                self._stop.wait(rest)
+                self._wake.wait(rest)
+            self._wake.clear()
+            c1, w1 = time.process_time(), time.monotonic()
+            if c0 is not None:
+                self._pace(c1 - c0, w1 - w0)
+            c0, w0 = c1, w1
 
     def _gone(self, why: str):
         final = info = None

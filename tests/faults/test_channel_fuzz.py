@@ -34,6 +34,9 @@ report_items = st.one_of(
     st.tuples(st.floats(allow_nan=True, allow_infinity=True), st.one_of(st.none(), st.integers()),
               st.one_of(st.none(), st.floats(allow_nan=True, allow_infinity=True), st.sampled_from(["nan", "inf"])),
               st.dictionaries(st.text(max_size=8), json_values, max_size=3)).map(list),
+    # folded entries: a fifth element, the count (a positive int, or junk)
+    st.tuples(st.floats(allow_nan=False, allow_infinity=False), st.one_of(st.none(), st.integers()),
+              st.one_of(st.none(), st.floats()), st.just({}), json_values).map(list),
 )
 frames = st.one_of(
     json_values,
@@ -67,7 +70,8 @@ def test_batch_validation_accepts_only_well_typed_reports(value):
         reports = protocol.validate_batch(msg)
     except protocol.BadFrame:
         return
-    for ts, step, loss, metrics in reports:
+    for ts, step, loss, metrics, n in reports:
+        assert type(n) is int and n >= 1
         assert isinstance(ts, float)
         assert step is None or (isinstance(step, int) and not isinstance(step, bool))
         assert loss is None or isinstance(loss, float)

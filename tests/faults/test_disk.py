@@ -45,7 +45,7 @@ def test_full_disk_raises_an_alert_and_the_run_goes_on(headless, tmp_path):
         assert shutil.disk_usage(disk).free < 64 * 1024
         # the run goes on: every rank keeps reporting
         steps = {w["rank"]: w["step"] or 0 for w in st["workers"]}
-        wait_for(lambda: (lambda s: all(w["state"] == "running" and w["step"] >= steps[w["rank"]] + 20
+        wait_for(lambda: (lambda s: all(w["state"] == "running" and (w["step"] or 0) >= steps[w["rank"]] + 20
                                         for w in s["workers"]))(run.status()), what="20 more steps on each rank")
         # restarting a rank needs the (full) run directory too: the supervisor must survive it
         pid1 = run.worker(1)["pid"]

@@ -68,6 +68,22 @@ def test_clean_run_exits_zero_with_full_event_log(headless):
     assert [w["state"] for w in final["workers"]] == ["exited", "exited"]
 
 
+def test_folded_reports_are_all_counted_in_status_and_events(headless):
+    # 3001 report() calls in bursts: the sender folds them, yet every call is counted, the
+    # one-off metric is kept, and the report events add up to the same count.
+    run = headless(FIXTURES / "burst.py", n=1)
+    assert run.wait_exit() == 0
+    w = json.loads((run.run_dir / "final.json").read_text())["workers"][0]
+    # (a sender starved for over a second on a loaded box may drop some: they are counted)
+    assert w["reports"] + w["dropped"] == 3001 and w["step"] == 2999
+    assert w["metrics"]["once"] == 7
+    reports = run.events("report")
+    assert sum(r["n"] for r in reports) == w["reports"]
+    assert sum(r["dropped"] for r in reports) == w["dropped"]
+    assert reports[-1]["step"] == 2999 and reports[-1]["loss"] == pytest.approx(1 / 3000)
+    assert any(r["metrics"].get("once") == 7 for r in reports)
+
+
 def test_pause_stops_the_group_and_resume_continues(headless):
     run = headless(FIXTURES / "forever.py", n=2)
     st = wait_for(lambda: running_with_steps(run, 2), what="both ranks reporting")
@@ -220,3 +236,16 @@ def test_unmodified_script_has_no_heartbeat_and_is_never_stalled(headless):
     w = wait_for(lambda: (lambda w: w if (w["uptime"] or 0) > 3 else None)(run.worker(0)), what="3 s of uptime")
     assert w["state"] == "running" and w["heartbeat"] == "none"
     assert not run.events("stalled")
+
+
+def test_status_tail_caps_the_loss_points_and_a_second_connection_works(headless):
+    from mpwatch.client import Client, ClientError
+
+    run = headless(FIXTURES / "forever.py", n=1)
+    wait_for(lambda: running_with_steps(run, 1, min_step=40), what="40 steps")
+    with Client.connect(str(run.run_dir)) as c, c.another() as c2:
+        assert len(c.status()["workers"][0]["loss_tail"]) == 32
+        assert len(c2.status(tail=12)["workers"][0]["loss_tail"]) == 12
+        assert c.status(tail=0)["workers"][0]["loss_tail"] == []
+        with pytest.raises(ClientError, match="'tail' must be an integer"):
+            c2.status(tail=-1)

@@ -65,7 +65,7 @@ class CannedSource:
     def __init__(self, st: dict | None = None):
         self.st = st or status()
 
-    def status(self):
+    def status(self, tail=None):
         return copy.deepcopy(self.st)
 
     def events(self, since=0):

@@ -48,6 +48,22 @@ async def test_p_pauses_and_resumes_the_selected_worker(tui):
         run.wait_event("resumed", lambda r: r["rank"] == 1)
 
 
+async def test_p_twice_resumes_what_it_paused_before_any_new_snapshot(tui):
+    async with tui(n=1) as (app, pilot, run):
+        app.poller.stop()  # no snapshot from here on: the screen can only follow the replies
+        app.poller.join(30)
+        await pilot.pause()  # a snapshot posted just before the stop is applied now
+        snapshots = app.snapshots
+        await pilot.press("p")
+        await until(pilot, lambda: said(app, "paused rank 0"), what="the pause message")
+        assert worker_of(app, 0)["state"] == "paused"
+        assert "‖ paused" in [c.plain for c in app.table.get_row("w0")]
+        await pilot.press("p")
+        await until(pilot, lambda: said(app, "resumed rank 0"), what="the resume message")
+        run.wait_event("resumed", lambda r: r["rank"] == 0)
+        assert app.snapshots == snapshots
+
+
 async def test_shift_p_pauses_and_resumes_all(tui):
     async with tui(n=2) as (app, pilot, run):
         await pilot.press("P")

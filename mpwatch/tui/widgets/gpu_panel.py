@@ -15,5 +15,7 @@ class GpuPanel(Static):
 
     def show(self, lines: list) -> None:
         if lines != self._lines:
+            # Its height follows its line count: a layout pass only when that changes.
+            grows = self._lines is None or len(lines) != len(self._lines)
             self._lines = lines
-            self.update(lines_to_text(lines))
+            self.update(lines_to_text(lines), layout=grows)

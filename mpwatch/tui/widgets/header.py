@@ -16,4 +16,5 @@ class RunHeader(Static):
     def show(self, lines: list) -> None:
         if lines != self._lines:  # only repaint when the text changed
             self._lines = lines
-            self.update(lines_to_text(lines))
+            # A fixed height (3): no layout pass, which at 256 rows costs more than the paint.
+            self.update(lines_to_text(lines), layout=False)

@@ -59,25 +59,64 @@ def _fit(segments: list[tuple[str, Style | None]], width: int, right: bool) -> l
     return ([pad] + body) if right else (body + [pad])
 
 
-def render_row(cells: tuple, cols: list[Column]) -> Strip:
-    out: list[Segment] = []
-    space = Segment(" " * PAD)
-    for cell, col in zip(cells, cols):
+_FITTED: dict = {}  # (cell, width, right) -> its segments, shared by every row
+_FITTED_MAX = 8192
+
+
+def _fitted(cell, width: int, right: bool) -> list[Segment]:
+    """A cell's segments with its padding, cached: most cells (state, pid, rss, blanks...)
+    repeat across rows and snapshots, so a redrawn row mostly costs dict lookups."""
+    key = (cell, width, right)
+    try:
+        segs = _FITTED.get(key)
+    except TypeError:  # an unhashable cell: draw it uncached
+        key, segs = None, None
+    if segs is None:
         if isinstance(cell, tuple):
-            segs = [(t, _style(s)) for t, s in cell]
+            parts = [(t, _style(s)) for t, s in cell]
         else:
-            segs = [("" if cell is None else str(cell), None)]
-        out.append(space)
-        out.extend(_fit(segs, col.width, col.right))
-        out.append(space)
-    # Fewer, longer segments: every later style operation is per segment.
-    merged: list[Segment] = []
-    for seg in out:
-        if merged and merged[-1].style == seg.style:
-            merged[-1] = Segment(merged[-1].text + seg.text, seg.style)
-        elif seg.text:
-            merged.append(seg)
-    return Strip(merged)
+            parts = [("" if cell is None else str(cell), None)]
+        segs = [Segment(" " * PAD), *_fit(parts, width, right), Segment(" " * PAD)]
+        if key is not None:
+            if len(_FITTED) >= _FITTED_MAX:
+                _FITTED.clear()
+            _FITTED[key] = segs
+    return segs
+
+
+def row_segments(cells: tuple, cols: list[Column]) -> list[tuple[str, Style | None]]:
+    """A row as (text, style) runs, neighbours of one style merged: every later style
+    operation is per segment. Exactly the columns' width in cells."""
+    merged: list[tuple[str, Style | None]] = []
+    text = ""
+    style = None
+    for cell, col in zip(cells, cols):
+        for seg in _fitted(cell, col.width, col.right):
+            if seg.style == style:
+                text += seg.text
+            else:
+                if text:
+                    merged.append((text, style))
+                text, style = seg.text, seg.style
+    if text:
+        merged.append((text, style))
+    return merged
+
+
+def render_row(cells: tuple, cols: list[Column]) -> Strip:
+    return Strip([Segment(t, s) for t, s in row_segments(cells, cols)])
+
+
+def row_strip(cells: tuple, cols: list[Column], x: int, width: int, base: Style) -> Strip:
+    """The row as drawn: cropped to the view, over the widget's base style. Built as one
+    Strip (crop_extend + apply_style would make three, each with its own caches)."""
+    full = sum(c.width + 2 * PAD for c in cols)
+    if x or full > width:
+        return render_row(cells, cols).crop_extend(x, x + width, base).apply_style(base)
+    out = [Segment(t, base + s if s is not None else base) for t, s in row_segments(cells, cols)]
+    if width > full:
+        out.append(Segment(" " * (width - full), base))
+    return Strip(out, width)
 
 
 class WorkerTable(ScrollView, can_focus=True):
@@ -122,6 +161,9 @@ class WorkerTable(ScrollView, can_focus=True):
         self.reorders = 0
         self.lines_rendered = 0
         self._rendered = None  # (scroll x, width, base style) the cached lines were drawn for
+        self._base = None  # looked up once per render pass (render_lines), not once a line
+        self._cursor_style = None
+        self._width = None
 
     # ------------------------------------------------------ DataTable-like API ----
     @property
@@ -264,10 +306,20 @@ class WorkerTable(ScrollView, can_focus=True):
                 self.action_select_cursor()
 
     # ------------------------------------------------------------- rendering ----
+    def render_lines(self, crop):
+        # The widget's base and cursor styles walk the DOM: once a pass, not once a line.
+        self._base = self.rich_style
+        self._cursor_style = self.get_component_rich_style("worker-table--cursor")
+        self._width = self.scrollable_content_region.width
+        try:
+            return super().render_lines(crop)
+        finally:
+            self._base = self._cursor_style = self._width = None
+
     def render_line(self, y: int) -> Strip:
-        width = self.scrollable_content_region.width
+        width = self._width if self._width is not None else self.scrollable_content_region.width
         x = int(self.scroll_x)
-        base = self.rich_style
+        base = self._base if self._base is not None else self.rich_style
         if y == 0:
             if self._header is None:
                 labels = tuple(c.label for c in self.cols)
@@ -286,10 +338,9 @@ class WorkerTable(ScrollView, can_focus=True):
             self._strips.clear()
         strip = self._strips.get(key)
         if strip is None:
-            strip = render_row(self.formatter(self.cells[key]), self.cols)
-            strip = self._strips[key] = strip.crop_extend(x, x + width, base).apply_style(base)
+            strip = self._strips[key] = row_strip(self.formatter(self.cells[key]), self.cols, x, width, base)
             self.lines_rendered += 1
         if row == self.cursor_row:  # over the cells' own styles, so its background shows
-            return Strip(Segment.apply_style(strip, post_style=self.get_component_rich_style(
-                "worker-table--cursor")), strip.cell_length)
+            cursor = self._cursor_style or self.get_component_rich_style("worker-table--cursor")
+            return Strip(Segment.apply_style(strip, post_style=cursor), strip.cell_length)
         return strip
