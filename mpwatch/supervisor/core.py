@@ -34,6 +34,9 @@ SAMPLE_S = 1.0  # CPU% and RSS of every process; twice as long past SAMPLE_WIDE 
 SAMPLE_WIDE = 32
 NO_HELLO_S = 2.0  # a worker silent this long after start is shown running, "no heartbeat"
 UNKILLABLE_S = 5.0  # after SIGKILL, this long before a survivor is reported
+# After a worker's process ends, how long its channel may take to reach end of file: the
+# frames it sent on the way out (its last reports) are read before its exit is recorded.
+DRAIN_S = 0.5
 HISTORY = 1024  # loss points kept per rank; halved (every other point) when full
 TAIL = 32  # recent losses for the sparkline
 RECENT_EVENTS = 1000  # notable events kept for clients
@@ -113,10 +116,12 @@ class Worker:
         self.foreign_groups: set[int] = set()
         self.stall_probed = 0.0  # monotonic time of the last hang.probe while stalled
         self.last_dump: str | None = None
+        self.chan_open = False  # the worker's own channel is connected (hub threads set it)
+        self.exit_seen: float | None = None  # its process ended; its exit waits for the channel
 
     @property
     def alive(self) -> bool:
-        return self.proc is not None and self.proc.returncode is None
+        return self.proc is not None and (self.proc.returncode is None or self.exit_seen is not None)
 
     def add_history(self, step, loss):
         # Decimate instead of truncating, so the whole curve survives a long run.
@@ -262,6 +267,8 @@ class Run:
             w.world = self.world
             w.exit_code = w.signal = w.cause = None
             w.connected = False
+            w.chan_open = False
+            w.exit_seen = None
             w.last_report = None
             w.kill_reason = w.kill_deadline = w.hard_killed = None
             w.unkillable = None
@@ -348,13 +355,17 @@ class Run:
             if w.proc.returncode is None:
                 rc = w.proc.poll()
                 if rc is not None:
-                    self._on_exit(w, rc)
+                    w.exit_seen = now
                 elif w.kill_deadline is not None and now >= w.kill_deadline and w.hard_killed is None:
                     self._signal_group(w.pid, signal.SIGKILL)
                     w.hard_killed = now
                 elif w.hard_killed is not None and now - w.hard_killed > UNKILLABLE_S and w.unkillable is None:
                     # Name every member still there (a stuck child too), not just the worker.
                     self._report_unkillable(w, [p.pid for p in procs.group_members(w.pid)] or [w.pid])
+            if w.exit_seen is not None and (not w.chan_open or now - w.exit_seen >= DRAIN_S):
+                # (a child that inherited the channel's socket keeps it open: hence the deadline)
+                w.exit_seen = None
+                self._on_exit(w, w.proc.returncode)
             if w.state == "starting" and not w.connected and now - w.started > NO_HELLO_S and w.alive:
                 with self.lock:
                     w.state = "running"
@@ -577,6 +588,8 @@ class Run:
         timeout = self.opts.stall_timeout
         any_stalled = False
         for w in list(self.workers.values()):
+            if w.exit_seen is not None:  # ended: its exit is being recorded, it is not hung
+                continue
             if w.state == "stalled" and w.alive:
                 any_stalled = True
                 if now - w.stall_probed >= STALL_PROBE_S:
@@ -645,6 +658,7 @@ class Run:
                 return
             if peer.pid == w.pid:
                 w.connected = True
+                w.chan_open = True
                 if w.state == "starting":
                     w.state = "running"
             else:
@@ -652,7 +666,10 @@ class Run:
                                                       "last_report": None, "ppid": msg.get("ppid")})
 
     def on_close(self, peer):
-        pass
+        with self.lock:
+            w = self.workers.get(peer.rank)
+            if w is not None and peer.pid == w.pid:
+                w.chan_open = False
 
     def on_bad(self, peer, why: str):
         with self.lock:
