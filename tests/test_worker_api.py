@@ -54,12 +54,24 @@ def collect(listener, n_conns, out):
         threading.Thread(target=read, daemon=True).start()
 
 
-def test_reports_phases_and_forked_children_use_their_own_channels(tmp_path):
+def listening(tmp_path, n_conns: int):
+    """(address, listener, conns, thread): a channel address and a thread collecting the
+    messages of its first n_conns connections into conns."""
     address = str(tmp_path / "chan")
     listener = Listener(address, family="AF_UNIX", authkey=KEY)
     conns = []
-    t = threading.Thread(target=collect, args=(listener, 2, conns), daemon=True)
+    t = threading.Thread(target=collect, args=(listener, n_conns, conns), daemon=True)
     t.start()
+    return address, listener, conns, t
+
+
+def read_until_bye(t, conns):
+    t.join(timeout=30)
+    wait_for(lambda: conns and conns[0] and conns[0][-1]["t"] == "bye", what="the channel read")
+
+
+def test_reports_phases_and_forked_children_use_their_own_channels(tmp_path):
+    address, listener, conns, t = listening(tmp_path, 2)
     res = run_worker("""
         import os, time, mpwatch
         for i in range(5):
@@ -128,11 +140,7 @@ def test_report_never_blocks_when_the_supervisor_is_gone(tmp_path):
 
 
 def test_tensor_like_loss_is_converted_off_the_hot_path(tmp_path):
-    address = str(tmp_path / "chan")
-    listener = Listener(address, family="AF_UNIX", authkey=KEY)
-    conns = []
-    t = threading.Thread(target=collect, args=(listener, 1, conns), daemon=True)
-    t.start()
+    address, listener, conns, t = listening(tmp_path, 1)
     res = run_worker("""
         import mpwatch
         class FakeTensor:  # what report() relies on: detach() and float()
@@ -142,19 +150,14 @@ def test_tensor_like_loss_is_converted_off_the_hot_path(tmp_path):
         mpwatch.report(step=1, loss=FakeTensor(0.75))
     """, channel_env(address))
     assert res.returncode == 0, res.stderr
-    t.join(timeout=30)
-    wait_for(lambda: conns and conns[0] and conns[0][-1]["t"] == "bye", what="the channel read")
+    read_until_bye(t, conns)
     reports = [r for m in conns[0] if m["t"] == "batch" for r in m["reports"]]
     assert reports[0][2] == 0.75
     listener.close()
 
 
 def test_a_fast_loop_is_folded_without_losing_a_count_a_loss_or_a_metric(tmp_path):
-    address = str(tmp_path / "chan")
-    listener = Listener(address, family="AF_UNIX", authkey=KEY)
-    conns = []
-    t = threading.Thread(target=collect, args=(listener, 1, conns), daemon=True)
-    t.start()
+    address, listener, conns, t = listening(tmp_path, 1)
     # 300 reports inside one flush interval: every other one has no loss, one carries a metric
     # that is never reported again. The batch is folded, and nothing the supervisor shows is lost.
     res = run_worker("""
@@ -168,8 +171,7 @@ def test_a_fast_loop_is_folded_without_losing_a_count_a_loss_or_a_metric(tmp_pat
                 mpwatch.report(val_acc=0.5)
     """, channel_env(address))
     assert res.returncode == 0, res.stderr
-    t.join(timeout=30)
-    wait_for(lambda: conns and conns[0] and conns[0][-1]["t"] == "bye", what="the channel read")
+    read_until_bye(t, conns)
     batches = [m for m in conns[0] if m["t"] == "batch"]
     entries = [protocol.validate_batch(b) for b in batches]
     flat = [e for es in entries for e in es]

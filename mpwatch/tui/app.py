@@ -9,7 +9,6 @@ says what happened (the supervisor's message, or why it failed).
 from __future__ import annotations
 
 import threading
-
 from pathlib import Path
 from typing import Callable, NamedTuple
 
