@@ -54,7 +54,7 @@ class SyntheticSource:
 
     def act(self, cmd, target):
         (self.paused.add if cmd == "pause" else self.paused.discard)(target)
-        return f"{cmd}d rank {target}" if cmd == "pause" else f"{cmd}d rank {target}"
+        return f"{cmd}d rank {target}"
 
 
 def main(argv: list[str]) -> int:

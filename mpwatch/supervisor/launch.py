@@ -21,7 +21,7 @@ def free_port() -> int:
 
 
 def worker_env(base: dict, *, rank: int, world: int, master_port: int, channel: str,
-               authkey: bytes, run_id: str, stack_file: Path, flush_s: float = 0.25) -> dict:
+               authkey: bytes, run_id: str, stack_file: Path, flush_s: float) -> dict:
     env = dict(base)
     env.update({
         "RANK": str(rank),
