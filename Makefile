@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: venv demo test bench clean
+.PHONY: venv demo test lint bench clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -16,8 +16,13 @@ venv: $(STAMP)
 demo: $(STAMP)
 	$(BIN)/mpwatch demo/mnist.py
 
-test: $(STAMP)
-	$(BIN)/python -m pytest -q
+# Static checks first (seconds): a renderer reading a status key the schema lacks fails here.
+lint: $(STAMP)
+	$(BIN)/ruff check mpwatch
+	$(BIN)/mypy
+
+test: lint
+	$(BIN)/python -m pytest -q -rs
 
 bench: $(STAMP)
 	$(BIN)/python -m bench

@@ -20,7 +20,7 @@ from pathlib import Path
 from bench import measure
 from bench.harness import row
 from mpwatch.probes import pyspy, stacks
-from mpwatch.supervisor import launch
+from mpwatch.supervisor import spawn
 
 STALL_TIMEOUT = 1.5
 
@@ -110,7 +110,7 @@ def _latency_once(d: Path, script: Path, i: int) -> dict:
 def _spawn_looper(d: Path, name: str, seconds: float):
     out = d / f"{name}.json"
     stack_file = d / f"{name}.fh"
-    env = measure.clean_env(MPWATCH_STACK_FILE=str(stack_file), PYTHONPATH=launch.INJECT_DIR)
+    env = measure.clean_env(MPWATCH_STACK_FILE=str(stack_file), PYTHONPATH=spawn.INJECT_DIR)
     p = subprocess.Popen([sys.executable, "-c", LOOPER, str(out), str(seconds)], env=env,
                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     measure.wait_for(lambda: Path(str(out) + ".ready").exists(), 60, what="the loop to start")

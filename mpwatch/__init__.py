@@ -13,5 +13,5 @@ Outside mpwatch both calls are no-ops.
 """
 from mpwatch.worker import active, phase, report
 
-__all__ = ["report", "phase", "active"]
+__all__ = ["active", "phase", "report"]
 __version__ = "0.1.0"

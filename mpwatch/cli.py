@@ -159,7 +159,7 @@ def cmd_run(ns) -> int:
     check_script(ns.script)
     if ns.run_dir is not None and os.path.exists(ns.run_dir) and not os.path.isdir(ns.run_dir):
         raise UsageError(f"--run-dir {ns.run_dir} exists and is not a directory")
-    from mpwatch import runs
+    from mpwatch import registry
     from mpwatch.supervisor.core import Options, Run
     from mpwatch.supervisor.headless import Reporter
 
@@ -174,7 +174,7 @@ def cmd_run(ns) -> int:
     run = Run(opts, status_out=Reporter())
     try:
         run.setup()
-    except runs.RunError as exc:
+    except registry.RunError as exc:
         run.close_partial()
         return die(str(exc))
     return run.serve()
@@ -193,11 +193,11 @@ def cmd_ls(argv) -> int:
     p = Parser(prog="mpwatch ls", description="List live runs of this user.")
     p.add_argument("--json", action="store_true")
     ns = p.parse_args(argv)
-    from mpwatch import runs
+    from mpwatch import registry
 
     try:
-        entries = runs.live_runs()
-    except runs.RunError as exc:
+        entries = registry.live_runs()
+    except registry.RunError as exc:
         return die(str(exc))
     if ns.json:
         print(json.dumps(entries, indent=1))

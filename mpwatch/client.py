@@ -3,9 +3,10 @@ from __future__ import annotations
 
 import json
 import threading
-from multiprocessing.connection import AuthenticationError, Client as _Connect
+from multiprocessing.connection import AuthenticationError
+from multiprocessing.connection import Client as _Connect
 
-from mpwatch import protocol, runs
+from mpwatch import protocol, registry
 
 
 class ClientError(Exception):
@@ -13,7 +14,7 @@ class ClientError(Exception):
 
 
 class Client:
-    def __init__(self, handle: runs.RunHandle, timeout: float = 30.0):
+    def __init__(self, handle: registry.RunHandle, timeout: float = 30.0):
         self.handle = handle
         self.timeout = timeout
         self._lock = threading.Lock()
@@ -25,13 +26,13 @@ class Client:
             raise ClientError(f"cannot reach run {handle.run_id}: {getattr(exc, 'strerror', None) or exc}") from None
 
     @classmethod
-    def connect(cls, run: str | None = None) -> "Client":
+    def connect(cls, run: str | None = None) -> Client:
         try:
-            return cls(runs.resolve(run))
-        except runs.RunError as exc:
+            return cls(registry.resolve(run))
+        except registry.RunError as exc:
             raise ClientError(str(exc)) from None
 
-    def another(self) -> "Client":
+    def another(self) -> Client:
         """A second connection to the same run (requests on one connection wait in turn)."""
         return Client(self.handle, self.timeout)
 

@@ -303,7 +303,7 @@ _channel = _setup()
 if _channel is None:
     report = _noop_report
 
-    def phase(name: str):  # noqa: D103 - same contract as the active phase()
+    def phase(name: str):
         return _NO_PHASE
 
 else:

@@ -132,7 +132,7 @@ class NvmlBackend:
                 continue
             try:
                 procs = fn(h)
-            except Exception as exc:  # noqa: BLE001 - sorted below
+            except Exception as exc:
                 if not _missing_function(self.nv, exc):
                     raise
                 last = exc

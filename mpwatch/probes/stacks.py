@@ -19,8 +19,16 @@ import time
 from pathlib import Path
 
 from mpwatch.probes import pyspy
-from mpwatch.stackfmt import (COLLECTIVES, HEADER, collective_frame, fmt_frame,  # noqa: F401 - re-exported
-                              is_user_file, main_thread, parse, summarize)
+from mpwatch.stackfmt import (  # noqa: F401 - re-exported
+    COLLECTIVES,
+    HEADER,
+    collective_frame,
+    fmt_frame,
+    is_user_file,
+    main_thread,
+    parse,
+    summarize,
+)
 
 SETTLE_S = 0.05  # output is taken as complete once the file stops growing this long...
 SLOW_SETTLE_S = 0.3  # ...or this long, when it does not end like a whole dump (a busy box)

@@ -25,7 +25,7 @@ COALESCE_MIN = 8  # fewer ready peers than this: wait COALESCE_S for more before
 
 
 class Peer:
-    __slots__ = ("conn", "rank", "pid", "bad_frames", "buf")
+    __slots__ = ("bad_frames", "buf", "conn", "pid", "rank")
 
     def __init__(self, conn, rank, pid):
         self.conn = conn

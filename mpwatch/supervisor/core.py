@@ -22,9 +22,9 @@ from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from mpwatch import protocol, runs, runstore
+from mpwatch import protocol, registry, runstore
 from mpwatch.probes import hang, procs, stacks
-from mpwatch.supervisor import flight, launch, stall, straggler
+from mpwatch.supervisor import flight, spawn, stall, straggler
 from mpwatch.supervisor.channels import ChannelHub
 from mpwatch.supervisor.control import ControlServer
 from mpwatch.supervisor.gpu_watch import GpuWatch
@@ -142,7 +142,7 @@ class Run:
         self.lock = threading.RLock()
         self.workers: dict[int, Worker] = {}
         self.world = opts.nprocs
-        self.master_port = launch.free_port()
+        self.master_port = spawn.free_port()
         self.authkey = os.urandom(32)
         self.state = "running"  # running | resizing | stopping | finished
         self.started_wall = time.time()
@@ -168,16 +168,16 @@ class Run:
     # ----------------------------------------------------------------- setup ----
     def setup(self):
         o = self.opts
-        self.run_id = o.run_id or runs.new_run_id(o.script)
+        self.run_id = o.run_id or registry.new_run_id(o.script)
         run_dir = Path(o.run_dir) if o.run_dir else Path(o.cwd) / "mpwatch-runs" / self.run_id
         if (run_dir / runstore.RUN_JSON).exists():
-            raise runs.RunError(f"run directory {run_dir} already holds a run; choose another --run-dir")
-        rt = runs.runtime_dir()
+            raise registry.RunError(f"run directory {run_dir} already holds a run; choose another --run-dir")
+        rt = registry.runtime_dir()
         self.store = runstore.RunStore(run_dir)
         try:
             self.store.create()
         except OSError as exc:
-            raise runs.RunError(f"cannot create run directory {run_dir}: {exc.strerror}") from None
+            raise registry.RunError(f"cannot create run directory {run_dir}: {exc.strerror}") from None
         self.run_dir = run_dir
         self.chan_address = str(rt / f"{self.run_id}.chan")
         self.ctl_address = str(rt / f"{self.run_id}.ctl")
@@ -204,7 +204,7 @@ class Run:
         self.control.start()
         self.gpu = GpuWatch.for_run(self)  # NVML starts on its own thread: setup never waits on it
         self.gpu.start()
-        runs.register(self.run_id, {"run_id": self.run_id, "run_dir": str(run_dir.resolve()),
+        registry.register(self.run_id, {"run_id": self.run_id, "run_dir": str(run_dir.resolve()),
                                     "pid": os.getpid(), "script": o.script,
                                     "started": self.started_wall, "nprocs": o.nprocs})
         self.event("run_started", script=o.script, args=o.args, nprocs=o.nprocs,
@@ -246,14 +246,14 @@ class Run:
                         f.write(f"\n--- mpwatch: rank {rank} {reason} at {time.strftime('%H:%M:%S')} ---\n".encode())
                 except OSError as exc:  # a full disk costs the marker, never the restart
                     self.store._failed(exc)
-        env = launch.worker_env(os.environ, rank=rank, world=self.world, master_port=self.master_port,
+        env = spawn.worker_env(os.environ, rank=rank, world=self.world, master_port=self.master_port,
                                 channel=self.chan_address, authkey=self.authkey, run_id=self.run_id,
                                 stack_file=paths["stack_file"],
                                 flush_s=protocol.flush_interval(self.world, self.opts.stall_timeout))
         if flight.enabled():
             env = flight.apply(env, paths["dir"])
         try:
-            proc = launch.start_worker(launch.python_argv(o.script, o.args), env,
+            proc = spawn.start_worker(spawn.python_argv(o.script, o.args), env,
                                        paths["stdout"], paths["stderr"], cwd=o.cwd)
         except OSError as exc:
             with self.lock:
@@ -565,7 +565,7 @@ class Run:
         if self.gpu is not None:
             self.gpu.close()
         if self.run_id is not None:
-            runs.unregister(self.run_id)
+            registry.unregister(self.run_id)
         if getattr(self, "watchdog", None) is not None:
             # Groups still listed are ones we could not kill: let the watchdog try too.
             try:
@@ -1003,7 +1003,7 @@ class Run:
             for r in [r for r in self.workers if r >= n]:
                 del self.workers[r]
         self.world = n
-        self.master_port = launch.free_port()  # the old rendezvous may linger in TIME_WAIT
+        self.master_port = spawn.free_port()  # the old rendezvous may linger in TIME_WAIT
         for rank in range(n):
             self._start(rank, reason="resized" if rank in self.workers else None)
         with self.lock:

@@ -29,7 +29,7 @@ class AlertConfig:
     cooldown_s: float = 60.0  # an alert that ends and starts again is not re-announced sooner
 
     @classmethod
-    def from_env(cls, env) -> "AlertConfig":
+    def from_env(cls, env) -> AlertConfig:
         kw = {}
         mem = _number(env.get("MPWATCH_GPU_MEM_ALERT"))
         if mem is not None and 0 < mem <= 100:

@@ -60,7 +60,7 @@ class GpuWatch:
         self._who: dict[int, dict] = {}  # pid -> {create, checked, user, cmd, visible, ancestor}
 
     @classmethod
-    def for_run(cls, run) -> "GpuWatch":
+    def for_run(cls, run) -> GpuWatch:
         def workers():
             by_pid, children, running = {}, {}, set()
             with run.lock:

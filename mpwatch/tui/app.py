@@ -9,8 +9,9 @@ says what happened (the supervisor's message, or why it failed).
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable, NamedTuple
+from typing import NamedTuple
 
 from rich.text import Text
 from textual import events
@@ -22,16 +23,16 @@ from textual.widgets import Footer, Static
 from mpwatch.client import ClientError
 from mpwatch.tui import glyphs as glyphs_mod
 from mpwatch.tui import view
-from mpwatch.tui.poller import INTERVAL_S, PollFailed, Poller, RunGone, SnapshotReady
+from mpwatch.tui.poller import INTERVAL_S, Poller, PollFailed, RunGone, SnapshotReady
 from mpwatch.tui.screens.confirm import ConfirmDialog
 from mpwatch.tui.screens.detail import DetailScreen
 from mpwatch.tui.screens.filter import FilterDialog
 from mpwatch.tui.screens.help import HelpScreen
 from mpwatch.tui.screens.logs import LogsScreen
 from mpwatch.tui.screens.quit import QuitDialog
+from mpwatch.tui.widgets.cells import to_text
 from mpwatch.tui.widgets.gpu_panel import GpuPanel
 from mpwatch.tui.widgets.header import RunHeader
-from mpwatch.tui.widgets.cells import to_text
 from mpwatch.tui.widgets.worker_table import WorkerTable
 
 WIDE_COLS = 120

@@ -12,7 +12,7 @@ import sys
 import time
 from pathlib import Path
 
-from mpwatch import runs, runstore
+from mpwatch import registry, runstore
 
 START_TIMEOUT_S = 30.0
 
@@ -38,8 +38,8 @@ def _tail(path: Path, n: int = 8) -> str:
 
 def launch_with_tui(ns, opts) -> int:
     try:
-        run_id = opts.run_id or runs.new_run_id(opts.script)
-    except runs.RunError as exc:
+        run_id = opts.run_id or registry.new_run_id(opts.script)
+    except registry.RunError as exc:
         return _die(str(exc))
     run_dir = Path(ns.run_dir if ns.run_dir else Path(opts.cwd) / "mpwatch-runs" / run_id).absolute()
     if (run_dir / runstore.RUN_JSON).exists():
@@ -106,7 +106,7 @@ def wait_finished(handle, supervisor=None, timeout: float | None = None) -> int 
             return info.get("exit_code")
         if supervisor is not None and supervisor.poll() is not None:
             return supervisor.returncode
-        if supervisor is None and not runs.pid_alive(handle.pid):
+        if supervisor is None and not registry.pid_alive(handle.pid):
             info = runstore.read_json(handle.run_dir, runstore.RUN_JSON) or {}
             return info.get("exit_code")
         time.sleep(0.1)

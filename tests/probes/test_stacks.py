@@ -9,7 +9,7 @@ import time
 import pytest
 
 from mpwatch.probes import pyspy, stacks
-from mpwatch.supervisor import launch
+from mpwatch.supervisor import spawn
 from tests.helpers import FIXTURES, alive, wait_for
 
 DUMP = """\
@@ -65,7 +65,7 @@ def _spawn(tmp_path, code_or_script, *args):
     """A Python process armed like a worker (the start-up hook, the stack file)."""
     stack_file = tmp_path / "faulthandler.out"
     env = dict(os.environ, MPWATCH_STACK_FILE=str(stack_file),
-               PYTHONPATH=os.pathsep.join([launch.INJECT_DIR, os.environ.get("PYTHONPATH", "")]))
+               PYTHONPATH=os.pathsep.join([spawn.INJECT_DIR, os.environ.get("PYTHONPATH", "")]))
     env.pop("MPWATCH_SUPERVISOR_PID", None)
     argv = [sys.executable, str(code_or_script), *map(str, args)] if str(code_or_script).endswith(".py") \
         else [sys.executable, "-c", code_or_script, *map(str, args)]

@@ -1,0 +1,87 @@
+"""Numbers for people: bytes, durations, losses and rates, in one place for every screen
+and message (the CLI, the headless lines, alert texts and the TUI). Pure; no clock.
+
+Two sizes of bytes: `size` for table cells ("19.6G", binary units, at most 5 characters)
+and `size_long` for sentences ("19.6 GiB"). Unknown values are N/A, never zero.
+"""
+from __future__ import annotations
+
+import math
+
+NA = "N/A"
+
+
+def size(n: float | None, na: str = "") -> str:
+    """Bytes in at most 5 characters: 812M, 19.6G, 1.0T (binary units)."""
+    if not isinstance(n, (int, float)) or isinstance(n, bool) or not math.isfinite(n):
+        return na
+    v = float(n)
+    for unit in ("B", "K", "M", "G", "T"):
+        if abs(v) < 1000 or unit == "T":
+            return f"{v:.0f}{unit}" if unit == "B" or abs(v) >= 10 else f"{v:.1f}{unit}"
+        v /= 1024
+    return na  # pragma: no cover - the loop always returns
+
+
+def size_long(n: float | None, na: str = NA) -> str:
+    """Bytes for a sentence: 512 B, 1.5 KiB, 19.6 GiB."""
+    if not isinstance(n, (int, float)) or isinstance(n, bool) or not math.isfinite(n):
+        return na
+    v = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if abs(v) < 1024:
+            return f"{v:.0f} {unit}" if unit == "B" else f"{v:.1f} {unit}"
+        v /= 1024
+    return f"{v:.1f} TiB"
+
+
+def age(s: float | None, na: str = "") -> str:
+    """A short duration: 0.3s, 42s, 12m, 3h."""
+    if not isinstance(s, (int, float)) or not math.isfinite(s):
+        return na
+    if s < 10:
+        return f"{s:.1f}s"
+    if s < 120:
+        return f"{s:.0f}s"
+    if s < 7200:
+        return f"{s / 60:.0f}m"
+    return f"{s / 3600:.0f}h"
+
+
+def duration(s: float | None, na: str = "-") -> str:
+    """A run's length: 4m05s, 1h02m03s."""
+    if not isinstance(s, (int, float)) or not math.isfinite(s):
+        return na
+    total = int(s)
+    h, rem = divmod(total, 3600)
+    m, sec = divmod(rem, 60)
+    return f"{h}h{m:02d}m{sec:02d}s" if h else f"{m}m{sec:02d}s"
+
+
+def num(v: object, digits: int = 4, na: str = "") -> str:
+    """A step, loss or metric: ints as they are, floats to `digits` significant digits."""
+    if v is None:
+        return na
+    if isinstance(v, bool):
+        return str(v)
+    if isinstance(v, int):
+        return str(v)
+    if isinstance(v, float):
+        if not math.isfinite(v):
+            return str(v)
+        return f"{v:.{digits}g}"
+    return str(v)
+
+
+def speed(v: float | None, na: str = "") -> str:
+    """Steps per second: 12.5, 340."""
+    if not isinstance(v, (int, float)) or not math.isfinite(v):
+        return na
+    return f"{v:.0f}" if v >= 100 else f"{v:.1f}"
+
+
+def pct(v: float | None, na: str = NA) -> str:
+    """A percentage already in 0..100: 93%."""
+    if not isinstance(v, (int, float)) or not math.isfinite(v):
+        return na
+    return f"{v:.0f}%"
