@@ -89,3 +89,7 @@ class Client:
 
     def stop(self) -> str:
         return self.request("stop")["message"]
+
+    def gpu_timeline(self, window: float = 120) -> dict:
+        """{"ticks": [GpuTick], "marks": [GpuMark]} of the last `window` seconds (at most an hour)."""
+        return self.request("gpu_timeline", window=window)
