@@ -99,15 +99,17 @@ class GpuPart(TypedDict):
 class GpuWatch:
     def __init__(self, interval: float, workers: Callable[[], list[RankInfo]], emit: Emit,
                  env: Mapping[str, str] | None = None, config: gpu_alerts.AlertConfig | None = None,
-                 opener: Opener | None = None, timeline_path: Path | None = None):
+                 opener: Opener | None = None, timeline_path: Path | None = None,
+                 clock: Callable[[], float] = time.monotonic):
         """workers() -> the run's workers (alive or not, with a pid); emit(rank, **fields)
-        records one gpu_alert event."""
+        records one gpu_alert event; clock: the monotonic clock of slopes and idle spans."""
         self.interval = max(0.05, float(interval))
         self._workers = workers
         self._emit = emit
         self.env = dict(os.environ if env is None else env)
         self.cfg = config or gpu_alerts.AlertConfig.from_env(self.env)
         self._opener: Opener = opener or gpu_probe.open_backend
+        self._clock = clock
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -204,7 +206,7 @@ class GpuWatch:
     def tick(self) -> None:
         assert self.probe is not None
         t0 = time.perf_counter()
-        now, wall = time.monotonic(), time.time()
+        now, wall = self._clock(), time.time()
         with_procs = self.ticks % PROCS_EVERY == 0
         self.ticks += 1
         samples = self.probe.sample(with_procs)

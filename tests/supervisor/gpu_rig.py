@@ -1,0 +1,114 @@
+"""A GPU watcher on a scripted NVML, with real processes standing for the ranks: the views
+the alert tests use are built by the watcher's own code (GpuWatch.tick), never by hand.
+
+Each rank is a real sleeping process started with MPWATCH_RANK=N (so the scenario's
+"rank:N" names resolve to it, and psutil's lookups are real); with `child=True` it starts
+a sleeping child of its own ("rank:N/child"). The scenario's clock and the watcher's are
+one fake clock that the test moves.
+"""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+from mpwatch.probes.gpu_fake import FakeBackend
+from mpwatch.status import CudaView
+from mpwatch.supervisor.gpu_alerts import AlertConfig
+from mpwatch.supervisor.gpu_ranks import RankInfo
+from mpwatch.supervisor.gpu_watch import GpuWatch
+from tests.helpers import wait_for
+
+GiB = 1 << 30
+MiB = 1 << 20
+SLEEPER = "import time; time.sleep(600)"
+PARENT = ("import subprocess, sys, time; subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)']); "
+          "time.sleep(600)")
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.t = 1000.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+class Rig:
+    def __init__(self, tmp_path: Path, scenario: dict, ranks: int = 2, child: bool = False,
+                 cfg: AlertConfig | None = None, env: dict | None = None, timeline: bool = False):
+        self.clock = Clock()
+        self.procs = [subprocess.Popen([sys.executable, "-c", PARENT if child else SLEEPER],
+                                       env=dict(os.environ, MPWATCH_RANK=str(r)), start_new_session=True)
+                      for r in range(ranks)]
+        if child:
+            wait_for(lambda: all(_children(p.pid) for p in self.procs), what="the ranks' children")
+        self.cuda: dict[int, CudaView | None] = {r: None for r in range(ranks)}
+        self.running = set(range(ranks))
+        self.alive = set(range(ranks))
+        self.events: list[tuple[int | None, dict]] = []
+        path = tmp_path / "nvml.json"
+        path.write_text(json.dumps(scenario))
+        backend = FakeBackend(str(path), clock=self.clock)
+        backend.init()
+        self.watch = GpuWatch(1.0, self.infos, lambda rank, **f: self.events.append((rank, f)), env=env or {},
+                              config=cfg or AlertConfig(), opener=lambda env: (backend, None),
+                              timeline_path=tmp_path / "gpu.jsonl" if timeline else None, clock=self.clock)
+        assert self.watch.open(), self.watch.status
+
+    def infos(self) -> list[RankInfo]:
+        return [RankInfo(r, p.pid, r in self.running, r in self.alive, [], self.cuda[r])
+                for r, p in enumerate(self.procs)]
+
+    def pid(self, rank: int) -> int:
+        return self.procs[rank].pid
+
+    def child(self, rank: int) -> int:
+        return _children(self.pid(rank))[0]
+
+    def tick(self, dt: float = 1.0, n: int = 1) -> None:
+        for _ in range(n):
+            self.clock.t += dt
+            self.watch.tick()
+
+    def gpus(self) -> list[dict]:
+        return self.watch.snapshot()["gpus"]
+
+    def gpu(self, index: int) -> dict:
+        return next(g for g in self.gpus() if g["index"] == index)
+
+    def alerts(self, kind: str | None = None) -> list[dict]:
+        return [a for g in self.gpus() for a in g["alerts"] if kind is None or a["kind"] == kind]
+
+    def emitted(self, kind: str) -> list[dict]:
+        return [f for _, f in self.events if f["kind"] == kind]
+
+    def close(self) -> None:
+        self.watch.close()
+        for p in self.procs:
+            try:
+                os.killpg(p.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            p.wait()
+
+
+def _children(pid: int) -> list[int]:
+    import psutil
+
+    try:
+        return [c.pid for c in psutil.Process(pid).children()]
+    except psutil.Error:
+        return []
+
+
+def cuda(uuid: str | None, allocated: int, reserved: int, device: int = 0, **extra: int) -> CudaView:
+    """A rank's CUDA view as the worker sends it (the worker's own shape, see worker.TorchCuda)."""
+    view: CudaView = {"device": device, "allocated": allocated, "reserved": reserved, "max_allocated": allocated,
+                      "uuid": uuid, "alloc_retries": 0, "num_ooms": 0, "inactive_split": 0}
+    view.update(extra)  # type: ignore[typeddict-item]
+    return view
+
