@@ -1,11 +1,13 @@
 """GPU watching in real headless runs: the fake NVML scenario (MPWATCH_FAKE_NVML) stands in
-for the driver; everything else (workers, pids, psutil, the control socket) is real."""
+for the driver, and the scripted allocator view (MPWATCH_FAKE_CUDA) for torch's CUDA view;
+everything else (workers, pids, children, psutil, the control socket, gpu.jsonl) is real."""
 import ctypes
 import json
 import os
 
 import pytest
 
+from mpwatch.client import Client
 from tests.helpers import FIXTURES, mpwatch, wait_for
 
 GiB = 1 << 30
@@ -21,10 +23,28 @@ def nvml_present() -> bool:
         return False
 
 
-def fake_env(tmp_path, data, **extra) -> dict:
+def fake_env(tmp_path, data, cuda=None, **extra) -> dict:
     path = tmp_path / "nvml-scenario.json"
     path.write_text(json.dumps(data))
-    return dict(os.environ, MPWATCH_FAKE_NVML=str(path), SLEEP="0.2", **extra)
+    env = dict(os.environ, MPWATCH_FAKE_NVML=str(path), SLEEP="0.2", **extra)
+    if cuda is not None:
+        cpath = tmp_path / "cuda-scenario.json"
+        cpath.write_text(json.dumps({"ranks": cuda}))
+        env["MPWATCH_FAKE_CUDA"] = str(cpath)
+    return env
+
+
+def view(uuid, allocated, reserved, device=0, **extra) -> dict:
+    return {"device": device, "uuid": uuid, "allocated": allocated, "reserved": reserved,
+            "max_allocated": allocated, **extra}
+
+
+def gpu_lines(run) -> list[dict]:
+    try:
+        text = (run.run_dir / "gpu.jsonl").read_text()
+    except FileNotFoundError:
+        return []
+    return [json.loads(x) for x in text.splitlines()]
 
 
 def gpu0(run) -> dict | None:
@@ -166,3 +186,103 @@ def test_a_bad_scenario_is_a_status_line_not_a_crash(headless, tmp_path):
     st = wait_for(lambda: (lambda s: s if s["gpu_status"] else None)(run.status()), timeout=60,
                   what="the GPU status line")
     assert "unreadable" in st["gpu_status"] and "Traceback" not in run.stderr_text
+
+
+def test_ranks_on_their_own_gpus_by_uuid_children_strays_and_the_timeline(headless, tmp_path):
+    """Two GPUs. Ranks 0 and 1 both run on NVML's GPU 1, which torch calls device 0
+    (CUDA_VISIBLE_DEVICES); rank 2 runs on GPU 0 with a child there, and left a stray
+    context on GPU 1; this test process holds 6 GiB of GPU 0; GPU 1 has no process samples."""
+    cap = 4096
+    env = fake_env(tmp_path, {
+        "gpus": [{"name": "Fake A", "mem_total": 80 * GiB, "uuid": "GPU-aaaa"},
+                 {"name": "Fake B", "mem_total": 80 * GiB, "uuid": "GPU-bbbb"}],
+        "frames": [{"gpus": [
+            {"util_gpu": 60, "processes": [{"pid": "rank:2", "mem": 8 * GiB, "sm": 40},
+                                           {"pid": "rank:2/child", "mem": GiB, "sm": 10},
+                                           {"pid": "parent", "mem": 6 * GiB, "sm": 5}]},
+            {"util_gpu": 93, "proc_util": False, "processes": [
+                {"pid": "rank:0", "mem": 20 * GiB}, {"pid": "rank:1", "mem": 18 * GiB},
+                {"pid": "rank:2", "mem": GiB // 2}]}]}]},
+        cuda={"0": [view("GPU-bbbb", 15 * GiB, 18 * GiB)], "1": [view("GPU-bbbb", 12 * GiB, 16 * GiB)],
+              "2": [view("GPU-aaaa", 6 * GiB, 7 * GiB)]},
+        MPWATCH_GPU_TIMELINE_MB=str(cap / 2**20))
+    run = headless(FIXTURES / "gpu_child.py", n=3, opts=FAST, env=env)
+
+    def ready():
+        st = run.status()
+        ws = {w["rank"]: w for w in st["workers"]}
+        kinds = {a["kind"] for g in st["gpus"] for a in g["alerts"]}
+        ok = len(ws) == 3 and all(ws[r]["gpu"] and ws[r]["cuda"] for r in ws) and ws[2]["gpu"]["mem_bytes"] == 9 * GiB
+        return st if ok and {"contention", "stray_context", "outside"} <= kinds else None
+    st = wait_for(ready, timeout=90, what="every rank placed, with its child, and the three alerts")
+    ws = {w["rank"]: w for w in st["workers"]}
+    for r in (0, 1):
+        assert ws[r]["cuda"]["device"] == 0 and ws[r]["cuda"]["uuid"] == "GPU-bbbb"
+        assert (ws[r]["gpu"]["index"], ws[r]["gpu"]["mapped_by"], ws[r]["gpu"]["uuid"]) == (1, "uuid", "GPU-bbbb")
+        assert ws[r]["gpu"]["sm_util"] is None  # GPU 1 has no process samples: N/A, not 0
+    assert ws[0]["gpu"]["shared_with"] == [1] and ws[0]["gpu"]["other_bytes"] == 2 * GiB
+    w2 = ws[2]["gpu"]
+    assert (w2["index"], w2["mem_bytes"], w2["sm_util"], w2["shared_with"]) == (0, 9 * GiB, 50, [])
+    assert w2["gpus"] == [{"index": 0, "mem_bytes": 9 * GiB}, {"index": 1, "mem_bytes": GiB // 2}]
+    g0, g1 = st["gpus"]
+    assert (g0["uuid"], g0["ranks"], g1["ranks"]) == ("GPU-aaaa", [2], [0, 1])
+    child = next(p for p in g0["processes"] if p["child_of"] == 2)
+    assert child["rank"] is None and child["sm_util"] == 10 and child["since"] <= g0["ts"]
+    assert all(p["sm_util"] is None for p in g1["processes"]) and "proc_util" in g1["errors"]
+    assert g0["breakdown"] == {"allocated": 6 * GiB, "cached": GiB, "other": 2 * GiB, "outside": 6 * GiB}
+    assert g1["history"]["util_gpu"][-1] == 93 and len(g1["history"]["mem_used"]) >= 1
+    by_kind = {a["kind"]: a for g in st["gpus"] for a in g["alerts"]}
+    # Three ranks for two GPUs: some sharing is forced, so a warning (an error when avoidable).
+    assert by_kind["contention"]["gpu"] == 1 and by_kind["contention"]["severity"] == "warning"
+    assert (by_kind["stray_context"]["rank"], by_kind["stray_context"]["gpu"]) == (2, 1)
+    assert by_kind["outside"]["pid"] == os.getpid() and by_kind["outside"]["gpu"] == 0
+    assert all(a["hint"] and a["short"] and a["severity"] for a in by_kind.values())
+
+    # The gpu_timeline command: ticks with every rank on its GPU, and the marks.
+    with Client.connect(str(run.run_dir)) as c:
+        tl = wait_for(lambda: (lambda t: t if len(t["ticks"]) >= 2 else None)(c.gpu_timeline(120)), timeout=30,
+                      what="two timeline ticks")
+        with pytest.raises(Exception, match="window"):
+            c.gpu_timeline(-5)
+    last = tl["ticks"][-1]
+    assert {(r["rank"], r["gpu"]) for r in last["ranks"]} == {(0, 1), (1, 1), (2, 0)}
+    assert next(r for r in last["ranks"] if r["rank"] == 2)["nvml"] == 9 * GiB
+    assert [g["outside"] for g in last["gpus"]] == [6 * GiB, 0]
+    marks = {m["kind"] for m in tl["marks"]}
+    assert {"proc_started", "alert"} <= marks
+
+    # gpu.jsonl: ticks and marks, thinned under its 4 KiB cap, and saying so.
+    recs = wait_for(lambda: (lambda ls: ls if any("thinned" in x for x in ls) else None)(gpu_lines(run)),
+                    timeout=90, what="gpu.jsonl thinned under its cap")
+    assert any("gpus" in x for x in recs) and any(x.get("kind") == "alert" for x in recs)
+    assert (run.run_dir / "gpu.jsonl").stat().st_size <= cap + 2048  # at most a line past the cap
+
+
+def test_allocator_counters_fragmentation_and_a_caught_oom(headless, tmp_path):
+    full = {"processes": [{"pid": "rank:0", "mem": 76 * GiB}]}
+    cv = view("GPU-aaaa", 40 * GiB, 74 * GiB, inactive_split=12 * GiB)
+    env = fake_env(tmp_path, {"gpus": [{"mem_total": 80 * GiB, "uuid": "GPU-aaaa"}], "frames": [{"gpus": [full]}]},
+                   cuda={"0": [dict(cv, at=0), {"at": 2, "alloc_retries": 5}, {"at": 3, "num_ooms": 1}]})
+    run = headless(REPORTER, "100000", n=1, opts=FAST, env=env)
+    want = {"memory_high", "fragmentation", "alloc_retries", "oom"}
+    evs = wait_for(lambda: (lambda es: es if want <= {e["kind"] for e in es} else None)(run.events("gpu_alert")),
+                   timeout=90, what="the memory, fragmentation, retry and OOM alerts")
+    by_kind = {e["kind"]: e for e in evs}
+    assert by_kind["alloc_retries"]["rank"] == 0 and "retried 5 times" in by_kind["alloc_retries"]["message"]
+    assert by_kind["oom"]["severity"] == "error" and "went on" in by_kind["oom"]["message"]
+    assert "expandable_segments" in by_kind["fragmentation"]["hint"]
+    assert by_kind["memory_high"]["fraction"] == 0.95 and by_kind["memory_high"]["severity"] == "warning"
+    wg = run.worker(0)["gpu"]
+    assert (wg["alloc_retries"], wg["ooms"], wg["peak"], wg["fragmentation"]) == (5, 1, 40 * GiB, 34 * GiB)
+    kinds = wait_for(lambda: (lambda k: k if {"alloc_retry", "oom"} <= k else None)(
+        {x.get("kind") for x in gpu_lines(run)}), timeout=30, what="the retry and OOM marks in gpu.jsonl")
+    assert "alert" in kinds
+
+
+def test_a_gpu_idle_while_the_others_work(headless, tmp_path):
+    env = fake_env(tmp_path, {"gpus": [{"mem_total": 80 * GiB}, {"mem_total": 80 * GiB}], "frames": [{"gpus": [
+        {"util_gpu": 93, "processes": [{"pid": "rank:0", "mem": 20 * GiB}, {"pid": "rank:1", "mem": 20 * GiB}]},
+        {"util_gpu": 0, "processes": []}]}]}, MPWATCH_GPU_IDLE_S="1")
+    run = headless(REPORTER, "100000", n=2, opts=FAST, env=env)
+    (ev,) = run.wait_event("gpu_alert", lambda e: e["kind"] == "idle", timeout=60)
+    assert ev["gpu"] == 1 and "GPU 0 at 93% (ranks 0 and 1)" in ev["message"] and "set_device" in ev["hint"]

@@ -1,6 +1,7 @@
 """The GPU timeline: the in-memory hour behind `gpu_timeline`, and gpu.jsonl kept under its
 cap by thinning (said in the file), with disk errors that never raise."""
 import json
+from itertools import pairwise
 from pathlib import Path
 
 from mpwatch.supervisor.gpu_timeline import MAX_TICKS, GpuTimeline, cap_from_env
@@ -27,7 +28,7 @@ def test_one_tick_a_second_is_kept_and_windows_are_downsampled():
     assert sum(kept) == 3600
     now = T0 + 3600
     two_min, _ = tl.window(120, now=now)
-    assert 118 <= len(two_min) <= 121 and all(b["ts"] - a["ts"] >= 0.95 for a, b in zip(two_min, two_min[1:]))
+    assert 118 <= len(two_min) <= 121 and all(b["ts"] - a["ts"] >= 0.95 for a, b in pairwise(two_min))
     hour, _ = tl.window(3600, now=now)
     assert len(hour) <= MAX_TICKS and hour[-1]["ts"] == two_min[-1]["ts"]  # the latest is always in
     assert hour[0]["ts"] < T0 + 60 and [t["ts"] for t in hour] == sorted(t["ts"] for t in hour)
