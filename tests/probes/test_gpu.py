@@ -238,3 +238,86 @@ def test_a_device_whose_handle_fails_is_skipped_and_said():
     probe.open()
     assert [d.index for d in probe.devices] == [0]
     assert probe.status.startswith("GPU 1:") and "fallen off the bus" in probe.status
+
+
+# ------------------------------------------------------- UUIDs and SM utilization ----
+def test_uuids_and_mig_instances_map_to_nvml_indices(tmp_path):
+    path = scenario(tmp_path, {"gpus": [{"uuid": "GPU-1111"}, {"uuid": "GPU-2222", "mig": ["MIG-aaaa", "MIG-bbbb"]},
+                                        {}]})
+    backend, _ = gpu.open_backend({gpu.FAKE_ENV: path})
+    probe = gpu.GpuProbe(backend)
+    probe.open()
+    assert [d.uuid for d in probe.devices] == ["GPU-1111", "GPU-2222", "GPU-fake-2"]
+    assert probe.uuid_index == {"GPU-1111": 0, "GPU-2222": 1, "MIG-aaaa": 1, "MIG-bbbb": 1, "GPU-fake-2": 2}
+    assert [s.uuid for s in probe.sample(with_processes=False)] == ["GPU-1111", "GPU-2222", "GPU-fake-2"]
+
+
+def test_fake_process_sm_utilization_present_absent_and_failing(tmp_path):
+    path = scenario(tmp_path, {"gpus": [{}, {}, {}], "frames": [{"gpus": [
+        {"processes": [{"pid": 11, "mem": 1, "sm": 70}, {"pid": 12, "mem": 1}]},
+        {"proc_util": False, "processes": [{"pid": 13, "mem": 1, "sm": 5}]},
+        {"fail": ["proc_util"], "processes": [{"pid": 14, "mem": 1, "sm": 5}]}]}]})
+    backend, _ = gpu.open_backend({gpu.FAKE_ENV: path})
+    probe = gpu.GpuProbe(backend)
+    probe.open()
+    a, b, c = probe.sample(with_processes=True)
+    assert a.proc_util == {11: 70} and "proc_util" not in a.errors  # no sample for 12: it ran no kernel
+    assert b.proc_util is None and "not supported" in b.errors["proc_util"] and b.processes == [(13, 1)]
+    assert c.proc_util is None and "scripted failure" in c.errors["proc_util"]
+    a, b, c = probe.sample(with_processes=False)
+    assert a.proc_util is None and "proc_util" not in a.errors  # only asked with the process list
+    assert [d.proc_util_ok for d in probe.devices] == [True, False, True]  # N/A for good; a failure is retried
+
+
+def util_sample(pid, ts, sm):
+    return types.SimpleNamespace(pid=pid, timeStamp=ts, smUtil=sm, memUtil=0, encUtil=0, decUtil=0)
+
+
+def test_real_backend_averages_process_samples_since_the_last_one_seen():
+    seen = []
+
+    def samples(h, since):
+        seen.append(since)
+        if len(seen) == 2:
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_FOUND)  # nothing ran since
+        return [util_sample(10, 100, 40), util_sample(10, 200, 60), util_sample(11, 150, 130),
+                util_sample(12, 50, 99)]  # 130: a driver's glitch, clamped; ts 50: older than asked
+
+    probe = gpu.GpuProbe(real_backend(fake_pynvml(nvmlDeviceGetProcessUtilization=samples)))
+    probe.open()
+    probe.devices[0].util_seen_us = 60
+    (s,) = probe.sample(with_processes=True)
+    assert s.proc_util == {10: 50, 11: 100} and probe.devices[0].util_seen_us == 200
+    (s,) = probe.sample(with_processes=True)
+    assert s.proc_util == {} and seen == [60, 200]
+
+
+def test_real_backend_without_process_samples_is_na_and_not_asked_again():
+    calls = []
+
+    def unsupported(h, since):
+        calls.append(since)
+        raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_SUPPORTED)
+
+    probe = gpu.GpuProbe(real_backend(fake_pynvml(nvmlDeviceGetProcessUtilization=unsupported)))
+    probe.open()
+    for _ in range(3):
+        (s,) = probe.sample(with_processes=True)
+        assert s.proc_util is None and "not supported" in s.errors["proc_util"]
+        assert s.processes == [(10, GiB), (11, None)]  # the process list itself goes on
+    assert len(calls) == 1
+
+
+def test_real_backend_reads_uuids_and_mig_instances():
+    nv = fake_pynvml(NVML_DEVICE_MIG_ENABLE=1, nvmlDeviceGetMigMode=lambda h: (1, 1),
+                     nvmlDeviceGetMaxMigDeviceCount=lambda h: 3,
+                     nvmlDeviceGetMigDeviceHandleByIndex=lambda h, i: f"{h}/mig{i}" if i < 2 else _raise())
+    nv.nvmlDeviceGetUUID = lambda h: (f"MIG-{h}" if "/" in h else f"GPU-{h}").encode()
+    probe = gpu.GpuProbe(real_backend(nv))
+    probe.open()
+    assert probe.devices[0].uuid == "GPU-h0"
+    assert probe.uuid_index == {"GPU-h0": 0, "MIG-h0/mig0": 0, "MIG-h0/mig1": 0}
+
+
+def _raise():
+    raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_FOUND)
