@@ -5,6 +5,7 @@ import subprocess
 import sys
 import textwrap
 import threading
+import types
 from multiprocessing.connection import Listener
 
 from mpwatch import protocol
@@ -184,3 +185,93 @@ def test_a_fast_loop_is_folded_without_losing_a_count_a_loss_or_a_metric(tmp_pat
     steps = [e[1] for e in flat]
     assert steps == sorted(steps)
     listener.close()
+
+
+# ------------------------------------------------------------ the CUDA view ----
+def test_the_scripted_cuda_view_rides_with_the_batches_at_most_once_a_second(tmp_path):
+    scen = tmp_path / "cuda.json"
+    scen.write_text(json.dumps({"ranks": {"2": [
+        {"at": 0, "device": 1, "uuid": "GPU-x", "allocated": 100, "reserved": 300, "max_allocated": 200},
+        {"at": 1.0, "alloc_retries": 4, "num_ooms": 1, "inactive_split": 50}]}}))
+    address, listener, conns, t = listening(tmp_path, 1)
+    res = run_worker("""
+        import time, mpwatch
+        t0 = time.monotonic()
+        while time.monotonic() - t0 < 2.6:
+            mpwatch.report(step=1, loss=0.5)
+            time.sleep(0.02)
+    """, dict(channel_env(address, rank=2), MPWATCH_FAKE_CUDA=str(scen), MPWATCH_FLUSH_S="0.1"))
+    assert res.returncode == 0, res.stderr
+    read_until_bye(t, conns)
+    views = [m["cuda"] for m in conns[0] if m["t"] == "batch" and "cuda" in m]
+    batches = [m for m in conns[0] if m["t"] == "batch"]
+    assert 2 <= len(views) <= 4 and len(batches) >= 2 * len(views)  # at most one view a second
+    assert views[0] == {"device": 1, "uuid": "GPU-x", "allocated": 100, "reserved": 300, "max_allocated": 200,
+                        "alloc_retries": 0, "num_ooms": 0, "inactive_split": 0}
+    assert views[-1]["alloc_retries"] == 4 and views[-1]["num_ooms"] == 1 and views[-1]["inactive_split"] == 50
+    listener.close()
+
+
+class _Props:
+    def __init__(self, uuid):
+        self.uuid = uuid
+
+
+class _FakeUuid:  # torch's _CUuuid prints without the "GPU-" NVML puts in front
+    def __init__(self, text):
+        self.text = text
+
+    def __str__(self):
+        return self.text
+
+
+def _stats(reserved, allocated=0, **flat):
+    return {"reserved_bytes": {"all": {"current": reserved}},
+            "allocated_bytes": {"all": {"current": allocated, "peak": allocated + 1}},
+            "inactive_split_bytes": {"all": {"current": flat.get("split", 0)}},
+            "num_alloc_retries": flat.get("retries", 0), "num_ooms": flat.get("ooms", 0)}
+
+
+def stand_in_torch(initialized=True, stats=None, uuids=None):
+    """A stand-in `torch` with the torch.cuda calls TorchCuda makes (there is no CUDA here)."""
+    calls = []
+    cuda = types.SimpleNamespace(
+        is_initialized=lambda: initialized,
+        device_count=lambda: len(stats),
+        memory_stats_as_nested_dict=lambda d: calls.append(("stats", d)) or stats[d],
+        get_device_properties=lambda d: calls.append(("props", d)) or _Props(_FakeUuid(uuids[d])),
+        init=lambda: calls.append("init"))
+    return types.SimpleNamespace(cuda=cuda), calls
+
+
+def test_torch_cuda_view_reads_the_busiest_device_once_per_call(monkeypatch):
+    from mpwatch.worker import TorchCuda
+
+    torch, calls = stand_in_torch(stats=[_stats(0), _stats(5 << 30, 3 << 30, retries=2, ooms=1, split=7)],
+                                  uuids=["aaaa", "bbbb"])
+    monkeypatch.setitem(sys.modules, "torch", torch)
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    view = TorchCuda()
+    v = view()
+    assert v == {"device": 1, "allocated": 3 << 30, "reserved": 5 << 30, "max_allocated": (3 << 30) + 1,
+                 "uuid": "GPU-bbbb", "alloc_retries": 2, "num_ooms": 1, "inactive_split": 7}
+    calls.clear()
+    view()
+    assert calls == [("stats", 1)]  # one stats call a view; the device and its UUID are cached
+    assert "init" not in calls
+
+
+def test_torch_cuda_view_never_initialises_cuda_and_names_a_mig_instance(monkeypatch):
+    from mpwatch.worker import TorchCuda
+
+    torch, calls = stand_in_torch(initialized=False, stats=[_stats(1)], uuids=["aaaa"])
+    monkeypatch.setitem(sys.modules, "torch", torch)
+    assert TorchCuda()() is None and calls == []
+    torch, calls = stand_in_torch(stats=[_stats(1 << 20)], uuids=["parent-gpu"])
+    monkeypatch.setitem(sys.modules, "torch", torch)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "MIG-1234-abcd")
+    assert TorchCuda()()["uuid"] == "MIG-1234-abcd"
+    torch.cuda.memory_stats_as_nested_dict = lambda d: 1 / 0  # whatever torch raises stays in the sender
+    assert TorchCuda()() is None
+    monkeypatch.delitem(sys.modules, "torch")
+    assert TorchCuda()() is None
