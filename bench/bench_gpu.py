@@ -1,11 +1,16 @@
-"""GPU poller: the supervisor's cost per tick (sample every GPU, label the processes, run the
-alert decisions), with the scripted fake backend, and with real NVML where there is a GPU.
+"""GPU poller: the supervisor's cost per tick (sample every GPU, label the processes, place
+each rank on its GPU by UUID, build the views, run the alert decisions, keep the timeline),
+with the scripted fake backend, and with real NVML where there is a GPU.
 
-The fake run uses 8 GPUs, each holding one "worker" (a real sleeping child process of this
-bench, so psutil's lookups are real) and two outsiders (this process and its parent). Its
-figure is mpwatch's own Python overhead plus the fake's JSON lookups: an upper bound of
-what the poller adds on top of the NVML calls themselves. Ticks that also query the
-process list (every PROCS_EVERY) are reported apart.
+The fake run has 8 GPUs, each holding one "worker" (a real sleeping child process of this
+bench, so psutil's lookups are real) with its CUDA view (UUID and allocator counters) and
+two outsiders (this process and its parent), every process with an SM utilization sample.
+Its figure is mpwatch's own Python overhead plus the fake's JSON lookups: an upper bound of
+what the poller adds on top of the NVML calls themselves. Ticks that also query the process
+list and the per-process utilization (every PROCS_EVERY) are reported apart.
+
+Side by side: the same ticks of the poller before issue 12 (BASELINE, checked out with
+`git archive` into a temporary directory and run in a subprocess), in the same run.
 """
 from __future__ import annotations
 
@@ -16,17 +21,21 @@ import subprocess
 import sys
 import tempfile
 import time
+from pathlib import Path
 
-from bench.harness import row
+from bench.harness import ROOT, row
 from mpwatch.probes import gpu as gpu_probe
+from mpwatch.status import CudaView
 from mpwatch.supervisor import gpu_watch
 from mpwatch.supervisor.gpu_ranks import RankInfo
 
 NGPUS = 8
 TARGET_MS = 2.0  # per tick for 8 GPUs: 0.2% of a core at the default 1 s interval
+BASELINE = "c74735e"  # main before issue 12: the poller without UUIDs, SM samples, ranks' views or timeline
+CMD = "python -m bench --only gpu"
 
 
-def _time_ticks(watch, n: int) -> tuple[list, list]:
+def _time_ticks(watch: gpu_watch.GpuWatch, n: int) -> tuple[list[float], list[float]]:
     """CPU milliseconds of this thread per tick: the poller's cost, which a busy machine's
     run queue (wall time) would blur."""
     plain, with_procs = [], []
@@ -38,75 +47,108 @@ def _time_ticks(watch, n: int) -> tuple[list, list]:
     return plain, with_procs
 
 
-def _watch(opener, workers):
-    infos = [RankInfo(rank, pid, True) for pid, rank in workers.items()]
-    w = gpu_watch.GpuWatch(1.0, workers=lambda: infos, emit=lambda *a, **k: None, env={}, opener=opener)
-    if not w.open():
-        return None, w.status
-    return w, None
+def _scenario(kids: list[subprocess.Popen[bytes]]) -> dict[str, object]:
+    return {"gpus": [{"name": f"Fake {i}", "mem_total": 80 << 30, "uuid": f"GPU-bench-{i}"} for i in range(NGPUS)],
+            "frames": [{"at": 0, "gpus": [
+                {"util_gpu": 80, "util_mem": 30, "temperature": 60, "power_w": 250,
+                 "processes": [{"pid": kids[i].pid, "mem": 30 << 30, "sm": 75},
+                               {"pid": os.getpid(), "mem": 5 << 30, "sm": 3},
+                               {"pid": os.getppid(), "mem": 1 << 29}]} for i in range(NGPUS)]}]}
 
 
-def _fake_rows(n: int) -> list[dict]:
+def fake_ticks(n: int) -> tuple[list[float], list[float], int]:
+    """(plain ticks ms, ticks with the process query ms, standing alerts) on 8 fake GPUs."""
     kids = [subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"]) for _ in range(NGPUS)]
+    tmp = Path(tempfile.mkdtemp(prefix="mpwatch-bench-gpu-"))
     try:
-        frames = [{"at": 0, "gpus": [
-            {"util_gpu": 80, "util_mem": 30, "temperature": 60, "power_w": 250,
-             "processes": [{"pid": kids[i].pid, "mem": 4 << 30}, {"pid": os.getpid(), "mem": 1 << 30},
-                           {"pid": os.getppid(), "mem": 1 << 29}]} for i in range(NGPUS)]}]
-        with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
-            json.dump({"gpus": [{"name": f"Fake {i}", "mem_total": 80 << 30} for i in range(NGPUS)],
-                       "frames": frames}, f)
-        try:
-            workers = {k.pid: i for i, k in enumerate(kids)}
-            watch, why = _watch(lambda env: gpu_probe.open_backend({gpu_probe.FAKE_ENV: f.name}), workers)
-            if watch is None:
-                raise RuntimeError(why)
-            _time_ticks(watch, 10)  # warm the psutil caches, as a running poller has them
-            plain, procs = _time_ticks(watch, n)
-            alerts = sum(len(v["alerts"]) for v in watch.snapshot()["gpus"])
-        finally:
-            os.unlink(f.name)
+        path = tmp / "nvml.json"
+        path.write_text(json.dumps(_scenario(kids)))
+        views: list[CudaView] = [{"device": 0, "allocated": 20 << 30, "reserved": 26 << 30, "max_allocated": 22 << 30,
+                                  "uuid": f"GPU-bench-{i}", "alloc_retries": 0, "num_ooms": 0,
+                                  "inactive_split": 1 << 30} for i in range(NGPUS)]
+        infos = [RankInfo(i, k.pid, True, True, [], views[i]) for i, k in enumerate(kids)]
+        watch = gpu_watch.GpuWatch(1.0, workers=lambda: infos, emit=lambda rank, **f: None, env={},
+                                   opener=lambda env: gpu_probe.open_backend({gpu_probe.FAKE_ENV: str(path)}),
+                                   timeline_path=tmp / "gpu.jsonl")
+        if not watch.open():
+            raise RuntimeError(watch.status)
+        _time_ticks(watch, 10)  # warm the psutil caches, as a running poller has them
+        plain, procs = _time_ticks(watch, n)
+        alerts = sum(len(v["alerts"]) for v in watch.snapshot()["gpus"])
+        watch.close()
     finally:
         for k in kids:
             k.kill()
             k.wait()
-    cmd = "python -m bench --only gpu"
+        for f in tmp.iterdir():
+            f.unlink()
+        tmp.rmdir()
+    return plain, procs, alerts
+
+
+def _baseline(n: int) -> tuple[float, float] | str:
+    """Median (plain, with processes) ms of the BASELINE poller, or why there is none."""
+    with tempfile.TemporaryDirectory(prefix="mpwatch-bench-base-") as tmp:
+        arch = subprocess.run(["git", "-C", str(ROOT), "archive", BASELINE, "mpwatch", "bench"],
+                              capture_output=True)
+        if arch.returncode != 0:
+            return f"baseline {BASELINE} not in this checkout's history"
+        subprocess.run(["tar", "-x", "-C", tmp], input=arch.stdout, check=True)
+        code = ("import json, statistics, sys; from bench import bench_gpu as b; "
+                f"rows = b._fake_rows({n}); print(json.dumps([r['mpwatch'] for r in rows]))")
+        res = subprocess.run([sys.executable, "-c", code], cwd=tmp, capture_output=True, text=True,
+                             env=dict(os.environ, PYTHONPATH=tmp), timeout=600)
+        if res.returncode != 0:
+            return f"baseline {BASELINE} failed: {res.stderr.strip().splitlines()[-1:]}"
+        plain, procs = json.loads(res.stdout.strip().splitlines()[-1])
+        return float(plain), float(procs)
+
+
+def _fake_rows(n: int) -> list[dict[str, object]]:
+    base = _baseline(n)
+    plain, procs, alerts = fake_ticks(n)
     p_ms, q_ms = statistics.median(plain), statistics.median(procs)
+    old_p, old_q = base if isinstance(base, tuple) else (None, None)
+    why = "" if isinstance(base, tuple) else f"; {base}"
+    alt = f"before issue 12 ({BASELINE})"
     return [
-        row(f"GPU poller: one tick, {NGPUS} GPUs (fake NVML)", cmd, p_ms, unit="ms", target=f"≤ {TARGET_MS:g} ms",
-            ok=p_ms <= TARGET_MS,
-            note=f"CPU time, median of {len(plain)} ticks: memory, utilization, temperature, power of each "
-                 f"GPU, labels, {alerts} standing alerts re-evaluated"),
-        row(f"GPU poller: a tick that also queries processes ({NGPUS} GPUs x 3, fake NVML)", cmd, q_ms, unit="ms",
-            target=f"≤ {TARGET_MS * 2:g} ms", ok=q_ms <= TARGET_MS * 2,
-            note=f"CPU time, median of {len(procs)} ticks (every {gpu_watch.PROCS_EVERY}th tick); psutil user/command "
-                 f"lookups cached per process"),
+        row(f"GPU poller: one tick, {NGPUS} GPUs (fake NVML)", CMD, p_ms, old_p, alt, unit="ms",
+            target=f"≤ {TARGET_MS:g} ms", ok=p_ms <= TARGET_MS,
+            note=f"CPU time, median of {len(plain)} ticks: memory, utilization, temperature, power of each GPU, "
+                 f"labels, ranks placed by UUID, worker views, breakdown, history, {alerts} standing alerts "
+                 f"re-evaluated, the timeline{why}"),
+        row(f"GPU poller: a tick that also queries processes and their SM utilization ({NGPUS} GPUs x 3, fake NVML)",
+            CMD, q_ms, old_q, alt, unit="ms", target=f"≤ {TARGET_MS * 2:g} ms", ok=q_ms <= TARGET_MS * 2,
+            note=f"CPU time, median of {len(procs)} ticks (every {gpu_watch.PROCS_EVERY}th tick); psutil "
+                 f"user/command lookups cached per process{why}"),
     ]
 
 
-def _real_rows(n: int) -> list[dict]:
+def _real_rows(n: int) -> list[dict[str, object]]:
     backend, why = gpu_probe.open_backend({})
     if backend is None:
         return [row("GPU poller: one tick, real NVML", note=f"skipped: {why}")]
     backend.shutdown()
-    watch, why = _watch(lambda env: gpu_probe.open_backend({}), {})
-    if watch is None:
-        return [row("GPU poller: one tick, real NVML", note=f"skipped: {why}")]
+    watch = gpu_watch.GpuWatch(1.0, workers=list, emit=lambda rank, **f: None, env={},
+                               opener=lambda env: gpu_probe.open_backend({}))
+    if not watch.open() or watch.probe is None:
+        return [row("GPU poller: one tick, real NVML", note=f"skipped: {watch.status}")]
     try:
         plain, procs = _time_ticks(watch, n)
         count = len(watch.probe.devices)
+        sm = "per-process SM utilization N/A here" if not all(d.proc_util_ok for d in watch.probe.devices) else \
+            "with per-process SM utilization"
     finally:
         watch.close()
-    cmd = "python -m bench --only gpu"
     return [
-        row(f"GPU poller: one tick, real NVML ({count} GPU(s))", cmd, statistics.median(plain), unit="ms",
+        row(f"GPU poller: one tick, real NVML ({count} GPU(s))", CMD, statistics.median(plain), unit="ms",
             note=f"CPU time, median of {len(plain)} ticks, NVML calls included"),
-        row(f"GPU poller: a tick with the process query, real NVML ({count} GPU(s))", cmd,
-            statistics.median(procs), unit="ms", note=f"CPU time, median of {len(procs)} ticks"),
+        row(f"GPU poller: a tick with the process query, real NVML ({count} GPU(s))", CMD,
+            statistics.median(procs), unit="ms", note=f"CPU time, median of {len(procs)} ticks; {sm}"),
     ]
 
 
-def run(quick: bool = False) -> list[dict]:
+def run(quick: bool = False) -> list[dict[str, object]]:
     n = 50 if quick else 1000
     return _fake_rows(n) + _real_rows(n)
 

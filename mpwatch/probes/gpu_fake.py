@@ -33,7 +33,7 @@ Obj = dict[str, object]
 
 
 def _obj(v: object) -> Obj:
-    return {str(k): x for k, x in v.items()} if isinstance(v, dict) else {}
+    return v if isinstance(v, dict) else {}  # JSON objects: their keys are strings
 
 
 def _list(v: object) -> list[object]:
