@@ -2,7 +2,8 @@
 
     gpu_alloc.py GO_FILE MIB
 
-Every rank uses cuda:0 on purpose (the contention alert must fire). Step 0: CUDA is
+Every rank uses cuda:0 on purpose (the contention alert must fire); gpu-check may hide
+GPUs with CUDA_VISIBLE_DEVICES so that torch's device 0 is another NVML index. Step 0: CUDA is
 initialised and the kernels used later are loaded (lazy module loading would otherwise
 grow the context during the measured allocation), then the cache is emptied, so what
 NVML shows for the process is the CUDA context alone. Once GO_FILE exists: rank r
@@ -37,7 +38,17 @@ block = torch.empty(nbytes, dtype=torch.uint8, device=dev)
 block.fill_(1)
 torch.cuda.synchronize(dev)
 figures = {"torch_reserved": torch.cuda.memory_reserved(dev), "torch_allocated": torch.cuda.memory_allocated(dev),
-           "asked": nbytes, "t_alloc": time.time(), "pid": os.getpid()}
+           "asked": nbytes, "t_alloc": time.time(), "pid": os.getpid(),
+           "torch_uuid": str(torch.cuda.get_device_properties(dev).uuid)}
+# What the sender thread's CUDA view costs here, torch's own call included (once a second in a run).
+from mpwatch.worker import TorchCuda  # noqa: E402 - after CUDA is up, as in a training script
+
+view = TorchCuda()
+view()
+t0 = time.perf_counter()
+for _ in range(200):
+    view()
+figures["cuda_view_us"] = (time.perf_counter() - t0) / 200 * 1e6
 print(f"rank {rank}: allocated {nbytes >> 20} MiB; torch reserved {figures['torch_reserved'] >> 20} MiB", flush=True)
 step = 1
 while True:  # until gpu-check stops the run
