@@ -59,7 +59,8 @@ class GpuTimeline:
         self.cap = max(cap_bytes, 4096)
         self.error: str | None = None  # why the last write failed, until one succeeds
         self.thinned = 0  # compactions so far
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()  # the in-memory hour
+        self._io = threading.Lock()  # the file: the poller writes ticks, the main thread an OOM's mark
         self._fine: deque[tuple[float, str]] = deque()  # (ts, the tick as JSON)
         self._coarse: deque[tuple[float, str]] = deque()
         self._marks: deque[GpuMark] = deque(maxlen=MARKS_KEPT)
@@ -95,19 +96,24 @@ class GpuTimeline:
     def _write(self, line: str) -> None:
         if self.path is None:
             return
+        with self._io:
+            self._append(self.path, line)
+
+    def _append(self, path: Path, line: str) -> None:
         now = time.monotonic()
-        if self._file is None:
+        f = self._file
+        if f is None:
             if now < self._retry_at:
                 return
             try:
-                self._file = open(self.path, "a", encoding="utf-8")  # noqa: SIM115 - held open across ticks
-                self._size = self._file.tell()
+                self._file = f = open(path, "a", encoding="utf-8")  # noqa: SIM115 - held open across ticks
+                self._size = f.tell()
             except OSError as exc:
                 self._failed(exc, now)
                 return
         try:
-            self._file.write(line)
-            self._file.flush()
+            f.write(line)
+            f.flush()
             self._size += len(line)
             self.error = None
         except OSError as exc:
@@ -127,6 +133,10 @@ class GpuTimeline:
         self._file = None
 
     def close(self) -> None:
+        with self._io:
+            self._close_file()
+
+    def _close_file(self) -> None:
         if self._file is not None:
             try:
                 self._file.close()
@@ -140,7 +150,7 @@ class GpuTimeline:
         other one (again, until it fits), dropping the oldest marks only when they alone
         fill half the cap; a note says what went."""
         assert self.path is not None
-        self.close()
+        self._close_file()
         try:
             with open(self.path, encoding="utf-8") as f:
                 lines = f.readlines()
