@@ -20,13 +20,16 @@ EXPANDABLE = "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True"
 
 def stray_contexts(rank: int, wg: WorkerGpu) -> list[GpuAlert]:
     """Memory a rank holds on a GPU that is not its own: typically a CUDA context made on
-    GPU 0 before set_device (or by a library call without a device), on every rank."""
+    GPU 0 before set_device (or by a library call without a device), on every rank. A
+    share at least half of what it holds on its own GPU is work, not a stray (a rank whose
+    spawned trainers each use a GPU)."""
     own = wg["index"]
     if own is None:
         return []
+    mine = next((s["mem_bytes"] for s in wg["gpus"] if s["index"] == own), 0)
     out = []
     for share in wg["gpus"]:
-        if share["index"] == own:
+        if share["index"] == own or (mine and share["mem_bytes"] >= mine / 2):
             continue
         g = share["index"]
         a = alert("stray_context", f"stray_context:{rank}:{g}", g, rank,

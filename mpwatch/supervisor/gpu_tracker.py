@@ -25,6 +25,22 @@ def _trimmed(d: deque[_P], point: _P, window: float) -> deque[_P]:
     return d
 
 
+def sustained_growth(points: deque[tuple[float, int]], now: float, window: float) -> float | None:
+    """Bytes/s over the whole window, when memory grew over all of it and still grows in
+    its last quarter; else None. A model's start-up ramp (tens of GB in seconds, then
+    flat) is no leak: the window must be nearly full and the recent slope positive."""
+    if not points or now - points[0][0] < 0.9 * window:
+        return None
+    whole = gpu_alerts.slope(points, window / 2)
+    recent: list[tuple[float, int]] = []
+    for p in reversed(points):
+        if now - p[0] > window / 4:
+            break
+        recent.append(p)
+    late = gpu_alerts.slope(recent[::-1], window / 8)
+    return whole if whole is not None and whole > 0 and late is not None and late > 0 else None
+
+
 class AlertTracker:
     def __init__(self, cfg: gpu_alerts.AlertConfig):
         self.cfg = cfg
@@ -48,7 +64,8 @@ class AlertTracker:
             g = v["index"]
             rate = None
             if v["mem_used"] is not None:
-                rate = gpu_alerts.slope(_trimmed(self._used.setdefault(g, deque()), (now, v["mem_used"]), window))
+                rate = sustained_growth(_trimmed(self._used.setdefault(g, deque()), (now, v["mem_used"]), window),
+                                        now, window)
             if with_procs:  # a rank's memory only moves when the process list does
                 hist = self._rank_mem.setdefault(g, {})
                 held = gpu_alerts.ranks_on(v)

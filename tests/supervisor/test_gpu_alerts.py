@@ -118,6 +118,9 @@ def test_memory_on_a_gpu_that_is_not_the_ranks_own_is_a_stray_context(rig):
     assert "rank 1 holds 500.0 MiB on GPU 0, which is not its own (GPU 1)" in a["message"]
     assert "set_device" in a["hint"] and a in r.gpu(0)["alerts"]
     assert not r.alerts("contention")  # rank 1's own GPU is GPU 1
+    wg = r.watch.worker_gpu(1)
+    wg["gpus"][0]["mem_bytes"] = 6 * GiB  # as much as half its own: a spawned trainer's work, not a stray
+    assert gra.stray_contexts(1, wg) == []
 
 
 def test_an_outside_process_counts_from_its_share_of_the_gpu(rig):
@@ -133,13 +136,23 @@ def test_an_outside_process_counts_from_its_share_of_the_gpu(rig):
 
 
 def test_memory_pressure_says_when_the_gpu_is_full_at_the_current_slope(rig):
-    grow = [frames({"processes": [{"pid": "rank:0", "mem": 30 * GiB}, {"pid": "rank:1", "mem": (30 + 2 * t) * GiB}]},
-                   at=t) for t in range(0, 20)]
-    r = rig({"gpus": TWO[:1], "frames": grow})
-    r.tick(n=6)  # 5 s of history: +2 GiB/s with 8 GiB left
+    grow = [frames({"processes": [{"pid": "rank:0", "mem": 30 * GiB}, {"pid": "rank:1", "mem": (30 + t // 2) * GiB}]},
+                   at=t) for t in range(0, 40)]
+    r = rig({"gpus": TWO[:1], "frames": grow}, cfg=ga.AlertConfig(growth_window_s=20))
+    r.tick(n=15)
+    assert not r.alerts("memory_high")  # 84% and growing, but not for a whole window yet
+    r.tick(n=6)  # 20 s of steady growth: +0.5 GiB/s with 10 GiB left
     (a,) = r.alerts("memory_high")
-    assert a["rank"] == 1 and a["severity"] == "error" and a["time_to_full_s"] == pytest.approx(4.0, abs=1.0)
+    assert a["rank"] == 1 and a["severity"] == "error" and a["time_to_full_s"] == pytest.approx(20.0, abs=4.0)
     assert "rank 1 grows fastest" in a["message"] and "full in" in a["message"] and a["short"].startswith("full in")
+
+
+def test_a_start_up_ramp_is_not_a_leak(rig):
+    ramp = [frames({"processes": [{"pid": "rank:0", "mem": min(8 * t, 60) * GiB}]}, at=t) for t in range(0, 10)]
+    r = rig({"gpus": TWO[:1], "frames": ramp}, ranks=1)
+    for _ in range(90):
+        r.tick()
+        assert not r.alerts("memory_high")  # 60 GiB of 80 in 8 s, then flat
 
 
 def test_memory_above_the_threshold_without_growth_is_a_warning(rig):

@@ -106,7 +106,7 @@ def test_memory_high_names_the_rank_that_grows_fastest(headless, tmp_path):
     frames = [{"at": t, "gpus": [{"util_gpu": 90, "processes": [{"pid": "rank:0", "mem": 5 * GiB},
                                                                    {"pid": "rank:1", "mem": r1}]}]}
               for t, r1 in ((0, 1 * GiB), (1.5, 2 * GiB), (3, 3 * GiB), (4.5, 3.5 * GiB), (6, 4.2 * GiB))]
-    env = fake_env(tmp_path, {"gpus": [{"mem_total": 10 * GiB}], "frames": frames})
+    env = fake_env(tmp_path, {"gpus": [{"mem_total": 10 * GiB}], "frames": frames}, MPWATCH_GPU_GROWTH_WINDOW_S="3")
     run = headless(REPORTER, "100000", n=2, opts=FAST, env=env)
     (ev,) = run.wait_event("gpu_alert", lambda e: e["kind"] == "memory_high", timeout=60)
     # It fills at about 0.6 GiB/s: said before it crosses 90%, with the time to full.
