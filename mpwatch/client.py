@@ -7,6 +7,7 @@ from multiprocessing.connection import AuthenticationError
 from multiprocessing.connection import Client as _Connect
 
 from mpwatch import protocol, registry
+from mpwatch.status import GpuTimelineReply
 
 
 class ClientError(Exception):
@@ -90,6 +91,7 @@ class Client:
     def stop(self) -> str:
         return self.request("stop")["message"]
 
-    def gpu_timeline(self, window: float = 120) -> dict:
-        """{"ticks": [GpuTick], "marks": [GpuMark]} of the last `window` seconds (at most an hour)."""
-        return self.request("gpu_timeline", window=window)
+    def gpu_timeline(self, window: float = 120) -> GpuTimelineReply:
+        """The GPU ticks and marks of the last `window` seconds (at most an hour)."""
+        r = self.request("gpu_timeline", window=window)
+        return {"ticks": r["ticks"], "marks": r["marks"]}

@@ -399,3 +399,11 @@ class GpuThinned(TypedDict):
 
     ts: float
     thinned: GpuThinnedInfo
+
+
+class GpuTimelineReply(TypedDict):
+    """The `gpu_timeline` control command's answer (besides "ok"): the last `window`
+    seconds, at most ~300 ticks evenly picked (the latest always in), oldest first."""
+
+    ticks: list[GpuTick]
+    marks: list[GpuMark]

@@ -34,6 +34,7 @@ from mpwatch.status import (
     GpuHistory,
     GpuMark,
     GpuTick,
+    GpuTimelineReply,
     GpuView,
     State,
     WorkerGpu,
@@ -332,7 +333,7 @@ class GpuWatch:
             wg = self._wgpu.get(rank)
         return wg.copy() if wg is not None else None
 
-    def timeline(self, window: object) -> dict[str, object]:
+    def timeline(self, window: object) -> GpuTimelineReply:
         """The `gpu_timeline` reply: {"ticks", "marks"} of the last `window` seconds."""
         if isinstance(window, bool) or not isinstance(window, (int, float)) or not 0 < window <= HOUR_S:
             raise ValueError(f"'window' must be a number of seconds from 1 to {HOUR_S:.0f}")
