@@ -18,8 +18,8 @@ from __future__ import annotations
 
 import json
 import time
-from typing import TYPE_CHECKING
 
+TYPE_CHECKING = False  # as in worker.py: no `typing` at run time on the worker side
 if TYPE_CHECKING:
     from mpwatch.status import CudaView
 

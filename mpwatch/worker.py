@@ -15,23 +15,25 @@ from __future__ import annotations
 import atexit
 import itertools
 import os
+import sys
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Literal
 
 from mpwatch import protocol
-from mpwatch.cuda_view import TorchCuda
 
-if TYPE_CHECKING:  # at run time the worker side imports only what it uses, all standard library
+# Types for the checker only: `import mpwatch` must stay cheap, and `typing` alone costs
+# milliseconds at start-up (mypy reads this constant as True).
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Callable
     from multiprocessing.connection import Connection
+    from typing import Literal
 
     from mpwatch.status import CudaView
 
-# One buffered report: (sequence number, wall time, step, loss, metrics).
-Entry = tuple[int, float, "int | None", object, "dict[str, object]"]
-CudaSource = Callable[[], "CudaView | None"]
+    Entry = tuple[int, float, int | None, object, dict[str, object]]  # seq, wall time, step, loss, metrics
+    CudaSource = Callable[[], CudaView | None]
 
 # How often the sender ships a batch: one frame per flush, and the supervisor's cost is
 # mostly per frame. The supervisor sets it by the run's size (protocol.flush_interval).
@@ -94,7 +96,7 @@ class _Channel:
         self.address = address
         self.authkey = authkey
         self.rank = rank
-        self.cuda_source: CudaSource = cuda_source or TorchCuda()
+        self.cuda_source: CudaSource | None = cuda_source  # None: torch's, made when first needed
         self.pid = os.getpid()
         self.buf: deque[Entry] = deque(maxlen=BUFFER)
         self.seq = itertools.count()
@@ -208,6 +210,12 @@ class _Channel:
         if now < self.next_cuda:
             return None
         self.next_cuda = now + CUDA_EVERY_S
+        if self.cuda_source is None:
+            if "torch" not in sys.modules:
+                return None
+            from mpwatch.cuda_view import TorchCuda  # only in processes that use torch
+
+            self.cuda_source = TorchCuda()
         return self.cuda_source()
 
     def close(self) -> None:
