@@ -107,8 +107,7 @@ def _children(pid: int) -> list[int]:
 
 def cuda(uuid: str | None, allocated: int, reserved: int, device: int = 0, **extra: int) -> CudaView:
     """A rank's CUDA view as the worker sends it (the worker's own shape, see worker.TorchCuda)."""
-    view: CudaView = {"device": device, "allocated": allocated, "reserved": reserved, "max_allocated": allocated,
-                      "uuid": uuid, "alloc_retries": 0, "num_ooms": 0, "inactive_split": 0}
-    view.update(extra)  # type: ignore[typeddict-item]
-    return view
+    return {"device": device, "allocated": allocated, "reserved": reserved, "max_allocated": allocated,
+            "uuid": uuid, "alloc_retries": extra.get("alloc_retries", 0), "num_ooms": extra.get("num_ooms", 0),
+            "inactive_split": extra.get("inactive_split", 0)}
 
