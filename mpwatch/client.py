@@ -11,7 +11,7 @@ from types import TracebackType
 from typing import Any, TypedDict, cast
 
 from mpwatch import protocol, registry
-from mpwatch.status import EventFields, Status
+from mpwatch.status import EventFields, GpuMark, GpuTick, Status
 
 
 class EventsReply(TypedDict):
@@ -19,6 +19,14 @@ class EventsReply(TypedDict):
 
     events: list[EventFields]
     seq: int
+
+
+class GpuTimeline(TypedDict):
+    """The `gpu_timeline` command's reply: about one tick a second over the window asked for
+    (downsampled to a few hundred), and the marks in it; both oldest first."""
+
+    ticks: list[GpuTick]
+    marks: list[GpuMark]
 
 
 class ClientError(Exception):
@@ -108,3 +116,9 @@ class Client:
 
     def stop(self) -> str:
         return str(self.request("stop")["message"])
+
+    def gpu_timeline(self, window: float) -> GpuTimeline:
+        """What was on each GPU over the last `window` seconds (the GPU screen's charts)."""
+        reply = self.request("gpu_timeline", window=window)
+        return {"ticks": cast("list[GpuTick]", reply.get("ticks", [])),
+                "marks": cast("list[GpuMark]", reply.get("marks", []))}

@@ -7,6 +7,8 @@ from textual.containers import VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Static
 
+from mpwatch.tui.glyphs import Glyphs
+
 KEYS = [
     ("up/down, j", "select a worker (k is kill)"),
     ("Enter", "detail: loss plot, stdout/stderr tail, stack dump, children"),
@@ -29,7 +31,7 @@ KEYS = [
 class HelpScreen(ModalScreen[None]):
     BINDINGS = [Binding("escape,q,question_mark", "close", "Close")]
 
-    def __init__(self, glyphs):
+    def __init__(self, glyphs: Glyphs) -> None:
         super().__init__()
         self.glyphs = glyphs
 
