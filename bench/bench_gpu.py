@@ -20,6 +20,7 @@ import time
 from bench.harness import row
 from mpwatch.probes import gpu as gpu_probe
 from mpwatch.supervisor import gpu_watch
+from mpwatch.supervisor.gpu_ranks import RankInfo
 
 NGPUS = 8
 TARGET_MS = 2.0  # per tick for 8 GPUs: 0.2% of a core at the default 1 s interval
@@ -38,8 +39,8 @@ def _time_ticks(watch, n: int) -> tuple[list, list]:
 
 
 def _watch(opener, workers):
-    w = gpu_watch.GpuWatch(1.0, workers=lambda: (workers, {}, set(workers.values())), emit=lambda *a, **k: None,
-                           env={}, opener=opener)
+    infos = [RankInfo(rank, pid, True) for pid, rank in workers.items()]
+    w = gpu_watch.GpuWatch(1.0, workers=lambda: infos, emit=lambda *a, **k: None, env={}, opener=opener)
     if not w.open():
         return None, w.status
     return w, None

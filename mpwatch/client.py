@@ -117,8 +117,8 @@ class Client:
     def stop(self) -> str:
         return str(self.request("stop")["message"])
 
-    def gpu_timeline(self, window: float) -> GpuTimeline:
-        """What was on each GPU over the last `window` seconds (the GPU screen's charts)."""
+    def gpu_timeline(self, window: float = 120.0) -> GpuTimeline:
+        """What was on each GPU over the last `window` seconds (at most an hour): the GPU screen's charts."""
         reply = self.request("gpu_timeline", window=window)
         return {"ticks": cast("list[GpuTick]", reply.get("ticks", [])),
                 "marks": cast("list[GpuMark]", reply.get("marks", []))}

@@ -285,6 +285,9 @@ class MemoryBreakdown(TypedDict):
     outside: int | None  # processes outside the run
 
 
+HISTORY_POINTS = 120  # points of GpuHistory: two minutes at the default 1 s GPU interval
+
+
 class GpuHistory(TypedDict):
     """The last HISTORY_POINTS samples, oldest first, one per poller tick."""
 
@@ -409,3 +412,19 @@ class GpuMark(TypedDict):
     rank: int | None
     pid: NotRequired[int | None]
     text: str
+
+
+
+# What was thinned from gpu.jsonl to keep it under its cap: the ticks between the wall
+# times `from` and `to` went from ticks_before to ticks_after; marks_dropped, the oldest
+# marks, went (only when marks alone fill half the cap). Functional form: "from" is a keyword.
+GpuThinnedInfo = TypedDict("GpuThinnedInfo", {"from": float, "to": float, "ticks_before": int,
+                                              "ticks_after": int, "marks_dropped": int})
+
+
+class GpuThinned(TypedDict):
+    """A note line of gpu.jsonl (supervisor/gpu_timeline.py): older detail was thinned,
+    never dropped silently."""
+
+    ts: float
+    thinned: GpuThinnedInfo

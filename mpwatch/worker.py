@@ -19,8 +19,20 @@ import sys
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
+from types import ModuleType
+from typing import TYPE_CHECKING, Literal
 
 from mpwatch import protocol
+
+if TYPE_CHECKING:  # at run time the worker side imports only what it uses, all standard library
+    from multiprocessing.connection import Connection
+
+    from mpwatch.status import CudaView
+
+# One buffered report: (sequence number, wall time, step, loss, metrics).
+Entry = tuple[int, float, "int | None", object, "dict[str, object]"]
+CudaSource = Callable[[], "CudaView | None"]
 
 # How often the sender ships a batch: one frame per flush, and the supervisor's cost is
 # mostly per frame. The supervisor sets it by the run's size (protocol.flush_interval).
@@ -30,23 +42,25 @@ FLUSH_S = 0.25
 # which otherwise competes with the training loop for the GIL.
 BUFFER = 2048
 CUDA_EVERY_S = 1.0  # torch's memory view is sampled at most this often
+CUDA_RESCAN_S = 10.0  # which device the process allocates on is re-checked this often
+FAKE_CUDA_ENV = "MPWATCH_FAKE_CUDA"  # TEST-ONLY: a scripted allocator view (mpwatch/fake_cuda.py)
 # Entries per batch: a flush holding more reports folds runs of consecutive ones into one
 # entry (last step, last loss, metrics merged, and their count), so the supervisor's cost
 # per worker stays flat however fast a loop reports; 8 points a flush still draw the curve.
 FOLD = 8
 
 
-def _noop_report(step=None, loss=None, **metrics):
+def _noop_report(step: int | None = None, loss: object = None, **metrics: object) -> None:
     return None
 
 
 class _NoPhase:
     __slots__ = ()
 
-    def __enter__(self):
+    def __enter__(self) -> _NoPhase:
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: object) -> Literal[False]:
         return False
 
 
@@ -58,33 +72,123 @@ class _Phase:
 
     __slots__ = ("name", "t0", "totals")
 
-    def __init__(self, name, totals):
+    def __init__(self, name: str, totals: dict[str, float]):
         self.name = name
         self.totals = totals
         self.t0 = 0.0
 
-    def __enter__(self):
+    def __enter__(self) -> _Phase:
         self.t0 = time.perf_counter()
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: object) -> Literal[False]:
         totals = self.totals
         totals[self.name] = totals.get(self.name, 0.0) + (time.perf_counter() - self.t0)
         return False
 
 
+def _stat(stats: object, *path: str) -> int:
+    """A counter of memory_stats_as_nested_dict(): 0 where the allocator has none yet."""
+    for key in path:
+        stats = stats.get(key) if isinstance(stats, dict) else None
+    return int(stats) if isinstance(stats, int) else 0
+
+
+class TorchCuda:
+    """torch's caching-allocator counters of the device this process allocates on, only
+    when the script already initialised CUDA (this never initialises it). Sender thread.
+
+    One memory_stats_as_nested_dict() call gives every counter (memory_reserved() and
+    friends each build and flatten the whole dict). The device is the one holding the most
+    reserved memory, re-checked every CUDA_RESCAN_S: the current device is per thread (this
+    is the sender thread) and LOCAL_RANK is wrong exactly when a script picks a wrong
+    device. The UUID, spelled as NVML does ("GPU-…", "MIG-…"), lets the supervisor find
+    NVML's index whatever CUDA_VISIBLE_DEVICES does to torch's numbering."""
+
+    def __init__(self) -> None:
+        self.device: int | None = None
+        self.rescan_at = 0.0
+        self.uuids: dict[int, str | None] = {}
+
+    def __call__(self) -> CudaView | None:
+        torch = sys.modules.get("torch")
+        if torch is None:
+            return None
+        try:
+            cuda = torch.cuda
+            if not cuda.is_initialized():  # never initialise CUDA ourselves
+                return None
+            stats_of = cuda.memory_stats_as_nested_dict
+            now = time.monotonic()
+            if self.device is None or now >= self.rescan_at:
+                self.rescan_at = now + CUDA_RESCAN_S
+                self.device = self._busiest(cuda, stats_of)
+            dev = self.device
+            s = stats_of(dev)
+            return {
+                "device": dev,
+                "allocated": _stat(s, "allocated_bytes", "all", "current"),
+                "reserved": _stat(s, "reserved_bytes", "all", "current"),
+                "max_allocated": _stat(s, "allocated_bytes", "all", "peak"),
+                "uuid": self._uuid(cuda, dev),
+                "alloc_retries": _stat(s, "num_alloc_retries"),
+                "num_ooms": _stat(s, "num_ooms"),
+                "inactive_split": _stat(s, "inactive_split_bytes", "all", "current"),
+            }
+        except Exception:  # noqa: BLE001 - never raise into training
+            return None
+
+    @staticmethod
+    def _busiest(cuda: ModuleType, stats_of: Callable[[int], object]) -> int:
+        n = max(int(cuda.device_count()), 1)
+        reserved = [_stat(stats_of(d), "reserved_bytes", "all", "current") for d in range(n)]
+        dev = max(range(n), key=reserved.__getitem__)
+        if not reserved[dev]:
+            dev = int(os.environ.get("LOCAL_RANK", "0")) % n
+        return dev
+
+    def _uuid(self, cuda: ModuleType, dev: int) -> str | None:
+        if dev in self.uuids:
+            return self.uuids[dev]
+        uuid = None
+        visible = [v.strip() for v in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",")]
+        if dev < len(visible) and visible[dev].startswith("MIG-"):
+            uuid = visible[dev]  # a MIG instance: torch's own UUID may be its parent GPU's
+        else:
+            raw = getattr(cuda.get_device_properties(dev), "uuid", None)  # cached by torch
+            if raw is not None:
+                text = str(raw)
+                uuid = text if text.startswith(("GPU-", "MIG-")) else f"GPU-{text}"
+        self.uuids[dev] = uuid
+        return uuid
+
+
 class _Channel:
     """State of this process's connection to the supervisor."""
 
-    def __init__(self, address: str, authkey: bytes, rank: int, flush_s: float = FLUSH_S):
+    def __init__(self, address: str, authkey: bytes, rank: int, flush_s: float = FLUSH_S,
+                 cuda_source: CudaSource | None = None):
         self.flush_s = flush_s
         self.address = address
         self.authkey = authkey
         self.rank = rank
-        self.reset()
+        self.cuda_source: CudaSource = cuda_source or TorchCuda()
+        self.pid = os.getpid()
+        self.buf: deque[Entry] = deque(maxlen=BUFFER)
+        self.seq = itertools.count()
+        self.phases: dict[str, float] = {}
+        self.phase_cache: dict[str, _Phase] = {}
+        self.conn: Connection | None = None
+        self.thread: threading.Thread | None = None
+        self.lock = threading.Lock()
+        self.stop = threading.Event()
+        self.last_sent_seq = -1
+        self.last_phases: dict[str, float] | None = None
+        self.next_cuda = 0.0
+        self.retry_at = 0.0
 
-    def reset(self):
-        # Called at import and, via register_at_fork, in every forked child.
+    def reset(self) -> None:
+        """In a forked child (register_at_fork): a fresh buffer and no connection."""
         self.pid = os.getpid()
         self.buf = deque(maxlen=BUFFER)
         self.seq = itertools.count()
@@ -100,14 +204,14 @@ class _Channel:
         self.retry_at = 0.0
 
     # -- sender thread -------------------------------------------------------------
-    def start(self):
+    def start(self) -> None:
         with self.lock:
             if self.thread is not None:
                 return
             self.thread = threading.Thread(target=self._run, name="mpwatch-sender", daemon=True)
             self.thread.start()
 
-    def _run(self):
+    def _run(self) -> None:
         while not self.stop.wait(self.flush_s):
             self.flush()
 
@@ -118,8 +222,8 @@ class _Channel:
         from multiprocessing.connection import Client
 
         try:
-            self.conn = Client(self.address, family="AF_UNIX", authkey=self.authkey)
-            self.conn.send_bytes(
+            self.conn = conn = Client(self.address, family="AF_UNIX", authkey=self.authkey)
+            conn.send_bytes(
                 protocol.encode(
                     {"t": protocol.HELLO, "v": protocol.VERSION, "rank": self.rank,
                      "pid": os.getpid(), "ppid": os.getppid()}
@@ -130,18 +234,20 @@ class _Channel:
             self.conn = None
             self.retry_at = now + 1.0  # the supervisor is gone or restarting: try later
             return False
-        except Exception:  # AuthenticationError and friends: never raise into training
+        except Exception:  # noqa: BLE001 - AuthenticationError and friends: never raise into training
             self.conn = None
             self.retry_at = now + 5.0
             return False
 
-    def flush(self):
+    def flush(self) -> None:
         buf = self.buf
         if not buf and self.phases == self.last_phases:
             return
         if self.conn is None and not self._connect():
             return
-        items = []
+        conn = self.conn
+        assert conn is not None  # _connect() succeeded
+        items: list[Entry] = []
         while buf:
             try:
                 items.append(buf.popleft())
@@ -153,57 +259,36 @@ class _Channel:
             # numbers, whether before items[0] or between items, adds up to this.
             dropped = items[-1][0] - self.last_sent_seq - len(items)
             self.last_sent_seq = items[-1][0]
+        reports: list[list[object]]
         if len(items) <= FOLD:
             reports = [[ts, step, _as_number(loss), metrics] for _, ts, step, loss, metrics in items]
         else:
             reports = _fold(items)
         phases = dict(self.phases)
-        msg = {"t": protocol.BATCH, "reports": reports, "dropped": dropped, "phases": phases}
+        msg: dict[str, object] = {"t": protocol.BATCH, "reports": reports, "dropped": dropped, "phases": phases}
         cuda = self._cuda_view()
         if cuda:
             msg["cuda"] = cuda
         try:
-            self.conn.send_bytes(protocol.encode_lossy(msg))
+            conn.send_bytes(protocol.encode_lossy(msg))
             self.last_phases = phases
         except (OSError, EOFError, ValueError):
             try:
-                self.conn.close()
+                conn.close()
             except OSError:
                 pass
             self.conn = None
             self.retry_at = time.monotonic() + 1.0
 
-    def _cuda_view(self):
-        """torch's own memory counters, only when the script already uses CUDA."""
+    def _cuda_view(self) -> CudaView | None:
+        """The allocator's counters, at most once every CUDA_EVERY_S."""
         now = time.monotonic()
         if now < self.next_cuda:
             return None
         self.next_cuda = now + CUDA_EVERY_S
-        torch = sys.modules.get("torch")
-        if torch is None:
-            return None
-        try:
-            cuda = torch.cuda
-            if not cuda.is_initialized():  # never initialise CUDA ourselves
-                return None
-            # The device this process actually allocates on: the current device is per
-            # thread (this is the sender thread) and LOCAL_RANK is wrong exactly when a
-            # script picks a wrong device, so take the one holding the most memory.
-            n = max(cuda.device_count(), 1)
-            reserved = [int(cuda.memory_reserved(d)) for d in range(n)]
-            dev = max(range(n), key=reserved.__getitem__)
-            if not reserved[dev]:
-                dev = int(os.environ.get("LOCAL_RANK", "0")) % n
-            return {
-                "device": dev,
-                "allocated": int(cuda.memory_allocated(dev)),
-                "reserved": int(cuda.memory_reserved(dev)),
-                "max_allocated": int(cuda.max_memory_allocated(dev)),
-            }
-        except Exception:
-            return None
+        return self.cuda_source()
 
-    def close(self):
+    def close(self) -> None:
         """Flush what is left at normal interpreter exit, briefly: exit must not hang."""
         if self.pid != os.getpid():
             return
@@ -221,51 +306,52 @@ class _Channel:
                 pass
 
 
-def _as_number(loss):
+def _as_number(loss: object) -> float | int | None:
     if loss is None or type(loss) is float or type(loss) is int:
         return loss
     try:
-        return float(loss)  # a 0-d tensor or numpy scalar; converted off the hot path
+        return float(loss)  # type: ignore[arg-type]  # a 0-d tensor or numpy scalar: float() is its protocol
     except (TypeError, ValueError, RuntimeError):
         return None
 
 
-def _fold(items):
+def _fold(items: list[Entry]) -> list[list[object]]:
     """FOLD entries for a long run of reports: consecutive reports in near-equal groups, each
     group the last timestamp, the last step and loss given, the merged metrics, its size."""
-    out = []
+    out: list[list[object]] = []
     n = len(items)
     for g in range(FOLD):
         group = items[g * n // FOLD:(g + 1) * n // FOLD]
-        step = loss = None
-        metrics = {}
-        for _, _, s, l, m in group:
+        step: int | None = None
+        loss: object = None
+        metrics: dict[str, object] = {}
+        for _, _, s, lo, m in group:
             if s is not None:
                 step = s
-            if l is not None:
-                loss = l
+            if lo is not None:
+                loss = lo
             if m:
                 metrics.update(m)
         out.append([group[-1][1], step, _as_number(loss), metrics, len(group)])
     return out
 
 
-def _make_api(chan: _Channel):
+def _make_api(chan: _Channel) -> tuple[Callable[..., None], Callable[[str], _Phase]]:
     buf_holder = chan  # the channel object survives fork; its buffer is replaced
     clock = time.time
 
-    def report(step=None, loss=None, **metrics):
+    def report(step: int | None = None, loss: object = None, **metrics: object) -> None:
         """Record progress; returns at once. `loss` may be a float or a 0-d tensor."""
         if loss is not None and type(loss) is not float:
             detach = getattr(loss, "detach", None)
-            if detach is not None:
+            if callable(detach):
                 loss = detach()  # do not keep the autograd graph alive
         c = buf_holder
         c.buf.append((next(c.seq), clock(), step, loss, metrics))
         if c.thread is None:
             c.start()
 
-    def phase(name: str):
+    def phase(name: str) -> _Phase:
         """Context manager timing a phase of the step ("data", "compute", "sync", ...)."""
         c = buf_holder
         p = c.phase_cache.get(name)
@@ -276,7 +362,7 @@ def _make_api(chan: _Channel):
     return report, phase
 
 
-def _setup():
+def _setup() -> _Channel | None:
     address = os.environ.get(protocol.ENV_ADDRESS)
     key = os.environ.get(protocol.ENV_AUTHKEY)
     if not address or not key:
@@ -292,7 +378,13 @@ def _setup():
         flush_s = FLUSH_S
     if not 0.01 <= flush_s <= 10.0:  # also NaN
         flush_s = FLUSH_S
-    chan = _Channel(address, authkey, rank, flush_s)
+    source: CudaSource | None = None
+    fake = os.environ.get(FAKE_CUDA_ENV)
+    if fake:
+        from mpwatch.fake_cuda import FakeCuda  # TEST-ONLY
+
+        source = FakeCuda(fake, rank)
+    chan = _Channel(address, authkey, rank, flush_s, source)
     os.register_at_fork(after_in_child=chan.reset)
     atexit.register(chan.close)
     return chan
@@ -300,12 +392,15 @@ def _setup():
 
 _channel = _setup()
 
+report: Callable[..., None]
+phase: Callable[[str], _Phase | _NoPhase]
 if _channel is None:
     report = _noop_report
 
-    def phase(name: str):
+    def _no_phase(name: str) -> _NoPhase:
         return _NO_PHASE
 
+    phase = _no_phase
 else:
     report, phase = _make_api(_channel)
 

@@ -1,29 +1,63 @@
 """GPU sampling behind a small backend interface: real NVML, a scripted fake, or absent.
+Runs on the supervisor's GPU poller thread (supervisor/gpu_watch.py).
 
-A backend answers a handful of per-device questions (name, memory, utilization,
-temperature, power, compute processes); `GpuProbe` asks them and turns every failed
-call into None ("N/A") for that one value, so one unsupported counter or a lost GPU
-never stops the poller. Device handles are got once, at `open()`.
+A backend answers a handful of per-device questions (name, UUID, memory, utilization,
+temperature, power, compute processes, per-process SM utilization); `GpuProbe` asks them
+and turns every failed call into None ("N/A") for that one value, so one unsupported
+counter or a lost GPU never stops the poller. Handles, names and UUIDs are got once, at
+`open()`.
 
 Backends:
 - `NvmlBackend`: the official bindings (package nvidia-ml-py, `import pynvml`).
-- `FakeBackend`: TEST-ONLY. Selected by the environment variable MPWATCH_FAKE_NVML=<path
-  to a JSON scenario>; see FakeBackend's docstring for the format.
+- `FakeBackend` (probes/gpu_fake.py): TEST-ONLY. Selected by the environment variable
+  MPWATCH_FAKE_NVML=<path to a JSON scenario>; see its docstring for the format.
 - no backend: `open_backend()` returns a one-line reason instead ("NVML library not
   found ...", "no NVIDIA GPU found", "driver/bindings mismatch: ...").
 """
 from __future__ import annotations
 
-import json
 import os
 import time
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Protocol
 
 FAKE_ENV = "MPWATCH_FAKE_NVML"
+
+ProcList = list[tuple[int, "int | None"]]  # [(pid, used bytes or None where the driver cannot tell)]
 
 
 class GpuUnavailable(Exception):
     """No usable GPU backend; the message is the one line shown to the user."""
+
+
+class NotSupported(Exception):
+    """The device cannot answer this question at all (MIG, an older GPU or driver): N/A
+    for good, so the probe stops asking."""
+
+
+class Backend(Protocol):
+    """What GpuProbe asks of a backend; `h` is whatever `handle()` returned."""
+
+    kind: str
+
+    def init(self) -> None: ...
+    def shutdown(self) -> None: ...
+    def count(self) -> int: ...
+    def handle(self, index: int) -> object: ...
+    def name(self, h: object) -> str: ...
+    def uuid(self, h: object) -> str: ...
+    def mig_uuids(self, h: object) -> list[str]: ...
+    def memory(self, h: object) -> tuple[int, int]: ...
+    def utilization(self, h: object) -> tuple[int, int]: ...
+    def temperature(self, h: object) -> int: ...
+    def power_w(self, h: object) -> float: ...
+    def processes(self, h: object) -> ProcList: ...
+
+    def process_utilization(self, h: object, since_us: int) -> tuple[dict[int, int], int]:
+        """({pid: SM %} averaged over the samples newer than since_us, newest sample's
+        timestamp); raises NotSupported where the device has no process samples."""
+        ...
 
 
 @dataclass
@@ -32,26 +66,38 @@ class GpuSample:
 
     index: int
     name: str | None
+    uuid: str | None = None
     mem_used: int | None = None
     mem_total: int | None = None
     util_gpu: int | None = None
     util_mem: int | None = None
     temperature: int | None = None
     power_w: float | None = None
-    processes: list | None = None  # [(pid, used bytes or None)]; None when not sampled now
-    errors: dict = field(default_factory=dict)  # what -> why, for the values that are N/A
+    processes: ProcList | None = None  # None when not sampled now (or the query failed)
+    proc_util: dict[int, int] | None = None  # pid -> SM %; None when not sampled now or N/A
+    errors: dict[str, str] = field(default_factory=dict)  # what -> why, for the values that are N/A
     ts: float = 0.0  # wall clock
+
+
+@dataclass
+class Device:
+    index: int
+    handle: object
+    name: str | None
+    uuid: str | None
+    proc_util_ok: bool = True  # False once the device said it has no process samples
+    util_seen_us: int = 0  # NVML timestamp of the newest process sample read
 
 
 # --------------------------------------------------------------------- reasons ----
 def reason_for(exc: BaseException) -> str:
     """The one line a user sees for an NVML start-up failure."""
+    if isinstance(exc, GpuUnavailable):
+        return str(exc)
     try:
         import pynvml
     except ImportError:  # pragma: no cover - the bindings are a dependency
         return f"NVML unavailable: {exc}"
-    if isinstance(exc, GpuUnavailable):
-        return str(exc)
     if isinstance(exc, pynvml.NVMLError):
         code = getattr(exc, "value", None)
         if code == pynvml.NVML_ERROR_LIBRARY_NOT_FOUND:
@@ -77,58 +123,83 @@ def reason_for(exc: BaseException) -> str:
 
 
 # ------------------------------------------------------------------- backends ----
+def _text(v: object) -> str:
+    return v.decode(errors="replace") if isinstance(v, bytes) else str(v)
+
+
 class NvmlBackend:
-    """The real thing, over nvidia-ml-py."""
+    """The real thing, over nvidia-ml-py. `nv` is the pynvml module (a stand-in in tests)."""
 
     kind = "nvml"
 
-    def __init__(self):
+    def __init__(self) -> None:
         import pynvml  # nvidia-ml-py; imported here so the fake needs no driver
 
         self.nv = pynvml
-        self._procs_fn = None
+        self._procs_fn: object = None
 
-    def init(self):
+    def init(self) -> None:
         self.nv.nvmlInit()
 
-    def shutdown(self):
+    def shutdown(self) -> None:
         try:
             self.nv.nvmlShutdown()
         except Exception:  # noqa: BLE001 - shutting down: nothing to tell
             pass
 
     def count(self) -> int:
-        return self.nv.nvmlDeviceGetCount()
+        return int(self.nv.nvmlDeviceGetCount())
 
-    def handle(self, index: int):
+    def handle(self, index: int) -> object:
         return self.nv.nvmlDeviceGetHandleByIndex(index)
 
-    def name(self, h) -> str:
-        name = self.nv.nvmlDeviceGetName(h)
-        return name.decode(errors="replace") if isinstance(name, bytes) else str(name)
+    def name(self, h: object) -> str:
+        return _text(self.nv.nvmlDeviceGetName(h))
 
-    def memory(self, h) -> tuple[int, int]:
+    def uuid(self, h: object) -> str:
+        return _text(self.nv.nvmlDeviceGetUUID(h))  # "GPU-…": the spelling CUDA_VISIBLE_DEVICES takes
+
+    def mig_uuids(self, h: object) -> list[str]:
+        """UUIDs ("MIG-…") of the MIG instances of a GPU in MIG mode: a worker on one of
+        them names it, and it maps to this GPU's index."""
+        nv = self.nv
+        try:
+            current, _ = nv.nvmlDeviceGetMigMode(h)
+            if current != getattr(nv, "NVML_DEVICE_MIG_ENABLE", 1):
+                return []
+            n = int(nv.nvmlDeviceGetMaxMigDeviceCount(h))
+        except Exception:  # noqa: BLE001 - no MIG on this GPU or driver
+            return []
+        out = []
+        for i in range(n):
+            try:
+                out.append(_text(nv.nvmlDeviceGetUUID(nv.nvmlDeviceGetMigDeviceHandleByIndex(h, i))))
+            except Exception:  # noqa: BLE001 - an empty slot
+                continue
+        return out
+
+    def memory(self, h: object) -> tuple[int, int]:
         m = self.nv.nvmlDeviceGetMemoryInfo(h)
         return int(m.used), int(m.total)
 
-    def utilization(self, h) -> tuple[int, int]:
+    def utilization(self, h: object) -> tuple[int, int]:
         u = self.nv.nvmlDeviceGetUtilizationRates(h)
         return int(u.gpu), int(u.memory)
 
-    def temperature(self, h) -> int:
+    def temperature(self, h: object) -> int:
         return int(self.nv.nvmlDeviceGetTemperature(h, self.nv.NVML_TEMPERATURE_GPU))
 
-    def power_w(self, h) -> float:
-        return self.nv.nvmlDeviceGetPowerUsage(h) / 1000.0  # milliwatts
+    def power_w(self, h: object) -> float:
+        return float(self.nv.nvmlDeviceGetPowerUsage(h)) / 1000.0  # milliwatts
 
-    def processes(self, h) -> list[tuple[int, int | None]]:
+    def processes(self, h: object) -> ProcList:
         # The unversioned call needs the newest struct; an older driver only has _v2.
         fns = [self._procs_fn] if self._procs_fn else [
             self.nv.nvmlDeviceGetComputeRunningProcesses,
             getattr(self.nv, "nvmlDeviceGetComputeRunningProcesses_v2", None)]
-        last = None
+        last: BaseException | None = None
         for fn in fns:
-            if fn is None:
+            if not callable(fn):
                 continue
             try:
                 procs = fn(h)
@@ -142,145 +213,54 @@ class NvmlBackend:
             return [(int(p.pid), None if p.usedGpuMemory is None else int(p.usedGpuMemory)) for p in procs]
         raise last if last is not None else RuntimeError("no process query in these bindings")
 
+    def process_utilization(self, h: object, since_us: int) -> tuple[dict[int, int], int]:
+        nv = self.nv
+        try:
+            samples = nv.nvmlDeviceGetProcessUtilization(h, since_us)
+        except nv.NVMLError as exc:
+            code = getattr(exc, "value", None)
+            if code in (nv.NVML_ERROR_NOT_FOUND, getattr(nv, "NVML_SUCCESS", 0)):
+                return {}, since_us  # no process ran a kernel since since_us
+            if code in (nv.NVML_ERROR_NOT_SUPPORTED, nv.NVML_ERROR_FUNCTION_NOT_FOUND):
+                raise NotSupported(str(exc)) from None
+            raise
+        return average_samples([(int(s.pid), int(s.timeStamp), int(s.smUtil)) for s in samples], since_us)
 
-def _missing_function(nv, exc) -> bool:
+
+def average_samples(samples: Sequence[tuple[int, int, int]], since_us: int) -> tuple[dict[int, int], int]:
+    """({pid: mean SM %} over samples newer than since_us, newest timestamp). Some drivers
+    return older samples too, and some an smUtil above 100: both are left out/clamped."""
+    sums: dict[int, list[int]] = {}
+    newest = since_us
+    for pid, ts, sm in samples:
+        if ts <= since_us:
+            continue
+        newest = max(newest, ts)
+        acc = sums.setdefault(pid, [0, 0])
+        acc[0] += min(max(sm, 0), 100)
+        acc[1] += 1
+    return {pid: round(total / n) for pid, (total, n) in sums.items()}, newest
+
+
+def _missing_function(nv: object, exc: BaseException) -> bool:
     """The driver's NVML lacks this (versioned) entry point: try an older one."""
     mismatch = getattr(nv, "NVMLLibraryMismatchError", None)
-    if mismatch is not None and isinstance(exc, mismatch):
+    if isinstance(mismatch, type) and isinstance(exc, mismatch):
         return True
-    return isinstance(exc, nv.NVMLError) and getattr(exc, "value", None) == nv.NVML_ERROR_FUNCTION_NOT_FOUND
+    err = getattr(nv, "NVMLError", None)
+    return (isinstance(err, type) and isinstance(exc, err)
+            and getattr(exc, "value", None) == getattr(nv, "NVML_ERROR_FUNCTION_NOT_FOUND", None))
 
 
-class FakeBackend:
-    """TEST-ONLY scripted NVML, chosen by MPWATCH_FAKE_NVML=<scenario.json>.
-
-    Scenario:
-        {"gpus": [{"name": "Fake 80G", "mem_total": 85899345920}, ...],
-         "init_error": "text",                  # optional: fail to start with this line
-         "frames": [                            # the last frame whose "at" (seconds since
-           {"at": 0, "gpus": [                  # init) has passed is the current one
-             {"util_gpu": 80, "util_mem": 30, "temperature": 60, "power_w": 250,
-              "mem_used": 1000,                 # optional: else sum of processes + extra_used
-              "extra_used": 0,
-              "processes": [{"pid": "rank:0", "mem": 1000}, {"pid": 4194000, "mem": 5}],
-              "fail": ["temperature", "processes"]}]}]}
-    A pid may be a number or a name resolved at each call: "rank:N" (the worker of rank N
-    of this supervisor, found by its MPWATCH_RANK), "rank:N/child" (that worker's first
-    child), "parent" (the supervisor's parent), "self" (the supervisor).
-    """
-
-    kind = "fake"
-
-    def __init__(self, path: str, clock=time.monotonic):
-        try:
-            with open(path, encoding="utf-8") as f:
-                self.scenario = json.load(f)
-            if not isinstance(self.scenario, dict) or not isinstance(self.scenario.get("gpus", []), list):
-                raise ValueError("the top level must be an object with a 'gpus' list")
-        except (OSError, ValueError) as exc:
-            raise GpuUnavailable(f"fake NVML scenario {path} unreadable: {exc}") from None
-        self.clock = clock
-        self.t0 = None
-        self.calls = 0
-
-    def init(self):
-        err = self.scenario.get("init_error")
-        if err:
-            raise GpuUnavailable(str(err))
-        self.t0 = self.clock()
-
-    def shutdown(self):
-        pass
-
-    def count(self) -> int:
-        return len(self.scenario.get("gpus", []))
-
-    def handle(self, index: int):
-        return index
-
-    def _frame(self, h) -> dict:
-        self.calls += 1
-        elapsed = self.clock() - (self.t0 or 0.0)
-        cur = {}
-        for fr in self.scenario.get("frames", []):
-            if fr.get("at", 0) <= elapsed:
-                cur = fr
-        gpus = cur.get("gpus", [])
-        return gpus[h] if h < len(gpus) and isinstance(gpus[h], dict) else {}
-
-    def _value(self, h, key):
-        g = self._frame(h)
-        if key in g.get("fail", ()):
-            raise RuntimeError(f"scripted failure of {key}")
-        return g
-
-    def name(self, h) -> str:
-        return str(self.scenario["gpus"][h].get("name", f"Fake GPU {h}"))
-
-    def memory(self, h):
-        g = self._value(h, "memory")
-        total = int(self.scenario["gpus"][h].get("mem_total", 16 << 30))
-        used = g.get("mem_used")
-        if used is None:
-            used = sum(int(p.get("mem") or 0) for p in g.get("processes", [])) + int(g.get("extra_used", 0))
-        return int(used), total
-
-    def utilization(self, h):
-        g = self._value(h, "utilization")
-        return int(g.get("util_gpu", 0)), int(g.get("util_mem", 0))
-
-    def temperature(self, h):
-        return int(self._value(h, "temperature").get("temperature", 40))
-
-    def power_w(self, h):
-        return float(self._value(h, "power").get("power_w", 50.0))
-
-    def processes(self, h):
-        g = self._value(h, "processes")
-        out = []
-        for p in g.get("processes", []):
-            pid = resolve_fake_pid(p.get("pid"))
-            if pid is not None:
-                out.append((pid, None if p.get("mem") is None else int(p["mem"])))
-        return out
-
-
-def resolve_fake_pid(spec) -> int | None:
-    """A scenario pid: a number, or a name resolved against this process's children."""
-    if isinstance(spec, int):
-        return spec
-    if spec == "self":
-        return os.getpid()
-    if spec == "parent":
-        return os.getppid()
-    if not isinstance(spec, str) or not spec.startswith("rank:"):
-        return None
-    import psutil
-
-    want, _, sub = spec[5:].partition("/")
-    try:
-        kids = psutil.Process().children()
-    except psutil.Error:
-        return None
-    for k in kids:
-        try:
-            if k.environ().get("MPWATCH_RANK") != want:
-                continue
-            if sub == "child":
-                grand = k.children()
-                return grand[0].pid if grand else None
-            return k.pid
-        except psutil.Error:
-            continue
-    return None
-
-
-def open_backend(env=None):
+def open_backend(env: Mapping[str, str] | None = None) -> tuple[Backend | None, str | None]:
     """(backend, None) ready to sample, or (None, one-line reason)."""
     env = os.environ if env is None else env
+    backend: Backend
     try:
         fake = env.get(FAKE_ENV)
         if fake:
+            from mpwatch.probes.gpu_fake import FakeBackend  # TEST-ONLY
+
             backend = FakeBackend(fake)
         else:
             try:
@@ -310,13 +290,14 @@ def _why(exc: BaseException) -> str:
 class GpuProbe:
     """Samples every device of a backend; each value that fails is None, never an exception."""
 
-    def __init__(self, backend):
+    def __init__(self, backend: Backend):
         self.backend = backend
-        self.devices: list[tuple[int, object, str | None]] = []  # (index, handle, name)
+        self.devices: list[Device] = []
+        self.uuid_index: dict[str, int] = {}  # "GPU-…" or "MIG-…" -> NVML index of the GPU
         self.status: str | None = None  # one line when some devices could not be opened
 
-    def open(self):
-        """Get the handles and names once."""
+    def open(self) -> None:
+        """Get the handles, names and UUIDs once."""
         b = self.backend
         skipped = []
         for i in range(b.count()):
@@ -325,44 +306,71 @@ class GpuProbe:
             except Exception as exc:  # noqa: BLE001 - a lost GPU: list the others
                 skipped.append(f"GPU {i}: {reason_for(exc)}")
                 continue
+            name = uuid = None
             try:
                 name = b.name(h)
             except Exception:  # noqa: BLE001
-                name = None
-            self.devices.append((i, h, name))
+                pass
+            try:
+                uuid = b.uuid(h)
+            except Exception:  # noqa: BLE001 - then ranks are mapped to it by pid only
+                pass
+            self.devices.append(Device(i, h, name, uuid))
+            for u in ([uuid] if uuid else []) + _safe_mig(b, h):
+                self.uuid_index[u] = i
         if skipped:
             self.status = "; ".join(skipped)
         if not self.devices:
             raise GpuUnavailable(self.status or "no NVIDIA GPU found")
 
     def sample(self, with_processes: bool) -> list[GpuSample]:
-        out = []
-        b = self.backend
-        for index, h, name in self.devices:
-            s = GpuSample(index=index, name=name, ts=time.time())
-            try:
-                s.mem_used, s.mem_total = b.memory(h)
-            except Exception as exc:  # noqa: BLE001 - N/A for this value only
-                s.errors["memory"] = _why(exc)
-            try:
-                s.util_gpu, s.util_mem = b.utilization(h)
-            except Exception as exc:  # noqa: BLE001
-                s.errors["utilization"] = _why(exc)
-            try:
-                s.temperature = b.temperature(h)
-            except Exception as exc:  # noqa: BLE001
-                s.errors["temperature"] = _why(exc)
-            try:
-                s.power_w = round(b.power_w(h), 1)
-            except Exception as exc:  # noqa: BLE001
-                s.errors["power"] = _why(exc)
-            if with_processes:
-                try:
-                    s.processes = b.processes(h)
-                except Exception as exc:  # noqa: BLE001
-                    s.errors["processes"] = _why(exc)
-            out.append(s)
-        return out
+        """Every device now; with_processes also asks for the process list and the
+        per-process SM utilization since the last time (milliseconds on real drivers)."""
+        return [self._sample(d, with_processes) for d in self.devices]
 
-    def close(self):
+    def _sample(self, d: Device, with_processes: bool) -> GpuSample:
+        b, h = self.backend, d.handle
+        s = GpuSample(index=d.index, name=d.name, uuid=d.uuid, ts=time.time())
+        try:
+            s.mem_used, s.mem_total = b.memory(h)
+        except Exception as exc:  # noqa: BLE001 - N/A for this value only
+            s.errors["memory"] = _why(exc)
+        try:
+            s.util_gpu, s.util_mem = b.utilization(h)
+        except Exception as exc:  # noqa: BLE001
+            s.errors["utilization"] = _why(exc)
+        try:
+            s.temperature = b.temperature(h)
+        except Exception as exc:  # noqa: BLE001
+            s.errors["temperature"] = _why(exc)
+        try:
+            s.power_w = round(b.power_w(h), 1)
+        except Exception as exc:  # noqa: BLE001
+            s.errors["power"] = _why(exc)
+        if not with_processes:
+            return s
+        try:
+            s.processes = b.processes(h)
+        except Exception as exc:  # noqa: BLE001
+            s.errors["processes"] = _why(exc)
+        if not d.proc_util_ok:
+            s.errors["proc_util"] = "not supported on this GPU or driver"
+            return s
+        try:
+            s.proc_util, d.util_seen_us = b.process_utilization(h, d.util_seen_us)
+        except NotSupported as exc:
+            d.proc_util_ok = False
+            s.errors["proc_util"] = f"not supported on this GPU or driver ({_why(exc)})"
+        except Exception as exc:  # noqa: BLE001 - asked again next time
+            s.errors["proc_util"] = _why(exc)
+        return s
+
+    def close(self) -> None:
         self.backend.shutdown()
+
+
+def _safe_mig(b: Backend, h: object) -> list[str]:
+    try:
+        return b.mig_uuids(h)
+    except Exception:  # noqa: BLE001 - MIG is optional
+        return []

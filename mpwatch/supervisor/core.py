@@ -837,6 +837,9 @@ class Run:
             return self.submit(self._cmd_resize, n)
         if cmd == "stop":
             return self.submit(self._cmd_stop)
+        if cmd == "gpu_timeline":  # {"window": SECONDS} -> {"ticks": [GpuTick], "marks": [GpuMark]}
+            return {"ok": True, **(self.gpu.timeline(req.get("window", 120)) if self.gpu is not None
+                                   else {"ticks": [], "marks": []})}
         raise ValueError(f"unknown command {cmd!r}")
 
     def _worker_arg(self, rank) -> Worker:
@@ -1083,8 +1086,7 @@ class Run:
             "last_dump": w.last_dump, "unkillable": w.unkillable,
             "foreign_groups": sorted(w.foreign_groups),
             "children": children,
-            "gpu": self.gpu.worker_gpu([w.pid] + [c["pid"] for c in children])
-            if self.gpu is not None and w.alive else None,
+            "gpu": self.gpu.worker_gpu(w.rank) if self.gpu is not None and w.alive else None,
         }
 
 

@@ -8,7 +8,7 @@ import types
 import pynvml
 import pytest
 
-from mpwatch.probes import gpu
+from mpwatch.probes import gpu, gpu_fake
 
 GiB = 1 << 30
 
@@ -110,7 +110,7 @@ def test_frames_follow_the_scenario_clock(tmp_path):
         {"at": 0, "gpus": [{"util_gpu": 1}]}, {"at": 5, "gpus": [{"util_gpu": 2}]},
         {"at": 10, "gpus": [{"util_gpu": 3}]}]})
     clock = Clock()
-    backend = gpu.FakeBackend(path, clock=clock)
+    backend = gpu_fake.FakeBackend(path, clock=clock)
     backend.init()
     seen = []
     for dt in (0, 4.9, 5.0, 9.0, 11.0, 1000.0):
@@ -145,10 +145,10 @@ def test_rank_names_resolve_to_this_processes_children(tmp_path):
     child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"],
                              env=dict(os.environ, MPWATCH_RANK="3"))
     try:
-        assert gpu.resolve_fake_pid("rank:3") == child.pid
-        assert gpu.resolve_fake_pid("rank:4") is None
-        assert gpu.resolve_fake_pid("parent") == os.getppid()
-        assert gpu.resolve_fake_pid(77) == 77 and gpu.resolve_fake_pid("junk") is None
+        assert gpu_fake.resolve_fake_pid("rank:3") == child.pid
+        assert gpu_fake.resolve_fake_pid("rank:4") is None
+        assert gpu_fake.resolve_fake_pid("parent") == os.getppid()
+        assert gpu_fake.resolve_fake_pid(77) == 77 and gpu_fake.resolve_fake_pid("junk") is None
     finally:
         child.kill()
         child.wait()
@@ -162,7 +162,10 @@ def fake_pynvml(**overrides):
         NVML_ERROR_FUNCTION_NOT_FOUND=pynvml.NVML_ERROR_FUNCTION_NOT_FOUND,
         NVML_TEMPERATURE_GPU=0,
         nvmlInit=lambda: None, nvmlShutdown=lambda: None, nvmlDeviceGetCount=lambda: 1,
+        NVML_ERROR_NOT_FOUND=pynvml.NVML_ERROR_NOT_FOUND, NVML_ERROR_NOT_SUPPORTED=pynvml.NVML_ERROR_NOT_SUPPORTED,
+        NVML_SUCCESS=pynvml.NVML_SUCCESS,
         nvmlDeviceGetHandleByIndex=lambda i: f"h{i}", nvmlDeviceGetName=lambda h: b"NVIDIA Test",
+        nvmlDeviceGetUUID=lambda h: f"GPU-test-{h}",
         nvmlDeviceGetMemoryInfo=lambda h: types.SimpleNamespace(used=3 * GiB, total=80 * GiB, free=77 * GiB),
         nvmlDeviceGetUtilizationRates=lambda h: types.SimpleNamespace(gpu=55, memory=20),
         nvmlDeviceGetTemperature=lambda h, s: 64,
@@ -233,5 +236,5 @@ def test_a_device_whose_handle_fails_is_skipped_and_said():
     probe = gpu.GpuProbe(real_backend(fake_pynvml(nvmlDeviceGetCount=lambda: 2,
                                                   nvmlDeviceGetHandleByIndex=handle)))
     probe.open()
-    assert [d[0] for d in probe.devices] == [0]
+    assert [d.index for d in probe.devices] == [0]
     assert probe.status.startswith("GPU 1:") and "fallen off the bus" in probe.status
