@@ -4,8 +4,8 @@ the producer sends, never dictionaries written by hand). One command regenerates
     PYTHONPATH=$PWD .venv/bin/python -m tests.record [SCENARIO ...]   # all when none is named
 
 Each scenario starts a real headless supervisor (tests/helpers.HeadlessRun) on real workers
-(tests/record_worker.py), with a scripted NVML (MPWATCH_FAKE_NVML, the one stand-in the
-project allows) where it has GPUs; waits until the run shows what the scenario is for; and
+(tests/record_worker.py), with a scripted NVML (MPWATCH_FAKE_NVML) and scripted allocator views
+of the workers' torch (MPWATCH_FAKE_CUDA: CI has no GPU) where it has GPUs; waits until the run shows what the scenario is for; and
 writes tests/data/statuses/<scenario>.json (see `record`): the status (`ctl status --json`),
 the events the TUI received, the --headless lines the supervisor printed for them, each
 rank's loss history and log tails, the stack dumps the status points to, and the GPU timeline
@@ -53,8 +53,21 @@ def unused_pid() -> int:
 
 
 # ------------------------------------------------------------------ scenarios ----
-def _proc(pid: object, gib: float) -> dict[str, Any]:
-    return {"pid": pid, "mem": int(gib * GiB)}
+def _proc(pid: object, gib: float, sm: int | None = None) -> dict[str, Any]:
+    p: dict[str, Any] = {"pid": pid, "mem": int(gib * GiB)}
+    if sm is not None:
+        p["sm"] = sm
+    return p
+
+
+def uuid(i: int) -> str:
+    return f"GPU-{0x5a1c9e2b + 0x1111 * i:08x}-7d3f-4c11-9a8e-{0x0b6f2d4e8c17 + i:012x}"
+
+
+def _cuda(at: float, gpu: int, alloc: float, reserved: float, peak: float, **extra: int) -> dict[str, Any]:
+    """A frame of the scripted allocator view (MPWATCH_FAKE_CUDA): what torch would say."""
+    return {"at": at, "device": 0, "uuid": uuid(gpu), "allocated": int(alloc * GiB),
+            "reserved": int(reserved * GiB), "max_allocated": int(peak * GiB), **extra}
 
 
 def nvml_two_gpus(ghost: int) -> dict[str, Any]:
@@ -65,47 +78,74 @@ def nvml_two_gpus(ghost: int) -> dict[str, Any]:
     def gpu0(util: int, r0: float, r1: float, child: float, outside: float) -> dict[str, Any]:
         return {"util_gpu": util, "util_mem": util // 2, "temperature": 45 + util // 4, "power_w": 120 + 5 * util,
                 "extra_used": 600 * MiB,
-                "processes": [_proc("rank:0", r0), _proc("rank:1", r1), _proc("rank:0/child", child),
-                              _proc("parent", outside), _proc(ghost, 0.3)]}
+                "processes": [_proc("rank:0", r0, util // 2), _proc("rank:1", r1, util // 2 - 4),
+                              _proc("rank:0/child", child, 0), _proc("parent", outside, 3), _proc(ghost, 0.3)]}
     idle = {"util_gpu": 0, "util_mem": 0, "temperature": 33, "power_w": 61.0, "extra_used": 0, "processes": []}
-    return {"gpus": [{"name": "NVIDIA H100 80GB HBM3", "mem_total": 80 * GiB},
-                     {"name": "NVIDIA H100 80GB HBM3", "mem_total": 80 * GiB}],
+    return {"gpus": [{"name": "NVIDIA H100 80GB HBM3", "mem_total": 80 * GiB, "uuid": uuid(0)},
+                     {"name": "NVIDIA H100 80GB HBM3", "mem_total": 80 * GiB, "uuid": uuid(1)}],
             "frames": [{"at": 0, "gpus": [gpu0(35, 4.0, 3.5, 0.5, 2.1), idle]},
                        {"at": 2, "gpus": [gpu0(71, 11.0, 10.2, 1.0, 2.1), idle]},
                        {"at": 4, "gpus": [gpu0(88, 16.4, 15.1, 1.5, 2.1), idle]},
                        {"at": 6, "gpus": [gpu0(93, 19.6, 18.2, 1.5, 2.1), idle]}]}
 
 
+def cuda_two_gpus() -> dict[str, Any]:
+    """Both ranks' torch says device 0, the same GPU: the collision; rank 1's allocator
+    starts to retry."""
+    return {"ranks": {
+        "0": [_cuda(0, 0, 2.1, 3.0, 2.4), _cuda(2, 0, 8.2, 9.6, 8.9), _cuda(4, 0, 12.5, 14.6, 13.1),
+              _cuda(6, 0, 14.2, 17.8, 16.9)],
+        "1": [_cuda(0, 0, 1.9, 2.6, 2.2), _cuda(2, 0, 7.6, 8.8, 8.0), _cuda(4, 0, 11.3, 13.4, 12.0),
+              _cuda(6, 0, 13.1, 16.4, 15.0, alloc_retries=2)]}}
+
+
+EIGHT_USES = [30.1, 41.7, 44.0, 39.5, 42.2, 76.3, 40.8, 2.0]  # GiB each rank holds on its own GPU
+EIGHT_UTILS = [97, 95, 96, 94, 92, 99, 95, 0]
+
+
 def nvml_eight_gpus() -> dict[str, Any]:
     """Eight ranks, one a GPU, every rank also holding a stray context on GPU 0 (the classic
-    "all on GPU 0" mistake), GPU 5 nearly full, GPU 7 idle."""
-    uses = [30.1, 41.7, 44.0, 39.5, 42.2, 76.3, 40.8, 2.0]
-    utils = [97, 95, 96, 94, 92, 99, 95, 0]
+    "all on GPU 0" mistake), GPU 5 nearly full, GPU 7 idle while the others work."""
     frames = []
     for at, scale in ((0, 0.5), (2, 0.8), (4, 1.0)):
         gpus = []
         for i in range(8):
-            procs = [_proc(f"rank:{i}", uses[i] * scale)]
+            util = int(EIGHT_UTILS[i] * min(1.0, scale + 0.2))
+            procs = [_proc(f"rank:{i}", EIGHT_USES[i] * scale, util)]
             if i == 0:
-                procs += [_proc(f"rank:{r}", 0.5) for r in range(1, 8)]
-            gpus.append({"util_gpu": int(utils[i] * min(1.0, scale + 0.2)), "util_mem": utils[i] // 3,
-                         "temperature": 40 + utils[i] // 3, "power_w": 100.0 + 6 * utils[i],
+                procs += [_proc(f"rank:{r}", 0.5, 0) for r in range(1, 8)]
+            gpus.append({"util_gpu": util, "util_mem": EIGHT_UTILS[i] // 3,
+                         "temperature": 40 + EIGHT_UTILS[i] // 3, "power_w": 100.0 + 6 * EIGHT_UTILS[i],
                          "extra_used": 400 * MiB, "processes": procs})
         frames.append({"at": at, "gpus": gpus})
-    return {"gpus": [{"name": "NVIDIA A100-SXM4-80GB", "mem_total": 80 * GiB} for _ in range(8)],
+    return {"gpus": [{"name": "NVIDIA A100-SXM4-80GB", "mem_total": 80 * GiB, "uuid": uuid(i)} for i in range(8)],
             "frames": frames}
+
+
+def cuda_eight_gpus() -> dict[str, Any]:
+    """Each rank's torch on its own GPU; rank 5 fragmented (much reserved, little allocated,
+    on a nearly full GPU) and retrying."""
+    ranks: dict[str, Any] = {}
+    for i, use in enumerate(EIGHT_USES):
+        frames = [_cuda(at, i, use * scale * 0.7, use * scale * 0.9, use * scale * 0.75)
+                  for at, scale in ((0, 0.5), (2, 0.8), (4, 1.0))]
+        ranks[str(i)] = frames
+    ranks["5"] = [_cuda(0, 5, 20.0, 36.0, 24.0), _cuda(2, 5, 38.0, 60.0, 41.0, alloc_retries=1),
+                  _cuda(4, 5, 47.5, 74.0, 52.3, alloc_retries=6)]
+    return {"ranks": ranks}
 
 
 class Scenario:
     def __init__(self, name: str, n: int, env: dict[str, str], opts: list[str],
                  ready: Callable[[dict[str, Any]], bool], nvml: Callable[[], dict[str, Any]] | None = None,
-                 setup: Callable[[HeadlessRun], None] | None = None):
+                 cuda: Callable[[], dict[str, Any]] | None = None, setup: Callable[[HeadlessRun], None] | None = None):
         self.name = name
         self.n = n
         self.env = env
         self.opts = opts
         self.ready = ready  # the status shows what the scenario is for
-        self.nvml = nvml
+        self.nvml = nvml  # the scripted NVML (MPWATCH_FAKE_NVML)
+        self.cuda = cuda  # the scripted allocator views of the ranks (MPWATCH_FAKE_CUDA)
         self.setup = setup  # what to do to the run once it runs (pause a rank...)
 
 
@@ -116,7 +156,8 @@ def _w(st: dict[str, Any], rank: int) -> dict[str, Any]:
 def _gpus_ready(st: dict[str, Any], n_gpus: int, procs_on_0: int) -> bool:
     gpus = st["gpus"]
     return (len(gpus) == n_gpus and len(gpus[0]["processes"]) >= procs_on_0
-            and all(w["gpu"] is not None and w["step"] is not None for w in st["workers"])
+            and all(w["gpu"] is not None and w["gpu"]["allocated"] is not None and w["step"] is not None
+                    for w in st["workers"])
             and st["run"]["uptime"] >= 10)
 
 
@@ -137,9 +178,9 @@ def _pause_rank_2(run: HeadlessRun) -> None:
 def scenarios(ghost: int) -> dict[str, Scenario]:
     return {s.name: s for s in [
         Scenario("gpu2", 2, {"CHILD": "0", "SLEEP": "0.1"}, ["--gpu-interval", "0.5"],
-                 lambda st: _gpus_ready(st, 2, 5), lambda: nvml_two_gpus(ghost)),
+                 lambda st: _gpus_ready(st, 2, 5), lambda: nvml_two_gpus(ghost), cuda_two_gpus),
         Scenario("gpu8", 8, {"SLEEP": "0.2", "MPWATCH_GPU_IDLE_S": "3"}, ["--gpu-interval", "0.5"],
-                 lambda st: _gpus_ready(st, 8, 8), nvml_eight_gpus),
+                 lambda st: _gpus_ready(st, 8, 8), nvml_eight_gpus, cuda_eight_gpus),
         Scenario("states", 5, {"CHILD": "0", "STALL": "1", "FAIL": "3", "FAIL_ONCE": "4", "SLEEP": "0.05"},
                  ["--stall-timeout", "2", "--max-restarts", "1", "--grace", "2"], _states_ready,
                  setup=_pause_rank_2),
@@ -235,6 +276,10 @@ def record(sc: Scenario, tmp: Path) -> dict[str, Any]:
         path = tmp / "nvml.json"
         path.write_text(json.dumps(sc.nvml()))
         env["MPWATCH_FAKE_NVML"] = str(path)
+    if sc.cuda is not None:
+        path = tmp / "cuda.json"
+        path.write_text(json.dumps(sc.cuda()))
+        env["MPWATCH_FAKE_CUDA"] = str(path)
     run = HeadlessRun(tmp, WORKER, n=sc.n, opts=sc.opts, env=env)
     try:
         run.start()

@@ -15,6 +15,7 @@ from mpwatch.tui.segs import Line, Seg
 
 WINDOWS = (120.0, 600.0, 3600.0)  # the window keys: 2 min, 10 min, 1 h
 AXIS = 8  # the label column left of each chart
+GAP_S = 5.0  # no tick for this long: a gap in the chart (the supervisor was not sampling)
 RANK_STYLES = ("cyan", "green", "blue", "bright_magenta", "bright_cyan", "bright_green", "bright_blue", "white")
 OUTSIDE_STYLE = "magenta"
 OTHER_STYLE = "bright_black"
@@ -28,15 +29,21 @@ def window_name(window: float) -> str:
 
 def columns_of(ticks: Sequence[GpuTick], now: float, window: float, cols: int) -> list[GpuTick | None]:
     """The tick shown in each of `cols` columns over [now - window, now]: the last one in the
-    column's stretch of time, None where there is none (before the run, a gap)."""
+    column's stretch of time; a column narrower than the ticks' spacing shows the tick before
+    it; None before the first tick (before the run) and where ticks stop for GAP_S or more."""
     out: list[GpuTick | None] = [None] * cols
     start = now - window
     for t in ticks:
-        c = int((t["ts"] - start) / window * cols)
-        if 0 <= c < cols:
+        c = min(int((t["ts"] - start) / window * cols), cols - 1)
+        if c >= 0:
             out[c] = t
-        elif c == cols:  # the newest tick, on the right edge
-            out[cols - 1] = t
+    last: GpuTick | None = None
+    for c in range(cols):
+        t = out[c]
+        if t is not None:
+            last = t
+        elif last is not None and start + (c + 1) * window / cols - last["ts"] < GAP_S:
+            out[c] = last
     return out
 
 

@@ -96,12 +96,10 @@ def rank_table(status: Status, width: int) -> list[Line]:
             child = ["", str(p["pid"]), f"{_gpu_of(status, p)} child", "", "", "",
                      _size(p["mem_bytes"]), "", "", "", "", _sm(p)]
             out.append(segs.cut(_row(child, "bright_black"), width))
-    shared = [w for w in status["workers"] if w["gpu"] is not None and w["gpu"].get("shared_with")]
-    for w in shared:
-        wg = w["gpu"]
-        assert wg is not None
-        out.append(((f"rank {w['rank']} shares GPU {wg['index']} with rank "
-                     f"{', '.join(map(str, wg.get('shared_with', [])))}", "yellow"),))
+    for gpu in status["gpus"]:
+        ranks = gpu.get("ranks") or []
+        if len(ranks) > 1:
+            out.append(((f"ranks {', '.join(map(str, ranks))} all have GPU {gpu['index']} as their own", "yellow"),))
     return out
 
 

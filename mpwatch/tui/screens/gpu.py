@@ -103,7 +103,7 @@ class GpuScreen(ModalScreen[None]):
 
     def show_status(self) -> None:
         st = self.run.status
-        width = max(self.size.width - 2, 40)
+        width = max(self.charts.content_size.width or self.size.width - 4, 40)
         g = self.run.glyphs
         name = gpu_charts.window_name(self.window)
         others = ", ".join(gpu_charts.window_name(w) for w in gpu_charts.WINDOWS if w != self.window)
