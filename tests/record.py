@@ -4,12 +4,12 @@ the producer sends, never dictionaries written by hand). One command regenerates
     PYTHONPATH=$PWD .venv/bin/python -m tests.record [SCENARIO ...]   # all when none is named
 
 Each scenario starts a real headless supervisor (tests/helpers.HeadlessRun) on real workers
-(tests/record_worker.py), with a scripted NVML (MPWATCH_FAKE_NVML) and scripted allocator views
-of the workers' torch (MPWATCH_FAKE_CUDA: CI has no GPU) where it has GPUs; waits until the run shows what the scenario is for; and
-writes tests/data/statuses/<scenario>.json (see `record`): the status (`ctl status --json`),
-the events the TUI received, the --headless lines the supervisor printed for them, each
-rank's loss history and log tails, the stack dumps the status points to, and the GPU timeline
-(`gpu_timeline`) where the supervisor answers it.
+(tests/record_worker.py), with a scripted NVML (MPWATCH_FAKE_NVML) and scripted allocator
+views of the workers' torch (MPWATCH_FAKE_CUDA: CI has no GPU) where it has GPUs; waits
+until the run shows what the scenario is for; and writes tests/data/statuses/<scenario>.json
+(see `record`): the status (`ctl status --json`), the events the TUI received, the
+--headless lines the supervisor printed for them, each rank's loss history and log tails,
+the stack dumps the status points to, and the GPU timeline (`gpu_timeline`, per window).
 
 Normalised, so that the files and the snapshots drawn from them are stable and carry nothing
 of this machine, and nothing else: pids (the supervisor 40000, rank r's worker 41000+100r,
