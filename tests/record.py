@@ -163,7 +163,7 @@ def _gpus_ready(st: dict[str, Any], n_gpus: int, procs_on_0: int) -> bool:
 
 def _states_ready(st: dict[str, Any]) -> bool:
     w = {r: _w(st, r) for r in range(5)}
-    return (w[0]["state"] == "running" and bool(w[0]["children"])
+    return (w[0]["state"] == "running" and bool(w[0]["children"]) and (w[0]["step"] or 0) > 200  # loss < 0.01
             and w[1]["state"] == "stalled" and bool((w[1]["stall"] or {}).get("where"))
             and w[2]["state"] == "paused"
             and w[3]["state"] == "failed" and w[3]["restarts"] == 1

@@ -51,7 +51,7 @@ class Glyphs:
     alert: dict[str, str]  # alert severity -> mark
     mark: dict[str, str]  # GpuMark kind -> marker on the GPU screen's time axis
     capacity: str  # the capacity line of the memory chart
-    stack: str  # fills of the memory chart's ranks, in turn
+    stack: str  # fills of the memory chart's ranks, in turn (neighbours differ)
     outside: str  # the memory chart's fill for processes outside the run
 
 
@@ -69,7 +69,7 @@ UNICODE = Glyphs(
     alert={"error": "✗", "warning": "▲", "info": "ℹ"},
     mark={"proc_started": "↑", "proc_exited": "↓", "alert": "▲", "alloc_retry": "r", "oom": "✗"},
     capacity="─",
-    stack="█▓▒",
+    stack="█▓",
     outside="▚",
 )
 
@@ -87,7 +87,7 @@ ASCII = Glyphs(
     alert={"error": "X", "warning": "!", "info": "i"},
     mark={"proc_started": "^", "proc_exited": "v", "alert": "!", "alloc_retry": "r", "oom": "X"},
     capacity="-",
-    stack="#=%",
+    stack="#%",
     outside="x",
 )
 

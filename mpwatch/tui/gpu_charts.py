@@ -155,13 +155,20 @@ def time_axis(window: float, width: int) -> Line:
     return ((" " * AXIS + segs.pad(left, cols - 3) + "now", "bright_black"),)
 
 
-def legend(ranks: Sequence[int], g: Glyphs) -> Line:
-    out: list[Seg] = []
+def legend(g: Glyphs) -> list[Line]:
+    """What the charts' fills and markers mean (each GPU's ranks are named under its heading)."""
+    fills: Line = ((g.mem["other"], OTHER_STYLE), (" memory no rank holds  ", ""),
+                   (g.outside, OUTSIDE_STYLE), (" outside the run  ", ""),
+                   (g.capacity * 2, "bright_black"), (" capacity", ""))
+    marks: Line = tuple((f"{sym} {kind.replace('_', ' ')}  ", MARK_STYLE.get(kind, "")) for kind, sym in g.mark.items())
+    return [fills, marks]
+
+
+def rank_legend(ranks: Sequence[int], g: Glyphs) -> Line:
+    out: list[Seg] = [(" " * AXIS, "")]
     for r in ranks:
         out += [(g.stack[r % len(g.stack)], rank_style(r)), (f" rank {r}  ", "")]
-    out += [(g.mem["other"], OTHER_STYLE), (" other  ", ""), (g.outside, OUTSIDE_STYLE), (" outside  ", "")]
-    out += [(f"{sym} {kind.replace('_', ' ')} ", MARK_STYLE.get(kind, "")) for kind, sym in g.mark.items()]
-    return tuple(out)
+    return tuple(out) if ranks else ((" " * AXIS + "no rank has this GPU as its own", "bright_black"),)
 
 
 def recent_marks(marks: Sequence[GpuMark], index: int, now: float, window: float, n: int) -> list[Line]:

@@ -30,12 +30,13 @@ def gpu_heading(gpu: GpuView, g: Glyphs) -> Line:
     uuid = gpu.get("uuid")
     temp = NA if gpu["temperature"] is None else f"{gpu['temperature']}C"
     power = NA if gpu["power_w"] is None else f"{gpu['power_w']:.0f}W"
-    out: list[Seg] = [(f"GPU {gpu['index']}", "bold"), (f"  {gpu['name'] or 'N/A'}", "")]
+    out: list[Seg] = [(f"GPU {gpu['index']}", "bold"),
+                      (f"  memory {fmt.size(gpu['mem_used'], NA)} / {fmt.size(gpu['mem_total'], NA)}",
+                       band(pct, MEM_BANDS)),
+                      (f"  util {fmt.pct(gpu['util_gpu'])}", band(gpu["util_gpu"], UTIL_BANDS)),
+                      (f"  {temp}  {power}  {gpu['name'] or NA}", "")]
     if uuid:
         out.append((f"  {uuid}", "bright_black"))
-    out += [(f"  memory {fmt.size(gpu['mem_used'], NA)} / {fmt.size(gpu['mem_total'], NA)}", band(pct, MEM_BANDS)),
-            (f"  util {fmt.pct(gpu['util_gpu'])}", band(gpu["util_gpu"], UTIL_BANDS)),
-            (f"  {temp}", ""), (f"  {power}", "")]
     for what, why in gpu["errors"].items():
         out.append((f"  {what} N/A: {why}", "bright_black"))
     return tuple(out)

@@ -41,7 +41,7 @@ RIGHT = {"step", "speed", "loss", "hb", "cpu", "rss"}
 # key -> (label, width at 80 columns, width on a wide terminal)
 _COLS: dict[str, tuple[str, int, int]] = {
     "rank": ("RANK", 5, 5), "pid": ("PID", 7, 7), "state": ("STATE", 11, 11), "step": ("STEP", 7, 8),
-    "speed": ("STEP/S", 6, 6), "loss": ("LOSS", 8, 9), "trend": ("TREND", 8, 12), "hb": ("HB", 5, 5),
+    "speed": ("STEP/S", 6, 6), "loss": ("LOSS", 8, 9), "trend": ("TREND", 8, 10), "hb": ("HB", 5, 5),
     "gpu": ("GPU", 9, 9), "cpu": ("CPU%", 4, 5), "rss": ("RSS", 5, 6), "phases": ("TIME d/c/s/o", 12, 12),
     "note": ("NOTE", 40, 30),
 }

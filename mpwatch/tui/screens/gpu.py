@@ -38,8 +38,7 @@ class TimelineLoaded(Message):
 def chart_lines(status: Status, timeline: GpuTimeline | None, why: str | None, window: float, width: int,
                 tall: bool, g: Glyphs) -> list[Line]:
     """Every GPU's heading and charts (pure)."""
-    ranks = sorted({r for gpu in status["gpus"] for r in own_ranks(gpu)})
-    out: list[Line] = [gpu_charts.legend(ranks, g)]
+    out: list[Line] = gpu_charts.legend(g)
     ticks = timeline["ticks"] if timeline else []
     marks = timeline["marks"] if timeline else []
     now = ticks[-1]["ts"] if ticks else gpu_tables.now_of(status)
@@ -49,6 +48,7 @@ def chart_lines(status: Status, timeline: GpuTimeline | None, why: str | None, w
         if not ticks:
             out.append(((f"  no timeline: {why or 'no samples yet'}", "bright_black"),))
             continue
+        out.append(gpu_charts.rank_legend(own_ranks(gpu), g))
         out += gpu_charts.memory_chart(ticks, gpu["index"], now, window, width, 6 if tall else 4, g)
         out += gpu_charts.util_chart(ticks, gpu["index"], now, window, width, 3 if tall else 2, g)
         out.append(gpu_charts.marks_line(marks, gpu["index"], now, window, width, g))
@@ -71,6 +71,7 @@ class GpuScreen(ModalScreen[None]):
         self.outside = Static(id="gpu-outside")
         self.alerts = Static(id="gpu-alerts")
         self.title_bar = Static(id="gpu-title")
+        self.body = VerticalScroll(id="gpu-body")
 
     @property
     def window(self) -> float:
@@ -78,7 +79,7 @@ class GpuScreen(ModalScreen[None]):
 
     def compose(self) -> ComposeResult:
         yield self.title_bar
-        with VerticalScroll(id="gpu-body"):
+        with self.body:
             yield self.charts
             yield Static("ranks: torch's allocator (ALLOC, RSRV reserved, PEAK) and NVML "
                          "(GAP = NVML - RSRV, FRAG = RSRV - ALLOC)", classes="pane-title")
@@ -90,7 +91,7 @@ class GpuScreen(ModalScreen[None]):
         yield Footer()
 
     def on_mount(self) -> None:
-        self.query_one("#gpu-body", VerticalScroll).focus()
+        self.body.focus()
         self.show_status()
         self.reload()
         self.set_interval(RELOAD_S, self.reload)
@@ -103,7 +104,8 @@ class GpuScreen(ModalScreen[None]):
 
     def show_status(self) -> None:
         st = self.run.status
-        width = max(self.charts.content_size.width or self.size.width - 4, 40)
+        # The body always has its scrollbar (app.tcss): the width does not change as it fills.
+        width = max(self.body.scrollable_content_region.width or self.size.width - 3, 40)
         g = self.run.glyphs
         name = gpu_charts.window_name(self.window)
         others = ", ".join(gpu_charts.window_name(w) for w in gpu_charts.WINDOWS if w != self.window)
@@ -115,6 +117,9 @@ class GpuScreen(ModalScreen[None]):
         self.ranks.update(lines_to_text(gpu_tables.rank_table(st, width)))
         self.outside.update(lines_to_text(gpu_tables.outside_table(st, width)))
         self.alerts.update(lines_to_text(gpu_tables.alert_list(st, g)))
+
+    def on_resize(self) -> None:
+        self.show_status()
 
     def reload(self) -> None:
         source, live = self.run.source, self.run.live
