@@ -39,9 +39,9 @@ def columns_of(ticks: Sequence[GpuTick], now: float, window: float, cols: int) -
             out[c] = t
     last: GpuTick | None = None
     for c in range(cols):
-        t = out[c]
-        if t is not None:
-            last = t
+        here = out[c]
+        if here is not None:
+            last = here
         elif last is not None and start + (c + 1) * window / cols - last["ts"] < GAP_S:
             out[c] = last
     return out
