@@ -163,6 +163,8 @@ def title(status: Status, g: Glyphs, width: int, rows: int) -> str:
     legend = (f"{m['allocated']} torch {m['cached']} cached {m['other']} other {m['outside']} outside "
               f"{m['free']} free")
     head = f"{n} GPU{'s' if n > 1 else ''}" + (f" ({rows} shown, scroll)" if rows < n else "")
+    if width >= WIDE:
+        return f"{head} · {legend} · sparklines: memory, utilization (2 min) · g: GPU screen"
     return f"{head} · {legend} · g: GPU screen" if width >= 70 else f"{head} · g: GPU screen"
 
 
