@@ -17,7 +17,7 @@ from textual.screen import Screen
 from textual.widgets import Footer, Static
 
 from mpwatch import eventtext
-from mpwatch.status import Event, EventFields, State, Status
+from mpwatch.status import Event, EventFields, RunState, State, Status
 from mpwatch.tui import glyphs as glyphs_mod
 from mpwatch.tui import gpu_rows, view
 from mpwatch.tui.actions import Outcome, RunActions
@@ -195,7 +195,7 @@ class MpwatchApp(RunActions):
         if final is not None:
             code = final["run"]["exit_code"] if code is None else code
             run = final["run"].copy()
-            run["exit_code"], run["state"] = code, "finished"
+            run["exit_code"], run["state"] = code, RunState.FINISHED
             final = final.copy()
             final["run"] = run
             self.apply_status(final)

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from mpwatch import fmt
-from mpwatch.status import ENDED_STATES, ChildStatus, State, Status, WorkerGpu, WorkerStatus
+from mpwatch.status import ENDED_STATES, ChildStatus, RunState, State, Status, WorkerGpu, WorkerStatus
 from mpwatch.tui.glyphs import Glyphs
 from mpwatch.tui.segs import Cell, Line
 from mpwatch.tui.widgets import bars
@@ -280,10 +280,10 @@ def header_lines(status: Status, g: Glyphs, *, sort: str = "rank", filter_text: 
                  finished: bool = False) -> list[Line]:
     r = status["run"]
     counts = r["counts"]
-    state = "finished" if finished else r["state"]
+    state = RunState.FINISHED if finished else r["state"]
     script = " ".join([r["script"], *map(str, r["args"])])
     line1: Line = (("mpwatch ", "bold"), (r["id"], "bold cyan"),
-                   (f"  [{state}]", "bold red" if state in ("stopping", "finished") else "bold"),
+                   (f"  [{state}]", "bold red" if state in (RunState.STOPPING, RunState.FINISHED) else "bold"),
                    (f"  up {fmt.duration(r['uptime'])}", ""), (f"  {script}", ""))
     parts: list[tuple[str, str]] = [(f"{len(status['workers'])} workers: ", "")]
     for s in HEADER_STATES:
