@@ -1,8 +1,9 @@
-"""The TUI under load, in a real terminal (a 160x48 tmux pane, UTF-8), twice:
+"""The TUI under load, in a real terminal (a 160x48 tmux pane, UTF-8):
 
 - 256 workers reporting 100 times a second, as synthetic snapshots (bench/synthetic.py):
   the real app, fed a source whose every worker changes on every poll: the TUI's own cost,
-  on a machine where nothing else competes for the CPU.
+  on a machine where nothing else competes for the CPU; with no GPU, and with 8 GPUs whose
+  rows, sparklines (two minutes of history) and alerts move too, side by side in one run.
 - real workers (64 and 256; 32 with --quick) at 100 reports/s under a headless supervisor,
   with `mpwatch attach` in the pane: at 256 the same load for real, where the TUI competes
   with 256 workers for the machine's cores.
@@ -216,6 +217,31 @@ def run(quick: bool = False) -> list[dict]:
     reps = 5 if quick else 10
     if shutil.which("tmux") is None:
         return [row("TUI under load", note="skipped: tmux is not installed")]
+    syn = synthetic(256, 0, window, reps)
+    rows = rows_for(syn, "256 workers x 100 reports/s, synthetic snapshots", "python -m bench.synthetic 256",
+                    window, reps, f"{syn['rate']:.1f} refreshes/s (at most 4; fewer when a refresh would take "
+                    f"the TUI past 10% of a core); every worker's step, loss, heartbeat and phases change in "
+                    f"every snapshot (bench/synthetic.py)",
+                    "the synthetic source answers at once: the TUI's own cost")
+    gpu = synthetic(256, 8, window, reps)
+    cmd = "python -m bench.synthetic 256 --gpus 8"
+    what = "256 workers x 100 reports/s and 8 GPUs with history, synthetic snapshots"
+    gpu_rows = rows_for(gpu, what, cmd, window, reps,
+                        f"{gpu['rate']:.1f} refreshes/s; as the row without GPUs, plus 8 GPU rows whose memory "
+                        f"bars, utilization and two-minute sparklines move, and each worker's GPU cell",
+                        "the synthetic source answers at once: the TUI's own cost")
+    for r, base in zip(gpu_rows, (syn["cpu"], measure.median(syn["keys"]), measure.median(syn["acts"])),
+                       strict=True):
+        r.update(alternative=round(base, 1), alt_name="the same without GPUs, this run",
+                 ratio=r["mpwatch"] / base if base else None)
+    rows += gpu_rows
+    for n in sizes:
+        rows += real_rows(n, window, reps)
+    return rows
+
+
+def synthetic(n: int, gpus: int, window: float, reps: int) -> dict:
+    """The TUI on bench/synthetic.py's snapshots of n workers (and gpus GPUs)."""
     root = str(Path(__file__).resolve().parent.parent)
     with measure.scratch("tui-syn") as d:
         polls_file = d / "polls"
@@ -225,16 +251,8 @@ def run(quick: bool = False) -> list[dict]:
                 return int(polls_file.read_text() or 0)
             except (OSError, ValueError):
                 return 0
-        syn = measure_tui([sys.executable, "-m", "bench.synthetic", "256", str(polls_file)], "bench.synthetic",
-                          256, window, reps, env_extra={"PYTHONPATH": root}, polls=polls)
-    rows = rows_for(syn, "256 workers x 100 reports/s, synthetic snapshots", "python -m bench.synthetic 256",
-                    window, reps, f"{syn['rate']:.1f} refreshes/s (at most 4; fewer when a refresh would take "
-                    f"the TUI past 10% of a core); every worker's step, loss, heartbeat and phases change in "
-                    f"every snapshot (bench/synthetic.py)",
-                    "the synthetic source answers at once: the TUI's own cost")
-    for n in sizes:
-        rows += real_rows(n, window, reps)
-    return rows
+        cmd = [sys.executable, "-m", "bench.synthetic", str(n), str(polls_file), "--gpus", str(gpus)]
+        return measure_tui(cmd, "bench.synthetic", n, window, reps, env_extra={"PYTHONPATH": root}, polls=polls)
 
 
 def real_rows(n: int, window: float, reps: int) -> list[dict]:

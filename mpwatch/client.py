@@ -1,13 +1,24 @@
-"""A client of a supervisor's control socket, used by `mpwatch ctl` and the TUI."""
+"""A client of a supervisor's control socket, used by `mpwatch ctl` and the TUI (its
+poller and worker threads; one request at a time per connection). Replies are typed by
+mpwatch/status.py, so a reader that indexes a key the schema lacks fails mypy."""
 from __future__ import annotations
 
 import json
 import threading
-from multiprocessing.connection import AuthenticationError
+from multiprocessing import AuthenticationError
 from multiprocessing.connection import Client as _Connect
+from types import TracebackType
+from typing import Any, TypedDict, cast
 
 from mpwatch import protocol, registry
-from mpwatch.status import GpuTimelineReply
+from mpwatch.status import EventFields, GpuMark, GpuTick, GpuTimelineReply, Status
+
+
+class EventsReply(TypedDict):
+    """The `events` command's reply: the events after `since`, and the last seq."""
+
+    events: list[EventFields]
+    seq: int
 
 
 class ClientError(Exception):
@@ -37,19 +48,20 @@ class Client:
         """A second connection to the same run (requests on one connection wait in turn)."""
         return Client(self.handle, self.timeout)
 
-    def close(self):
+    def close(self) -> None:
         try:
             self._conn.close()
         except OSError:
             pass
 
-    def __enter__(self):
+    def __enter__(self) -> Client:
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
         self.close()
 
-    def request(self, cmd: str, **args) -> dict:
+    def request(self, cmd: str, **args: object) -> dict[str, Any]:
         with self._lock:
             try:
                 self._conn.send_bytes(protocol.encode({"cmd": cmd, **args}))
@@ -62,36 +74,43 @@ class Client:
             reply = json.loads(data)
         except ValueError:
             raise ClientError(f"run {self.handle.run_id} sent an unreadable reply") from None
+        if not isinstance(reply, dict):
+            raise ClientError(f"run {self.handle.run_id} sent an unreadable reply")
         if not reply.get("ok"):
-            raise ClientError(reply.get("error", "request failed"))
+            raise ClientError(str(reply.get("error", "request failed")))
         return reply
 
     # Convenience wrappers: each returns the reply dict or raises ClientError.
-    def status(self, tail: int | None = None) -> dict:
+    # The supervisor builds these replies from the schema; JSON cannot carry the types, so
+    # each wrapper names the type its reply has (cast: checked by the producer's tests).
+    def status(self, tail: int | None = None) -> Status:
         """The run's snapshot; `tail` caps each worker's loss_tail (fewer bytes for a big run)."""
         if tail is None:
-            return self.request("status")["status"]
-        return self.request("status", tail=tail)["status"]
+            return cast(Status, self.request("status")["status"])
+        return cast(Status, self.request("status", tail=tail)["status"])
 
-    def events(self, since: int = 0) -> dict:
-        return self.request("events", since=since)
+    def events(self, since: int = 0) -> EventsReply:
+        reply = self.request("events", since=since)
+        return {"events": cast("list[EventFields]", reply.get("events", [])), "seq": int(reply.get("seq", since))}
 
-    def history(self, rank: int) -> list:
-        return self.request("history", rank=rank)["history"]
+    def history(self, rank: int) -> list[tuple[float, float]]:
+        """(step, loss) points of a rank's curve, oldest first."""
+        return [(p[0], p[1]) for p in self.request("history", rank=rank)["history"]]
 
-    def logs(self, rank: int, stream: str = "stderr", lines: int = 50) -> list:
-        return self.request("logs", rank=rank, stream=stream, lines=lines)["lines"]
+    def logs(self, rank: int, stream: str = "stderr", lines: int = 50) -> list[str]:
+        return [str(x) for x in self.request("logs", rank=rank, stream=stream, lines=lines)["lines"]]
 
-    def act(self, cmd: str, target) -> str:
-        return self.request(cmd, target=target)["message"]
+    def act(self, cmd: str, target: int | str) -> str:
+        return str(self.request(cmd, target=target)["message"])
 
     def resize(self, n: int) -> str:
-        return self.request("resize", n=n)["message"]
+        return str(self.request("resize", n=n)["message"])
 
     def stop(self) -> str:
-        return self.request("stop")["message"]
+        return str(self.request("stop")["message"])
 
-    def gpu_timeline(self, window: float = 120) -> GpuTimelineReply:
-        """The GPU ticks and marks of the last `window` seconds (at most an hour)."""
-        r = self.request("gpu_timeline", window=window)
-        return {"ticks": r["ticks"], "marks": r["marks"]}
+    def gpu_timeline(self, window: float = 120.0) -> GpuTimelineReply:
+        """What was on each GPU over the last `window` seconds (at most an hour): the GPU screen's charts."""
+        reply = self.request("gpu_timeline", window=window)
+        return {"ticks": cast("list[GpuTick]", reply.get("ticks", [])),
+                "marks": cast("list[GpuMark]", reply.get("marks", []))}

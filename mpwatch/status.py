@@ -92,6 +92,35 @@ class EventRecord(TypedDict):
     rank: int | None
 
 
+class EventFields(EventRecord, total=False):
+    """The event-specific fields that readers word (mpwatch/eventtext.py); each event
+    carries the ones its producer passes (supervisor/core.py, gpu_watch.py)."""
+
+    seq: int  # events from the control socket: their order
+    pid: int | None  # worker_started, worker_exited, paused, resumed, restarted, dump, stalled
+    attempt: int  # worker_started, restarted: how many restarts so far
+    state: str  # worker_exited: the State it ended in
+    cause: str | None  # worker_exited: "exit 1: <last stderr line>", "signal SIGKILL"
+    exit_code: int | None  # worker_exited, run_finished
+    stderr_tail: list[str]  # worker_exited: the last lines of its stderr
+    why: str  # restarted, stopping, bad_frame
+    frm: int  # resized: workers before
+    to: int  # resized: workers after
+    mode: str  # resized: independent | restart
+    silent_for: float  # stalled: seconds without a report
+    step: int | None  # stalled, recovered, report
+    kind: str | None  # stalled: what the process does; alert, gpu_alert: the alert's kind
+    detail: str | None  # stalled: the kind's detail (kernel wait)
+    path: str  # dump: the stack file, relative to the run directory
+    where: str | None  # dump: the innermost frame of the user's code
+    message: str  # alert, gpu_alert
+    severity: str  # gpu_alert: error | warning | info
+    script: str  # run_started
+    nprocs: int  # run_started
+    run_dir: str  # run_started
+    count: int  # bad_frame: bad frames of the worker so far
+
+
 # --------------------------------------------------------------------- workers ----
 class ChildStatus(TypedDict):
     """A live descendant of a worker (a DataLoader worker, an mp.Process, a shell...)."""

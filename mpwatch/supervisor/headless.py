@@ -4,6 +4,11 @@ from __future__ import annotations
 
 import sys
 import time
+from collections.abc import Mapping
+from typing import cast
+
+from mpwatch import eventtext
+from mpwatch.status import EventFields
 
 SUMMARY_S = 10.0
 
@@ -12,41 +17,10 @@ def _fmt_loss(x):
     return "-" if x is None else f"{x:.4g}"
 
 
-def describe(rec: dict) -> str | None:
-    """One human line for an event, or None for events not worth a line."""
-    e, r = rec.get("event"), rec.get("rank")
-    who = f"rank {r}" if r is not None else "run"
-    if e == "run_started":
-        return f"run started: {rec.get('nprocs')} workers of {rec.get('script')}; files in {rec.get('run_dir')}"
-    if e == "worker_started":
-        return None if not rec.get("attempt") else f"{who} started again (pid {rec.get('pid')})"
-    if e == "worker_exited":
-        return f"{who} {rec.get('state')}: {rec.get('cause')}"
-    if e in ("paused", "resumed"):
-        return f"{who} {e}"
-    if e == "restarted":
-        return f"{who} restarted (restart {rec.get('attempt')}, {rec.get('why')})"
-    if e == "resized":
-        return f"resized from {rec.get('frm')} to {rec.get('to')} workers ({rec.get('mode')})"
-    if e == "stalled":
-        what = f"; {rec['kind']}" + (f" ({rec['detail']})" if rec.get("detail") else "") if rec.get("kind") else ""
-        return f"{who} stalled: no report for {rec.get('silent_for')}s (step {rec.get('step')}){what}"
-    if e == "recovered":
-        return f"{who} recovered (step {rec.get('step')})"
-    if e == "dump":
-        where = f", stuck in {rec['where']}" if rec.get("where") else ""
-        return f"{who} stack dump: {rec.get('path')}{where}"
-    if e == "alert":
-        return f"alert: {rec.get('message')}"
-    if e == "gpu_alert":
-        return f"GPU alert: {rec.get('message')}"
-    if e == "stopping":
-        return f"stopping the run ({rec.get('why')})"
-    if e == "run_finished":
-        return f"run finished, exit code {rec.get('exit_code')}"
-    if e == "bad_frame":
-        return f"{who}: dropped a bad frame ({rec.get('why')}), {rec.get('count')} so far"
-    return None
+def describe(rec: Mapping[str, object]) -> str | None:
+    """One human line for an event, or None for events not worth a line (mpwatch/eventtext.py
+    words every event, for these lines and the TUI alike)."""
+    return eventtext.line(cast(EventFields, rec))  # an events.jsonl record, as the run wrote it
 
 
 class Reporter:

@@ -9,22 +9,25 @@ only when the table is empty or most rows are gone: remove_row in a loop costs m
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Generic, TypeVar
+
+V = TypeVar("V")  # a row's value: anything that compares with ==
 
 
 @dataclass
-class Plan:
+class Plan(Generic[V]):
     rebuild: bool = False
-    remove: list = field(default_factory=list)  # keys
-    update: list = field(default_factory=list)  # (key, new value) for rows that changed
-    add: list = field(default_factory=list)  # (key, cells), appended at the end
-    reorder: list | None = None  # the final key order, when appending does not give it
+    remove: list[str] = field(default_factory=list)  # keys
+    update: list[tuple[str, V]] = field(default_factory=list)  # (key, new value) for rows that changed
+    add: list[tuple[str, V]] = field(default_factory=list)  # (key, value), appended at the end
+    reorder: list[str] | None = None  # the final key order, when appending does not give it
 
     @property
     def empty(self) -> bool:
         return not (self.rebuild or self.remove or self.update or self.add or self.reorder)
 
 
-def plan(shown: dict, order: list, wanted: list[tuple[str, tuple]]) -> Plan:
+def plan(shown: dict[str, V], order: list[str], wanted: list[tuple[str, V]]) -> Plan[V]:
     """shown: key -> value now on screen; order: their keys top to bottom;
     wanted: [(key, value)] in the order they should appear. Values are anything that
     compares with == (the rows' source data)."""
@@ -34,9 +37,9 @@ def plan(shown: dict, order: list, wanted: list[tuple[str, tuple]]) -> Plan:
     gone = len(order) - len(kept)
     if not order or (gone > 8 and gone * 2 > len(order)):
         if not order and not wanted:
-            return Plan()
-        return Plan(rebuild=True, add=list(wanted))
-    p = Plan(remove=[k for k in order if k not in wanted_set])
+            return Plan[V]()
+        return Plan[V](rebuild=True, add=list(wanted))
+    p = Plan[V](remove=[k for k in order if k not in wanted_set])
     for key, cells in wanted:
         old = shown.get(key)
         if old is None:

@@ -6,13 +6,33 @@ the terminal ends only the TUI, never the run.
 """
 from __future__ import annotations
 
+import argparse
 import os
 import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING, Protocol
 
 from mpwatch import registry, runstore
+
+if TYPE_CHECKING:
+    from mpwatch.client import Client
+
+
+class LaunchOptions(Protocol):
+    """The run's options as the CLI parsed them (what the supervisor's command line needs)."""
+
+    script: str
+    args: list[str]
+    nprocs: int
+    max_restarts: int
+    stall_timeout: float
+    grace: float
+    resize_mode: str
+    gpu_interval: float
+    run_id: str | None
+    cwd: str
 
 START_TIMEOUT_S = 30.0
 
@@ -22,7 +42,7 @@ def _die(msg: str, code: int = 2) -> int:
     return code
 
 
-def supervisor_argv(ns, opts, run_id: str, run_dir: Path) -> list[str]:
+def supervisor_argv(ns: argparse.Namespace, opts: LaunchOptions, run_id: str, run_dir: Path) -> list[str]:
     return [sys.executable, "-m", "mpwatch", "--supervise-only", "--headless",
             "--run-id", run_id, "--run-dir", str(run_dir),
             "-n", str(opts.nprocs), "--max-restarts", str(opts.max_restarts),
@@ -36,7 +56,7 @@ def _tail(path: Path, n: int = 8) -> str:
     return ("; last lines of " + str(path) + ":\n  " + "\n  ".join(lines)) if lines else ""
 
 
-def launch_with_tui(ns, opts) -> int:
+def launch_with_tui(ns: argparse.Namespace, opts: LaunchOptions) -> int:
     try:
         run_id = opts.run_id or registry.new_run_id(opts.script)
     except registry.RunError as exc:
@@ -47,7 +67,7 @@ def launch_with_tui(ns, opts) -> int:
     try:
         run_dir.mkdir(parents=True, exist_ok=True)
         os.chmod(run_dir, 0o700)
-        log = open(run_dir / "supervisor.log", "ab")
+        log = open(run_dir / "supervisor.log", "ab")  # noqa: SIM115 - closed below, once the child has it
     except OSError as exc:
         return _die(f"cannot create run directory {run_dir}: {exc.strerror}")
     with log:
@@ -74,7 +94,7 @@ def launch_with_tui(ns, opts) -> int:
     return attach_tui(client, mouse=not ns.no_mouse, supervisor=sup)
 
 
-def attach_tui(client, mouse: bool = True, supervisor: subprocess.Popen | None = None) -> int:
+def attach_tui(client: Client, mouse: bool = True, supervisor: subprocess.Popen[bytes] | None = None) -> int:
     from mpwatch.tui.app import MpwatchApp
 
     handle = client.handle
@@ -94,7 +114,13 @@ def attach_tui(client, mouse: bool = True, supervisor: subprocess.Popen | None =
     return 1 if code is None else int(code)
 
 
-def wait_finished(handle, supervisor=None, timeout: float | None = None) -> int | None:
+def _code(info: dict[str, object]) -> int | None:
+    code = info.get("exit_code")
+    return code if isinstance(code, int) else None
+
+
+def wait_finished(handle: registry.RunHandle, supervisor: subprocess.Popen[bytes] | None = None,
+                  timeout: float | None = None) -> int | None:
     """After 'stop the run', wait for the supervisor to write its exit code."""
     info = runstore.read_json(handle.run_dir, runstore.RUN_JSON) or {}
     grace = float(info.get("options", {}).get("grace", 10.0))
@@ -103,12 +129,11 @@ def wait_finished(handle, supervisor=None, timeout: float | None = None) -> int 
     while time.monotonic() < deadline:
         info = runstore.read_json(handle.run_dir, runstore.RUN_JSON) or {}
         if info.get("finished"):
-            return info.get("exit_code")
+            return _code(info)
         if supervisor is not None and supervisor.poll() is not None:
             return supervisor.returncode
         if supervisor is None and not registry.pid_alive(handle.pid):
-            info = runstore.read_json(handle.run_dir, runstore.RUN_JSON) or {}
-            return info.get("exit_code")
+            return _code(runstore.read_json(handle.run_dir, runstore.RUN_JSON) or {})
         time.sleep(0.1)
     print(f"mpwatch: run {handle.run_id} is still stopping; see 'mpwatch ls'", file=sys.stderr)
     return None

@@ -8,15 +8,18 @@ poller reads final.json and posts RunGone instead.
 """
 from __future__ import annotations
 
-import json
 import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, Protocol, cast
 
 from textual.message import Message
 
+from mpwatch import runstore
 from mpwatch.client import ClientError
+from mpwatch.status import EventFields, Status
+from mpwatch.tui.source import Source
 
 INTERVAL_S = 0.25  # at most 4 refreshes a second
 # The share of one core the TUI may spend keeping up. When a refresh costs more (a wide run
@@ -31,10 +34,16 @@ TAIL_POINTS = 12
 FINAL_WAIT_S = 3.0  # after the socket closes, how long final.json may take to appear
 
 
+class Target(Protocol):
+    """Where snapshots go: the App (post_message is thread-safe)."""
+
+    def post_message(self, message: Message) -> bool: ...
+
+
 @dataclass(frozen=True)
 class Snapshot:
-    status: dict  # the supervisor's snapshot (treated as read-only)
-    events: tuple  # notable events since the previous snapshot, with seq
+    status: Status  # the supervisor's snapshot (treated as read-only)
+    events: tuple[EventFields, ...]  # notable events since the previous snapshot, with seq
     seq: int
     taken: float  # monotonic time of the request
 
@@ -56,22 +65,16 @@ class PollFailed(Message):
 class RunGone(Message):
     """The control socket is gone: final is final.json (None when missing), why says so."""
 
-    def __init__(self, final: dict | None, info: dict | None, why: str):
+    def __init__(self, final: Status | None, info: dict[str, Any] | None, why: str):
         super().__init__()
         self.final = final
         self.info = info
         self.why = why
 
 
-def read_json(path: Path) -> dict | None:
-    try:
-        return json.loads(Path(path).read_text())
-    except (OSError, ValueError):
-        return None
-
-
 class Poller:
-    def __init__(self, source, target, run_dir: Path | None, interval: float = INTERVAL_S, since: int = 0):
+    def __init__(self, source: Source | None, target: Target | None, run_dir: Path | None,
+                 interval: float = INTERVAL_S, since: int = 0):
         self.source = source
         self.target = target  # anything with post_message (the App)
         self.run_dir = Path(run_dir) if run_dir else None
@@ -85,10 +88,10 @@ class Poller:
         self._thread = threading.Thread(target=self._loop, name="mpwatch-tui-poller", daemon=True)
         self.polls = 0
 
-    def start(self):
+    def start(self) -> None:
         self._thread.start()
 
-    def stop(self):
+    def stop(self) -> None:
         self._stop.set()
         self._wake.set()
         self.applied.set()
@@ -96,7 +99,7 @@ class Poller:
     def join(self, timeout: float | None = None) -> None:
         self._thread.join(timeout)
 
-    def kick(self):
+    def kick(self) -> None:
         """Poll at once instead of at the next interval (after an action, so the screen shows
         its effect without waiting out a stretched interval)."""
         self._wake.set()
@@ -109,25 +112,28 @@ class Poller:
         # Halfway there each cycle: one slow frame (a resize, the detail view) is not a trend.
         self.current = min(max((self.current + want) / 2, self.interval), max(MAX_INTERVAL_S, self.interval))
 
-    def _loop(self):
-        c0 = w0 = None  # paced from the second cycle: the first one pays for the app's start
+    def _loop(self) -> None:
+        source, target = self.source, self.target
+        assert source is not None and target is not None  # a poller that runs has both
+        c0: float | None = None  # paced from the second cycle: the first one pays for the app's start
+        w0 = 0.0
         while not self._stop.is_set():
             t0 = time.monotonic()
             try:
-                status = self.source.status(tail=TAIL_POINTS)
-                ev = self.source.events(self.since)
+                status = source.status(tail=TAIL_POINTS)
+                ev = source.events(self.since)
             except ClientError as exc:
                 self._gone(str(exc))
                 return
             except Exception as exc:  # noqa: BLE001 - the screen must say so, never freeze silently
-                self.target.post_message(PollFailed(f"{type(exc).__name__}: {exc}"))
+                target.post_message(PollFailed(f"{type(exc).__name__}: {exc}"))
                 self._stop.wait(max(self.interval, 1.0))
                 continue
             self.polls += 1
-            events = tuple(ev.get("events", ()))
-            self.since = max(self.since, ev.get("seq", self.since))
+            events = tuple(ev["events"])
+            self.since = max(self.since, ev["seq"])
             self.applied.clear()
-            self.target.post_message(SnapshotReady(Snapshot(status, events, self.since, t0)))
+            target.post_message(SnapshotReady(Snapshot(status, events, self.since, t0)))
             # Wait for the app to apply it, then keep to the interval.
             self.applied.wait(10.0)
             rest = self.current - (time.monotonic() - t0)
@@ -139,15 +145,16 @@ class Poller:
                 self._pace(c1 - c0, w1 - w0)
             c0, w0 = c1, w1
 
-    def _gone(self, why: str):
+    def _gone(self, why: str) -> None:
         final = info = None
         if self.run_dir is not None:
             deadline = time.monotonic() + FINAL_WAIT_S
             while not self._stop.is_set():
-                info = read_json(self.run_dir / "run.json")
-                final = read_json(self.run_dir / "final.json")
+                info = runstore.read_json(self.run_dir, runstore.RUN_JSON)
+                final = runstore.read_json(self.run_dir, runstore.FINAL_JSON)
                 if (final is not None and info and info.get("finished")) or time.monotonic() > deadline:
                     break
                 self._stop.wait(0.1)
-        if not self._stop.is_set():
-            self.target.post_message(RunGone(final, info, why))
+        if not self._stop.is_set() and self.target is not None:
+            # final.json is the supervisor's last status, written by the same snapshot builder.
+            self.target.post_message(RunGone(cast("Status | None", final), info, why))

@@ -3,20 +3,24 @@ its run directory (logs, report events, stack dumps). Runs on worker threads onl
 from __future__ import annotations
 
 import json
+from collections.abc import Collection
 from pathlib import Path
 
 from mpwatch import runstore
 from mpwatch.client import ClientError
+from mpwatch.tui.source import Source
+
+Curves = dict[int, list[tuple[float, float]]]
 
 MAX_DUMP_CHARS = 20000
 
 
-def history_from_events(run_dir: Path, ranks: set | None = None, limit: int = 2000) -> dict:
+def history_from_events(run_dir: Path, ranks: Collection[int] | None = None, limit: int = 2000) -> Curves:
     """{rank: [(step, loss)]} from the report events of events.jsonl (every other point
     dropped until each curve fits `limit`)."""
-    out: dict = {}
-    try:
-        f = open(Path(run_dir) / runstore.EVENTS, encoding="utf-8", errors="replace")
+    out: Curves = {}
+    try:  # opened apart from the loop: only a file that cannot be opened means "no history"
+        f = open(Path(run_dir) / runstore.EVENTS, encoding="utf-8", errors="replace")  # noqa: SIM115
     except OSError:
         return out
     with f:
@@ -37,9 +41,9 @@ def history_from_events(run_dir: Path, ranks: set | None = None, limit: int = 20
     return out
 
 
-def histories(source, run_dir, ranks: list[int], live: bool) -> dict:
+def histories(source: Source | None, run_dir: Path | None, ranks: list[int], live: bool) -> Curves:
     if live and source is not None:
-        out = {}
+        out: Curves = {}
         try:
             for r in ranks:
                 out[r] = source.history(r)
@@ -49,7 +53,8 @@ def histories(source, run_dir, ranks: list[int], live: bool) -> dict:
     return history_from_events(run_dir, set(ranks)) if run_dir else {}
 
 
-def log_tail(source, run_dir, rank: int, stream: str, lines: int, live: bool) -> list[str]:
+def log_tail(source: Source | None, run_dir: Path | None, rank: int, stream: str, lines: int,
+             live: bool) -> list[str]:
     if live and source is not None:
         try:
             return source.logs(rank, stream, lines)
@@ -60,7 +65,7 @@ def log_tail(source, run_dir, rank: int, stream: str, lines: int, live: bool) ->
     return runstore.tail_lines(runstore.rank_dir(run_dir, rank) / f"{stream}.log", lines)
 
 
-def read_dump(path: str | None, run_dir=None) -> str:
+def read_dump(path: str | None, run_dir: Path | None = None) -> str:
     if not path:
         return ""
     p = Path(path)

@@ -1,38 +1,63 @@
-"""Issue 5 in the TUI: a stalled row says what the worker is doing and where it is stuck,
-and the dump view marks each thread's innermost frame of the user's own code."""
+"""The stack view of the detail screen, fed the stack dump a real stalled worker left
+(recorded by tests/record.py, scenario "states"): the main thread first, mpwatch's own
+sender thread folded, one line a frame (function first, short paths), the user's innermost
+frame marked, readable without colour."""
 from mpwatch import stackfmt
-from mpwatch.tui import view
-from mpwatch.tui.screens.detail import _dump_text
-
-DUMP = """=== mpwatch stack dump: pid 41 at 03:12:09 (stall)
-Thread 0x00007f01 (most recent call first):
-  File "/usr/lib/python3.11/threading.py", line 320 in wait
-  File "/usr/lib/python3.11/threading.py", line 1002 in _bootstrap
-
-Current thread 0x00007f00 (most recent call first):
-  File "/usr/lib/python3.11/threading.py", line 327 in acquire
-  File "/home/ana/train.py", line 28 in wait_for_batch
-  File "/home/ana/train.py", line 51 in <module>
-"""
+from mpwatch.tui.screens.detail import dump_text
+from tests.tui.recorded import recording
 
 
-def test_only_the_innermost_user_frame_of_each_thread_is_marked():
-    lines = DUMP.splitlines()
-    marked = stackfmt.user_frame_lines(DUMP)
-    assert [lines[i] for i in marked] == ['  File "/home/ana/train.py", line 28 in wait_for_batch']
-    plain = _dump_text(DUMP).plain.splitlines()
-    assert '> File "/home/ana/train.py", line 28 in wait_for_batch' in plain  # readable without colour
-    assert sum(line.startswith(">") for line in plain) == 1
+def stalled_dump() -> tuple[str, dict]:
+    rec = recording("states")
+    w = next(w for w in rec["status"]["workers"] if w["state"] == "stalled")
+    return rec["dumps"][w["last_dump"]], w
+
+
+def test_the_main_thread_comes_first_and_mpwatch_threads_are_folded():
+    dump, w = stalled_dump()
+    raw = dump.splitlines()
+    assert raw[1].startswith("Thread ") and "mpwatch/worker.py" in raw[4]  # faulthandler: the sender first
+    (proc,) = stackfmt.stack_view(dump)
+    assert proc.heading.startswith(f"mpwatch stack dump: pid {w['pid']}")
+    main, *rest = proc.threads
+    assert main.main and main.title == "main thread"
+    assert [t.mpwatch for t in rest] == [True] and "report sender" in rest[0].title
+    funcs = [f.func for f in main.frames]
+    assert funcs == ["wait", "wait", "wait_for_batch", "<module>"]  # innermost first, as Python prints
+    marked = [f for f in main.frames if f.marked]
+    assert [f.func for f in marked] == ["wait_for_batch"]
+    assert f"{marked[0].func} ({marked[0].where})" == w["stall"]["where"]  # the row note's frame
+    assert main.frames[0].where.startswith("threading.py:") and not main.frames[0].user  # stdlib prefix dropped
+    assert proc.native and proc.native[0].startswith("--- py-spy")
+
+
+def test_one_line_a_frame_and_readable_without_colour():
+    dump, _ = stalled_dump()
+    text = dump_text(dump)
+    lines = text.plain.splitlines()
+    assert lines[1] == "main thread"
+    assert lines[2].startswith("  wait  threading.py:")
+    assert lines[4].startswith("> wait_for_batch  record_worker.py:")
+    assert sum(line.startswith(">") for line in lines) == 1
+    folded = [line for line in lines if "report sender" in line]
+    assert len(folded) == 1 and folded[0].endswith("frames folded")
+    assert not any("mpwatch/worker.py" in line for line in lines[:lines.index(folded[0])])
+    # the user's frames bright, the library's dim
+    styles = {span.style for span in text.spans if text.plain[span.start:span.end] == "wait_for_batch"}
+    assert "bold" in styles
+    dim = {span.style for span in text.spans if text.plain[span.start:span.end] == "wait"}
+    assert dim == {"dim"}
+
+
+def test_short_paths():
+    assert stackfmt.short_path("/usr/lib/python3.11/multiprocessing/popen_fork.py") == "multiprocessing/popen_fork.py"
+    assert stackfmt.short_path("/x/.venv/lib/python3.11/site-packages/torch/distributed/c10d.py") == \
+        "torch/distributed/c10d.py"
+    assert stackfmt.short_path("/srv/mpwatch/mpwatch/worker.py") == "mpwatch/worker.py"
+    assert stackfmt.short_path("/home/ana/train.py") == "/home/ana/train.py"
+    assert not stackfmt.is_user_file("/srv/elsewhere/mpwatch/worker.py")  # this package, another checkout
+    assert stackfmt.is_user_file("/home/ana/mpwatch/train.py")  # a user's folder named mpwatch
 
 
 def test_empty_dump_says_how_to_take_one():
-    assert "press d" in _dump_text("").plain
-
-
-def test_stalled_row_note_names_the_kind_and_the_user_frame():
-    w = {"state": "stalled", "step": 118, "heartbeat_age": 75.0,
-         "stall": {"step": 118, "kind": "blocked", "detail": "futex_do_wait",
-                   "where": "wait_for_batch (train.py:28)", "collective": "all_reduce"}}
-    note = view.note_text(w)
-    assert "stalled at step 118" in note and "blocked (futex_do_wait)" in note
-    assert "stuck in wait_for_batch (train.py:28), waiting in all_reduce" in note
+    assert "press d" in dump_text("").plain

@@ -1,11 +1,17 @@
-"""The pure layers of the TUI: glyph choice, bars, the formatting of rows and lines,
-and the table-diff plan. No terminal, no processes."""
+"""The pure layers of the main screen, fed statuses recorded from real runs (tests/record.py):
+glyph choice, bars, the worker table's columns and rows, the GPU rows and alert lines, and
+the table-diff plan. Every expected number is read from the recorded status itself, so a
+renderer that reads a key the producer does not fill fails here (and in mypy)."""
 from __future__ import annotations
 
-from mpwatch.tui import diff, glyphs, view
+import pytest
+
+from mpwatch import fmt
+from mpwatch.tui import diff, glyphs, gpu_rows, segs, view
 from mpwatch.tui.widgets import bars
-from mpwatch.tui.widgets.loss_plot import plot_lines
-from tests.tui.canned import status
+from tests.tui.recorded import status
+
+G = glyphs.ASCII
 
 
 def test_locale_decides_unicode_or_ascii():
@@ -22,11 +28,14 @@ def test_locale_decides_unicode_or_ascii():
     assert glyphs.locale_is_utf8({"LANG": "en_US.UTF-8", "LC_CTYPE": "C.UTF-8"})
 
 
-def test_ascii_glyphs_are_ascii():
+def test_ascii_glyphs_are_ascii_and_tell_shapes_apart():
     g = glyphs.ASCII
-    text = g.spark + "".join(g.phase.values()) + "".join(g.state.values()) + g.bar_full + g.bar_empty
+    text = (g.spark + "".join(g.phase.values()) + "".join(g.state.values()) + g.bar_full + g.bar_empty
+            + "".join(g.mem.values()) + g.collision + "".join(g.alert.values()) + "".join(g.mark.values())
+            + g.capacity + g.stack + g.outside)
     assert text.isascii()
-    assert len(set(g.state.values())) == len(g.state)  # states tell apart without colour
+    for group in (g.state, g.mem, g.alert, g.mark):  # told apart without colour (NO_COLOR)
+        assert len(set(group.values())) == len(group)
 
 
 def test_sparkline_scales_and_keeps_the_tail():
@@ -35,6 +44,8 @@ def test_sparkline_scales_and_keeps_the_tail():
     assert bars.sparkline([2.0, 2.0], 4, "abc") == "bb"
     assert bars.sparkline([], 4, "ab") == ""
     assert bars.sparkline([float("nan"), 1.0, float("inf"), 3.0], 4, "ab") == "ab"
+    # a fixed scale (memory of a capacity, a percentage); unknown is blank, not zero
+    assert bars.sparkline_scaled([0, 50, 100, None], 4, "abc", 0, 100) == "abc "
 
 
 def test_split_width_sums_to_width():
@@ -53,66 +64,164 @@ def test_phase_shares_fill_other_from_uptime():
     assert bar == [("data", "dd"), ("compute", "cccccc")]
 
 
+# ------------------------------------------------------------- the table ----
+def test_columns_at_80_keep_gpu_over_cpu_rss_pid_and_phases():
+    cols = view.columns(80)
+    fits = []
+    used = view.SCROLLBAR
+    for c in cols:
+        used += c.width + view.PAD
+        if used > 80:
+            break
+        fits.append(c.key)
+    assert "gpu" in fits
+    for dropped in ("rss", "pid", "phases"):
+        assert dropped not in fits and dropped in [c.key for c in cols]  # scrolled to, not gone
+    assert fits.index("gpu") > fits.index("loss")
+    wide = [c.key for c in view.columns(160)]
+    assert set(wide) == set(view.ORDER) and wide[-1] == "note"
+    assert sum(c.width + view.PAD for c in view.columns(160)) + view.SCROLLBAR <= 160
+
+
 def test_rows_fold_filter_and_sort():
-    st = status()
-    g = glyphs.ASCII
-    rows = view.table_rows(st, g)
-    assert [k for k, _ in rows] == ["w0", "w0.41100", "w0.41101", "w1", "w2", "w3"]
-    assert [k for k, _ in view.table_rows(st, g, folded={0})] == ["w0", "w1", "w2", "w3"]
-    assert [k for k, _ in view.table_rows(st, g, filter_text="failed")] == ["w3"]
-    assert [k for k, _ in view.table_rows(st, g, filter_text="2")] == ["w2"]
-    assert [k for k, _ in view.table_rows(st, g, filter_text="41001")] == ["w1"]
-    assert [k for k, _ in view.table_rows(st, g, filter_text="cuda error")] == ["w3"]
-    by_state = [k for k, _ in view.table_rows(st, g, sort="state", folded={0})]
-    assert by_state == ["w3", "w1", "w2", "w0"]  # failed, stalled, paused, running
-    by_loss = [k for k, _ in view.table_rows(st, g, sort="loss", folded={0})]
-    assert by_loss == ["w0", "w2", "w1", "w3"]
+    st = status("states")
+    child = st["workers"][0]["children"][0]["pid"]
+    assert [k for k, _ in view.table_rows(st)] == ["w0", f"w0.{child}", "w1", "w2", "w3", "w4"]
+    assert [k for k, _ in view.table_rows(st, folded={0})] == ["w0", "w1", "w2", "w3", "w4"]
+    assert [k for k, _ in view.table_rows(st, filter_text="failed")] == ["w3"]
+    assert [k for k, _ in view.table_rows(st, filter_text="2")] == ["w2"]
+    assert [k for k, _ in view.table_rows(st, filter_text=str(st["workers"][1]["pid"]))] == ["w1"]
+    assert [k for k, _ in view.table_rows(st, filter_text="illegal memory")] == ["w3"]
+    by_state = [k for k, _ in view.table_rows(st, sort="state", folded={0})]
+    assert by_state == ["w3", "w1", "w2", "w0", "w4"]  # failed, stalled, paused, running
+    losses = {w["rank"]: w["loss"] for w in st["workers"]}
+    by_loss = [k for k, _ in view.table_rows(st, sort="loss", folded={0})]
+    assert by_loss == [f"w{r}" for r in sorted(losses, key=lambda r: (losses[r], r))]
 
 
-def test_row_sources_format_into_cells():
-    st = status()
-    cols = view.columns(False)
-    rows = dict(view.table_rows(st, glyphs.ASCII))
-    assert view.row_cells(rows["w0"], cols, glyphs.ASCII)[0] == "-0"  # unfolded, with children
-    assert view.row_cells(rows["w0.41100"], cols, glyphs.ASCII)[0] == "  `"
-    assert rows["w1"] == dict(view.table_rows(status(), glyphs.ASCII))["w1"]  # same data, equal
-
-
-def test_worker_cells_read_without_colour():
-    st = status()
-    cols = view.columns(True, 200)
+def test_worker_cells_of_every_state_read_without_colour():
+    st = status("states")
+    cols = view.columns(200)
     keys = [c.key for c in cols]
-    cells = dict(zip(keys, view.worker_cells(st["workers"][3], cols, glyphs.ASCII, folded=False)))
-    assert cells["state"][0][0] == "x failed"
-    assert cells["note"].startswith("exit 1: RuntimeError: CUDA error")
-    assert "restarted 1x" in cells["note"]
-    assert cells["hb"] == ""  # a dead worker has no heartbeat age
-    stalled = dict(zip(keys, view.worker_cells(st["workers"][1], cols, glyphs.ASCII, folded=False)))
-    assert stalled["state"][0][0] == "! stalled" and "stalled at step 1187" in stalled["note"]
-    assert stalled["hb"][0][1] == "bold yellow"
+    ws = {w["rank"]: w for w in st["workers"]}
+
+    def cells(rank):
+        return dict(zip(keys, view.worker_cells(ws[rank], cols, G, folded=False), strict=True))
+
+    failed = cells(3)
+    assert segs.plain(failed["state"]) == "x failed"
+    assert failed["note"].startswith(ws[3]["cause"]) and "RuntimeError: CUDA error" in failed["note"]
+    assert "restarted 1x" in failed["note"] and failed["hb"] == ""  # a dead worker has no heartbeat
+    stalled = cells(1)
+    stall = ws[1]["stall"]
+    assert segs.plain(stalled["state"]) == "! stalled"
+    assert f"stalled at step {stall['step']}" in stalled["note"]
+    assert f"{stall['kind']} in {stall['wchan']}" in stalled["note"]
+    assert f"stuck in {stall['where']}" in stalled["note"] and "wait_for_batch" in stall["where"]
+    assert segs.plain(cells(2)["state"]) == "= paused"
+    assert "restarted 1x" in cells(4)["note"] and segs.plain(cells(4)["state"]) == "> running"
+    assert cells(0)["rank"] == "-0"  # unfolded, with a child
+    assert cells(0)["gpu"] == ""  # no GPU in this run: nothing, not "0"
 
 
-def test_gpu_lines_without_and_with_gpus():
-    st = status()
-    assert view.gpu_lines(st, glyphs.ASCII)[0][1][0] == "no NVIDIA GPU found"
-    st["gpu_status"] = "NVML library not found"
-    assert view.gpu_lines(st, glyphs.ASCII)[0][1][0] == "NVML library not found"
-    st["gpus"] = [{"index": 0, "name": "H100", "memory_used": 60 * 2**30, "memory_total": 80 * 2**30,
-                   "utilization": 93, "processes": [{"pid": 41000, "rank": 0, "used_bytes": 2**30},
-                                                    {"pid": 999, "rank": None, "user": "bob", "used_bytes": 2**30}]}]
-    text = "".join(seg[0] for seg in view.gpu_lines(st, glyphs.ASCII, width=10)[0])
-    assert "GPU0 H100" in text and "########.." in text  # 60 of 80 GiB
-    assert "util 93%" in text and "ranks 0" in text and "pid 999 (bob)" in text
+def test_worker_gpu_cell_shows_index_and_the_memory_its_processes_hold():
+    st = status("gpu2")
+    cols = view.columns(80)
+    at = [c.key for c in cols].index("gpu")
+    for w in st["workers"]:
+        gpu = w["gpu"]
+        assert gpu is not None and gpu["shared_with"]  # the scenario's collision
+        cell = view.worker_cells(w, cols, G, folded=False)[at]
+        assert segs.plain(cell) == f"{gpu['index']} {fmt.size(gpu['mem_bytes'])}{G.collision}"
+    # rank 0's memory is its own process's and its child's, as NVML lists them on GPU 0
+    procs = st["gpus"][0]["processes"]
+    rank0 = sum(p["mem_bytes"] or 0 for p in procs if 0 in (p["rank"], p["child_of"]))
+    assert st["workers"][0]["gpu"]["mem_bytes"] == rank0
 
 
-def test_event_notices_say_what_happened():
-    text, sev = view.event_notice({"event": "worker_exited", "rank": 1, "state": "failed",
-                                   "cause": "exit 1", "stderr_tail": ["Traceback", "ValueError: bad"]})
-    assert sev == "error" and "rank 1 failed: exit 1" in text and "ValueError: bad" in text
-    assert view.event_notice({"event": "stalled", "rank": 0, "silent_for": 61.0, "step": 7})[1] == "warning"
-    assert "resized from 2 to 3" in view.event_notice({"event": "resized", "frm": 2, "to": 3, "mode": "x"})[0]
-    assert view.event_notice({"event": "report"}) is None
-    assert view.event_notice({"event": "run_finished", "exit_code": 0})[1] == "information"
+def test_row_sources_compare_equal_for_equal_data():
+    a, b = dict(view.table_rows(status("states"))), dict(view.table_rows(status("states")))
+    assert a == b
+
+
+# --------------------------------------------------------------- the GPUs ----
+@pytest.mark.parametrize("name", ["gpu2", "gpu8"])
+@pytest.mark.parametrize("width", [78, 158])
+def test_gpu_rows_one_per_gpu_within_the_width(name, width):
+    st = status(name)
+    rows = gpu_rows.gpu_rows(st, G, width)
+    assert len(rows) == len(st["gpus"])
+    for gpu, row in zip(st["gpus"], rows, strict=True):
+        text = segs.plain(row)
+        assert segs.width(row) <= width and text.isascii()
+        assert text.lstrip().startswith(f"{gpu['index']} ")
+        assert fmt.pct(gpu["util_gpu"]) in text  # never "util N/A" when NVML has it
+        assert f"{fmt.size(gpu['mem_used'])}/{fmt.size(gpu['mem_total'])}" in text
+        worst = gpu_rows.worst(gpu["alerts"])
+        if worst is not None and width > 100:
+            assert worst["short"] in text
+        if width > 120:  # wide: temperature, power and the history sparklines
+            assert f"{gpu['temperature']}C" in text and f"{gpu['power_w']:.0f}W" in text
+
+
+def test_gpu_row_of_the_issue_scenario():
+    st = status("gpu2")
+    g0, g1 = st["gpus"]
+    row0, row1 = (segs.plain(r) for r in gpu_rows.gpu_rows(st, G, 78))
+    assert g0["ranks"] == [0, 1] and f"r0,1{G.collision}" in row0  # the collision, marked
+    assert f"out {fmt.size(g0['breakdown']['outside'])}" in row0  # the outside processes' memory
+    assert "2 ranks share" in row0 and g0["util_gpu"] == 93 and "93%" in row0
+    assert g1["util_gpu"] == 0 and " 0%" in row1 and "r" not in row1.split("%", 1)[1]  # idle, no rank
+    # the bar tells where the memory goes, in proportion to the breakdown
+    bar = "".join(t for t, _ in gpu_rows.mem_bar(g0, 40, G))
+    b, total = g0["breakdown"], g0["mem_total"]
+    assert len(bar) == 40
+    assert abs(bar.count(G.mem["allocated"]) - 40 * b["allocated"] / total) <= 1
+    assert abs(bar.count(G.mem["cached"]) - 40 * b["cached"] / total) <= 1
+    assert abs(bar.count(G.mem["free"]) - 40 * (total - g0["mem_used"]) / total) <= 1
+
+
+def test_gpu_rows_say_why_there_are_none():
+    st = status("states")
+    assert st["gpus"] == [] and st["gpu_status"]
+    assert segs.plain(gpu_rows.gpu_rows(st, G, 78)[0]) == f"GPU: {st['gpu_status']}"
+
+
+def test_alerts_are_one_line_each_and_a_count_past_the_room():
+    st = status("gpu8")
+    items = gpu_rows.alert_items(st)
+    n = sum(len(g["alerts"]) for g in st["gpus"]) + len(st["alerts"])
+    assert len(items) == n > 3
+    assert [s for s, _ in items] == sorted((s for s, _ in items), key=lambda s: gpu_rows.SEVERITY_ORDER[s])
+    lines = gpu_rows.alert_lines(st, G, 78, 2)
+    assert len(lines) == 2 and all(segs.width(line) <= 78 for line in lines)
+    assert segs.plain(lines[0]).startswith(f"{G.alert[items[0][0]]} {items[0][1][:40]}")
+    assert segs.plain(lines[1]) == f"+{n - 1} more alerts: g shows them all"
+    every = gpu_rows.alert_lines(st, G, 400, n)
+    assert [segs.plain(line)[2:] for line in every] == [text for _, text in items]  # all fit: no count
+
+
+def test_panel_title_says_how_many_gpus_scroll():
+    st = status("gpu8")
+    assert "8 GPUs (4 shown, scroll)" in gpu_rows.title(st, G, 80, 4)
+    assert "(" not in gpu_rows.title(st, G, 80, 8).split("·")[0]
+
+
+# ------------------------------------------------------------- the rest ----
+def test_header_and_selected_line():
+    st = status("gpu2")
+    head = [segs.plain(line) for line in view.header_lines(st, G)]
+    assert st["run"]["id"] in head[0] and "[running]" in head[0] and "record_worker.py" in head[0]
+    assert head[1].startswith(f"{len(st['workers'])} workers: > 2 running")
+    line = segs.plain(view.selected_line(st["workers"][0], G))
+    assert "GPU 0 " in line and "shared with rank 1" in line
+
+
+def test_ending_lines_name_each_worker():
+    st = status("states")
+    lines = view.ending_lines(st)
+    assert lines[0].startswith("run finished, exit code ?")
+    assert lines[4] == f"rank 3: failed ({st['workers'][3]['cause']})"
 
 
 def test_diff_patches_rows_reorders_and_rebuilds_only_when_most_are_gone():
@@ -131,18 +240,3 @@ def test_diff_patches_rows_reorders_and_rebuilds_only_when_most_are_gone():
     many = {f"k{i}": (str(i),) for i in range(20)}
     p = diff.plan(many, list(many), [("k0", ("0",))])  # most rows gone: clear, not 19 removes
     assert p.rebuild and p.add == [("k0", ("0",))]
-
-
-def test_loss_plot_highlights_the_selected_rank():
-    lines = plot_lines({0: [(0, 1.0), (10, 0.5)], 1: [(0, 0.9), (10, 0.4)]}, 1, 40, 6, glyphs.ASCII)
-    text = "\n".join("".join(seg[0] for seg in line) for line in lines)
-    assert "*" in text and "." in text and "step 0" in text
-    assert plot_lines({}, 0, 40, 6, glyphs.ASCII)[0][0][0] == "no loss reported yet"
-
-
-def test_ending_lines_name_each_worker():
-    st = status()
-    st["run"]["exit_code"] = 1
-    lines = view.ending_lines(st)
-    assert lines[0].startswith("run finished, exit code 1")
-    assert "rank 3: failed (exit 1: RuntimeError" in lines[4]

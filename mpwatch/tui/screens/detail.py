@@ -1,12 +1,14 @@
-"""The detail view of one worker (Enter): loss plot of all ranks with this one
-highlighted, the tail of its stdout and stderr, its latest stack dump, its children.
+"""The detail view of one worker (Enter): loss plot of all ranks with this one highlighted
+(`y`: log or linear scale), the tail of its stdout and stderr, its latest stack dump (the
+main thread first, mpwatch's threads folded, one line a frame), its children.
 
-Data is fetched on a worker thread once a second and posted back as a message; after
-the run has ended it comes from the run directory.
+Data is fetched on a worker thread once a second and posted back as a message; after the
+run has ended it comes from the run directory. Drawing runs on the UI thread.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 from rich.text import Text
 from textual.app import ComposeResult
@@ -16,8 +18,10 @@ from textual.message import Message
 from textual.screen import ModalScreen
 from textual.widgets import Footer, Static
 
-from mpwatch import stackfmt
+from mpwatch import fmt, stackfmt
+from mpwatch.status import WorkerStatus
 from mpwatch.tui import rundata, view
+from mpwatch.tui.actions import RunActions
 from mpwatch.tui.widgets.loss_plot import LossPlot
 
 LOG_LINES = 12
@@ -26,9 +30,9 @@ OVERLAY_RANKS = 16  # at most this many curves besides the selected one
 
 @dataclass(frozen=True)
 class DetailData:
-    series: dict
-    stdout: list
-    stderr: list
+    series: dict[int, list[tuple[float, float]]]
+    stdout: list[str]
+    stderr: list[str]
     dump: str
 
 
@@ -38,28 +42,42 @@ class DetailLoaded(Message):
         self.data = data
 
 
-def _dump_text(dump: str) -> Text:
-    """The stack dump, with each thread's innermost frame of the user's own code marked."""
-    lines = dump.splitlines()
-    if not lines:
+def dump_text(dump: str) -> Text:
+    """The stack dump, one line a frame, function first: the main thread first, mpwatch's own
+    threads folded to one line, the user's frames bright and library frames dim, each thread's
+    innermost frame of the user's own code marked with `>` (readable without colour)."""
+    if not dump.strip():
         return Text("no stack dump yet (press d to take one)", style="bright_black")
-    marked = stackfmt.user_frame_lines(dump)
+    procs = stackfmt.stack_view(dump)
+    if not procs:  # not a faulthandler dump: as written
+        return Text(dump, no_wrap=True, overflow="ellipsis")
     text = Text(no_wrap=True, overflow="ellipsis")
-    for i, line in enumerate(lines):
-        if i:
+    for proc in procs:
+        if text:
             text.append("\n")
-        text.append(("> " + line.lstrip()) if i in marked else line, style="bold reverse" if i in marked else "")
+        text.append(proc.heading, style="bold")
+        for t in proc.threads:
+            text.append(f"\n{t.title}", style="bright_black" if t.mpwatch else "bold")
+            if t.mpwatch:
+                text.append(f": {len(t.frames)} frames folded", style="bright_black")
+                continue
+            for f in t.frames:
+                text.append("\n> " if f.marked else "\n  ", style="bold reverse" if f.marked else "")
+                text.append(f.func, style="bold" if f.user else "dim")
+                text.append(f"  {f.where}", style="" if f.user else "dim")
+        if proc.native:
+            text.append("\n" + "\n".join(proc.native), style="dim")
     return text
 
 
-def _plain(lines, empty: str) -> Text:
+def _plain(lines: list[str], empty: str) -> Text:
     if not lines:
         return Text(empty, style="bright_black")
     return Text("\n".join(lines), no_wrap=True, overflow="ellipsis")
 
 
 class DetailScreen(ModalScreen[None]):
-    BINDINGS = [Binding("escape,q,enter", "close", "Back"),
+    BINDINGS = [Binding("escape,q,enter", "close", "Back"), Binding("y", "log_scale", "Log/linear"),
                 Binding("p", "app.pause", "Pause/resume"), Binding("d", "app.dump", "Dump stacks"),
                 Binding("k", "app.kill", "Kill"), Binding("r", "app.restart", "Restart"),
                 Binding("l", "app.logs", "Logs")]
@@ -68,10 +86,18 @@ class DetailScreen(ModalScreen[None]):
         super().__init__()
         self.rank = rank
         self.loads = 0
+        self.title_bar = Static(id="detail-title")
+        self.children_pane = Static(id="detail-children")
+
+    @property
+    def run(self) -> RunActions:
+        app = self.app
+        assert isinstance(app, RunActions)  # this screen is pushed by the mpwatch App only
+        return app
 
     def compose(self) -> ComposeResult:
-        yield Static(id="detail-title")
-        yield LossPlot(self.app.glyphs, id="detail-plot")
+        yield self.title_bar
+        yield LossPlot(self.run.glyphs, id="detail-plot")
         with Horizontal(id="detail-logs"):
             with VerticalScroll(classes="pane"):
                 yield Static("stdout", classes="pane-title")
@@ -85,49 +111,54 @@ class DetailScreen(ModalScreen[None]):
                 yield Static(id="detail-dump")
             with VerticalScroll(classes="pane"):
                 yield Static("children", classes="pane-title")
-                yield Static(id="detail-children")
+                yield self.children_pane
         yield Footer()
 
-    def worker(self) -> dict | None:
-        st = self.app.status
-        return next((w for w in st.get("workers", []) if w["rank"] == self.rank), None) if st else None
+    def worker(self) -> WorkerStatus | None:
+        return self.run.worker(self.rank)
 
     def on_mount(self) -> None:
-        self.show_worker()
+        self.show_status()
         self.reload()
         self.set_interval(1.0, self.reload)
 
-    def show_worker(self) -> None:
+    def show_status(self) -> None:
         w = self.worker()
-        title = self.query_one("#detail-title", Static)
         if w is None:
-            title.update(Text(f"rank {self.rank}: no longer in the run", style="bold red"))
+            self.title_bar.update(Text(f"rank {self.rank}: no longer in the run", style="bold red"))
             return
-        g = self.app.glyphs
+        g = self.run.glyphs
         t = Text(no_wrap=True, overflow="ellipsis")
         t.append(f"rank {w['rank']} ", style="bold")
         t.append(f"{g.state.get(w['state'], '?')} {w['state']}", style=view.STATE_STYLE.get(w["state"], ""))
-        t.append(f"  pid {w.get('pid')}  step {view.fmt_num(w.get('step')) or '-'}"
-                 f"  loss {view.fmt_num(w.get('loss')) or '-'}  restarts {w.get('restarts', 0)}")
+        t.append(f"  pid {w['pid']}  step {fmt.num(w['step'], na='-')}  loss {fmt.num(w['loss'], na='-')}"
+                 f"  restarts {w['restarts']}")
+        gpu = view.gpu_text(w["gpu"])
+        if gpu:
+            t.append(f"  GPU {gpu}")
         note = view.note_text(w)
         if note:
             t.append(f"\n{note}", style="yellow")
-        title.update(t)
-        kids = w.get("children") or []
-        body = "\n".join(f"{c.get('pid')}  {c.get('status', '')}  cpu {c.get('cpu_percent', '-')}%  "
-                         f"rss {view.fmt_bytes(c.get('rss_bytes'))}  {c.get('cmd') or c.get('name') or ''}"
-                         for c in kids)
-        self.query_one("#detail-children", Static).update(_plain(body.splitlines(), "no child processes"))
+        self.title_bar.update(t)
+        body = [f"{c['pid']}  {c['status']}  cpu {fmt.num(c['cpu_percent'], na='-')}%  "
+                f"rss {fmt.size(c['rss_bytes'])}  {c['cmd'] or c['name']}" for c in w["children"]]
+        self.children_pane.update(_plain(body, "no child processes"))
 
     def reload(self) -> None:
         w = self.worker()
-        ranks = [self.rank] + [x["rank"] for x in (self.app.status or {}).get("workers", [])
-                               if x["rank"] != self.rank][:OVERLAY_RANKS]
-        dump_path = w.get("last_dump") if w else None
-        self.run_worker(lambda: self._fetch(ranks, dump_path), thread=True, group="detail", exclusive=True)
+        st = self.run.status
+        ranks = [self.rank] + [x["rank"] for x in (st["workers"] if st else []) if x["rank"] != self.rank]
+        dump_path = w["last_dump"] if w else None
+        if dump_path and st and self.run.run_dir:  # under the run directory: read it from ours
+            try:
+                dump_path = str(Path(dump_path).relative_to(st["run"]["dir"]))
+            except ValueError:
+                pass
+        self.run_worker(lambda: self._fetch(ranks[:OVERLAY_RANKS + 1], dump_path), thread=True, group="detail",
+                        exclusive=True)
 
-    def _fetch(self, ranks, dump_path) -> None:
-        app = self.app
+    def _fetch(self, ranks: list[int], dump_path: str | None) -> None:
+        app = self.run
         live = app.live
         series = rundata.histories(app.source, app.run_dir, ranks, live)
         out = rundata.log_tail(app.source, app.run_dir, self.rank, "stdout", LOG_LINES, live)
@@ -138,11 +169,15 @@ class DetailScreen(ModalScreen[None]):
     def on_detail_loaded(self, msg: DetailLoaded) -> None:
         d = msg.data
         self.loads += 1
-        self.show_worker()
+        self.show_status()
         self.query_one(LossPlot).set_data(d.series, self.rank)
         self.query_one("#detail-stdout", Static).update(_plain(d.stdout, "(empty)"))
         self.query_one("#detail-stderr", Static).update(_plain(d.stderr, "(empty)"))
-        self.query_one("#detail-dump", Static).update(_dump_text(d.dump))
+        self.query_one("#detail-dump", Static).update(dump_text(d.dump))
+
+    def action_log_scale(self) -> None:
+        log = self.query_one(LossPlot).toggle_log()
+        self.notify(f"loss plot: {'log' if log else 'linear'} scale", timeout=2)
 
     def action_close(self) -> None:
         self.dismiss(None)

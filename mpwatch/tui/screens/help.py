@@ -7,9 +7,12 @@ from textual.containers import VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Static
 
+from mpwatch.tui.glyphs import Glyphs
+
 KEYS = [
     ("up/down, j", "select a worker (k is kill)"),
-    ("Enter", "detail: loss plot, stdout/stderr tail, stack dump, children"),
+    ("Enter", "detail: loss plot (y: log/linear), stdout/stderr tail, stack dump, children"),
+    ("g", "GPU screen: memory and utilization over time (w: 2 min/10 min/1 h), ranks, outsiders, alerts"),
     ("p", "pause or resume the selected worker"),
     ("P", "pause or resume all workers"),
     ("k", "kill the selected worker (asks first)"),
@@ -29,7 +32,7 @@ KEYS = [
 class HelpScreen(ModalScreen[None]):
     BINDINGS = [Binding("escape,q,question_mark", "close", "Close")]
 
-    def __init__(self, glyphs):
+    def __init__(self, glyphs: Glyphs) -> None:
         super().__init__()
         self.glyphs = glyphs
 

@@ -9,12 +9,13 @@ from textual.screen import ModalScreen
 from textual.widgets import Footer, RichLog, Static
 
 from mpwatch.tui import rundata
+from mpwatch.tui.actions import RunActions
 
 LINES = 500
 
 
 class LogsLoaded(Message):
-    def __init__(self, stream: str, lines: list):
+    def __init__(self, stream: str, lines: list[str]):
         super().__init__()
         self.stream = stream
         self.lines = lines
@@ -27,7 +28,7 @@ class LogsScreen(ModalScreen[None]):
         super().__init__()
         self.rank = rank
         self.stream = stream
-        self._shown: list | None = None
+        self._shown: list[str] | None = None
         self.loads = 0
 
     def compose(self) -> ComposeResult:
@@ -47,6 +48,7 @@ class LogsScreen(ModalScreen[None]):
 
     def reload(self) -> None:
         stream, app = self.stream, self.app
+        assert isinstance(app, RunActions)  # this screen is pushed by the mpwatch App only
         self.run_worker(lambda: self.post_message(LogsLoaded(stream, rundata.log_tail(
             app.source, app.run_dir, self.rank, stream, LINES, app.live))),
             thread=True, group="logs", exclusive=True)

@@ -6,25 +6,41 @@ with NO_COLOR, and the ASCII glyph set gives the same shapes on a non-UTF-8 term
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable, Mapping, Sequence
 
 PHASES = ("data", "compute", "sync", "other")
 
 
-def sparkline(values, width: int, levels: str) -> str:
+def sparkline(values: Sequence[float | None], width: int, levels: str) -> str:
     """The last `width` finite values scaled between their min and max."""
-    vals = values[-width:]
-    if not all(type(v) is float for v in vals) or not math.isfinite(sum(vals)):  # the usual case is fast
-        vals = [v for v in values if isinstance(v, (int, float)) and math.isfinite(v)][-width:]
-    if not vals:
+    nums = [v for v in values[-width:] if v is not None and math.isfinite(v)]
+    if len(nums) < min(width, len(values)):  # a gap in the tail: the finite values before it
+        nums = [v for v in values if v is not None and math.isfinite(v)][-width:]
+    if not nums:
         return ""
-    lo, hi = min(vals), max(vals)
+    lo, hi = min(nums), max(nums)
     top = len(levels) - 1
     if hi == lo:
-        return levels[top // 2] * len(vals)
-    return "".join(levels[round((v - lo) / (hi - lo) * top)] for v in vals)
+        return levels[top // 2] * len(nums)
+    return "".join(levels[round((v - lo) / (hi - lo) * top)] for v in nums)
 
 
-def split_width(parts: list[float], width: int) -> list[int]:
+def sparkline_scaled(values: Iterable[float | None], width: int, levels: str, lo: float, hi: float) -> str:
+    """The last `width` values on a fixed scale lo..hi (memory of a capacity, a percentage);
+    an unknown value is a blank, not a zero."""
+    vals = list(values)[-width:]
+    top = len(levels) - 1
+    span = (hi - lo) or 1.0
+    out = []
+    for v in vals:
+        if v is None or not math.isfinite(v):
+            out.append(" ")
+        else:
+            out.append(levels[min(max(round((v - lo) / span * top), 0), top)])
+    return "".join(out)
+
+
+def split_width(parts: Sequence[float], width: int) -> list[int]:
     """Share `width` cells among non-negative parts (largest remainder); sums to width when
     any part is positive, else all zero."""
     total = sum(p for p in parts if p > 0)
@@ -39,7 +55,7 @@ def split_width(parts: list[float], width: int) -> list[int]:
     return cells
 
 
-def phase_shares(phases: dict | None, uptime: float | None) -> dict[str, float]:
+def phase_shares(phases: Mapping[str, float] | None, uptime: float | None) -> dict[str, float]:
     """Seconds per phase: data/compute/sync as reported, the rest of the uptime as other.
     Unknown phase names count as other; when the phases add up to more than the uptime
     (threads timing in parallel) the sum is the whole."""
@@ -56,12 +72,12 @@ def phase_shares(phases: dict | None, uptime: float | None) -> dict[str, float]:
     return known
 
 
-def stacked_bar(shares: dict[str, float], width: int, fills: dict) -> list[tuple[str, str]]:
+def stacked_bar(shares: Mapping[str, float], width: int, fills: Mapping[str, str]) -> list[tuple[str, str]]:
     """[(phase, characters)] of a bar `width` cells wide; empty when nothing is known."""
     if not shares:
         return []
     cells = split_width([shares.get(p, 0.0) for p in PHASES], width)
-    return [(p, fills[p] * n) for p, n in zip(PHASES, cells) if n]
+    return [(p, fills[p] * n) for p, n in zip(PHASES, cells, strict=True) if n]
 
 
 def meter(fraction: float | None, width: int, full: str, empty: str) -> str:

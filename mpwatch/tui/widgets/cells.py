@@ -5,11 +5,16 @@ such as "[rank 0] error" must show as written.
 """
 from __future__ import annotations
 
+from collections.abc import Iterable
+from typing import Literal
+
 from rich.text import Text
 
+from mpwatch.tui.segs import Cell
 
-def to_text(cell, right: bool = False) -> Text:
-    justify = "right" if right else None
+
+def to_text(cell: Cell | Text | None, right: bool = False) -> Text:
+    justify: Literal["right"] | None = "right" if right else None
     if isinstance(cell, Text):
         return cell
     if isinstance(cell, tuple):
@@ -21,7 +26,7 @@ def to_text(cell, right: bool = False) -> Text:
     return Text("" if cell is None else str(cell), no_wrap=True, overflow="ellipsis", justify=justify)
 
 
-def lines_to_text(lines) -> Text:
+def lines_to_text(lines: Iterable[Cell]) -> Text:
     out = Text(no_wrap=True, overflow="ellipsis")
     for i, line in enumerate(lines):
         if i:

@@ -1,21 +1,54 @@
-"""The GPU panel: memory bar, utilization and holders per GPU, or why there is none."""
+"""The GPU panel (one row per GPU, scrolled when there are more GPUs than rows) and the
+alert lines under it. They show lines made by mpwatch/tui/gpu_rows.py; UI thread only."""
 from __future__ import annotations
 
+from textual.app import ComposeResult
+from textual.containers import VerticalScroll
 from textual.widgets import Static
 
+from mpwatch.tui.segs import Line
 from mpwatch.tui.widgets.cells import lines_to_text
 
 
-class GpuPanel(Static):
-    DEFAULT_CSS = "GpuPanel { height: auto; max-height: 8; padding: 0 1; border-top: solid $primary-darken-2; }"
+class GpuPanel(VerticalScroll, can_focus=False):
+    DEFAULT_CSS = """
+    GpuPanel { height: auto; max-height: 5; padding: 0 1; border-top: solid $primary-darken-2;
+               scrollbar-size-vertical: 1; }
+    GpuPanel > Static { width: 100%; height: auto; }
+    """
 
-    def __init__(self, **kw):
-        super().__init__("", **kw)
-        self._lines = None
+    def __init__(self, id: str | None = None) -> None:
+        super().__init__(id=id)
+        self.body = Static("")
+        self._lines: list[Line] | None = None
+        self._title: str | None = None
 
-    def show(self, lines: list) -> None:
+    def compose(self) -> ComposeResult:
+        yield self.body
+
+    def show(self, lines: list[Line], title: str, rows: int) -> None:
+        """`rows`: how many GPU rows fit; more scroll."""
+        if title != self._title:
+            self._title = title
+            self.border_title = title
+        if self.styles.max_height is None or self.styles.max_height.value != rows + 1:
+            self.styles.max_height = rows + 1  # the rows and the border
         if lines != self._lines:
-            # Its height follows its line count: a layout pass only when that changes.
-            grows = self._lines is None or len(lines) != len(self._lines)
             self._lines = lines
-            self.update(lines_to_text(lines), layout=grows)
+            self.body.update(lines_to_text(lines))
+
+
+class AlertLines(Static):
+    """One line per standing alert, the worst first; a count of the ones that do not fit."""
+
+    DEFAULT_CSS = "AlertLines { height: auto; padding: 0 1; }"
+
+    def __init__(self, id: str | None = None) -> None:
+        super().__init__("", id=id)
+        self._lines: list[Line] | None = None
+
+    def show(self, lines: list[Line]) -> None:
+        if lines != self._lines:
+            self._lines = lines
+            self.display = bool(lines)
+            self.update(lines_to_text(lines))

@@ -11,18 +11,22 @@ plan of mpwatch.tui.diff. The cursor stays on the same worker across updates.
 """
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from rich.cells import cell_len, set_cell_size
 from rich.segment import Segment
 from rich.style import Style
+from rich.text import Text
 from textual import events
 from textual.binding import Binding
-from textual.geometry import Size
+from textual.geometry import Region, Size
 from textual.message import Message
 from textual.scroll_view import ScrollView
 from textual.strip import Strip
 
 from mpwatch.tui import diff
-from mpwatch.tui.view import Column, rank_of_key
+from mpwatch.tui.segs import Cell
+from mpwatch.tui.view import Column, RowSource, rank_of_key
 from mpwatch.tui.widgets.cells import to_text
 
 PAD = 1  # spaces on each side of a cell
@@ -59,38 +63,32 @@ def _fit(segments: list[tuple[str, Style | None]], width: int, right: bool) -> l
     return ([pad] + body) if right else (body + [pad])
 
 
-_FITTED: dict = {}  # (cell, width, right) -> its segments, shared by every row
+_FITTED: dict[tuple[Cell, int, bool], list[Segment]] = {}  # (cell, width, right) -> its segments
 _FITTED_MAX = 8192
 
 
-def _fitted(cell, width: int, right: bool) -> list[Segment]:
+def _fitted(cell: Cell, width: int, right: bool) -> list[Segment]:
     """A cell's segments with its padding, cached: most cells (state, pid, rss, blanks...)
     repeat across rows and snapshots, so a redrawn row mostly costs dict lookups."""
     key = (cell, width, right)
-    try:
-        segs = _FITTED.get(key)
-    except TypeError:  # an unhashable cell: draw it uncached
-        key, segs = None, None
+    segs = _FITTED.get(key)
     if segs is None:
-        if isinstance(cell, tuple):
-            parts = [(t, _style(s)) for t, s in cell]
-        else:
-            parts = [("" if cell is None else str(cell), None)]
+        parts: list[tuple[str, Style | None]] = (
+            [(t, _style(s)) for t, s in cell] if isinstance(cell, tuple) else [(cell, None)])
         segs = [Segment(" " * PAD), *_fit(parts, width, right), Segment(" " * PAD)]
-        if key is not None:
-            if len(_FITTED) >= _FITTED_MAX:
-                _FITTED.clear()
-            _FITTED[key] = segs
+        if len(_FITTED) >= _FITTED_MAX:
+            _FITTED.clear()
+        _FITTED[key] = segs
     return segs
 
 
-def row_segments(cells: tuple, cols: list[Column]) -> list[tuple[str, Style | None]]:
+def row_segments(cells: tuple[Cell, ...], cols: list[Column]) -> list[tuple[str, Style | None]]:
     """A row as (text, style) runs, neighbours of one style merged: every later style
     operation is per segment. Exactly the columns' width in cells."""
     merged: list[tuple[str, Style | None]] = []
     text = ""
     style = None
-    for cell, col in zip(cells, cols):
+    for cell, col in zip(cells, cols, strict=True):
         for seg in _fitted(cell, col.width, col.right):
             if seg.style == style:
                 text += seg.text
@@ -103,11 +101,11 @@ def row_segments(cells: tuple, cols: list[Column]) -> list[tuple[str, Style | No
     return merged
 
 
-def render_row(cells: tuple, cols: list[Column]) -> Strip:
+def render_row(cells: tuple[Cell, ...], cols: list[Column]) -> Strip:
     return Strip([Segment(t, s) for t, s in row_segments(cells, cols)])
 
 
-def row_strip(cells: tuple, cols: list[Column], x: int, width: int, base: Style) -> Strip:
+def row_strip(cells: tuple[Cell, ...], cols: list[Column], x: int, width: int, base: Style) -> Strip:
     """The row as drawn: cropped to the view, over the widget's base style. Built as one
     Strip (crop_extend + apply_style would make three, each with its own caches)."""
     full = sum(c.width + 2 * PAD for c in cols)
@@ -147,11 +145,11 @@ class WorkerTable(ScrollView, can_focus=True):
             super().__init__()
             self.key = key
 
-    def __init__(self, formatter=None, **kw):
-        super().__init__(**kw)
-        self.formatter = formatter or (lambda source: source)  # row source -> cells
+    def __init__(self, formatter: Callable[[RowSource], tuple[Cell, ...]], id: str | None = None) -> None:
+        super().__init__(id=id)
+        self.formatter = formatter  # row source -> cells, called only for rows drawn
         self.cols: list[Column] = []
-        self.cells: dict[str, tuple] = {}  # key -> row source (cells when no formatter)
+        self.cells: dict[str, RowSource] = {}  # key -> row source
         self.order: list[str] = []
         self.cursor_row = 0
         self._strips: dict[str, Strip] = {}
@@ -160,10 +158,10 @@ class WorkerTable(ScrollView, can_focus=True):
         self.rebuilds = 0
         self.reorders = 0
         self.lines_rendered = 0
-        self._rendered = None  # (scroll x, width, base style) the cached lines were drawn for
-        self._base = None  # looked up once per render pass (render_lines), not once a line
-        self._cursor_style = None
-        self._width = None
+        self._rendered: tuple[int, int, Style] | None = None  # (scroll x, width, base style) of the cache
+        self._base: Style | None = None  # looked up once per render pass (render_lines), not once a line
+        self._cursor_style: Style | None = None
+        self._width: int | None = None
 
     # ------------------------------------------------------ DataTable-like API ----
     @property
@@ -171,7 +169,7 @@ class WorkerTable(ScrollView, can_focus=True):
         return len(self.order)
 
     @property
-    def shown(self) -> dict:
+    def shown(self) -> dict[str, RowSource]:
         return self.cells
 
     def set_columns(self, cols: list[Column]) -> None:
@@ -182,11 +180,11 @@ class WorkerTable(ScrollView, can_focus=True):
         self._resize_virtual()
         self.refresh()
 
-    def add_row(self, source, key: str) -> None:
+    def add_row(self, source: RowSource, key: str) -> None:
         self.cells[key] = source
         self.order.append(key)
 
-    def update_row(self, key: str, source) -> None:
+    def update_row(self, key: str, source: RowSource) -> None:
         self.cells[key] = source
         self._strips.pop(key, None)
         self.cells_updated += 1
@@ -204,14 +202,14 @@ class WorkerTable(ScrollView, can_focus=True):
             self.cols = []
             self._header = None
 
-    def get_row(self, key: str) -> list:
-        return [to_text(c, col.right) for c, col in zip(self.formatter(self.cells[key]), self.cols)]
+    def get_row(self, key: str) -> list[Text]:
+        return [to_text(c, col.right) for c, col in zip(self.formatter(self.cells[key]), self.cols, strict=True)]
 
     def get_row_index(self, key: str) -> int:
         return self.order.index(key)
 
     # ----------------------------------------------------------------- apply ----
-    def apply(self, rows: list) -> diff.Plan:
+    def apply(self, rows: list[tuple[str, RowSource]]) -> diff.Plan[RowSource]:
         p = diff.plan(self.cells, self.order, rows)
         if p.empty:
             return p
@@ -306,7 +304,7 @@ class WorkerTable(ScrollView, can_focus=True):
                 self.action_select_cursor()
 
     # ------------------------------------------------------------- rendering ----
-    def render_lines(self, crop):
+    def render_lines(self, crop: Region) -> list[Strip]:
         # The widget's base and cursor styles walk the DOM: once a pass, not once a line.
         self._base = self.rich_style
         self._cursor_style = self.get_component_rich_style("worker-table--cursor")

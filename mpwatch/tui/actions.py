@@ -1,0 +1,266 @@
+"""The keys that act on the run (pause, kill, restart, resize, dump, stop) and the ones that
+only change the view (filter, sort, fold), as the base class of the App. Every control
+request runs on a worker thread and reports back with ActionDone, so the UI thread never
+waits on the socket, and every action says what happened (the supervisor's reply, or why
+it failed). Methods run on the UI thread unless said otherwise.
+"""
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import NamedTuple
+
+from textual.app import App
+from textual.message import Message
+
+from mpwatch.client import ClientError
+from mpwatch.status import State, Status, WorkerStatus
+from mpwatch.tui import glyphs as glyphs_mod
+from mpwatch.tui import view
+from mpwatch.tui.poller import Poller
+from mpwatch.tui.screens.confirm import ConfirmDialog
+from mpwatch.tui.screens.filter import FilterDialog
+from mpwatch.tui.screens.quit import QuitDialog
+from mpwatch.tui.source import Source
+from mpwatch.tui.widgets.worker_table import WorkerTable
+
+
+class Outcome(NamedTuple):
+    kind: str  # "detach" | "stopped" | "finished"
+    exit_code: int | None
+
+
+class ActionDone(Message):
+    def __init__(self, text: str, severity: str, then: Callable[[], None] | None = None):
+        super().__init__()
+        self.text = text
+        self.severity = severity
+        self.then = then  # called on the UI thread after the message is shown
+
+
+class RunActions(App[Outcome]):
+    """The App's actions; the App (app.py) builds the screen these act on."""
+
+    def __init__(self, source: Source | None, run_dir: Path | str | None, glyphs: glyphs_mod.Glyphs | None):
+        super().__init__()
+        self.source = source
+        self.run_dir = Path(run_dir) if run_dir else None
+        self.glyphs = glyphs or glyphs_mod.pick()
+        self.status: Status | None = None
+        self.live = True
+        self.leaving: str | None = None
+        self.final_exit_code: int | None = None
+        self.sort = "rank"
+        self.filter_text = ""
+        self.folded: set[int] = set()
+        self.poller: Poller | None = None
+        self.table = WorkerTable(formatter=lambda source: view.row_cells(source, self.table.cols, self.glyphs),
+                                 id="workers")
+        self._act_source: Source | None = None
+        self._act_lock = threading.Lock()
+
+    def say(self, text: str, severity: str = "information", notify: bool = True) -> None:
+        raise NotImplementedError  # the App's
+
+    def refresh_view(self) -> None:
+        raise NotImplementedError  # the App's
+
+    def _actions(self) -> Source:
+        """A connection of its own for actions (worker threads): a key press never waits
+        behind a status poll, which for a big run on a busy machine takes a while."""
+        with self._act_lock:
+            if self._act_source is None:
+                another = getattr(self.source, "another", None)
+                try:
+                    self._act_source = another() if another is not None else self.source
+                except ClientError:
+                    self._act_source = self.source
+            assert self._act_source is not None  # actions are offered only with a source
+            return self._act_source
+
+    def worker(self, rank: int | None) -> WorkerStatus | None:
+        return next((w for w in (self.status or {"workers": []})["workers"] if w["rank"] == rank), None)
+
+    def on_action_done(self, msg: ActionDone) -> None:
+        self.say(msg.text, msg.severity)
+        if self.poller is not None:
+            # The next snapshot shows the action's effect: soon, but after this reply is drawn.
+            self.set_timer(0.1, self.poller.kick)
+        if msg.then is not None:
+            msg.then()
+
+    def _request(self, what: str, call: Callable[[], str], then: Callable[[], None] | None = None,
+                 failed: Callable[[], None] | None = None) -> None:
+        """Run one control request off the UI thread; report its message or its failure."""
+        def run() -> None:
+            try:
+                text = call()
+            except ClientError as exc:
+                self.post_message(ActionDone(f"{what} failed: {exc}", "error", failed))
+                return
+            self.post_message(ActionDone(text, "information", then))
+        self.run_worker(run, thread=True, group="requests", exit_on_error=False)
+
+    def _can_act(self, verb: str) -> Status | None:
+        if self.source is None or not self.live:
+            self.say(f"cannot {verb}: the run has ended", "warning")
+            return None
+        if self.status is None:
+            self.say(f"cannot {verb} yet: still connecting to the run", "warning")
+        return self.status
+
+    def _selected(self, verb: str) -> WorkerStatus | None:
+        if self._can_act(verb) is None:
+            return None
+        w = self.worker(self.table.selected_rank())
+        if w is None:
+            self.say(f"cannot {verb}: no worker selected", "warning")
+        return w
+
+    # -------------------------------------------------------------- the run ----
+    def action_pause(self) -> None:
+        w = self._selected("pause")
+        if w is None:
+            return
+        cmd = "resume" if w["state"] == State.PAUSED else "pause"
+        rank = w["rank"]
+        self._request(f"{cmd} rank {rank}", lambda: self._actions().act(cmd, rank),
+                      then=lambda: self._assume_state(rank, State.PAUSED if cmd == "pause" else State.RUNNING))
+
+    def _assume_state(self, rank: int, state: str) -> None:
+        """Show what the supervisor just confirmed until the next snapshot says more, so a
+        second `p` right away resumes what the first one paused."""
+        st = self.status
+        if st is None or not self.live:
+            return
+        workers = []
+        for w in st["workers"]:
+            if w["rank"] == rank:
+                w = w.copy()
+                w["state"] = state
+            workers.append(w)
+        new = st.copy()
+        new["workers"] = workers
+        self.status = new
+        self.refresh_view()
+
+    def action_pause_all(self) -> None:
+        st = self._can_act("pause all")
+        if st is None:
+            return
+        alive = [w for w in st["workers"] if w["state"] in view.ALIVE]
+        cmd = "resume" if alive and all(w["state"] == State.PAUSED for w in alive) else "pause"
+        self._request(f"{cmd} all", lambda: self._actions().act(cmd, "all"))
+
+    def _confirmed(self, verb: str, w: WorkerStatus, detail: str) -> None:
+        rank = w["rank"]
+
+        def answer(yes: bool | None) -> None:
+            if yes:
+                self._request(f"{verb} rank {rank}", lambda: self._actions().act(verb, rank))
+            else:
+                self.say(f"{verb} of rank {rank} cancelled", notify=False)
+        self.push_screen(ConfirmDialog(f"{verb.capitalize()} rank {rank} (pid {w['pid']})?", detail), answer)
+
+    def action_kill(self) -> None:
+        w = self._selected("kill")
+        if w is not None:
+            self._confirmed("kill", w, "SIGTERM to its process group, SIGKILL after the grace period.")
+
+    def action_restart(self) -> None:
+        w = self._selected("restart")
+        if w is not None:
+            self._confirmed("restart", w, "Stop it (SIGTERM, then SIGKILL) and start it again.")
+
+    def _resize(self, delta: int) -> None:
+        st = self._can_act("resize")
+        if st is None:
+            return
+        n = len(st["workers"]) + delta
+        if n < 1:
+            self.say("cannot resize below 1 worker", "warning")
+            return
+        self._request(f"resize to {n}", lambda: self._actions().resize(n))
+
+    def action_grow(self) -> None:
+        self._resize(+1)
+
+    def action_shrink(self) -> None:
+        self._resize(-1)
+
+    def action_dump(self) -> None:
+        w = self._selected("dump stacks")
+        if w is not None:
+            rank = w["rank"]
+            self._request(f"dump rank {rank}", lambda: self._actions().act("dump", rank))
+
+    def action_quit_dialog(self) -> None:
+        if not self.live:
+            self.exit(Outcome("finished", self.final_exit_code))
+            return
+        if self.leaving == "stop":
+            self.exit(Outcome("stopped", None))  # do not wait here: the launcher waits
+            return
+        run_id = self.status["run"]["id"] if self.status else "?"
+
+        def chosen(choice: str | None) -> None:
+            if choice == "detach":
+                self.exit(Outcome("detach", None))
+            elif choice == "stop":
+                self.leaving = "stop"
+                self._request("stop the run", lambda: self._actions().stop(),
+                              failed=lambda: setattr(self, "leaving", None))
+            else:
+                self.say("still watching", notify=False)
+        self.push_screen(QuitDialog(run_id), chosen)
+
+    # ------------------------------------------------------------- the view ----
+    def action_filter(self) -> None:
+        def done(text: str | None) -> None:
+            if text is None:
+                self.say("filter unchanged", notify=False)
+                return
+            self.filter_text = text
+            self.refresh_view()
+            shown = sum(1 for k in self.table.order if "." not in k)
+            self.say(f"filter '{text}': {shown} worker(s) shown" if text else "filter cleared", notify=False)
+        self.push_screen(FilterDialog(self.filter_text), done)
+
+    def action_clear_filter(self) -> None:
+        if self.filter_text:
+            self.filter_text = ""
+            self.refresh_view()
+            self.say("filter cleared", notify=False)
+
+    def action_sort(self) -> None:
+        i = view.SORTS.index(self.sort)
+        self.sort = view.SORTS[(i + 1) % len(view.SORTS)]
+        self.refresh_view()
+        self.say(f"sorted by {self.sort}", notify=False)
+
+    def action_fold(self) -> None:
+        rank = self.table.selected_rank()
+        w = self.worker(rank)
+        if rank is None or w is None:
+            self.say("no worker selected", "warning")
+            return
+        kids = len(w["children"])
+        if rank in self.folded:
+            self.folded.discard(rank)
+            self.say(f"rank {rank}: {kids} child process(es) shown", notify=False)
+        else:
+            self.folded.add(rank)
+            self.table.select_key(view.row_key(rank))
+            self.say(f"rank {rank}: {kids} child process(es) folded", notify=False)
+        self.refresh_view()
+
+    def action_fold_all(self) -> None:
+        ranks = {w["rank"] for w in (self.status or {"workers": []})["workers"]}
+        if ranks - self.folded:
+            self.folded |= ranks
+            self.say("children folded", notify=False)
+        else:
+            self.folded.clear()
+            self.say("children shown", notify=False)
+        self.refresh_view()

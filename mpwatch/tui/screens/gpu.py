@@ -1,0 +1,152 @@
+"""The GPU screen (`g`): per GPU, memory over time stacked by rank with the capacity line,
+utilization, and markers; then the ranks' memory as torch and NVML see it, the processes
+outside the run, and every alert with its full text and hint. `w` switches the window
+(2 min, 10 min, 1 h). The timeline is fetched on a worker thread every 2 s (the
+`gpu_timeline` control command); the tables follow each status the App applies.
+"""
+from __future__ import annotations
+
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import VerticalScroll
+from textual.message import Message
+from textual.screen import ModalScreen
+from textual.widgets import Footer, Static
+
+from mpwatch.client import ClientError
+from mpwatch.status import GpuTimelineReply, Status
+from mpwatch.tui import gpu_charts, gpu_tables
+from mpwatch.tui.actions import RunActions
+from mpwatch.tui.glyphs import Glyphs
+from mpwatch.tui.gpu_rows import own_ranks
+from mpwatch.tui.segs import Line
+from mpwatch.tui.widgets.cells import lines_to_text
+
+RELOAD_S = 2.0
+MARK_LINES = 3  # the latest marks of each GPU, as text
+
+
+class TimelineLoaded(Message):
+    def __init__(self, window: float, timeline: GpuTimelineReply | None, why: str | None):
+        super().__init__()
+        self.window = window
+        self.timeline = timeline
+        self.why = why  # why there is no timeline
+
+
+def chart_lines(status: Status, timeline: GpuTimelineReply | None, why: str | None, window: float, width: int,
+                tall: bool, g: Glyphs) -> list[Line]:
+    """Every GPU's heading and charts (pure)."""
+    out: list[Line] = gpu_charts.legend(g)
+    ticks = timeline["ticks"] if timeline else []
+    marks = timeline["marks"] if timeline else []
+    now = ticks[-1]["ts"] if ticks else gpu_tables.now_of(status)
+    for gpu in status["gpus"]:
+        out.append(())
+        out.append(gpu_tables.gpu_heading(gpu, g))
+        if not ticks:
+            out.append(((f"  no timeline: {why or 'no samples yet'}", "bright_black"),))
+            continue
+        out.append(gpu_charts.rank_legend(own_ranks(gpu), g))
+        out += gpu_charts.memory_chart(ticks, gpu["index"], now, window, width, 6 if tall else 4, g)
+        out += gpu_charts.util_chart(ticks, gpu["index"], now, window, width, 3 if tall else 2, g)
+        out.append(gpu_charts.marks_line(marks, gpu["index"], now, window, width, g))
+        out.append(gpu_charts.time_axis(window, width))
+        out += gpu_charts.recent_marks(marks, gpu["index"], now, window, MARK_LINES)
+    return out
+
+
+class GpuScreen(ModalScreen[None]):
+    BINDINGS = [Binding("escape,q,g", "close", "Back"), Binding("w", "window", "Window")]
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.window_i = 0
+        self.timeline: GpuTimelineReply | None = None
+        self.why: str | None = None
+        self.loads = 0  # timelines received, for tests
+        self.charts = Static(id="gpu-charts")
+        self.ranks = Static(id="gpu-ranks")
+        self.outside = Static(id="gpu-outside")
+        self.alerts = Static(id="gpu-alerts")
+        self.title_bar = Static(id="gpu-title")
+        self.body = VerticalScroll(id="gpu-body")
+
+    @property
+    def window(self) -> float:
+        return gpu_charts.WINDOWS[self.window_i]
+
+    def compose(self) -> ComposeResult:
+        yield self.title_bar
+        with self.body:
+            yield self.charts
+            yield Static("ranks: torch's allocator (ALLOC, RSRV reserved, PEAK) and NVML "
+                         "(GAP = NVML - RSRV, FRAG = RSRV - ALLOC)", classes="pane-title")
+            yield self.ranks
+            yield Static("processes outside the run", classes="pane-title")
+            yield self.outside
+            yield Static("alerts", classes="pane-title")
+            yield self.alerts
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.body.focus()
+        self.show_status()
+        self.reload()
+        self.set_interval(RELOAD_S, self.reload)
+
+    @property
+    def run(self) -> RunActions:
+        app = self.app
+        assert isinstance(app, RunActions)  # this screen is pushed by the mpwatch App only
+        return app
+
+    def show_status(self) -> None:
+        st = self.run.status
+        # The body always has its scrollbar (app.tcss): the width does not change as it fills.
+        width = max(self.body.scrollable_content_region.width or self.size.width - 3, 40)
+        g = self.run.glyphs
+        name = gpu_charts.window_name(self.window)
+        others = ", ".join(gpu_charts.window_name(w) for w in gpu_charts.WINDOWS if w != self.window)
+        self.title_bar.update(Text(f"GPUs over the last {name} (w: {others}) · Esc: back", style="bold"))
+        if st is None:
+            return
+        tall = self.size.height >= 40
+        self.charts.update(lines_to_text(chart_lines(st, self.timeline, self.why, self.window, width, tall, g)))
+        self.ranks.update(lines_to_text(gpu_tables.rank_table(st, width)))
+        self.outside.update(lines_to_text(gpu_tables.outside_table(st, width)))
+        self.alerts.update(lines_to_text(gpu_tables.alert_list(st, g)))
+
+    def on_resize(self) -> None:
+        self.show_status()
+
+    def reload(self) -> None:
+        source, live = self.run.source, self.run.live
+        window = self.window
+
+        def fetch() -> None:
+            if source is None or not live:
+                self.post_message(TimelineLoaded(window, None, "the run has ended"))
+                return
+            try:
+                self.post_message(TimelineLoaded(window, source.gpu_timeline(window), None))
+            except ClientError as exc:
+                self.post_message(TimelineLoaded(window, None, str(exc)))
+        self.run_worker(fetch, thread=True, group="gpu-timeline", exclusive=True, exit_on_error=False)
+
+    def on_timeline_loaded(self, msg: TimelineLoaded) -> None:
+        if msg.window != self.window:
+            return  # asked for before the window changed
+        self.loads += 1
+        self.timeline, self.why = msg.timeline, msg.why
+        self.show_status()
+
+    def action_window(self) -> None:
+        self.window_i = (self.window_i + 1) % len(gpu_charts.WINDOWS)
+        self.show_status()
+        self.reload()
+
+    def action_close(self) -> None:
+        self.dismiss(None)
+

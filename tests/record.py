@@ -1,0 +1,340 @@
+"""Record statuses from real runs, for the TUI's tests and snapshots (readers are fed what
+the producer sends, never dictionaries written by hand). One command regenerates them all:
+
+    PYTHONPATH=$PWD .venv/bin/python -m tests.record [SCENARIO ...]   # all when none is named
+
+Each scenario starts a real headless supervisor (tests/helpers.HeadlessRun) on real workers
+(tests/record_worker.py), with a scripted NVML (MPWATCH_FAKE_NVML) and scripted allocator
+views of the workers' torch (MPWATCH_FAKE_CUDA: CI has no GPU) where it has GPUs; waits
+until the run shows what the scenario is for; and writes tests/data/statuses/<scenario>.json
+(see `record`): the status (`ctl status --json`), the events the TUI received, the
+--headless lines the supervisor printed for them, each rank's loss history and log tails,
+the stack dumps the status points to, and the GPU timeline (`gpu_timeline`, per window).
+
+Normalised, so that the files and the snapshots drawn from them are stable and carry nothing
+of this machine, and nothing else: pids (the supervisor 40000, rank r's worker 41000+100r,
+its children after it, other processes from 52000), wall-clock times (shifted so that the run
+started at EPOCH, to 0.1 s), paths (the checkout, the Python installation, the run directory)
+and user names. Durations (uptime, heartbeat ages, steps/s) are kept as the run measured them.
+"""
+from __future__ import annotations
+
+import getpass
+import json
+import os
+import re
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from mpwatch.client import Client
+from tests.helpers import ROOT, HeadlessRun, wait_for
+
+DATA = ROOT / "tests" / "data" / "statuses"
+WORKER = ROOT / "tests" / "record_worker.py"
+EPOCH = 1767225600.0  # 2026-01-01 00:00 UTC: when every recorded run "started"
+GiB = 1 << 30
+MiB = 1 << 20
+TIMELINE_WINDOWS = (120, 600, 3600)  # the GPU screen's 2 min, 10 min and 1 h
+
+PID_KEYS = {"pid", "ppid", "pgid", "pids", "foreign_groups"}
+TIME_KEYS = {"ts", "since", "started", "processes_ts"}
+# Where a text names a pid: "pid 4242", "pids 1, 2", py-spy's "Process 4242" and "Thread 4242".
+_PID_IN_TEXT = re.compile(r"(\bpids? |pid=|could not kill: |\bProcess |\bThread )(\d+(?:, \d+)*)")
+
+
+def unused_pid() -> int:
+    """A pid no process here can have: as a process in another PID namespace looks."""
+    with open("/proc/sys/kernel/pid_max") as f:
+        return int(f.read()) + 7
+
+
+# ------------------------------------------------------------------ scenarios ----
+def _proc(pid: object, gib: float, sm: int | None = None) -> dict[str, Any]:
+    p: dict[str, Any] = {"pid": pid, "mem": int(gib * GiB)}
+    if sm is not None:
+        p["sm"] = sm
+    return p
+
+
+def uuid(i: int) -> str:
+    return f"GPU-{0x5a1c9e2b + 0x1111 * i:08x}-7d3f-4c11-9a8e-{0x0b6f2d4e8c17 + i:012x}"
+
+
+def _cuda(at: float, gpu: int, alloc: float, reserved: float, peak: float, **extra: int) -> dict[str, Any]:
+    """A frame of the scripted allocator view (MPWATCH_FAKE_CUDA): what torch would say."""
+    return {"at": at, "device": 0, "uuid": uuid(gpu), "allocated": int(alloc * GiB),
+            "reserved": int(reserved * GiB), "max_allocated": int(peak * GiB), **extra}
+
+
+def nvml_two_gpus(ghost: int) -> dict[str, Any]:
+    """Issue #12's scenario: ranks 0 and 1 both on GPU 0 at 93%, rank 0's child (a
+    DataLoader-like worker) holding memory there too, a process outside the run (the
+    recorder, which is the supervisor's parent) and one in another PID namespace; GPU 1 idle.
+    Memory ramps up over the first seconds, so the history has a shape."""
+    def gpu0(util: int, r0: float, r1: float, child: float, outside: float) -> dict[str, Any]:
+        return {"util_gpu": util, "util_mem": util // 2, "temperature": 45 + util // 4, "power_w": 120 + 5 * util,
+                "extra_used": 600 * MiB,
+                "processes": [_proc("rank:0", r0, util // 2), _proc("rank:1", r1, util // 2 - 4),
+                              _proc("rank:0/child", child, 0), _proc("parent", outside, 3), _proc(ghost, 0.3)]}
+    idle = {"util_gpu": 0, "util_mem": 0, "temperature": 33, "power_w": 61.0, "extra_used": 0, "processes": []}
+    return {"gpus": [{"name": "NVIDIA H100 80GB HBM3", "mem_total": 80 * GiB, "uuid": uuid(0)},
+                     {"name": "NVIDIA H100 80GB HBM3", "mem_total": 80 * GiB, "uuid": uuid(1)}],
+            "frames": [{"at": 0, "gpus": [gpu0(35, 4.0, 3.5, 0.5, 2.1), idle]},
+                       {"at": 2, "gpus": [gpu0(71, 11.0, 10.2, 1.0, 2.1), idle]},
+                       {"at": 4, "gpus": [gpu0(88, 16.4, 15.1, 1.5, 2.1), idle]},
+                       {"at": 6, "gpus": [gpu0(93, 19.6, 18.2, 1.5, 2.1), idle]}]}
+
+
+def cuda_two_gpus() -> dict[str, Any]:
+    """Both ranks' torch says device 0, the same GPU: the collision; rank 1's allocator
+    starts to retry."""
+    return {"ranks": {
+        "0": [_cuda(0, 0, 2.1, 3.0, 2.4), _cuda(2, 0, 8.2, 9.6, 8.9), _cuda(4, 0, 12.5, 14.6, 13.1),
+              _cuda(6, 0, 14.2, 17.8, 16.9)],
+        "1": [_cuda(0, 0, 1.9, 2.6, 2.2), _cuda(2, 0, 7.6, 8.8, 8.0), _cuda(4, 0, 11.3, 13.4, 12.0),
+              _cuda(6, 0, 13.1, 16.4, 15.0, alloc_retries=2)]}}
+
+
+EIGHT_USES = [30.1, 41.7, 44.0, 39.5, 42.2, 76.3, 40.8, 2.0]  # GiB each rank holds on its own GPU
+EIGHT_UTILS = [97, 95, 96, 94, 92, 99, 95, 0]
+
+
+def nvml_eight_gpus() -> dict[str, Any]:
+    """Eight ranks, one a GPU, every rank also holding a stray context on GPU 0 (the classic
+    "all on GPU 0" mistake), GPU 5 nearly full, GPU 7 idle while the others work."""
+    frames = []
+    for at, scale in ((0, 0.5), (2, 0.8), (4, 1.0)):
+        gpus = []
+        for i in range(8):
+            util = int(EIGHT_UTILS[i] * min(1.0, scale + 0.2))
+            procs = [_proc(f"rank:{i}", EIGHT_USES[i] * scale, util)]
+            if i == 0:
+                procs += [_proc(f"rank:{r}", 0.5, 0) for r in range(1, 8)]
+            gpus.append({"util_gpu": util, "util_mem": EIGHT_UTILS[i] // 3,
+                         "temperature": 40 + EIGHT_UTILS[i] // 3, "power_w": 100.0 + 6 * EIGHT_UTILS[i],
+                         "extra_used": 400 * MiB, "processes": procs})
+        frames.append({"at": at, "gpus": gpus})
+    return {"gpus": [{"name": "NVIDIA A100-SXM4-80GB", "mem_total": 80 * GiB, "uuid": uuid(i)} for i in range(8)],
+            "frames": frames}
+
+
+def cuda_eight_gpus() -> dict[str, Any]:
+    """Each rank's torch on its own GPU; rank 5 fragmented (much reserved, little allocated,
+    on a nearly full GPU) and retrying."""
+    ranks: dict[str, Any] = {}
+    for i, use in enumerate(EIGHT_USES):
+        frames = [_cuda(at, i, use * scale * 0.7, use * scale * 0.9, use * scale * 0.75)
+                  for at, scale in ((0, 0.5), (2, 0.8), (4, 1.0))]
+        ranks[str(i)] = frames
+    ranks["5"] = [_cuda(0, 5, 20.0, 36.0, 24.0), _cuda(2, 5, 38.0, 60.0, 41.0, alloc_retries=1),
+                  _cuda(4, 5, 47.5, 74.0, 52.3, alloc_retries=6)]
+    return {"ranks": ranks}
+
+
+class Scenario:
+    def __init__(self, name: str, n: int, env: dict[str, str], opts: list[str],
+                 ready: Callable[[dict[str, Any]], bool], nvml: Callable[[], dict[str, Any]] | None = None,
+                 cuda: Callable[[], dict[str, Any]] | None = None, setup: Callable[[HeadlessRun], None] | None = None):
+        self.name = name
+        self.n = n
+        self.env = env
+        self.opts = opts
+        self.ready = ready  # the status shows what the scenario is for
+        self.nvml = nvml  # the scripted NVML (MPWATCH_FAKE_NVML)
+        self.cuda = cuda  # the scripted allocator views of the ranks (MPWATCH_FAKE_CUDA)
+        self.setup = setup  # what to do to the run once it runs (pause a rank...)
+
+
+def _w(st: dict[str, Any], rank: int) -> dict[str, Any]:
+    return next(w for w in st["workers"] if w["rank"] == rank)
+
+
+def _gpus_ready(st: dict[str, Any], n_gpus: int, procs_on_0: int) -> bool:
+    gpus = st["gpus"]
+    return (len(gpus) == n_gpus and len(gpus[0]["processes"]) >= procs_on_0
+            and all(w["gpu"] is not None and w["gpu"]["allocated"] is not None and w["step"] is not None
+                    for w in st["workers"])
+            and st["run"]["uptime"] >= 10)
+
+
+def _states_ready(st: dict[str, Any]) -> bool:
+    w = {r: _w(st, r) for r in range(5)}
+    return (w[0]["state"] == "running" and bool(w[0]["children"]) and (w[0]["step"] or 0) > 200  # loss < 0.01
+            and w[1]["state"] == "stalled" and bool((w[1]["stall"] or {}).get("where"))
+            and w[2]["state"] == "paused"
+            and w[3]["state"] == "failed" and w[3]["restarts"] == 1
+            and w[4]["state"] == "running" and w[4]["restarts"] == 1 and (w[4]["step"] or 0) > 45)
+
+
+def _pause_rank_2(run: HeadlessRun) -> None:
+    wait_for(lambda: _w(run.status(), 2)["step"] is not None, 60, what="rank 2 reporting")
+    run.ctl("pause", "2")
+
+
+def scenarios(ghost: int) -> dict[str, Scenario]:
+    return {s.name: s for s in [
+        Scenario("gpu2", 2, {"CHILD": "0", "SLEEP": "0.1"}, ["--gpu-interval", "0.5"],
+                 lambda st: _gpus_ready(st, 2, 5), lambda: nvml_two_gpus(ghost), cuda_two_gpus),
+        Scenario("gpu8", 8, {"SLEEP": "0.2", "MPWATCH_GPU_IDLE_S": "3"}, ["--gpu-interval", "0.5"],
+                 lambda st: _gpus_ready(st, 8, 8), nvml_eight_gpus, cuda_eight_gpus),
+        Scenario("states", 5, {"CHILD": "0", "STALL": "1", "FAIL": "3", "FAIL_ONCE": "4", "SLEEP": "0.05"},
+                 ["--stall-timeout", "2", "--max-restarts", "1", "--grace", "2"], _states_ready,
+                 setup=_pause_rank_2),
+    ]}
+
+
+# ---------------------------------------------------------------- normalising ----
+class Normaliser:
+    """Rewrites what differs from run to run and machine to machine (see the module's doc)."""
+
+    def __init__(self, scenario: str, run_dir: Path, started: float, run_id: str):
+        self.started = started
+        self.pids: dict[int, int] = {}
+        self.next_other = 52000
+        user = getpass.getuser()
+        roots = [(run_dir, f"/srv/runs/{scenario}"), (run_dir.parent, "/srv/runs"),
+                 (ROOT, "/srv/mpwatch"), (Path(sys.prefix), "/srv/mpwatch/.venv"),
+                 (Path(sys.base_prefix), "/usr"), (Path(tempfile.gettempdir()), "/tmp")]
+        pairs: dict[str, str] = {run_id: f"20260101-000000-{scenario}"}
+        for path, to in roots:
+            for form in {str(path), os.path.realpath(path)}:
+                pairs.setdefault(form, to)
+        self.paths = sorted(pairs.items(), key=lambda kv: -len(kv[0]))  # the longest first
+        self.user = user
+
+    def pid(self, pid: int, to: int | None = None) -> int:
+        if pid not in self.pids:
+            if to is None:
+                to, self.next_other = self.next_other, self.next_other + 1
+            self.pids[pid] = to
+        return self.pids[pid]
+
+    def assign(self, status: dict[str, Any], events: list[dict[str, Any]]) -> None:
+        """The known pids first, so each gets its place whatever order they appear in."""
+        self.pid(status["run"]["pid"], 40000)
+        for w in status["workers"]:
+            base = 41000 + 100 * w["rank"]
+            if w["pid"] is not None:
+                self.pid(w["pid"], base)
+            for i, c in enumerate(w["children"]):
+                self.pid(c["pid"], base + 1 + i)
+        for e in events:  # earlier attempts of restarted workers
+            if e["event"] == "worker_started" and e.get("pid") is not None and e["rank"] is not None:
+                self.pid(e["pid"], 41000 + 100 * e["rank"] + 50 + int(e.get("attempt") or 0))
+
+    def collect(self, x: Any, key: str | None = None) -> None:
+        """Give every other pid its number before any text that names it is rewritten."""
+        if isinstance(x, dict):
+            for k, v in x.items():
+                self.collect(v, k)
+        elif isinstance(x, list):
+            for v in x:
+                self.collect(v, key)
+        elif isinstance(x, int) and not isinstance(x, bool) and key in PID_KEYS:
+            self.pid(x)
+
+    def text(self, s: str) -> str:
+        for frm, to in self.paths:
+            s = s.replace(frm, to)
+        s = s.replace(f"({self.user}: ", "(ana: ")
+        return _PID_IN_TEXT.sub(lambda m: m.group(1) + ", ".join(
+            str(self.pids.get(int(p), int(p))) for p in m.group(2).split(", ")), s)
+
+    def __call__(self, x: Any, key: str | None = None) -> Any:
+        if isinstance(x, dict):
+            return {self.text(k): self(v, k) for k, v in x.items()}
+        if isinstance(x, list):
+            return [self(v, key) for v in x]
+        if isinstance(x, str):
+            if key == "key":  # an alert's key names its condition, pids included: "outside:0:4242"
+                return re.sub(r"\d+", lambda m: str(self.pids.get(int(m.group()), m.group())), x)
+            return "ana" if key == "user" and x == self.user else self.text(x)
+        if isinstance(x, bool):
+            return x
+        if isinstance(x, int) and key in PID_KEYS:
+            return self.pid(x)
+        if isinstance(x, (int, float)) and key in TIME_KEYS:
+            return round(EPOCH + (x - self.started), 1)
+        return x
+
+
+# ------------------------------------------------------------------ recording ----
+_PREFIX = re.compile(r"^\[mpwatch \d\d:\d\d:\d\d\] ")
+
+
+def headless_lines(run: HeadlessRun) -> list[str]:
+    return [_PREFIX.sub("", ln) for ln in run.stderr_text.splitlines() if _PREFIX.match(ln)]
+
+
+def record(sc: Scenario, tmp: Path) -> dict[str, Any]:
+    env = dict(os.environ, **sc.env)
+    if sc.nvml is not None:
+        path = tmp / "nvml.json"
+        path.write_text(json.dumps(sc.nvml()))
+        env["MPWATCH_FAKE_NVML"] = str(path)
+    if sc.cuda is not None:
+        path = tmp / "cuda.json"
+        path.write_text(json.dumps(sc.cuda()))
+        env["MPWATCH_FAKE_CUDA"] = str(path)
+    run = HeadlessRun(tmp, WORKER, n=sc.n, opts=sc.opts, env=env)
+    try:
+        run.start()
+        if sc.setup is not None:
+            sc.setup(run)
+        with Client.connect(str(run.run_dir)) as client:
+            status = wait_for(lambda: (lambda st: st if sc.ready(dict(st)) else None)(client.status()),
+                              120, interval=0.2, what=f"scenario {sc.name} to be ready")
+            events = [dict(e) for e in client.events(0)["events"]]
+            timeline = None
+            if hasattr(client, "gpu_timeline") and status["gpus"]:
+                timeline = {str(w): client.gpu_timeline(w) for w in TIMELINE_WINDOWS}
+            ranks = [w["rank"] for w in status["workers"]]
+            history = {str(r): [list(p) for p in client.history(r)] for r in ranks}
+            logs = {str(r): {s: client.logs(r, s, 12) for s in ("stdout", "stderr")} for r in ranks}
+        from mpwatch import eventtext
+
+        want = [t for t in (eventtext.line(e) for e in events) if t]
+        if want:  # the supervisor prints each line as it records the event: wait for the last
+            wait_for(lambda: want[-1] in headless_lines(run), 30, what="the headless lines")
+        lines = headless_lines(run)
+        if want:
+            lines = lines[:len(lines) - lines[::-1].index(want[-1])]
+        dumps = {}
+        for w in status["workers"]:
+            if w["last_dump"]:
+                dumps[w["last_dump"]] = Path(w["last_dump"]).read_text(errors="replace")
+        norm = Normaliser(sc.name, run.run_dir, status["run"]["started"], status["run"]["id"])
+        norm.assign(dict(status), events)
+        data = {"scenario": sc.name, "recorded_with": f"python -m tests.record {sc.name}",
+                "status": status, "events": events, "lines": lines, "history": history, "logs": logs,
+                "dumps": dumps, "timeline": timeline}
+        norm.collect(data)
+        return norm(data)
+    finally:
+        run.cleanup()
+
+
+def main(argv: list[str]) -> int:
+    every = scenarios(unused_pid())
+    names = argv or list(every)
+    unknown = [n for n in names if n not in every]
+    if unknown:
+        print(f"record: unknown scenario(s) {', '.join(unknown)}; known: {', '.join(every)}", file=sys.stderr)
+        return 2
+    DATA.mkdir(parents=True, exist_ok=True)
+    for name in names:
+        t0 = time.monotonic()
+        with tempfile.TemporaryDirectory(prefix=f"mpwatch-record-{name}-") as tmp:
+            data = record(every[name], Path(tmp))
+        out = DATA / f"{name}.json"
+        out.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
+        print(f"recorded {out.relative_to(ROOT)} in {time.monotonic() - t0:.0f}s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

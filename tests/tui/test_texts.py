@@ -1,0 +1,111 @@
+"""Texts fed what the producer really sent (tests/record.py): event lines and notices from
+the recorded events, the loss plot from the recorded loss history, and the recorded
+statuses against the schema in mpwatch/status.py."""
+from __future__ import annotations
+
+import re
+import sys
+import typing
+
+import pytest
+
+from mpwatch import eventtext, status
+from mpwatch.tui import glyphs, segs
+from mpwatch.tui.widgets.loss_plot import plot_lines
+from tests.tui.recorded import recording
+
+NAMES = ["gpu2", "gpu8", "states"]
+SUMMARY = re.compile(r"^(\d+ \w+(, \d+ \w+)*|no workers)( · |$)")  # the headless 10 s summary lines
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_event_lines_are_the_lines_the_supervisor_printed(name):
+    rec = recording(name)
+    want = [t for t in (eventtext.line(e) for e in rec["events"]) if t]
+    assert want, "the recording has events worth a line"
+    lines = iter(rec["lines"])
+    for text in want:  # in order; only the periodic summary lines between them
+        for got in lines:
+            if got == text:
+                break
+            assert SUMMARY.match(got), f"a line no event explains: {got!r} (looking for {text!r})"
+        else:
+            pytest.fail(f"the supervisor never printed {text!r}")
+
+
+def test_a_failed_worker_is_an_error_notice_with_its_last_stderr_line():
+    events = recording("states")["events"]
+    failed = [e for e in events if e["event"] == "worker_exited" and e["state"] == "failed"]
+    assert failed
+    for e in failed:
+        text, sev = eventtext.notice(e)
+        assert sev == "error" and text.startswith(f"rank {e['rank']} failed: exit 1")
+    restarted = next(e for e in events if e["event"] == "restarted")
+    assert eventtext.notice(restarted)[1] == "warning"
+    assert eventtext.notice(next(e for e in events if e["event"] == "worker_started")) is None
+    stalled = next(e for e in events if e["event"] == "stalled")
+    assert eventtext.notice(stalled) == (eventtext.line(stalled), "warning")
+    gpu = [e for e in recording("gpu2")["events"] if e["event"] == "gpu_alert"]
+    assert gpu and all(eventtext.notice(e)[1] == {"error": "error", "warning": "warning", "info": "information"}[
+        e["severity"]] for e in gpu)
+    # a worker that could not start is recorded without a state: still a failure
+    assert eventtext.notice({"event": "worker_exited", "rank": 0, "ts": 0.0, "cause": "could not start: x",
+                             "exit_code": None})[1] == "error"
+
+
+def test_log_scale_spreads_a_loss_that_falls_over_orders_of_magnitude():
+    history = recording("states")["history"]
+    series = {int(r): [tuple(p) for p in pts] for r, pts in history.items() if pts}
+    losses = [v for pts in series.values() for _, v in pts]
+    assert max(losses) / min(losses) > 100
+    height = 12
+
+    def bottom_share(log):
+        """The share of the plot's columns whose point lies on the bottom row: flat."""
+        lines = plot_lines(series, 0, 80, height, glyphs.ASCII, log=log)
+        grid = [segs.plain(line)[9:] for line in lines[:-1]]
+        drawn = [c for c in range(len(grid[0])) if any(row[c] != " " for row in grid)]
+        return sum(grid[-1][c] != " " for c in drawn) / len(drawn), segs.plain(lines[-1])
+
+    lin, lin_axis = bottom_share(False)
+    log, log_axis = bottom_share(True)
+    assert "linear scale" in lin_axis and "log scale" in log_axis
+    assert lin > 0.5 and log < 0.15  # flat after the first steps on linear; a slope on log
+    top = segs.plain(plot_lines(series, 0, 80, height, glyphs.ASCII, log=True)[0]).split()[0]
+    assert float(top) == pytest.approx(max(losses), rel=0.01)  # labels in the loss's own units
+
+
+def _conforms(value, tp, path, out):
+    if typing.is_typeddict(tp):
+        hints = typing.get_type_hints(tp, include_extras=True)
+        if not isinstance(value, dict):
+            out.append(f"{path}: not an object")
+            return
+        for key, hint in hints.items():
+            optional = typing.get_origin(hint) is getattr(typing, "NotRequired", None) or \
+                "NotRequired" in str(hint)
+            if key not in value and not optional:
+                out.append(f"{path}.{key}: missing")
+        for key, v in value.items():
+            if key not in hints:
+                out.append(f"{path}.{key}: not in status.py")
+            else:
+                hint = hints[key]
+                if "NotRequired" in str(hint):
+                    hint = typing.get_args(hint)[0]
+                _conforms(v, hint, f"{path}.{key}", out)
+    elif typing.get_origin(tp) is list and isinstance(value, list):
+        for i, v in enumerate(value):
+            _conforms(v, typing.get_args(tp)[0], f"{path}[{i}]", out)
+    elif typing.get_origin(tp) in (typing.Union, getattr(__import__("types"), "UnionType", None)):
+        for arg in typing.get_args(tp):
+            if typing.is_typeddict(arg) and isinstance(value, dict):
+                _conforms(value, arg, path, out)
+
+
+@pytest.mark.skipif(sys.version_info < (3, 11), reason="NotRequired introspection")
+@pytest.mark.parametrize("name", NAMES)
+def test_recorded_statuses_have_every_key_of_the_schema_and_no_other(name):
+    problems: list[str] = []
+    _conforms(recording(name)["status"], status.Status, "status", problems)
+    assert problems == []
