@@ -52,16 +52,23 @@ def _silence_stdout() -> None:
         pass
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    args = list(sys.argv[1:] if argv is None else argv)
+def _run(args: list[str]) -> int:
     try:
         code = _command(args)()
-        sys.stdout.flush()  # a closed pipe shows here when the output was small
-        return code
     except UsageError as exc:
-        return die(str(exc))
+        code = die(str(exc))
+    except KeyboardInterrupt:
+        code = 130
+    except SystemExit:  # argparse's --help ends so: its text must reach the pipe first
+        sys.stdout.flush()
+        raise
+    sys.stdout.flush()  # a closed pipe shows here when the output was small
+    return code
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    try:
+        return _run(list(sys.argv[1:] if argv is None else argv))
     except BrokenPipeError:
         _silence_stdout()
         return SIGPIPE_EXIT
-    except KeyboardInterrupt:
-        return 130
