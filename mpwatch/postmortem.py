@@ -234,8 +234,12 @@ def summarize(rd: RunDir, now: float | None = None) -> Summary:
     evs = rd.events()
     exits = [e for e in evs if e["event"] == Event.WORKER_EXITED]
     ranks = _ranks(rd, evs)
-    hangs = [e for e in evs if e["event"] == Event.ALERT and e.get("kind") == "hang"]
     stops = [e for e in evs if e["event"] == Event.STOPPING]
+    # The finding before a stop: once the run stops, ranks end one by one and a finding with
+    # fewer waiting ranks can follow, which says less about the hang.
+    until = stops[0]["ts"] if stops else float("inf")
+    hangs = [e for e in evs if e["event"] == Event.ALERT and e.get("kind") == "hang"]
+    hangs = [e for e in hangs if e["ts"] <= until] or hangs
     restarts = rd.final["run"].get("restarts") if rd.final is not None else None
     files = _files(rd)
     return {"listing": listing(rd, exits, now), "args": rd.run.args,
