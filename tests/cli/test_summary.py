@@ -109,6 +109,9 @@ def test_ls_all_lists_finished_cut_short_and_live_runs_newest_first(crashed, kil
     plain_keys = set(json.loads(mpwatch("ls", "--json").stdout)[0])
     assert plain_keys <= set(mine[0]), "ls --all --json keeps every key of ls --json"
     assert mine[2]["first_failure"]["error"] == "ZeroDivisionError: division by zero"
+    s = summary(live.run_dir)  # a live run reads too, and nothing is said missing
+    assert s["listing"]["ending"] == "live" and s["notes"] == [] and s["ranks"][0]["state"] == "running"
+    assert summary_text(live.run_dir).splitlines()[1] == "live: still running"
 
 
 def test_a_finished_run_resolves_by_id_in_the_default_folder(crashed, tmp_path):
