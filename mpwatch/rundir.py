@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import time
 from collections.abc import Collection, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,7 +21,7 @@ from typing import Any, cast
 from mpwatch import runstore
 from mpwatch.status import Event, EventRecord, GpuMark, GpuTick, Status
 
-GPU_JSONL = "gpu.jsonl"  # the GPU timeline: status.GpuTick lines and status.GpuMark lines
+GPU_JSONL = "gpu.jsonl"  # the GPU timeline: status.GpuTick, GpuMark and GpuThinned lines
 _RANK_DIR = re.compile(r"^rank-(\d+)$")
 _MARKERS = (runstore.RUN_JSON, runstore.EVENTS, runstore.FINAL_JSON)
 
@@ -194,6 +195,7 @@ class RunDir:
             return None
         ticks: list[GpuTick] = []
         marks: list[GpuMark] = []
+        thinned_to: float | None = None  # a note line (status.GpuThinned): older ticks were thinned
         for raw in self._lines(GPU_JSONL, None):
             if not isinstance(raw, dict) or _num(raw.get("ts")) is None:
                 continue
@@ -201,6 +203,12 @@ class RunDir:
                 ticks.append(cast(GpuTick, raw))
             elif isinstance(raw.get("kind"), str):
                 marks.append(cast(GpuMark, raw))
+            elif isinstance(raw.get("thinned"), dict) and _num(raw["thinned"].get("to")) is not None:
+                thinned_to = max(thinned_to or 0.0, float(raw["thinned"]["to"]))
+        if thinned_to is not None:
+            when = time.strftime("%H:%M:%S", time.localtime(thinned_to))
+            self._note(f"{GPU_JSONL} was thinned to stay under its size cap: before {when} it keeps fewer "
+                       "samples, and a peak there may be missed")
         return GpuTimeline(ticks, marks)
 
     # ---------------------------------------------------------------- ranks ----

@@ -95,13 +95,53 @@ def oom(record, tmp_path_factory) -> Recorded:
     go = scenario.with_name("go")
 
     def until(run):
-        wait_for(lambda: run.worker(0)["gpu"] and run.worker(1)["gpu"], 60, what="ranks 0 and 1 seen on GPU 0")
-        go.write_text("")
-        run.wait_event("gpu_alert", lambda e: e["kind"] == "oom", timeout=60)
-        run.ctl("stop")
-        run.wait_exit(60)
+        oom_run_until(run, go)
     return record("oom", FIXTURES / "gpu_oom.py", go, n=2, opts=["--gpu-interval", "0.1"],
                   env=dict(os.environ, MPWATCH_FAKE_NVML=str(scenario)), until=until)
+
+
+def oom_run_until(run: HeadlessRun, go: Path) -> None:
+    """Let rank 0 die of OOM once both ranks are on the GPU (and in the GPU timeline's
+    ticks, where the supervisor keeps one), then stop the run."""
+    wait_for(lambda: run.worker(0)["gpu"] and run.worker(1)["gpu"], 60, what="ranks 0 and 1 seen on GPU 0")
+    if writes_gpu_timeline(run):
+        wait_for(lambda: ranks_ticked(run.run_dir / "gpu.jsonl") >= {0, 1}, 60,
+                 what="gpu.jsonl ticks with ranks 0 and 1")
+    go.write_text("")
+    run.wait_event("gpu_alert", lambda e: e["kind"] == "oom", timeout=60)
+    run.ctl("stop")
+    run.wait_exit(60)
+
+
+def writes_gpu_timeline(run: HeadlessRun) -> bool:
+    """Whether this supervisor keeps a GPU timeline (and so writes gpu.jsonl)."""
+    from mpwatch.client import Client, ClientError
+
+    with Client.connect(str(run.run_dir)) as c:
+        try:
+            c.request("gpu_timeline")
+        except ClientError as exc:
+            if "unknown command" in str(exc):
+                return False
+            raise
+    return True
+
+
+def ranks_ticked(path: Path) -> set[int]:
+    """Ranks seen in the ticks of a gpu.jsonl so far."""
+    out: set[int] = set()
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        return out
+    for line in text.splitlines():
+        try:
+            rec = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(rec, dict):
+            out.update(r["rank"] for r in rec.get("ranks", []) if r.get("nvml"))
+    return out
 
 
 def summary(*args, cwd=None) -> dict:

@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import json
 import shutil
+from pathlib import Path
 
 import pytest
 
+from mpwatch import rundir
 from tests.cli.conftest import GiB, summary, summary_text
 from tests.helpers import FIXTURES, mpwatch, one_line_error
 
 pytestmark = pytest.mark.timeout(400)
+DATA = Path(__file__).resolve().parent / "data"
 
 
 def row(text: str, rank: int) -> list[str]:
@@ -71,6 +74,34 @@ def test_an_oom_shows_each_ranks_gpu_peak(oom):
     assert [(r["rank"], r["gpu_peak"]) for r in s["ranks"]] == [(0, 6 * GiB), (1, GiB)]
     text = summary_text(oom.dir)
     assert row(text, 0)[5] == "6.0G" and row(text, 1)[5] == "1.0G"
+
+
+def test_gpu_peaks_from_the_gpu_jsonl_a_real_supervisor_wrote(tmp_path):
+    """tests/cli/data/oom-gpu: the OOM run above, recorded by a supervisor that writes the GPU
+    timeline (tests/cli/record_runs.py); read from a copy, as a user's directory would be."""
+    d = shutil.copytree(DATA / "oom-gpu", tmp_path / "oom-gpu")
+    s = summary(d)
+    assert [(r["rank"], r["gpu_peak"]) for r in s["ranks"]] == [(0, 6 * GiB), (1, GiB)]
+    assert s["listing"]["first_failure"]["error"].startswith("torch.OutOfMemoryError: CUDA out of memory.")
+    assert s["notes"] == [] and "gpu.jsonl" in s["files"]
+    text = summary_text(d)
+    assert row(text, 0)[:2] == ["0", "failed"] and row(text, 0)[5] == "6.0G" and row(text, 1)[5] == "1.0G"
+    tl = rundir.read(d).gpu_timeline()
+    assert len(tl.ticks) >= 2 and {m["kind"] for m in tl.marks} >= {"proc_started", "oom"}
+    # Cut short mid-line, the timeline keeps every whole line and says so.
+    data = (d / "gpu.jsonl").read_bytes()
+    (d / "gpu.jsonl").write_bytes(data[:-20])
+    cut = summary(d)
+    assert cut["ranks"][0]["gpu_peak"] == 6 * GiB
+    assert any(n.startswith("gpu.jsonl: the last line is cut short") for n in cut["notes"])
+
+
+def test_a_thinned_gpu_timeline_is_read_and_said(tmp_path):
+    """tests/cli/data/thinned-gpu: a gpu.jsonl its supervisor thinned to stay under its cap."""
+    d = shutil.copytree(DATA / "thinned-gpu", tmp_path / "thinned-gpu")
+    s = summary(d)
+    assert [(r["rank"], r["gpu_peak"]) for r in s["ranks"]] == [(0, 2 * GiB), (1, GiB)]
+    assert [n for n in s["notes"] if n.startswith("gpu.jsonl was thinned to stay under its size cap: before ")]
 
 
 def test_a_sigkilled_supervisor_leaves_a_run_cut_short(killed):
