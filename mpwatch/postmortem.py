@@ -124,7 +124,10 @@ def _f(v: object) -> float | None:
 def ending(rd: RunDir) -> Ending:
     if rd.run.finished is not None or rd.final is not None:
         return "finished"
-    return "live" if rd.live() else "cut short"
+    if rd.live():
+        return "live"
+    last = rd.last_event()  # run.json and final.json garbled or gone: the history may still say
+    return "finished" if last is not None and last["event"] == Event.RUN_FINISHED else "cut short"
 
 
 def listing(rd: RunDir, exits: list[EventRecord] | None = None, now: float | None = None) -> RunListing:
@@ -136,9 +139,12 @@ def listing(rd: RunDir, exits: list[EventRecord] | None = None, now: float | Non
     last = rd.run.finished
     if last is None and rd.final is not None:
         last = (started or 0.0) + rd.final["run"]["uptime"] if started is not None else None
+    tail = rd.last_event() if last is None or rd.run.exit_code is None else None
     if last is None:
-        last = (time.time() if now is None else now) if end == "live" else rd.last_event_ts()
+        last = (time.time() if now is None else now) if end == "live" else (tail["ts"] if tail else None)
     exit_code = rd.run.exit_code
+    if exit_code is None and tail is not None and tail["event"] == Event.RUN_FINISHED:
+        exit_code = _i(tail.get("exit_code"))
     return {"run_id": rd.run.run_id, "run_dir": str(rd.path), "pid": rd.run.pid, "script": rd.run.script,
             "started": started, "nprocs": rd.run.nprocs, "live": end == "live", "ending": end,
             "exit_code": exit_code, "duration": None if started is None or last is None else max(0.0, last - started),

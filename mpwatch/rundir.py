@@ -171,8 +171,8 @@ class RunDir:
         if skipped:
             self._note(f"{runstore.EVENTS}: {skipped} line(s) that are no event skipped")
 
-    def last_event_ts(self, max_bytes: int = 64 * 1024) -> float | None:
-        """The time of the last readable event, from the file's end (a big file is not read)."""
+    def last_event(self, max_bytes: int = 64 * 1024) -> EventRecord | None:
+        """The last readable event, read from the file's end (a big file is not read whole)."""
         try:
             with open(self.path / runstore.EVENTS, "rb") as f:
                 f.seek(0, os.SEEK_END)
@@ -186,7 +186,7 @@ class RunDir:
             except ValueError:
                 continue
             if ev is not None:
-                return ev["ts"]
+                return ev
         return None
 
     def gpu_timeline(self) -> GpuTimeline | None:

@@ -74,6 +74,18 @@ def test_a_cut_short_directory_gives_what_it_can_and_says_what_is_missing(crashe
         assert [r["rank"] for r in s["ranks"]] == [0, 1]
 
 
+def test_the_history_says_how_it_ended_when_run_json_and_final_json_are_gone(crashed, killed, tmp_path):
+    d = crashed.copy(tmp_path)
+    (d / "run.json").unlink()
+    (d / "final.json").unlink()
+    s = summary(d)
+    assert (s["listing"]["ending"], s["listing"]["exit_code"]) == ("finished", 1)
+    assert s["listing"]["first_failure"]["error"] == "ZeroDivisionError: division by zero"
+    k = killed.copy(tmp_path, "killed")
+    (k / "run.json").unlink()
+    assert summary(k)["listing"]["ending"] == "cut short"
+
+
 def test_a_torn_line_loses_only_itself(crashed, tmp_path):
     whole = rundir.read(crashed.dir).events()
     d = crashed.copy(tmp_path)
