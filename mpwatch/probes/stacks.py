@@ -163,19 +163,26 @@ def capture(pids: list[int], stack_file: Path, out_dir: Path, label: str = "",
             if note:
                 notes.append(note)
     out.write_text("".join(parts) or "# no Python stack could be dumped\n")
-    extra: list[str] = []
-    for pid in stopped:  # never signal a stopped process: read it from outside, if we can
-        ok, text = pyspy.dump(pid, nonblocking=True)
-        if ok:
-            extra.append(f"{HEADER}{pid} (stopped; py-spy --nonblocking)\n{text}")
-        else:
-            notes.append(f"pid {pid}: stopped, not signalled; {text}")
+    extra = _read_stopped(stopped, notes)
     if extra or notes:
         with open(out, "a") as f:
             f.write("".join(extra) + "".join(f"# {n}\n" for n in notes))
     if native:
         notes += add_native(out, [p for p in pids if p not in stopped])
     return out, notes
+
+
+def _read_stopped(pids: list[int], notes: list[str]) -> list[str]:
+    """Stopped processes are never signalled (they would dump later, unasked): py-spy
+    --nonblocking reads them from outside where it can; notes say where it cannot."""
+    out = []
+    for pid in pids:
+        ok, text = pyspy.dump(pid, nonblocking=True)
+        if ok:
+            out.append(f"{HEADER}{pid} (stopped; py-spy --nonblocking)\n{text}")
+        else:
+            notes.append(f"pid {pid}: stopped, not signalled; {text}")
+    return out
 
 
 def _clip(text: str, width: int = 240) -> str:
