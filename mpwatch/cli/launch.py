@@ -58,11 +58,10 @@ def cmd_run(ns: argparse.Namespace) -> int:
         tui = _tui_launcher()
         if tui is not None:
             return tui(ns, opts)
-    run = Run(opts, status_out=Reporter())
     try:
-        run.setup()
+        run = Run(opts, status_out=Reporter())
+        run.setup()  # every RunError comes before it holds anything (the supervisor branch: it releases)
     except registry.RunError as exc:
-        run.close_partial()
         return die(str(exc))
     code: int = run.serve()
     return code
