@@ -83,7 +83,7 @@ def hung(record) -> Recorded:
         run.ctl("stop")
         run.wait_exit(60)
     return record("hung", ROOT / "demo" / "hang.py", "--hang-rank", "1", "--hang-step", "5", "--step-time", "0.02",
-                  n=3, opts=["--stall-timeout", "6"], until=until)  # 6 s: a busy box slows steps, never 6 s
+                  n=3, opts=["--stall-timeout", "6"], until=until)  # a busy box once slowed a step past 3 s
 
 
 @pytest.fixture(scope="session")
