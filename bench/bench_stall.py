@@ -128,7 +128,7 @@ def _cost(d: Path, how: str, dumps: int) -> tuple[float | None, float | None, st
     note = ""
     try:
         time.sleep(0.3)
-        for k in range(dumps):
+        for _ in range(dumps):
             t0 = time.monotonic()
             if how == "faulthandler":
                 stacks.capture([p.pid], stack_file, d / "stacks", label="(bench)")

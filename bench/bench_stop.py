@@ -8,7 +8,6 @@ issues the stop, and also times the launcher's own exit.
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import threading

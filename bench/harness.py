@@ -99,7 +99,7 @@ def print_table(rows: list[dict], out=sys.stdout):
     for r in rows:
         cells = [r["what"] or "", fmt_value(r["mpwatch"], r.get("unit") or ""), alt_text(r),
                  fmt_ratio(r["ratio"]), r.get("target") or "-", fmt_ok(r["ok"])]
-        out.write("  ".join(f"{str(c):<{w}}" for c, (_, w) in zip(cells, cols)).rstrip() + "\n")
+        out.write("  ".join(f"{c!s:<{w}}" for c, (_, w) in zip(cells, cols, strict=True)).rstrip() + "\n")
         if r.get("command"):
             out.write(f"    $ {r['command']}\n")
         if r.get("note"):

@@ -1,5 +1,6 @@
 """Measuring tools shared by the bench modules: medians, alternated runs, headless mpwatch
-runs in a scratch directory, and leaving no process behind.
+runs in a scratch directory, and leaving no process behind (the process helpers, waiting
+and liveness, are the tests' own: tests/helpers.py).
 
 Nothing here imports torch: the bench process times other processes, and its own start-up
 must not weigh on what it measures.
@@ -18,7 +19,9 @@ import tempfile
 import time
 from pathlib import Path
 
-import psutil
+from tests.helpers import alive, descendants, kill_all, wait_for
+
+__all__ = ["alive", "descendants", "kill_all", "wait_for"]  # the shared process helpers, for the bench modules
 
 BIN = Path(sys.executable).parent
 MPWATCH = str(BIN / "mpwatch") if (BIN / "mpwatch").exists() else None
@@ -77,42 +80,6 @@ def write_script(dir: Path, name: str, text: str) -> Path:
     return path
 
 
-def descendants(pid: int) -> list[int]:
-    try:
-        return [c.pid for c in psutil.Process(pid).children(recursive=True)]
-    except psutil.Error:
-        return []
-
-
-def alive(pid: int) -> bool:
-    """A live, non-zombie process."""
-    try:
-        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
-    except psutil.Error:
-        return False
-
-
-def kill_all(pids):
-    """SIGKILL each pid and its process group; for cleanup after a measurement."""
-    for pid in set(pids):
-        for fn in (os.killpg, os.kill):
-            try:
-                fn(pid, signal.SIGKILL)
-            except OSError:
-                pass
-
-
-def wait_for(pred, timeout: float, interval: float = 0.05, what: str = "condition"):
-    deadline = time.monotonic() + timeout
-    while True:
-        v = pred()
-        if v:
-            return v
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"timed out after {timeout:g}s waiting for {what}")
-        time.sleep(interval)
-
-
 class Headless:
     """`mpwatch --headless` on a script, with its run directory inside `dir`; a context
     manager that always leaves no process behind."""
@@ -127,8 +94,8 @@ class Headless:
         self.pids: set[int] = set()
         self._client = None
 
-    def start(self) -> "Headless":
-        self.log = open(self.dir / f"{self.run_dir.name}.mpwatch.err", "wb")
+    def start(self) -> Headless:
+        self.log = open(self.dir / f"{self.run_dir.name}.mpwatch.err", "wb")  # noqa: SIM115 - closed in cleanup()
         self.t0 = time.monotonic()
         self.proc = subprocess.Popen(self.cmd, stdout=subprocess.DEVNULL, stderr=self.log, env=self.env,
                                      cwd=self.dir, start_new_session=True)

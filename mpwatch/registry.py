@@ -1,9 +1,13 @@
-"""Where live runs are found: the per-user runtime directory and the run registry.
+"""Where runs are found: the per-user runtime directory and the run registry (live runs),
+and the runs folders (finished runs).
 
 Sockets live in a directory only this user may enter ($XDG_RUNTIME_DIR/mpwatch, or
 /tmp/mpwatch-<uid>), checked for owner and mode before use, so another user can neither
-connect nor learn the socket names. Each live run has an entry runs/<id>.json there.
-A RUN given on the command line is a run id or a run directory.
+connect nor learn the socket names. Each live run has an entry runs/<id>.json there; it
+is removed when the run ends, so a finished run is found in a runs folder (./mpwatch-runs
+by default) by its directory. A RUN given on the command line is a run id or a run
+directory: `resolve` wants a live one (ctl, attach), `find_run_dir` takes either
+(summary, ctl logs). Runs on the caller's thread.
 """
 from __future__ import annotations
 
@@ -12,10 +16,14 @@ import os
 import re
 import stat
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypedDict
 
 from mpwatch import runstore
+
+DEFAULT_RUNS = Path("mpwatch-runs")  # where a run's directory goes, relative to its cwd
 
 
 class RunError(Exception):
@@ -51,14 +59,25 @@ def new_run_id(script: str) -> str:
     return run_id
 
 
-def register(run_id: str, entry: dict):
+class RegistryEntry(TypedDict):
+    """runs/<id>.json, and one row of `mpwatch ls --json`."""
+
+    run_id: str
+    run_dir: str  # absolute
+    pid: int  # the supervisor's
+    script: str
+    started: float
+    nprocs: int
+
+
+def register(run_id: str, entry: RegistryEntry) -> None:
     path = runtime_dir() / "runs" / f"{run_id}.json"
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "w") as f:
         json.dump(entry, f)
 
 
-def unregister(run_id: str):
+def unregister(run_id: str) -> None:
     try:
         (runtime_dir() / "runs" / f"{run_id}.json").unlink()
     except (OSError, RunError):
@@ -75,20 +94,33 @@ def pid_alive(pid: int) -> bool:
     return True
 
 
-def live_runs() -> list[dict]:
+def _entry(raw: object) -> RegistryEntry | None:
+    if not isinstance(raw, dict):
+        return None
+    want: dict[str, type | tuple[type, ...]] = {"run_id": str, "run_dir": str, "pid": int, "script": str,
+                                                "started": (int, float), "nprocs": int}
+    if not all(isinstance(raw.get(k), t) and not isinstance(raw.get(k), bool) for k, t in want.items()):
+        return None
+    return RegistryEntry(run_id=raw["run_id"], run_dir=raw["run_dir"], pid=raw["pid"], script=raw["script"],
+                         started=float(raw["started"]), nprocs=raw["nprocs"])
+
+
+def live_runs() -> list[RegistryEntry]:
     """Registered runs whose supervisor is alive, newest first; stale entries are removed."""
     out = []
     reg = runtime_dir() / "runs"
     for path in reg.glob("*.json"):
         try:
-            entry = json.loads(path.read_text())
+            entry = _entry(json.loads(path.read_text()))
         except (OSError, ValueError):
             continue
-        if not pid_alive(int(entry.get("pid", 0))):
+        if entry is None:
+            continue
+        if not pid_alive(entry["pid"]):
             path.unlink(missing_ok=True)
             continue
         out.append(entry)
-    out.sort(key=lambda e: e.get("started", 0), reverse=True)
+    out.sort(key=lambda e: e["started"], reverse=True)
     return out
 
 
@@ -101,40 +133,98 @@ class RunHandle:
     pid: int
 
 
+def run_dirs(folder: Path) -> list[Path]:
+    """The run directories in a runs folder (each holds run.json or events.jsonl)."""
+    try:
+        subs = sorted(folder.iterdir())
+    except OSError:
+        return []
+    return [d for d in subs if d.is_dir() and not d.is_symlink()
+            and ((d / runstore.RUN_JSON).exists() or (d / runstore.EVENTS).exists())]
+
+
+def _is_id(run: str) -> bool:
+    return "/" not in run and run not in (".", "..")
+
+
+def _finished_by_id(run_id: str, folders: Iterable[Path]) -> Path | None:
+    """A run directory named run_id (the default name), or whose run.json says run_id."""
+    for folder in folders:
+        d = folder / run_id
+        if d.is_dir() and not d.is_symlink():
+            return d
+        for d in run_dirs(folder):
+            info = runstore.read_json(d, runstore.RUN_JSON)
+            if info is not None and info.get("run_id") == run_id:
+                return d
+    return None
+
+
+def find_run_dir(run: str | None, folders: Iterable[Path] = (DEFAULT_RUNS,)) -> Path:
+    """A live or finished run's directory: by path, by live id, by id in the runs folders.
+    None: the newest live run, else the newest run in the runs folders."""
+    folders = list(folders)
+    if run is None:
+        live = live_runs()
+        if live:
+            return Path(live[0]["run_dir"])
+        found = [d for f in folders for d in run_dirs(f)]
+        if not found:
+            raise RunError("no live run of this user and no run in " + ", ".join(f"./{f}" for f in folders))
+        return max(found, key=_started)
+    if _is_id(run):
+        for e in live_runs():
+            if e["run_id"] == run:
+                return Path(e["run_dir"])
+    if os.path.isdir(run):
+        return Path(run)
+    if os.path.exists(run):
+        raise RunError(f"{run} is not a run directory (not a directory)")
+    d = _finished_by_id(run, folders) if _is_id(run) else None
+    if d is None:
+        where = ", ".join(f"./{f}" for f in folders)
+        raise RunError(f"no such run: {run} (see 'mpwatch ls --all'; finished runs are looked for in {where})")
+    return d
+
+
+def _started(d: Path) -> float:
+    info = runstore.read_json(d, runstore.RUN_JSON) or {}
+    started = info.get("started")
+    if isinstance(started, (int, float)):
+        return float(started)
+    try:
+        return d.stat().st_mtime
+    except OSError:
+        return 0.0
+
+
 def resolve(run: str | None) -> RunHandle:
-    """Find a live run by id or directory; None means the newest live run."""
+    """A live run by id or directory; None means the newest live run. A finished run (by
+    directory, or by id in ./mpwatch-runs) is an error that says it has finished."""
     if run is None:
         runs = live_runs()
         if not runs:
             raise RunError("no live mpwatch run of this user (start one with: mpwatch SCRIPT)")
         run_dir = Path(runs[0]["run_dir"])
     else:
-        entry = None
-        if "/" not in run and run not in (".", ".."):
-            for e in live_runs():
-                if e.get("run_id") == run:
-                    entry = e
-        if entry is not None:
-            run_dir = Path(entry["run_dir"])
-        elif os.path.isdir(run):
-            run_dir = Path(run)
-        else:
-            raise RunError(f"no such run: {run} (see 'mpwatch ls')")
+        run_dir = find_run_dir(run)
     if not os.access(run_dir, os.R_OK | os.X_OK):
         raise RunError(f"run directory {run_dir} is not readable by this user")
     info = runstore.read_json(run_dir, runstore.RUN_JSON)
     if info is None:
         raise RunError(f"{run_dir} is not an mpwatch run directory (no readable run.json)")
+    run_id = str(info.get("run_id", run_dir.name))
     if info.get("finished"):
         code = info.get("exit_code")
-        raise RunError(f"run {info.get('run_id', run_dir)} has finished (exit code {code}); "
-                       f"its files are in {run_dir}")
+        raise RunError(f"run {run_id} has finished (exit code {code}); its files are in {run_dir} "
+                       f"(see 'mpwatch summary {run_dir}')")
     ctl = runstore.read_json(run_dir, runstore.CONTROL_JSON)
     if ctl is None:
-        raise RunError(f"run {info.get('run_id')} has no readable control.json (another user's run?)")
-    if not pid_alive(int(ctl.get("pid", 0))):
-        raise RunError(f"run {info.get('run_id')} is not running (its supervisor is gone); "
-                       f"its files are in {run_dir}")
-    return RunHandle(run_id=info.get("run_id", run_dir.name), run_dir=run_dir,
-                     address=ctl["address"], authkey=bytes.fromhex(ctl["authkey"]),
-                     pid=int(ctl["pid"]))
+        raise RunError(f"run {run_id} has no readable control.json (another user's run?)")
+    try:
+        pid, address, authkey = int(ctl["pid"]), str(ctl["address"]), bytes.fromhex(ctl["authkey"])
+    except (KeyError, TypeError, ValueError):
+        raise RunError(f"run {run_id} has a garbled control.json") from None
+    if not pid_alive(pid):
+        raise RunError(f"run {run_id} is not running (its supervisor is gone); its files are in {run_dir}")
+    return RunHandle(run_id=run_id, run_dir=run_dir, address=address, authkey=authkey, pid=pid)

@@ -1,4 +1,6 @@
-"""Shared harness for tests with real processes: a headless mpwatch run in a temp dir.
+"""Shared harness for tests and benchmarks with real processes: waiting for a condition,
+liveness, killing what a run left, a headless mpwatch run in a temp dir. bench/measure.py
+imports the process helpers from here: one place for them.
 
 Waiting is always for a condition with a generous deadline (never sleep-and-hope): the
 CI machine has 2 cores and may be busy.
@@ -20,6 +22,10 @@ FIXTURES = Path(__file__).resolve().parent / "fixtures"
 MPWATCH = [sys.executable, "-m", "mpwatch"]
 
 
+class WaitTimeout(AssertionError, TimeoutError):
+    """A condition that never came: a test failure to pytest, a TimeoutError to a bench."""
+
+
 def wait_for(pred, timeout: float = 30.0, interval: float = 0.05, what: str = "condition"):
     """Poll pred() until it returns a truthy value; return it, or fail after timeout."""
     deadline = time.monotonic() + timeout
@@ -28,7 +34,7 @@ def wait_for(pred, timeout: float = 30.0, interval: float = 0.05, what: str = "c
         if value:
             return value
         if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:g}s waiting for {what}")
+            raise WaitTimeout(f"timed out after {timeout:g}s waiting for {what}")
         time.sleep(interval)
 
 
@@ -38,6 +44,33 @@ def alive(pid: int) -> bool:
         return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
     except psutil.Error:
         return False
+
+
+def descendants(pid: int) -> list[int]:
+    try:
+        return [c.pid for c in psutil.Process(pid).children(recursive=True)]
+    except psutil.Error:
+        return []
+
+
+def kill_all(pids):
+    """SIGKILL each pid and its process group (each worker leads its own); for cleanups."""
+    for pid in set(pids):
+        for kill in (os.killpg, os.kill):
+            try:
+                kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+
+
+def one_line_error(res, words: str):
+    """A bad input's answer: exit code 2, nothing on stdout, one line on stderr naming it."""
+    assert res.returncode == 2, (res.returncode, res.stdout, res.stderr)
+    assert res.stdout == "", res.stdout
+    lines = res.stderr.splitlines()
+    assert len(lines) == 1, res.stderr
+    assert lines[0].startswith("mpwatch: error: ") and words in lines[0], lines[0]
+    assert "Traceback" not in res.stderr
 
 
 def mpwatch(*args, env=None, timeout=60, cwd=None, input=None) -> subprocess.CompletedProcess:
@@ -60,9 +93,9 @@ class HeadlessRun:
         self.proc: subprocess.Popen | None = None
         self.seen_pids: set[int] = set()
 
-    def start(self) -> "HeadlessRun":
-        self.out = open(self.tmp / "mpwatch.out", "wb")
-        self.err = open(self.tmp / "mpwatch.err", "wb")
+    def start(self) -> HeadlessRun:
+        self.out = open(self.tmp / "mpwatch.out", "wb")  # noqa: SIM115 - closed in cleanup()
+        self.err = open(self.tmp / "mpwatch.err", "wb")  # noqa: SIM115 - closed in cleanup()
         cmd = [*MPWATCH, "--headless", "-n", str(self.n), "--run-dir", str(self.run_dir),
                *self.opts, self.script, *self.args]
         self.proc = subprocess.Popen(cmd, stdout=self.out, stderr=self.err, env=self.env,
@@ -129,10 +162,7 @@ class HeadlessRun:
         self.events()
         pids = set(self.seen_pids)
         for pid in list(pids):
-            try:
-                pids.update(c.pid for c in psutil.Process(pid).children(recursive=True))
-            except psutil.Error:
-                pass
+            pids.update(descendants(pid))
         return pids
 
     def cleanup(self):
@@ -145,15 +175,7 @@ class HeadlessRun:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
-        for pid in pids:
-            try:
-                os.killpg(pid, signal.SIGKILL)
-            except OSError:
-                pass
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except OSError:
-                pass
+        kill_all(pids)
         for f in ("out", "err"):
             if hasattr(self, f):
                 getattr(self, f).close()

@@ -4,13 +4,18 @@ It does the two things a worker must have even when its script never imports mpw
 - a faulthandler on SIGUSR1 writing all threads' stacks to this rank's stack file, which
   works from C without the GIL (a blocked or spinning main thread still dumps);
 - for a direct worker, a parent-death signal, so a SIGKILLed supervisor takes it along.
-Then it hands over to any other sitecustomize further down sys.path.
+Then it hands over to any other sitecustomize further down sys.path. Runs at interpreter
+start-up, on the main thread, before the script.
 """
+import io  # already loaded at start-up: this hook imports nothing costly (typing) into every process
 import os
 import sys
 
+_stack_file: "io.TextIOWrapper | None" = None  # kept open (and referenced) for faulthandler's C handler
 
-def _mpwatch_boot():
+
+def _mpwatch_boot() -> None:
+    global _stack_file
     env = os.environ
     stack_file = env.get("MPWATCH_STACK_FILE")
     if stack_file:
@@ -18,9 +23,9 @@ def _mpwatch_boot():
         import signal
 
         try:
-            f = open(stack_file, "a", buffering=1)
+            f = open(stack_file, "a", buffering=1)  # noqa: SIM115 - open for the process's life
             faulthandler.register(signal.SIGUSR1, file=f, all_threads=True, chain=False)
-            sys._mpwatch_stack_file = f  # keep the file open for the handler
+            _stack_file = f
         except (OSError, ValueError, RuntimeError):
             pass
     sup = env.get("MPWATCH_SUPERVISOR_PID")
@@ -40,7 +45,7 @@ def _mpwatch_boot():
             # Children of this worker see another parent and skip this block.
 
 
-def _chain():
+def _chain() -> None:
     # Let a sitecustomize of the user's environment run as it would have.
     here = os.path.dirname(os.path.abspath(__file__))
     mod = sys.modules.pop("sitecustomize", None)

@@ -5,12 +5,20 @@ uninterruptible wait (D).
 `read_facts` is the thin shell over /proc; `classify` is the pure decision. The main
 thread's state is what matters (a stuck training loop is the main thread), so it is
 read a few times: one instant can catch a blocked thread during a brief wake-up.
+Runs on the supervisor's main loop (a stalled worker, every few seconds).
 """
 from __future__ import annotations
 
 import os
 import platform
+import sys
 import time
+from typing import TypedDict
+
+if sys.version_info >= (3, 11):
+    from typing import NotRequired
+else:  # pragma: no cover - Python 3.10
+    from typing_extensions import NotRequired
 
 BUSY_CPU = 50.0  # percent of one core, over the sampler's last interval
 STATE_READS = 3
@@ -65,10 +73,32 @@ def _has_nvidia(pid: int) -> bool:
     return bool(maps and "/dev/nvidia" in maps)
 
 
-def read_facts(pid: int, reads: int = STATE_READS, scan_gpu: bool = True) -> dict:
+class Facts(TypedDict):
+    """What /proc says of a process; None (or empty) where it could not be read."""
+
+    pid: int
+    states: list[str]  # the main thread's state letter, read `reads` times (R S D T t Z X I)
+    wchan: str | None  # the kernel function it sleeps in
+    syscall: str | None  # the system call it is in, or "running"
+    threads: dict[int, str]  # tid -> state letter
+    nvidia: bool  # it holds /dev/nvidia* open (a CUDA context)
+
+
+class Diagnosis(TypedDict):
+    """What a stalled worker is doing; kind, detail, wchan and gpu go to status.StallInfo."""
+
+    kind: str  # busy | blocked | stopped | zombie | uninterruptible | gone
+    detail: str  # one sentence for the user
+    wchan: str | None
+    state: str | None  # the main thread's state letter
+    syscall: NotRequired[str | None]
+    gpu: NotRequired[bool]
+
+
+def read_facts(pid: int, reads: int = STATE_READS, scan_gpu: bool = True) -> Facts:
     """Raw facts about a process from /proc; missing pieces stay None. scan_gpu=False
     skips the look for NVIDIA device files (when the caller already knows)."""
-    states = []
+    states: list[str] = []
     for i in range(reads):
         st = _stat_state(_read(f"/proc/{pid}/stat"))
         if st is None:
@@ -85,7 +115,7 @@ def read_facts(pid: int, reads: int = STATE_READS, scan_gpu: bool = True) -> dic
             syscall = _SYSCALLS.get(platform.machine(), {}).get(int(head), f"syscall {head}")
         elif head == "running":
             syscall = "running"
-    threads = {}
+    threads: dict[int, str] = {}
     try:
         for tid in os.listdir(f"/proc/{pid}/task"):
             st = _stat_state(_read(f"/proc/{pid}/task/{tid}/stat"))
@@ -97,7 +127,7 @@ def read_facts(pid: int, reads: int = STATE_READS, scan_gpu: bool = True) -> dic
             "syscall": syscall, "threads": threads, "nvidia": _has_nvidia(pid) if states and scan_gpu else False}
 
 
-def classify(facts: dict, cpu_percent: float | None = None, cuda: bool = False) -> dict:
+def classify(facts: Facts, cpu_percent: float | None = None, cuda: bool = False) -> Diagnosis:
     """{kind, detail, wchan, state}: kind is one of busy, blocked, stopped, zombie,
     uninterruptible, gone. `cuda` says the worker has a CUDA context."""
     states = facts.get("states") or []
@@ -143,7 +173,7 @@ def classify(facts: dict, cpu_percent: float | None = None, cuda: bool = False) 
     return {"kind": "blocked", "detail": detail, "wchan": wchan, "syscall": sc, "state": main, "gpu": gpu}
 
 
-def probe(pid: int, cpu_percent: float | None = None, cuda: bool = False, reads: int = STATE_READS) -> dict:
+def probe(pid: int, cpu_percent: float | None = None, cuda: bool = False, reads: int = STATE_READS) -> Diagnosis:
     """classify(read_facts(pid)): a few /proc reads (about a millisecond with reads=1);
     the look for NVIDIA files is skipped when `cuda` already says yes."""
     return classify(read_facts(pid, reads=reads, scan_gpu=not cuda), cpu_percent=cpu_percent, cuda=cuda)

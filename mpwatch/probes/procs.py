@@ -2,26 +2,49 @@
 
 One pass over the process table per sample builds the parent->children map, so 256
 workers cost one scan, not 256. psutil.Process objects are cached by pid because
-cpu_percent() measures between two calls on the same object.
+cpu_percent() measures between two calls on the same object. Runs on the supervisor's
+sampler thread.
 """
 from __future__ import annotations
 
 import os
+import sys
 import time
+from typing import TypedDict
 
 import psutil
+
+if sys.version_info >= (3, 11):
+    from typing import NotRequired
+else:  # pragma: no cover - Python 3.10
+    from typing_extensions import NotRequired
 
 TREE_S = 2.0  # new descendants are found within this long (a full process-table scan)
 
 
+class ProcInfo(TypedDict):
+    """One process of a worker's tree: the worker itself (with `children`) or a descendant
+    (with `cmd` and `ppid`), as the supervisor folds them into status.ChildStatus."""
+
+    pid: int
+    pgid: int
+    cpu_percent: float
+    rss_bytes: int
+    status: str  # psutil's: running, sleeping, stopped, zombie, disk-sleep
+    name: str
+    cmd: NotRequired[str]
+    ppid: NotRequired[int | None]
+    children: NotRequired[list[ProcInfo]]
+
+
 class ProcProbe:
-    def __init__(self):
+    def __init__(self) -> None:
         self._cache: dict[int, psutil.Process] = {}
-        self._tree = None
+        self._tree: tuple[dict[int, list[int]], dict[int, int]] | None = None
         self._tree_at = 0.0
         self._tree_roots: set[int] = set()
 
-    def _proc(self, pid: int):
+    def _proc(self, pid: int) -> psutil.Process:
         p = self._cache.get(pid)
         if p is None:
             p = psutil.Process(pid)
@@ -29,7 +52,7 @@ class ProcProbe:
             self._cache[pid] = p
         return p
 
-    def _info(self, pid: int) -> dict | None:
+    def _info(self, pid: int) -> ProcInfo | None:
         try:
             p = self._proc(pid)
             with p.oneshot():
@@ -45,7 +68,7 @@ class ProcProbe:
             self._cache.pop(pid, None)
             return None
 
-    def _scan_tree(self):
+    def _scan_tree(self) -> tuple[dict[int, list[int]], dict[int, int]]:
         """Parent -> children over the whole process table (the costly part of a sample)."""
         kids: dict[int, list[int]] = {}
         parent: dict[int, int] = {}
@@ -60,23 +83,25 @@ class ProcProbe:
                 parent[p.pid] = ppid
         self._tree = (kids, parent)
         self._tree_at = time.monotonic()
+        return self._tree
 
-    def sample(self, pids: list[int]) -> dict[int, dict]:
+    def sample(self, pids: list[int]) -> dict[int, ProcInfo]:
         """{worker pid: {cpu_percent, rss_bytes, status, children: [...]}} for live pids.
         The process table is scanned for new descendants every TREE_S seconds; CPU and RSS
         of the processes already known are read at every sample."""
-        if self._tree is None or time.monotonic() - self._tree_at >= TREE_S or set(pids) - self._tree_roots:
-            self._scan_tree()
+        tree = self._tree
+        if tree is None or time.monotonic() - self._tree_at >= TREE_S or set(pids) - self._tree_roots:
+            tree = self._scan_tree()
             self._tree_roots = set(pids)
-        kids, parent = self._tree
-        out = {}
+        kids, parent = tree
+        out: dict[int, ProcInfo] = {}
         seen = set()
         for pid in pids:
             info = self._info(pid)
             if info is None:
                 continue
             seen.add(pid)
-            children = []
+            children: list[ProcInfo] = []
             stack = list(kids.get(pid, ()))
             while stack:
                 cpid = stack.pop()

@@ -4,7 +4,8 @@ py-spy reads another process's memory (process_vm_readv) and, with --native, att
 with ptrace to unwind C frames: it sees what faulthandler cannot (the C/C++ frames under
 a collective, a stopped process with --nonblocking). Its exit status cannot be trusted
 (some versions exit 0 after an error), so success is read from its output: a good dump
-names the process and at least one thread.
+names the process and at least one thread. Runs on the caller's thread (a dump thread of
+the supervisor): each call waits for py-spy, at most TIMEOUT_S.
 """
 from __future__ import annotations
 
@@ -71,4 +72,4 @@ def dump(pid: int, native: bool = False, nonblocking: bool = False,
         return False, f"py-spy could not run: {exc.strerror}"
     out = (res.stdout or "") + (res.stderr or "")
     ok, note = judge(out)
-    return (True, res.stdout) if ok else (False, note)
+    return (True, res.stdout) if ok else (False, note or "py-spy failed")

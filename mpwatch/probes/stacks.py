@@ -8,7 +8,8 @@ before signalling a process we write our own header line (pid, time), then copy 
 bytes into rank-N/stacks/<time>.txt. A process is only signalled when it catches
 SIGUSR1 (the default action would kill it), and never while stopped or a zombie (it
 could not answer; a stopped one would dump later, unasked): py-spy --nonblocking, when
-installed, reads those. py-spy may add native frames on request.
+installed, reads those. py-spy may add native frames on request. Runs on the supervisor's
+dump threads (mpwatch-dump), one per dump; a lock per rank keeps two dumps of one rank apart.
 """
 from __future__ import annotations
 
@@ -40,7 +41,7 @@ _locks: dict[str, threading.Lock] = {}
 _locks_guard = threading.Lock()
 
 
-def _lock_for(path) -> threading.Lock:
+def _lock_for(path: Path) -> threading.Lock:
     # Two dumps of one rank at once (a stall and a request) would interleave in its file.
     with _locks_guard:
         return _locks.setdefault(str(path), threading.Lock())
@@ -84,7 +85,7 @@ def _wait_settled(path: Path, start_size: int, max_wait: float = MAX_WAIT_S, set
     return last
 
 
-def _read_span(path, start: int, end: int) -> str:
+def _read_span(path: Path, start: int, end: int) -> str:
     with open(path, "rb") as f:
         f.seek(start)
         return f.read(end - start).decode("utf-8", errors="replace")
@@ -162,19 +163,26 @@ def capture(pids: list[int], stack_file: Path, out_dir: Path, label: str = "",
             if note:
                 notes.append(note)
     out.write_text("".join(parts) or "# no Python stack could be dumped\n")
-    extra = []
-    for pid in stopped:  # never signal a stopped process: read it from outside, if we can
-        ok, text = pyspy.dump(pid, nonblocking=True)
-        if ok:
-            extra.append(f"{HEADER}{pid} (stopped; py-spy --nonblocking)\n{text}")
-        else:
-            notes.append(f"pid {pid}: stopped, not signalled; {text}")
+    extra = _read_stopped(stopped, notes)
     if extra or notes:
         with open(out, "a") as f:
             f.write("".join(extra) + "".join(f"# {n}\n" for n in notes))
     if native:
         notes += add_native(out, [p for p in pids if p not in stopped])
     return out, notes
+
+
+def _read_stopped(pids: list[int], notes: list[str]) -> list[str]:
+    """Stopped processes are never signalled (they would dump later, unasked): py-spy
+    --nonblocking reads them from outside where it can; notes say where it cannot."""
+    out = []
+    for pid in pids:
+        ok, text = pyspy.dump(pid, nonblocking=True)
+        if ok:
+            out.append(f"{HEADER}{pid} (stopped; py-spy --nonblocking)\n{text}")
+        else:
+            notes.append(f"pid {pid}: stopped, not signalled; {text}")
+    return out
 
 
 def _clip(text: str, width: int = 240) -> str:
@@ -186,7 +194,8 @@ def add_native(out: Path, pids: list[int]) -> list[str]:
     """Append py-spy --native stacks (C and C++ frames too) of each live process to `out`;
     returns notes on what could not be had. py-spy stops each process for a moment."""
     exe = pyspy.find()
-    parts, notes = [], []
+    parts: list[str] = []
+    notes: list[str] = []
     for pid in pids:
         if _proc_status(pid)[0] in (None, "Z", "X", "T", "t"):
             continue

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from tests.faults.conftest import FAULTS, as_user, reporting, run_cli
-from tests.helpers import FIXTURES, assert_gone, mpwatch, wait_for
+from tests.helpers import FIXTURES, assert_gone, mpwatch, one_line_error, wait_for
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -58,16 +58,21 @@ BAD_OTHER = [
     (["ctl", "--run", "/", "status"], "/ is not an mpwatch run directory"),
     (["attach", "no-such-run-id"], "no such run: no-such-run-id"),
     (["attach", "/no/such/dir"], "no such run: /no/such/dir"),
+    (["ls", "--all", "/no/such/dir"], "no such folder: /no/such/dir"),
+    (["ls", "somewhere"], "folders are looked in with --all only"),
+    (["summary"], "the following arguments are required: RUN"),
+    (["summary", "no-such-run-id"], "no such run: no-such-run-id"),
+    (["summary", "/"], "/ is not an mpwatch run directory"),
+    (["summary", "/etc/hostname"], "/etc/hostname is not a run directory (not a directory)"),
+    (["summary", "--yaml", "x"], "unrecognized arguments: --yaml"),
+    (["prune"], "say what to remove"),
+    (["prune", "--keep", "x"], "expected a whole number"),
+    (["ctl", "logs"], "required: RANK"),
+    (["ctl", "logs", "all"], "logs are read one rank at a time"),
+    (["ctl", "logs", "-2"], "a rank is not negative"),
+    (["ctl", "logs", "0", "--lines", "many"], "expected a whole number"),
+    (["ctl", "--run", "/no/such/dir", "logs", "0"], "no such run: /no/such/dir"),
 ]
-
-
-def one_line_error(res, words):
-    assert res.returncode == 2, (res.returncode, res.stderr)
-    assert res.stdout == ""
-    lines = res.stderr.splitlines()
-    assert len(lines) == 1, res.stderr
-    assert lines[0].startswith("mpwatch: error: ") and words in lines[0], lines[0]
-    assert "Traceback" not in res.stderr
 
 
 @pytest.mark.parametrize("args,words", BAD_RUN_ARGS, ids=[" ".join(a)[-40:] or "none" for a, _ in BAD_RUN_ARGS])

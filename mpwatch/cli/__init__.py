@@ -1,0 +1,74 @@
+"""mpwatch RUN | attach | ls | summary | prune | ctl: the command line's entry point.
+
+main() dispatches to one module per job and keeps the two rules every command shares:
+a bad input ends in one line on stderr and exit code 2, and output into a pipe that
+closed (`| head`) ends quietly. Imports stay lazy: `mpwatch --help` and `mpwatch ctl`
+start fast and never load torch or textual; the supervisor is imported only to run one,
+the TUI only to show one. Runs on the main thread of the `mpwatch` process.
+"""
+from __future__ import annotations
+
+import importlib
+import os
+import sys
+from collections.abc import Callable, Sequence
+
+from mpwatch.cli.args import UsageError, ctl_parser, die, run_parser
+
+__all__ = ["UsageError", "ctl_parser", "main", "run_parser"]
+
+# subcommand -> "module:function"; each function takes the arguments after the subcommand
+SUBCOMMANDS = {
+    "ls": "mpwatch.cli.listing:cmd_ls",
+    "attach": "mpwatch.cli.live:cmd_attach",
+    "ctl": "mpwatch.cli.live:cmd_ctl",
+    "summary": "mpwatch.cli.summary:cmd_summary",
+    "prune": "mpwatch.cli.prune:cmd_prune",
+}
+
+SIGPIPE_EXIT = 141  # what a shell shows for a process ended by SIGPIPE, as `yes | head` does
+
+
+def _command(argv: list[str]) -> Callable[[], int]:
+    if argv and argv[0] in SUBCOMMANDS:
+        modname, fname = SUBCOMMANDS[argv[0]].split(":")
+        fn: Callable[[list[str]], int] = getattr(importlib.import_module(modname), fname)
+        rest = argv[1:]
+        return lambda: fn(rest)
+    ns = run_parser().parse_args(argv)
+    from mpwatch.cli.launch import cmd_run
+
+    return lambda: cmd_run(ns)
+
+
+def _silence_stdout() -> None:
+    """The reader of stdout is gone: point stdout at /dev/null so that nothing written
+    later (the interpreter's last flush included) raises again."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError, AttributeError):  # no real file behind stdout (tests' StringIO)
+        pass
+
+
+def _run(args: list[str]) -> int:
+    try:
+        code = _command(args)()
+    except UsageError as exc:
+        code = die(str(exc))
+    except KeyboardInterrupt:
+        code = 130
+    except SystemExit:  # argparse's --help ends so: its text must reach the pipe first
+        sys.stdout.flush()
+        raise
+    sys.stdout.flush()  # a closed pipe shows here when the output was small
+    return code
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    try:
+        return _run(list(sys.argv[1:] if argv is None else argv))
+    except BrokenPipeError:
+        _silence_stdout()
+        return SIGPIPE_EXIT

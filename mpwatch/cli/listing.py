@@ -1,0 +1,90 @@
+"""`mpwatch ls [--json] [--all [DIR...]]`: live runs of this user from the registry; with
+--all also the runs in ./mpwatch-runs and the folders given, newest first, with how each
+ended. Main thread."""
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+from mpwatch import fmt, postmortem, registry, rundir
+from mpwatch.cli.args import Parser, die
+
+
+def _when(ts: float | None) -> str:
+    return "-" if ts is None else time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(ts))
+
+
+def all_runs(folders: list[Path]) -> list[postmortem.RunListing]:
+    """Live runs (wherever their directory is) and every run in `folders`, newest first;
+    a folder that is itself a run directory counts as one run."""
+    dirs: dict[Path, Path] = {}
+    for e in registry.live_runs():
+        dirs.setdefault(Path(e["run_dir"]).resolve(), Path(e["run_dir"]))
+    for folder in folders:
+        for d in [folder] if rundir.looks_like_run(folder) else registry.run_dirs(folder):
+            dirs.setdefault(d.resolve(), d)
+    out: list[postmortem.RunListing] = []
+    for d in dirs.values():
+        try:
+            out.append(postmortem.listing(rundir.read(d)))
+        except rundir.NotARunDir:
+            continue  # removed while we looked, or not readable by this user
+    out.sort(key=lambda r: r["started"] or 0.0, reverse=True)
+    return out
+
+
+def ended_text(r: postmortem.RunListing) -> str:
+    """How a run ended, in a few words: 'live', 'exit 0', 'exit 1: rank 0 exit 3: ...'."""
+    if r["ending"] == "live":
+        return "live"
+    head = "cut short (supervisor gone)" if r["ending"] == "cut short" else f"exit {r['exit_code']}"
+    f = r["first_failure"]
+    if f is not None:
+        head += f": rank {f['rank']} {f['error'] or f['cause'] or 'failed'}"
+    return head
+
+
+def _print_all(rows: list[postmortem.RunListing]) -> None:
+    if not rows:
+        print("no runs (none live, none in the folders looked at)")
+        return
+    print(f"{'RUN':36} {'STARTED':19}  {'TOOK':>9}  {'WORKERS':>7}  {'ENDED':40}  DIR")
+    for r in rows:
+        print(f"{r['run_id']:36} {_when(r['started']):19}  {fmt.duration(r['duration']):>9}  "
+              f"{r['nprocs'] if r['nprocs'] is not None else '?':>7}  {ended_text(r)[:40]:40}  {r['run_dir']}")
+
+
+def cmd_ls(argv: list[str]) -> int:
+    p = Parser(prog="mpwatch ls", description="List live runs of this user; with --all, finished ones too.")
+    p.add_argument("--json", action="store_true")
+    p.add_argument("--all", action="store_true",
+                   help="also finished runs, in ./mpwatch-runs and the folders given")
+    p.add_argument("folders", nargs="*", metavar="DIR", help="runs folders to look in (with --all)")
+    ns = p.parse_args(argv)
+    if ns.folders and not ns.all:
+        return die("folders are looked in with --all only (mpwatch ls --all DIR...)")
+    for f in ns.folders:
+        if not Path(f).is_dir():
+            return die(f"no such folder: {f}")
+    try:
+        if ns.all:
+            rows = all_runs([registry.DEFAULT_RUNS, *map(Path, ns.folders)])
+            if ns.json:
+                print(json.dumps(rows, indent=1))
+            else:
+                _print_all(rows)
+            return 0
+        entries = registry.live_runs()
+    except registry.RunError as exc:
+        return die(str(exc))
+    if ns.json:
+        print(json.dumps(entries, indent=1))
+        return 0
+    if not entries:
+        print("no live runs")
+        return 0
+    print(f"{'RUN':40} {'PID':>7} {'WORKERS':>7}  {'STARTED':19}  DIR")
+    for e in entries:
+        print(f"{e['run_id']:40} {e['pid']:>7} {e['nprocs']:>7}  {_when(e['started']):19}  {e['run_dir']}")
+    return 0

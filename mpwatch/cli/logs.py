@@ -1,0 +1,88 @@
+"""`mpwatch ctl [--run RUN] logs RANK [--stderr] [--lines N] [--follow]`: a rank's log read
+from the run directory, so a finished run's too. --follow prints what is appended (logs
+are append-only across restarts) until the run ends, then what is left; Ctrl-C ends it
+quietly (main() turns it into exit code 130). Main thread."""
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+from mpwatch import registry, rundir, runstore
+from mpwatch.cli.args import die
+
+POLL_S = 0.2  # how often --follow looks for new bytes
+ENDED_POLL_S = 1.0  # and whether the run has ended
+
+
+def _print(lines: list[str]) -> None:
+    if lines:
+        sys.stdout.write("".join(runstore.printable(ln) + "\n" for ln in lines))
+        sys.stdout.flush()
+
+
+def _tail(path: Path, n: int, end: int) -> list[str]:
+    """The last n lines before byte `end` (what --follow then prints starts there)."""
+    start = max(0, end - max(64 * 1024, n * 512))
+    try:
+        with open(path, "rb") as f:
+            f.seek(start)
+            data = f.read(end - start)
+    except OSError:
+        return []
+    got = data.decode("utf-8", errors="replace").splitlines()
+    if start > 0 and got:
+        got = got[1:]  # cut by the seek
+    return got[-n:]
+
+
+def _follow(rd: rundir.RunDir, path: Path, offset: int) -> None:
+    """Print what is appended from `offset` on, whole lines at a time, until the run ends."""
+    partial = b""
+    ended_at = 0.0
+    last_check = 0.0
+    while True:
+        try:
+            with open(path, "rb") as f:
+                f.seek(offset)
+                data = f.read(1 << 20)
+        except FileNotFoundError:
+            data = b""  # the rank has not started yet
+        offset += len(data)
+        *whole, partial = (partial + data).split(b"\n")
+        _print([ln.decode("utf-8", errors="replace") for ln in whole])
+        now = time.monotonic()
+        if ended_at and not data:  # drained after the end
+            break
+        if not ended_at and now - last_check >= ENDED_POLL_S:
+            last_check = now
+            if not rundir.read(rd.path).live():
+                ended_at = now  # one more read for what the last moments wrote
+                continue
+        if len(data) < 1 << 20:
+            time.sleep(POLL_S)
+    _print([partial.decode("utf-8", errors="replace")] if partial else [])
+
+
+def show_logs(run: str | None, rank: int, stream: str, lines: int, follow: bool) -> int:
+    try:
+        rd = rundir.read(registry.find_run_dir(run))
+    except (registry.RunError, rundir.NotARunDir) as exc:
+        return die(str(exc))
+    files = rd.ranks()
+    known = set(rd.known_ranks()) | set(files)
+    if rank not in files:
+        if rank in known:
+            return die(f"run {rd.run.run_id} has no folder for rank {rank} any more (rank-{rank}/ is gone)")
+        have = f"ranks {min(known)}-{max(known)}" if known else "no ranks yet"
+        return die(f"no rank {rank} in run {rd.run.run_id} ({have})")
+    path = files[rank].stdout if stream == "stdout" else files[rank].stderr
+    try:
+        size = path.stat().st_size
+    except FileNotFoundError:
+        size = 0
+    if lines:
+        _print(_tail(path, lines, size))
+    if follow:
+        _follow(rd, path, size)
+    return 0

@@ -1,0 +1,83 @@
+"""`mpwatch ctl status`: a live run's status (status.Status) as plain text lines, workers
+first, then the hang diagnosis, the GPUs and the run's alerts. Pure; the caller prints."""
+from __future__ import annotations
+
+from mpwatch import fmt
+from mpwatch.status import GpuProcess, GpuView, State, Status, WorkerStatus
+
+
+def _v(v: object, unit: str = "") -> str:
+    """A cell: '-' for unknown, numbers to 4 significant digits."""
+    return "-" if v is None else fmt.num(v) + unit
+
+
+def _na(v: float | None, unit: str = "") -> str:
+    return fmt.NA if v is None else f"{v:g}{unit}"
+
+
+def gpu_line(g: GpuView) -> str:
+    """One GPU: N/A where NVML could not tell."""
+    used, total = g["mem_used"], g["mem_total"]
+    pct = f" ({used / total:.0%})" if used is not None and total else ""
+    return (f"GPU {g['index']}: {g['name'] or fmt.NA} · mem {fmt.size(used, fmt.NA)}/{fmt.size(total, fmt.NA)}{pct}"
+            f" · util {_na(g['util_gpu'], '%')} (mem {_na(g['util_mem'], '%')})"
+            f" · {_na(g['temperature'], 'C')} · {_na(g['power_w'], 'W')}")
+
+
+def gpu_owner(p: GpuProcess) -> str:
+    if p["rank"] is not None:
+        return f"rank {p['rank']}"
+    if p["child_of"] is not None:
+        return f"child of rank {p['child_of']}: {p['cmd'] or ''}"[:80]
+    if not p["visible"]:
+        return "not visible (another PID namespace)"
+    return f"outside: {p['user'] or '?'}: {p['cmd'] or ''}"[:80]
+
+
+def _worker_lines(w: WorkerStatus, st: Status) -> list[str]:
+    hb = "none" if w["heartbeat"] == "none" else _v(w["heartbeat_age"], "s")
+    out = [f"{w['rank']:>4} {_v(w['pid']):>7} {w['state']:10} {_v(w['step']):>8} {_v(w['loss']):>10} "
+           f"{hb:>6} {_v(w['cpu_percent']):>6} {fmt.size(w['rss_bytes'], '-'):>6} {w['restarts']:>8}  "
+           f"{w['cause'] or ''}"]
+    for c in w["children"]:
+        out.append(f"{'':>4} {c['pid']:>7} {'└ ' + c['status']:10} {_v(c['step']):>8} "
+                   f"{_v(c['loss']):>10} {'':>6} {_v(c['cpu_percent']):>6} {fmt.size(c['rss_bytes'], '-'):>6}"
+                   f"           {c['cmd'][:50]}")
+    stl = w["stall"] if w["state"] == State.STALLED else None
+    if stl:  # the hang diagnosis: what it does, where it is stuck, the dump to read
+        r = st["run"]
+        since = r["started"] + r["uptime"] - stl["since"]  # both wall clock
+        out.append(f"{'':>4} stalled {_v(round(max(0.0, since), 1), 's')}: "
+                   f"{stl.get('detail') or stl.get('kind') or ''}")
+        where = stl.get("where") or stl.get("innermost")
+        if where:
+            coll = stl.get("collective")
+            out.append(f"{'':>4} stuck in {where}" + (f", waiting in {coll}" if coll else ""))
+    if w["last_dump"]:
+        out.append(f"{'':>4} last dump: {w['last_dump']}")
+    return out
+
+
+def status_lines(st: Status) -> list[str]:
+    r = st["run"]
+    counts = ", ".join(f"{n} {s}" for s, n in sorted(r["counts"].items()))
+    out = [f"run {r['id']} ({r['state']}) · {r['script']} · up {r['uptime']:.0f}s · {counts} · "
+           f"restarts {r['restarts']}",
+           f"{'RANK':>4} {'PID':>7} {'STATE':10} {'STEP':>8} {'LOSS':>10} {'HB':>6} {'CPU%':>6} {'RSS':>6} "
+           f"{'RESTARTS':>8}  CAUSE"]
+    for w in st["workers"]:
+        out += _worker_lines(w, st)
+    sg = st["straggler"]
+    if sg and sg["text"]:
+        out.append(("likely culprit: " if sg["culprits"] else "hang: ") + sg["text"])
+    if st["gpu_status"]:
+        out.append(f"GPU: {st['gpu_status']}")
+    for g in st["gpus"]:
+        out.append(gpu_line(g))
+        for p in g["processes"]:
+            out.append(f"    pid {p['pid']:>7} {fmt.size(p['mem_bytes'], fmt.NA):>9}  {gpu_owner(p)}")
+        for a in g["alerts"]:
+            out.append(f"  ! {a['message']}")
+    for ra in st["alerts"][-5:]:
+        out.append(f"alert: {ra['message']}")
+    return out

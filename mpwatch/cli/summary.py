@@ -1,0 +1,127 @@
+"""`mpwatch summary RUN [--json]`: one screen of post-mortem for a terminal or a CI log,
+from the run directory (postmortem.summarize), live or finished. Main thread."""
+from __future__ import annotations
+
+import json
+import shlex
+import time
+from pathlib import Path
+
+from mpwatch import fmt, postmortem, registry, rundir
+from mpwatch.cli.args import Parser, die
+from mpwatch.cli.listing import ended_text
+from mpwatch.status import ALIVE_STATES
+
+MAX_STALLS = 8  # one screen: the rest are counted
+MAX_ALERTS = 10
+
+
+def _at(ts: float, started: float | None) -> str:
+    """A moment of the run: seconds from its start, else the clock."""
+    if started is None:
+        return time.strftime("%H:%M:%S", time.localtime(ts))
+    return "+" + fmt.duration(max(0.0, ts - started))
+
+
+def _head(s: postmortem.Summary) -> list[str]:
+    r = s["listing"]
+    cmd = shlex.join([Path(r["script"]).name if r["script"] else "?", *s["args"]])
+    started = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(r["started"])) if r["started"] else "?"
+    took = fmt.duration(r["duration"]) + (" so far" if r["live"] else "")
+    out = [f"run {r['run_id']} · {cmd}",
+           f"ended: {ended_text(r)}" if r["ending"] != "live" else "live: still running",
+           f"started {started} · took {took} · {r['nprocs'] or '?'} workers · restarts {s['restarts']}"]
+    if s["stopped"]:
+        out[1] += f" (stop asked: {s['stopped']})"
+    f = r["first_failure"]
+    if f is not None:
+        out.append(f"first failure: rank {f['rank']} at {_at(f['ts'], r['started'])}: {f['cause'] or 'failed'}")
+        if f["error"] and f["error"] not in (f["cause"] or ""):
+            out.append(f"  traceback ends: {f['error']}")
+    return out
+
+
+def _ranks(s: postmortem.Summary) -> list[str]:
+    out = [f"{'RANK':>4}  {'STATE':10} {'STEP':>8} {'LAST LOSS':>10} {'RESTARTS':>8} {'GPU PEAK':>9}  CAUSE"]
+    cut = s["listing"]["ending"] == "cut short"
+    for k in s["ranks"]:
+        peak = k["gpu_peak"] if k["gpu_peak"] is not None else k["torch_peak"]
+        state = k["state"] or "?"
+        if cut and state in ALIVE_STATES:
+            state += "?"  # its last known state: the supervisor died before it ended
+        out.append(f"{k['rank']:>4}  {state:10} {fmt.num(k['step'], na='-'):>8} "
+                   f"{fmt.num(k['loss'], na='-'):>10} {k['restarts']:>8} {fmt.size(peak, '-'):>9}  {k['cause'] or ''}")
+    return out
+
+
+def _stalls(s: postmortem.Summary) -> list[str]:
+    started = s["listing"]["started"]
+    out: list[str] = []
+    if s["stalls"]:
+        out.append("stalls:")
+    for st in s["stalls"][:MAX_STALLS]:
+        out.append(f"  rank {st['rank']} at {_at(st['ts'], started)}, step {fmt.num(st['step'], na='?')}: "
+                   f"{st['detail'] or st['kind'] or 'stalled'}")
+        where = [f"stuck in {st['where']}"] if st["where"] else []
+        where += [f"waiting in {st['collective']}"] if st["collective"] else []
+        where += [f"dump {st['dump']}"] if st["dump"] else []
+        if where:
+            out.append("      " + " · ".join(where))
+    if len(s["stalls"]) > MAX_STALLS:
+        out.append(f"  ... and {len(s['stalls']) - MAX_STALLS} more (events.jsonl)")
+    if s["culprit"]:
+        out.append(s["culprit"] if s["culprit"].startswith("likely culprit") else f"hang: {s['culprit']}")
+    return out
+
+
+def _alerts(s: postmortem.Summary) -> list[str]:
+    started = s["listing"]["started"]
+    out = ["alerts:"] if s["alerts"] else []
+    for a in s["alerts"][:MAX_ALERTS]:
+        on = (f" GPU {a['gpu']}" if a["gpu"] is not None else "") + (f" rank {a['rank']}" if a["rank"] is not None
+                                                                       else "")
+        out.append(f"  {_at(a['ts'], started)} {a['kind']}{on}: {a['message']}")
+    if len(s["alerts"]) > MAX_ALERTS:
+        out.append(f"  ... and {len(s['alerts']) - MAX_ALERTS} more (events.jsonl)")
+    return out
+
+
+def _files(files: list[str]) -> list[str]:
+    """The run's files, the rank folders' folded into one line."""
+    top = [f for f in files if not f.startswith("rank-")]
+    ranks = sorted({int(f.split("/")[0][5:]) for f in files if f.startswith("rank-")})
+    dumps = sum(1 for f in files if "/stacks/" in f)
+    out = ["  " + " ".join(top)] if top else []
+    if ranks:
+        out.append(f"  rank-N/stdout.log, stderr.log for ranks {_span(ranks)}"
+                   + (f"; {dumps} stack dump(s) in rank-N/stacks/" if dumps else ""))
+    return out
+
+
+def _span(ranks: list[int]) -> str:
+    return f"{ranks[0]}-{ranks[-1]}" if ranks == list(range(ranks[0], ranks[-1] + 1)) and len(ranks) > 1 \
+        else ",".join(map(str, ranks))
+
+
+def summary_lines(s: postmortem.Summary) -> list[str]:
+    out = _head(s) + [""] + _ranks(s)
+    for part in (_stalls(s), _alerts(s)):
+        if part:
+            out += [""] + part
+    out += ["", f"files in {s['listing']['run_dir']}:"] + _files(s["files"])
+    if s["notes"]:
+        out += ["notes:"] + [f"  {n}" for n in s["notes"]]
+    return out
+
+
+def cmd_summary(argv: list[str]) -> int:
+    p = Parser(prog="mpwatch summary", description="What a run came to, from its directory.")
+    p.add_argument("run", metavar="RUN", help="a run id (see 'mpwatch ls --all') or a run directory")
+    p.add_argument("--json", action="store_true")
+    ns = p.parse_args(argv)
+    try:
+        s = postmortem.summarize(rundir.read(registry.find_run_dir(ns.run)))
+    except (registry.RunError, rundir.NotARunDir) as exc:
+        return die(str(exc))
+    print(json.dumps(s, indent=1) if ns.json else "\n".join(summary_lines(s)))
+    return 0
