@@ -33,7 +33,8 @@ class _Name(str, Enum):
     def __str__(self) -> str:
         return str(self.value)
 
-    __format__ = str.__format__  # f"{State.RUNNING}" is "running" on every Python
+    def __format__(self, spec: str) -> str:  # f"{State.RUNNING}" is "running" on every Python
+        return str.__format__(str(self.value), spec)
 
 
 # ---------------------------------------------------------------------- states ----

@@ -7,6 +7,7 @@ import os
 import socket
 import subprocess
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 
 from mpwatch import protocol
@@ -17,11 +18,12 @@ INJECT_DIR = str(Path(__file__).resolve().parent.parent / "_inject")
 def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+        port: int = s.getsockname()[1]
+        return port
 
 
-def worker_env(base: dict, *, rank: int, world: int, master_port: int, channel: str,
-               authkey: bytes, run_id: str, stack_file: Path, flush_s: float) -> dict:
+def worker_env(base: Mapping[str, str], *, rank: int, world: int, master_port: int, channel: str,
+               authkey: bytes, run_id: str, stack_file: Path, flush_s: float) -> dict[str, str]:
     env = dict(base)
     env.update({
         "RANK": str(rank),
@@ -51,7 +53,8 @@ def worker_env(base: dict, *, rank: int, world: int, master_port: int, channel: 
     return env
 
 
-def start_worker(argv: list[str], env: dict, stdout: Path, stderr: Path, cwd: str | None = None):
+def start_worker(argv: list[str], env: Mapping[str, str], stdout: Path, stderr: Path,
+                 cwd: str | None = None) -> subprocess.Popen[bytes]:
     """Popen the worker in a new session; every byte of its output goes to the log files."""
     with open(stdout, "ab") as out, open(stderr, "ab") as err:
         return subprocess.Popen(
