@@ -171,11 +171,10 @@ def cmd_run(ns) -> int:
         tui = _tui_launcher()
         if tui is not None:
             return tui(ns, opts)
-    run = Run(opts, status_out=Reporter())
     try:
-        run.setup()
+        run = Run(opts, status_out=Reporter())
+        run.setup()  # releases what it made when it fails
     except registry.RunError as exc:
-        run.close_partial()
         return die(str(exc))
     return run.serve()
 

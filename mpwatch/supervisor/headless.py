@@ -1,15 +1,25 @@
 """Status lines on stderr for --headless runs (batch jobs, CI): one line per notable
-event as it happens, and a summary line every SUMMARY_S seconds."""
+event as it happens, and a summary line every SUMMARY_S seconds. The Reporter runs on
+the supervisor's main thread (ticks) and on any thread that records an event."""
 from __future__ import annotations
 
 import sys
 import time
+from typing import Any, Protocol, TextIO
+
+from mpwatch import fmt
+from mpwatch.status import RunState, Status
 
 SUMMARY_S = 10.0
 
 
-def _fmt_loss(x):
-    return "-" if x is None else f"{x:.4g}"
+class Summarised(Protocol):
+    """What a summary line reads of the run (supervisor/core.py's Run)."""
+
+    @property
+    def state(self) -> RunState: ...
+
+    def snapshot(self) -> Status: ...
 
 
 def describe(rec: dict) -> str | None:
@@ -50,25 +60,26 @@ def describe(rec: dict) -> str | None:
 
 
 class Reporter:
-    def __init__(self, stream=None):
+    def __init__(self, stream: TextIO | None = None):
         self.stream = stream or sys.stderr
         self.next_summary = time.monotonic() + SUMMARY_S
 
-    def _print(self, text: str):
+    def _print(self, text: str) -> None:
         try:
             self.stream.write(f"[mpwatch {time.strftime('%H:%M:%S')}] {text}\n")
             self.stream.flush()
         except (OSError, ValueError):
             pass  # a closed terminal must not stop the run
 
-    def event(self, rec: dict):
+    def event(self, rec: dict[str, Any]) -> None:
         line = describe(rec)
         if line:
             self._print(line)
 
-    def tick(self, run):
+    def tick(self, run: Summarised) -> None:
+        """A summary line once every SUMMARY_S: workers by state, the step range, the mean loss."""
         now = time.monotonic()
-        if now < self.next_summary or run.state == "finished":
+        if now < self.next_summary or run.state is RunState.FINISHED:
             return
         self.next_summary = now + SUMMARY_S
         snap = run.snapshot()
@@ -79,5 +90,5 @@ class Reporter:
         if steps:
             parts.append(f"step {min(steps)}" + (f"..{max(steps)}" if max(steps) != min(steps) else ""))
         if losses:
-            parts.append(f"loss {_fmt_loss(sum(losses) / len(losses))} (mean)")
+            parts.append(f"loss {fmt.num(sum(losses) / len(losses), na='-')} (mean)")
         self._print(" · ".join(parts))
