@@ -92,6 +92,12 @@ class RunStore:
         except OSError as exc:
             self.failed(exc)
 
+    def update_json(self, name: str, **fields: Any) -> None:
+        """Add fields to a JSON file of the run (run.json gets its end this way)."""
+        data = read_json(self.dir, name) or {}
+        data.update(fields)
+        self.write_json(name, data)
+
     def event(self, event: str, rank: int | None = None, ts: float | None = None, **fields: Any) -> dict[str, Any]:
         rec: dict[str, Any] = {"ts": round(time.time() if ts is None else ts, 6), "event": event, "rank": rank}
         rec.update(fields)

@@ -25,13 +25,14 @@ import os
 import signal
 import threading
 import time
+from collections.abc import Iterable
 from pathlib import Path
 from types import FrameType
 from typing import Any
 
 from mpwatch import protocol, registry, runstore
 from mpwatch.status import Event, RunState, State, Status
-from mpwatch.supervisor import exits, flight, snapshot, spawn
+from mpwatch.supervisor import exits, snapshot, spawn
 from mpwatch.supervisor.channels import ChannelHub
 from mpwatch.supervisor.commands import Commands
 from mpwatch.supervisor.control import ControlServer
@@ -108,20 +109,12 @@ class Run:
         self.groups.start_watchdog()
         self.hub.start()
         self.control.start()
-        self.store.write_json(runstore.RUN_JSON, {
-            "run_id": self.run_id, "script": o.script, "args": o.args, "argv": o.argv,
-            "cwd": o.cwd, "started": self.started_wall, "pid": os.getpid(),
-            "options": {"nprocs": o.nprocs, "max_restarts": o.max_restarts,
-                        "stall_timeout": o.stall_timeout, "grace": o.grace,
-                        "resize_mode": o.resize_mode, "gpu_interval": o.gpu_interval,
-                        "run_dir": str(run_dir)}})
+        self.store.write_json(runstore.RUN_JSON, _run_json(self))
         self.store.write_json(runstore.CONTROL_JSON, {
             "run_id": self.run_id, "address": self.control.address, "authkey": self.authkey.hex(),
             "pid": os.getpid()}, private=True)
         self.gpu.start()
-        registry.register(self.run_id, {"run_id": self.run_id, "run_dir": str(run_dir.resolve()),
-                                        "pid": os.getpid(), "script": o.script,
-                                        "started": self.started_wall, "nprocs": o.nprocs})
+        registry.register(self.run_id, _registry_entry(self))
         self._registered = True
         self.log.event(Event.RUN_STARTED, script=o.script, args=o.args, nprocs=o.nprocs,
                        run_dir=str(run_dir), pid=os.getpid())
@@ -138,10 +131,8 @@ class Run:
         paths = self.store.rank_paths(rank)
         env = spawn.worker_env(os.environ, rank=rank, world=self.world, master_port=self.master_port,
                                channel=self.hub.address, authkey=self.authkey, run_id=self.run_id,
-                               stack_file=paths.stack_file,
+                               rank_dir=paths.dir, stack_file=paths.stack_file,
                                flush_s=protocol.flush_interval(self.world, o.stall_timeout))
-        if flight.enabled():
-            env = flight.apply(env, paths.dir)
         try:
             proc = spawn.start_worker(spawn.python_argv(o.script, o.args), env, paths.stdout, paths.stderr,
                                       cwd=o.cwd)
@@ -343,14 +334,9 @@ class Run:
         self.exit_code = 0 if ok and self.workers else 1
         with self.lock:
             self.state = RunState.FINISHED
-        summary = {str(w.rank): {"state": w.state.value, "exit_code": w.attempt.exit_code,
-                                 "signal": w.attempt.signal, "cause": w.attempt.cause}
-                   for w in self.workers.values()}
-        self.log.event(Event.RUN_FINISHED, exit_code=self.exit_code, workers=summary)
+        self.log.event(Event.RUN_FINISHED, exit_code=self.exit_code, workers=_ends(self.workers.values()))
         self.store.write_json(runstore.FINAL_JSON, self.snapshot())
-        info = runstore.read_json(self.run_dir, runstore.RUN_JSON) or {}
-        info.update(finished=time.time(), exit_code=self.exit_code)
-        self.store.write_json(runstore.RUN_JSON, info)
+        self.store.update_json(runstore.RUN_JSON, finished=time.time(), exit_code=self.exit_code)
         self.close()
 
     def close(self) -> None:
@@ -372,3 +358,25 @@ class Run:
 
     def refused_connections(self) -> int:
         return self.hub.refused + self.control.refused
+
+
+def _run_json(run: Run) -> dict[str, Any]:
+    """run.json as written at the start (finished and exit_code are added at the end)."""
+    o = run.opts
+    return {"run_id": run.run_id, "script": o.script, "args": o.args, "argv": o.argv, "cwd": o.cwd,
+            "started": run.started_wall, "pid": os.getpid(),
+            "options": {"nprocs": o.nprocs, "max_restarts": o.max_restarts, "stall_timeout": o.stall_timeout,
+                        "grace": o.grace, "resize_mode": o.resize_mode, "gpu_interval": o.gpu_interval,
+                        "run_dir": str(run.run_dir)}}
+
+
+def _registry_entry(run: Run) -> dict[str, Any]:
+    """How `mpwatch ls` and RUN resolution find the live run (registry.py)."""
+    return {"run_id": run.run_id, "run_dir": str(run.run_dir.resolve()), "pid": os.getpid(),
+            "script": run.opts.script, "started": run.started_wall, "nprocs": run.opts.nprocs}
+
+
+def _ends(workers: Iterable[Worker]) -> dict[str, dict[str, Any]]:
+    """How each rank ended, for run_finished."""
+    return {str(w.rank): {"state": w.state.value, "exit_code": w.attempt.exit_code, "signal": w.attempt.signal,
+                          "cause": w.attempt.cause} for w in workers}

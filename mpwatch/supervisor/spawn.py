@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from mpwatch import protocol
+from mpwatch.supervisor import flight
 
 INJECT_DIR = str(Path(__file__).resolve().parent.parent / "_inject")
 
@@ -23,7 +24,8 @@ def free_port() -> int:
 
 
 def worker_env(base: Mapping[str, str], *, rank: int, world: int, master_port: int, channel: str,
-               authkey: bytes, run_id: str, stack_file: Path, flush_s: float) -> dict[str, str]:
+               authkey: bytes, run_id: str, rank_dir: Path, stack_file: Path, flush_s: float) -> dict[str, str]:
+    """torchrun's variables, ours, and the NCCL flight recorder's when it is switched on."""
     env = dict(base)
     env.update({
         "RANK": str(rank),
@@ -50,7 +52,7 @@ def worker_env(base: Mapping[str, str], *, rank: int, world: int, master_port: i
     # is installed, and a repository root here could shadow the user's packages.
     paths = [INJECT_DIR] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
     env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(paths))
-    return env
+    return flight.apply(env, rank_dir) if flight.enabled(base) else env
 
 
 def start_worker(argv: list[str], env: Mapping[str, str], stdout: Path, stderr: Path,

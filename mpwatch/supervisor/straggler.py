@@ -66,6 +66,15 @@ def analyze(workers: Sequence[Mapping[str, Any]]) -> Straggler | None:
             return out
     out["culprits"] = sorted(w["rank"] for w in culprits)
     out["waiting"] = sorted(w["rank"] for w in waiting)
+    out["text"] = _culprit_text(culprits, waiting, stall)
+    return out
+
+
+Row = Mapping[str, Any]
+
+
+def _culprit_text(culprits: list[Row], waiting: list[Row], stall: Mapping[int, Mapping[str, Any]]) -> str:
+    """The finding in words, e.g. 'rank 2 is at step 118 (in f); ranks 0,1,3 wait in all_reduce at step 119'."""
     parts = []
     by_step: dict[int, list[int]] = {}
     for w in culprits:
@@ -77,6 +86,5 @@ def analyze(workers: Sequence[Mapping[str, Any]]) -> Straggler | None:
     colls = sorted({str(c) for w in waiting if (c := stall[w["rank"]].get("collective"))})
     wsteps = sorted({w["step"] for w in waiting})
     wat = f"step {wsteps[0]}" if len(wsteps) == 1 else f"steps {wsteps[0]}..{wsteps[-1]}"
-    wait_txt = f"{_ranks(out['waiting'])} wait" + (f" in {colls[0]}" if len(colls) == 1 else "") + f" at {wat}"
-    out["text"] = "; ".join(parts) + "; " + wait_txt
-    return out
+    wait_txt = f"{_ranks(w['rank'] for w in waiting)} wait" + (f" in {colls[0]}" if len(colls) == 1 else "")
+    return "; ".join(parts) + "; " + wait_txt + f" at {wat}"
