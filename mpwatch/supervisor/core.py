@@ -179,7 +179,7 @@ class Run:
             if a.proc.returncode is None:
                 if a.proc.poll() is not None:
                     a.exit_seen = now
-                else:
+                elif a.kill_deadline is not None or a.hard_killed is not None:  # being killed
                     self.groups.enforce(w, now)
             if a.exit_seen is not None and (not a.chan_open or now - a.exit_seen >= DRAIN_S):
                 # (a child that inherited the channel's socket keeps it open: hence the deadline)

@@ -134,6 +134,8 @@ class ProcessGroups:
     def adopt_foreign(self) -> None:
         """Track the groups the sampler found under a worker; end them if it is going."""
         for w in list(self.workers.values()):
+            if not w.foreign_groups:  # the common case, read without the lock (the sampler only adds)
+                continue
             with self.lock:
                 new = [g for g in w.foreign_groups if g not in self._groups]
             for pgid in new:

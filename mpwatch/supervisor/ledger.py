@@ -90,7 +90,9 @@ class ReportLedger:
             if peer.pid != child_of:
                 # A process the worker started: its own row, and never the worker's heartbeat,
                 # so a busy child cannot hide a stuck worker.
-                c = w.attempt.children.setdefault(peer.pid, ChildReport(peer.pid))
+                c = w.attempt.children.get(peer.pid)
+                if c is None:
+                    c = w.attempt.children[peer.pid] = ChildReport(peer.pid)
                 if reports:
                     c.step, c.loss, c.last_report = reports[-1][1], reports[-1][2], now
             else:

@@ -15,4 +15,9 @@ def is_stalled(now: float, *, timeout: float, started: float, connected: bool,
 
 def silent_since(started: float, last_report: float | None, resumed: float | None) -> float:
     """When the worker last showed progress: its start, its last report, or its resume."""
-    return max(t for t in (started, last_report, resumed) if t is not None)
+    since = started  # (no generator: this runs for every worker on every tick)
+    if last_report is not None and last_report > since:
+        since = last_report
+    if resumed is not None and resumed > since:
+        since = resumed
+    return since

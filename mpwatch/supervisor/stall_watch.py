@@ -37,15 +37,15 @@ class StallWatch:
         """Main loop, each tick: new stalls, fresh diagnoses, and the culprit while any."""
         any_stalled = False
         for w in list(self.workers.values()):
-            a = w.attempt
+            a, state = w.attempt, w.state
             if a.exit_seen is not None or not w.alive:  # ended: its exit is being recorded, not hung
                 continue
-            if w.state is State.STALLED:
+            if state is State.STALLED:
                 any_stalled = True
                 if now - a.stall_probed >= STALL_PROBE_S:
                     self._diagnose(w, now)  # busy can turn blocked and back: keep it current
                 continue
-            if w.state not in (State.RUNNING, State.STARTING):
+            if state is not State.RUNNING and state is not State.STARTING:
                 continue
             if a.stall is not None:  # resumed after a pause while stalled: that stall is over
                 with self.lock:

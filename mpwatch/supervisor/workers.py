@@ -61,6 +61,7 @@ class Attempt:
     signal: str | None = None
     cause: str | None = None
     exit_seen: float | None = None  # its process ended; its exit waits for the channel to drain
+    pid: int | None = field(init=False)  # proc's (read on every frame: a plain field)
     # its channel (the hub's threads)
     connected: bool = False  # it said hello or reported
     chan_open: bool = False  # its own connection is open
@@ -78,9 +79,8 @@ class Attempt:
     stall: StallInfo | None = None
     stall_probed: float = 0.0  # last hang probe while stalled
 
-    @property
-    def pid(self) -> int | None:
-        return None if self.proc is None else self.proc.pid
+    def __post_init__(self) -> None:
+        self.pid = None if self.proc is None else self.proc.pid
 
     def steps_per_second(self) -> float | None:
         """From the rate window, oldest to newest; None until two samples differ in time."""
