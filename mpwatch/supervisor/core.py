@@ -353,6 +353,10 @@ class Run:
         self.store.close()
 
     # ------------------------------------------------------------- readers ----
+    def event(self, name: Event | str, rank: int | None = None, **fields: Any) -> dict[str, Any]:
+        """Record an event (the GPU watcher's way in: gpu_watch.py's for_run)."""
+        return self.log.event(Event(name), rank, **fields)
+
     def snapshot(self, tail: int = TAIL) -> Status:
         return snapshot.build(self, tail)
 

@@ -21,7 +21,6 @@ from collections import deque
 import psutil
 
 from mpwatch.probes import gpu as gpu_probe
-from mpwatch.status import Event
 from mpwatch.supervisor import gpu_alerts
 
 PROCS_EVERY = 5  # the process list is refreshed every this many ticks
@@ -71,12 +70,12 @@ class GpuWatch:
                     by_pid[w.pid] = w.rank
                     if w.state == "running":
                         running.add(w.rank)
-                    for c in w.attempt.proc_info.get("children", ()):
+                    for c in (w.proc_info or {}).get("children", ()):
                         children[c["pid"]] = w.rank
             return by_pid, children, running
 
         def emit(rank, **fields):
-            run.log.event(Event.GPU_ALERT, rank, **fields)
+            run.event("gpu_alert", rank, **fields)
 
         return cls(run.opts.gpu_interval, workers, emit)
 

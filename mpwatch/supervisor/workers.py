@@ -172,6 +172,15 @@ class Worker:
     def pid(self) -> int | None:
         return self.attempt.pid
 
+    # What the GPU watcher reads of a worker (gpu_watch.py's for_run), besides rank, pid, state.
+    @property
+    def proc_info(self) -> dict[str, Any]:
+        return self.attempt.proc_info
+
+    @property
+    def cuda(self) -> CudaView | None:
+        return self.reports.cuda
+
     @property
     def alive(self) -> bool:
         """Its process runs, or has ended and its exit is not recorded yet."""
