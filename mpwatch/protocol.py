@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import math
+from typing import Any
 
 VERSION = 1
 
@@ -46,26 +47,31 @@ class BadFrame(ValueError):
     """A frame that is not a well-formed message of this protocol."""
 
 
-def _clean(value):
+# A checked report of a BATCH: (ts, step, loss, metrics, n), n being how many report()
+# calls the entry stands for.
+Report = tuple[float, int | None, float | None, dict[str, Any], int]
+
+
+def _clean(value: object) -> object:
     # JSON has no NaN/inf; keep them readable instead of failing the frame.
     if isinstance(value, float) and not math.isfinite(value):
         return "nan" if math.isnan(value) else ("inf" if value > 0 else "-inf")
     return value
 
 
-def encode(msg: dict) -> bytes:
+def encode(msg: dict[str, Any]) -> bytes:
     return json.dumps(msg, separators=(",", ":"), allow_nan=False, default=str).encode()
 
 
-def encode_lossy(msg: dict) -> bytes:
+def encode_lossy(msg: dict[str, Any]) -> bytes:
     """Encode, turning non-finite floats into strings rather than failing."""
     try:
         return encode(msg)
     except ValueError:
-        return encode(_deep_clean(msg))
+        return json.dumps(_deep_clean(msg), separators=(",", ":"), allow_nan=False, default=str).encode()
 
 
-def _deep_clean(value):
+def _deep_clean(value: object) -> object:
     if isinstance(value, dict):
         return {str(k): _deep_clean(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
@@ -73,7 +79,7 @@ def _deep_clean(value):
     return _clean(value)
 
 
-def decode(data: bytes) -> dict:
+def decode(data: bytes) -> dict[str, Any]:
     try:
         msg = json.loads(data)
     except (ValueError, UnicodeDecodeError, RecursionError) as exc:  # RecursionError: "[[[[..."
@@ -83,7 +89,7 @@ def decode(data: bytes) -> dict:
     return msg
 
 
-def as_float(value):
+def as_float(value: object) -> float | None:
     """A loss or metric as a float: numbers, their string forms for NaN/inf, else None."""
     if isinstance(value, bool):
         return None
@@ -97,7 +103,7 @@ def as_float(value):
     return None
 
 
-def validate_batch(msg: dict) -> list:
+def validate_batch(msg: dict[str, Any]) -> list[Report]:
     """Checked reports of a BATCH frame: a list of (ts, step, loss, metrics, n), n being how
     many report() calls the entry stands for. On the supervisor's hot path, so exact type
     checks (bool is not int here) and one pass; anything unexpected is a BadFrame."""
@@ -117,9 +123,8 @@ def validate_batch(msg: dict) -> list:
                 raise BadFrame("report count is not a positive integer")
         else:
             raise BadFrame("report is not [ts, step, loss, metrics]")
-        if type(ts) is not float:
-            if type(ts) is not int or (ts := as_float(ts)) is None:
-                raise BadFrame("report timestamp is not a number")
+        if type(ts) is not float and (type(ts) is not int or (ts := as_float(ts)) is None):
+            raise BadFrame("report timestamp is not a number")
         if step is not None and type(step) is not int:
             raise BadFrame("report step is not an integer")
         if loss is not None and type(loss) is not float and (loss := as_float(loss)) is None:
@@ -130,7 +135,7 @@ def validate_batch(msg: dict) -> list:
     return out
 
 
-def decode_request(data: bytes) -> dict:
+def decode_request(data: bytes) -> dict[str, Any]:
     """A control request: a JSON object with a string `cmd`."""
     try:
         req = json.loads(data)

@@ -10,10 +10,14 @@ Layout (a contract other tools read):
     rank-N/stacks/<time>.txt  stack dumps
 The directory is 0700: another user can neither list it nor read the logs.
 
-Report events are downsampled: a rank's latest report at most 5 times a second, with
-`n` (the reports it stands for) and `dropped`; a worker's last report is always written,
-so the curve keeps its shape and its end. Every other event is written as it happens. Disk errors never stop a run: the
-first one is remembered in `disk_error` for the supervisor to raise as an alert.
+Report events are downsampled (supervisor/ledger.py): a rank's latest report at most once
+a second, with `n` (the reports it stands for) and `dropped`; a worker's last report is
+always written, so the curve keeps its shape and its end. Every other event is written as
+it happens. Disk errors never stop a run: the first one is remembered in `disk_error` for
+the supervisor to raise as an alert.
+
+Any thread may write events (`_lock`); the supervisor's main thread flushes them.
+`read_json` and `read_events` are the readers of these files for every other module.
 """
 from __future__ import annotations
 
@@ -21,7 +25,10 @@ import json
 import os
 import threading
 import time
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
+from typing import IO, Any
 
 EVENTS = "events.jsonl"
 RUN_JSON = "run.json"
@@ -29,33 +36,52 @@ CONTROL_JSON = "control.json"
 FINAL_JSON = "final.json"
 
 
-def rank_dir(run_dir: Path, rank: int) -> Path:
+def rank_dir(run_dir: Path | str, rank: int) -> Path:
     return Path(run_dir) / f"rank-{rank}"
 
 
+@dataclass(frozen=True)
+class RankPaths:
+    dir: Path  # rank-N/
+    stdout: Path
+    stderr: Path
+    stack_file: Path  # where the worker's faulthandler writes
+    stacks: Path  # the dumps, one file each
+
+
 class RunStore:
-    def __init__(self, run_dir: Path):
+    def __init__(self, run_dir: Path | str):
         self.dir = Path(run_dir)
         self._lock = threading.Lock()
-        self._events = None
+        self._events: IO[str] | None = None
         self.disk_error: str | None = None
         self.events_written = 0
 
-    def create(self):
+    def create(self) -> None:
         self.dir.mkdir(parents=True, exist_ok=True)
         os.chmod(self.dir, 0o700)
-        self._events = open(self.dir / EVENTS, "a", buffering=1 << 16, encoding="utf-8")
+        # open for the run's whole life; close() closes it
+        self._events = open(self.dir / EVENTS, "a", buffering=1 << 16, encoding="utf-8")  # noqa: SIM115
 
-    def rank_paths(self, rank: int) -> dict:
+    def rank_paths(self, rank: int) -> RankPaths:
         d = rank_dir(self.dir, rank)
         try:
             (d / "stacks").mkdir(parents=True, exist_ok=True)
         except OSError as exc:  # a full disk: the caller's open() fails and says so
-            self._failed(exc)
-        return {"dir": d, "stdout": d / "stdout.log", "stderr": d / "stderr.log",
-                "stack_file": d / "faulthandler.out", "stacks": d / "stacks"}
+            self.failed(exc)
+        return RankPaths(d, d / "stdout.log", d / "stderr.log", d / "faulthandler.out", d / "stacks")
 
-    def write_json(self, name: str, data: dict, private: bool = False):
+    def mark_logs(self, rank: int, text: str) -> None:
+        """A line in both of a rank's logs (append-only), e.g. where a restart begins."""
+        paths = self.rank_paths(rank)
+        for path in (paths.stdout, paths.stderr):
+            try:
+                with open(path, "ab") as f:
+                    f.write(f"\n--- mpwatch: {text} ---\n".encode())
+            except OSError as exc:  # a full disk costs the marker, nothing else
+                self.failed(exc)
+
+    def write_json(self, name: str, data: Any, private: bool = False) -> None:
         path = self.dir / name
         tmp = path.with_suffix(".tmp")
         try:
@@ -64,10 +90,16 @@ class RunStore:
                 json.dump(data, f, indent=1, default=str)
             os.replace(tmp, path)
         except OSError as exc:
-            self._failed(exc)
+            self.failed(exc)
 
-    def event(self, event: str, rank=None, ts: float | None = None, **fields):
-        rec = {"ts": round(time.time() if ts is None else ts, 6), "event": event, "rank": rank}
+    def update_json(self, name: str, **fields: Any) -> None:
+        """Add fields to a JSON file of the run (run.json gets its end this way)."""
+        data = read_json(self.dir, name) or {}
+        data.update(fields)
+        self.write_json(name, data)
+
+    def event(self, event: str, rank: int | None = None, ts: float | None = None, **fields: Any) -> dict[str, Any]:
+        rec: dict[str, Any] = {"ts": round(time.time() if ts is None else ts, 6), "event": event, "rank": rank}
         rec.update(fields)
         try:
             line = json.dumps(rec, default=str, allow_nan=False) + "\n"
@@ -82,55 +114,57 @@ class RunStore:
                 self._events.write(line)
                 self.events_written += 1
             except OSError as exc:
-                self._failed(exc)
+                self.failed(exc)
         return rec
 
-    def flush(self):
+    def flush(self) -> None:
         with self._lock:
             if self._events is None:
                 return
             try:
                 self._events.flush()
             except OSError as exc:
-                self._failed(exc)
+                self.failed(exc)
 
-    def close(self):
+    def close(self) -> None:
         with self._lock:
             if self._events is not None:
                 try:
                     self._events.close()
                 except OSError as exc:
-                    self._failed(exc)
+                    self.failed(exc)
                 self._events = None
 
-    def _failed(self, exc: OSError):
+    def failed(self, exc: OSError) -> None:
+        """Remember the first disk error (the supervisor raises it as an alert)."""
         if self.disk_error is None:
             self.disk_error = f"cannot write the run directory {self.dir}: {exc.strerror or exc}"
 
 
-def read_events(run_dir: Path, kinds: set | None = None):
+def read_events(run_dir: Path | str, kinds: set[str] | None = None) -> Iterator[dict[str, Any]]:
     """Events of a run, oldest first; a torn last line (a run still writing) is skipped."""
-    path = Path(run_dir) / EVENTS
     try:
-        f = open(path, encoding="utf-8", errors="replace")
+        with open(Path(run_dir) / EVENTS, encoding="utf-8", errors="replace") as f:
+            for line in f:
+                try:
+                    rec = json.loads(line)
+                except ValueError:
+                    continue
+                if isinstance(rec, dict) and (kinds is None or rec.get("event") in kinds):
+                    yield rec
     except FileNotFoundError:
         return
-    with f:
-        for line in f:
-            try:
-                rec = json.loads(line)
-            except ValueError:
-                continue
-            if kinds is None or rec.get("event") in kinds:
-                yield rec
 
 
-def read_json(run_dir: Path, name: str) -> dict | None:
+def read_json(run_dir: Path | str, name: str) -> dict[str, Any] | None:
+    """A JSON file of the run directory (run.json, control.json, final.json); None when it
+    is missing, unreadable or not a JSON object (a run still writing it, or not a run)."""
     try:
         with open(Path(run_dir) / name, encoding="utf-8") as f:
-            return json.load(f)
+            data = json.load(f)
     except (OSError, ValueError):
         return None
+    return data if isinstance(data, dict) else None
 
 
 def tail_lines(path: Path, n: int = 20, max_bytes: int = 64 * 1024) -> list[str]:

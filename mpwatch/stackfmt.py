@@ -130,7 +130,16 @@ def collective_frame(frames: list[Frame]) -> Frame | None:
     return None
 
 
-def summarize(text: str, pid: int | None = None) -> dict[str, object]:
+class DumpSummary(TypedDict, total=False):
+    """Where a dumped process's main thread is (all keys missing when the dump lacks it)."""
+
+    where: str | None  # the innermost frame of the user's own code
+    innermost: str | None  # the innermost Python frame
+    collective: str | None  # the torch.distributed call it waits in
+    threads: int
+
+
+def summarize(text: str, pid: int | None = None) -> DumpSummary:
     """Where the main thread of `pid` (default: the first process) is stuck:
     {where: innermost user frame, innermost: innermost Python frame, collective: name or
     None, threads: n}; empty when the dump has no such process."""

@@ -3,8 +3,8 @@
 Each connection proves the run's authkey (multiprocessing's HMAC challenge, both ways)
 on a short-lived thread, so a silent or hostile peer cannot hold up the others. One
 reader thread then waits on every connection with one epoll set and hands decoded
-frames to the run. Reads are non-blocking into a per-peer buffer, so a peer that stops
-mid-frame holds up nobody. A frame that does not decode is counted and
+frames to the report ledger (supervisor/ledger.py). Reads are non-blocking into a per-peer buffer, so a peer that stops
+mid-frame holds up nobody. A frame that does not decode is counted (by the ledger) and
 dropped; an oversized frame desynchronises the stream, so that connection is closed
 (the worker reconnects on its next batch).
 """
@@ -16,6 +16,8 @@ import socket
 import struct
 import threading
 import time
+from multiprocessing.connection import Connection
+from typing import Any, Protocol
 
 from mpwatch import protocol
 from mpwatch.supervisor import sockets
@@ -25,76 +27,63 @@ COALESCE_MIN = 8  # fewer ready peers than this: wait COALESCE_S for more before
 
 
 class Peer:
-    __slots__ = ("bad_frames", "buf", "conn", "pid", "rank")
+    __slots__ = ("buf", "conn", "pid", "rank")
 
-    def __init__(self, conn, rank, pid):
+    def __init__(self, conn: Connection, rank: int, pid: int):
         self.conn = conn
         self.rank = rank
         self.pid = pid
-        self.bad_frames = 0
         self.buf = bytearray()
 
 
-class ChannelHub:
-    """Calls back into the run: on_hello(peer, msg), on_frame(peer, msg), on_bad(peer|None, why),
-    on_close(peer). Callbacks run on the hub's threads and must be quick."""
+class FrameHandler(Protocol):
+    """Where frames go (supervisor/ledger.py's ReportLedger). Called on the hub's threads;
+    each call must be quick."""
 
-    def __init__(self, address: str, authkey: bytes, handler):
-        self.address = address
-        self.authkey = authkey
+    def on_hello(self, peer: Peer, msg: dict[str, Any]) -> None: ...
+
+    def on_frame(self, peer: Peer, msg: dict[str, Any]) -> None: ...
+
+    def on_bad(self, peer: Peer, why: str) -> None: ...
+
+    def on_close(self, peer: Peer) -> None: ...
+
+
+class ChannelHub(sockets.Listener[dict[str, Any]]):
+    thread_name = "mpwatch-accept"
+
+    def __init__(self, address: str, authkey: bytes, handler: FrameHandler):
+        super().__init__(address, authkey, 512)
         self.handler = handler
-        self.sock = sockets.listen_private(address, 512)
-        self._peers: list[Peer] = []
         self._new: list[Peer] = []
         self._lock = threading.Lock()
         self._wake_r, self._wake_w = socket.socketpair()
-        self._closed = False
-        self.refused = 0
 
-    def start(self):
-        threading.Thread(target=self._accept_loop, name="mpwatch-accept", daemon=True).start()
+    def start(self) -> None:
+        super().start()
         threading.Thread(target=self._read_loop, name="mpwatch-reader", daemon=True).start()
 
-    def close(self):
-        self._closed = True
-        try:
-            self.sock.close()
-        except OSError:
-            pass
-        try:
-            os.unlink(self.address)
-        except OSError:
-            pass
+    def close(self) -> None:
+        super().close()
         self._wake_w.send(b"x")
 
     # -- accepting -----------------------------------------------------------------
-    def _accept_loop(self):
-        while not self._closed:
-            try:
-                s, _ = self.sock.accept()
-            except OSError:
-                return
-            threading.Thread(target=self._handshake, args=(s,), daemon=True).start()
+    def _first(self, conn: Connection) -> dict[str, Any]:
+        return _read_hello(conn)
 
-    def _handshake(self, s: socket.socket):
-        try:
-            conn, hello = sockets.authenticate(s, self.authkey, first=_read_hello)
-        except sockets.Refused as exc:
-            self.refused += 1
-            self.handler.on_refused(str(exc))
-            return
-        rank, pid = hello["rank"], hello["pid"]
+    def _serve(self, conn: Connection, hello: dict[str, Any] | None) -> None:
+        assert hello is not None  # _first returns a hello or raises
         # From here on the reader never blocks on this peer: a half-sent frame waits in
         # the peer's buffer instead of holding up every other worker.
         os.set_blocking(conn.fileno(), False)
-        peer = Peer(conn, rank, pid)
+        peer = Peer(conn, hello["rank"], hello["pid"])
         self.handler.on_hello(peer, hello)
         with self._lock:
             self._new.append(peer)
         self._wake_w.send(b"x")
 
     # -- reading -------------------------------------------------------------------
-    def _read_loop(self):
+    def _read_loop(self) -> None:
         # One persistent epoll set: multiprocessing.connection.wait() would rebuild a
         # selector over every connection on each wakeup, O(workers) per frame.
         sel = selectors.DefaultSelector()
@@ -151,7 +140,6 @@ class ChannelHub:
             return False
         if not data:
             if peer.buf:  # the peer went away mid-frame: that frame is lost, say so
-                peer.bad_frames += 1
                 self.handler.on_bad(peer, f"truncated frame ({len(peer.buf)} bytes, then end of stream)")
             return False
         buf = peer.buf
@@ -161,7 +149,6 @@ class ChannelHub:
             if size is None:
                 return True
             if size < 0 or size > protocol.MAX_FRAME:
-                peer.bad_frames += 1
                 self.handler.on_bad(peer, f"frame of {size} bytes is over the {protocol.MAX_FRAME} limit")
                 return False
             if len(buf) < head + size:
@@ -171,14 +158,12 @@ class ChannelHub:
             try:
                 self.handler.on_frame(peer, protocol.decode(frame))
             except protocol.BadFrame as exc:
-                peer.bad_frames += 1
                 self.handler.on_bad(peer, str(exc))
             except Exception as exc:  # noqa: BLE001 - a frame that trips a bug must not end this thread
-                peer.bad_frames += 1
                 self.handler.on_bad(peer, f"frame could not be applied: {type(exc).__name__}: {exc}")
 
 
-def _read_hello(conn) -> dict:
+def _read_hello(conn: Connection) -> dict[str, Any]:
     hello = protocol.decode(conn.recv_bytes(protocol.MAX_FRAME))
     if hello.get("t") != protocol.HELLO:
         raise protocol.BadFrame("first frame is not hello")
@@ -187,15 +172,15 @@ def _read_hello(conn) -> dict:
     return hello
 
 
-def _frame_size(buf: bytearray):
+def _frame_size(buf: bytearray) -> tuple[int | None, int]:
     """(payload size, header length) of multiprocessing.connection's framing, or (None, 0)
     while the header is incomplete: a 4-byte big-endian length, or -1 and an 8-byte one."""
     if len(buf) < 4:
         return None, 0
-    (n,) = struct.unpack("!i", buf[:4])
+    n: int = struct.unpack("!i", buf[:4])[0]
     if n != -1:
         return n, 4
     if len(buf) < 12:
         return None, 0
-    (n,) = struct.unpack("!Q", buf[4:12])
+    n = struct.unpack("!Q", buf[4:12])[0]
     return n, 12

@@ -3,60 +3,29 @@
 Requests and replies are protocol frames: {"cmd": NAME, ...} -> {"ok": true, ...} or
 {"ok": false, "error": reason}. A peer without the run's authkey is refused by the
 handshake; garbage after it gets an error reply and the connection stays usable.
+Each client is served on its own thread; `dispatch` is supervisor/commands.py's.
 """
 from __future__ import annotations
 
-import os
-import socket
-import threading
+from collections.abc import Callable
+from multiprocessing.connection import Connection
+from typing import Any
 
 from mpwatch import protocol
 from mpwatch.supervisor import sockets
 
+Reply = dict[str, Any]
 
-class ControlServer:
-    def __init__(self, address: str, authkey: bytes, dispatch):
-        """dispatch(request: dict) -> reply dict; raising ValueError means a bad request."""
-        self.address = address
-        self.authkey = authkey
+
+class ControlServer(sockets.Listener[None]):
+    thread_name = "mpwatch-control"
+
+    def __init__(self, address: str, authkey: bytes, dispatch: Callable[[dict[str, Any]], Reply]):
+        """dispatch(request) -> reply; raising ValueError means a bad request."""
+        super().__init__(address, authkey, 64)
         self.dispatch = dispatch
-        self.sock = sockets.listen_private(address, 64)
-        self._closed = False
-        self.clients = 0
-        self.refused = 0
-        self._lock = threading.Lock()
 
-    def start(self):
-        threading.Thread(target=self._accept_loop, name="mpwatch-control", daemon=True).start()
-
-    def close(self):
-        self._closed = True
-        try:
-            self.sock.close()
-        except OSError:
-            pass
-        try:
-            os.unlink(self.address)
-        except OSError:
-            pass
-
-    def _accept_loop(self):
-        while not self._closed:
-            try:
-                s, _ = self.sock.accept()
-            except OSError:
-                return
-            threading.Thread(target=self._serve, args=(s,), name="mpwatch-client", daemon=True).start()
-
-    def _serve(self, s: socket.socket):
-        try:
-            conn, _ = sockets.authenticate(s, self.authkey)
-        except sockets.Refused:
-            with self._lock:
-                self.refused += 1
-            return
-        with self._lock:
-            self.clients += 1
+    def _serve(self, conn: Connection, first: None) -> None:
         try:
             while not self._closed:
                 try:
@@ -69,14 +38,12 @@ class ControlServer:
                 except (OSError, ValueError):
                     return
         finally:
-            with self._lock:
-                self.clients -= 1
             try:
                 conn.close()
             except OSError:
                 pass
 
-    def _handle(self, data: bytes) -> dict:
+    def _handle(self, data: bytes) -> Reply:
         try:
             req = protocol.decode_request(data)
             return self.dispatch(req)
@@ -84,5 +51,5 @@ class ControlServer:
             return {"ok": False, "error": f"bad request: {exc}"}
         except ValueError as exc:
             return {"ok": False, "error": str(exc)}
-        except Exception as exc:  # a bug must not take the supervisor down
+        except Exception as exc:  # noqa: BLE001 - a bug must not take the supervisor down
             return {"ok": False, "error": f"internal error: {type(exc).__name__}: {exc}"}

@@ -20,7 +20,9 @@ from __future__ import annotations
 import io
 import os
 import pickle
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 SWITCH = "MPWATCH_NCCL_FLIGHT"
 BUFFER = "2000"
@@ -28,11 +30,11 @@ TRACE_PREFIX = "nccl_trace_rank_"
 PIPE_PREFIX = "nccl_pipe_"
 
 
-def enabled(environ=os.environ) -> bool:
+def enabled(environ: Mapping[str, str] = os.environ) -> bool:
     return environ.get(SWITCH, "").strip().lower() in ("1", "yes", "on", "true")
 
 
-def worker_vars(rank_dir: Path) -> dict:
+def worker_vars(rank_dir: Path) -> dict[str, str]:
     trace = str(Path(rank_dir) / TRACE_PREFIX)
     return {
         "TORCH_FR_BUFFER_SIZE": BUFFER,
@@ -44,7 +46,7 @@ def worker_vars(rank_dir: Path) -> dict:
     }
 
 
-def apply(env: dict, rank_dir: Path) -> dict:
+def apply(env: dict[str, str], rank_dir: Path) -> dict[str, str]:
     """The worker's env with the recorder's variables added (the user's own values win)."""
     for k, v in worker_vars(rank_dir).items():
         env.setdefault(k, v)
@@ -71,11 +73,11 @@ def trigger(rank_dir: Path, rank: int) -> str | None:
 
 class _PlainUnpickler(pickle.Unpickler):
     # The dump is plain containers, numbers and strings: refuse anything that names a class.
-    def find_class(self, module, name):
+    def find_class(self, module: str, name: str) -> Any:
         raise pickle.UnpicklingError(f"refusing {module}.{name} in a flight-recorder dump")
 
 
-def read_trace(path: Path) -> dict | None:
+def read_trace(path: Path) -> dict[str, Any] | None:
     try:
         data = Path(path).read_bytes()
         obj = _PlainUnpickler(io.BytesIO(data)).load()
@@ -84,11 +86,11 @@ def read_trace(path: Path) -> dict | None:
     return obj if isinstance(obj, dict) else None
 
 
-def not_joined(traces: dict) -> dict | None:
+def not_joined(traces: Mapping[int, Any]) -> dict[str, dict[str, Any]] | None:
     """traces: {rank: dump dict with "entries": [{collective_seq_id, profiling_name, pg_id}]}.
     Per process group, the last collective any rank entered, and the ranks that never
     entered it. Pure. None when no rank recorded a collective."""
-    last: dict = {}  # pg -> {rank: (seq, name)}
+    last: dict[str, dict[int, tuple[int, Any]]] = {}  # pg -> {rank: (seq, name)}
     for rank, dump in traces.items():
         for e in (dump or {}).get("entries") or []:
             seq = e.get("collective_seq_id")

@@ -1,20 +1,26 @@
 """Status lines on stderr for --headless runs (batch jobs, CI): one line per notable
-event as it happens, and a summary line every SUMMARY_S seconds."""
+event as it happens, and a summary line every SUMMARY_S seconds. The Reporter runs on
+the supervisor's main thread (ticks) and on any thread that records an event."""
 from __future__ import annotations
 
 import sys
 import time
 from collections.abc import Mapping
-from typing import cast
+from typing import Any, Protocol, TextIO, cast
 
-from mpwatch import eventtext
-from mpwatch.status import EventFields
+from mpwatch import eventtext, fmt
+from mpwatch.status import EventFields, RunState, Status
 
 SUMMARY_S = 10.0
 
 
-def _fmt_loss(x):
-    return "-" if x is None else f"{x:.4g}"
+class Summarised(Protocol):
+    """What a summary line reads of the run (supervisor/core.py's Run)."""
+
+    @property
+    def state(self) -> RunState: ...
+
+    def snapshot(self) -> Status: ...
 
 
 def describe(rec: Mapping[str, object]) -> str | None:
@@ -24,25 +30,26 @@ def describe(rec: Mapping[str, object]) -> str | None:
 
 
 class Reporter:
-    def __init__(self, stream=None):
+    def __init__(self, stream: TextIO | None = None):
         self.stream = stream or sys.stderr
         self.next_summary = time.monotonic() + SUMMARY_S
 
-    def _print(self, text: str):
+    def _print(self, text: str) -> None:
         try:
             self.stream.write(f"[mpwatch {time.strftime('%H:%M:%S')}] {text}\n")
             self.stream.flush()
         except (OSError, ValueError):
             pass  # a closed terminal must not stop the run
 
-    def event(self, rec: dict):
+    def event(self, rec: dict[str, Any]) -> None:
         line = describe(rec)
         if line:
             self._print(line)
 
-    def tick(self, run):
+    def tick(self, run: Summarised) -> None:
+        """A summary line once every SUMMARY_S: workers by state, the step range, the mean loss."""
         now = time.monotonic()
-        if now < self.next_summary or run.state == "finished":
+        if now < self.next_summary or run.state is RunState.FINISHED:
             return
         self.next_summary = now + SUMMARY_S
         snap = run.snapshot()
@@ -53,5 +60,5 @@ class Reporter:
         if steps:
             parts.append(f"step {min(steps)}" + (f"..{max(steps)}" if max(steps) != min(steps) else ""))
         if losses:
-            parts.append(f"loss {_fmt_loss(sum(losses) / len(losses))} (mean)")
+            parts.append(f"loss {fmt.num(sum(losses) / len(losses), na='-')} (mean)")
         self._print(" · ".join(parts))

@@ -1,14 +1,23 @@
-"""Private AF_UNIX listeners and the authkey handshake, shared by the channel hub and the
-control server: both must refuse anyone without the run's key, and neither may let a
-silent peer hold a thread forever."""
+"""Private AF_UNIX listeners and the authkey handshake: the base of the channel hub and of
+the control server. Both must refuse anyone without the run's key, and neither may let a
+silent peer hold a thread forever.
+
+Threads: one accept thread per listener; each connection proves the key on a short-lived
+thread of its own, then `_serve()` runs there (the hub hands it to its reader instead).
+"""
 from __future__ import annotations
 
 import os
 import socket
 import threading
-from multiprocessing.connection import AuthenticationError, Connection, answer_challenge, deliver_challenge
+from collections.abc import Callable
+from multiprocessing import AuthenticationError
+from multiprocessing.connection import Connection, answer_challenge, deliver_challenge
+from typing import Generic, TypeVar
 
 HANDSHAKE_S = 5.0
+
+T = TypeVar("T")
 
 
 class Refused(Exception):
@@ -31,7 +40,8 @@ def listen_private(address: str, backlog: int) -> socket.socket:
     return sock
 
 
-def authenticate(s: socket.socket, authkey: bytes, first=None):
+def authenticate(s: socket.socket, authkey: bytes,
+                 first: Callable[[Connection], T] | None = None) -> tuple[Connection, T | None]:
     """Prove the key both ways (multiprocessing's HMAC challenge) within HANDSHAKE_S.
     `first(conn)`, if given, runs inside the same deadline (the hub reads the hello there).
     Returns (conn, first's result); raises Refused after closing the connection."""
@@ -51,3 +61,62 @@ def authenticate(s: socket.socket, authkey: bytes, first=None):
     finally:
         timer.cancel()
     return conn, result
+
+
+class Listener(Generic[T]):
+    """Listens at `address` from `start()` on; each connection that proves the key (and,
+    for the hub, sends a hello that `_first` reads) goes to `_serve`; the others are
+    counted in `refused`."""
+
+    thread_name = "mpwatch-listener"
+
+    def __init__(self, address: str, authkey: bytes, backlog: int):
+        self.address = address
+        self.authkey = authkey
+        self.backlog = backlog
+        self.sock: socket.socket | None = None  # bound by start()
+        self.refused = 0
+        self._refused_lock = threading.Lock()
+        self._closed = False
+
+    def start(self) -> None:
+        """Bind (a client may connect as soon as this returns) and start accepting."""
+        sock = self.sock = listen_private(self.address, self.backlog)
+        threading.Thread(target=self._accept_loop, args=(sock,), name=self.thread_name, daemon=True).start()
+
+    def close(self) -> None:
+        self._closed = True
+        if self.sock is None:  # never bound: the address is not ours to remove
+            return
+        try:
+            self.sock.close()
+        except OSError:
+            pass
+        try:
+            os.unlink(self.address)
+        except OSError:
+            pass
+
+    def _accept_loop(self, sock: socket.socket) -> None:
+        while not self._closed:
+            try:
+                s, _ = sock.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._accepted, args=(s,), name=f"{self.thread_name}-peer", daemon=True).start()
+
+    def _accepted(self, s: socket.socket) -> None:
+        try:
+            conn, first = authenticate(s, self.authkey, self._first)
+        except Refused:
+            with self._refused_lock:
+                self.refused += 1
+            return
+        self._serve(conn, first)
+
+    def _first(self, conn: Connection) -> T | None:
+        """Read inside the handshake's deadline (nothing by default)."""
+        return None
+
+    def _serve(self, conn: Connection, first: T | None) -> None:
+        raise NotImplementedError

@@ -7,9 +7,11 @@ import os
 import socket
 import subprocess
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 
 from mpwatch import protocol
+from mpwatch.supervisor import flight
 
 INJECT_DIR = str(Path(__file__).resolve().parent.parent / "_inject")
 
@@ -17,11 +19,13 @@ INJECT_DIR = str(Path(__file__).resolve().parent.parent / "_inject")
 def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+        port: int = s.getsockname()[1]
+        return port
 
 
-def worker_env(base: dict, *, rank: int, world: int, master_port: int, channel: str,
-               authkey: bytes, run_id: str, stack_file: Path, flush_s: float) -> dict:
+def worker_env(base: Mapping[str, str], *, rank: int, world: int, master_port: int, channel: str,
+               authkey: bytes, run_id: str, rank_dir: Path, stack_file: Path, flush_s: float) -> dict[str, str]:
+    """torchrun's variables, ours, and the NCCL flight recorder's when it is switched on."""
     env = dict(base)
     env.update({
         "RANK": str(rank),
@@ -48,10 +52,11 @@ def worker_env(base: dict, *, rank: int, world: int, master_port: int, channel: 
     # is installed, and a repository root here could shadow the user's packages.
     paths = [INJECT_DIR] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
     env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(paths))
-    return env
+    return flight.apply(env, rank_dir) if flight.enabled(base) else env
 
 
-def start_worker(argv: list[str], env: dict, stdout: Path, stderr: Path, cwd: str | None = None):
+def start_worker(argv: list[str], env: Mapping[str, str], stdout: Path, stderr: Path,
+                 cwd: str | None = None) -> subprocess.Popen[bytes]:
     """Popen the worker in a new session; every byte of its output goes to the log files."""
     with open(stdout, "ab") as out, open(stderr, "ab") as err:
         return subprocess.Popen(

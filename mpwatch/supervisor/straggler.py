@@ -9,18 +9,23 @@ a collective while its peers are, is the one the others wait for:
 """
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
 
-def _ranks(rs) -> str:
+from mpwatch.status import Lag, State, Straggler
+
+
+def _ranks(rs: Iterable[int]) -> str:
     rs = sorted(rs)
     return f"rank {rs[0]}" if len(rs) == 1 else "ranks " + ",".join(map(str, rs))
 
 
-def _is(rs) -> str:
+def _is(rs: Sequence[int]) -> str:
     return "is" if len(rs) == 1 else "are"
 
 
-def analyze(workers: list[dict]) -> dict | None:
-    """workers: [{rank, step, state, stall: {collective, where} | None}].
+def analyze(workers: Sequence[Mapping[str, Any]]) -> Straggler | None:
+    """workers: [{rank, step, state, stall: {collective, where} | None}] (WorkerStatus rows).
     Returns None with fewer than two ranks that reported a step, else
     {leader_step, lags: [{rank, step, lag}], culprits: [...], waiting: [...], text}
     (a list, not a dict keyed by rank: it crosses JSON). text is None while nothing is
@@ -30,16 +35,15 @@ def analyze(workers: list[dict]) -> dict | None:
         return None
     lead = max(w["step"] for w in ws)
     lag = {w["rank"]: lead - w["step"] for w in ws}
-    out = {"leader_step": lead,
-           "lags": [{"rank": w["rank"], "step": w["step"], "lag": lag[w["rank"]]} for w in ws],
-           "culprits": [], "waiting": [], "text": None}
-    stalled = [w for w in ws if w.get("state") == "stalled"]
+    out = Straggler(leader_step=lead, lags=[Lag(rank=w["rank"], step=w["step"], lag=lag[w["rank"]]) for w in ws],
+                    culprits=[], waiting=[], text=None)
+    stalled = [w for w in ws if w.get("state") == State.STALLED]
     if not stalled:
         return out
     stall = {w["rank"]: (w.get("stall") or {}) for w in ws}
     at_lead = [w for w in ws if lag[w["rank"]] == 0]
     behind = [w for w in ws if lag[w["rank"]] > 0]
-    if behind and all(w.get("state") == "stalled" for w in at_lead):
+    if behind and all(w.get("state") == State.STALLED for w in at_lead):
         # Those at the front cannot go on: they wait for the ones behind.
         culprits = behind
         waiting = at_lead
@@ -52,7 +56,7 @@ def analyze(workers: list[dict]) -> dict | None:
         else:
             steps = sorted({w["step"] for w in stalled})
             at = f"step {steps[0]}" if len(steps) == 1 else f"steps {steps[0]}..{steps[-1]}"
-            moving = [w["rank"] for w in ws if w.get("state") != "stalled"]
+            moving = [w["rank"] for w in ws if w.get("state") != State.STALLED]
             text = f"{_ranks(w['rank'] for w in stalled)} stalled at {at}"
             if moving:
                 text += f"; {_ranks(moving)} {_is(moving)} not stalled (leading step {lead})"
@@ -62,17 +66,25 @@ def analyze(workers: list[dict]) -> dict | None:
             return out
     out["culprits"] = sorted(w["rank"] for w in culprits)
     out["waiting"] = sorted(w["rank"] for w in waiting)
+    out["text"] = _culprit_text(culprits, waiting, stall)
+    return out
+
+
+Row = Mapping[str, Any]
+
+
+def _culprit_text(culprits: list[Row], waiting: list[Row], stall: Mapping[int, Mapping[str, Any]]) -> str:
+    """The finding in words, e.g. 'rank 2 is at step 118 (in f); ranks 0,1,3 wait in all_reduce at step 119'."""
     parts = []
-    by_step: dict = {}
+    by_step: dict[int, list[int]] = {}
     for w in culprits:
         by_step.setdefault(w["step"], []).append(w["rank"])
     for step in sorted(by_step):
         rs = by_step[step]
         where = [stall[r].get("where") for r in rs if stall[r].get("where")]
         parts.append(f"{_ranks(rs)} {_is(rs)} at step {step}" + (f" (in {where[0]})" if len(rs) == 1 and where else ""))
-    colls = sorted({stall[w["rank"]].get("collective") for w in waiting if stall[w["rank"]].get("collective")})
+    colls = sorted({str(c) for w in waiting if (c := stall[w["rank"]].get("collective"))})
     wsteps = sorted({w["step"] for w in waiting})
     wat = f"step {wsteps[0]}" if len(wsteps) == 1 else f"steps {wsteps[0]}..{wsteps[-1]}"
-    wait_txt = f"{_ranks(out['waiting'])} wait" + (f" in {colls[0]}" if len(colls) == 1 else "") + f" at {wat}"
-    out["text"] = "; ".join(parts) + "; " + wait_txt
-    return out
+    wait_txt = f"{_ranks(w['rank'] for w in waiting)} wait" + (f" in {colls[0]}" if len(colls) == 1 else "")
+    return "; ".join(parts) + "; " + wait_txt + f" at {wat}"

@@ -10,10 +10,10 @@ import os
 import signal
 
 
-def main():
+def main() -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGHUP, signal.SIG_IGN)
-    groups = set()
+    groups: set[int] = set()
     pending = b""
     while True:
         try:

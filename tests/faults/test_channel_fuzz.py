@@ -1,13 +1,17 @@
 """Bad frames on a worker channel: dropped and counted, never a crash (issue 8).
 
-A hypothesis fuzz of the decoder and of the run's frame handler, then a live one: a client
-that proves the run's authkey and sends truncated, oversized, wrong-typed and random frames.
+A hypothesis fuzz of the decoder and of the report ledger's frame handler (the ledger
+alone, with one real process as its worker), then a live one: a client that proves the
+run's authkey and sends truncated, oversized, wrong-typed and random frames.
 """
 import json
 import math
 import os
 import socket
 import struct
+import subprocess
+import sys
+import threading
 import time
 import types
 from multiprocessing.connection import Client as Connect
@@ -18,7 +22,11 @@ from hypothesis import strategies as st
 
 from mpwatch import protocol
 from mpwatch.runstore import RunStore
-from mpwatch.supervisor.core import Options, Run, Worker
+from mpwatch.status import State
+from mpwatch.supervisor.eventlog import EventLog
+from mpwatch.supervisor.ledger import ReportLedger
+from mpwatch.supervisor.snapshot import worker_status
+from mpwatch.supervisor.workers import TAIL, Attempt, Worker
 from tests.faults.conftest import FAULTS, control, reporting
 from tests.helpers import assert_gone, wait_for
 
@@ -84,52 +92,64 @@ def test_batch_validation_accepts_only_well_typed_reports(value):
     b'{"t":"batch","reports":[[1,1,' + b"1" + b"0" * 400 + b',{}]]}',  # a loss too big for a float
     b"\xff\xfe\x00garbage",
 ])
-def test_nasty_frames_are_bad_frames(tmp_path, data):
-    run = bare_run(tmp_path)
-    peer = types.SimpleNamespace(rank=0, pid=run.workers[0].pid)
+def test_nasty_frames_are_bad_frames(tmp_path, data, sleeper):
+    ledger = bare_ledger(tmp_path, sleeper)
+    peer = types.SimpleNamespace(rank=0, pid=sleeper.pid)
     with pytest.raises(protocol.BadFrame):
-        run.on_frame(peer, protocol.decode(data))
-    protocol.encode_lossy(run.snapshot())
+        ledger.on_frame(peer, protocol.decode(data))
+    protocol.encode_lossy(status_of(ledger))
 
 
-def test_phase_times_that_are_not_numbers_are_ignored(tmp_path):
-    run = bare_run(tmp_path)
-    peer = types.SimpleNamespace(rank=0, pid=run.workers[0].pid)
+def test_phase_times_that_are_not_numbers_are_ignored(tmp_path, sleeper):
+    ledger = bare_ledger(tmp_path, sleeper)
+    peer = types.SimpleNamespace(rank=0, pid=sleeper.pid)
     huge = "1" + "0" * 400
-    run.on_frame(peer, protocol.decode(b'{"t":"batch","reports":[[1,1,1.0,{}]],"phases":{"data":%s,'
-                                       b'"compute":0.5,"x":"y"}}' % huge.encode()))
-    assert run.workers[0].phases == {"compute": 0.5}
-    protocol.encode_lossy(run.snapshot())
+    ledger.on_frame(peer, protocol.decode(b'{"t":"batch","reports":[[1,1,1.0,{}]],"phases":{"data":%s,'
+                                          b'"compute":0.5,"x":"y"}}' % huge.encode()))
+    assert ledger.workers[0].reports.phases == {"compute": 0.5}
+    protocol.encode_lossy(status_of(ledger))
 
 
-def bare_run(tmp_path) -> Run:
-    """A Run with its store and one worker, but no processes: for driving its frame handler."""
-    run = Run(Options(script="x.py", args=[], nprocs=1, run_dir=tmp_path))
-    run.run_id, run.run_dir = "fuzz", tmp_path
-    run.store = RunStore(tmp_path)
-    run.store.create()
-    run.control = types.SimpleNamespace(refused=0)
-    w = run.workers[0] = Worker(0)
-    w.pid, w.state = os.getpid(), "running"
-    return run
+@pytest.fixture(scope="module")
+def sleeper():
+    """A real process to be the ledger's worker (its pid is the worker's own)."""
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+    yield proc
+    proc.kill()
+    proc.wait()
+
+
+def bare_ledger(tmp_path, proc) -> ReportLedger:
+    """The report ledger alone, with one worker that said hello: for driving its frame handler."""
+    store = RunStore(tmp_path)
+    store.create()
+    log = EventLog(store)
+    workers = {0: Worker(0, Attempt(proc, 1), State.STARTING, "fuzz", log, strict=True)}
+    ledger = ReportLedger(workers, threading.RLock(), log)
+    ledger.on_hello(types.SimpleNamespace(rank=0, pid=proc.pid), {"t": "hello", "rank": 0, "pid": proc.pid})
+    assert workers[0].state is State.RUNNING
+    return ledger
+
+
+def status_of(ledger: ReportLedger) -> dict:
+    return worker_status(ledger.workers[0], time.monotonic(), TAIL, None)
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(st.lists(frames, min_size=1, max_size=5))
-def test_frame_handler_only_ever_raises_bad_frame_and_status_still_encodes(tmp_path, batch):
-    run = bare_run(tmp_path)
-    worker = types.SimpleNamespace(rank=0, pid=os.getpid())
-    child = types.SimpleNamespace(rank=0, pid=os.getpid() + 1)
+def test_frame_handler_only_ever_raises_bad_frame_and_status_still_encodes(tmp_path, sleeper, batch):
+    ledger = bare_ledger(tmp_path, sleeper)
+    worker = types.SimpleNamespace(rank=0, pid=sleeper.pid)
+    child = types.SimpleNamespace(rank=0, pid=sleeper.pid + 1)
     for value in batch:
         for peer in (worker, child):
             try:
-                run.on_frame(peer, protocol.decode(as_bytes(value)))
+                ledger.on_frame(peer, protocol.decode(as_bytes(value)))
             except protocol.BadFrame:
                 pass
-    snap = json.loads(protocol.encode_lossy(run.snapshot()))
-    w = snap["workers"][0]
+    w = json.loads(protocol.encode_lossy(status_of(ledger)))
     assert w["loss"] is None or isinstance(w["loss"], float) or w["loss"] in ("nan", "inf", "-inf")
-    run.store.close()
+    ledger.log.store.close()
 
 
 # ------------------------------------------------------------------ live ----

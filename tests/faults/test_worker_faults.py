@@ -2,7 +2,10 @@
 
 Every case ends by walking the process table: no worker, child or grandchild survives.
 """
+import json
 import os
+import signal
+import subprocess
 import time
 from pathlib import Path
 
@@ -10,7 +13,7 @@ import psutil
 import pytest
 
 from tests.faults.conftest import FAULTS, final, helpers_of, pid_lines, reporting
-from tests.helpers import alive, assert_gone, wait_for
+from tests.helpers import MPWATCH, alive, assert_gone, wait_for
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -47,6 +50,42 @@ def test_crash_is_shown_with_its_cause_and_restarts_are_capped(headless, mode):
     log = (run.run_dir / "rank-0" / "stderr.log").read_text()
     assert log.count(f"last words of {mode}") == 3 and log.count("rank 0 restarted") == 2
     assert_gone(run.all_pids())
+
+
+LEAVE_CWD = """import os, sys
+os.rmdir(os.getcwd())  # the directory the supervisor starts its workers in
+sys.exit(3)
+"""
+
+
+def test_a_worker_that_cannot_start_is_failed_and_said_so(tmp_path):
+    """Popen itself fails (here: the run's working directory was removed, by the first
+    attempt, before the restart): the worker is failed, its cause is why, and the
+    headless line says so."""
+    work, run_dir, script = tmp_path / "work", tmp_path / "run", tmp_path / "leave_cwd.py"
+    work.mkdir()
+    script.write_text(LEAVE_CWD)
+    sup = subprocess.Popen([*MPWATCH, "--headless", "-n", "1", "--max-restarts", "1", "--run-dir", str(run_dir),
+                            str(script)], cwd=work, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                           start_new_session=True)
+    try:
+        _, err = sup.communicate(timeout=120)
+    finally:
+        if sup.poll() is None:
+            os.killpg(sup.pid, signal.SIGKILL)
+            sup.wait()
+    assert sup.returncode == 1, err
+    events = [json.loads(line) for line in (run_dir / "events.jsonl").read_text().splitlines()]
+    exited = [e for e in events if e["event"] == "worker_exited"]
+    assert [(e["state"], e["exit_code"]) for e in exited] == [("failed", 3), ("failed", None)]
+    assert exited[1]["cause"] == "could not start: No such file or directory" and exited[1]["pid"] is None
+    assert [e["attempt"] for e in events if e["event"] == "restarted"] == [1]
+    lines = [line for line in err.splitlines() if "could not start" in line]
+    assert len(lines) == 1 and lines[0].endswith("rank 0 failed: could not start: No such file or directory")
+    w = json.loads((run_dir / "final.json").read_text())["workers"][0]
+    assert (w["state"], w["pid"], w["restarts"]) == ("failed", None, 1)
+    assert w["cause"].startswith("could not start")
+    assert_gone({e["pid"] for e in events if e["event"] == "worker_started"})
 
 
 def test_early_clean_exit_is_shown_and_not_restarted(headless):

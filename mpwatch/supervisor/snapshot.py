@@ -1,0 +1,105 @@
+"""The snapshot builder: fills mpwatch/status.py's `Status` from the run's rooms.
+
+What `ctl status --json` prints, the TUI draws, the headless lines summarise and
+final.json keeps. Called on control threads (and by the main thread at the end) under the
+run's lock, so it only copies: a worker row never shares a mutable dict with the run.
+"""
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Protocol, cast
+
+from mpwatch.probes.procs import ProcInfo
+from mpwatch.status import ChildStatus, GpuView, RunInfo, RunState, State, Status, WorkerStatus
+from mpwatch.supervisor import straggler
+from mpwatch.supervisor.eventlog import EventLog
+from mpwatch.supervisor.gpu_watch import GpuWatch
+from mpwatch.supervisor.options import Options
+from mpwatch.supervisor.workers import TAIL, ChildReport, Worker
+
+
+class RunView(Protocol):
+    """What the snapshot reads of the run (supervisor/core.py's Run)."""
+
+    lock: threading.RLock
+    workers: dict[int, Worker]
+    opts: Options
+    run_id: str
+    run_dir: Path
+    started: float  # monotonic
+    started_wall: float
+    state: RunState
+    world: int
+    restarts_total: int
+    exit_code: int | None
+    log: EventLog
+    gpu: GpuWatch
+
+    def refused_connections(self) -> int: ...
+
+
+def build(run: RunView, tail: int = TAIL) -> Status:
+    now = time.monotonic()
+    with run.lock:
+        counts: dict[str, int] = {}
+        workers = []
+        for rank in sorted(run.workers):
+            w = run.workers[rank]
+            counts[w.state.value] = counts.get(w.state.value, 0) + 1
+            workers.append(worker_status(w, now, tail, run.gpu))
+        panel: Mapping[str, Any] = run.gpu.snapshot()  # takes only the GPU watcher's own lock
+        o = run.opts
+        info = RunInfo(
+            id=run.run_id, dir=str(run.run_dir), script=o.script, args=list(o.args), state=run.state.value,
+            pid=os.getpid(), started=run.started_wall, uptime=round(now - run.started, 1),
+            world_size=run.world, nprocs=len(run.workers), counts=counts, restarts=run.restarts_total,
+            exit_code=run.exit_code,
+            options={"max_restarts": o.max_restarts, "stall_timeout": o.stall_timeout, "grace": o.grace,
+                     "resize_mode": o.resize_mode},
+            refused_connections=run.refused_connections())
+        return Status(
+            run=info, workers=workers,
+            gpus=cast(list[GpuView], panel.get("gpus", [])),  # GpuWatch builds them as status.py says
+            gpu_status=panel.get("gpu_status"),
+            alerts=run.log.alerts(), events_seq=run.log.seq,
+            straggler=straggler.analyze(workers))  # lags, and the likely culprit of a hang
+
+
+def worker_status(w: Worker, now: float, tail: int, gpu: GpuWatch | None) -> WorkerStatus:
+    a, r = w.attempt, w.reports
+    alive = w.alive
+    info = a.proc_info if alive else None
+    children = [child_status(c, a.children.get(c["pid"]), now) for c in (info.get("children", []) if info else [])]
+    return WorkerStatus(
+        rank=w.rank, pid=a.pid, state=w.state.value, step=r.step, loss=r.loss,
+        # A paused, stalled or ended worker makes no progress, whatever its last window says.
+        steps_per_s=a.steps_per_second() if w.state in (State.RUNNING, State.STARTING) else (0.0 if alive else None),
+        metrics=dict(r.metrics),
+        heartbeat_age=None if a.last_report is None else round(now - a.last_report, 2),
+        heartbeat="ok" if a.last_report is not None else ("waiting" if a.connected else "none"),
+        cpu_percent=None if info is None else info["cpu_percent"],
+        rss_bytes=None if info is None else info["rss_bytes"], proc_status=None if info is None else info["status"],
+        restarts=w.restarts, exit_code=a.exit_code, signal=a.signal, cause=a.cause,
+        reports=r.count, dropped=r.dropped, bad_frames=r.bad_frames,
+        phases=dict(r.phases), cuda=r.cuda, loss_tail=list(r.tail)[len(r.tail) - tail:] if tail else [],
+        world_size=a.world, uptime=round(now - a.started, 1) if a.proc is not None else None,
+        stall=None if a.stall is None else a.stall.copy(),  # a copy: dump threads update it
+        last_dump=w.last_dump, unkillable=a.unkillable,
+        foreign_groups=sorted(w.foreign_groups),
+        children=children,
+        gpu=gpu.worker_gpu(w.rank) if gpu is not None and alive else None)
+
+
+def child_status(c: ProcInfo, rep: ChildReport | None, now: float) -> ChildStatus:
+    """A descendant as the process probe saw it, with what it reported itself (if it did)."""
+    last = None if rep is None else rep.last_report
+    return ChildStatus(
+        pid=c["pid"], pgid=c["pgid"], cpu_percent=c["cpu_percent"], rss_bytes=c["rss_bytes"],
+        status=c["status"], name=c["name"], cmd=c.get("cmd", c["name"]), ppid=c.get("ppid"),
+        reporting=last is not None, step=None if rep is None else rep.step, loss=None if rep is None else rep.loss,
+        heartbeat_age=None if last is None else round(now - last, 2))
+
