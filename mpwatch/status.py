@@ -196,7 +196,8 @@ class WorkerGpu(TypedDict):
 
 
 class WorkerStatus(TypedDict):
-    rank: int
+    rank: int  # the supervisor's own key for the worker: its local rank on this node
+    global_rank: NotRequired[int]  # RANK in the worker's environment (multi-node: differs from rank)
     pid: int | None
     state: str  # a State value
     step: int | None
@@ -340,6 +341,31 @@ class RunInfo(TypedDict):
     exit_code: int | None
     options: RunOptions
     refused_connections: int
+    node: NotRequired[NodeInfo | None]  # a multi-node run: this node and its peers; None on one node
+
+
+class NodePeer(TypedDict):
+    """Where another node's supervisor of the same run lives (for `attach` to find it)."""
+
+    node_rank: int
+    host: str  # how ssh reaches that machine (its hostname, or --local-addr)
+    run_id: str  # its own run id on that machine
+    run_dir: str
+    pid: int  # its supervisor's pid
+
+
+class NodeInfo(TypedDict):
+    """This node's place in a multi-node run (one supervisor per node, torch's rendezvous)."""
+
+    node_rank: int  # torch's group rank
+    nnodes: int
+    host: str
+    job_id: str  # the rendezvous id (--rdzv-id, or Slurm's job id)
+    rdzv_backend: str  # static | c10d
+    round: int  # the rendezvous round: c10d restarts every node's workers in a new round
+    base_rank: int  # global rank of this node's local rank 0
+    world_size: int  # every node's workers together
+    peers: list[NodePeer]  # every node of the run, this one included
 
 
 class RunAlert(TypedDict):
