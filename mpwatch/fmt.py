@@ -12,13 +12,14 @@ NA = "N/A"
 
 
 def size(n: float | None, na: str = "") -> str:
-    """Bytes in at most 5 characters: 812M, 19.6G, 1.0T (binary units)."""
+    """Bytes in at most 5 characters: 812M, 19.6G, 1.0T (binary units; one decimal below 100,
+    so a GPU's 19.6G is not rounded to 20G)."""
     if not isinstance(n, (int, float)) or isinstance(n, bool) or not math.isfinite(n):
         return na
     v = float(n)
     for unit in ("B", "K", "M", "G", "T"):
         if abs(v) < 1000 or unit == "T":
-            return f"{v:.0f}{unit}" if unit == "B" or abs(v) >= 10 else f"{v:.1f}{unit}"
+            return f"{v:.0f}{unit}" if unit == "B" or abs(v) >= 99.95 else f"{v:.1f}{unit}"
         v /= 1024
     return na  # pragma: no cover - the loop always returns
 
