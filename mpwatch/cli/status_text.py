@@ -78,6 +78,8 @@ def status_lines(st: Status) -> list[str]:
             out.append(f"    pid {p['pid']:>7} {fmt.size(p['mem_bytes'], fmt.NA):>9}  {gpu_owner(p)}")
         for a in g["alerts"]:
             out.append(f"  ! {a['message']}")
+            if a.get("hint"):
+                out.append(f"    what to do: {a.get('hint')}")
     for ra in st["alerts"][-5:]:
         out.append(f"alert: {ra['message']}")
     return out
