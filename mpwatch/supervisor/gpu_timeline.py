@@ -125,12 +125,7 @@ class GpuTimeline:
     def _failed(self, exc: OSError, now: float) -> None:
         self.error = f"{self.path}: {exc.strerror or exc}"
         self._retry_at = now + RETRY_S
-        if self._file is not None:
-            try:
-                self._file.close()
-            except OSError:
-                pass
-        self._file = None
+        self._close_file()
 
     def close(self) -> None:
         with self._io:
