@@ -120,6 +120,7 @@ class EventFields(EventRecord, total=False):
     nprocs: int  # run_started
     run_dir: str  # run_started
     count: int  # bad_frame: bad frames of the worker so far
+    node: int  # a merged view of several nodes: the node the event comes from (rank is then global)
 
 
 # --------------------------------------------------------------------- workers ----
@@ -227,6 +228,10 @@ class WorkerStatus(TypedDict):
     foreign_groups: list[int]
     children: list[ChildStatus]
     gpu: WorkerGpu | None
+    # A merged view of several nodes (mpwatch/merged.py) sets these three; `rank` is then the global rank.
+    node: NotRequired[int]  # the node rank of the worker's node
+    local_rank: NotRequired[int]  # its rank on that node (that supervisor's `rank`)
+    node_error: NotRequired[str]  # its node cannot be reached now, and why: the row is its last known
 
 
 # ------------------------------------------------------------------------ GPUs ----
@@ -315,6 +320,8 @@ class GpuView(TypedDict):
     ranks: NotRequired[list[int]]  # ranks whose own GPU this is
     breakdown: NotRequired[MemoryBreakdown]
     history: NotRequired[GpuHistory]
+    node: NotRequired[int]  # a merged view: the node rank of the GPU's machine
+    node_index: NotRequired[int]  # a merged view: NVML's index there (`index` numbers every node's GPUs apart)
 
 
 # --------------------------------------------------------------------- the run ----
@@ -402,6 +409,22 @@ class Status(TypedDict):
     alerts: list[RunAlert]
     events_seq: int
     straggler: Straggler | None
+    nodes: NotRequired[list[NodeStatus]]  # a merged view of several nodes (mpwatch/merged.py): each one's state
+
+
+class NodeStatus(TypedDict):
+    """One node of a merged view, as the viewer sees it (its reachability is the viewer's)."""
+
+    node: int  # its node rank (NodeInfo.node_rank), else its place among the runs attached to
+    host: str  # how ssh reaches it; "" for this machine
+    run_id: str | None  # its supervisor's run id there (None until first reached)
+    reachable: bool
+    error: str | None  # why it cannot be reached now (ssh's words), or None
+    down_for: float | None  # seconds it has been unreachable (the viewer's clock)
+    finished: bool  # its run has ended there
+    base_rank: int  # global rank of its local rank 0
+    workers: int
+    counts: dict[str, int]  # State value -> its workers in it (the last known)
 
 
 # ------------------------------------------------------------------ GPU timeline ----
