@@ -46,10 +46,9 @@ _COLS: dict[str, tuple[str, int, int]] = {
     "gpu": ("GPU", 9, 9), "cpu": ("CPU%", 4, 5), "rss": ("RSS", 5, 6), "phases": ("TIME d/c/s/o", 12, 12),
     "note": ("NOTE", 40, 30), "node": ("NODE", 4, 4),
 }
-ORDER = ("rank", "node", "pid", "state", "step", "speed", "loss", "trend", "hb", "gpu", "cpu", "rss", "phases", "note")
+ORDER = ("rank", "pid", "state", "step", "speed", "loss", "trend", "hb", "gpu", "cpu", "rss", "phases", "note")
 # What stays on screen when columns must go, most wanted first; the rest scroll into view.
-PRIORITY = ("rank", "node", "state", "step", "loss", "gpu", "hb", "trend", "speed", "cpu", "rss", "pid", "phases",
-            "note")
+PRIORITY = ("rank", "state", "step", "loss", "gpu", "hb", "trend", "speed", "cpu", "rss", "pid", "phases", "note")
 SCROLLBAR = 2  # the table's vertical scrollbar, when the rows overflow
 PAD = 2  # a cell's padding, both sides
 
@@ -66,7 +65,9 @@ def columns(width: int, nodes: bool = False) -> list[Column]:
     wide = width >= WIDE_COLS
     room = width - SCROLLBAR
     shown: list[str] = []
-    for key in (k for k in PRIORITY if nodes or k != "node"):
+    order, priority = ((ORDER[0], "node", *ORDER[1:]), (PRIORITY[0], "node", *PRIORITY[1:])) if nodes \
+        else (ORDER, PRIORITY)
+    for key in priority:
         if key == "note" and wide:
             continue
         need = _width(key, wide) + PAD
@@ -74,10 +75,10 @@ def columns(width: int, nodes: bool = False) -> list[Column]:
             break
         shown.append(key)
         room -= need
-    cols = [Column(k, _COLS[k][0], _width(k, wide)) for k in ORDER if k in shown]
+    cols = [Column(k, _COLS[k][0], _width(k, wide)) for k in order if k in shown]
     if wide:
         cols.append(Column("note", "NOTE", max(_width("note", True), room - PAD)))
-    rest = [k for k in PRIORITY if k not in shown and not (wide and k == "note") and (nodes or k != "node")]
+    rest = [k for k in priority if k not in shown and not (wide and k == "note")]
     return cols + [Column(k, _COLS[k][0], _width(k, False)) for k in rest]
 
 
