@@ -119,6 +119,11 @@ def _gpu(gpu: GpuView, m: NodeMap) -> GpuView:
     return out
 
 
+def _whose(m: NodeMap) -> str:
+    """The prefix of a node's alert text, which names that node's own GPUs and ranks."""
+    return f"node {m.node}" if m.base == 0 and not m.gpu_offset else f"node {m.node} (its own GPU and rank numbers)"
+
+
 def _gpu_alert(a: GpuAlert, m: NodeMap) -> GpuAlert:
     out = a.copy()
     out["rank"] = m.rank(a["rank"])
@@ -126,8 +131,7 @@ def _gpu_alert(a: GpuAlert, m: NodeMap) -> GpuAlert:
         out["gpu"] = a["gpu"] + m.gpu_offset
     if "ranks" in a:
         out["ranks"] = [m.rank(r) or 0 for r in a["ranks"]]
-    # The text names the node's own numbers: say whose they are.
-    out["message"] = f"node {m.node}: {a['message']}"
+    out["message"] = f"{_whose(m)}: {a['message']}"
     out["key"] = f"node{m.node}:{a['key']}"
     return out
 
@@ -135,7 +139,7 @@ def _gpu_alert(a: GpuAlert, m: NodeMap) -> GpuAlert:
 def _run_alert(a: RunAlert, m: NodeMap) -> RunAlert:
     out = a.copy()
     out["rank"] = m.rank(a["rank"])
-    out["message"] = f"node {m.node}: {a['message']}"
+    out["message"] = f"{_whose(m)}: {a['message']}"
     if "culprits" in a:
         out["culprits"] = [m.rank(r) or 0 for r in a["culprits"]]
     if "waiting" in a:
