@@ -91,7 +91,7 @@ async def test_attach_two_nodes_shows_every_rank_and_routes_actions(two_nodes, s
 
 
 async def test_a_lost_node_is_unreachable_then_back_never_a_hang(two_nodes, sshd):
-    runs, targets = two_nodes
+    _, targets = two_nodes
     source = connect(targets, transport(sshd))
     app = MpwatchApp(source, None, glyphs=glyphs.UNICODE, notices=False)
     try:
