@@ -14,6 +14,7 @@ EPILOG = """\
 other commands:
   mpwatch ls [--json] [--all [DIR...]]    live runs of this user; --all: finished ones too
   mpwatch attach [RUN]                    open the TUI on a live run (default: the newest)
+  mpwatch attach HOST:RUN [HOST:RUN...]   runs on other machines over ssh (ctl --host, ls --host too)
   mpwatch summary RUN [--json]            what a run came to: how it ended, failures, stalls, GPU peaks
   mpwatch prune [--keep N] [--older-than DAYS] [--dry-run] [DIR...]
                                           remove old finished run directories
