@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 from mpwatch.cli.args import die
 from mpwatch.client import Client, ClientError, Requests
@@ -39,17 +40,28 @@ def _reach(target: str | None, transport: Transport) -> tuple[str, Requests, Sta
 
 
 def connect(targets: list[str], transport: Transport) -> MergedSource:
+    """Every target reached (at the same time: each is an ssh login), or ClientError for the
+    first that could not be, the others closed."""
+    wanted: list[str | None] = [*targets] or [None]  # None: the newest run here
+    with ThreadPoolExecutor(max_workers=min(len(wanted), 16)) as pool:
+        futures = [pool.submit(_reach, t, transport) for t in wanted]
+        got: list[tuple[str, Requests, Status] | ClientError] = []
+        for f in futures:
+            try:
+                got.append(f.result())
+            except ClientError as exc:
+                got.append(exc)
+    failed = [g for g in got if isinstance(g, ClientError)]
+    reached = [g for g in got if not isinstance(g, ClientError)]
+    if failed:
+        for _, link, _ in reached:
+            link.close()
+        raise failed[0]
     source = MergedSource(transport)
-    try:
-        wanted: list[str | None] = [*targets] or [None]  # None: the newest run here
-        for i, target in enumerate(wanted):
-            host, link, st = _reach(target, transport)
-            info = st["run"].get("node")
-            run = st["run"]["id"] if host else str(st["run"]["dir"])
-            source.add(host, run, link, node=info["node_rank"] if info else i, status=st)
-    except ClientError:
-        source.close()
-        raise
+    for i, (host, link, st) in enumerate(reached):
+        info = st["run"].get("node")
+        run = st["run"]["id"] if host else str(st["run"]["dir"])
+        source.add(host, run, link, node=info["node_rank"] if info else i, status=st)
     return source
 
 
