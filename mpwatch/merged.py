@@ -208,8 +208,8 @@ class MergedSource:
             n.fresh.clear()
             n.want.set()
         deadline = time.monotonic() + FRESH_WAIT_S
-        for n in nodes:
-            if n.ended is None:
+        for n in nodes:  # a node being reconnected is not waited for: its row says so
+            if n.ended is None and n.link is not None:
                 n.fresh.wait(max(0.0, deadline - time.monotonic()))
 
     def _parts(self) -> list[merge.NodePart]:

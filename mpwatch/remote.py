@@ -88,7 +88,15 @@ class Transport:
 
     def argv(self, host: str, bridge_args: list[str]) -> list[str]:
         remote = [*shlex.split(self.remote_mpwatch), "bridge", *bridge_args]
-        return [*self.ssh, *SSH_OPTIONS, *self.extra, "--", host, " ".join(map(shlex.quote, remote))]
+        return [*self.ssh, *SSH_OPTIONS, *self.extra, "--", host, " ".join(map(_quote, remote))]
+
+
+def _quote(word: str) -> str:
+    """A word for the remote shell; a leading ~/ stays unquoted, so that it means the home
+    directory there (`--remote-mpwatch '~/venv/bin/mpwatch'`)."""
+    if word.startswith("~/"):
+        return "~/" + shlex.quote(word[2:])
+    return shlex.quote(word)
 
 
 class _Slot:

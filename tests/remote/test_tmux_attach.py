@@ -1,7 +1,8 @@
 """End to end in tmux: `mpwatch attach HOST:RUN HOST:RUN` typed in a shell, through the
 test's sshd, on two supervisors "on" 127.0.0.1 and 127.0.0.2: both nodes in the header,
 every rank with its node, a pause on node 1 from the keyboard, then a detach that leaves
-both runs going and no ssh session or bridge behind."""
+both runs going and no ssh session or bridge behind; and a viewer SIGKILLed, which leaves
+none either."""
 from __future__ import annotations
 
 import shutil
@@ -10,7 +11,7 @@ import psutil
 import pytest
 
 from tests.e2e.test_tmux import BIN, Tmux
-from tests.helpers import FIXTURES, wait_for
+from tests.helpers import FIXTURES, alive, wait_for
 from tests.remote.sshd import ADDRESSES, REMOTE_MPWATCH
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(240),
@@ -49,5 +50,16 @@ def test_attach_two_hosts_in_a_terminal(headless, sshd, tmp_path):
         assert "detached; the run goes on on every node" in tmux.screen()
         assert all(run.proc.poll() is None for run in runs)
         wait_for(lambda: not bridges(), 20, what="every bridge to end with its session")
+        # a viewer killed outright (SIGKILL: nothing of it runs again) leaves no ssh and no bridge
+        tmux.type(f"{BIN} attach --remote-mpwatch '{REMOTE_MPWATCH}' {targets}")
+        tmux.wait_screen(lambda s: "node 1 127.0.0.2" in s and s.count("● running") >= 3, "attached again")
+        viewer = next(p for p in psutil.process_iter(["cmdline"])
+                      if "attach" in (p.info["cmdline"] or []) and targets.split()[0] in (p.info["cmdline"] or []))
+        sessions = [c.pid for c in viewer.children() if "ssh" in c.name()]
+        assert len(sessions) == 2 and len(bridges()) == 2
+        viewer.kill()
+        wait_for(lambda: not bridges() and not [p for p in sessions if alive(p)], 30,
+                 what="the viewer's ssh clients and their bridges to end")
+        assert all(run.proc.poll() is None for run in runs)
     finally:
         tmux.kill()
