@@ -92,7 +92,7 @@ def _measure(sshd, runs, ids, reps, addrs, remote) -> list[dict]:
     remote_cmd = [*mp, "attach", "--remote-mpwatch", remote, *(f"{a}:{i}" for a, i in zip(addrs, ids, strict=True))]
     local_cmd = [*mp, "attach", str(runs[0].run_dir)]
     both = f"{2 * N} workers"
-    times: dict[str, list[float]] = {"ssh": [], "local": [], "ctl_ssh": [], "ctl_local": []}
+    times: dict[str, list[float]] = {"ssh": [], "local": [], "ctl_ssh": [], "ctl_local": [], "login": []}
     for _, name in measure.alternated(reps, ["ssh", "local"]):
         if name == "ssh":
             times["ssh"].append(_first_screen(remote_cmd, base, lambda s: both in s and "node 1 127.0.0.2" in s
@@ -101,14 +101,17 @@ def _measure(sshd, runs, ids, reps, addrs, remote) -> list[dict]:
             times["local"].append(_first_screen(local_cmd, here, lambda s: f"{N} workers" in s
                                                 and s.count("● running") >= N, "the ranks"))
     ctl_env = {**os.environ, **base}
-    for _, name in measure.alternated(reps, ["ctl_ssh", "ctl_local"]):
-        if name == "ctl_ssh":
+    for _, name in measure.alternated(reps, ["ctl_ssh", "ctl_local", "login"]):
+        if name == "login":  # the floor: ssh's own start and login, running nothing
+            times[name].append(_timed(["ssh", "-F", str(sshd.client_config), "-T", addrs[0], "true"], ctl_env))
+        elif name == "ctl_ssh":
             times[name].append(_timed([*mp, "ctl", "--host", addrs[0], "--remote-mpwatch", remote, "--run", ids[0],
                                        "status", "--json"], ctl_env))
         else:
             times[name].append(_timed([*mp, "ctl", "--run", ids[0], "status", "--json"], {**ctl_env, **here}))
     ssh_ms, local_ms = 1000 * measure.median(times["ssh"]), 1000 * measure.median(times["local"])
     c_ssh, c_local = 1000 * measure.median(times["ctl_ssh"]), 1000 * measure.median(times["ctl_local"])
+    login = 1000 * measure.median(times["login"])
     load = os.getloadavg()[0]
     return [
         row("attach over ssh to the first screen (2 nodes x 4 ranks, localhost sshd)",
@@ -121,7 +124,8 @@ def _measure(sshd, runs, ids, reps, addrs, remote) -> list[dict]:
             "mpwatch ctl --host A --run RUN status --json", mpwatch=round(c_ssh), unit="ms",
             alternative=round(c_local), alt_name="mpwatch ctl --run RUN status --json (here), this run",
             note=f"median of {reps}, alternated; the whole command: ssh's start and login, the bridge's "
-                 f"start, the handshake, one status of {N} ranks"),
+                 f"start, the handshake, one status of {N} ranks; `ssh -T A true` alone (the login, the "
+                 f"floor) took {login:.0f} ms"),
     ]
 
 
