@@ -82,6 +82,8 @@ class Event(_Name):
     BAD_FRAME = "bad_frame"
     STOPPING = "stopping"
     RUN_FINISHED = "run_finished"
+    ROUND = "round"  # several nodes: this node joined a rendezvous round (its workers start in it)
+    NODE_LOST = "node_lost"  # several nodes: another node's supervisor stopped answering
 
 
 class EventRecord(TypedDict):
@@ -120,6 +122,13 @@ class EventFields(EventRecord, total=False):
     nprocs: int  # run_started
     run_dir: str  # run_started
     count: int  # bad_frame: bad frames of the worker so far
+    global_rank: int  # worker_started on several nodes: RANK
+    round: int  # round: the rendezvous round
+    node_rank: int  # round: this node's rank in it; node_lost: the lost node's
+    nnodes: int  # round
+    base_rank: int  # round: the global rank of this node's local rank 0
+    world_size: int  # round: every node's workers
+    host: str  # node_lost
     node: int  # a merged view of several nodes: the node the event comes from (rank is then global)
 
 
@@ -359,6 +368,9 @@ class NodePeer(TypedDict):
     run_id: str  # its own run id on that machine
     run_dir: str
     pid: int  # its supervisor's pid
+    nprocs: NotRequired[int]  # its workers
+    base_rank: NotRequired[int]  # global rank of its local rank 0 (its workers: base_rank + local rank)
+    state: NotRequired[str]  # up | done (its workers ended) | lost (its supervisor stopped answering)
 
 
 class NodeInfo(TypedDict):
@@ -373,6 +385,8 @@ class NodeInfo(TypedDict):
     base_rank: int  # global rank of this node's local rank 0
     world_size: int  # every node's workers together
     peers: list[NodePeer]  # every node of the run, this one included
+    state: NotRequired[str]  # joining (a rendezvous round, -1 before the first) | running | new_round | finishing
+    slurm: NotRequired[str | None]  # "job 123 step 0, node 1" when Slurm said where it runs
 
 
 class RunAlert(TypedDict):
