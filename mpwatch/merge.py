@@ -34,6 +34,7 @@ from mpwatch.status import (
 )
 from mpwatch.supervisor import straggler
 
+NO_JOB_ID = "none"  # torchrun's rendezvous id when none is given (static): names no job
 TICK_SLACK_S = 0.5  # a node's tick this much after another's still belongs to its moment
 
 
@@ -203,7 +204,10 @@ def _run(parts: Sequence[NodePart], statuses: Sequence[Status]) -> RunInfo:
     run = first.copy()
     info = first.get("node")
     ids = [s["run"]["id"] for s in statuses]
-    run["id"] = info["job_id"] if info else ids[0] + (f" +{len(ids) - 1}" if len(ids) > 1 else "")
+    if info and info["job_id"] not in ("", NO_JOB_ID):  # the job's own name: the same on every node
+        run["id"] = info["job_id"]
+    else:
+        run["id"] = ids[0] + (f" +{len(ids) - 1}" if len(ids) > 1 else "")
     run["nprocs"] = sum(s["run"]["nprocs"] for s in statuses)
     run["world_size"] = info["world_size"] if info else sum(s["run"]["world_size"] for s in statuses)
     counts: dict[str, int] = {}

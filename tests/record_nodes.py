@@ -1,8 +1,9 @@
-"""The recorder's two-node scenario (`python -m tests.record nodes`): two real headless
-supervisors, each "on" a machine of its own (its own runtime directory, its own scripted
-NVML with two GPUs), four ranks each, merged by the real MergedSource (mpwatch/merged.py)
-as `mpwatch attach` merges them. Every rank stalls; rank 1 of node 1 (global rank 5) two
-steps before the others, so the merged analysis names it while each node alone cannot.
+"""The recorder's two-node scenario (`python -m tests.record nodes`): a real 2-node run, two
+headless supervisors meeting in torch's rendezvous (gloo), each "on" a machine of its own
+(127.0.0.1 and 127.0.0.2, its own runtime directory, its own scripted NVML with two GPUs),
+four ranks each, merged by the real MergedSource (mpwatch/merged.py) as `mpwatch attach`
+merges them. Global rank 5 (node 1's rank 1) gets stuck loading a batch; the seven others
+wait for it in all_reduce: the merged analysis names it, which node 0 alone cannot.
 
 Written like the other scenarios (tests/record.py's `record`): the merged status, its events,
 each global rank's history and logs, the stack dumps, the merged GPU timeline; and, for the
@@ -17,8 +18,11 @@ from pathlib import Path
 from typing import Any
 
 from mpwatch.merged import LocalLink, MergedSource
-from tests.helpers import HeadlessRun, wait_for
-from tests.record import TIMELINE_WINDOWS, WORKER, Normaliser, nvml_node
+from tests.helpers import ROOT, HeadlessRun, wait_for
+from tests.nodes.conftest import free_port, node_flags
+from tests.record import TIMELINE_WINDOWS, Normaliser, nvml_node
+
+WORKER = ROOT / "tests" / "remote" / "fixtures" / "ddp_hang.py"
 
 HOSTS = ("127.0.0.1", "127.0.0.2")  # how the tests' sshd reaches the two "machines"
 CULPRIT = 5  # global rank: node 1's rank 1
@@ -29,26 +33,29 @@ def _ready(st: dict[str, Any]) -> bool:
     s = st["straggler"] or {}
     return (len(ws) == 8 and len(st["gpus"]) == 4 and all(w["state"] == "stalled" for w in ws)
             and all((w["stall"] or {}).get("where") for w in ws) and s.get("culprits") == [CULPRIT]
+            and sum(bool((w["stall"] or {}).get("collective")) for w in ws) == 7
             and all(n["reachable"] for n in st["nodes"]))
 
 
 def record_nodes(tmp: Path) -> dict[str, Any]:
     runs = []
+    port = free_port()
     for node, host in enumerate(HOSTS):
         xdg = tmp / f"xdg-{node}"
         xdg.mkdir(mode=0o700)
         nvml = tmp / f"nvml-{node}.json"
         nvml.write_text(json.dumps(nvml_node(node)))
-        env = dict(os.environ, XDG_RUNTIME_DIR=str(xdg), MPWATCH_FAKE_NVML=str(nvml), SLEEP="0.1",
-                   STALL="0,1,2,3" if node == 0 else "0,2,3", STALL_EARLY="" if node == 0 else "1",
-                   STALL_AT="60", CHILD="0" if node == 0 else "")
+        env = dict(os.environ, XDG_RUNTIME_DIR=str(xdg), MPWATCH_FAKE_NVML=str(nvml),
+                   HANG_RANK=str(CULPRIT), HANG_AT="40")
         (tmp / host).mkdir()
         runs.append(HeadlessRun(tmp / host, WORKER, n=4, env=env,
-                                opts=["--stall-timeout", "3", "--gpu-interval", "0.5"]))
+                                opts=[*node_flags("static", node, port), "--stall-timeout", "4",
+                                      "--gpu-interval", "0.5"]))
     source = MergedSource()
     try:
-        for node, (run, host) in enumerate(zip(runs, HOSTS, strict=True)):
+        for run in runs:
             run.start()
+        for node, (run, host) in enumerate(zip(runs, HOSTS, strict=True)):
             link = LocalLink.to(str(run.run_dir))
             source.add(host, str(run.run_dir), link, node=node, status=link.status())
         status = wait_for(lambda: (lambda st: st if _ready(dict(st)) else None)(source.status()),

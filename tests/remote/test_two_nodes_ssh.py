@@ -56,7 +56,8 @@ async def test_attach_one_node_finds_the_other_and_names_the_hang_across_nodes(r
             assert [(r, ws[r]["node"], ws[r]["local_rank"]) for r in range(4)] == [
                 (0, 0, 0), (1, 0, 1), (2, 1, 0), (3, 1, 1)]
             assert [(n["node"], n["host"]) for n in app.status["nodes"]] == [(0, ADDRESSES[0]), (1, ADDRESSES[1])]
-            assert app.status["run"]["id"] == node0["node"]["job_id"] and app.status["run"]["world_size"] == 4
+            assert node0["node"]["job_id"] == "none"  # static: no job name, so node 0's run id names it
+            assert app.status["run"]["id"] == f"{node0['id']} +1" and app.status["run"]["world_size"] == 4
             await until(pilot, lambda: (app.status["straggler"] or {}).get("culprits") == [CULPRIT], 120,
                         what="the culprit named from the merged view")
             text = app.status["straggler"]["text"]
