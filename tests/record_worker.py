@@ -3,8 +3,7 @@ it reports a loss that falls over three orders of magnitude, times its phases, a
 ranks its environment names spawns a child, gets stuck, or fails.
 
 Env (each a comma list of ranks): CHILD (a sleeping child process, as a DataLoader worker
-would be), STALL (reports STALL_AT steps, then waits in wait_for_batch(); STALL_EARLY: two steps
-sooner, the rank the others wait for), FAIL (raises a
+would be), STALL (reports STALL_AT steps, then waits in wait_for_batch()), FAIL (raises a
 CUDA-like error at FAIL_AT on every attempt), FAIL_ONCE (raises at FAIL_AT on its first
 attempt only: a marker file in the working directory remembers it). SLEEP: seconds a step.
 """
@@ -44,7 +43,7 @@ child = None
 if rank in ranks("CHILD"):
     child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(3600)"])
 for step in range(10**9):
-    if (rank in ranks("STALL") and step == stall_at) or (rank in ranks("STALL_EARLY") and step == stall_at - 2):
+    if rank in ranks("STALL") and step == stall_at:
         wait_for_batch()
     if step == fail_at and (rank in ranks("FAIL") or (rank in ranks("FAIL_ONCE") and not os.path.exists(marker))):
         open(marker, "w").close()
