@@ -243,6 +243,9 @@ class WorkerStatus(TypedDict):
     node_error: NotRequired[str]  # its node cannot be reached now, and why: the row is its last known
 
 
+MERGED_WORKER_KEYS = frozenset({"node", "local_rank", "node_error"})  # a merged view's only: no supervisor sets them
+
+
 # ------------------------------------------------------------------------ GPUs ----
 class GpuProcess(TypedDict):
     """A compute process NVML lists on a GPU, labelled by pid."""
