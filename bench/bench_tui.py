@@ -235,13 +235,28 @@ def run(quick: bool = False) -> list[dict]:
         r.update(alternative=round(base, 1), alt_name="the same without GPUs, this run",
                  ratio=r["mpwatch"] / base if base else None)
     rows += gpu_rows
+    rows += nodes_rows(syn, window, reps)
     for n in sizes:
         rows += real_rows(n, window, reps)
     return rows
 
 
-def synthetic(n: int, gpus: int, window: float, reps: int) -> dict:
-    """The TUI on bench/synthetic.py's snapshots of n workers (and gpus GPUs)."""
+def nodes_rows(base: dict, window: float, reps: int, nodes: int = 4) -> list[dict]:
+    """The merged view of `nodes` nodes of 256 / nodes ranks each, beside one run of 256."""
+    m = synthetic(256, 0, window, reps, nodes=nodes)
+    what = f"{nodes} nodes x {256 // nodes} ranks x 100 reports/s merged, synthetic snapshots"
+    out = rows_for(m, what, f"python -m bench.synthetic 256 --nodes {nodes}", window, reps,
+                   f"{m['rate']:.1f} refreshes/s; the real MergedSource (a thread per node, the merge, the "
+                   f"cross-node straggler analysis) over {nodes} synthetic nodes, NODE column and a header "
+                   f"line per node", "through MergedSource to the rank's node (answers at once)")
+    for r, b in zip(out, (base["cpu"], measure.median(base["keys"]), measure.median(base["acts"])), strict=True):
+        r.update(alternative=round(b, 1), alt_name="one run of 256, this run", ratio=r["mpwatch"] / b if b else None)
+    return out
+
+
+def synthetic(n: int, gpus: int, window: float, reps: int, nodes: int = 0) -> dict:
+    """The TUI on bench/synthetic.py's snapshots of n workers (and gpus GPUs; over `nodes`
+    merged nodes)."""
     root = str(Path(__file__).resolve().parent.parent)
     with measure.scratch("tui-syn") as d:
         polls_file = d / "polls"
@@ -251,7 +266,8 @@ def synthetic(n: int, gpus: int, window: float, reps: int) -> dict:
                 return int(polls_file.read_text() or 0)
             except (OSError, ValueError):
                 return 0
-        cmd = [sys.executable, "-m", "bench.synthetic", str(n), str(polls_file), "--gpus", str(gpus)]
+        cmd = [sys.executable, "-m", "bench.synthetic", str(n), str(polls_file), "--gpus", str(gpus),
+               *(["--nodes", str(nodes)] if nodes else [])]
         return measure_tui(cmd, "bench.synthetic", n, window, reps, env_extra={"PYTHONPATH": root}, polls=polls)
 
 

@@ -4,12 +4,14 @@ utilization move and whose history (the main screen's sparklines) grows a point 
 For measuring the TUI's own cost at a scale this 2-core machine cannot run for real (256
 real workers starve the very processes being measured). Runs the real app in a real terminal:
 
-    python -m bench.synthetic 256 [POLLS_FILE] [--gpus 8]
+    python -m bench.synthetic 256 [POLLS_FILE] [--gpus 8] [--nodes 4]
 
 POLLS_FILE, when given, holds the number of snapshots served so far, so the bench can say
 how often the TUI actually refreshed. The statuses keep the producer's shape: workers and
 GPUs are copies of those recorded from a real 8-GPU run (tests/data/statuses/gpu8.json),
-with the moving numbers changed.
+with the moving numbers changed. With --nodes K, the workers (and GPUs) are split over K
+synthetic nodes merged by the real MergedSource (mpwatch/merged.py: a thread per node, the
+merge, the cross-node straggler analysis), as `mpwatch attach` merges the nodes of a run.
 """
 from __future__ import annotations
 
@@ -113,6 +115,21 @@ class SyntheticSource:
         (self.paused.add if cmd == "pause" else self.paused.discard)(target)
         return f"{cmd}d rank {target}"
 
+    def close(self) -> None:
+        pass
+
+
+def merged(n: int, nodes: int, polls_file: str | None, gpus: int) -> Any:
+    """A MergedSource over `nodes` synthetic nodes of n / nodes workers each; the first counts
+    the polls (every node is polled once per merged poll)."""
+    from mpwatch.merged import MergedSource
+
+    source = MergedSource()
+    for k in range(nodes):
+        node = SyntheticSource(n // nodes, polls_file if k == 0 else None, gpus // nodes)
+        source.add(f"node-{k}", "synthetic", node, node=k)  # a duck-typed link: what Requests answers
+    return source
+
 
 def main(argv: list[str]) -> int:
     from mpwatch.tui.app import MpwatchApp
@@ -122,8 +139,17 @@ def main(argv: list[str]) -> int:
         i = argv.index("--gpus")
         gpus = int(argv[i + 1])
         argv = argv[:i] + argv[i + 2:]
+    nodes = 0
+    if "--nodes" in argv:
+        i = argv.index("--nodes")
+        nodes = int(argv[i + 1])
+        argv = argv[:i] + argv[i + 2:]
     n = int(argv[0]) if argv else 256
-    MpwatchApp(SyntheticSource(n, argv[1] if len(argv) > 1 else None, gpus)).run()
+    polls = argv[1] if len(argv) > 1 else None
+    source = merged(n, nodes, polls, gpus) if nodes else SyntheticSource(n, polls, gpus)
+    MpwatchApp(source).run()
+    if nodes:
+        source.close()
     return 0
 
 

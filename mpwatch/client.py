@@ -1,6 +1,10 @@
 """A client of a supervisor's control socket, used by `mpwatch ctl` and the TUI (its
 poller and worker threads; one request at a time per connection). Replies are typed by
-mpwatch/status.py, so a reader that indexes a key the schema lacks fails mypy."""
+mpwatch/status.py, so a reader that indexes a key the schema lacks fails mypy.
+
+`Requests` holds the typed wrappers every transport shares: `Client` (the local socket)
+and mpwatch/remote.py's `RemoteClient` (the same requests through `ssh HOST mpwatch
+bridge`) differ only in how one request travels, so a screen cannot tell them apart."""
 from __future__ import annotations
 
 import json
@@ -25,7 +29,65 @@ class ClientError(Exception):
     """A refused or failed request; the message is meant for the user."""
 
 
-class Client:
+def parse_reply(data: bytes, who: str) -> dict[str, Any]:
+    """A supervisor's reply frame as a dict; a refusal (ok false) raises its error."""
+    try:
+        reply = json.loads(data)
+    except ValueError:
+        raise ClientError(f"{who} sent an unreadable reply") from None
+    if not isinstance(reply, dict):
+        raise ClientError(f"{who} sent an unreadable reply")
+    if not reply.get("ok"):
+        raise ClientError(str(reply.get("error", "request failed")))
+    return reply
+
+
+class Requests:
+    """The control commands as typed calls over `request`, which a transport provides."""
+
+    def request(self, cmd: str, **args: object) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        """End the connection (each transport its own way)."""
+
+    # Each returns its reply or raises ClientError.
+    # The supervisor builds these replies from the schema; JSON cannot carry the types, so
+    # each wrapper names the type its reply has (cast: checked by the producer's tests).
+    def status(self, tail: int | None = None) -> Status:
+        """The run's snapshot; `tail` caps each worker's loss_tail (fewer bytes for a big run)."""
+        if tail is None:
+            return cast(Status, self.request("status")["status"])
+        return cast(Status, self.request("status", tail=tail)["status"])
+
+    def events(self, since: int = 0) -> EventsReply:
+        reply = self.request("events", since=since)
+        return {"events": cast("list[EventFields]", reply.get("events", [])), "seq": int(reply.get("seq", since))}
+
+    def history(self, rank: int) -> list[tuple[float, float]]:
+        """(step, loss) points of a rank's curve, oldest first."""
+        return [(p[0], p[1]) for p in self.request("history", rank=rank)["history"]]
+
+    def logs(self, rank: int, stream: str = "stderr", lines: int = 50) -> list[str]:
+        return [str(x) for x in self.request("logs", rank=rank, stream=stream, lines=lines)["lines"]]
+
+    def act(self, cmd: str, target: int | str) -> str:
+        return str(self.request(cmd, target=target)["message"])
+
+    def resize(self, n: int) -> str:
+        return str(self.request("resize", n=n)["message"])
+
+    def stop(self) -> str:
+        return str(self.request("stop")["message"])
+
+    def gpu_timeline(self, window: float = 120.0) -> GpuTimelineReply:
+        """What was on each GPU over the last `window` seconds (at most an hour): the GPU screen's charts."""
+        reply = self.request("gpu_timeline", window=window)
+        return {"ticks": cast("list[GpuTick]", reply.get("ticks", [])),
+                "marks": cast("list[GpuMark]", reply.get("marks", []))}
+
+
+class Client(Requests):
     def __init__(self, handle: registry.RunHandle, timeout: float = 30.0):
         self.handle = handle
         self.timeout = timeout
@@ -61,56 +123,17 @@ class Client:
                  tb: TracebackType | None) -> None:
         self.close()
 
-    def request(self, cmd: str, **args: object) -> dict[str, Any]:
+    def request_raw(self, cmd: str, **args: object) -> bytes:
+        """The reply frame as the supervisor sent it (one line of JSON), not decoded: the
+        bridge relays it as it is."""
         with self._lock:
             try:
                 self._conn.send_bytes(protocol.encode({"cmd": cmd, **args}))
                 if not self._conn.poll(self.timeout):
                     raise ClientError(f"run {self.handle.run_id} did not answer within {self.timeout:g}s")
-                data = self._conn.recv_bytes(protocol.MAX_REPLY)
+                return self._conn.recv_bytes(protocol.MAX_REPLY)
             except (OSError, EOFError):
                 raise ClientError(f"lost the connection to run {self.handle.run_id} (it may have finished)") from None
-        try:
-            reply = json.loads(data)
-        except ValueError:
-            raise ClientError(f"run {self.handle.run_id} sent an unreadable reply") from None
-        if not isinstance(reply, dict):
-            raise ClientError(f"run {self.handle.run_id} sent an unreadable reply")
-        if not reply.get("ok"):
-            raise ClientError(str(reply.get("error", "request failed")))
-        return reply
 
-    # Convenience wrappers: each returns the reply dict or raises ClientError.
-    # The supervisor builds these replies from the schema; JSON cannot carry the types, so
-    # each wrapper names the type its reply has (cast: checked by the producer's tests).
-    def status(self, tail: int | None = None) -> Status:
-        """The run's snapshot; `tail` caps each worker's loss_tail (fewer bytes for a big run)."""
-        if tail is None:
-            return cast(Status, self.request("status")["status"])
-        return cast(Status, self.request("status", tail=tail)["status"])
-
-    def events(self, since: int = 0) -> EventsReply:
-        reply = self.request("events", since=since)
-        return {"events": cast("list[EventFields]", reply.get("events", [])), "seq": int(reply.get("seq", since))}
-
-    def history(self, rank: int) -> list[tuple[float, float]]:
-        """(step, loss) points of a rank's curve, oldest first."""
-        return [(p[0], p[1]) for p in self.request("history", rank=rank)["history"]]
-
-    def logs(self, rank: int, stream: str = "stderr", lines: int = 50) -> list[str]:
-        return [str(x) for x in self.request("logs", rank=rank, stream=stream, lines=lines)["lines"]]
-
-    def act(self, cmd: str, target: int | str) -> str:
-        return str(self.request(cmd, target=target)["message"])
-
-    def resize(self, n: int) -> str:
-        return str(self.request("resize", n=n)["message"])
-
-    def stop(self) -> str:
-        return str(self.request("stop")["message"])
-
-    def gpu_timeline(self, window: float = 120.0) -> GpuTimelineReply:
-        """What was on each GPU over the last `window` seconds (at most an hour): the GPU screen's charts."""
-        reply = self.request("gpu_timeline", window=window)
-        return {"ticks": cast("list[GpuTick]", reply.get("ticks", [])),
-                "marks": cast("list[GpuMark]", reply.get("marks", []))}
+    def request(self, cmd: str, **args: object) -> dict[str, Any]:
+        return parse_reply(self.request_raw(cmd, **args), f"run {self.handle.run_id}")

@@ -69,6 +69,10 @@ def line(rec: EventFields) -> str | None:
         return f"stopping the run ({rec.get('why')})"
     if e == Event.RUN_FINISHED:
         return f"run finished, exit code {rec.get('exit_code')}"
+    if e == Event.ROUND:  # several nodes: a rendezvous round joined (node_lost is worded by its alert)
+        first, last = rec.get("base_rank", 0), rec.get("base_rank", 0) + rec.get("nprocs", 1) - 1
+        return (f"round {rec.get('round')}: node {rec.get('node_rank')} of {rec.get('nnodes')}, global ranks "
+                f"{first}-{last} of {rec.get('world_size')} ({rec.get('why')})")
     if e == Event.BAD_FRAME:
         return f"{who}: dropped a bad frame ({rec.get('why')}), {rec.get('count')} so far"
     return None

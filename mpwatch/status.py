@@ -92,6 +92,8 @@ class Event(_Name):
     BAD_FRAME = "bad_frame"
     STOPPING = "stopping"
     RUN_FINISHED = "run_finished"
+    ROUND = "round"  # several nodes: this node joined a rendezvous round (its workers start in it)
+    NODE_LOST = "node_lost"  # several nodes: another node's supervisor stopped answering
 
 
 class EventRecord(TypedDict):
@@ -130,6 +132,14 @@ class EventFields(EventRecord, total=False):
     nprocs: int  # run_started
     run_dir: str  # run_started
     count: int  # bad_frame: bad frames of the worker so far
+    global_rank: int  # worker_started on several nodes: RANK
+    round: int  # round: the rendezvous round
+    node_rank: int  # round: this node's rank in it; node_lost: the lost node's
+    nnodes: int  # round
+    base_rank: int  # round: the global rank of this node's local rank 0
+    world_size: int  # round: every node's workers
+    host: str  # node_lost
+    node: int  # a merged view of several nodes: the node the event comes from (rank is then global)
 
 
 # --------------------------------------------------------------------- workers ----
@@ -237,6 +247,13 @@ class WorkerStatus(TypedDict):
     foreign_groups: list[int]
     children: list[ChildStatus]
     gpu: WorkerGpu | None
+    # A merged view of several nodes (mpwatch/merged.py) sets these three; `rank` is then the global rank.
+    node: NotRequired[int]  # the node rank of the worker's node
+    local_rank: NotRequired[int]  # its rank on that node (that supervisor's `rank`)
+    node_error: NotRequired[str]  # its node cannot be reached now, and why: the row is its last known
+
+
+MERGED_WORKER_KEYS = frozenset({"node", "local_rank", "node_error"})  # a merged view's only: no supervisor sets them
 
 
 # ------------------------------------------------------------------------ GPUs ----
@@ -325,6 +342,8 @@ class GpuView(TypedDict):
     ranks: NotRequired[list[int]]  # ranks whose own GPU this is
     breakdown: NotRequired[MemoryBreakdown]
     history: NotRequired[GpuHistory]
+    node: NotRequired[int]  # a merged view: the node rank of the GPU's machine
+    node_index: NotRequired[int]  # a merged view: NVML's index there (`index` numbers every node's GPUs apart)
 
 
 # --------------------------------------------------------------------- the run ----
@@ -362,6 +381,9 @@ class NodePeer(TypedDict):
     run_id: str  # its own run id on that machine
     run_dir: str
     pid: int  # its supervisor's pid
+    nprocs: NotRequired[int]  # its workers
+    base_rank: NotRequired[int]  # global rank of its local rank 0 (its workers: base_rank + local rank)
+    state: NotRequired[str]  # up | done (its workers ended) | lost (its supervisor stopped answering)
 
 
 class NodeInfo(TypedDict):
@@ -376,6 +398,8 @@ class NodeInfo(TypedDict):
     base_rank: int  # global rank of this node's local rank 0
     world_size: int  # every node's workers together
     peers: list[NodePeer]  # every node of the run, this one included
+    state: NotRequired[str]  # joining (a rendezvous round, -1 before the first) | running | new_round | finishing
+    slurm: NotRequired[str | None]  # "job 123 step 0, node 1" when Slurm said where it runs
 
 
 class RunAlert(TypedDict):
@@ -412,3 +436,19 @@ class Status(TypedDict):
     alerts: list[RunAlert]
     events_seq: int
     straggler: Straggler | None
+    nodes: NotRequired[list[NodeStatus]]  # a merged view of several nodes (mpwatch/merged.py): each one's state
+
+
+class NodeStatus(TypedDict):
+    """One node of a merged view, as the viewer sees it (its reachability is the viewer's)."""
+
+    node: int  # its node rank (NodeInfo.node_rank), else its place among the runs attached to
+    host: str  # how ssh reaches it; "" for this machine
+    run_id: str | None  # its supervisor's run id there (None until first reached)
+    reachable: bool
+    error: str | None  # why it cannot be reached now (ssh's words), or None
+    down_for: float | None  # seconds it has been unreachable (the viewer's clock)
+    finished: bool  # its run has ended there
+    base_rank: int  # global rank of its local rank 0
+    workers: int
+    counts: dict[str, int]  # State value -> its workers in it (the last known)

@@ -135,6 +135,20 @@ def cuda_eight_gpus() -> dict[str, Any]:
     return {"ranks": ranks}
 
 
+def nvml_node(node: int) -> dict[str, Any]:
+    """A node of the two-node scenario: two GPUs, ranks 0 and 1 on GPU 0, ranks 2 and 3 on
+    GPU 1 (node 1's second GPU less busy), memory ramping up over the first seconds."""
+    def gpu(i: int, scale: float) -> dict[str, Any]:
+        util = int((88 - 30 * node * i) * scale)
+        use = (31.5 + 4 * node + 3 * i) * scale
+        return {"util_gpu": util, "util_mem": util // 3, "temperature": 40 + util // 3, "power_w": 150.0 + 4 * util,
+                "extra_used": 500 * MiB,
+                "processes": [_proc(f"rank:{2 * i}", use, util // 2), _proc(f"rank:{2 * i + 1}", use * 0.9, util // 2)]}
+    frames = [{"at": at, "gpus": [gpu(0, scale), gpu(1, scale)]} for at, scale in ((0, 0.4), (2, 0.8), (4, 1.0))]
+    return {"gpus": [{"name": "NVIDIA H100 80GB HBM3", "mem_total": 80 * GiB, "uuid": uuid(10 * node + i)}
+                     for i in range(2)], "frames": frames}
+
+
 class Scenario:
     def __init__(self, name: str, n: int, env: dict[str, str], opts: list[str],
                  ready: Callable[[dict[str, Any]], bool], nvml: Callable[[], dict[str, Any]] | None = None,
@@ -191,7 +205,8 @@ def scenarios(ghost: int) -> dict[str, Scenario]:
 class Normaliser:
     """Rewrites what differs from run to run and machine to machine (see the module's doc)."""
 
-    def __init__(self, scenario: str, run_dir: Path, started: float, run_id: str):
+    def __init__(self, scenario: str, run_dir: Path, started: float, run_id: str,
+                 more: dict[str, str] | None = None):
         self.started = started
         self.pids: dict[int, int] = {}
         self.next_other = 52000
@@ -199,7 +214,7 @@ class Normaliser:
         roots = [(run_dir, f"/srv/runs/{scenario}"), (run_dir.parent, "/srv/runs"),
                  (ROOT, "/srv/mpwatch"), (Path(sys.prefix), "/srv/mpwatch/.venv"),
                  (Path(sys.base_prefix), "/usr"), (Path(tempfile.gettempdir()), "/tmp")]
-        pairs: dict[str, str] = {run_id: f"20260101-000000-{scenario}"}
+        pairs: dict[str, str] = {run_id: f"20260101-000000-{scenario}", **(more or {})}
         for path, to in roots:
             for form in {str(path), os.path.realpath(path)}:
                 pairs.setdefault(form, to)
@@ -319,7 +334,7 @@ def record(sc: Scenario, tmp: Path) -> dict[str, Any]:
 
 
 def main(argv: list[str]) -> int:
-    every = scenarios(unused_pid())
+    every: dict[str, Any] = {**scenarios(unused_pid()), "nodes": None}  # nodes: tests/record_nodes.py
     names = argv or list(every)
     unknown = [n for n in names if n not in every]
     if unknown:
@@ -329,7 +344,12 @@ def main(argv: list[str]) -> int:
     for name in names:
         t0 = time.monotonic()
         with tempfile.TemporaryDirectory(prefix=f"mpwatch-record-{name}-") as tmp:
-            data = record(every[name], Path(tmp))
+            if name == "nodes":
+                from tests.record_nodes import record_nodes
+
+                data = record_nodes(Path(tmp))
+            else:
+                data = record(every[name], Path(tmp))
         out = DATA / f"{name}.json"
         out.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
         print(f"recorded {out.relative_to(ROOT)} in {time.monotonic() - t0:.0f}s")

@@ -1,4 +1,4 @@
-"""mpwatch RUN | attach | ls | summary | prune | ctl: the command line's entry point.
+"""mpwatch RUN | attach | ls | summary | prune | ctl | bridge: the command line's entry point.
 
 main() dispatches to one module per job and keeps the two rules every command shares:
 a bad input ends in one line on stderr and exit code 2, and output into a pipe that
@@ -24,6 +24,7 @@ SUBCOMMANDS = {
     "ctl": "mpwatch.cli.live:cmd_ctl",
     "summary": "mpwatch.cli.summary:cmd_summary",
     "prune": "mpwatch.cli.prune:cmd_prune",
+    "bridge": "mpwatch.bridge:cmd_bridge",
 }
 
 SIGPIPE_EXIT = 141  # what a shell shows for a process ended by SIGPIPE, as `yes | head` does

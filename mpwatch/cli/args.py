@@ -6,14 +6,35 @@ from __future__ import annotations
 import argparse
 import math
 import sys
-from typing import Literal, NoReturn
+import textwrap
+from typing import Any, Literal, NoReturn, Protocol
 
 ACTIONS = ("pause", "resume", "kill", "restart", "dump")
+NPROC_WORDS = ("auto", "cpu", "gpu")
+
+# torchrun flags (each takes a value) that have no counterpart here: accepted, and said so once.
+NO_EFFECT: tuple[tuple[str, ...], ...] = (
+    ("--monitor-interval",), ("--start-method",), ("--event-log-handler",), ("-r", "--redirects"),
+    ("-t", "--tee"), ("--log-line-prefix-template",), ("--local-ranks-filter",), ("--duplicate-stdout-filters",),
+    ("--duplicate-stderr-filters",), ("--logs-specs",), ("--numa-binding",), ("--signals-to-handle",),
+)
+# dest -> torchrun's environment variable for its default
+PET = (("nprocs", "PET_NPROC_PER_NODE"), ("nnodes", "PET_NNODES"), ("node_rank", "PET_NODE_RANK"),
+       ("master_addr", "PET_MASTER_ADDR"), ("master_port", "PET_MASTER_PORT"),
+       ("rdzv_backend", "PET_RDZV_BACKEND"), ("rdzv_endpoint", "PET_RDZV_ENDPOINT"), ("rdzv_id", "PET_RDZV_ID"),
+       ("rdzv_conf", "PET_RDZV_CONF"), ("local_addr", "PET_LOCAL_ADDR"), ("max_restarts", "PET_MAX_RESTARTS"),
+       ("role", "PET_ROLE"), ("log_dir", "PET_LOG_DIR"), ("standalone", "PET_STANDALONE"),
+       ("module", "PET_MODULE"), ("no_python", "PET_NO_PYTHON"), ("run_path", "PET_RUN_PATH"),
+       ("shutdown_timeout", "PET_SHUTDOWN_TIMEOUT"), ("virtual_local_rank", "PET_VIRTUAL_LOCAL_RANK"))
+PET_SWITCHES = frozenset({"standalone", "module", "no_python", "run_path", "virtual_local_rank"})
+NO_EFFECT_WHY = ("mpwatch watches every worker itself and keeps each rank's whole output in its run "
+                 "directory (rank-N/stdout.log, stderr.log)")
 
 EPILOG = """\
 other commands:
   mpwatch ls [--json] [--all [DIR...]]    live runs of this user; --all: finished ones too
   mpwatch attach [RUN]                    open the TUI on a live run (default: the newest)
+  mpwatch attach HOST:RUN [HOST:RUN...]   runs on other machines over ssh (ctl --host, ls --host too)
   mpwatch summary RUN [--json]            what a run came to: how it ended, failures, stalls, GPU peaks
   mpwatch prune [--keep N] [--older-than DAYS] [--dry-run] [DIR...]
                                           remove old finished run directories
@@ -108,17 +129,71 @@ def rank(text: str) -> int:
     return v
 
 
+def nproc(text: str) -> int | str:
+    """torchrun's --nproc-per-node: a number, or auto | cpu | gpu (resolved by the launcher)."""
+    return text if text in NPROC_WORDS else positive_int(text)
+
+
+def nnodes(text: str) -> tuple[int, int]:
+    """torchrun's --nnodes: N or MIN:MAX."""
+    parts = text.split(":")
+    if len(parts) > 2:
+        raise argparse.ArgumentTypeError(f"expected N or MIN:MAX, got {text!r}")
+    lo, hi = positive_int(parts[0]), positive_int(parts[-1])
+    if lo > hi:
+        raise argparse.ArgumentTypeError(f"MIN is above MAX in {text!r}")
+    return lo, hi
+
+
+def port(text: str) -> int:
+    v = _whole(text)
+    if not 0 < v < 65536:
+        raise argparse.ArgumentTypeError(f"a port is from 1 to 65535, got {v}")
+    return v
+
+
+def conf(text: str) -> dict[str, str]:
+    """torchrun's --rdzv-conf: key=value,key=value."""
+    out: dict[str, str] = {}
+    for item in filter(None, (i.strip() for i in text.split(","))):
+        key, eq, value = item.partition("=")
+        if not eq or not key.strip():
+            raise argparse.ArgumentTypeError(f"expected key=value pairs separated by commas, got {item!r}")
+        out[key.strip()] = value.strip()
+    return out
+
+
+class _Flags(Protocol):
+    """A parser or one of its argument groups."""
+
+    def add_argument(self, *names: str, **kw: Any) -> argparse.Action: ...
+
+
+def _add(group: _Flags, *names: str, **kw: Any) -> None:
+    """A flag as torchrun spells it: with dashes (shown in --help) and with underscores
+    (accepted, not shown: the same dest, no default of its own)."""
+    group.add_argument(*names, **kw)
+    hidden = ["--" + n[2:].replace("-", "_") for n in names if n.startswith("--") and "-" in n[2:]]
+    if hidden:
+        kw.pop("metavar", None)
+        group.add_argument(*hidden, **{**kw, "dest": kw.get("dest") or names[-1][2:].replace("-", "_"),
+                                      "default": argparse.SUPPRESS, "help": argparse.SUPPRESS})
+
+
 def run_parser() -> Parser:
     p = Parser(prog="mpwatch", usage="mpwatch [options] SCRIPT [ARGS...]\n"
                                      "       mpwatch ls|attach|summary|prune|ctl ...",
-               description="Launch and watch the worker processes of a PyTorch training script.",
+               description="Launch and watch the worker processes of a PyTorch training script.\n"
+                           "torchrun's command lines work unchanged with torchrun replaced by mpwatch.",
                epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("-n", "--nprocs", type=positive_int, default=None,
-                   help="number of workers (default: visible NVIDIA GPUs, or 2 without any)")
+    _add(p, "-n", "--nprocs", "--nproc-per-node", dest="nprocs", type=nproc, default=None,
+                   metavar="N", help="workers on this node: a number, auto, cpu or gpu "
+                                     "(default: visible NVIDIA GPUs, or 2 without any)")
     p.add_argument("--headless", action="store_true", help="no TUI: status lines on stderr")
     p.add_argument("--run-dir", metavar="DIR", help="run directory (default ./mpwatch-runs/<time>-<script>/)")
-    p.add_argument("--max-restarts", type=count, default=0, metavar="K",
-                   help="restart a worker that exits non-zero up to K times (default 0)")
+    _add(p, "--max-restarts", type=count, default=0, metavar="K",
+                   help="restart a worker that exits non-zero up to K times (default 0); on several nodes "
+                        "with c10d: K new rounds of every node's workers")
     p.add_argument("--stall-timeout", type=seconds, default=60.0, metavar="SECONDS",
                    help="a reporting worker silent this long is stalled (default 60)")
     p.add_argument("--grace", type=seconds_or_zero, default=10.0, metavar="SECONDS",
@@ -130,9 +205,73 @@ def run_parser() -> Parser:
     p.add_argument("--no-mouse", action="store_true", help="TUI: do not capture the mouse")
     p.add_argument("--supervise-only", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--run-id", help=argparse.SUPPRESS)
-    p.add_argument("script", metavar="SCRIPT", help="the training script")
+    _torchrun_flags(p)
+    p.add_argument("script", metavar="SCRIPT", help="the training script (a module with -m, "
+                                                    "an executable with --no-python)")
     p.add_argument("args", nargs=argparse.REMAINDER, metavar="ARGS", help="arguments for the script")
+    _pet_defaults(p)
     return p
+
+
+def _torchrun_flags(p: Parser) -> None:
+    g = p.add_argument_group("how to run the script (torchrun's flags)")
+    _add(g, "-m", "--module", action="store_true",
+                   help="SCRIPT is a module, run as python -m MODULE")
+    _add(g, "--no-python", action="store_true", help="SCRIPT is an executable, run as it is")
+    _add(g, "--run-path", action="store_true", help="run SCRIPT with python (workers are "
+                                                                    "always processes of their own)")
+    g.add_argument("--role", default="default", help="ROLE_NAME of the workers (default: default)")
+    _add(g, "--log-dir", metavar="DIR", help="a run directory under DIR (unless --run-dir)")
+    _add(g, "--shutdown-timeout", type=seconds_or_zero, metavar="SECONDS",
+                   help="the same as --grace")
+    _add(g, "--virtual-local-rank", action="store_true",
+                   help="LOCAL_RANK=0 for every worker, each seeing only its own GPU")
+    n = p.add_argument_group("several nodes (torchrun's flags; under srun, Slurm fills them in)")
+    n.add_argument("--nnodes", type=nnodes, default=None, metavar="N|MIN:MAX", help="nodes (default 1)")
+    _add(n, "--node-rank", type=count, default=None, metavar="R",
+                   help="this node's rank (static rendezvous; default 0)")
+    _add(n, "--master-addr", default=None, metavar="HOST",
+                   help="node 0's address (static; default 127.0.0.1)")
+    _add(n, "--master-port", type=port, default=None, metavar="PORT",
+                   help="node 0's rendezvous port (static; default 29500)")
+    _add(n, "--rdzv-backend", default=None, metavar="static|c10d",
+                   help="torch's rendezvous: static (node ranks given) or c10d (ranks assigned, restart "
+                        "rounds across nodes); default static")
+    _add(n, "--rdzv-endpoint", default=None, metavar="HOST:PORT", help="the rendezvous store")
+    _add(n, "--rdzv-id", default=None, metavar="ID", help="the run's name in the rendezvous")
+    _add(n, "--rdzv-conf", type=conf, default=None, metavar="K=V,...",
+                   help="torch's rendezvous settings (join_timeout, read_timeout, is_host, ...)")
+    _add(n, "--local-addr", default=None, metavar="HOST", help="this node's address")
+    n.add_argument("--standalone", action="store_true", help="one node, its own rendezvous (the default)")
+    x = p.add_argument_group("accepted from torchrun command lines, no effect here", textwrap.fill(
+        ", ".join(names[-1] for names in NO_EFFECT) + ": " + NO_EFFECT_WHY, 78, initial_indent="  ",
+        subsequent_indent="  "))
+    for names in NO_EFFECT:
+        _add(x, *names, dest=_dest(names), default=None, help=argparse.SUPPRESS)
+
+
+def _dest(names: tuple[str, ...]) -> str:
+    return "noop_" + names[-1].lstrip("-").replace("-", "_")
+
+
+def no_effect(ns: argparse.Namespace) -> list[str]:
+    """The flags given that mpwatch accepts without effect, as the user would spell them."""
+    return [names[-1] for names in NO_EFFECT if getattr(ns, _dest(names)) is not None]
+
+
+def _pet_defaults(p: Parser) -> None:
+    """torchrun reads each flag's default from PET_<FLAG> (PET_NNODES=2, PET_NODE_RANK=1...):
+    so does mpwatch, so that a torchrun environment works unchanged."""
+    import os
+
+    for dest, name in PET:
+        value = os.environ.get(name)
+        if value is None:
+            continue
+        if dest in PET_SWITCHES:
+            p.set_defaults(**{dest: value.strip().lower() in ("1", "true", "yes")})
+        else:
+            p.set_defaults(**{dest: value})  # argparse converts a string default with the flag's type
 
 
 def ctl_parser() -> Parser:
@@ -154,3 +293,30 @@ def ctl_parser() -> Parser:
     lg.add_argument("--lines", type=count, default=50, metavar="N", help="the last N lines (default 50)")
     lg.add_argument("--follow", "-f", action="store_true", help="then print new lines until the run ends")
     return p
+
+
+# The flags a launcher passes on to a supervisor it starts in its own process (tui/launch.py):
+# (dest, flag); the others reach it resolved (-n, --grace, --run-dir) or are the launcher's own.
+RELAYED = (("module", "-m"), ("no_python", "--no-python"), ("run_path", "--run-path"), ("role", "--role"),
+           ("virtual_local_rank", "--virtual-local-rank"), ("nnodes", "--nnodes"), ("node_rank", "--node-rank"),
+           ("master_addr", "--master-addr"), ("master_port", "--master-port"),
+           ("rdzv_backend", "--rdzv-backend"), ("rdzv_endpoint", "--rdzv-endpoint"), ("rdzv_id", "--rdzv-id"),
+           ("rdzv_conf", "--rdzv-conf"), ("local_addr", "--local-addr"), ("standalone", "--standalone"))
+
+
+def relayed_flags(ns: argparse.Namespace) -> list[str]:
+    """The torchrun flags of `ns` as a command line (defaults left out)."""
+    out: list[str] = []
+    for dest, flag in RELAYED:
+        value = getattr(ns, dest)
+        if value is None or value is False or (dest == "role" and value == "default"):
+            continue
+        if value is True:
+            out.append(flag)
+        elif isinstance(value, tuple):
+            out += [flag, f"{value[0]}:{value[1]}"]
+        elif isinstance(value, dict):
+            out += [flag, ",".join(f"{k}={v}" for k, v in value.items())]
+        else:
+            out += [flag, str(value)]
+    return out

@@ -1,36 +1,65 @@
-"""`mpwatch [options] SCRIPT [ARGS...]`: check the command line, then run the supervisor
-here (headless) or hand over to the TUI's launcher. Runs on the main thread."""
+"""`mpwatch [options] SCRIPT [ARGS...]`: check the command line, turn torchrun's flags (and
+Slurm's environment) into the run's Options, then run the supervisor here (headless) or
+hand over to the TUI's launcher. Runs on the main thread; never imports torch.
+"""
 from __future__ import annotations
 
 import argparse
 import os
-from collections.abc import Callable
+import shutil
+import socket
+import sys
+from collections.abc import Callable, Mapping
+from pathlib import Path
 from typing import TYPE_CHECKING
 
-from mpwatch.cli.args import UsageError, die
+from mpwatch import slurm
+from mpwatch.cli.args import UsageError, die, no_effect, relayed_flags
 
 if TYPE_CHECKING:
-    from mpwatch.supervisor.core import Options
+    from mpwatch.supervisor.options import Launch, NodesOptions, Options
 
 Launcher = Callable[[argparse.Namespace, "Options"], int]
 
+STATIC_PORT = 29500  # torchrun's --master-port default
+C10D_PORT = 29400  # torch's c10d rendezvous backend's default port
 
-def default_nprocs() -> int:
-    """Visible NVIDIA GPUs (CUDA_VISIBLE_DEVICES, else NVML), or 2 without any."""
+
+def visible_gpus() -> int:
+    """NVIDIA GPUs this process may use (CUDA_VISIBLE_DEVICES, else NVML); 0 without any."""
     vis = os.environ.get("CUDA_VISIBLE_DEVICES")
     if vis is not None:
-        ids = [x for x in vis.split(",") if x.strip() and x.strip() != "-1"]
-        return len(ids) or 2
+        return len([x for x in vis.split(",") if x.strip() and x.strip() != "-1"])
     try:
         import pynvml
 
         pynvml.nvmlInit()
         try:
-            return int(pynvml.nvmlDeviceGetCount()) or 2
+            return int(pynvml.nvmlDeviceGetCount())
         finally:
             pynvml.nvmlShutdown()
-    except Exception:  # noqa: BLE001 - no driver, no library, a broken one: the CPU default
-        return 2
+    except Exception:  # noqa: BLE001 - no driver, no library, a broken one: no GPU
+        return 0
+
+
+def default_nprocs() -> int:
+    """Visible NVIDIA GPUs, or 2 without any."""
+    return visible_gpus() or 2
+
+
+def resolve_nprocs(value: int | str | None) -> int:
+    """-n/--nproc-per-node: a number, or torchrun's words auto (GPUs, else CPUs), cpu, gpu."""
+    if isinstance(value, int):
+        return value
+    if value is None:
+        return default_nprocs()
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    if value == "cpu":
+        return cpus
+    gpus = visible_gpus()
+    if value == "gpu" and not gpus:
+        raise UsageError("--nproc-per-node gpu: no NVIDIA GPU is visible")
+    return gpus or cpus
 
 
 def check_script(path: str) -> None:
@@ -42,18 +71,117 @@ def check_script(path: str) -> None:
         raise UsageError(f"script is not readable: {path}")
 
 
+def launch_kind(ns: argparse.Namespace) -> Launch:
+    """How the workers run SCRIPT (torchrun's -m, --no-python, --run-path), checked."""
+    if ns.module and ns.no_python:
+        raise UsageError("-m/--module and --no-python cannot be used together (as in torchrun)")
+    if ns.run_path or not (ns.module or ns.no_python):  # --run-path: python runs the file, as without it
+        check_script(ns.script)
+        return "python"
+    if ns.module:
+        if not all(part.isidentifier() for part in ns.script.split(".")):
+            raise UsageError(f"-m needs a module name such as pkg.train, got {ns.script!r}")
+        return "module"
+    found = shutil.which(ns.script)
+    if found is None:
+        what = "not executable" if os.path.exists(ns.script) else "not found"
+        raise UsageError(f"--no-python: executable {what}: {ns.script}")
+    return "exec"
+
+
+def nodes_options(ns: argparse.Namespace, env: Mapping[str, str]) -> NodesOptions | None:
+    """The multi-node side of the command line, Slurm filling in what the flags leave out;
+    None for a run on one node."""
+    from mpwatch.supervisor.options import NodesOptions
+
+    try:
+        step = slurm.detect(env)
+    except slurm.SlurmError as exc:
+        raise UsageError(f"Slurm: {exc}") from None
+    if step is not None and step.nnodes == 1:
+        step = None  # a one-node step: an ordinary run
+    lo, hi = ns.nnodes or ((step.nnodes, step.nnodes) if step else (1, 1))
+    if step is not None and hi != step.nnodes:
+        raise UsageError(f"--nnodes {hi} but the Slurm step has {step.nnodes} nodes")
+    if hi == 1:
+        return None
+    if ns.standalone:
+        raise UsageError(f"--standalone is a one-node run; it cannot take --nnodes {hi}")
+    backend = ns.rdzv_backend or "static"
+    if backend not in ("static", "c10d"):
+        raise UsageError(f"--rdzv-backend {backend}: mpwatch runs on torch's static and c10d rendezvous")
+    head = step.head if step else None
+    node_rank: int | None = None
+    if backend == "static":
+        node_rank = ns.node_rank if ns.node_rank is not None else (step.node_rank if step else 0)
+        if node_rank >= hi:
+            raise UsageError(f"--node-rank {node_rank} is outside --nnodes {hi} (ranks 0-{hi - 1})")
+        endpoint = ns.rdzv_endpoint or f"{ns.master_addr or head or '127.0.0.1'}:{ns.master_port or STATIC_PORT}"
+    else:
+        endpoint = ns.rdzv_endpoint or (f"{head}:{ns.master_port or C10D_PORT}" if head else "")
+        if not endpoint:
+            raise UsageError(f"--rdzv-backend c10d on {hi} nodes needs --rdzv-endpoint HOST:PORT "
+                             "(a node every node can reach)")
+    return NodesOptions(
+        backend=backend, endpoint=endpoint, rdzv_id=ns.rdzv_id or (step.rdzv_id if step else "none"),
+        min_nodes=lo, max_nodes=hi, node_rank=node_rank,
+        host=ns.local_addr or (step.host if step else socket.gethostname()), local_addr=ns.local_addr,
+        conf=dict(ns.rdzv_conf or {}),
+        slurm=None if step is None else f"job {step.job_id} step {step.step_id}, node {step.node_rank}")
+
+
+def unused(ns: argparse.Namespace, nodes: NodesOptions | None) -> list[str]:
+    """Flags given that do nothing here, each with why, for one line on stderr."""
+    said = []
+    if no_effect(ns):
+        said.append(", ".join(no_effect(ns)) + " (mpwatch keeps each rank's whole output in its run directory)")
+    if nodes is None:
+        one = [f for f, v in (("--node-rank", ns.node_rank), ("--rdzv-backend", ns.rdzv_backend),
+                              ("--rdzv-endpoint", ns.rdzv_endpoint), ("--rdzv-conf", ns.rdzv_conf),
+                              ("--local-addr", ns.local_addr)) if v is not None]
+        if one:
+            said.append(", ".join(one) + " (one node: no rendezvous)")
+    elif nodes.backend == "c10d":
+        c10d = [f for f, v in (("--node-rank", ns.node_rank), ("--master-addr", ns.master_addr),
+                               ("--master-port", ns.master_port if ns.rdzv_endpoint else None)) if v is not None]
+        if c10d:
+            said.append(", ".join(c10d) + " (c10d: the rendezvous assigns node ranks at --rdzv-endpoint)")
+    return said
+
+
+def options(ns: argparse.Namespace, env: Mapping[str, str]) -> Options:
+    from mpwatch.supervisor.options import Options
+
+    launch = launch_kind(ns)
+    nodes = nodes_options(ns, env)
+    said = unused(ns, nodes)
+    if said and not ns.supervise_only:
+        print("mpwatch: accepted, no effect here: " + "; ".join(said), file=sys.stderr)
+    return Options(
+        script=ns.script, args=list(ns.args), nprocs=resolve_nprocs(ns.nprocs), run_dir=ns.run_dir,
+        max_restarts=ns.max_restarts, stall_timeout=ns.stall_timeout,
+        grace=ns.shutdown_timeout if ns.shutdown_timeout is not None else ns.grace,
+        resize_mode=ns.resize_mode, gpu_interval=ns.gpu_interval, run_id=ns.run_id, launch=launch,
+        role=ns.role, master_addr=ns.master_addr or "127.0.0.1", master_port=ns.master_port,
+        rdzv_id=ns.rdzv_id, virtual_local_rank=ns.virtual_local_rank, nodes=nodes,
+        supervisor_flags=relayed_flags(ns))
+
+
 def cmd_run(ns: argparse.Namespace) -> int:
-    check_script(ns.script)
+    opts = options(ns, os.environ)
+    from mpwatch import registry
+
+    if ns.run_dir is None and ns.log_dir is not None:  # torchrun's --log-dir: a folder of runs
+        try:
+            opts.run_id = opts.run_id or registry.new_run_id(opts.script)
+        except registry.RunError as exc:
+            return die(str(exc))
+        ns.run_dir = opts.run_dir = str(Path(ns.log_dir) / opts.run_id)
     if ns.run_dir is not None and os.path.exists(ns.run_dir) and not os.path.isdir(ns.run_dir):
         raise UsageError(f"--run-dir {ns.run_dir} exists and is not a directory")
-    from mpwatch import registry
-    from mpwatch.supervisor.core import Options, Run
+    from mpwatch.supervisor.core import Run
     from mpwatch.supervisor.headless import Reporter
 
-    opts = Options(script=ns.script, args=list(ns.args), nprocs=ns.nprocs or default_nprocs(),
-                   run_dir=ns.run_dir, max_restarts=ns.max_restarts, stall_timeout=ns.stall_timeout,
-                   grace=ns.grace, resize_mode=ns.resize_mode, gpu_interval=ns.gpu_interval,
-                   run_id=ns.run_id)
     if not ns.headless and not ns.supervise_only:
         tui = _tui_launcher()
         if tui is not None:

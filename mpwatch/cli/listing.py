@@ -1,8 +1,10 @@
 """`mpwatch ls [--json] [--all [DIR...]]`: live runs of this user from the registry; with
 --all also the runs in ./mpwatch-runs and the folders given, newest first, with how each
-ended. Main thread."""
+ended. `ls --host HOST`: the live runs of the ssh user there (through `mpwatch bridge
+--ls`). Main thread."""
 from __future__ import annotations
 
+import argparse
 import json
 import time
 from pathlib import Path
@@ -61,7 +63,12 @@ def cmd_ls(argv: list[str]) -> int:
     p.add_argument("--all", action="store_true",
                    help="also finished runs, in ./mpwatch-runs and the folders given")
     p.add_argument("folders", nargs="*", metavar="DIR", help="runs folders to look in (with --all)")
+    p.add_argument("--host", metavar="HOST", help="the live runs of the ssh user on HOST (mpwatch bridge)")
+    p.add_argument("--remote-mpwatch", metavar="PATH",
+                   help="the mpwatch command on HOST, where a non-interactive ssh shell does not find it")
     ns = p.parse_args(argv)
+    if ns.host is not None or ns.remote_mpwatch:
+        return _ls_host(ns)
     if ns.folders and not ns.all:
         return die("folders are looked in with --all only (mpwatch ls --all DIR...)")
     for f in ns.folders:
@@ -78,11 +85,30 @@ def cmd_ls(argv: list[str]) -> int:
         entries = registry.live_runs()
     except registry.RunError as exc:
         return die(str(exc))
-    if ns.json:
+    return _print_live(entries, ns.json)
+
+
+def _ls_host(ns: argparse.Namespace) -> int:
+    if ns.host is None:
+        return die("--remote-mpwatch goes with --host")
+    if ns.all or ns.folders:
+        return die(f"--all reads run folders on this machine; for {ns.host}'s: ssh {ns.host} mpwatch ls --all")
+    from mpwatch.client import ClientError
+    from mpwatch.remote import Transport, remote_runs
+
+    try:
+        entries = remote_runs(ns.host, Transport.from_env(ns.remote_mpwatch))
+    except ClientError as exc:
+        return die(str(exc))
+    return _print_live(entries, ns.json, f" on {ns.host}")
+
+
+def _print_live(entries: list[registry.RegistryEntry], as_json: bool, where: str = "") -> int:
+    if as_json:
         print(json.dumps(entries, indent=1))
         return 0
     if not entries:
-        print("no live runs")
+        print(f"no live runs{where}")
         return 0
     print(f"{'RUN':40} {'PID':>7} {'WORKERS':>7}  {'STARTED':19}  DIR")
     for e in entries:

@@ -1,23 +1,52 @@
-"""`mpwatch attach` and `mpwatch ctl`: clients of a live run's control socket. `ctl logs`
-alone reads the run directory (so it works on finished runs too). Main thread."""
+"""`mpwatch attach` and `mpwatch ctl`: clients of a live run's control socket, here or on
+another machine through `ssh HOST mpwatch bridge` (mpwatch/remote.py). `ctl logs` alone
+reads the run directory (so it works on finished runs too); with --host it asks the live
+run. Main thread."""
 from __future__ import annotations
 
+import argparse
 import json
+import sys
+from typing import TYPE_CHECKING
 
 from mpwatch.cli.args import ACTIONS, Parser, ctl_parser, die
 
+if TYPE_CHECKING:  # the client modules load lazily: `ctl logs` needs none of them
+    from mpwatch.client import Requests
+
+REMOTE_HELP = ("the mpwatch command on the other machine, where a non-interactive ssh shell "
+               "does not find it (default: mpwatch)")
+
 
 def cmd_attach(argv: list[str]) -> int:
-    p = Parser(prog="mpwatch attach", description="Open the TUI on a live run.")
-    p.add_argument("run", nargs="?", metavar="RUN", help="run id or directory (default: the newest)")
+    p = Parser(prog="mpwatch attach", description=(
+        "Open the TUI on a live run, here or on other machines over ssh (HOST:RUN). Attaching to one "
+        "node of a multi-node run opens every node."))
+    p.add_argument("targets", nargs="*", metavar="RUN | HOST:RUN",
+                   help="a run id or directory here; HOST:RUN (HOST: for the newest) on another machine")
+    p.add_argument("--remote-mpwatch", metavar="PATH", help=REMOTE_HELP)
     p.add_argument("--no-mouse", action="store_true")
     ns = p.parse_args(argv)
+    from mpwatch.remote import parse_target
+
+    remote = [t for t in ns.targets if parse_target(t) is not None]
+    if len(ns.targets) > 1 or remote or ns.remote_mpwatch:
+        from mpwatch.cli.attach_nodes import attach_nodes
+
+        return attach_nodes(ns.targets, ns.remote_mpwatch, mouse=not ns.no_mouse)
     from mpwatch.client import Client, ClientError
 
     try:
-        client = Client.connect(ns.run)
+        client = Client.connect(ns.targets[0] if ns.targets else None)
     except ClientError as exc:
         return die(str(exc))
+    from mpwatch.cli.attach_nodes import has_peers
+
+    if has_peers(client):  # one node of a multi-node run: show them all
+        client.close()
+        from mpwatch.cli.attach_nodes import attach_nodes
+
+        return attach_nodes([str(client.handle.run_dir)], None, mouse=not ns.no_mouse)
     try:
         from mpwatch.tui.launch import attach_tui
     except ImportError:
@@ -27,30 +56,65 @@ def cmd_attach(argv: list[str]) -> int:
     return code
 
 
+def _ctl_parser() -> Parser:
+    p = ctl_parser()
+    p.add_argument("--host", metavar="HOST", help="the run is on HOST: reach it with ssh (mpwatch bridge)")
+    p.add_argument("--remote-mpwatch", metavar="PATH", help=REMOTE_HELP)
+    return p
+
+
+def _connect(run: str | None, host: str | None, remote_mpwatch: str | None) -> Requests:
+    if host is None:
+        from mpwatch.client import Client
+
+        return Client.connect(run)
+    from mpwatch.remote import RemoteClient, Target, Transport
+
+    return RemoteClient(Target(host, run), Transport.from_env(remote_mpwatch))
+
+
 def cmd_ctl(argv: list[str]) -> int:
-    ns = ctl_parser().parse_args(argv)
-    if ns.action == "logs":
+    ns = _ctl_parser().parse_args(argv)
+    if ns.remote_mpwatch and not ns.host:
+        return die("--remote-mpwatch goes with --host")
+    if ns.action == "logs" and ns.host is None:
         from mpwatch.cli.logs import show_logs
 
         return show_logs(ns.run, ns.rank, "stderr" if ns.stderr else "stdout", ns.lines, ns.follow)
-    from mpwatch.client import Client, ClientError
+    if ns.action == "logs" and ns.follow:
+        return die(f"--follow reads the run directory: run it there (ssh {ns.host} mpwatch ctl logs ... --follow)")
+    from mpwatch.client import ClientError
 
     try:
-        with Client.connect(ns.run) as client:
-            if ns.action == "status":
-                st = client.status()
-                if ns.json:
-                    print(json.dumps(st, indent=1, default=str))
-                else:
-                    from mpwatch.cli.status_text import status_lines
-
-                    print("\n".join(status_lines(st)))
-            elif ns.action in ACTIONS:
-                print(client.act(ns.action, ns.target))
-            elif ns.action == "resize":
-                print(client.resize(ns.n))
-            elif ns.action == "stop":
-                print(client.stop())
+        client = _connect(ns.run, ns.host, ns.remote_mpwatch)
     except ClientError as exc:
         return die(str(exc))
+    try:
+        _ctl_action(client, ns)
+    except ClientError as exc:
+        return die(str(exc))
+    finally:
+        client.close()
     return 0
+
+
+def _ctl_action(client: Requests, ns: argparse.Namespace) -> None:
+    if ns.action == "status":
+        st = client.status()
+        if ns.json:
+            print(json.dumps(st, indent=1, default=str))
+        else:
+            from mpwatch.cli.status_text import status_lines
+
+            print("\n".join(status_lines(st)))
+    elif ns.action in ACTIONS:
+        print(client.act(ns.action, ns.target))
+    elif ns.action == "resize":
+        print(client.resize(ns.n))
+    elif ns.action == "stop":
+        print(client.stop())
+    elif ns.action == "logs":
+        from mpwatch import runstore
+
+        lines = client.logs(ns.rank, "stderr" if ns.stderr else "stdout", ns.lines)
+        sys.stdout.write("".join(runstore.printable(ln) + "\n" for ln in lines))

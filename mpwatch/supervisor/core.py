@@ -42,6 +42,7 @@ from mpwatch.supervisor.gpu_watch import GpuWatch
 from mpwatch.supervisor.groups import ProcessGroups
 from mpwatch.supervisor.headless import Reporter
 from mpwatch.supervisor.ledger import ReportLedger
+from mpwatch.supervisor.nodes import Nodes
 from mpwatch.supervisor.options import Options as Options  # re-exported: the CLI builds one
 from mpwatch.supervisor.sampler import Sampler
 from mpwatch.supervisor.stall_watch import StallWatch
@@ -64,7 +65,7 @@ class Run:
         self.lock = threading.RLock()
         self.workers: dict[int, Worker] = {}
         self.world = opts.nprocs
-        self.master_port = spawn.free_port()
+        self.master_port = opts.master_port or spawn.free_port()
         self.authkey = os.urandom(32)
         self.state = RunState.RUNNING
         self.started_wall, self.started = time.time(), time.monotonic()
@@ -87,6 +88,7 @@ class Run:
         self.control = ControlServer(str(rt / f"{self.run_id}.ctl"), self.authkey, self.commands.dispatch)
         self.sampler = Sampler(self.workers, self.lock, self.groups)
         self.stalls = StallWatch(self.workers, self.lock, self.log, self.dumper, opts.stall_timeout)
+        self.nodes = Nodes(opts.nodes, self, self._start) if opts.nodes is not None else None  # several nodes
 
     # ----------------------------------------------------------------- setup ----
     def setup(self) -> None:
@@ -118,8 +120,11 @@ class Run:
         self._registered = True
         self.log.event(Event.RUN_STARTED, script=o.script, args=o.args, nprocs=o.nprocs,
                        run_dir=str(run_dir), pid=os.getpid())
-        for rank in range(o.nprocs):
-            self._start(rank)
+        if self.nodes is not None:
+            self.nodes.start()  # the workers start once torch's rendezvous has formed the first round
+        else:
+            for rank in range(o.nprocs):
+                self._start(rank)
         self.sampler.start()
 
     # ------------------------------------------------------------- starting ----
@@ -128,23 +133,25 @@ class Run:
         o = self.opts
         if reason is not None:
             self.store.mark_logs(rank, f"rank {rank} {reason} at {time.strftime('%H:%M:%S')}")
-        paths = self.store.rank_paths(rank)
-        env = spawn.worker_env(os.environ, rank=rank, world=self.world, master_port=self.master_port,
-                               channel=self.hub.address, authkey=self.authkey, run_id=self.run_id,
-                               rank_dir=paths.dir, stack_file=paths.stack_file,
+        paths, w = self.store.rank_paths(rank), self.workers.get(rank)
+        place = self.nodes.placement(rank) if self.nodes is not None else spawn.Placement(
+            local_rank=rank, rank=rank, world=self.world, local_world=self.world, master_addr=o.master_addr,
+            master_port=self.master_port, run_id=o.rdzv_id or self.run_id, restarts=0 if w is None else w.restarts,
+            max_restarts=o.max_restarts, role=o.role)
+        env = spawn.worker_env(os.environ, place, channel=self.hub.address, authkey=self.authkey, run_id=self.run_id,
+                               rank_dir=paths.dir, stack_file=paths.stack_file, virtual_local_rank=o.virtual_local_rank,
                                flush_s=protocol.flush_interval(self.world, o.stall_timeout))
         try:
-            proc = spawn.start_worker(spawn.python_argv(o.script, o.args), env, paths.stdout, paths.stderr,
+            proc = spawn.start_worker(spawn.command(o.launch, o.script, o.args), env, paths.stdout, paths.stderr,
                                       cwd=o.cwd)
         except OSError as exc:
             cause = f"could not start: {exc.strerror}"
-            self._begin(rank, Attempt(None, self.world, cause=cause), State.FAILED, "could not start",
+            self._begin(rank, Attempt(None, place.world, cause=cause), State.FAILED, "could not start",
                         pid=None, exit_code=None, signal=None, cause=cause, reason=None, stderr_tail=[])
             return
         self.groups.watch(proc.pid, rank)
-        w = self.workers.get(rank)
-        self._begin(rank, Attempt(proc, self.world), State.STARTING, reason or "first start",
-                    pid=proc.pid, world_size=self.world, master_port=self.master_port,
+        self._begin(rank, Attempt(proc, place.world), State.STARTING, reason or "first start",
+                    pid=proc.pid, world_size=place.world, master_port=place.master_port, global_rank=place.rank,
                     attempt=0 if w is None else w.restarts)
 
     def _begin(self, rank: int, attempt: Attempt, state: State, why: str, /, **fields: Any) -> None:
@@ -207,11 +214,17 @@ class Run:
         self.groups.after_exit(w, self.opts.grace)
         if a.kill_reason == "restart":
             w.pending_restart = "restart"
-        elif (a.kill_reason is None and end.state is State.FAILED and self.state is RunState.RUNNING
-              and w.auto_restarts < self.opts.max_restarts):
-            w.pending_restart = "auto"
-            with self.lock:
-                w.transition(State.RESTARTING, "failed with restarts left")
+        elif a.kill_reason is None and end.state is State.FAILED and self.state is RunState.RUNNING:
+            if self.nodes is not None and self.nodes.on_failure(w):
+                return  # c10d: a new round of every node, not a restart of this worker alone
+            if w.auto_restarts < self.opts.max_restarts:
+                w.pending_restart = "auto"
+                with self.lock:
+                    w.transition(State.RESTARTING, "failed with restarts left")
+
+    def lingers(self, w: Worker) -> bool:
+        """Its process runs, or its process group is still being ended."""
+        return w.alive or self.groups.pending(w.pid)
 
     def kill(self, w: Worker, reason: str) -> bool:
         """TERM now, KILL after the grace period (groups.py); False when it is not running."""
@@ -222,6 +235,8 @@ class Run:
         """The `resize` command (main thread): raises ValueError when it cannot."""
         if self.state is not RunState.RUNNING:
             raise ValueError(f"cannot resize while the run is {self.state}")
+        if self.nodes is not None:
+            raise ValueError("a run on several nodes keeps its size (torch's rendezvous fixed every node's ranks)")
         cur = len(self.workers)
         if n == cur:
             raise ValueError(f"the run already has {n} workers")
@@ -285,6 +300,8 @@ class Run:
             self._handle_signals()
             self.ledger.flush(time.monotonic())
             self._poll()
+            if self.nodes is not None:
+                self.nodes.tick()  # a round joined, a stop or a lost node found by the node thread
             self.stalls.check(time.monotonic())
             self._advance_resize()
             self._check_finished()
@@ -317,6 +334,8 @@ class Run:
         for w in self.workers.values():
             w.pending_restart = None
         self.log.event(Event.STOPPING, why=why)
+        if self.nodes is not None:
+            self.nodes.on_stop(why)  # through the rendezvous store to every other node
         return sum(1 for w in list(self.workers.values()) if self.kill(w, "stop"))
 
     def _check_finished(self) -> None:
@@ -327,6 +346,8 @@ class Run:
             return
         if self.state is RunState.RESIZING or self.resize_to is not None or self.groups.ending():
             return
+        if self.nodes is not None and (self.nodes.busy() or not self.nodes.may_finish()):
+            return  # between two rounds, or waiting for the other nodes to end (torchrun's exit barrier)
         self._finish()
 
     def _finish(self) -> None:
@@ -345,6 +366,8 @@ class Run:
         self.hub.close()
         self.control.close()
         self.gpu.close()
+        if self.nodes is not None:
+            self.nodes.close()
         if self._registered:
             registry.unregister(self.run_id)
             self._registered = False

@@ -5,6 +5,25 @@ import os
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Literal
+
+Launch = Literal["python", "module", "exec"]  # python SCRIPT | python -m MODULE | the executable itself
+
+
+@dataclass
+class NodesOptions:
+    """A multi-node run: this node's side of torch's rendezvous (supervisor/rendezvous.py)."""
+
+    backend: str  # static | c10d
+    endpoint: str  # HOST:PORT of the rendezvous store
+    rdzv_id: str  # the run's name in the rendezvous (torchrun's --rdzv-id, or Slurm's job)
+    min_nodes: int
+    max_nodes: int
+    node_rank: int | None  # static: given; c10d: assigned by the rendezvous
+    host: str  # how ssh reaches this node (--local-addr, Slurm's node name, the hostname)
+    local_addr: str | None = None
+    conf: dict[str, str] = field(default_factory=dict)  # --rdzv-conf
+    slurm: str | None = None  # "job 123 step 0" when Slurm said where we run
 
 
 @dataclass
@@ -21,3 +40,13 @@ class Options:
     run_id: str | None = None  # given by a launcher that chose the run directory itself
     cwd: str = field(default_factory=os.getcwd)
     argv: list[str] = field(default_factory=lambda: list(sys.argv))
+    # torchrun's side of the launch (mpwatch/cli/args.py)
+    launch: Launch = "python"
+    role: str = "default"  # ROLE_NAME
+    master_addr: str = "127.0.0.1"  # one node: MASTER_ADDR of the workers
+    master_port: int | None = None  # one node: MASTER_PORT (None: a free port)
+    rdzv_id: str | None = None  # one node: TORCHELASTIC_RUN_ID (None: the run id)
+    virtual_local_rank: bool = False  # LOCAL_RANK=0, each worker sees its own GPU as device 0
+    nodes: NodesOptions | None = None  # several nodes
+    # the flags above as typed, for a launcher that starts the supervisor in its own process
+    supervisor_flags: list[str] = field(default_factory=list)

@@ -18,6 +18,7 @@ from mpwatch.status import ChildStatus, GpuView, RunInfo, RunState, State, Statu
 from mpwatch.supervisor import straggler
 from mpwatch.supervisor.eventlog import EventLog
 from mpwatch.supervisor.gpu_watch import GpuWatch
+from mpwatch.supervisor.nodes import Nodes
 from mpwatch.supervisor.options import Options
 from mpwatch.supervisor.workers import TAIL, ChildReport, Worker
 
@@ -38,6 +39,7 @@ class RunView(Protocol):
     exit_code: int | None
     log: EventLog
     gpu: GpuWatch
+    nodes: Nodes | None  # several nodes
 
     def refused_connections(self) -> int: ...
 
@@ -50,7 +52,8 @@ def build(run: RunView, tail: int = TAIL) -> Status:
         for rank in sorted(run.workers):
             w = run.workers[rank]
             counts[w.state.value] = counts.get(w.state.value, 0) + 1
-            workers.append(worker_status(w, now, tail, run.gpu))
+            grank = rank if run.nodes is None else run.nodes.global_rank(rank)
+            workers.append(worker_status(w, now, tail, run.gpu, grank))
         panel: Mapping[str, Any] = run.gpu.snapshot()  # takes only the GPU watcher's own lock
         o = run.opts
         info = RunInfo(
@@ -60,7 +63,7 @@ def build(run: RunView, tail: int = TAIL) -> Status:
             exit_code=run.exit_code,
             options={"max_restarts": o.max_restarts, "stall_timeout": o.stall_timeout, "grace": o.grace,
                      "resize_mode": o.resize_mode},
-            refused_connections=run.refused_connections())
+            refused_connections=run.refused_connections(), node=None if run.nodes is None else run.nodes.info())
         return Status(
             run=info, workers=workers,
             gpus=cast(list[GpuView], panel.get("gpus", [])),  # GpuWatch builds them as status.py says
@@ -69,13 +72,15 @@ def build(run: RunView, tail: int = TAIL) -> Status:
             straggler=straggler.analyze(workers))  # lags, and the likely culprit of a hang
 
 
-def worker_status(w: Worker, now: float, tail: int, gpu: GpuWatch | None) -> WorkerStatus:
+def worker_status(w: Worker, now: float, tail: int, gpu: GpuWatch | None,
+                  global_rank: int | None = None) -> WorkerStatus:
     a, r = w.attempt, w.reports
     alive = w.alive
     info = a.proc_info if alive else None
     children = [child_status(c, a.children.get(c["pid"]), now) for c in (info.get("children", []) if info else [])]
     return WorkerStatus(
-        rank=w.rank, pid=a.pid, state=w.state.value, step=r.step, loss=r.loss,
+        rank=w.rank, global_rank=w.rank if global_rank is None else global_rank,  # RANK: on one node, rank
+        pid=a.pid, state=w.state.value, step=r.step, loss=r.loss,
         # A paused, stalled or ended worker makes no progress, whatever its last window says.
         steps_per_s=a.steps_per_second() if w.state in (State.RUNNING, State.STARTING) else (0.0 if alive else None),
         metrics=dict(r.metrics),

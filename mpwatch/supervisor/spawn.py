@@ -8,6 +8,7 @@ import socket
 import subprocess
 import sys
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 
 from mpwatch import protocol
@@ -23,24 +24,65 @@ def free_port() -> int:
         return port
 
 
-def worker_env(base: Mapping[str, str], *, rank: int, world: int, master_port: int, channel: str,
-               authkey: bytes, run_id: str, rank_dir: Path, stack_file: Path, flush_s: float) -> dict[str, str]:
-    """torchrun's variables, ours, and the NCCL flight recorder's when it is switched on."""
+@dataclass(frozen=True)
+class Placement:
+    """Where a worker stands in the run's world: what torchrun's elastic agent tells it.
+    On one node its local and global ranks agree; on several, supervisor/nodes.py fills
+    this from the rendezvous round (global ranks as torch's agent assigns them)."""
+
+    local_rank: int
+    rank: int  # global
+    world: int  # every node's workers
+    local_world: int
+    master_addr: str
+    master_port: int
+    run_id: str  # TORCHELASTIC_RUN_ID: the rendezvous id
+    restarts: int  # TORCHELASTIC_RESTART_COUNT
+    max_restarts: int
+    group_rank: int = 0  # the node's rank
+    group_world: int = 1  # nodes
+    role: str = "default"
+    agent_store: bool | None = None  # the supervisor's rendezvous store serves the workers' too
+
+    def torchrun_env(self) -> dict[str, str]:
+        env = {
+            "RANK": str(self.rank), "LOCAL_RANK": str(self.local_rank), "GROUP_RANK": str(self.group_rank),
+            "ROLE_RANK": str(self.rank), "ROLE_NAME": self.role,  # one role: role ranks are global ranks
+            "WORLD_SIZE": str(self.world), "LOCAL_WORLD_SIZE": str(self.local_world),
+            "GROUP_WORLD_SIZE": str(self.group_world), "ROLE_WORLD_SIZE": str(self.world),
+            "MASTER_ADDR": self.master_addr, "MASTER_PORT": str(self.master_port),
+            "TORCHELASTIC_RUN_ID": self.run_id, "TORCHELASTIC_RESTART_COUNT": str(self.restarts),
+            "TORCHELASTIC_MAX_RESTARTS": str(self.max_restarts),
+        }
+        if self.agent_store is not None:
+            env["TORCHELASTIC_USE_AGENT_STORE"] = str(self.agent_store)
+        return env
+
+
+def visible_device(base: Mapping[str, str], local_rank: int) -> str:
+    """torchrun's --virtual-local-rank: the one GPU a worker sees, through the parent's
+    CUDA_VISIBLE_DEVICES when it has one."""
+    parent = base.get("CUDA_VISIBLE_DEVICES")
+    if parent is None:
+        return str(local_rank)
+    ids = [x.strip() for x in parent.split(",") if x.strip()]
+    return ids[local_rank] if local_rank < len(ids) else ""
+
+
+def worker_env(base: Mapping[str, str], place: Placement, *, channel: str, authkey: bytes, run_id: str,
+               rank_dir: Path, stack_file: Path, flush_s: float, virtual_local_rank: bool = False) -> dict[str, str]:
+    """torchrun's variables, ours, and the NCCL flight recorder's when it is switched on.
+    MPWATCH_RANK is the supervisor's own key for the worker: its local rank."""
     env = dict(base)
+    env.update(place.torchrun_env())
+    env.setdefault("TORCH_NCCL_ASYNC_ERROR_HANDLING", "1")  # as torchrun's agent sets it
+    if virtual_local_rank:
+        env["LOCAL_RANK"] = "0"
+        env["CUDA_VISIBLE_DEVICES"] = visible_device(base, place.local_rank)
     env.update({
-        "RANK": str(rank),
-        "LOCAL_RANK": str(rank),
-        "WORLD_SIZE": str(world),
-        "LOCAL_WORLD_SIZE": str(world),
-        "GROUP_RANK": "0",
-        "ROLE_RANK": str(rank),
-        "ROLE_WORLD_SIZE": str(world),
-        "MASTER_ADDR": "127.0.0.1",
-        "MASTER_PORT": str(master_port),
-        "TORCHELASTIC_RUN_ID": run_id,
         protocol.ENV_ADDRESS: channel,
         protocol.ENV_AUTHKEY: authkey.hex(),
-        protocol.ENV_RANK: str(rank),
+        protocol.ENV_RANK: str(place.local_rank),
         protocol.ENV_RUN: run_id,
         protocol.ENV_STACK_FILE: str(stack_file),
         protocol.ENV_SUPERVISOR_PID: str(os.getpid()),
@@ -65,5 +107,11 @@ def start_worker(argv: list[str], env: Mapping[str, str], stdout: Path, stderr: 
         )
 
 
-def python_argv(script: str, args: list[str]) -> list[str]:
+def command(launch: str, script: str, args: list[str]) -> list[str]:
+    """A worker's command line: python SCRIPT, python -m MODULE, or the executable itself
+    (torchrun's -m and --no-python)."""
+    if launch == "module":
+        return [sys.executable, "-m", script, *args]
+    if launch == "exec":
+        return [script, *args]
     return [sys.executable, script, *args]

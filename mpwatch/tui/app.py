@@ -19,7 +19,7 @@ from textual.widgets import Footer, Static
 from mpwatch import eventtext
 from mpwatch.status import Event, EventFields, RunState, State, Status
 from mpwatch.tui import glyphs as glyphs_mod
-from mpwatch.tui import gpu_rows, view
+from mpwatch.tui import gpu_rows, node_rows, view
 from mpwatch.tui.actions import Outcome, RunActions
 from mpwatch.tui.poller import INTERVAL_S, Poller, PollFailed, RunGone, SnapshotReady
 from mpwatch.tui.screens.detail import DetailScreen
@@ -98,6 +98,7 @@ class MpwatchApp(RunActions):
         self.status_line = Static(id="status-line")
         self._told_exit: dict[int | None, int | None] = {}  # rank -> pid of the last exit a notice told of
         self._selected_shown: Line | None = None
+        self._multi_node = False  # a merged view of several nodes: the NODE column
 
     # ---------------------------------------------------------------- layout ----
     def compose(self) -> ComposeResult:
@@ -126,7 +127,7 @@ class MpwatchApp(RunActions):
         self.refresh_view()
 
     def _set_columns(self, width: int) -> None:
-        cols = view.columns(width)
+        cols = view.columns(width, nodes=self._multi_node)
         if cols != self.table.cols:
             self.table.set_columns(cols)
             self.refresh_view()
@@ -148,8 +149,13 @@ class MpwatchApp(RunActions):
                 self.poller.applied.set()
 
     def apply_status(self, status: Status) -> None:
-        self.status = status
+        old, self.status = self.status, status
         self.snapshots += 1
+        for text, severity in node_rows.changes(old, status):
+            self.say(text, severity)
+        if node_rows.multi(status) != self._multi_node:
+            self._multi_node = not self._multi_node
+            self._set_columns(self.size.width)
         self.refresh_view()
 
     def refresh_view(self) -> None:

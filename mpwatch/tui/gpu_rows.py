@@ -13,7 +13,7 @@ from collections.abc import Sequence
 
 from mpwatch import fmt
 from mpwatch.status import GpuAlert, GpuView, Status
-from mpwatch.tui import segs
+from mpwatch.tui import node_rows, segs
 from mpwatch.tui.glyphs import Glyphs
 from mpwatch.tui.segs import Line, Seg
 from mpwatch.tui.widgets import bars
@@ -162,10 +162,18 @@ def title(status: Status, g: Glyphs, width: int, rows: int) -> str:
     m = g.mem
     legend = (f"{m['allocated']} torch {m['cached']} cached {m['other']} other {m['outside']} outside "
               f"{m['free']} free")
-    head = f"{n} GPU{'s' if n > 1 else ''}" + (f" ({rows} shown, scroll)" if rows < n else "")
+    nodes = len({gpu.get("node") for gpu in status["gpus"]})
+    head = (f"{n} GPU{'s' if n > 1 else ''}" + (f" on {nodes} nodes" if nodes > 1 else "")
+            + (f" ({rows} shown, scroll)" if rows < n else ""))
     if width >= WIDE:
         return f"{head} · {legend} · sparklines: memory, utilization (2 min) · g: GPU screen"
     return f"{head} · {legend} · g: GPU screen" if width >= 70 else f"{head} · g: GPU screen"
+
+
+def _as_on_node(gpu: GpuView) -> GpuView:
+    out = gpu.copy()
+    out["index"] = gpu.get("node_index", gpu["index"])
+    return out
 
 
 def gpu_rows(status: Status, g: Glyphs, width: int) -> list[Line]:
@@ -173,7 +181,11 @@ def gpu_rows(status: Status, g: Glyphs, width: int) -> list[Line]:
     note = status["gpu_status"]
     if not gpus:
         return [(("GPU: ", "bold"), (note or "no NVIDIA GPU found", "bright_black"))]
-    lines = [gpu_row(gpu, g, width) for gpu in gpus]
+    if "node" in gpus[0]:  # a merged view: grouped by node, each labelled, NVML's own index shown
+        lines = [((label, "bold cyan"), *gpu_row(_as_on_node(gpu), g, width - len(label)))
+                 for label, gpu in zip(node_rows.gpu_label(status), gpus, strict=True)]
+    else:
+        lines = [gpu_row(gpu, g, width) for gpu in gpus]
     if note:
         lines.append(segs.cut(((note, "bright_black"),), width))
     return lines

@@ -30,7 +30,8 @@ def gpu_heading(gpu: GpuView, g: Glyphs) -> Line:
     uuid = gpu.get("uuid")
     temp = NA if gpu["temperature"] is None else f"{gpu['temperature']}C"
     power = NA if gpu["power_w"] is None else f"{gpu['power_w']:.0f}W"
-    out: list[Seg] = [(f"GPU {gpu['index']}", "bold"),
+    node = f" (node {gpu['node']} GPU {gpu.get('node_index')})" if "node" in gpu else ""  # a merged view
+    out: list[Seg] = [(f"GPU {gpu['index']}{node}", "bold"),
                       (f"  memory {fmt.size(gpu['mem_used'], NA)} / {fmt.size(gpu['mem_total'], NA)}",
                        band(pct, MEM_BANDS)),
                       (f"  util {fmt.pct(gpu['util_gpu'])}", band(gpu["util_gpu"], UTIL_BANDS)),

@@ -33,6 +33,7 @@ class LaunchOptions(Protocol):
     gpu_interval: float
     run_id: str | None
     cwd: str
+    supervisor_flags: list[str]  # torchrun's flags (-m, --nnodes...), as the supervisor takes them
 
 START_TIMEOUT_S = 30.0
 
@@ -48,7 +49,7 @@ def supervisor_argv(ns: argparse.Namespace, opts: LaunchOptions, run_id: str, ru
             "-n", str(opts.nprocs), "--max-restarts", str(opts.max_restarts),
             "--stall-timeout", repr(float(opts.stall_timeout)), "--grace", repr(float(opts.grace)),
             "--resize-mode", opts.resize_mode, "--gpu-interval", repr(float(opts.gpu_interval)),
-            opts.script, *opts.args]
+            *opts.supervisor_flags, opts.script, *opts.args]
 
 
 def _tail(path: Path, n: int = 8) -> str:

@@ -147,7 +147,10 @@ class Poller:
 
     def _gone(self, why: str) -> None:
         final = info = None
-        if self.run_dir is not None:
+        ended = getattr(self.source, "ended", None)  # a source that knows how its run ended (merged nodes)
+        if ended is not None:
+            final, info = ended()
+        elif self.run_dir is not None:
             deadline = time.monotonic() + FINAL_WAIT_S
             while not self._stop.is_set():
                 info = runstore.read_json(self.run_dir, runstore.RUN_JSON)

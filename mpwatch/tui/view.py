@@ -12,6 +12,7 @@ from typing import Literal
 
 from mpwatch import fmt
 from mpwatch.status import ENDED_STATES, ChildStatus, RunState, State, Status, WorkerGpu, WorkerStatus
+from mpwatch.tui import node_rows
 from mpwatch.tui.glyphs import Glyphs
 from mpwatch.tui.segs import Cell, Line
 from mpwatch.tui.widgets import bars
@@ -43,7 +44,7 @@ _COLS: dict[str, tuple[str, int, int]] = {
     "rank": ("RANK", 5, 5), "pid": ("PID", 7, 7), "state": ("STATE", 11, 11), "step": ("STEP", 7, 8),
     "speed": ("STEP/S", 6, 6), "loss": ("LOSS", 8, 9), "trend": ("TREND", 8, 10), "hb": ("HB", 5, 5),
     "gpu": ("GPU", 9, 9), "cpu": ("CPU%", 4, 5), "rss": ("RSS", 5, 6), "phases": ("TIME d/c/s/o", 12, 12),
-    "note": ("NOTE", 40, 30),
+    "note": ("NOTE", 40, 30), "node": ("NODE", 4, 4),
 }
 ORDER = ("rank", "pid", "state", "step", "speed", "loss", "trend", "hb", "gpu", "cpu", "rss", "phases", "note")
 # What stays on screen when columns must go, most wanted first; the rest scroll into view.
@@ -57,13 +58,16 @@ def _width(key: str, wide: bool) -> int:
     return broad if wide else narrow
 
 
-def columns(width: int) -> list[Column]:
+def columns(width: int, nodes: bool = False) -> list[Column]:
     """The columns that fit `width` in ORDER, chosen by PRIORITY; on a wide terminal the
-    NOTE column takes the room left; the columns that did not fit follow (scrolled to)."""
+    NOTE column takes the room left; the columns that did not fit follow (scrolled to).
+    NODE only with `nodes` (a merged view of several nodes)."""
     wide = width >= WIDE_COLS
     room = width - SCROLLBAR
     shown: list[str] = []
-    for key in PRIORITY:
+    order, priority = ((ORDER[0], "node", *ORDER[1:]), (PRIORITY[0], "node", *PRIORITY[1:])) if nodes \
+        else (ORDER, PRIORITY)
+    for key in priority:
         if key == "note" and wide:
             continue
         need = _width(key, wide) + PAD
@@ -71,10 +75,10 @@ def columns(width: int) -> list[Column]:
             break
         shown.append(key)
         room -= need
-    cols = [Column(k, _COLS[k][0], _width(k, wide)) for k in ORDER if k in shown]
+    cols = [Column(k, _COLS[k][0], _width(k, wide)) for k in order if k in shown]
     if wide:
         cols.append(Column("note", "NOTE", max(_width("note", True), room - PAD)))
-    rest = [k for k in PRIORITY if k not in shown and not (wide and k == "note")]
+    rest = [k for k in priority if k not in shown and not (wide and k == "note")]
     return cols + [Column(k, _COLS[k][0], _width(k, False)) for k in rest]
 
 
@@ -117,6 +121,8 @@ def _stall_note(w: WorkerStatus) -> list[str]:
 
 def note_text(w: WorkerStatus) -> str:
     parts: list[str] = []
+    if "node_error" in w:  # what follows is its last known state
+        parts.append(f"node {w.get('node')} unreachable: {w['node_error']}")
     st = w["state"]
     if st in ENDED_STATES and w["cause"]:
         parts.append(w["cause"])
@@ -137,7 +143,7 @@ def phases_cell(w: WorkerStatus, width: int, g: Glyphs) -> Line:
 
 
 def hb_cell(w: WorkerStatus) -> Cell:
-    if w["state"] not in ALIVE:
+    if w["state"] not in ALIVE or "node_error" in w:
         return ""
     age = w["heartbeat_age"]
     if age is None:
@@ -163,8 +169,10 @@ def worker_cells(w: WorkerStatus, cols: list[Column], g: Glyphs, folded: bool) -
             out.append(f"{fold}{w['rank']}")
         elif k == "pid":
             out.append("" if w["pid"] is None else str(w["pid"]))
-        elif k == "state":
-            out.append(state_cell(w["state"], g))
+        elif k == "state":  # a row of a node that cannot be reached is never shown as a hang
+            out.append((("unreachable", "bright_black"),) if "node_error" in w else state_cell(w["state"], g))
+        elif k == "node":
+            out.append(str(w.get("node", "")))
         elif k == "step":
             out.append(fmt.num(w["step"]))
         elif k == "speed":
@@ -233,7 +241,7 @@ def matches(w: WorkerStatus, text: str) -> bool:
         return True
     if text.isdigit():
         return w["rank"] == int(text) or w["pid"] == int(text)
-    hay = f"rank {w['rank']} {w['state']} {note_text(w)}".lower()
+    hay = f"rank {w['rank']} node {w.get('node', '')} {w['state']} {note_text(w)}".lower()
     return all(word in hay for word in text.split())
 
 
@@ -295,7 +303,7 @@ def header_lines(status: Status, g: Glyphs, *, sort: str = "rank", filter_text: 
         parts.append((f"{g.state.get(name, '?')} {n} {name}  ", ""))
     parts.append((f"restarts {r['restarts']}", "bold magenta" if r["restarts"] else ""))
     extra = [f"sort: {sort}"] + ([f"filter: {filter_text}"] if filter_text else [])
-    return [line1, tuple(parts), ((" · ".join(extra), "bright_black"),)]
+    return [line1, tuple(parts), *node_rows.header_lines(status, g), ((" · ".join(extra), "bright_black"),)]
 
 
 def selected_line(w: WorkerStatus | None, g: Glyphs) -> Line:
@@ -303,9 +311,10 @@ def selected_line(w: WorkerStatus | None, g: Glyphs) -> Line:
     if w is None:
         return (("no worker selected", "bright_black"),)
     st = w["state"]
-    segs: list[tuple[str, str]] = [(f"rank {w['rank']} ", "bold"),
-                                   (f"{g.state.get(st, '?')} {st}", STATE_STYLE.get(st, "")),
-                                   (f" · pid {w['pid']}", "")]
+    segs: list[tuple[str, str]] = [(f"rank {w['rank']} ", "bold")]
+    if "node" in w:
+        segs.append((f"(node {w['node']}, local {w.get('local_rank')}) ", "cyan"))
+    segs += [(f"{g.state.get(st, '?')} {st}", STATE_STYLE.get(st, "")), (f" · pid {w['pid']}", "")]
     if w["steps_per_s"] is not None:
         segs.append((f" · {fmt.speed(w['steps_per_s'])} steps/s", ""))
     wg = w["gpu"]

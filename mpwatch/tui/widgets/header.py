@@ -16,6 +16,8 @@ class RunHeader(Static):
 
     def show(self, lines: list[Line]) -> None:
         if lines != self._lines:  # only repaint when the text changed
+            if self._lines is None or len(lines) != len(self._lines):
+                self.styles.height = len(lines)  # 3, and a line per node of a merged view
             self._lines = lines
             # A fixed height (3): no layout pass, which at 256 rows costs more than the paint.
             self.update(lines_to_text(lines), layout=False)

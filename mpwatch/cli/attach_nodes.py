@@ -1,0 +1,106 @@
+"""`mpwatch attach HOST:RUN [...]`: the TUI on runs of other machines (through ssh and
+`mpwatch bridge`), or of several nodes at once, as one merged view (mpwatch/merged.py).
+Every target named is reached before the screen opens (a failure is one line, exit code 2);
+the peers a multi-node run names are found afterwards, and a node lost later is shown
+unreachable and tried again. Main thread.
+"""
+from __future__ import annotations
+
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+from mpwatch.cli.args import die
+from mpwatch.client import Client, ClientError, Requests
+from mpwatch.merged import LocalLink, MergedSource, NoNodeYet
+from mpwatch.remote import RemoteClient, Transport, parse_target
+from mpwatch.status import Status
+
+STOP_WAIT_S = 60.0  # after "stop the run": how long to wait for every node to end
+
+
+def has_peers(client: Client) -> bool:
+    """Is this run one node of several (its status names peers)?"""
+    try:
+        info = client.status(tail=0)["run"].get("node")
+    except ClientError:
+        return False
+    return info is not None and len(info["peers"]) > 1
+
+
+def _reach(target: str | None, transport: Transport) -> tuple[str, Requests, Status]:
+    """(host, link, its first status) of one target; raises ClientError."""
+    remote = parse_target(target) if target else None
+    link: Requests = RemoteClient(remote, transport) if remote is not None else LocalLink.to(target)
+    try:
+        return (remote.host if remote else ""), link, link.status(tail=0)
+    except ClientError:
+        link.close()
+        raise
+
+
+def connect(targets: list[str], transport: Transport) -> MergedSource:
+    """Every target reached (at the same time: each is an ssh login), or ClientError for the
+    first that could not be, the others closed."""
+    wanted: list[str | None] = [*targets] or [None]  # None: the newest run here
+    with ThreadPoolExecutor(max_workers=min(len(wanted), 16)) as pool:
+        futures = [pool.submit(_reach, t, transport) for t in wanted]
+        got: list[tuple[str, Requests, Status] | ClientError] = []
+        for f in futures:
+            try:
+                got.append(f.result())
+            except ClientError as exc:
+                got.append(exc)
+    failed = [g for g in got if isinstance(g, ClientError)]
+    reached = [g for g in got if not isinstance(g, ClientError)]
+    if failed:
+        for _, link, _ in reached:
+            link.close()
+        raise failed[0]
+    source = MergedSource(transport)
+    for i, (host, link, st) in enumerate(reached):
+        info = st["run"].get("node")
+        run = st["run"]["id"] if host else str(st["run"]["dir"])
+        source.add(host, run, link, node=info["node_rank"] if info else i, status=st)
+    return source
+
+
+def attach_nodes(targets: list[str], remote_mpwatch: str | None, mouse: bool = True) -> int:
+    try:
+        from mpwatch.tui.app import MpwatchApp
+    except ImportError:
+        return die("the TUI is not installed (pip install textual); use 'mpwatch ctl --host HOST status'")
+    try:
+        source = connect(targets, Transport.from_env(remote_mpwatch))
+    except ClientError as exc:
+        return die(str(exc))
+    try:
+        outcome = MpwatchApp(source, None).run(mouse=mouse)
+        if outcome is not None and outcome.kind == "stopped" and outcome.exit_code is None:
+            return _wait_stopped(source)
+    finally:
+        source.close()
+    if outcome is None or outcome.kind == "detach":
+        if outcome is not None:
+            again = " ".join(targets) or "RUN"
+            print(f"mpwatch: detached; the run goes on on every node ('mpwatch attach {again}' "
+                  f"shows it again)", file=sys.stderr)
+        return 0
+    return 1 if outcome.exit_code is None else int(outcome.exit_code)
+
+
+def _wait_stopped(source: MergedSource) -> int:
+    print("mpwatch: waiting for the run to stop on every node…", file=sys.stderr)
+    deadline = time.monotonic() + STOP_WAIT_S
+    while time.monotonic() < deadline:
+        try:
+            source.status(tail=0)
+        except ClientError:
+            _, info = source.ended()
+            code = (info or {}).get("exit_code")
+            return code if isinstance(code, int) else 1
+        except NoNodeYet:
+            pass  # no node answered this time: ask again
+        time.sleep(0.5)
+    print("mpwatch: the run is still stopping on some node; see 'mpwatch ls --host HOST'", file=sys.stderr)
+    return 1

@@ -1,0 +1,80 @@
+"""Two supervisors as two nodes of one run (127.0.0.1 and 127.0.0.2 on this machine), on
+torch's own rendezvous, static and c10d: the workers' torchrun environment and global
+ranks, each node's records of the others in its status and run.json."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.helpers import FIXTURES, wait_for
+from tests.nodes.conftest import ADDRS, env_lines, explain, final, node_info
+
+pytest.importorskip("torch", reason="several nodes meet in torch's rendezvous (the demo extra)")
+pytestmark = [pytest.mark.torch, pytest.mark.timeout(240)]
+
+BACKENDS = ("static", "c10d")
+
+
+def control(run) -> dict:
+    return json.loads((run.run_dir / "control.json").read_text())
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_two_nodes_get_torchruns_environment_and_find_each_other(two_nodes, backend):
+    # node 0 runs 2 workers, node 1 one: global ranks and world sizes must come out as torch's agent gives them
+    a, b = two_nodes(FIXTURES / "print_env.py", "600", backend=backend, n=(2, 1))
+    infos = [wait_for(lambda r=r: node_info(r), 90, what="the first round") for r in (a, b)]
+    by_rank = {i["node_rank"]: (run, i) for run, i in zip((a, b), infos, strict=True)}
+    assert sorted(by_rank) == [0, 1], infos
+    if backend == "static":
+        assert infos[0]["node_rank"] == 0 and infos[1]["node_rank"] == 1
+    base = 0
+    for group_rank in (0, 1):
+        run, info = by_rank[group_rank]
+        assert info["base_rank"] == base, info
+        base += run.n
+    for run, info in zip((a, b), infos, strict=True):
+        assert (info["nnodes"], info["world_size"], info["round"], info["rdzv_backend"]) == (2, 3, 0, backend)
+        assert info["job_id"] == ("job7" if backend == "c10d" else "none")
+        assert info["host"] == ADDRS[(a, b).index(run)]
+        # every peer, this node included: where its supervisor lives, for `attach` to find it
+        peers = {p["node_rank"]: p for p in info["peers"]}
+        assert sorted(peers) == [0, 1]
+        for other in (a, b):
+            oi = infos[(a, b).index(other)]
+            p = peers[oi["node_rank"]]
+            assert p["host"] == oi["host"] and p["run_id"] == control(other)["run_id"]
+            assert p["run_dir"] == str(other.run_dir.resolve()) and p["pid"] == other.proc.pid
+            assert (p["nprocs"], p["base_rank"], p["state"]) == (other.n, oi["base_rank"], "up")
+        # run.json says it too (a finished node's directory still names its peers)
+        assert json.loads((run.run_dir / "run.json").read_text())["node"]["peers"] == [
+            {k: v for k, v in p.items() if k != "state"} | {"state": "up"} for p in info["peers"]]
+
+    def envs_printed():
+        return all(len(env_lines(r, k)) == 1 for r in (a, b) for k in range(r.n))
+    wait_for(envs_printed, 60, what="every worker's environment")
+    master = None
+    for run, info in zip((a, b), infos, strict=True):
+        ws = run.status()["workers"]
+        assert [w["global_rank"] for w in ws] == [info["base_rank"] + k for k in range(run.n)]
+        for k in range(run.n):
+            env = env_lines(run, k)[0]
+            assert env["RANK"] == env["ROLE_RANK"] == str(info["base_rank"] + k)
+            assert env["LOCAL_RANK"] == env["MPWATCH_RANK"] == str(k)
+            assert env["GROUP_RANK"] == str(info["node_rank"])
+            assert (env["WORLD_SIZE"], env["ROLE_WORLD_SIZE"], env["LOCAL_WORLD_SIZE"], env["GROUP_WORLD_SIZE"]) == (
+                "3", "3", str(run.n), "2")
+            assert env["ROLE_NAME"] == "default"
+            assert env["TORCHELASTIC_RUN_ID"] == info["job_id"]
+            assert (env["TORCHELASTIC_RESTART_COUNT"], env["TORCHELASTIC_MAX_RESTARTS"]) == ("0", "0")
+            assert env["TORCHELASTIC_USE_AGENT_STORE"] == "True"  # the workers' store is the supervisor's
+            master = master or (env["MASTER_ADDR"], env["MASTER_PORT"])
+            assert (env["MASTER_ADDR"], env["MASTER_PORT"]) == master  # every worker of every node: one store
+    a.ctl("stop")
+    assert a.wait_exit(60) == 1 and b.wait_exit(60) == 1, explain(a, b)
+    # the stop asked on node 0 reached node 1 through the rendezvous store
+    why = [e["why"] for e in b.events("stopping")]
+    assert len(why) == 1 and why[0].startswith(f"stopped on node {infos[0]['node_rank']} (127.0.0.1)"), why
+    assert final(b)["run"]["node"]["peers"], final(b)["run"]
+
