@@ -26,6 +26,10 @@ class Dumper:
         self.store = store
         self.lock = lock
         self.log = log
+        # One dump of a rank at a time: py-spy (native stacks) holds a process in a tracing stop
+        # for seconds, and a dump started meanwhile would find it stopped and get no Python stack.
+        self._rank_locks: dict[int, threading.Lock] = {}
+        self._guard = threading.Lock()
 
     def dump_async(self, ws: list[Worker], reason: str) -> None:
         def run() -> None:
@@ -35,7 +39,13 @@ class Dumper:
 
     def dump(self, w: Worker, reason: str) -> Path | None:
         """Dump every thread of the worker and of its children; the file, or None when it
-        has no process."""
+        has no process. Waits for an earlier dump of the same rank to finish."""
+        with self._guard:
+            lock = self._rank_locks.setdefault(w.rank, threading.Lock())
+        with lock:
+            return self._dump(w, reason)
+
+    def _dump(self, w: Worker, reason: str) -> Path | None:
         pid = w.pid
         if pid is None:
             return None
