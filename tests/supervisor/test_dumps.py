@@ -20,6 +20,7 @@ from mpwatch.supervisor.eventlog import EventLog
 from mpwatch.supervisor.workers import Attempt, Worker
 from tests.helpers import wait_for
 
+
 def _state(pid: int) -> str | None:
     try:
         with open(f"/proc/{pid}/stat") as f:
