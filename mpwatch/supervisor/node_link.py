@@ -58,11 +58,12 @@ class NodeLink(threading.Thread):
         self.seen: dict[int, tuple[int, float]] = {}  # group rank -> (beat count, when it last moved)
         self.broken = False  # this round's store failed
         self.stop_sent = False
+        self.handler: rdzv.Handler | None = None
 
     def run(self) -> None:
         b = self.board
         try:
-            handler = rdzv.make_handler(self.opts)
+            handler = self.handler = rdzv.make_handler(self.opts)
         except rdzv.RendezvousFailed as exc:
             with b.lock:
                 b.error = str(exc)
@@ -168,6 +169,16 @@ class NodeLink(threading.Thread):
         b.peers[peer["node_rank"]] = "lost"
         b.lost_why[peer["node_rank"]] = why
         b.lost_new.append(peer)
+
+    def close_rendezvous(self) -> None:
+        """The run ends while this thread waits in torch's rendezvous (another thread: the
+        one call made on the handler from outside; c10d's state is a compare-and-set in the
+        store, made for concurrent nodes): close it so that the other nodes stop waiting."""
+        try:
+            if self.handler is not None:
+                self.handler.set_closed()
+        except Exception:  # noqa: BLE001 - ending: a store that is gone has nobody to tell
+            pass
 
     def leave(self, handler: rdzv.Handler, r: rdzv.Round | None) -> None:
         """The run is over here: a stop not yet told, a last beat (done), then torch's

@@ -108,7 +108,7 @@ class Nodes:
         if error is not None and self._once("error"):
             self.run.log.alert("rendezvous", error)
             if running:
-                self.run.stop(f"rendezvous: {error}")
+                self.run.stop(error)
         elif peer_stop is not None and running and self._once("peer_stop"):
             self.run.stop(peer_stop)
         elif joined is not None and self.phase is Phase.JOINING and running:
@@ -199,7 +199,9 @@ class Nodes:
         with self.board.lock:
             others = [s for r, s in self.board.peers.items() if r != self.round.group_rank]
             gone = self.board.error is not None or self.board.store_gone
-        waiting = [s for s in others if s not in ("done", "lost")]
+        # A node between rounds waits for this one, which will not join again: torch's shutdown
+        # at close() closes the rendezvous and ends its wait, as torchrun's agent does.
+        waiting = [s for s in others if s not in ("done", "lost", "round")]
         # After a stop every node ends within its grace period: no need to wait for the full barrier.
         stopping = self.run.state is RunState.STOPPING and now >= self._barrier_started + self.run.opts.grace + STOP_S
         return gone or not waiting or now >= self._barrier_until or stopping
@@ -210,8 +212,14 @@ class Nodes:
             self.board.closing, self.board.state = True, "done"
             in_join = self.board.in_join  # blocked in torch's rendezvous: nothing to wait for
         self.board.wake.set()
-        if self._link.is_alive() and not in_join:
+        if not self._link.is_alive():
+            return
+        if not in_join:
             self._link.join(timeout=3.0)
+        elif self.opts.backend == "c10d":  # the others in the same rendezvous hear it closed
+            closer = threading.Thread(target=self._link.close_rendezvous, name="mpwatch-nodes-close", daemon=True)
+            closer.start()
+            closer.join(timeout=3.0)
 
     # ---------------------------------------------------------------- readers ----
     @property
