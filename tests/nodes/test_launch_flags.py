@@ -6,12 +6,14 @@ from __future__ import annotations
 import json
 import os
 import stat
+import subprocess
+import sys
 
 import pytest
 
 from mpwatch.cli.args import relayed_flags, run_parser
 from mpwatch.cli.launch import options
-from tests.helpers import FIXTURES, mpwatch, one_line_error
+from tests.helpers import FIXTURES, ROOT, mpwatch, one_line_error
 from tests.nodes.conftest import env_lines
 
 pytestmark = pytest.mark.timeout(120)
@@ -185,3 +187,24 @@ BAD = [
 @pytest.mark.parametrize("args,words", BAD, ids=[" ".join(a)[:40] for a, _ in BAD])
 def test_bad_launch_flags_are_one_line_and_exit_2(tmp_path, args, words):
     one_line_error(mpwatch(*args, cwd=tmp_path), words)
+
+
+def test_the_tuis_launcher_passes_torchruns_flags_to_the_supervisor(tmp_path):
+    from mpwatch.tui.launch import supervisor_argv
+
+    ns = run_parser().parse_args(["--nnodes", "2", "--rdzv_backend", "c10d", "--rdzv-endpoint", "h:5", "--no-python",
+                                  "/bin/true", "x"])
+    opts = options(ns, {})
+    argv = supervisor_argv(ns, opts, "rid", tmp_path)
+    again = run_parser().parse_args(argv[3:])  # after python -m mpwatch
+    assert again.supervise_only and (again.script, again.args) == ("/bin/true", ["x"])
+    relayed = options(again, {})
+    assert (relayed.nodes, relayed.launch) == (opts.nodes, "exec")
+
+
+def test_one_node_stays_torch_free():
+    # the supervisor's rooms import the multi-node ones, which load torch only on a node thread
+    code = ("import sys, mpwatch.cli, mpwatch.cli.launch, mpwatch.supervisor.core;"
+            "bad = [m for m in sys.modules if m.split('.')[0] == 'torch']; print(bad); sys.exit(bool(bad))")
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=60)
+    assert res.returncode == 0, res.stdout + res.stderr
