@@ -158,6 +158,7 @@ class Nodes:
         with self.board.lock:
             self.board.state = "round"
         for w in list(self.run.workers.values()):
+            w.pending_restart = None  # a restart asked of one rank: the round restarts them all
             self.run.kill(w, "new round")
 
     def on_failure(self, w: Worker) -> bool:
@@ -244,6 +245,10 @@ class Nodes:
             states = dict(self.board.peers)
             if r is not None:
                 states[r.group_rank] = self.board.state
+            in_join = self.board.in_join
+        phase = self.phase.value
+        if self.phase is Phase.JOINING and not in_join and r is None:
+            phase = "starting"  # loading torch, making torch's handler (static: reaching node 0's store)
         peers = [] if r is None else [p.copy() for p in r.peers]
         for p in peers:
             p["state"] = states.get(p["node_rank"], "up")
@@ -251,7 +256,7 @@ class Nodes:
             node_rank=self.node_rank, nnodes=self.opts.max_nodes if r is None else r.group_world,
             host=self.opts.host, job_id=self.opts.rdzv_id, rdzv_backend=self.opts.backend,
             round=-1 if r is None else r.number, base_rank=0 if r is None else r.base_rank,
-            world_size=self.run.opts.nprocs if r is None else r.world, peers=peers, state=self.phase.value,
+            world_size=self.run.opts.nprocs if r is None else r.world, peers=peers, state=phase,
             slurm=self.opts.slurm)
 
     def me(self) -> NodePeer:

@@ -105,9 +105,9 @@ def test_a_stop_while_c10d_waits_for_a_third_node_reaches_the_other_node(two_nod
     # --nnodes 3 and two supervisors: both wait in torch's rendezvous for a node that never comes
     a, b = two_nodes(FIXTURES / "print_env.py", backend="c10d", nnodes=3)
     for run in (a, b):
-        wait_for(lambda run=run: run.status()["run"]["node"]["state"] == "joining", 30, what="joining")
-    a.ctl("stop")  # node 0 closes the rendezvous on its way out: node 1 stops waiting there
+        wait_for(lambda run=run: run.status()["run"]["node"]["state"] == "joining", 60, what="torch's rendezvous")
+    b.ctl("stop")  # node 1 closes the rendezvous on its way out: node 0 (its store's host) stops waiting there
     assert a.wait_exit(60) == 1 and b.wait_exit(60) == 1, explain(a, b)
-    alerts = [e for e in b.events("alert") if e["kind"] == "rendezvous"]
+    alerts = [e for e in a.events("alert") if e["kind"] == "rendezvous"]
     assert len(alerts) == 1 and "the rendezvous is closed: another node ended the run" in alerts[0]["message"], alerts
-    assert not b.events("worker_started")
+    assert not a.events("worker_started")
