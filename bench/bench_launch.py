@@ -8,10 +8,15 @@ Three figures per launcher, from the same runs:
 - report call: the moment the last rank called report(), as the script itself records it
   (the same for both launchers: the fairest view of launch overhead alone);
 - exit: the command's own exit, for both.
+
+And the same on two nodes (two supervisors, or two torchrun agents, at 127.0.0.1 and
+127.0.0.2 on this machine, static rendezvous, NODE_PROCS workers each): from launching
+both to the last report() call, and to both launchers' exit.
 """
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
 import time
 
@@ -19,6 +24,8 @@ from bench import measure
 from bench.harness import row
 
 NPROC = 4
+NODE_PROCS = 2  # workers per node in the two-node runs
+ADDRS = ("127.0.0.1", "127.0.0.2")
 TARGET = 0.8
 POLL_S = 0.025
 
@@ -85,6 +92,81 @@ def run_mpwatch(dir, script, marks, n, name):
     return {"first": t_first, "call": _report_times(marks, n, t0w), "exit": t_exit}
 
 
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def node_flags(node: int, port: int) -> list[str]:
+    """torchrun's flags for one of two nodes on this machine (mpwatch takes the same)."""
+    return ["--nnodes", "2", "--node-rank", str(node), "--master-addr", ADDRS[0], "--master-port", str(port),
+            "--local-addr", ADDRS[node], "--nproc-per-node", str(NODE_PROCS)]
+
+
+def _wait_all(procs, timeout: float) -> list[float]:
+    """Each process's exit time (monotonic); kills the rest if the timeout passes."""
+    ends: list[float | None] = [None] * len(procs)
+    deadline = time.monotonic() + timeout
+    while any(e is None for e in ends):
+        for i, p in enumerate(procs):
+            if ends[i] is None and p.poll() is not None:
+                ends[i] = time.monotonic()
+        if time.monotonic() > deadline:
+            for p in procs:
+                if p.poll() is None:
+                    p.kill()
+            raise RuntimeError("a launcher did not exit in time")
+        time.sleep(0.01)
+    return [e for e in ends if e is not None]
+
+
+def run_two_nodes(who, dir, script, marks, i):
+    """Both nodes launched at once: the last report() call and the last launcher's exit."""
+    for f in marks.glob("rank-*.t"):
+        f.unlink()
+    port = _free_port()
+    if who == "mpwatch":
+        cmds = [[*measure.mpwatch_cmd(), "--headless", "--run-dir", str(dir / f"n{i}-{node}"), *node_flags(node, port),
+                 str(script), str(marks)] for node in (0, 1)]
+    else:
+        cmds = [[measure.TORCHRUN, *node_flags(node, port), str(script), str(marks)] for node in (0, 1)]
+    errs = [dir / f"{who}-{i}-node{node}.err" for node in (0, 1)]
+    t0w, t0 = time.time(), time.monotonic()
+    procs = []
+    for cmd, err in zip(cmds, errs, strict=True):
+        with open(err, "wb") as f:
+            procs.append(subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=f, env=measure.clean_env(),
+                                          cwd=dir, start_new_session=True))
+    ends = _wait_all(procs, 300)
+    for p, err in zip(procs, errs, strict=True):
+        if p.returncode != 0:
+            raise RuntimeError(f"{who} exited {p.returncode}: {err.read_text(errors='replace').splitlines()[-1:]}")
+    return {"call": _report_times(marks, 2 * NODE_PROCS, t0w), "exit": max(ends) - t0}
+
+
+def two_node_rows(d, script, marks, reps) -> list[dict]:
+    res: dict[str, list[dict]] = {"mpwatch": [], "torchrun": []}
+    for i, who in measure.alternated(reps, ["mpwatch", "torchrun"]):
+        res[who].append(run_two_nodes(who, d, script, marks, i))
+
+    def med(who, key):
+        return measure.median([r[key] for r in res[who]])
+
+    cmd_m = measure.shown([*measure.mpwatch_cmd(), "--headless", *node_flags(1, 29500), "report_once.py"])
+    cmd_t = measure.shown([measure.TORCHRUN, *node_flags(1, 29500), "report_once.py"])
+    runs = (f"median of {reps} run(s) each, alternated; two launchers started together, one per node "
+            f"(127.0.0.1, 127.0.0.2), {NODE_PROCS} workers each importing torch, {os.cpu_count()} cores")
+    return [
+        row(f"Launch, 2 nodes x {NODE_PROCS} workers: both commands to the last report() call", cmd_m,
+            med("mpwatch", "call"), med("torchrun", "call"), alt_name="torchrun (2 agents)", unit="s",
+            note=f"static rendezvous; the script writes time.time() right after report(); vs `{cmd_t}`; {runs}"),
+        row(f"Launch, 2 nodes x {NODE_PROCS} workers: both commands to the last launcher's exit", cmd_m,
+            med("mpwatch", "exit"), med("torchrun", "exit"), alt_name="torchrun (2 agents)", unit="s",
+            note="each supervisor waits for the other node before it exits, as torchrun's exit barrier does"),
+    ]
+
+
 def run(quick: bool = False) -> list[dict]:
     if measure.TORCHRUN is None:
         raise ImportError(name="torchrun (torch)")
@@ -108,6 +190,8 @@ def run(quick: bool = False) -> list[dict]:
                         raise
                     retried.append(f"{who}: {exc}"[:200])
 
+        nodes = two_node_rows(d, script, marks, 1 if quick else 3)
+
     def med(who, key):
         return measure.median([r[key] for r in res[who]])
 
@@ -130,4 +214,5 @@ def run(quick: bool = False) -> list[dict]:
         row("Launch: command to exit (the fair like-for-like)", cmd_m, med("mpwatch", "exit"), t_exit,
             alt_name="torchrun", unit="s",
             note="both measured to the launcher's own exit after all workers ended"),
+        *nodes,
     ]

@@ -141,7 +141,8 @@ def detect(env: Mapping[str, str]) -> SlurmStep | None:
     several = (ntasks is not None and ntasks != nnodes) or (
         per_node is not None and any(n != 1 for n in _tasks_per_node(per_node)))
     if several:
-        raise SlurmError(f"this Slurm step runs {ntasks or per_node} tasks on {nnodes} node(s); mpwatch starts "
+        what = f"{ntasks} tasks" if ntasks is not None else f"tasks per node {per_node}"
+        raise SlurmError(f"this Slurm step runs {what} on {nnodes} node(s); mpwatch starts "
                          "the workers itself and needs one task per node (srun --ntasks-per-node=1)")
     node_rank = _int(env, "SLURM_NODEID")
     if node_rank is None:

@@ -132,7 +132,7 @@ class EventFields(EventRecord, total=False):
     nprocs: int  # run_started
     run_dir: str  # run_started
     count: int  # bad_frame: bad frames of the worker so far
-    global_rank: int  # worker_started on several nodes: RANK
+    global_rank: int  # worker_started: RANK (on several nodes it differs from rank)
     round: int  # round: the rendezvous round
     node_rank: int  # round: this node's rank in it; node_lost: the lost node's
     nnodes: int  # round
@@ -383,7 +383,7 @@ class NodePeer(TypedDict):
     pid: int  # its supervisor's pid
     nprocs: NotRequired[int]  # its workers
     base_rank: NotRequired[int]  # global rank of its local rank 0 (its workers: base_rank + local rank)
-    state: NotRequired[str]  # up | done (its workers ended) | lost (its supervisor stopped answering)
+    state: NotRequired[str]  # up | round (between rounds) | done (its workers ended) | lost (no beat)
 
 
 class NodeInfo(TypedDict):
@@ -398,7 +398,9 @@ class NodeInfo(TypedDict):
     base_rank: int  # global rank of this node's local rank 0
     world_size: int  # every node's workers together
     peers: list[NodePeer]  # every node of the run, this one included
-    state: NotRequired[str]  # joining (a rendezvous round, -1 before the first) | running | new_round | finishing
+    # starting (loading torch) | joining (in torch's rendezvous; round -1 before the first) | running |
+    # new_round (stopping its workers to join the next) | finishing (its workers ended; waiting for the others)
+    state: NotRequired[str]
     slurm: NotRequired[str | None]  # "job 123 step 0, node 1" when Slurm said where it runs
 
 

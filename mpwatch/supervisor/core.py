@@ -134,10 +134,8 @@ class Run:
         if reason is not None:
             self.store.mark_logs(rank, f"rank {rank} {reason} at {time.strftime('%H:%M:%S')}")
         paths, w = self.store.rank_paths(rank), self.workers.get(rank)
-        place = self.nodes.placement(rank) if self.nodes is not None else spawn.Placement(
-            local_rank=rank, rank=rank, world=self.world, local_world=self.world, master_addr=o.master_addr,
-            master_port=self.master_port, run_id=o.rdzv_id or self.run_id, restarts=0 if w is None else w.restarts,
-            max_restarts=o.max_restarts, role=o.role)
+        place = self.nodes.placement(rank) if self.nodes is not None else spawn.one_node(
+            o, rank, self.world, self.master_port, self.run_id, restarts=0 if w is None else w.restarts)
         env = spawn.worker_env(os.environ, place, channel=self.hub.address, authkey=self.authkey, run_id=self.run_id,
                                rank_dir=paths.dir, stack_file=paths.stack_file, virtual_local_rank=o.virtual_local_rank,
                                flush_s=protocol.flush_interval(self.world, o.stall_timeout))
@@ -221,10 +219,6 @@ class Run:
                 w.pending_restart = "auto"
                 with self.lock:
                     w.transition(State.RESTARTING, "failed with restarts left")
-
-    def lingers(self, w: Worker) -> bool:
-        """Its process runs, or its process group is still being ended."""
-        return w.alive or self.groups.pending(w.pid)
 
     def kill(self, w: Worker, reason: str) -> bool:
         """TERM now, KILL after the grace period (groups.py); False when it is not running."""

@@ -10,16 +10,16 @@ beat, and pass a stop on. What it decides:
   on their node (supervisor/core.py's per-worker restarts);
 - stop: asked here (ctl, the TUI, a signal) it is written to the store; asked elsewhere it
   is read from it and the run here stops too;
-- lost: a node whose beat stands still for LOST_S (or whose store is gone) is lost: an
+- lost: a node whose beat stands still (node_link.LOST_S), or whose store is gone, is lost: an
   alert and a node_lost event. Its workers' peers fail their collectives, and the run ends
   as torchrun's would;
 - the end: a node whose workers have ended waits (up to EXIT_BARRIER_S, torchrun's exit
   barrier) for the others, so that a store it hosts outlives their workers.
 
-Threads: the node thread does every blocking call on torch's handler and store (it loads
-torch, joins rounds, beats every BEAT_S); the main thread calls `tick()` every loop and
-alone starts and kills workers, acting on what the node thread found. `_lock` guards what
-the two share; the control threads read `info()`.
+Threads: the node thread (node_link.py) does every blocking call on torch's handler and
+store; the main thread calls `tick()` every loop and alone starts and kills workers,
+acting on what the node thread found. They share a node_link.Board; the control threads
+read `info()`.
 """
 from __future__ import annotations
 
@@ -35,12 +35,12 @@ from mpwatch import runstore
 from mpwatch.status import Event, NodeInfo, NodePeer, RunState, State
 from mpwatch.supervisor import rendezvous as rdzv
 from mpwatch.supervisor.eventlog import EventLog
+from mpwatch.supervisor.groups import ProcessGroups
+from mpwatch.supervisor.node_link import Board, NodeLink
 from mpwatch.supervisor.options import NodesOptions, Options
 from mpwatch.supervisor.spawn import Placement
 from mpwatch.supervisor.workers import Worker
 
-BEAT_S = 1.0
-LOST_S = float(os.environ.get("MPWATCH_NODE_LOST_S", "10"))  # torch's c10d keep-alive gives up after 3 x 5 s
 EXIT_BARRIER_S = 300.0  # torchrun's exit barrier
 STOP_S = 10.0  # after a stop, the barrier lasts the grace period and this
 
@@ -71,7 +71,8 @@ class NodeRun(Protocol):
 
     def stop(self, why: str) -> int: ...
 
-    def lingers(self, w: Worker) -> bool: ...
+    @property
+    def groups(self) -> ProcessGroups: ...
 
 
 class Nodes:
@@ -86,54 +87,44 @@ class Nodes:
         self._barrier_started = 0.0
         self._barrier_until: float | None = None
         self._said: set[str] = set()  # one-time notices already given
-        self._lock = threading.Lock()
-        # found by the node thread, read by the main thread (under _lock)
-        self._joined: rdzv.Round | None = None
-        self._error: str | None = None
-        self._peer_stop: str | None = None
-        self._waiting = False  # c10d: a node waits for a new round
-        self._peers: dict[int, str] = {}  # group rank -> up | round | done | lost
-        self._lost_new: list[NodePeer] = []
-        self._lost_why: dict[int, str] = {}
-        self._store_gone = False  # the round's store failed (its host has ended, or is lost)
-        # asked by the main thread, done by the node thread
-        self._want_join = threading.Event()
-        self._wake = threading.Event()
-        self._stop_why: str | None = None  # to write to the store
-        self._state = "up"  # what this node's beat says: up | round | done
-        self._closing = False
-        self._thread = threading.Thread(target=self._serve, name="mpwatch-nodes", daemon=True)
+        self.board = Board()
+        self._link = NodeLink(opts, self.board, self.me())
 
     # ------------------------------------------------------- the main thread ----
     def start(self) -> None:
-        self._want_join.set()
-        self._thread.start()
+        self.board.want_join.set()
+        self._link.start()
 
     def tick(self) -> None:
         """Act on what the node thread found: a round joined, an error, a stop, a lost node."""
-        with self._lock:
-            joined, self._joined = self._joined, None
-            lost, self._lost_new = self._lost_new, []
-            error, peer_stop, waiting = self._error, self._peer_stop, self._waiting
+        b = self.board
+        with b.lock:
+            joined, b.joined = b.joined, None
+            lost, b.lost_new = b.lost_new, []
+            error, peer_stop, waiting = b.error, b.peer_stop, b.waiting
         for peer in lost:
             self._lost(peer)
         running = self.run.state is RunState.RUNNING
         if error is not None and self._once("error"):
             self.run.log.alert("rendezvous", error)
             if running:
-                self.run.stop(f"rendezvous: {error}")
+                self.run.stop(error)
         elif peer_stop is not None and running and self._once("peer_stop"):
             self.run.stop(peer_stop)
         elif joined is not None and self.phase is Phase.JOINING and running:
             self._begin(joined)
         elif waiting and self.phase is Phase.RUNNING and running:
             self.new_round("another node started a new round")
-        elif self.phase is Phase.NEW_ROUND and running and not any(map(self.run.lingers, self.run.workers.values())):
+        elif self.phase is Phase.NEW_ROUND and running and not any(map(self._lingers, self.run.workers.values())):
             self.phase = Phase.JOINING
-            with self._lock:
-                self._waiting = False
-            self._want_join.set()
-            self._wake.set()
+            with b.lock:
+                b.waiting = False
+            b.want_join.set()
+            b.wake.set()
+
+    def _lingers(self, w: Worker) -> bool:
+        """Its process runs, or its process group is still being ended."""
+        return w.alive or self.run.groups.pending(w.pid)
 
     def _once(self, what: str) -> bool:
         if what in self._said:
@@ -145,8 +136,8 @@ class Nodes:
         """Start this node's workers in a round the node thread has joined."""
         first = self.round is None
         self.round, self.phase = r, Phase.RUNNING
-        with self._lock:
-            self._state = "up"
+        with self.board.lock:
+            self.board.round, self.board.state = r, "up"
         self.run.log.event(Event.ROUND, round=r.number, node_rank=r.group_rank, nnodes=r.group_world,
                            base_rank=r.base_rank, nprocs=self.run.opts.nprocs, world_size=r.world, why=self._why)
         self.run.store.update_json(runstore.RUN_JSON, node=self.info())
@@ -164,9 +155,10 @@ class Nodes:
     def new_round(self, why: str) -> None:
         """c10d: stop this node's workers, then join the next round (main thread)."""
         self._why, self.phase = why, Phase.NEW_ROUND
-        with self._lock:
-            self._state = "round"
+        with self.board.lock:
+            self.board.state = "round"
         for w in list(self.run.workers.values()):
+            w.pending_restart = None  # a restart asked of one rank: the round restarts them all
             self.run.kill(w, "new round")
 
     def on_failure(self, w: Worker) -> bool:
@@ -184,10 +176,10 @@ class Nodes:
 
     def on_stop(self, why: str) -> None:
         """The run stops here: tell the other nodes, unless one of them asked for it."""
-        with self._lock:
-            if self._peer_stop is None:
-                self._stop_why = f"stopped on node {self.node_rank} ({self.opts.host}): {why}"
-        self._wake.set()
+        with self.board.lock:
+            if self.board.peer_stop is None:
+                self.board.stop_why = f"stopped on node {self.node_rank} ({self.opts.host}): {why}"
+        self.board.wake.set()
 
     def busy(self) -> bool:
         """Between rounds: the run is not over while its workers wait for one."""
@@ -202,26 +194,33 @@ class Nodes:
         if self._barrier_until is None:
             self._barrier_started, self._barrier_until = now, now + EXIT_BARRIER_S
             self.phase = Phase.FINISHING
-            with self._lock:
-                self._state = "done"
-            self._wake.set()
-        with self._lock:
-            others = [s for r, s in self._peers.items() if r != self.round.group_rank]
-            gone = self._error is not None or self._store_gone
-        waiting = [s for s in others if s not in ("done", "lost")]
+            with self.board.lock:
+                self.board.state, self.board.finishing = "done", True
+            self.board.wake.set()
+        with self.board.lock:
+            others = [s for r, s in self.board.peers.items() if r != self.round.group_rank]
+            gone = self.board.error is not None or self.board.store_gone
+        # A node between rounds waits for this one, which will not join again: torch's shutdown
+        # at close() closes the rendezvous and ends its wait, as torchrun's agent does.
+        waiting = [s for s in others if s not in ("done", "lost", "round")]
         # After a stop every node ends within its grace period: no need to wait for the full barrier.
         stopping = self.run.state is RunState.STOPPING and now >= self._barrier_started + self.run.opts.grace + STOP_S
         return gone or not waiting or now >= self._barrier_until or stopping
 
     def close(self) -> None:
         """The run is over: the node thread says so and leaves the rendezvous (bounded wait)."""
-        with self._lock:
-            self._closing = True
-            if self._state != "done":
-                self._state = "done"
-        self._wake.set()
-        if self._thread.is_alive():
-            self._thread.join(timeout=3.0)
+        with self.board.lock:
+            self.board.closing, self.board.state = True, "done"
+            in_join = self.board.in_join  # blocked in torch's rendezvous: nothing to wait for
+        self.board.wake.set()
+        if not self._link.is_alive():
+            return
+        if not in_join:
+            self._link.join(timeout=3.0)
+        elif self.opts.backend == "c10d":  # the others in the same rendezvous hear it closed
+            closer = threading.Thread(target=self._link.close_rendezvous, name="mpwatch-nodes-close", daemon=True)
+            closer.start()
+            closer.join(timeout=3.0)
 
     # ---------------------------------------------------------------- readers ----
     @property
@@ -242,10 +241,14 @@ class Nodes:
 
     def info(self) -> NodeInfo:
         r = self.round
-        with self._lock:
-            states = dict(self._peers)
+        with self.board.lock:
+            states = dict(self.board.peers)
             if r is not None:
-                states[r.group_rank] = self._state
+                states[r.group_rank] = self.board.state
+            in_join = self.board.in_join
+        phase = self.phase.value
+        if self.phase is Phase.JOINING and not in_join and r is None:
+            phase = "starting"  # loading torch, making torch's handler (static: reaching node 0's store)
         peers = [] if r is None else [p.copy() for p in r.peers]
         for p in peers:
             p["state"] = states.get(p["node_rank"], "up")
@@ -253,7 +256,7 @@ class Nodes:
             node_rank=self.node_rank, nnodes=self.opts.max_nodes if r is None else r.group_world,
             host=self.opts.host, job_id=self.opts.rdzv_id, rdzv_backend=self.opts.backend,
             round=-1 if r is None else r.number, base_rank=0 if r is None else r.base_rank,
-            world_size=self.run.opts.nprocs if r is None else r.world, peers=peers, state=self.phase.value,
+            world_size=self.run.opts.nprocs if r is None else r.world, peers=peers, state=phase,
             slurm=self.opts.slurm)
 
     def me(self) -> NodePeer:
@@ -261,141 +264,9 @@ class Nodes:
                         run_dir=str(self.run.run_dir.resolve()), pid=os.getpid(), nprocs=self.run.opts.nprocs)
 
     def _lost(self, peer: NodePeer) -> None:
-        why = self._lost_why.get(peer["node_rank"], "")
+        with self.board.lock:
+            why = self.board.lost_why.get(peer["node_rank"], "")
         text = (f"node {peer['node_rank']} ({peer['host']}, supervisor pid {peer['pid']}) is lost: {why}; "
                 "its workers are gone, and the workers here will fail their collectives")
         self.run.log.alert("node_lost", text)
         self.run.log.event(Event.NODE_LOST, node_rank=peer["node_rank"], host=peer["host"], why=why)
-
-    # ---------------------------------------------------------- the node thread ----
-    def _serve(self) -> None:
-        try:
-            handler = rdzv.make_handler(self.opts)
-        except rdzv.RendezvousFailed as exc:
-            with self._lock:
-                self._error = str(exc)
-            return
-        watch = NodeWatch(self)
-        while True:
-            with self._lock:
-                closing = self._closing
-            if closing:
-                watch.leave(handler)
-                return
-            if self._want_join.is_set():
-                self._want_join.clear()
-                self._join(handler)
-                watch = NodeWatch(self)
-            elif self.round is not None:
-                watch.beat(handler)
-            self._wake.wait(BEAT_S)
-            self._wake.clear()
-
-    def _join(self, handler: rdzv.Handler) -> None:
-        number = 0 if self.round is None else self.round.number + 1
-        try:
-            r = rdzv.join(handler, self.me(), number)
-        except rdzv.RendezvousClosed:
-            error = "the rendezvous is closed: another node ended the run"
-        except rdzv.RendezvousFailed as exc:
-            error = str(exc)
-        else:
-            with self._lock:
-                self._joined = r
-                self._peers = {p["node_rank"]: "up" for p in r.peers}
-            return
-        with self._lock:
-            self._error = error
-
-
-class NodeWatch:
-    """One round seen from the node thread: this node's beat, the others' beats, a stop."""
-
-    def __init__(self, nodes: Nodes):
-        self.nodes = nodes
-        self.count = 0
-        self.seen: dict[int, tuple[int, float]] = {}  # group rank -> (beat count, when it last moved)
-        self.broken = False
-        self.stop_sent = False
-
-    def beat(self, handler: rdzv.Handler) -> None:
-        n = self.nodes
-        r = n.round
-        if r is None or self.broken or n._joined is not None:
-            return
-        with n._lock:
-            state, stop_why = n._state, n._stop_why
-        self.count += 1
-        try:
-            rdzv.beat(r.store, r.group_rank, self.count, state)
-            if stop_why is not None and not self.stop_sent:
-                rdzv.ask_stop(r.store, stop_why)
-                self.stop_sent = True
-                if n.opts.backend == "c10d":
-                    handler.set_closed()  # nodes waiting in a rendezvous hear it there
-                return
-            beats = rdzv.beats(r.store, r.group_world)
-            peer_stop = rdzv.stop_asked(r.store)
-            waiting = n.opts.backend == "c10d" and state == "up" and handler.num_nodes_waiting() > 0
-        except Exception as exc:  # noqa: BLE001 - the store's host is gone (or unreachable)
-            self._store_gone(r, exc)
-            return
-        self._judge(r, beats)
-        with n._lock:
-            if peer_stop is not None and n._stop_why is None:
-                n._peer_stop = peer_stop
-            n._waiting = n._waiting or waiting
-
-    def _judge(self, r: rdzv.Round, beats: list[tuple[int, str]]) -> None:
-        now, n = time.monotonic(), self.nodes
-        with n._lock:
-            for peer, (count, state) in zip(r.peers, beats, strict=True):
-                rank = peer["node_rank"]
-                if rank == r.group_rank or n._peers.get(rank) == "lost":
-                    continue
-                last = self.seen.get(rank)
-                if last is None or count != last[0]:
-                    self.seen[rank] = (count, now)
-                n._peers[rank] = state or "up"
-                if state == "up" and now - self.seen[rank][1] > LOST_S:
-                    self._mark_lost(peer, f"its supervisor stopped beating {LOST_S:g}s ago")
-
-    def _store_gone(self, r: rdzv.Round, exc: BaseException) -> None:
-        """The round's store failed: the node that hosts it is gone. Which one that is: the
-        one at the rendezvous endpoint's host (static: node 0)."""
-        self.broken = True
-        n = self.nodes
-        with n._lock:
-            n._store_gone = True
-        host = n.opts.endpoint.rpartition(":")[0]
-        hosts = [p for p in r.peers if p["node_rank"] != r.group_rank
-                 and (p["host"] == host if n.opts.backend == "c10d" else p["node_rank"] == 0)]
-        with n._lock:
-            if n.phase is Phase.FINISHING or n._closing:
-                return  # the others have ended and the host with them
-            for peer in hosts or [p for p in r.peers if p["node_rank"] != r.group_rank]:
-                if n._peers.get(peer["node_rank"]) not in ("done", "lost"):
-                    self._mark_lost(peer, f"the rendezvous store at {n.opts.endpoint} is gone "
-                                          f"({rdzv.failure(exc)})")
-
-    def _mark_lost(self, peer: NodePeer, why: str) -> None:
-        """Under the nodes' lock."""
-        n = self.nodes
-        n._peers[peer["node_rank"]] = "lost"
-        n._lost_why[peer["node_rank"]] = why
-        n._lost_new.append(peer)
-
-    def leave(self, handler: rdzv.Handler) -> None:
-        """The run is over here: a last beat (done), a stop not yet told, then torch's shutdown."""
-        n = self.nodes
-        r = n.round
-        try:
-            if r is not None and not self.broken:
-                with n._lock:
-                    stop_why = n._stop_why
-                if stop_why is not None and not self.stop_sent:
-                    rdzv.ask_stop(r.store, stop_why)
-                rdzv.beat(r.store, r.group_rank, self.count + 1, "done")
-            handler.shutdown()
-        except Exception:  # noqa: BLE001 - leaving: a store that is gone has nothing to tell
-            pass

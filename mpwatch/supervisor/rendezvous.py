@@ -31,6 +31,7 @@ from mpwatch.supervisor.options import NodesOptions
 KEY_NODE = "mpwatch/node/"  # + group rank: that node's NodePeer, as JSON
 KEY_BEAT = "mpwatch/beat/"  # + group rank: "<count> <up|done>", rewritten every beat
 KEY_STOP = "mpwatch/stop"  # why the run stops, set by the node where the stop was asked
+SHARE_SWITCH = "TORCH_DISABLE_SHARE_RDZV_TCP_STORE"  # read by torch's c10d handler at every round
 
 
 class Store(Protocol):
@@ -112,7 +113,15 @@ def _load_quietly() -> tuple[ModuleType, ModuleType]:
 
 
 def make_handler(opts: NodesOptions) -> Handler:
-    """torch's handler for this node, as torchrun makes it (loads torch: node thread)."""
+    """torch's handler for this node, as torchrun makes it (loads torch: node thread).
+
+    One difference, for c10d: torch's handler shares one store with the workers across
+    rounds by default, so the keys of a round's process group (gloo's peer addresses)
+    outlive it, and a worker of the next round can read a dead peer's address (seen here:
+    connectFullMesh refused). torch's own switch TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 gives
+    every round a fresh store on a fresh port; mpwatch sets it unless the user did."""
+    if opts.backend == "c10d":
+        os.environ.setdefault(SHARE_SWITCH, "1")
     api, registry = _load_quietly()
     conf: dict[str, object] = dict(opts.conf)
     if opts.backend == "static":

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from mpwatch import protocol
 from mpwatch.supervisor import flight
+from mpwatch.supervisor.options import Options
 
 INJECT_DIR = str(Path(__file__).resolve().parent.parent / "_inject")
 
@@ -57,6 +58,13 @@ class Placement:
         if self.agent_store is not None:
             env["TORCHELASTIC_USE_AGENT_STORE"] = str(self.agent_store)
         return env
+
+
+def one_node(o: Options, rank: int, world: int, master_port: int, run_id: str, restarts: int) -> Placement:
+    """A worker of a run on one node: its local rank is its global rank."""
+    return Placement(local_rank=rank, rank=rank, world=world, local_world=world, master_addr=o.master_addr,
+                     master_port=master_port, run_id=o.rdzv_id or run_id, restarts=restarts,
+                     max_restarts=o.max_restarts, role=o.role)
 
 
 def visible_device(base: Mapping[str, str], local_rank: int) -> str:

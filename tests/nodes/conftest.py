@@ -45,11 +45,11 @@ def two_nodes(tmp_path):
     both started (node 0 first); every process of both is gone after the test."""
     runs: list[HeadlessRun] = []
 
-    def make(script, *args, backend="static", n=(1, 1), opts=(), env=None, port=None):
+    def make(script, *args, backend="static", n=(1, 1), opts=(), env=None, port=None, nnodes=2):
         port = port or free_port()
         for node in (0, 1):
             run = HeadlessRun(tmp_path / f"node{node}", script, *args, n=n[node],
-                              opts=[*node_flags(backend, node, port), *opts], env=env)
+                              opts=[*node_flags(backend, node, port, nnodes), *opts], env=env)
             run.tmp.mkdir(parents=True, exist_ok=True)
             runs.append(run)
             run.start()

@@ -68,9 +68,16 @@ def test_two_nodes_get_torchruns_environment_and_find_each_other(two_nodes, back
             assert env["ROLE_NAME"] == "default"
             assert env["TORCHELASTIC_RUN_ID"] == info["job_id"]
             assert (env["TORCHELASTIC_RESTART_COUNT"], env["TORCHELASTIC_MAX_RESTARTS"]) == ("0", "0")
-            assert env["TORCHELASTIC_USE_AGENT_STORE"] == "True"  # the workers' store is the supervisor's
+            # static: the workers' store is the supervisor's; c10d: a fresh one each round (rendezvous.py)
+            assert env["TORCHELASTIC_USE_AGENT_STORE"] == str(backend == "static")
             master = master or (env["MASTER_ADDR"], env["MASTER_PORT"])
             assert (env["MASTER_ADDR"], env["MASTER_PORT"]) == master  # every worker of every node: one store
+    # ctl on a node takes that node's local ranks, as on one node; the size is torch's rendezvous's
+    assert "dumping rank 0" in b.ctl("dump", "0").stdout
+    res = b.ctl("kill", "1", check=False)
+    assert res.returncode != 0 and "no rank 1 in this run (ranks: 0-0)" in res.stderr, res.stderr
+    res = a.ctl("resize", "3", check=False)
+    assert res.returncode != 0 and "keeps its size" in res.stderr, res.stderr
     a.ctl("stop")
     assert a.wait_exit(60) == 1 and b.wait_exit(60) == 1, explain(a, b)
     # the stop asked on node 0 reached node 1 through the rendezvous store
