@@ -82,6 +82,7 @@ class Event(_Name):
     BAD_FRAME = "bad_frame"
     STOPPING = "stopping"
     RUN_FINISHED = "run_finished"
+    THINNED = "thinned"  # a note: older report events were thinned to keep events.jsonl under its cap
 
 
 class EventRecord(TypedDict):
@@ -120,6 +121,23 @@ class EventFields(EventRecord, total=False):
     nprocs: int  # run_started
     run_dir: str  # run_started
     count: int  # bad_frame: bad frames of the worker so far
+    loss: float | None  # report
+    metrics: dict[str, Any]  # report: every metric reported since the last report event
+    n: int  # report: the report() calls it stands for
+    dropped: int  # report: reports the worker's buffer declared lost
+    child_of: int  # report: sent by a process the worker started (this is the worker's pid)
+    world_size: int  # worker_started
+    reason: str | None  # worker_exited: why mpwatch killed it (kill, restart, resize, stop); dump: stall | request
+    innermost: str | None  # dump: the innermost frame
+    collective: str | None  # dump: the collective the main thread waits in
+    wchan: str | None  # stalled: the kernel wait
+    culprits: list[int]  # alert (hang): the ranks the others wait for
+    waiting: list[int]  # alert (hang)
+    gpu: int | None  # gpu_alert: the GPU
+    thinned_from: float  # thinned: report events between these wall times...
+    thinned_to: float
+    reports_before: int  # ...went from reports_before to reports_after
+    reports_after: int
 
 
 # --------------------------------------------------------------------- workers ----
