@@ -1,5 +1,6 @@
 """`mpwatch attach` and `mpwatch ctl`: clients of a live run's control socket. `ctl logs`
-alone reads the run directory (so it works on finished runs too). Main thread."""
+alone reads the run directory (so it works on finished runs too), and `attach` on a run
+that has ended replays its files (cli/show.py). Main thread."""
 from __future__ import annotations
 
 import json
@@ -8,7 +9,8 @@ from mpwatch.cli.args import ACTIONS, Parser, ctl_parser, die
 
 
 def cmd_attach(argv: list[str]) -> int:
-    p = Parser(prog="mpwatch attach", description="Open the TUI on a live run.")
+    p = Parser(prog="mpwatch attach", description="Open the TUI on a live run (a run that has ended opens "
+                                                   "as with 'mpwatch show').")
     p.add_argument("run", nargs="?", metavar="RUN", help="run id or directory (default: the newest)")
     p.add_argument("--no-mouse", action="store_true")
     ns = p.parse_args(argv)
@@ -17,7 +19,10 @@ def cmd_attach(argv: list[str]) -> int:
     try:
         client = Client.connect(ns.run)
     except ClientError as exc:
-        return die(str(exc))
+        from mpwatch.cli.show import ended_run_dir, show
+
+        ended = ended_run_dir(ns.run)
+        return show(ended, mouse=not ns.no_mouse) if ended is not None else die(str(exc))
     try:
         from mpwatch.tui.launch import attach_tui
     except ImportError:

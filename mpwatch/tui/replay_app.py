@@ -1,0 +1,121 @@
+"""The TUI on a replay (`mpwatch show RUN`, `mpwatch attach` on an ended run): the same
+screens, fed a replay.ReplaySource, plus what only a replay has: the cursor keys and the
+timeline strip. Read-only: every key that acts on a process says so instead.
+
+The screens stay source-blind: the source answers status, history, logs and the GPU
+timeline as of the cursor's moment, so the table, GPU panel, alerts, detail, logs and GPU
+screens show that moment. A cursor key moves the source's cursor and kicks the poller for
+the status of the new moment (and the open detail, logs or GPU screen reloads). UI thread.
+"""
+from __future__ import annotations
+
+from rich.text import Text
+from textual import events
+from textual.binding import Binding
+
+from mpwatch.replay import ReplaySource
+from mpwatch.status import Status
+from mpwatch.tui import glyphs as glyphs_mod
+from mpwatch.tui.actions import Outcome
+from mpwatch.tui.app import MpwatchApp
+from mpwatch.tui.screens.detail import DetailScreen
+from mpwatch.tui.screens.events import EventsScreen
+from mpwatch.tui.screens.gpu import GpuScreen
+from mpwatch.tui.screens.logs import LogsScreen
+from mpwatch.tui.widgets.timeline import TimelineStrip, strip_line, where_line
+
+_EDGE_SAID = {("step", -1): "at the run's start", ("step", 1): "at the end", ("jump", -1): "no failure, stall, "
+              "restart or alert before this moment", ("jump", 1): "no failure, stall, restart or alert after this "
+              "moment", ("start", 0): "at the run's start", ("end", 0): "at the end"}
+
+
+class ReplayApp(MpwatchApp):
+    BINDINGS = [
+        Binding("comma", "cursor('step', -1)", "Back", key_display=","),
+        Binding("full_stop", "cursor('step', 1)", "On", key_display="."),
+        Binding("left_square_bracket", "cursor('jump', -1)", "Prev", key_display="["),
+        Binding("right_square_bracket", "cursor('jump', 1)", "Next", key_display="]"),
+        # Over the table's own Home/End (first/last row): here they are the run's start and end.
+        Binding("home", "cursor('start', 0)", "Start", show=False, priority=True),
+        Binding("end", "cursor('end', 0)", "End", show=False, priority=True),
+    ]
+
+    def __init__(self, source: ReplaySource, *, glyphs: glyphs_mod.Glyphs | None = None, notices: bool = True):
+        super().__init__(source, source.path, glyphs=glyphs, notices=notices)
+        self.replay = source
+        self.strip = TimelineStrip(id="timeline")
+        # The source is asked for everything (history, logs, GPU timeline) as of the cursor,
+        # and the header shows the run's state at that moment: a replay counts as live here;
+        # what acts on processes is refused below.
+        self.live = True
+        self.moves = 0  # cursor moves, for tests and the bench
+        self._moments: list[tuple[float, str | None]] = []
+
+    def on_mount(self) -> None:  # Textual calls MpwatchApp.on_mount too (then the poller starts)
+        self.mount(self.strip, before=self.status_line)
+        self.event_log = list(self.replay.events_list)
+        notes = self.replay.notes
+        if notes:
+            self.banner.update(Text("\n".join(notes), no_wrap=False))
+            self.banner.add_class("shown")
+
+    # ----------------------------------------------------------------- view ----
+    def apply_status(self, status: Status) -> None:
+        first = self.snapshots == 0
+        super().apply_status(status)
+        self.show_strip()
+        if first:  # after the App's own greeting, which follows the first status
+            self.call_later(self.say, f"replaying run {status['run']['id']} (read-only): , . step · [ ] jump · "
+                            "Home End · e events · q leave", "information", False)
+
+    def show_strip(self) -> None:
+        src = self.replay
+        pos, n, event = src.where()
+        if len(self._moments) != n:
+            self._moments = src.moments()
+        width = max(self.size.width - 2, 10)
+        start, end, t = src.start_time(), src.end_time(), src.time_at()
+        self.strip.show([strip_line(self._moments, start, end, t, width, self.glyphs),
+                         where_line(pos, n, event, t, start, width)])
+
+    def on_resize(self, event: events.Resize) -> None:  # Textual calls MpwatchApp.on_resize too
+        if self.status is not None:
+            self.show_strip()
+
+    # --------------------------------------------------------------- cursor ----
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        # Home/End are the cursor's on the main screen only: a dialog's input keeps its own.
+        if action == "cursor" and parameters and parameters[0] in ("start", "end"):
+            return self.screen is self.screen_stack[0]
+        return True
+
+    def action_cursor(self, how: str, arg: int) -> None:
+        if not self.replay.move(how, arg):
+            self.say(_EDGE_SAID.get((how, arg), "the cursor cannot move there"), notify=False)
+            return
+        self.moves += 1
+        self.show_strip()
+        if self.poller is not None:
+            self.poller.kick()
+        if isinstance(self.screen, (DetailScreen, LogsScreen, GpuScreen)):
+            self.screen.reload()
+
+    def action_events(self) -> None:
+        pos = self.replay.where()[0]
+
+        def chosen(seq: int | None) -> None:
+            if seq is not None:
+                self.action_cursor("seq", seq)
+        started = self.status["run"]["started"] if self.status is not None else None
+        self.push_screen(EventsScreen(self.replay.events_list, started, current=pos + 1,
+                                      title=f"events of run {self.replay.facts.run_id}"), chosen)
+
+    # -------------------------------------------------------------- refusals ----
+    def _can_act(self, verb: str) -> Status | None:
+        self.say(f"cannot {verb}: this is a replay of the run's files (read-only); "
+                 "'mpwatch attach' acts on a live run", "warning")
+        return None
+
+    def action_quit_dialog(self) -> None:
+        code = self.status["run"]["exit_code"] if self.status is not None else None
+        self.exit(Outcome("finished", code))
