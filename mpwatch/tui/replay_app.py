@@ -18,23 +18,27 @@ from mpwatch.status import Status
 from mpwatch.tui import glyphs as glyphs_mod
 from mpwatch.tui.actions import Outcome
 from mpwatch.tui.app import MpwatchApp
+from mpwatch.tui.poller import TAIL_POINTS
 from mpwatch.tui.screens.detail import DetailScreen
 from mpwatch.tui.screens.events import EventsScreen
 from mpwatch.tui.screens.gpu import GpuScreen
 from mpwatch.tui.screens.logs import LogsScreen
 from mpwatch.tui.widgets.timeline import TimelineStrip, strip_line, where_line
 
+_CURSOR_SCREENS = (DetailScreen, LogsScreen, GpuScreen)  # they show the cursor's moment too
 _EDGE_SAID = {("step", -1): "at the run's start", ("step", 1): "at the end", ("jump", -1): "no failure, stall, "
               "restart or alert before this moment", ("jump", 1): "no failure, stall, restart or alert after this "
               "moment", ("start", 0): "at the run's start", ("end", 0): "at the end"}
 
 
 class ReplayApp(MpwatchApp):
+    # Priority: the cursor moves on the detail, logs and GPU screens too (modal screens stop
+    # the App's other bindings); check_action keeps them off dialogs, whose inputs want the keys.
     BINDINGS = [
-        Binding("comma", "cursor('step', -1)", "Back", key_display=","),
-        Binding("full_stop", "cursor('step', 1)", "On", key_display="."),
-        Binding("left_square_bracket", "cursor('jump', -1)", "Prev", key_display="["),
-        Binding("right_square_bracket", "cursor('jump', 1)", "Next", key_display="]"),
+        Binding("comma", "cursor('step', -1)", "Back", key_display=",", priority=True),
+        Binding("full_stop", "cursor('step', 1)", "On", key_display=".", priority=True),
+        Binding("left_square_bracket", "cursor('jump', -1)", "Prev", key_display="[", priority=True),
+        Binding("right_square_bracket", "cursor('jump', 1)", "Next", key_display="]", priority=True),
         # Over the table's own Home/End (first/last row): here they are the run's start and end.
         Binding("home", "cursor('start', 0)", "Start", show=False, priority=True),
         Binding("end", "cursor('end', 0)", "End", show=False, priority=True),
@@ -83,10 +87,13 @@ class ReplayApp(MpwatchApp):
             self.show_strip()
 
     # --------------------------------------------------------------- cursor ----
+    def shows_cursor(self) -> bool:
+        """The screen shows the cursor's moment (the poller has brought its status): tests, the bench."""
+        return self.status is not None and self.status is self.replay.status(TAIL_POINTS)
+
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
-        # Home/End are the cursor's on the main screen only: a dialog's input keeps its own.
-        if action == "cursor" and parameters and parameters[0] in ("start", "end"):
-            return self.screen is self.screen_stack[0]
+        if action == "cursor":
+            return self.screen is self.screen_stack[0] or isinstance(self.screen, _CURSOR_SCREENS)
         return True
 
     def action_cursor(self, how: str, arg: int) -> None:
@@ -97,7 +104,7 @@ class ReplayApp(MpwatchApp):
         self.show_strip()
         if self.poller is not None:
             self.poller.kick()
-        if isinstance(self.screen, (DetailScreen, LogsScreen, GpuScreen)):
+        if isinstance(self.screen, _CURSOR_SCREENS):
             self.screen.reload()
 
     def action_events(self) -> None:
