@@ -125,6 +125,15 @@ class RunDir:
         if text not in self.notes:
             self.notes.append(text)
 
+    def note(self, text: str, replaces: tuple[str, str] | None = None) -> None:
+        """Add a note (once) about what could not be read, in place of an earlier one that
+        starts and ends as `replaces` says (a count that grew); the replay's readers say
+        theirs here."""
+        if replaces is not None:
+            head, tail = replaces
+            self.notes[:] = [n for n in self.notes if not (n.startswith(head) and n.endswith(tail))]
+        self._note(text)
+
     def _lines(self, name: str, needles: Collection[str] | None) -> Iterator[object]:
         """JSON values of a .jsonl file's lines; bad lines are counted into a note. With
         needles, lines holding none of them are skipped unparsed (a cheap prefilter)."""
@@ -152,7 +161,10 @@ class RunDir:
         if bad:
             self._note(f"{name}: {bad} unreadable line(s) skipped")
         if torn:
-            self._note(f"{name}: the last line is cut short (the run was killed while writing it)")
+            self.note_torn(name)
+
+    def note_torn(self, name: str) -> None:
+        self._note(f"{name}: the last line is cut short (the run was killed while writing it)")
 
     def events(self, kinds: Collection[str] | None = None) -> list[EventRecord]:
         """Events oldest first, only `kinds` when given; lines that are no event are skipped."""
@@ -178,7 +190,8 @@ class RunDir:
             self.note_skipped(skipped)
 
     def note_skipped(self, lines: int) -> None:
-        self._note(f"{runstore.EVENTS}: {lines} line(s) that are no event skipped")
+        self.note(f"{runstore.EVENTS}: {lines} line(s) that are no event skipped",
+                  (f"{runstore.EVENTS}: ", "that are no event skipped"))
 
     def note_thinned(self, ev: EventFields) -> None:
         """A `thinned` event (events_thinning.py): say which part of the curves is coarser."""
@@ -188,13 +201,9 @@ class RunDir:
             return
         self._thinned_to = max(self._thinned_to or upto, upto)
         self._thinned_reports += before - after
-        for i, n in enumerate(self.notes):  # one note for every pass
-            if n.startswith(f"{runstore.EVENTS} was thinned"):
-                del self.notes[i]
-                break
-        self._note(f"{runstore.EVENTS} was thinned to stay under its size cap: {self._thinned_reports} report "
+        self.note(f"{runstore.EVENTS} was thinned to stay under its size cap: {self._thinned_reports} report "
                    f"event(s) up to {self.when(self._thinned_to)} went (the loss curves are coarser there; "
-                   "no other event was dropped)")
+                   "no other event was dropped)", (f"{runstore.EVENTS} was thinned", ""))  # one note for all passes
 
     def when(self, ts: float) -> str:
         """A moment of the run for a note: from its start when known (notes read the same in

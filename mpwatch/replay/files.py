@@ -159,7 +159,7 @@ class EventsFile(_Mapped):
 
     def _torn(self, tail: bool) -> None:
         """A last line without its end: being written (a live run), or cut by a kill."""
-        if tail and self.rd.run.finished is None and not self.rd.live():
+        if tail and not self.rd.live():
             self.rd.note_torn(runstore.EVENTS)
 
     # ------------------------------------------------------------- reports ----
@@ -246,6 +246,7 @@ class GpuFile(_Mapped):
         self.starts: array[int] = array("q")
         self.marks: list[GpuMark] = []
         self.indexed = 0
+        self.skipped = 0
         self._ticks: dict[int, GpuTick] = {}
 
     @property
@@ -253,7 +254,7 @@ class GpuFile(_Mapped):
         return self.ino is not None
 
     def load(self) -> None:
-        self.ts, self.starts, self.marks, self.indexed = array("d"), array("q"), [], 0
+        self.ts, self.starts, self.marks, self.indexed, self.skipped = array("d"), array("q"), [], 0, 0
         self._ticks.clear()
         if self.map():
             self._index()
@@ -271,7 +272,9 @@ class GpuFile(_Mapped):
     def _index(self) -> None:
         data = self.data
         end = data.rfind(b"\n") + 1
+        lines, read = data[self.indexed:end].count(b"\n"), 0
         for m in _GPU_LINE.finditer(data, self.indexed, end):
+            read += 1
             try:
                 ts = float(m.group(1))
             except ValueError:
@@ -294,6 +297,12 @@ class GpuFile(_Mapped):
                 upto = rec["thinned"].get("to")
                 if isinstance(upto, (int, float)):
                     self.rd.note_gpu_thinned(float(upto))
+        self.skipped += lines - read
+        if self.skipped:
+            self.rd.note(f"{rundir.GPU_JSONL}: {self.skipped} unreadable line(s) skipped",
+                         (f"{rundir.GPU_JSONL}: ", "unreadable line(s) skipped"))
+        if len(data) > end and not self.rd.live():
+            self.rd.note_torn(rundir.GPU_JSONL)
         self.indexed = end
 
     def at(self, t: float) -> int:

@@ -65,6 +65,7 @@ class ReplaySource:
         self.gpu = GpuFile(self.rd)
         self.files.load()
         self.gpu.load()
+        self.rd.ranks()  # notes the rank folders that are gone
         self.live = self.rd.live()
         self.facts = _facts(self.rd, self.files.events[0] if self.files.events else None)
         self.cursor = cursor_mod.Cursor(self.files.events)
