@@ -89,8 +89,9 @@ class ReplaySource:
 
     def end_time(self) -> float:
         """When the run ended (now, for a live one): the end's moment on the strip."""
-        if self.live:
-            return time.time()
+        if self.live:  # now, or the last thing written if the clocks disagree
+            last = self.rd.last_event()
+            return max(time.time(), last["ts"] if last is not None else 0.0)
         if self.rd.run.finished is not None:
             return self.rd.run.finished
         if self.rd.final is not None:
