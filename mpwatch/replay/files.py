@@ -20,45 +20,24 @@ import json
 import mmap
 import os
 import re
+import threading
 from array import array
-from dataclasses import dataclass
 from pathlib import Path
 from typing import cast
 
 from mpwatch import rundir, runstore
+from mpwatch.replay.reports import Data, Report, ReportIndex, last_report, window
 from mpwatch.status import Event, EventFields, GpuMark, GpuTick
 
-# What runstore.RunStore.event writes (NaN-bearing lines are compact: no spaces).
-_NOTABLE = re.compile(rb'"event": ?"(?!report")')
-_REPORT = re.compile(rb'^\{"ts": ?([^,]+), ?"event": ?"report", ?"rank": ?(\d+), ?"step": ?([^,]+), ?"loss": ?([^,]+),'
-                     rb'([^\n]*)$', re.M)
-_CHILD = b'"child_of"'
-_GPU_LINE = re.compile(rb'^\{"ts":(-?[0-9.eE+-]+),"(gpus|gpu|thinned)"', re.M)
-WINDOW_START = 192  # bytes a rank per wanted report, at first: a report line is ~150 bytes
-WINDOW_MAX = 8 << 20  # past this, the ranks still missing are looked up one by one
+_NOTABLE = re.compile(rb'"event": ?"(?!report")')  # every event but a report (runstore.RunStore.event's spelling)
+# A gpu.jsonl line's head (found by its literal start, fast; checked to begin a line).
+_GPU_LINE = re.compile(rb'\{"ts":(-?[0-9.eE+-]+),"(gpus|gpu|thinned)"')
+WINDOW_START = 192  # bytes a rank per wanted report: a report line is ~150 bytes
 TICK_CACHE = 512
-
-
-@dataclass(frozen=True)
-class Report:
-    ts: float
-    step: int | None
-    loss: float | None
-
-
-def _num(raw: bytes) -> float | None:
-    raw = raw.strip().strip(b'"')
-    if raw == b"null":
-        return None
-    try:
-        return float(raw)
-    except ValueError:
-        return None
-
-
-def _step(raw: bytes) -> int | None:
-    v = _num(raw)
-    return int(v) if v is not None and v == v and abs(v) != float("inf") else None
+# A tick's GPUs as gpu_timeline.py writes them (compact): what a GPU's history needs.
+_GPU_SAMPLE = re.compile(rb'\{"index":(\d+),"mem_used":(\d+|null),"mem_total":(?:\d+|null),"util_gpu":(\d+|null)')
+GpuSample = tuple[int, int | None, int | None]  # index, mem_used, util_gpu
+BUILD_WAIT_S = 60.0
 
 
 class _Mapped:
@@ -104,13 +83,44 @@ class EventsFile(_Mapped):
         self.ends: array[int] = array("q")  # where each one's line ends in the file
         self.indexed = 0  # bytes indexed: up to the last complete line
         self.skipped = 0
-        self._curves: dict[int, tuple[int, list[Report]]] = {}  # rank -> (bytes scanned, its curve)
+        self.reports: ReportIndex | None = None  # every report, once its thread has built it
+        self.built = threading.Event()
+        self._gen = 0  # which load the index is of
+        self._building = False
+        self._swap = threading.Lock()
 
     def load(self) -> None:
         self.events, self.ends, self.indexed, self.skipped = [], array("q"), 0, 0
-        self._curves.clear()
+        with self._swap:
+            self._gen += 1
+            self.reports = None
+            self.built.clear()
         if self.map():
             self._index()
+        self._building = False
+
+    def start_index(self) -> None:
+        """Build the report index on a thread of its own (once per load): started once the
+        first screen is drawn, so that it does not compete with it."""
+        with self._swap:
+            if self._building:
+                return
+            self._building = True
+        threading.Thread(target=self._build, args=(self._gen, self.data, self.indexed), name="mpwatch-replay-index",
+                         daemon=True).start()
+
+    def _build(self, gen: int, data: Data, end: int) -> None:
+        """Index thread: every report of the file as loaded (what is appended later is
+        added by the reader that needs it)."""
+        idx = ReportIndex()
+        try:
+            idx.extend(data, end, pause=True)
+        except (ValueError, OSError):  # the mapping went away (closed): no index, the window serves
+            return
+        with self._swap:
+            if gen == self._gen:
+                self.reports = idx
+                self.built.set()
 
     def refresh(self) -> bool:
         """Take in what was appended since; True when anything was."""
@@ -147,7 +157,9 @@ class EventsFile(_Mapped):
             self.ends.append(e)
         chunk = data[start:end]  # a copy (an mmap cannot count): freed at once
         lines = chunk.count(b"\n")
-        reports = chunk.count(b'"event": "report"') + chunk.count(b'"event":"report"')
+        reports = chunk.count(b'"event": "report"')
+        if b'"event":"report"' in chunk:  # the compact spelling of a line that held a NaN
+            reports += chunk.count(b'"event":"report"')
         thinned = chunk.count(b'"event": "thinned"')
         del chunk
         self.skipped += max(0, lines - reports - thinned - (len(self.events) - before))
@@ -167,73 +179,35 @@ class EventsFile(_Mapped):
         """Where the cursor's event ends in the file (everything indexed past the last one)."""
         return self.ends[pos] if 0 <= pos < len(self.ends) else self.indexed
 
-    def reports_before(self, end: int, ranks: list[int], want: int) -> dict[int, list[Report]]:
-        """Each rank's last `want` reports written before byte `end`, oldest first (fewer
-        where it has fewer; a rank that never reported is missing)."""
-        out: dict[int, list[Report]] = {}
+    def _index_now(self) -> ReportIndex | None:
+        idx = self.reports
+        if idx is not None and idx.upto < self.indexed:  # a live run's appended lines
+            idx.extend(self.data, self.indexed)
+        return idx
+
+    def reports_before(self, end: int, t: float, ranks: list[int], want: int) -> dict[int, list[Report]]:
+        """Each rank's last `want` reports at the moment (the index's: at or before t; the
+        window's, until the index is built: written before byte `end`), oldest first; a
+        rank that never reported is missing."""
+        idx = self._index_now()
+        if idx is not None:
+            return {r: got for r in ranks if (s := idx.series.get(r)) is not None and (got := s.last(t, want))}
         if not ranks or end <= 0:
-            return out
-        span = WINDOW_START * want * len(ranks)
-        missing = set(ranks)
-        while True:
-            start = max(0, end - span)
-            start = 0 if start == 0 else self.data.find(b"\n", start, end) + 1
-            found: dict[int, list[Report]] = {}
-            for ts, rank, step, loss, rest in _REPORT.findall(self.data[start:end]):
-                if _CHILD in rest:
-                    continue
-                t = _num(ts)
-                if t is not None:
-                    found.setdefault(int(rank), []).append(Report(t, _step(step), _num(loss)))
-            missing = {r for r in ranks if len(found.get(r, ())) < want}
-            out = {r: found[r][-want:] for r in ranks if r in found}
-            if not missing or start == 0 or span >= WINDOW_MAX:
-                break
-            span *= 4
-        for r in missing - out.keys():  # silent for long: its last report, searched for alone
-            last = self._last_report(r, start)
-            if last is not None:
-                out[r] = [last]
-        return out
+            return {}
+        found, start = window(self.data, end, ranks, want, WINDOW_START * want * len(ranks))
+        for r in ranks:
+            if r not in found and (last := last_report(self.data, r, start)) is not None:
+                found[r] = [last]  # silent for longer than the window: its last report alone
+        return found
 
-    def _last_report(self, rank: int, end: int) -> Report | None:
-        needle = b'"event": "report", "rank": %d, "step": ' % rank
-        data = self.data
-        while end > 0:
-            i = data.rfind(needle, 0, end)
-            if i < 0:
-                return None
-            s = data.rfind(b"\n", 0, i) + 1
-            e = data.find(b"\n", i)
-            m = _REPORT.match(data[s:e if e >= 0 else len(data)])
-            if m is not None and _CHILD not in m.group(5) and (t := _num(m.group(1))) is not None:
-                return Report(t, _step(m.group(3)), _num(m.group(4)))
-            end = s
-        return None
-
-    def curve(self, rank: int) -> list[Report]:
-        """Every report of the rank's own processes (never a child's), oldest first; cached
-        and extended as the file grows."""
-        scanned, pts = self._curves.get(rank, (0, []))
-        if scanned < self.indexed:
-            pat = re.compile(rb'"event": ?"report", ?"rank": ?%d, ?"step": ?([^,]+), ?"loss": ?([^,]+),' % rank)
-            data = self.data
-            pts = list(pts)
-            for m in pat.finditer(data, scanned, self.indexed):
-                s = data.rfind(b"\n", 0, m.start()) + 1
-                e = data.find(b"\n", m.end(), self.indexed)
-                if data.find(_CHILD, m.end(), e) >= 0:
-                    continue
-                ts = _num(data[s:m.start()].partition(b":")[2].rstrip(b", "))  # {"ts": <here>,
-                if ts is not None:
-                    pts.append(Report(ts, _step(m.group(1)), _num(m.group(2))))
-            self._curves[rank] = (self.indexed, pts)
-        return pts
-
-
-def before(reports: list[Report], t: float) -> int:
-    """How many of the reports (oldest first) came at or before t."""
-    return bisect.bisect_right([r.ts for r in reports], t)
+    def curve(self, rank: int, t: float) -> list[Report]:
+        """Every report of the rank's own processes at or before t, oldest first (waits for
+        the index: call without the source's lock)."""
+        self.start_index()
+        self.built.wait(BUILD_WAIT_S)
+        idx = self._index_now()
+        s = idx.series.get(rank) if idx is not None else None
+        return [] if s is None else [s.report(i) for i in range(s.upto(t))]
 
 
 class GpuFile(_Mapped):
@@ -248,6 +222,7 @@ class GpuFile(_Mapped):
         self.indexed = 0
         self.skipped = 0
         self._ticks: dict[int, GpuTick] = {}
+        self._samples: dict[int, list[GpuSample]] = {}
 
     @property
     def present(self) -> bool:
@@ -256,6 +231,7 @@ class GpuFile(_Mapped):
     def load(self) -> None:
         self.ts, self.starts, self.marks, self.indexed, self.skipped = array("d"), array("q"), [], 0, 0
         self._ticks.clear()
+        self._samples.clear()
         if self.map():
             self._index()
 
@@ -274,6 +250,8 @@ class GpuFile(_Mapped):
         end = data.rfind(b"\n") + 1
         lines, read = data[self.indexed:end].count(b"\n"), 0
         for m in _GPU_LINE.finditer(data, self.indexed, end):
+            if m.start() > 0 and data[m.start() - 1] != 0x0A:  # not at a line's start
+                continue
             read += 1
             try:
                 ts = float(m.group(1))
@@ -324,4 +302,24 @@ class GpuFile(_Mapped):
             if len(self._ticks) >= TICK_CACHE:
                 self._ticks.clear()
             got = self._ticks[i] = cast(GpuTick, raw)
+        return got
+
+    def samples(self, i: int) -> list[GpuSample]:
+        """Each GPU's memory and utilization in tick i, read without parsing the whole tick
+        (a GPU's two-minute history reads 120 of them); cached."""
+        got = self._samples.get(i)
+        if got is None:
+            if not 0 <= i < len(self.starts):
+                return []
+            s = self.starts[i]
+            e = self.data.find(b'"ranks":', s)
+            line = self.data[s:e if e >= 0 else self.data.find(b"\n", s)]
+
+            def opt(raw: bytes) -> int | None:
+                return None if raw == b"null" else int(raw)
+
+            got = [(int(g), opt(m), opt(u)) for g, m, u in _GPU_SAMPLE.findall(line)]
+            if len(self._samples) >= TICK_CACHE * 8:
+                self._samples.clear()
+            self._samples[i] = got
         return got

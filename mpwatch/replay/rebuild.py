@@ -14,8 +14,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from mpwatch.replay.files import EventsFile, GpuFile, Report
+from mpwatch.replay.files import EventsFile, GpuFile
 from mpwatch.replay.fold import RankFold, RunFold
+from mpwatch.replay.reports import Report
 from mpwatch.status import (
     ALIVE_STATES,
     HISTORY_POINTS,
@@ -130,11 +131,10 @@ def _gpu_view(g: GpuTickGpu, tick: GpuTick, facts: RunFacts, ranks: list[GpuTick
 def _history(gpu: GpuFile, i: int) -> dict[int, GpuHistory]:
     out: dict[int, GpuHistory] = {}
     for j in range(max(0, i - HISTORY_POINTS + 1), i + 1):
-        tick = gpu.tick(j)
-        for g in tick["gpus"] if tick else []:
-            h = out.setdefault(g["index"], {"mem_used": [], "util_gpu": []})
-            h["mem_used"].append(g.get("mem_used"))
-            h["util_gpu"].append(g.get("util_gpu"))
+        for index, mem, util in gpu.samples(j):
+            h = out.setdefault(index, {"mem_used": [], "util_gpu": []})
+            h["mem_used"].append(mem)
+            h["util_gpu"].append(util)
     return out
 
 
@@ -185,7 +185,7 @@ def status_at(events: EventsFile, gpu: GpuFile, facts: RunFacts, run: RunFold, p
               tail: int) -> Status:
     """The status at the moment of events[pos] (t: its time; pos past the last: the end)."""
     ranks = sorted(run.ranks)
-    reps = events.reports_before(events.end_of(pos), ranks, max(tail, 8))
+    reps = events.reports_before(events.end_of(pos), t, ranks, max(tail, 8))
     views, wgpu, gpu_status = gpus_at(gpu, t, facts, run)
     workers = [worker_row(run.ranks[r], reps.get(r, []), t, tail, wgpu.get(r)) for r in ranks]
     counts: dict[str, int] = {}

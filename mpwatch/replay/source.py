@@ -102,6 +102,10 @@ class ReplaySource:
                             self.files.events[-1]["ts"] if self.files.events else None) if e is not None]
         return max(ends) if ends else self.facts.started
 
+    def start_index(self) -> None:
+        """Index every report now (a thread of its own); until then a window of the file serves."""
+        self.files.start_index()
+
     def time_at(self, pos: int | None = None) -> float:
         pos = self.cursor.pos if pos is None else pos
         if pos >= len(self.files.events):
@@ -163,8 +167,8 @@ class ReplaySource:
     def history(self, rank: int) -> list[tuple[float, float]]:
         with self._lock:
             t = self.time_at()
-            pts = [(float(r.step if r.step is not None else i), r.loss) for i, r in enumerate(self.files.curve(rank))
-                   if r.ts <= t and r.loss is not None]
+        pts = [(float(r.step if r.step is not None else i), r.loss)
+               for i, r in enumerate(self.files.curve(rank, t)) if r.loss is not None]  # waits for the index
         stride = -(-len(pts) // CURVE_POINTS)
         return pts[::stride] if stride > 1 else pts
 

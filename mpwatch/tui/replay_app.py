@@ -69,6 +69,7 @@ class ReplayApp(MpwatchApp):
         super().apply_status(status)
         self.show_strip()
         if first:  # after the App's own greeting, which follows the first status
+            self.call_after_refresh(self.replay.start_index)  # the report index, once the screen is drawn
             self.call_later(self.say, f"replaying run {status['run']['id']} (read-only): , . step · [ ] jump · "
                             "Home End · e events · q leave", "information", False)
 
@@ -101,8 +102,7 @@ class ReplayApp(MpwatchApp):
             self.say(_EDGE_SAID.get((how, arg), "the cursor cannot move there"), notify=False)
             return
         self.moves += 1
-        self.show_strip()
-        if self.poller is not None:
+        if self.poller is not None:  # the strip follows with the moment's status: the screen agrees with itself
             self.poller.kick()
         if isinstance(self.screen, _CURSOR_SCREENS):
             self.screen.reload()

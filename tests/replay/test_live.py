@@ -11,7 +11,7 @@ from mpwatch import runstore
 from mpwatch.replay import ReplaySource
 from mpwatch.status import RunState, State
 from tests.helpers import wait_for
-from tests.replay.test_events_cap import write_run
+from tests.replay.test_events_cap import T0, write_run
 from tests.tui.conftest import WORKER
 
 
@@ -48,7 +48,7 @@ def test_a_thinning_pass_under_a_live_reader(tmp_path, monkeypatch):
     monkeypatch.setenv("MPWATCH_EVENTS_MB", str(48 * 1024 / (1 << 20)))
     store = runstore.RunStore(tmp_path / "run")
     store.create()
-    store.write_json(runstore.RUN_JSON, {"run_id": "live", "started": 1_800_000_000.0, "pid": os.getpid()})
+    store.write_json(runstore.RUN_JSON, {"run_id": "live", "started": T0, "pid": os.getpid()})
     store.write_json(runstore.CONTROL_JSON, {"pid": os.getpid()}, private=True)
     write_run(store, 100)
     store.flush()
