@@ -1,17 +1,18 @@
 """The replay's view of events.jsonl and gpu.jsonl: indexed once, read where the cursor is.
 
 An hour of 64 ranks is ~230 000 report events (40 MB), and the replay must open in under a
-second, so the files are memory-mapped and never parsed whole: the notable events (every
-event but `report`, a few hundred) are found by a regex the C engine runs over the file,
-and report events are parsed only where they are needed: the last few of each rank before
-the cursor (`reports_before`, the table), or one rank's whole curve (`curve`, the detail
-view's plot, cached). The GPU timeline is indexed by time; a tick is parsed when shown.
-A child process's report (it carries `child_of`) is never part of its rank's curve.
+second, so the files are memory-mapped and never parsed whole before the first screen: the
+notable events (every event but `report`, a few hundred) are found by a regex the C engine
+runs over the file. Reports come from reports.py: its index of every rank's own reports,
+built on a thread once the first screen is drawn, and until then a window of the file
+before the cursor (`reports_before`). The GPU timeline is indexed by time; a tick is parsed
+when shown, and a GPU's history reads only its ticks' heads. A child process's report (it
+carries `child_of`) is never part of its rank's curve.
 
 Tolerant as rundir.py: lines that are no event are counted into a note, a torn last line
 too, a thinned file says so. `refresh` picks up what a live run appended (or reindexes
 after a thinning pass replaced the file). Called from the replay source's callers' threads
-under its lock; no textual, no supervisor.
+under its lock (but `curve`, which may wait for the index); no textual, no supervisor.
 """
 from __future__ import annotations
 

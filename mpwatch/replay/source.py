@@ -71,7 +71,7 @@ class ReplaySource:
         self.cursor = cursor_mod.Cursor(self.files.events)
         self._restarting = restarting_exits(self.files.events)
         self._logs = AttemptLogs()
-        self._cache: tuple[int, int, int, Status] | None = None  # (pos, events known, tail, status)
+        self._cache: tuple[tuple[int, ...], Status] | None = None  # ((pos, bytes indexed, tail), status)
         self._loaded = time.monotonic()
         self.builds = 0  # statuses rebuilt (tests, the bench)
 
@@ -139,14 +139,15 @@ class ReplaySource:
             if self.live and self.cursor.at_end:
                 self.reload()
             pos, n = self.cursor.pos, len(self.files.events)
+            key = (pos, n, self.files.indexed, self.gpu.indexed, want)  # a live run's end moves as its files grow
             c = self._cache
-            if c is not None and c[:3] == (pos, n, want):
-                return c[3]
+            if c is not None and c[0] == key:
+                return c[1]
             if pos >= n and self.rd.final is not None and not self.live:
                 st = self.rd.final
             else:
                 st = self._rebuild(pos, n, want)
-            self._cache = (pos, n, want, st)
+            self._cache = (key, st)
             return st
 
     def _rebuild(self, pos: int, n: int, tail: int) -> Status:

@@ -65,6 +65,8 @@ class ReplayApp(MpwatchApp):
 
     # ----------------------------------------------------------------- view ----
     def apply_status(self, status: Status) -> None:
+        if status is self.status:
+            return  # the same moment polled again: nothing to redraw
         first = self.snapshots == 0
         super().apply_status(status)
         self.show_strip()
