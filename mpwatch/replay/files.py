@@ -89,6 +89,7 @@ class EventsFile(_Mapped):
         self._gen = 0  # which load the index is of
         self._building = False
         self._swap = threading.Lock()
+        self._deferred: tuple[Data, int, int, int] | None = None  # lines not counted yet (count_deferred)
 
     def load(self) -> None:
         self.events, self.ends, self.indexed, self.skipped = [], array("q"), 0, 0
@@ -97,7 +98,7 @@ class EventsFile(_Mapped):
             self.reports = None
             self.built.clear()
         if self.map():
-            self._index()
+            self._index(count=False)
         self._building = False
 
     def start_index(self) -> None:
@@ -115,6 +116,7 @@ class EventsFile(_Mapped):
         added by the reader that needs it)."""
         idx = ReportIndex()
         try:
+            self.count_deferred()
             idx.extend(data, end, pause=True)
         except (ValueError, OSError):  # the mapping went away (closed): no index, the window serves
             return
@@ -133,7 +135,10 @@ class EventsFile(_Mapped):
         self.map()
         return self._index()
 
-    def _index(self) -> bool:
+    def _index(self, count: bool = True) -> bool:
+        """Index the notable events of the lines not indexed yet. The lines that are no
+        event are counted at once (`count`) or by count_deferred (a whole file's count
+        costs a tenth of a second that the first screen need not wait for)."""
         data = self.data
         end = data.rfind(b"\n") + 1  # a line still being written waits for its end
         if end <= self.indexed:
@@ -156,6 +161,21 @@ class EventsFile(_Mapped):
             rec["seq"] = len(self.events) + 1
             self.events.append(rec)
             self.ends.append(e)
+        if count:
+            self._count(data, start, end, len(self.events) - before)
+        else:
+            self._deferred = (data, start, end, len(self.events) - before)
+        self.indexed = end
+        self._torn(len(data) > end)
+        return True
+
+    def count_deferred(self) -> None:
+        got, self._deferred = self._deferred, None
+        if got is not None:
+            self._count(*got)
+
+    def _count(self, data: Data, start: int, end: int, notable: int) -> None:
+        """Lines that are no event (garbage, a torn write in the middle): into a note."""
         chunk = data[start:end]  # a copy (an mmap cannot count): freed at once
         lines = chunk.count(b"\n")
         reports = chunk.count(b'"event": "report"')
@@ -163,12 +183,10 @@ class EventsFile(_Mapped):
             reports += chunk.count(b'"event":"report"')
         thinned = chunk.count(b'"event": "thinned"')
         del chunk
-        self.skipped += max(0, lines - reports - thinned - (len(self.events) - before))
-        if self.skipped:
-            self.rd.note_skipped(self.skipped)
-        self.indexed = end
-        self._torn(len(data) > end)
-        return True
+        with self._swap:
+            self.skipped += max(0, lines - reports - thinned - notable)
+            if self.skipped:
+                self.rd.note_skipped(self.skipped)
 
     def _torn(self, tail: bool) -> None:
         """A last line without its end: being written (a live run), or cut by a kill."""
@@ -222,6 +240,7 @@ class GpuFile(_Mapped):
         self.marks: list[GpuMark] = []
         self.indexed = 0
         self.skipped = 0
+        self._deferred: tuple[Data, int, int, int] | None = None
         self._ticks: dict[int, GpuTick] = {}
         self._samples: dict[int, list[GpuSample]] = {}
 
@@ -234,7 +253,7 @@ class GpuFile(_Mapped):
         self._ticks.clear()
         self._samples.clear()
         if self.map():
-            self._index()
+            self._index(count=False)
 
     def refresh(self) -> bool:
         if self.replaced() or (self.ino is None and self.path.exists()):
@@ -246,10 +265,12 @@ class GpuFile(_Mapped):
         self._index()
         return True
 
-    def _index(self) -> None:
+    def _index(self, count: bool = True) -> None:
+        """Index ticks and read marks and notes; lines that are none of them are counted at
+        once (`count`) or by count_deferred, as EventsFile's."""
         data = self.data
         end = data.rfind(b"\n") + 1
-        lines, read = data[self.indexed:end].count(b"\n"), 0
+        start, read = self.indexed, 0
         for m in _GPU_LINE.finditer(data, self.indexed, end):
             if m.start() > 0 and data[m.start() - 1] != 0x0A:  # not at a line's start
                 continue
@@ -276,10 +297,10 @@ class GpuFile(_Mapped):
                 upto = rec["thinned"].get("to")
                 if isinstance(upto, (int, float)):
                     self.rd.note_gpu_thinned(float(upto))
-        self.skipped += lines - read
-        if self.skipped:
-            self.rd.note(f"{rundir.GPU_JSONL}: {self.skipped} unreadable line(s) skipped",
-                         (f"{rundir.GPU_JSONL}: ", "unreadable line(s) skipped"))
+        if count:
+            self._count(data, start, end, read)
+        else:
+            self._deferred = (data, start, end, read)
         if len(data) > end and not self.rd.live():
             self.rd.note_torn(rundir.GPU_JSONL)
         self.indexed = end
@@ -324,3 +345,14 @@ class GpuFile(_Mapped):
                 self._samples.clear()
             self._samples[i] = got
         return got
+
+    def count_deferred(self) -> None:
+        got, self._deferred = self._deferred, None
+        if got is not None:
+            self._count(*got)
+
+    def _count(self, data: Data, start: int, end: int, read: int) -> None:
+        self.skipped += data[start:end].count(b"\n") - read
+        if self.skipped:
+            self.rd.note(f"{rundir.GPU_JSONL}: {self.skipped} unreadable line(s) skipped",
+                         (f"{rundir.GPU_JSONL}: ", "unreadable line(s) skipped"))

@@ -103,8 +103,16 @@ class ReplaySource:
         return max(ends) if ends else self.facts.started
 
     def start_index(self) -> None:
-        """Index every report now (a thread of its own); until then a window of the file serves."""
+        """Index every report now and count the lines that are no event (threads of their
+        own: the notes about them come then); until then a window of the file serves."""
         self.files.start_index()
+        threading.Thread(target=self.gpu.count_deferred, name="mpwatch-replay-gpu-count", daemon=True).start()
+
+    def read_all(self) -> None:
+        """Everything start_index does, done now (for callers without a screen to draw first)."""
+        self.files.start_index()
+        self.gpu.count_deferred()
+        self.files.built.wait(60.0)
 
     def time_at(self, pos: int | None = None) -> float:
         pos = self.cursor.pos if pos is None else pos

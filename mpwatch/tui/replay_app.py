@@ -54,12 +54,19 @@ class ReplayApp(MpwatchApp):
         self.live = True
         self.moves = 0  # cursor moves, for tests and the bench
         self._moments: list[tuple[float, str | None]] = []
+        self._notes_shown = 0
 
     def on_mount(self) -> None:  # Textual calls MpwatchApp.on_mount too (then the poller starts)
         self.mount(self.strip, before=self.status_line)
         self.event_log = list(self.replay.events_list)
-        notes = self.replay.notes
-        if notes:
+        self.show_notes()
+        self.set_interval(1.0, self.show_notes)  # some come later (counted with the report index)
+
+    def show_notes(self) -> None:
+        """What the files miss, in the banner (notes only grow)."""
+        notes = list(self.replay.notes)
+        if notes and len(notes) != self._notes_shown:
+            self._notes_shown = len(notes)
             self.banner.update(Text("\n".join(notes), no_wrap=False))
             self.banner.add_class("shown")
 

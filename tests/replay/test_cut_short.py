@@ -26,13 +26,15 @@ REPLAY_NOTE = {
 async def test_a_cut_short_directory_opens_with_a_note(crashed, tmp_path, case, cut, note):
     d = crashed.copy(tmp_path)
     cut(d)
-    src = ReplaySource(d)
     want = REPLAY_NOTE.get(case, note)
+    src = ReplaySource(d)
+    src.read_all()
     assert any(want in n for n in src.notes), src.notes
-    app = ReplayApp(src, glyphs=glyphs.UNICODE, notices=False)
+    app = ReplayApp(ReplaySource(d), glyphs=glyphs.UNICODE, notices=False)
     async with app.run_test(size=(120, 40)) as pilot:
         await until(pilot, lambda: app.snapshots > 0, what="the first status")
-        assert "shown" in app.banner.classes and want in str(app.banner.render())
+        await until(pilot, lambda: "shown" in app.banner.classes and want in str(app.banner.render()),
+                    what=f"the note {want!r} in the banner")
         ranks = {w["rank"] for w in app.status["workers"]}
         if case != "events.jsonl deleted" and case != "events.jsonl garbage":
             assert ranks == {0, 1}, app.status["workers"]

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 
-from mpwatch import runstore
+from mpwatch import postmortem, rundir, runstore
 from mpwatch.replay import ReplaySource
 from mpwatch.status import RunState, State
 from mpwatch.tui import rundata, view
@@ -37,10 +37,11 @@ def test_the_hang_at_its_stall_and_at_its_culprit(hung):
     assert "hang_here" in view.note_text(worker(st, 1))
     assert worker(st, 1)["step"] < worker(st, 0)["step"]
     assert worker(st, 0)["last_dump"] and rundata.read_dump(worker(st, 0)["last_dump"])  # the dump of that moment
-    # one event back from the first stall of the hang: rank 0 still running
+    # one event back from rank 0's last stall: not stalled yet (running, or starting when a slow
+    # start-up stalled it right away)
     stalls = [i for i, e in enumerate(src.events_list) if e["event"] == "stalled" and e["rank"] == 0]
     src.move("seq", stalls[-1])  # the event before it
-    assert worker(src.status(), 0)["state"] == State.RUNNING
+    assert worker(src.status(), 0)["state"] in (State.RUNNING, State.STARTING)
     src.move("step", 1)
     assert worker(src.status(), 0)["state"] == State.STALLED
     # and the jump keys stop at the stalls and the alerts
@@ -109,6 +110,13 @@ def test_a_rank_is_drawn_from_its_own_reports_only(children):
         assert all(x <= 1.0 for x in worker(src.status(), rank)["loss_tail"])
     past = rundata.history_from_events(children.dir)  # the detail view's fallback after a live run
     assert past.keys() == {0, 1} and all(loss <= 1.0 for pts in past.values() for _, loss in pts)
+
+
+def test_the_summary_of_a_run_cut_short_keeps_each_ranks_own_last_step(children, tmp_path):
+    d = children.copy(tmp_path)
+    (d / runstore.FINAL_JSON).unlink()  # the last step and loss come from the events alone
+    s = postmortem.summarize(rundir.read(d))
+    assert [(r["step"], r["loss"]) for r in s["ranks"]] == [(29, 1.0 / 30), (29, 1.0 / 30)]
 
 
 def test_a_run_cut_short_by_a_sigkilled_supervisor(killed):
