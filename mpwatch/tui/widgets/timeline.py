@@ -23,8 +23,9 @@ _STYLE = {FAILURE: "bold red", STALL: "bold yellow", RESTART: "magenta", ALERT: 
 
 
 def mark_glyphs(g: Glyphs) -> dict[str, str]:
+    # In ASCII a stalled worker and a warning are both "!": the alert's mark takes "^" there.
     return {FAILURE: g.state[State.FAILED], STALL: g.state[State.STALLED], RESTART: g.state[State.RESTARTING],
-            ALERT: g.alert["warning"]}
+            ALERT: g.alert["warning"] if g.unicode else "^"}
 
 
 def strip_line(moments: Sequence[tuple[float, str | None]], start: float, end: float, t: float, width: int,
