@@ -22,12 +22,13 @@ import mmap
 import os
 import re
 import threading
+import time
 from array import array
 from pathlib import Path
 from typing import cast
 
 from mpwatch import rundir, runstore
-from mpwatch.replay.reports import Data, Report, ReportIndex, last_report, window
+from mpwatch.replay.reports import SLICE, Data, Report, ReportIndex, last_report, window
 from mpwatch.status import Event, EventFields, GpuMark, GpuTick
 
 _NOTABLE = re.compile(rb'"event": ?"(?!report")')  # every event but a report (runstore.RunStore.event's spelling)
@@ -39,6 +40,7 @@ TICK_CACHE = 512
 _GPU_SAMPLE = re.compile(rb'\{"index":(\d+),"mem_used":(\d+|null),"mem_total":(?:\d+|null),"util_gpu":(\d+|null)')
 GpuSample = tuple[int, int | None, int | None]  # index, mem_used, util_gpu
 BUILD_WAIT_S = 60.0
+STEP_BYTES = 128 * 1024  # the index built a step at a time in the TUI's idle time: ~3 ms each
 
 
 class _Mapped:
@@ -84,46 +86,56 @@ class EventsFile(_Mapped):
         self.ends: array[int] = array("q")  # where each one's line ends in the file
         self.indexed = 0  # bytes indexed: up to the last complete line
         self.skipped = 0
-        self.reports: ReportIndex | None = None  # every report, once its thread has built it
+        self.reports: ReportIndex | None = None  # every report, once built (index_step)
         self.built = threading.Event()
-        self._gen = 0  # which load the index is of
-        self._building = False
-        self._swap = threading.Lock()
-        self._deferred: tuple[Data, int, int, int] | None = None  # lines not counted yet (count_deferred)
+        self._building = False  # a thread builds it (start_index)
+        self._swap = threading.Lock()  # the index being built
+        self._pending = ReportIndex()
+        self._target: tuple[Data, int, int] = (b"", 0, 0)  # what it is built from: data, end, notable events
 
     def load(self) -> None:
         self.events, self.ends, self.indexed, self.skipped = [], array("q"), 0, 0
         with self._swap:
-            self._gen += 1
-            self.reports = None
+            self.reports, self._pending, self._building = None, ReportIndex(), False
             self.built.clear()
-        if self.map():
-            self._index(count=False)
-        self._building = False
+            if self.map():
+                self._index(count=False)
+            self._target = (self.data, self.indexed, len(self.events))
+
+    def index_step(self, budget: int = STEP_BYTES) -> bool:
+        """Build the report index `budget` bytes further (and count the lines that are no
+        event on the way); True once it is built. The TUI calls it in its idle time; a
+        caller with no screen waits on start_index."""
+        with self._swap:
+            if self.reports is not None:
+                return True
+            p = self._pending
+            data, end, notable = self._target
+            stop = end if end - p.upto <= budget else data.rfind(b"\n", p.upto, p.upto + budget) + 1
+            try:
+                p.extend(data, stop if stop > p.upto else end)
+            except (ValueError, OSError):  # the mapping went away (closed): the window serves
+                return True
+            if p.upto < end:
+                return False
+            self.reports = p
+            self.built.set()
+            self.skipped += max(0, p.lines - p.reports - p.thinned - notable)
+            if self.skipped:
+                self.rd.note_skipped(self.skipped)
+            return True
 
     def start_index(self) -> None:
-        """Build the report index on a thread of its own (once per load): started once the
-        first screen is drawn, so that it does not compete with it."""
+        """Build the report index on a thread of its own, unless one already does."""
         with self._swap:
-            if self._building:
+            if self._building or self.reports is not None:
                 return
             self._building = True
-        threading.Thread(target=self._build, args=(self._gen, self.data, self.indexed), name="mpwatch-replay-index",
-                         daemon=True).start()
 
-    def _build(self, gen: int, data: Data, end: int) -> None:
-        """Index thread: every report of the file as loaded (what is appended later is
-        added by the reader that needs it)."""
-        idx = ReportIndex()
-        try:
-            self.count_deferred()
-            idx.extend(data, end, pause=True)
-        except (ValueError, OSError):  # the mapping went away (closed): no index, the window serves
-            return
-        with self._swap:
-            if gen == self._gen:
-                self.reports = idx
-                self.built.set()
+        def build() -> None:
+            while not self.index_step(SLICE):
+                time.sleep(0.001)  # the others' turn
+        threading.Thread(target=build, name="mpwatch-replay-index", daemon=True).start()
 
     def refresh(self) -> bool:
         """Take in what was appended since; True when anything was."""
@@ -137,8 +149,8 @@ class EventsFile(_Mapped):
 
     def _index(self, count: bool = True) -> bool:
         """Index the notable events of the lines not indexed yet. The lines that are no
-        event are counted at once (`count`) or by count_deferred (a whole file's count
-        costs a tenth of a second that the first screen need not wait for)."""
+        event are counted at once (`count`) or by the report index as it is built (a whole
+        file's count costs a tenth of a second that the first screen need not wait for)."""
         data = self.data
         end = data.rfind(b"\n") + 1  # a line still being written waits for its end
         if end <= self.indexed:
@@ -161,32 +173,22 @@ class EventsFile(_Mapped):
             rec["seq"] = len(self.events) + 1
             self.events.append(rec)
             self.ends.append(e)
-        if count:
+        if count:  # else the index counts them as it is built (index_step)
             self._count(data, start, end, len(self.events) - before)
-        else:
-            self._deferred = (data, start, end, len(self.events) - before)
         self.indexed = end
         self._torn(len(data) > end)
         return True
-
-    def count_deferred(self) -> None:
-        got, self._deferred = self._deferred, None
-        if got is not None:
-            self._count(*got)
 
     def _count(self, data: Data, start: int, end: int, notable: int) -> None:
         """Lines that are no event (garbage, a torn write in the middle): into a note."""
         chunk = data[start:end]  # a copy (an mmap cannot count): freed at once
         lines = chunk.count(b"\n")
-        reports = chunk.count(b'"event": "report"')
-        if b'"event":"report"' in chunk:  # the compact spelling of a line that held a NaN
-            reports += chunk.count(b'"event":"report"')
+        reports = chunk.count(b'"event": "report"') + chunk.count(b'"event":"report"')
         thinned = chunk.count(b'"event": "thinned"')
         del chunk
-        with self._swap:
-            self.skipped += max(0, lines - reports - thinned - notable)
-            if self.skipped:
-                self.rd.note_skipped(self.skipped)
+        self.skipped += max(0, lines - reports - thinned - notable)
+        if self.skipped:
+            self.rd.note_skipped(self.skipped)
 
     def _torn(self, tail: bool) -> None:
         """A last line without its end: being written (a live run), or cut by a kill."""

@@ -2,10 +2,10 @@
 child process's: those carry `child_of`) as columns of time, step and loss.
 
 Two ways to them, the same answers:
-- ReportIndex: every report, parsed once (a regex over the mapped file in 512 KiB slices, so
-  the thread that builds it lets the UI thread run between slices), one Series a rank:
-  a moment's last reports are a bisection away. source.py builds it on a thread of its
-  own once the replay is open (an hour of 64 ranks: about a second).
+- ReportIndex: every report, parsed once (a regex over the mapped file, a slice at a time:
+  the TUI builds it in its idle time once the first screen is drawn, 128 KiB a tick, so a
+  key never waits behind it; an hour of 64 ranks is a few seconds of ticks), one Series a
+  rank: a moment's last reports are a bisection away.
 - until it is built, `window`: the reports of the last stretch of the file before the
   cursor, and `last_report` for a rank silent longer than that.
 Pure file reading; no lock of its own (the caller's).
@@ -15,7 +15,6 @@ from __future__ import annotations
 import bisect
 import mmap
 import re
-import time
 from array import array
 from dataclasses import dataclass, field
 
@@ -25,7 +24,6 @@ Data = mmap.mmap | bytes
 REPORT = re.compile(rb'^\{"ts": ?([^,]+), ?"event": ?"report", ?"rank": ?(\d+), ?"step": ?([^,]+), '
                     rb'?"loss": ?([^,]+),(?![^\n]*"child_of")', re.M)
 SLICE = 1 << 19
-YIELD_S = 0.002  # between slices: the UI thread's turn
 NAN = float("nan")
 
 
@@ -84,19 +82,24 @@ class ReportIndex:
     def __init__(self) -> None:
         self.series: dict[int, Series] = {}
         self.upto = 0  # bytes of the file parsed
+        # what the parsed lines were, for the note on lines that are no event
+        self.lines = 0
+        self.reports = 0  # a child's too
+        self.thinned = 0
 
-    def extend(self, data: Data, end: int, pause: bool = False) -> None:
-        """Parse the complete lines between what was parsed and `end`, a slice at a time
-        (`pause`: a short sleep after each, on a thread that must not hold up others)."""
+    def extend(self, data: Data, end: int) -> None:
+        """Parse the complete lines between what was parsed and `end`, a slice at a time."""
         pos = self.upto
         while pos < end:
             cut = end if end - pos <= SLICE else data.rfind(b"\n", pos, pos + SLICE) + 1
             if cut <= pos:
                 cut = end
-            found = REPORT.findall(data[pos:cut])
+            chunk = data[pos:cut]
             pos = cut
-            if pause:
-                time.sleep(YIELD_S)
+            self.lines += chunk.count(b"\n")
+            self.reports += chunk.count(b'"event": "report"') + chunk.count(b'"event":"report"')
+            self.thinned += chunk.count(b'"event": "thinned"')
+            found = REPORT.findall(chunk)
             if not found:
                 continue
             ts, ranks, steps, losses = zip(*found, strict=True)

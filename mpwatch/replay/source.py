@@ -73,6 +73,7 @@ class ReplaySource:
         self._logs = AttemptLogs()
         self._cache: tuple[tuple[int, ...], Status] | None = None  # ((pos, bytes indexed, tail), status)
         self._loaded = time.monotonic()
+        self._gpu_counted = False
         self.builds = 0  # statuses rebuilt (tests, the bench)
 
     # --------------------------------------------------------------- facts ----
@@ -102,17 +103,19 @@ class ReplaySource:
                             self.files.events[-1]["ts"] if self.files.events else None) if e is not None]
         return max(ends) if ends else self.facts.started
 
-    def start_index(self) -> None:
-        """Index every report now and count the lines that are no event (threads of their
-        own: the notes about them come then); until then a window of the file serves."""
-        self.files.start_index()
-        threading.Thread(target=self.gpu.count_deferred, name="mpwatch-replay-gpu-count", daemon=True).start()
+    def index_step(self) -> bool:
+        """Build the report index a step further (the TUI's idle time); True once built.
+        Until then a window of the file serves (the same answers, a little slower)."""
+        if not self._gpu_counted:
+            self._gpu_counted = True
+            self.gpu.count_deferred()
+            return False
+        return self.files.index_step()
 
     def read_all(self) -> None:
-        """Everything start_index does, done now (for callers without a screen to draw first)."""
-        self.files.start_index()
-        self.gpu.count_deferred()
-        self.files.built.wait(60.0)
+        """Everything index_step does, done now (for callers without a screen to draw first)."""
+        while not self.index_step():
+            pass
 
     def time_at(self, pos: int | None = None) -> float:
         pos = self.cursor.pos if pos is None else pos

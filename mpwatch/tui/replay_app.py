@@ -12,6 +12,7 @@ from __future__ import annotations
 from rich.text import Text
 from textual import events
 from textual.binding import Binding
+from textual.timer import Timer
 
 from mpwatch.replay import ReplaySource
 from mpwatch.status import Status
@@ -25,6 +26,7 @@ from mpwatch.tui.screens.gpu import GpuScreen
 from mpwatch.tui.screens.logs import LogsScreen
 from mpwatch.tui.widgets.timeline import TimelineStrip, strip_line, where_line
 
+INDEX_TICK_S = 0.01
 _CURSOR_SCREENS = (DetailScreen, LogsScreen, GpuScreen)  # they show the cursor's moment too
 _EDGE_SAID = {("step", -1): "at the run's start", ("step", 1): "at the end", ("jump", -1): "no failure, stall, "
               "restart or alert before this moment", ("jump", 1): "no failure, stall, restart or alert after this "
@@ -55,6 +57,7 @@ class ReplayApp(MpwatchApp):
         self.moves = 0  # cursor moves, for tests and the bench
         self._moments: list[tuple[float, str | None]] = []
         self._notes_shown = 0
+        self._indexer: Timer | None = None  # builds the report index while idle
 
     def on_mount(self) -> None:  # Textual calls MpwatchApp.on_mount too (then the poller starts)
         self.mount(self.strip, before=self.status_line)
@@ -78,9 +81,15 @@ class ReplayApp(MpwatchApp):
         super().apply_status(status)
         self.show_strip()
         if first:  # after the App's own greeting, which follows the first status
-            self.call_after_refresh(self.replay.start_index)  # the report index, once the screen is drawn
+            self._indexer = self.set_interval(INDEX_TICK_S, self._index_step)  # once the screen is drawn
             self.call_later(self.say, f"replaying run {status['run']['id']} (read-only): , . step · [ ] jump · "
                             "Home End · e events · q leave", "information", False)
+
+    def _index_step(self) -> None:
+        """The report index, a step a tick while the UI is idle (a thread would hold the GIL
+        for whole slices and keep keys waiting)."""
+        if self.replay.index_step() and self._indexer is not None:
+            self._indexer.stop()
 
     def show_strip(self) -> None:
         src = self.replay
