@@ -166,7 +166,7 @@ def _ranks(rd: RunDir, evs: list[EventRecord]) -> list[RankEnd]:
             continue
         if e["event"] == Event.WORKER_STARTED:
             rank(r)["state"] = "running"
-        elif e["event"] == Event.REPORT:
+        elif e["event"] == Event.REPORT and "child_of" not in e:  # a child's report is not its rank's step
             rank(r)["step"] = _i(e.get("step"))
             rank(r)["loss"] = _f(e.get("loss"))
         elif e["event"] == Event.WORKER_EXITED:

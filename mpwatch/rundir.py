@@ -18,8 +18,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, cast
 
-from mpwatch import runstore
-from mpwatch.status import Event, EventRecord, GpuMark, GpuTick, Status
+from mpwatch import fmt, runstore
+from mpwatch.status import Event, EventFields, EventRecord, GpuMark, GpuTick, Status
 
 GPU_JSONL = "gpu.jsonl"  # the GPU timeline: status.GpuTick, GpuMark and GpuThinned lines
 _RANK_DIR = re.compile(r"^rank-(\d+)$")
@@ -86,7 +86,8 @@ def _read_json_file(path: Path) -> tuple[object, str | None]:
         return None, "not JSON (cut short or garbled)"
 
 
-def _as_event(rec: object) -> EventRecord | None:
+def as_event(rec: object) -> EventRecord | None:
+    """An events.jsonl line's value when it has an event's shape (ts, event, rank), else None."""
     if not isinstance(rec, dict) or not isinstance(rec.get("event"), str) or _num(rec.get("ts")) is None:
         return None
     rank = rec.get("rank")
@@ -95,7 +96,7 @@ def _as_event(rec: object) -> EventRecord | None:
     return cast(EventRecord, rec)
 
 
-def _as_status(raw: object) -> Status | None:
+def as_status(raw: object) -> Status | None:
     """final.json when it has a status's shape (its run and workers); else None."""
     if not isinstance(raw, dict) or not isinstance(raw.get("run"), dict):
         return None
@@ -116,11 +117,22 @@ class RunDir:
         self.final = final
         self.notes = notes
         self._events: list[EventRecord] | None = None
+        self._thinned_to: float | None = None  # events.jsonl's thinning, from its notes
+        self._thinned_reports = 0
 
     # --------------------------------------------------------------- events ----
     def _note(self, text: str) -> None:
         if text not in self.notes:
             self.notes.append(text)
+
+    def note(self, text: str, replaces: tuple[str, str] | None = None) -> None:
+        """Add a note (once) about what could not be read, in place of an earlier one that
+        starts and ends as `replaces` says (a count that grew); the replay's readers say
+        theirs here."""
+        if replaces is not None:
+            head, tail = replaces
+            self.notes[:] = [n for n in self.notes if not (n.startswith(head) and n.endswith(tail))]
+        self._note(text)
 
     def _lines(self, name: str, needles: Collection[str] | None) -> Iterator[object]:
         """JSON values of a .jsonl file's lines; bad lines are counted into a note. With
@@ -149,7 +161,10 @@ class RunDir:
         if bad:
             self._note(f"{name}: {bad} unreadable line(s) skipped")
         if torn:
-            self._note(f"{name}: the last line is cut short (the run was killed while writing it)")
+            self.note_torn(name)
+
+    def note_torn(self, name: str) -> None:
+        self._note(f"{name}: the last line is cut short (the run was killed while writing it)")
 
     def events(self, kinds: Collection[str] | None = None) -> list[EventRecord]:
         """Events oldest first, only `kinds` when given; lines that are no event are skipped."""
@@ -160,16 +175,42 @@ class RunDir:
         return list(self._scan(kinds))
 
     def _scan(self, kinds: Collection[str] | None) -> Iterator[EventRecord]:
-        needles = None if kinds is None else [f'"{k}"' for k in kinds]
+        needles = None if kinds is None else [f'"{k}"' for k in (*kinds, Event.THINNED)]
         skipped = 0
         for raw in self._lines(runstore.EVENTS, needles):
-            ev = _as_event(raw)
+            ev = as_event(raw)
             if ev is None:
                 skipped += 1
-            elif kinds is None or ev["event"] in kinds:
+                continue
+            if ev["event"] == Event.THINNED:
+                self.note_thinned(cast(EventFields, ev))
+            if kinds is None or ev["event"] in kinds:
                 yield ev
         if skipped:
-            self._note(f"{runstore.EVENTS}: {skipped} line(s) that are no event skipped")
+            self.note_skipped(skipped)
+
+    def note_skipped(self, lines: int) -> None:
+        self.note(f"{runstore.EVENTS}: {lines} line(s) that are no event skipped",
+                  (f"{runstore.EVENTS}: ", "that are no event skipped"))
+
+    def note_thinned(self, ev: EventFields) -> None:
+        """A `thinned` event (events_thinning.py): say which part of the curves is coarser."""
+        before, after = ev.get("reports_before"), ev.get("reports_after")
+        upto = _num(ev.get("thinned_to"))
+        if upto is None or not isinstance(before, int) or not isinstance(after, int):
+            return
+        self._thinned_to = max(self._thinned_to or upto, upto)
+        self._thinned_reports += before - after
+        self.note(f"{runstore.EVENTS} was thinned to stay under its size cap: {self._thinned_reports} report "
+                   f"event(s) up to {self.when(self._thinned_to)} went (the loss curves are coarser there; "
+                   "no other event was dropped)", (f"{runstore.EVENTS} was thinned", ""))  # one note for all passes
+
+    def when(self, ts: float) -> str:
+        """A moment of the run for a note: from its start when known (notes read the same in
+        every time zone), else the clock."""
+        if self.run.started is not None:
+            return "+" + fmt.duration(max(0.0, ts - self.run.started))
+        return time.strftime("%H:%M:%S", time.localtime(ts))
 
     def last_event(self, max_bytes: int = 64 * 1024) -> EventRecord | None:
         """The last readable event, read from the file's end (a big file is not read whole)."""
@@ -182,7 +223,7 @@ class RunDir:
             return None
         for line in reversed(tail.splitlines()):
             try:
-                ev = _as_event(json.loads(line))
+                ev = as_event(json.loads(line))
             except ValueError:
                 continue
             if ev is not None:
@@ -206,10 +247,12 @@ class RunDir:
             elif isinstance(raw.get("thinned"), dict) and _num(raw["thinned"].get("to")) is not None:
                 thinned_to = max(thinned_to or 0.0, float(raw["thinned"]["to"]))
         if thinned_to is not None:
-            when = time.strftime("%H:%M:%S", time.localtime(thinned_to))
-            self._note(f"{GPU_JSONL} was thinned to stay under its size cap: before {when} it keeps fewer "
-                       "samples, and a peak there may be missed")
+            self.note_gpu_thinned(thinned_to)
         return GpuTimeline(ticks, marks)
+
+    def note_gpu_thinned(self, upto: float) -> None:
+        self._note(f"{GPU_JSONL} was thinned to stay under its size cap: before {self.when(upto)} it keeps "
+                   "fewer samples, and a peak there may be missed")
 
     # ---------------------------------------------------------------- ranks ----
     def ranks(self) -> dict[int, RankFiles]:
@@ -290,7 +333,7 @@ def _record(raw: object, first: EventRecord | None, final: Status | None, fallba
 def _first_event(path: Path) -> EventRecord | None:
     try:
         with open(path / runstore.EVENTS, encoding="utf-8", errors="replace") as f:
-            return _as_event(json.loads(f.readline()))
+            return as_event(json.loads(f.readline()))
     except (OSError, ValueError):
         return None
 
@@ -311,7 +354,7 @@ def read(path: str | Path) -> RunDir:
     if why is not None or not isinstance(raw, dict):
         notes.append(f"run.json is {why or 'not a JSON object'}: the run's facts come from the other files")
     final_raw, fwhy = _read_json_file(p / runstore.FINAL_JSON)
-    final = _as_status(final_raw)
+    final = as_status(final_raw)
     if fwhy not in (None, "missing") or (fwhy is None and final is None):
         notes.append(f"final.json is {fwhy or 'not a status'}: the last status is lost")
     first = _first_event(p)

@@ -16,6 +16,10 @@ always written, so the curve keeps its shape and its end. Every other event is w
 it happens. Disk errors never stop a run: the first one is remembered in `disk_error` for
 the supervisor to raise as an alert.
 
+events.jsonl stays bounded (events_thinning.py): past its cap (MPWATCH_EVENTS_MB, default
+128) the older half of its report events is thinned to every other one of each series, on
+a thread of its own, and a `thinned` event says what went; no other event is ever dropped.
+
 Any thread may write events (`_lock`); the supervisor's main thread flushes them.
 `read_json` and `read_events` are the readers of these files for every other module.
 """
@@ -29,6 +33,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
+
+from mpwatch import events_thinning
 
 EVENTS = "events.jsonl"
 RUN_JSON = "run.json"
@@ -50,18 +56,28 @@ class RankPaths:
 
 
 class RunStore:
-    def __init__(self, run_dir: Path | str):
+    def __init__(self, run_dir: Path | str, events_cap: int | None = None):
         self.dir = Path(run_dir)
         self._lock = threading.Lock()
         self._events: IO[str] | None = None
         self.disk_error: str | None = None
         self.events_written = 0
+        # events.jsonl's cap in bytes (None: MPWATCH_EVENTS_MB), its size, and its thinning
+        self.events_cap = events_thinning.cap_from_env(os.environ) if events_cap is None else events_cap
+        self.events_size = 0
+        self.thinned = 0  # thinning passes so far
+        self._thin_at = self.events_cap  # the size that starts the next pass
+        self._thinner: threading.Thread | None = None
 
     def create(self) -> None:
         self.dir.mkdir(parents=True, exist_ok=True)
         os.chmod(self.dir, 0o700)
-        # open for the run's whole life; close() closes it
+        self._open_events()
+
+    def _open_events(self) -> None:
+        # open for the run's whole life (a thinning pass reopens it); close() closes it
         self._events = open(self.dir / EVENTS, "a", buffering=1 << 16, encoding="utf-8")  # noqa: SIM115
+        self.events_size = self._events.tell()
 
     def rank_paths(self, rank: int) -> RankPaths:
         d = rank_dir(self.dir, rank)
@@ -113,9 +129,48 @@ class RunStore:
             try:
                 self._events.write(line)
                 self.events_written += 1
+                self.events_size += len(line)  # JSON is ASCII: characters are bytes
             except OSError as exc:
                 self.failed(exc)
+            if self.events_size > self._thin_at and self._thinner is None:
+                self._thinner = threading.Thread(target=self._thin, name="mpwatch-events-thin", daemon=True)
+                self._thinner.start()
         return rec
+
+    def _thin(self) -> None:
+        """Thinning thread: the file up to now is rewritten thinned outside the lock; then,
+        under it, the lines written meanwhile are copied after it and the file is swapped."""
+        path, tmp = self.dir / EVENTS, self.dir / (EVENTS + ".thin")
+        try:
+            with self._lock:
+                if self._events is None:
+                    return
+                self._events.flush()
+                cut = self.events_size
+            events_thinning.thin_file(path, tmp, cut, int(self.events_cap * events_thinning.TARGET))
+            with self._lock:
+                if self._events is None:  # the run closed meanwhile: leave the file whole
+                    return
+                self._events.flush()
+                events_thinning.append_rest(path, tmp, cut)
+                self._events.close()
+                os.replace(tmp, path)
+                self._open_events()
+                self.thinned += 1
+                # Thinning that freed little (a file of notable events) is not retried at once.
+                self._thin_at = max(self.events_cap, self.events_size + self.events_cap // 4)
+        except OSError as exc:
+            self.failed(exc)
+            with self._lock:
+                self._thin_at = self.events_size + self.events_cap // 4
+                if self._events is None or self._events.closed:
+                    try:
+                        self._open_events()
+                    except OSError:
+                        self._events = None
+        finally:
+            tmp.unlink(missing_ok=True)
+            self._thinner = None
 
     def flush(self) -> None:
         with self._lock:
@@ -127,6 +182,9 @@ class RunStore:
                 self.failed(exc)
 
     def close(self) -> None:
+        thinner = self._thinner
+        if thinner is not None:  # a pass under way finishes first (it needs the lock)
+            thinner.join(60.0)
         with self._lock:
             if self._events is not None:
                 try:

@@ -94,6 +94,7 @@ class Event(_Name):
     RUN_FINISHED = "run_finished"
     ROUND = "round"  # several nodes: this node joined a rendezvous round (its workers start in it)
     NODE_LOST = "node_lost"  # several nodes: another node's supervisor stopped answering
+    THINNED = "thinned"  # a note: older report events were thinned to keep events.jsonl under its cap
 
 
 class EventRecord(TypedDict):
@@ -140,6 +141,22 @@ class EventFields(EventRecord, total=False):
     world_size: int  # round: every node's workers
     host: str  # node_lost
     node: int  # a merged view of several nodes: the node the event comes from (rank is then global)
+    loss: float | None  # report
+    metrics: dict[str, Any]  # report: every metric reported since the last report event
+    n: int  # report: the report() calls it stands for
+    dropped: int  # report: reports the worker's buffer declared lost
+    child_of: int  # report: sent by a process the worker started (this is the worker's pid)
+    reason: str | None  # worker_exited: why mpwatch killed it (kill, restart, resize, stop); dump: stall | request
+    innermost: str | None  # dump: the innermost frame
+    collective: str | None  # dump: the collective the main thread waits in
+    wchan: str | None  # stalled: the kernel wait
+    culprits: list[int]  # alert (hang): the ranks the others wait for
+    waiting: list[int]  # alert (hang)
+    gpu: int | None  # gpu_alert: the GPU
+    thinned_from: float  # thinned: report events between these wall times...
+    thinned_to: float
+    reports_before: int  # ...went from reports_before to reports_after
+    reports_after: int
 
 
 # --------------------------------------------------------------------- workers ----

@@ -1,4 +1,4 @@
-"""mpwatch RUN | attach | ls | summary | prune | ctl | bridge: the command line's entry point.
+"""mpwatch RUN | attach | show | ls | summary | prune | ctl | bridge: the command line's entry point.
 
 main() dispatches to one module per job and keeps the two rules every command shares:
 a bad input ends in one line on stderr and exit code 2, and output into a pipe that
@@ -23,6 +23,7 @@ SUBCOMMANDS = {
     "attach": "mpwatch.cli.live:cmd_attach",
     "ctl": "mpwatch.cli.live:cmd_ctl",
     "summary": "mpwatch.cli.summary:cmd_summary",
+    "show": "mpwatch.cli.show:cmd_show",
     "prune": "mpwatch.cli.prune:cmd_prune",
     "bridge": "mpwatch.bridge:cmd_bridge",
 }

@@ -35,6 +35,7 @@ other commands:
   mpwatch ls [--json] [--all [DIR...]]    live runs of this user; --all: finished ones too
   mpwatch attach [RUN]                    open the TUI on a live run (default: the newest)
   mpwatch attach HOST:RUN [HOST:RUN...]   runs on other machines over ssh (ctl --host, ls --host too)
+  mpwatch show [RUN]                      the TUI on a run's files, live or finished: step through it
   mpwatch summary RUN [--json]            what a run came to: how it ended, failures, stalls, GPU peaks
   mpwatch prune [--keep N] [--older-than DAYS] [--dry-run] [DIR...]
                                           remove old finished run directories

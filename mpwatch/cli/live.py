@@ -1,7 +1,7 @@
 """`mpwatch attach` and `mpwatch ctl`: clients of a live run's control socket, here or on
 another machine through `ssh HOST mpwatch bridge` (mpwatch/remote.py). `ctl logs` alone
-reads the run directory (so it works on finished runs too); with --host it asks the live
-run. Main thread."""
+reads the run directory (so it works on finished runs too), with --host it asks the live
+run; `attach` on a run that has ended replays its files (cli/show.py). Main thread."""
 from __future__ import annotations
 
 import argparse
@@ -21,7 +21,7 @@ REMOTE_HELP = ("the mpwatch command on the other machine, where a non-interactiv
 def cmd_attach(argv: list[str]) -> int:
     p = Parser(prog="mpwatch attach", description=(
         "Open the TUI on a live run, here or on other machines over ssh (HOST:RUN). Attaching to one "
-        "node of a multi-node run opens every node."))
+        "node of a multi-node run opens every node; a run that has ended opens as with 'mpwatch show'."))
     p.add_argument("targets", nargs="*", metavar="RUN | HOST:RUN",
                    help="a run id or directory here; HOST:RUN (HOST: for the newest) on another machine")
     p.add_argument("--remote-mpwatch", metavar="PATH", help=REMOTE_HELP)
@@ -39,7 +39,10 @@ def cmd_attach(argv: list[str]) -> int:
     try:
         client = Client.connect(ns.targets[0] if ns.targets else None)
     except ClientError as exc:
-        return die(str(exc))
+        from mpwatch.cli.show import ended_run_dir, show
+
+        ended = ended_run_dir(ns.targets[0] if ns.targets else None)
+        return show(ended, mouse=not ns.no_mouse) if ended is not None else die(str(exc))
     from mpwatch.cli.attach_nodes import has_peers
 
     if has_peers(client):  # one node of a multi-node run: show them all

@@ -23,6 +23,7 @@ from mpwatch.tui import gpu_rows, node_rows, view
 from mpwatch.tui.actions import Outcome, RunActions
 from mpwatch.tui.poller import INTERVAL_S, Poller, PollFailed, RunGone, SnapshotReady
 from mpwatch.tui.screens.detail import DetailScreen
+from mpwatch.tui.screens.events import EventsScreen
 from mpwatch.tui.screens.gpu import GpuScreen
 from mpwatch.tui.screens.help import HelpScreen
 from mpwatch.tui.screens.logs import LogsScreen
@@ -35,6 +36,7 @@ from mpwatch.tui.widgets.worker_table import WorkerTable
 
 __all__ = ["COMMANDS", "MpwatchApp", "Outcome"]
 MAX_NOTICES = 3  # per snapshot; the rest are summed up in one line
+EVENTS_KEPT = 1000  # events the TUI keeps for its events screen (as many as the supervisor's recent events)
 
 # (action, title, help) for the command palette; the keys are in BINDINGS and help.
 COMMANDS = [
@@ -48,6 +50,7 @@ COMMANDS = [
     ("shrink", "Remove one worker", "Resize the run by -1 (-)"),
     ("dump", "Dump stacks of the selected worker", "faulthandler / py-spy (d)"),
     ("logs", "Logs of the selected worker", "stdout and stderr (l)"),
+    ("events", "Events", "Every event of the run the TUI has, from the first (e)"),
     ("filter", "Filter rows", "By rank, pid, state or cause (/)"),
     ("clear_filter", "Clear the filter", "(Esc)"),
     ("sort", "Sort by the next column", "(s)"),
@@ -74,6 +77,7 @@ class MpwatchApp(RunActions):
         Binding("minus", "shrink", "-1", show=False),
         Binding("d", "dump", "Dump"),
         Binding("l", "logs", "Logs"),
+        Binding("e", "events", "Events", show=False),
         Binding("slash", "filter", "Filter"),
         Binding("escape", "clear_filter", "Clear filter", show=False),
         Binding("s", "sort", "Sort", show=False),
@@ -99,6 +103,7 @@ class MpwatchApp(RunActions):
         self._told_exit: dict[int | None, int | None] = {}  # rank -> pid of the last exit a notice told of
         self._selected_shown: Line | None = None
         self._multi_node = False  # a merged view of several nodes: the NODE column
+        self.event_log: list[EventFields] = []  # every event received, the first snapshot's too (events screen)
 
     # ---------------------------------------------------------------- layout ----
     def compose(self) -> ComposeResult:
@@ -138,6 +143,7 @@ class MpwatchApp(RunActions):
             return
         try:
             first = self.snapshots == 0
+            self.keep_events(msg.snapshot.events)
             self.apply_status(msg.snapshot.status)
             if first:
                 self.say(f"watching run {msg.snapshot.status['run']['id']}: ? for keys, g for GPUs, q to leave",
@@ -175,6 +181,11 @@ class MpwatchApp(RunActions):
             self._show_selected()
         if isinstance(self.screen, (DetailScreen, GpuScreen)):
             self.screen.show_status()
+
+    def keep_events(self, recs: Iterable[EventFields]) -> None:
+        last = self.event_log[-1].get("seq", 0) if self.event_log else 0
+        self.event_log += [r for r in recs if r.get("seq", last + 1) > last]
+        del self.event_log[:-EVENTS_KEPT]
 
     def _notices(self, recs: Iterable[EventFields]) -> None:
         notes = []
@@ -266,6 +277,10 @@ class MpwatchApp(RunActions):
             self.say("no worker selected", "warning")
             return
         self.push_screen(LogsScreen(rank))
+
+    def action_events(self) -> None:
+        started = self.status["run"]["started"] if self.status is not None else None
+        self.push_screen(EventsScreen(self.event_log, started))
 
     def action_gpus(self) -> None:
         if self.status is not None and not self.status["gpus"]:

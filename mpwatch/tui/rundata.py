@@ -1,5 +1,6 @@
-"""What the detail and logs views need, from the live run or, once it has ended, from
-its run directory (logs, report events, stack dumps). Runs on worker threads only."""
+"""What the detail and logs views need, from the source (a live run, or a replay at its
+cursor) or, once a live run has ended, from its run directory (logs, report events, stack
+dumps). Runs on worker threads only."""
 from __future__ import annotations
 
 import json
@@ -8,6 +9,7 @@ from pathlib import Path
 
 from mpwatch import runstore
 from mpwatch.client import ClientError
+from mpwatch.status import Event
 from mpwatch.tui.source import Source
 
 Curves = dict[int, list[tuple[float, float]]]
@@ -16,8 +18,9 @@ MAX_DUMP_CHARS = 20000
 
 
 def history_from_events(run_dir: Path, ranks: Collection[int] | None = None, limit: int = 2000) -> Curves:
-    """{rank: [(step, loss)]} from the report events of events.jsonl (every other point
-    dropped until each curve fits `limit`)."""
+    """{rank: [(step, loss)]} from the rank's own report events in events.jsonl (a child
+    process's are left out, as the live history leaves them out; every other point dropped
+    until each curve fits `limit`)."""
     out: Curves = {}
     try:  # opened apart from the loop: only a file that cannot be opened means "no history"
         f = open(Path(run_dir) / runstore.EVENTS, encoding="utf-8", errors="replace")  # noqa: SIM115
@@ -32,7 +35,9 @@ def history_from_events(run_dir: Path, ranks: Collection[int] | None = None, lim
             except ValueError:
                 continue
             r = rec.get("rank")
-            if rec.get("event") != "report" or rec.get("loss") is None or (ranks is not None and r not in ranks):
+            if rec.get("event") != Event.REPORT or rec.get("loss") is None or (ranks is not None and r not in ranks):
+                continue
+            if "child_of" in rec:  # a process the worker started reported it: its own curve, not its rank's
                 continue
             pts = out.setdefault(r, [])
             pts.append((rec.get("step") if rec.get("step") is not None else len(pts), rec["loss"]))

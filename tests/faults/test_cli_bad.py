@@ -121,8 +121,8 @@ def test_run_dir_that_already_holds_a_run(headless, tmp_path):
 def test_ctl_and_attach_against_a_finished_run(headless):
     run = headless(SCRIPT, "2", n=1)
     assert run.wait_exit() == 0
-    for args in (["ctl", "--run", run.run_dir, "status"], ["ctl", "--run", run.run_dir, "stop"],
-                 ["attach", run.run_dir]):
+    # (`attach` on it opens the replay instead: tests/replay/test_show_tmux.py)
+    for args in (["ctl", "--run", run.run_dir, "status"], ["ctl", "--run", run.run_dir, "stop"]):
         one_line_error(mpwatch(*args), "has finished (exit code 0)")
 
 
@@ -134,4 +134,3 @@ def test_ctl_against_a_run_whose_supervisor_was_killed(headless):
     run.wait_exit()
     assert_gone(pids)
     one_line_error(mpwatch("ctl", "--run", run.run_dir, "status"), "is not running (its supervisor is gone)")
-    one_line_error(mpwatch("attach", run.run_dir), "is not running")

@@ -80,6 +80,11 @@ def test_tui_killed_while_attached_leaves_the_run_going(headless):
         # attach again: the whole run is there, from its first event
         tmux("new-session", "-d", "-x", "160", "-y", "45", "-s", "two", attach_cmd(run.run_dir))
         tmux.wait_screen("two", showing, "the second TUI to show both workers")
+        tmux("send-keys", "-t", "two", "e")  # the TUI itself shows them: its events screen
+        tmux.wait_screen("two", lambda s: "run started" in s and all(f"rank {r} started (pid {p})" in s
+                                                                   for r, p in enumerate(pids)),
+                         "the events screen, from the first event")
+        tmux("send-keys", "-t", "two", "Escape")
         with Client.connect(str(run.run_dir)) as c:
             evs = c.events(0)["events"]
             assert [e["seq"] for e in evs] == list(range(1, len(evs) + 1))

@@ -1,0 +1,150 @@
+"""The replay in the TUI (Textual's run_test), on run directories a real supervisor wrote:
+the cursor keys move the moment the table, GPU panel, alerts, strip, detail view and events
+screen show; the keys that act are refused; `q` leaves. And SVG snapshots of the replay
+screen at 80x24 and 160x48 (after a change: --snapshot-update, then look at each)."""
+from __future__ import annotations
+
+import pytest
+from textual.widgets import Input
+
+from mpwatch.replay import ReplaySource
+from mpwatch.status import State
+from mpwatch.tui import glyphs
+from mpwatch.tui.replay_app import ReplayApp
+from mpwatch.tui.screens.detail import DetailScreen
+from mpwatch.tui.screens.events import EventsScreen
+from mpwatch.tui.screens.filter import FilterDialog
+from mpwatch.tui.segs import plain
+from tests.replay.conftest import STORED_HANG, STORED_OOM
+from tests.tui.conftest import said, until, worker_of
+
+SIZES = [(80, 24), (160, 48)]
+
+
+def app_on(path) -> ReplayApp:
+    return ReplayApp(ReplaySource(path), glyphs=glyphs.UNICODE, notices=False)
+
+
+async def ready(pilot):
+    await until(pilot, lambda: pilot.app.snapshots > 0, what="the first status")
+
+
+async def key(pilot, name: str):
+    """Press a cursor key and wait for the status of the new moment."""
+    app = pilot.app
+    before = (app.replay.where()[0], app.snapshots)
+    await pilot.press(name)
+    if app.replay.where()[0] != before[0]:
+        await until(pilot, lambda: app.shows_cursor() and app.snapshots > before[1], what=f"the moment after {name}")
+
+
+def strip_text(app) -> str:
+    return "\n".join(plain(line) for line in app.strip._lines or [])
+
+
+async def test_the_cursor_keys_walk_the_hang():
+    app = app_on(STORED_HANG)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await ready(pilot)
+        n = len(app.replay.events_list)
+        assert app.replay.where()[0] == n and "the end" in strip_text(app)
+        assert all(w["state"] == State.KILLED for w in app.status["workers"])
+        await key(pilot, "left_square_bracket")  # back to the last alert: the culprit with its frame
+        assert app.replay.where()[2]["event"] == "alert"
+        assert all(w["state"] == State.STALLED for w in app.status["workers"])
+        assert "likely culprit: rank 1" in strip_text(app)
+        assert "rank 1 is at step 4 (in hang_here" in app.status["straggler"]["text"]
+        assert any("likely culprit" in plain(line) for line in app.alert_lines._lines)
+        await key(pilot, "comma")
+        await key(pilot, "full_stop")
+        assert app.replay.where()[2]["event"] == "alert"
+        await key(pilot, "home")
+        assert app.replay.where()[0] == 0 and app.status["run"]["uptime"] == 0.0
+        await key(pilot, "right_square_bracket")
+        assert app.replay.where()[2]["event"] == "stalled"
+        await key(pilot, "end")
+        assert app.replay.where()[0] == n
+        await pilot.press("full_stop")
+        assert said(app, "at the end")
+
+
+async def test_the_detail_view_shows_the_stack_dump_of_the_moment():
+    app = app_on(STORED_HANG)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await ready(pilot)
+        await key(pilot, "left_square_bracket")  # the culprit named: rank 1 waits in hang_here
+        await pilot.press("down", "enter")
+        await until(pilot, lambda: isinstance(app.screen, DetailScreen) and app.screen.loads > 0, what="the detail")
+        screen = app.screen
+        assert screen.rank == 1
+        dump = str(screen.query_one("#detail-dump").render())
+        assert "> hang_here  hang.py:28" in dump and "at 10:31:49" in dump
+        loads = screen.loads
+        # four events back (the dumps of ranks 2, 0 and 1 undone) is before that dump: the earlier one shows
+        for _ in range(4):
+            await pilot.press("comma")
+        await until(pilot, lambda: screen.loads > loads and "> main  hang.py:61" in str(
+            screen.query_one("#detail-dump").render()), what="the earlier dump")
+        assert worker_of(app, 1)["last_dump"].endswith("103142-798.txt")
+
+
+async def test_the_events_screen_moves_the_cursor():
+    app = app_on(STORED_HANG)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await ready(pilot)
+        await pilot.press("e")
+        await until(pilot, lambda: isinstance(app.screen, EventsScreen), what="the events screen")
+        opts = app.screen.list
+        assert opts.option_count == len(app.replay.events_list)
+        assert "run started" in str(opts.get_option_at_index(0).prompt)
+        assert "rank 0 started (pid" in str(opts.get_option_at_index(1).prompt)
+        opts.highlighted = 4  # the first stall
+        await pilot.press("enter")
+        await until(pilot, lambda: app.replay.where()[0] == 4 and app.shows_cursor(),
+                    what="the cursor on the chosen event")
+        assert worker_of(app, 0)["state"] == State.STALLED
+
+
+async def test_a_dialog_keeps_the_cursor_keys_for_its_input():
+    app = app_on(STORED_HANG)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await ready(pilot)
+        at = app.replay.where()[0]
+        await pilot.press("slash")
+        await until(pilot, lambda: isinstance(app.screen, FilterDialog), what="the filter dialog")
+        await pilot.press("1", "comma", "left_square_bracket", "home", "end")
+        assert app.screen.query_one(Input).value == "1,["
+        assert app.replay.where()[0] == at and app.moves == 0
+
+
+async def test_keys_that_act_are_refused_and_q_leaves():
+    app = app_on(STORED_OOM)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await ready(pilot)
+        for k in ("p", "k", "plus", "d"):
+            await pilot.press(k)
+        assert said(app, "cannot pause: this is a replay") and said(app, "cannot resize: this is a replay")
+        assert not app.screen_stack[1:]  # no confirmation dialog was opened
+        await pilot.press("q")
+    assert app.return_value is not None and app.return_value.kind == "finished"
+
+
+async def moment_of_the_culprit(pilot):
+    await ready(pilot)
+    await key(pilot, "left_square_bracket")
+
+
+async def moment_of_the_oom(pilot):
+    await ready(pilot)
+    await key(pilot, "left_square_bracket")  # the OOM alert: the last marked moment before the end
+    await key(pilot, "left_square_bracket")
+
+
+@pytest.mark.parametrize("size", SIZES, ids=lambda s: f"{s[0]}x{s[1]}")
+def test_snapshot_the_hang_at_its_culprit(snap_compare, size):
+    assert snap_compare(app_on(STORED_HANG), terminal_size=size, run_before=moment_of_the_culprit)
+
+
+@pytest.mark.parametrize("size", SIZES, ids=lambda s: f"{s[0]}x{s[1]}")
+def test_snapshot_the_oom_at_its_failure(snap_compare, size):
+    assert snap_compare(app_on(STORED_OOM), terminal_size=size, run_before=moment_of_the_oom)
