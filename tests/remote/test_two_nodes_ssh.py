@@ -58,8 +58,10 @@ async def test_attach_one_node_finds_the_other_and_names_the_hang_across_nodes(r
             assert [(n["node"], n["host"]) for n in app.status["nodes"]] == [(0, ADDRESSES[0]), (1, ADDRESSES[1])]
             assert node0["node"]["job_id"] == "none"  # static: no job name, so node 0's run id names it
             assert app.status["run"]["id"] == f"{node0['id']} +1" and app.status["run"]["world_size"] == 4
-            await until(pilot, lambda: (app.status["straggler"] or {}).get("culprits") == [CULPRIT], 120,
-                        what="the culprit named from the merged view")
+            # Ranks stall one by one (each after its own timeout): wait until all three wait on the culprit.
+            await until(pilot, lambda: (app.status["straggler"] or {}).get("culprits") == [CULPRIT]
+                        and len((app.status["straggler"] or {}).get("waiting", [])) == 3, 120,
+                        what="the culprit named from the merged view, the three others waiting")
             text = app.status["straggler"]["text"]
             assert text.startswith(f"rank {CULPRIT} on node 1 is at step ") and "(in load_batch" in text, text
             assert "the 3 others wait in all_reduce at step" in text, text
