@@ -25,14 +25,13 @@ import os
 import signal
 import threading
 import time
-from collections.abc import Iterable
 from pathlib import Path
 from types import FrameType
 from typing import Any
 
 from mpwatch import protocol, registry, runstore
 from mpwatch.status import Event, RunState, State, Status
-from mpwatch.supervisor import exits, snapshot, spawn
+from mpwatch.supervisor import exits, records, snapshot, spawn
 from mpwatch.supervisor.channels import ChannelHub
 from mpwatch.supervisor.commands import Commands
 from mpwatch.supervisor.control import ControlServer
@@ -111,12 +110,13 @@ class Run:
         self.groups.start_watchdog()
         self.hub.start()
         self.control.start()
-        self.store.write_json(runstore.RUN_JSON, _run_json(self))
+        me = (self.opts, self.run_id, self.run_dir, self.started_wall)
+        self.store.write_json(runstore.RUN_JSON, records.run_json(*me))
         self.store.write_json(runstore.CONTROL_JSON, {
             "run_id": self.run_id, "address": self.control.address, "authkey": self.authkey.hex(),
             "pid": os.getpid()}, private=True)
         self.gpu.start()
-        registry.register(self.run_id, _registry_entry(self))
+        registry.register(self.run_id, records.registry_entry(*me))
         self._registered = True
         self.log.event(Event.RUN_STARTED, script=o.script, args=o.args, nprocs=o.nprocs,
                        run_dir=str(run_dir), pid=os.getpid())
@@ -349,7 +349,7 @@ class Run:
         self.exit_code = 0 if ok and self.workers else 1
         with self.lock:
             self.state = RunState.FINISHED
-        self.log.event(Event.RUN_FINISHED, exit_code=self.exit_code, workers=_ends(self.workers.values()))
+        self.log.event(Event.RUN_FINISHED, exit_code=self.exit_code, workers=records.ends(self.workers.values()))
         self.store.write_json(runstore.FINAL_JSON, self.snapshot())
         self.store.update_json(runstore.RUN_JSON, finished=time.time(), exit_code=self.exit_code)
         self.close()
@@ -380,24 +380,3 @@ class Run:
     def refused_connections(self) -> int:
         return self.hub.refused + self.control.refused
 
-
-def _run_json(run: Run) -> dict[str, Any]:
-    """run.json as written at the start (finished and exit_code are added at the end)."""
-    o = run.opts
-    return {"run_id": run.run_id, "script": o.script, "args": o.args, "argv": o.argv, "cwd": o.cwd,
-            "started": run.started_wall, "pid": os.getpid(),
-            "options": {"nprocs": o.nprocs, "max_restarts": o.max_restarts, "stall_timeout": o.stall_timeout,
-                        "grace": o.grace, "resize_mode": o.resize_mode, "gpu_interval": o.gpu_interval,
-                        "run_dir": str(run.run_dir)}}
-
-
-def _registry_entry(run: Run) -> registry.RegistryEntry:
-    """How `mpwatch ls` and RUN resolution find the live run (registry.py)."""
-    return {"run_id": run.run_id, "run_dir": str(run.run_dir.resolve()), "pid": os.getpid(),
-            "script": run.opts.script, "started": run.started_wall, "nprocs": run.opts.nprocs}
-
-
-def _ends(workers: Iterable[Worker]) -> dict[str, dict[str, Any]]:
-    """How each rank ended, for run_finished."""
-    return {str(w.rank): {"state": w.state.value, "exit_code": w.attempt.exit_code, "signal": w.attempt.signal,
-                          "cause": w.attempt.cause} for w in workers}
