@@ -1,6 +1,7 @@
 import pytest
 
 from tests.helpers import HeadlessRun
+from tests.recorded_runs import crashed, hung, killed, oom, record  # noqa: F401 - session fixtures, recorded once
 
 
 @pytest.fixture

@@ -296,7 +296,8 @@ class Run:
             self._poll()
             if self.nodes is not None:
                 self.nodes.tick()  # a round joined, a stop or a lost node found by the node thread
-            self.stalls.check(time.monotonic())
+            if self.state is not RunState.STOPPING:  # while stopping, ranks going quiet are no news
+                self.stalls.check(time.monotonic())
             self._advance_resize()
             self._check_finished()
             now = time.monotonic()

@@ -1,7 +1,7 @@
 """Run directories cut short or garbled the ways disks, kills and people leave them: every
 post-mortem command reads what is there, says what is missing, and never shows a
 traceback; a path that is no run directory is one line and exit code 2. Each case cuts a
-copy of a real run (tests/cli/conftest.py)."""
+copy of a real run (tests/recorded_runs.py)."""
 from __future__ import annotations
 
 import json

@@ -1,4 +1,4 @@
-"""Runs for the replay's tests: the post-mortem's recordings of real runs (tests/cli/conftest.py:
+"""Runs for the replay's tests: the post-mortem's recordings of real runs (tests/recorded_runs.py:
 a crash with restarts, a hang with its culprit, a scripted-NVML OOM, a SIGKILLed supervisor),
 recorded once per session with the supervisor under test, and one more of a worker whose
 child reports; the stored recordings of tests/replay/data and tests/cli/data for the
@@ -12,7 +12,7 @@ import pytest
 
 from mpwatch.replay import ReplaySource
 from mpwatch.status import Event
-from tests.cli.conftest import Recorded, crashed, hung, killed, oom, record  # noqa: F401 - fixtures
+from tests.recorded_runs import Recorded
 
 HERE = Path(__file__).resolve().parent
 STORED_HANG = HERE / "data" / "hang"
@@ -20,7 +20,7 @@ STORED_OOM = HERE.parent / "cli" / "data" / "oom-gpu"
 
 
 @pytest.fixture(scope="session")
-def children(record) -> Recorded:  # noqa: F811 - the imported fixture
+def children(record) -> Recorded:
     """Rank 0 and 1 each start a child that reports a loss of 100 + step, theirs falls from 1."""
     return record("children", HERE / "fixtures" / "child_reports.py", n=2, until=lambda run: run.wait_exit(120))
 

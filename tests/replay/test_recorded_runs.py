@@ -1,4 +1,4 @@
-"""The replay of real runs recorded by the supervisor under test (tests/cli/conftest.py):
+"""The replay of real runs recorded by the supervisor under test (tests/recorded_runs.py):
 at the stall the rows are stalled and the culprit is named, at the crash the cause is shown,
 at the OOM the GPU alert, at the end the state is final.json's; a rank's curve is its own;
 the logs and the GPU timeline are those of the cursor's moment."""
@@ -23,6 +23,8 @@ def test_the_hang_at_its_stall_and_at_its_culprit(hung):
     assert src.status() == final  # the end is the final status, as written
     hangs = [e for e in src.events_list if e["event"] == "alert" and e.get("kind") == "hang"]
     assert hangs, kinds(src)
+    stopping = next(i for i, e in enumerate(src.events_list) if e["event"] == "stopping")
+    assert all(src.events_list.index(e) < stopping for e in hangs)  # no findings while the ranks are stopped
     # the moment mpwatch named the culprit with its frame (the last finding before the stop)
     seek(src, lambda e: e is hangs[-1], "the last hang alert")
     st = src.status()

@@ -1,0 +1,144 @@
+"""Runs recorded once per session, shared by the post-mortem commands' tests (tests/cli) and the
+replay's (tests/replay): real headless runs that ended the ways a user finds them ended. Their
+fixtures are imported by tests/conftest.py, so each run is recorded once per session."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+from pathlib import Path
+
+import pytest
+
+from tests.faults.conftest import FAULTS
+from tests.helpers import FIXTURES, ROOT, HeadlessRun, assert_gone, wait_for
+
+GiB = 1 << 30
+
+
+class Recorded:
+    """A run directory left by a real run, and the folder that holds it."""
+
+    def __init__(self, run: HeadlessRun):
+        self.dir = run.run_dir
+        self.folder = run.tmp
+        self.run_id = json.loads((run.run_dir / "run.json").read_text())["run_id"]
+
+    def copy(self, to: Path, name: str = "run") -> Path:
+        """A copy to cut short or move (the recording itself stays whole)."""
+        dest = Path(to) / name
+        shutil.copytree(self.dir, dest, symlinks=True)
+        return dest
+
+
+@pytest.fixture(scope="session")
+def record(tmp_path_factory):
+    """record(name, script, *args, n, opts, env, until) -> Recorded: start a headless run,
+    let `until(run)` drive it to its end, clean up whatever is left."""
+    runs: list[HeadlessRun] = []
+
+    def make(name, script, *args, n=2, opts=(), env=None, until=None) -> Recorded:
+        run = HeadlessRun(tmp_path_factory.mktemp(name), script, *args, n=n, opts=opts, env=env)
+        runs.append(run)
+        run.start()
+        if until is not None:
+            until(run)
+        assert run.proc.poll() is not None, "a recorded run must have ended"
+        return Recorded(run)
+
+    yield make
+    for run in runs:
+        run.cleanup()
+
+
+@pytest.fixture(scope="session")
+def crashed(record) -> Recorded:
+    """Two ranks that raise ZeroDivisionError, each restarted once, then the run fails."""
+    return record("crashed", FIXTURES / "crash.py", n=2, opts=["--max-restarts", "1"],
+                  until=lambda run: run.wait_exit(120))
+
+
+@pytest.fixture(scope="session")
+def killed(record) -> Recorded:
+    """A supervisor SIGKILLed mid-run: no final.json, run.json never says finished."""
+    def kill(run):
+        wait_for(lambda: len({e["rank"] for e in run.events("report") if e["step"] >= 3}) == 2, 60,
+                 what="both ranks past step 3")
+        pids = run.all_pids()
+        os.kill(run.proc.pid, signal.SIGKILL)
+        run.wait_exit(30)
+        assert_gone(pids)
+    return record("killed", FAULTS / "steady.py", n=2, until=kill)
+
+
+@pytest.fixture(scope="session")
+def hung(record) -> Recorded:
+    """demo/hang.py: rank 1 stops before its all_reduce at step 5; ranks 0 and 2 wait in it.
+    Stopped (ctl stop) once mpwatch has named the culprit with its frame."""
+    pytest.importorskip("torch", reason="demo/hang.py needs torch (pip install -e '.[demo]')")
+
+    def until(run):
+        run.wait_event("alert", lambda r: r.get("kind") == "hang" and "in all_reduce" in r["message"], 240)
+        run.ctl("stop")
+        run.wait_exit(60)
+    return record("hung", ROOT / "demo" / "hang.py", "--hang-rank", "1", "--hang-step", "5", "--step-time", "0.02",
+                  n=3, opts=["--stall-timeout", "6"], until=until)  # a busy box once slowed a step past 3 s
+
+
+@pytest.fixture(scope="session")
+def oom(record, tmp_path_factory) -> Recorded:
+    """Rank 0 dies of CUDA OOM on a scripted NVML (rank 0 holds 6 GiB, rank 1 1 GiB of 10)."""
+    scenario = tmp_path_factory.mktemp("nvml") / "scenario.json"
+    scenario.write_text(json.dumps({"gpus": [{"mem_total": 10 * GiB}], "frames": [{"gpus": [
+        {"processes": [{"pid": "rank:0", "mem": 6 * GiB}, {"pid": "rank:1", "mem": GiB}]}]}]}))
+    go = scenario.with_name("go")
+
+    def until(run):
+        oom_run_until(run, go)
+    return record("oom", FIXTURES / "gpu_oom.py", go, n=2, opts=["--gpu-interval", "0.1"],
+                  env=dict(os.environ, MPWATCH_FAKE_NVML=str(scenario)), until=until)
+
+
+def oom_run_until(run: HeadlessRun, go: Path) -> None:
+    """Let rank 0 die of OOM once both ranks are on the GPU (and in the GPU timeline's
+    ticks, where the supervisor keeps one), then stop the run."""
+    wait_for(lambda: run.worker(0)["gpu"] and run.worker(1)["gpu"], 60, what="ranks 0 and 1 seen on GPU 0")
+    if writes_gpu_timeline(run):
+        wait_for(lambda: ranks_ticked(run.run_dir / "gpu.jsonl") >= {0, 1}, 60,
+                 what="gpu.jsonl ticks with ranks 0 and 1")
+    go.write_text("")
+    run.wait_event("gpu_alert", lambda e: e["kind"] == "oom", timeout=60)
+    run.ctl("stop")
+    run.wait_exit(60)
+
+
+def writes_gpu_timeline(run: HeadlessRun) -> bool:
+    """Whether this supervisor keeps a GPU timeline (and so writes gpu.jsonl)."""
+    from mpwatch.client import Client, ClientError
+
+    with Client.connect(str(run.run_dir)) as c:
+        try:
+            c.request("gpu_timeline")
+        except ClientError as exc:
+            if "unknown command" in str(exc):
+                return False
+            raise
+    return True
+
+
+def ranks_ticked(path: Path) -> set[int]:
+    """Ranks seen in the ticks of a gpu.jsonl so far."""
+    out: set[int] = set()
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        return out
+    for line in text.splitlines():
+        try:
+            rec = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(rec, dict):
+            out.update(r["rank"] for r in rec.get("ranks", []) if r.get("nvml"))
+    return out
