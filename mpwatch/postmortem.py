@@ -9,6 +9,7 @@ from __future__ import annotations
 import time
 from typing import Literal, TypedDict
 
+from mpwatch.loose import as_float, as_int, as_str
 from mpwatch.rundir import RunDir
 from mpwatch.status import Event, EventRecord
 
@@ -88,7 +89,7 @@ class Summary(TypedDict):
 def _first_failure(exits: list[EventRecord]) -> Failure | None:
     for e in exits:
         if e.get("state") == "failed" and e["rank"] is not None:
-            return {"rank": e["rank"], "ts": e["ts"], "cause": _s(e.get("cause")),
+            return {"rank": e["rank"], "ts": e["ts"], "cause": as_str(e.get("cause")),
                     "error": error_line(e.get("stderr_tail"))}
     return None
 
@@ -107,18 +108,6 @@ def error_line(tail: object) -> str | None:
         if s and not ln.startswith((" ", "\t")) and not s.startswith(("File ", "^", "~")):
             return s
     return None
-
-
-def _s(v: object) -> str | None:
-    return v if isinstance(v, str) else None
-
-
-def _i(v: object) -> int | None:
-    return v if isinstance(v, int) and not isinstance(v, bool) else None
-
-
-def _f(v: object) -> float | None:
-    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
 
 
 def ending(rd: RunDir) -> Ending:
@@ -144,7 +133,7 @@ def listing(rd: RunDir, exits: list[EventRecord] | None = None, now: float | Non
         last = (time.time() if now is None else now) if end == "live" else (tail["ts"] if tail else None)
     exit_code = rd.run.exit_code
     if exit_code is None and tail is not None and tail["event"] == Event.RUN_FINISHED:
-        exit_code = _i(tail.get("exit_code"))
+        exit_code = as_int(tail.get("exit_code"))
     return {"run_id": rd.run.run_id, "run_dir": str(rd.path), "pid": rd.run.pid, "script": rd.run.script,
             "started": started, "nprocs": rd.run.nprocs, "live": end == "live", "ending": end,
             "exit_code": exit_code, "duration": None if started is None or last is None else max(0.0, last - started),
@@ -167,10 +156,10 @@ def _ranks(rd: RunDir, evs: list[EventRecord]) -> list[RankEnd]:
         if e["event"] == Event.WORKER_STARTED:
             rank(r)["state"] = "running"
         elif e["event"] == Event.REPORT and "child_of" not in e:  # a child's report is not its rank's step
-            rank(r)["step"] = _i(e.get("step"))
-            rank(r)["loss"] = _f(e.get("loss"))
+            rank(r)["step"] = as_int(e.get("step"))
+            rank(r)["loss"] = as_float(e.get("loss"))
         elif e["event"] == Event.WORKER_EXITED:
-            rank(r)["state"], rank(r)["cause"] = _s(e.get("state")), _s(e.get("cause"))
+            rank(r)["state"], rank(r)["cause"] = as_str(e.get("state")), as_str(e.get("cause"))
         elif e["event"] == Event.RESTARTED:
             rank(r)["restarts"] += 1
         elif e["event"] == Event.STALLED:
@@ -183,7 +172,7 @@ def _ranks(rd: RunDir, evs: list[EventRecord]) -> list[RankEnd]:
             if w.get("step") is not None:
                 got["step"], got["loss"] = w.get("step"), w.get("loss")
             cuda = w.get("cuda")
-            got["torch_peak"] = _i(cuda.get("max_allocated")) if isinstance(cuda, dict) else None
+            got["torch_peak"] = as_int(cuda.get("max_allocated")) if isinstance(cuda, dict) else None
     for r in rd.known_ranks():
         rank(r)
     _gpu_peaks(rd, out)
@@ -196,7 +185,7 @@ def _gpu_peaks(rd: RunDir, out: dict[int, RankEnd]) -> None:
         return
     for tick in tl.ticks:
         for tr in tick["ranks"]:
-            r, nvml = _i(tr.get("rank")), _i(tr.get("nvml"))
+            r, nvml = as_int(tr.get("rank")), as_int(tr.get("nvml"))
             if r in out and nvml is not None:
                 peak = out[r]["gpu_peak"]
                 out[r]["gpu_peak"] = nvml if peak is None else max(peak, nvml)
@@ -210,21 +199,22 @@ def _stalls(evs: list[EventRecord]) -> list[StallEnd]:
         if r is None:
             continue
         if e["event"] == Event.STALLED:
-            s: StallEnd = {"rank": r, "ts": e["ts"], "step": _i(e.get("step")), "kind": _s(e.get("kind")),
-                           "detail": _s(e.get("detail")), "where": None, "collective": None, "dump": None}
+            s: StallEnd = {"rank": r, "ts": e["ts"], "step": as_int(e.get("step")), "kind": as_str(e.get("kind")),
+                           "detail": as_str(e.get("detail")), "where": None, "collective": None, "dump": None}
             stalls.append(s)
             open_[r] = s
         elif e["event"] == Event.DUMP and e.get("reason") == "stall" and r in open_:
             s = open_[r]
-            s["where"], s["collective"], s["dump"] = _s(e.get("where")), _s(e.get("collective")), _s(e.get("path"))
+            s["where"], s["collective"] = as_str(e.get("where")), as_str(e.get("collective"))
+            s["dump"] = as_str(e.get("path"))
         elif e["event"] in (Event.RECOVERED, Event.WORKER_EXITED):
             open_.pop(r, None)
     return stalls
 
 
 def _alerts(evs: list[EventRecord]) -> list[AlertEnd]:
-    return [{"ts": e["ts"], "kind": _s(e.get("kind")) or "?", "rank": e["rank"], "gpu": _i(e.get("gpu")),
-             "message": _s(e.get("message")) or ""}
+    return [{"ts": e["ts"], "kind": as_str(e.get("kind")) or "?", "rank": e["rank"], "gpu": as_int(e.get("gpu")),
+             "message": as_str(e.get("message")) or ""}
             for e in evs if e["event"] in (Event.ALERT, Event.GPU_ALERT)]
 
 
@@ -250,6 +240,6 @@ def summarize(rd: RunDir, now: float | None = None) -> Summary:
     files = _files(rd)
     return {"listing": listing(rd, exits, now), "args": rd.run.args,
             "restarts": restarts if isinstance(restarts, int) else sum(r["restarts"] for r in ranks),
-            "stopped": _s(stops[0].get("why")) if stops else None, "ranks": ranks, "stalls": _stalls(evs),
-            "culprit": _s(hangs[-1].get("message")) if hangs else None, "alerts": _alerts(evs),
+            "stopped": as_str(stops[0].get("why")) if stops else None, "ranks": ranks, "stalls": _stalls(evs),
+            "culprit": as_str(hangs[-1].get("message")) if hangs else None, "alerts": _alerts(evs),
             "files": files, "notes": list(rd.notes)}

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, cast
 
-from mpwatch import fmt, runstore
+from mpwatch import fmt, registry, runstore
 from mpwatch.status import Event, EventFields, EventRecord, GpuMark, GpuTick, Status
 
 GPU_JSONL = "gpu.jsonl"  # the GPU timeline: status.GpuTick, GpuMark and GpuThinned lines
@@ -285,7 +285,7 @@ class RunDir:
         if self.run.finished is not None or self.run.pid is None:
             return False
         ctl, _ = _read_json_file(self.path / runstore.CONTROL_JSON)
-        return isinstance(ctl, dict) and ctl.get("pid") == self.run.pid and _pid_alive(self.run.pid)
+        return isinstance(ctl, dict) and ctl.get("pid") == self.run.pid and registry.pid_alive(self.run.pid)
 
 
 def _stack_files(d: Path) -> list[Path]:
@@ -293,16 +293,6 @@ def _stack_files(d: Path) -> list[Path]:
         return sorted(p for p in d.iterdir() if p.suffix == ".txt")
     except OSError:
         return []
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def looks_like_run(path: Path) -> bool:

@@ -225,18 +225,20 @@ def read_json(run_dir: Path | str, name: str) -> dict[str, Any] | None:
     return data if isinstance(data, dict) else None
 
 
-def tail_lines(path: Path, n: int = 20, max_bytes: int = 64 * 1024) -> list[str]:
-    """The last n lines of a log, read from its end (logs can be huge), made printable."""
+def tail_lines(path: Path, n: int = 20, max_bytes: int = 64 * 1024, end: int | None = None) -> list[str]:
+    """The last n lines of a log before byte `end` (its end when None), made printable; at most
+    max_bytes are read back from there (logs can be huge)."""
     try:
         with open(path, "rb") as f:
-            f.seek(0, os.SEEK_END)
-            size = f.tell()
-            f.seek(max(0, size - max_bytes))
-            data = f.read()
+            if end is None:
+                end = f.seek(0, os.SEEK_END)
+            start = max(0, end - max_bytes)
+            f.seek(start)
+            data = f.read(end - start)
     except OSError:
         return []
     lines = data.decode("utf-8", errors="replace").splitlines()
-    if size > max_bytes and lines:
+    if start > 0 and lines:
         lines = lines[1:]  # the first line was cut by the seek
     return [printable(line) for line in lines[-n:]]
 

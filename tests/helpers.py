@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -185,3 +186,10 @@ def assert_gone(pids, timeout: float = 15.0):
     """Every pid ends (zombies count as gone); fails naming the survivors."""
     wait_for(lambda: not [p for p in pids if alive(p)], timeout,
              what=f"processes to end; still alive: {[p for p in pids if alive(p)]}")
+
+
+def keep_run_dir(run_dir: Path, dest: Path) -> None:
+    """A copy of a recorded run's directory for tests/*/data (without its key and its
+    supervisor's crash file, which are of that machine only)."""
+    shutil.rmtree(dest, ignore_errors=True)
+    shutil.copytree(run_dir, dest, ignore=shutil.ignore_patterns("control.json", "faulthandler.out"))

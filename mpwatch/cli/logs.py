@@ -21,21 +21,6 @@ def _print(lines: list[str]) -> None:
         sys.stdout.flush()
 
 
-def _tail(path: Path, n: int, end: int) -> list[str]:
-    """The last n lines before byte `end` (what --follow then prints starts there)."""
-    start = max(0, end - max(64 * 1024, n * 512))
-    try:
-        with open(path, "rb") as f:
-            f.seek(start)
-            data = f.read(end - start)
-    except OSError:
-        return []
-    got = data.decode("utf-8", errors="replace").splitlines()
-    if start > 0 and got:
-        got = got[1:]  # cut by the seek
-    return got[-n:]
-
-
 def _follow(rd: rundir.RunDir, path: Path, offset: int) -> None:
     """Print what is appended from `offset` on, whole lines at a time, until the run ends."""
     partial = b""
@@ -82,7 +67,7 @@ def show_logs(run: str | None, rank: int, stream: str, lines: int, follow: bool)
     except FileNotFoundError:
         size = 0
     if lines:
-        _print(_tail(path, lines, size))
+        _print(runstore.tail_lines(path, lines, max(64 * 1024, lines * 512), end=size))  # --follow goes on from size
     if follow:
         _follow(rd, path, size)
     return 0

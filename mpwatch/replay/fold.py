@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any, cast
 
 from mpwatch import eventtext
+from mpwatch.loose import as_float, as_int, as_str
 from mpwatch.status import Event, EventFields, GpuAlert, RunAlert, RunState, StallInfo, State
 
 ALERTS_KEPT = 50  # as the supervisor's status keeps (supervisor/eventlog.py)
@@ -67,18 +68,6 @@ def restarting_exits(events: Sequence[EventFields]) -> set[int]:
     return out
 
 
-def _s(v: object) -> str | None:
-    return v if isinstance(v, str) else None
-
-
-def _i(v: object) -> int | None:
-    return v if isinstance(v, int) and not isinstance(v, bool) else None
-
-
-def _f(v: object) -> float | None:
-    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
-
-
 def fold(events: Sequence[EventFields], upto: int, run_dir: Path, restarting: set[int]) -> RunFold:
     """The run after events[0..upto] (inclusive)."""
     run = RunFold()
@@ -98,21 +87,21 @@ def fold(events: Sequence[EventFields], upto: int, run_dir: Path, restarting: se
 def _rank_event(run: RunFold, k: RankFold, e: EventFields, restarting: bool, run_dir: Path) -> None:
     name = e["event"]
     if name == Event.WORKER_STARTED:
-        k.pid, k.state, k.started = _i(e.get("pid")), State.STARTING, e["ts"]
+        k.pid, k.state, k.started = as_int(e.get("pid")), State.STARTING, e["ts"]
         k.exit_code = k.signal = k.cause = None
         k.stall, k.unkillable = None, None
-        k.world = _i(e.get("world_size")) or k.world
+        k.world = as_int(e.get("world_size")) or k.world
         run.world = k.world or run.world
     elif name == Event.WORKER_EXITED:
         k.state = State.RESTARTING if restarting else eventtext.exit_state(e)
-        k.exit_code, k.signal, k.cause = _i(e.get("exit_code")), _s(e.get("signal")), _s(e.get("cause"))
-        k.pid = _i(e.get("pid")) or k.pid
+        k.exit_code, k.signal, k.cause = as_int(e.get("exit_code")), as_str(e.get("signal")), as_str(e.get("cause"))
+        k.pid = as_int(e.get("pid")) or k.pid
         k.stall = None
     elif name == Event.STALLED:
         k.state = State.STALLED
-        silent = _f(e.get("silent_for")) or 0.0
-        k.stall = StallInfo(since=e["ts"] - silent, step=_i(e.get("step")), kind=_s(e.get("kind")) or "",
-                            detail=_s(e.get("detail")), wchan=_s(e.get("wchan")))
+        silent = as_float(e.get("silent_for")) or 0.0
+        k.stall = StallInfo(since=e["ts"] - silent, step=as_int(e.get("step")), kind=as_str(e.get("kind")) or "",
+                            detail=as_str(e.get("detail")), wchan=as_str(e.get("wchan")))
     elif name in (Event.RECOVERED, Event.RESUMED):
         k.state, k.stall = State.RUNNING, None
     elif name == Event.PAUSED:
@@ -121,16 +110,16 @@ def _rank_event(run: RunFold, k: RankFold, e: EventFields, restarting: bool, run
         k.restarts += 1
         run.restarts += 1
     elif name == Event.DUMP:
-        path = _s(e.get("path"))
+        path = as_str(e.get("path"))
         if path:
             k.last_dump = str(run_dir / path)
         if e.get("reason") == "stall" and k.state == State.STALLED and k.stall is not None:
-            k.stall["where"], k.stall["innermost"] = _s(e.get("where")), _s(e.get("innermost"))
-            k.stall["collective"] = _s(e.get("collective"))
+            k.stall["where"], k.stall["innermost"] = as_str(e.get("where")), as_str(e.get("innermost"))
+            k.stall["collective"] = as_str(e.get("collective"))
             if path:
                 k.stall["dump"] = path
     elif name == Event.BAD_FRAME:
-        k.bad_frames = _i(e.get("count")) or k.bad_frames + 1
+        k.bad_frames = as_int(e.get("count")) or k.bad_frames + 1
 
 
 def _run_event(run: RunFold, e: EventFields) -> None:
@@ -138,15 +127,16 @@ def _run_event(run: RunFold, e: EventFields) -> None:
     if name == Event.STOPPING:
         run.state = RunState.STOPPING
     elif name == Event.RUN_FINISHED:
-        run.state, run.exit_code = RunState.FINISHED, _i(e.get("exit_code"))
+        run.state, run.exit_code = RunState.FINISHED, as_int(e.get("exit_code"))
     elif name == Event.RESIZED:
-        to = _i(e.get("to"))
+        to = as_int(e.get("to"))
         if to is not None:
             run.world = to
             for r in [r for r in run.ranks if r >= to]:
                 del run.ranks[r]
     elif name == Event.ALERT:
-        a = RunAlert(ts=e["ts"], kind=_s(e.get("kind")) or "?", message=_s(e.get("message")) or "", rank=e["rank"])
+        a = RunAlert(ts=e["ts"], kind=as_str(e.get("kind")) or "?", message=as_str(e.get("message")) or "",
+                     rank=e["rank"])
         culprits, waiting = e.get("culprits"), e.get("waiting")
         if isinstance(culprits, list):
             a["culprits"] = [x for x in culprits if isinstance(x, int)]
@@ -161,14 +151,14 @@ def _run_event(run: RunFold, e: EventFields) -> None:
 
 def _gpu_alert(run: RunFold, e: EventFields) -> None:
     raw = cast(dict[str, Any], e)
-    kind = _s(raw.get("kind")) or "?"
-    gpu = _i(raw.get("gpu"))
+    kind = as_str(raw.get("kind")) or "?"
+    gpu = as_int(raw.get("gpu"))
     key = f"{kind}:{gpu}:{e['rank']}"
-    a = GpuAlert(kind=kind, key=key, gpu=gpu, rank=e["rank"], message=_s(raw.get("message")) or "", since=e["ts"])
+    a = GpuAlert(kind=kind, key=key, gpu=gpu, rank=e["rank"], message=as_str(raw.get("message")) or "", since=e["ts"])
     sev = raw.get("severity")
     if sev in ("error", "warning", "info"):
         a["severity"] = sev
-    hint, short, line = _s(raw.get("hint")), _s(raw.get("short")), _s(raw.get("line"))
+    hint, short, line = as_str(raw.get("hint")), as_str(raw.get("short")), as_str(raw.get("line"))
     if hint is not None:
         a["hint"] = hint
     if short is not None:

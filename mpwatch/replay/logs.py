@@ -52,14 +52,4 @@ class AttemptLogs:
         end = size if attempt is None or attempt >= len(marks) else marks[attempt]
         if end <= 0:
             return []
-        start = max(0, end - TAIL_BYTES)
-        try:
-            with open(path, "rb") as f:
-                f.seek(start)
-                data = f.read(end - start)
-        except OSError:
-            return []
-        text = data.decode("utf-8", errors="replace").splitlines()
-        if start > 0 and text:
-            text = text[1:]  # cut by the seek
-        return [runstore.printable(line) for line in text[-lines:]] if lines else []
+        return runstore.tail_lines(path, lines, TAIL_BYTES, end=end) if lines else []

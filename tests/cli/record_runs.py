@@ -14,12 +14,11 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import tempfile
 from pathlib import Path
 
-from tests.cli.conftest import oom_run_until
-from tests.helpers import FIXTURES, HeadlessRun, wait_for
+from tests.helpers import FIXTURES, HeadlessRun, keep_run_dir, wait_for
+from tests.recorded_runs import oom_run_until
 
 DATA = Path(__file__).resolve().parent / "data"
 GiB = 1 << 30
@@ -40,8 +39,7 @@ def record_oom(dest: Path) -> None:
             run.cleanup()
         if not (run.run_dir / "gpu.jsonl").exists():
             raise SystemExit("this supervisor writes no gpu.jsonl: record with one that does")
-        shutil.rmtree(dest, ignore_errors=True)
-        shutil.copytree(run.run_dir, dest, ignore=shutil.ignore_patterns("control.json", "faulthandler.out"))
+        keep_run_dir(run.run_dir, dest)
 
 
 def record_thinned(dest: Path) -> None:
@@ -58,8 +56,7 @@ def record_thinned(dest: Path) -> None:
             run.wait_exit(60)
         finally:
             run.cleanup()
-        shutil.rmtree(dest, ignore_errors=True)
-        shutil.copytree(run.run_dir, dest, ignore=shutil.ignore_patterns("control.json", "faulthandler.out"))
+        keep_run_dir(run.run_dir, dest)
 
 
 def _text(path: Path) -> str:

@@ -11,12 +11,11 @@ The checkout's and the run directory's paths in the files are replaced by fixed 
 """
 from __future__ import annotations
 
-import shutil
 import sys
 import tempfile
 from pathlib import Path
 
-from tests.helpers import ROOT, HeadlessRun
+from tests.helpers import ROOT, HeadlessRun, keep_run_dir
 
 DATA = Path(__file__).resolve().parent / "data"
 CHECKOUT = "/home/user/mpwatch"
@@ -47,8 +46,7 @@ def record_hang(dest: Path) -> None:
             run.wait_exit(60)
         finally:
             run.cleanup()
-        shutil.rmtree(dest, ignore_errors=True)
-        shutil.copytree(run.run_dir, dest, ignore=shutil.ignore_patterns("control.json", "faulthandler.out"))
+        keep_run_dir(run.run_dir, dest)
         normalise(dest, run.run_dir)
 
 

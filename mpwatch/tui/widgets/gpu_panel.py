@@ -8,6 +8,7 @@ from textual.widgets import Static
 
 from mpwatch.tui.segs import Line
 from mpwatch.tui.widgets.cells import lines_to_text
+from mpwatch.tui.widgets.lines import Lines
 
 
 class GpuPanel(VerticalScroll, can_focus=False):
@@ -38,17 +39,11 @@ class GpuPanel(VerticalScroll, can_focus=False):
             self.body.update(lines_to_text(lines))
 
 
-class AlertLines(Static):
+class AlertLines(Lines):
     """One line per standing alert, the worst first; a count of the ones that do not fit."""
 
     DEFAULT_CSS = "AlertLines { height: auto; padding: 0 1; }"
 
-    def __init__(self, id: str | None = None) -> None:
-        super().__init__("", id=id)
-        self._lines: list[Line] | None = None
-
-    def show(self, lines: list[Line]) -> None:
-        if lines != self._lines:
-            self._lines = lines
-            self.display = bool(lines)
-            self.update(lines_to_text(lines))
+    def paint(self, lines: list[Line], old: list[Line] | None) -> None:
+        self.display = bool(lines)
+        self.update(lines_to_text(lines))

@@ -8,8 +8,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from textual.widgets import Static
-
 from mpwatch.replay.cursor import ALERT, FAILURE, MARKED, RESTART, STALL
 from mpwatch.status import EventFields, State
 from mpwatch.tui import event_lines
@@ -17,6 +15,7 @@ from mpwatch.tui.glyphs import Glyphs
 from mpwatch.tui.segs import Line, cut
 from mpwatch.tui.segs import width as segs_width
 from mpwatch.tui.widgets.cells import lines_to_text
+from mpwatch.tui.widgets.lines import Lines
 
 KEYS = "  , . step  [ ] jump  Home End"
 _STYLE = {FAILURE: "bold red", STALL: "bold yellow", RESTART: "magenta", ALERT: "yellow"}
@@ -78,14 +77,8 @@ def where_line(pos: int, n: int, event: EventFields | None, t: float, start: flo
     return head + ((" " * (room - segs_width(head)), ""), (KEYS, "bright_black"))
 
 
-class TimelineStrip(Static):
+class TimelineStrip(Lines):
     DEFAULT_CSS = "TimelineStrip { height: 3; padding: 0 1; border-top: solid $primary-darken-2; }"
 
-    def __init__(self, id: str | None = None) -> None:
-        super().__init__("", id=id)
-        self._lines: list[Line] | None = None
-
-    def show(self, lines: list[Line]) -> None:
-        if lines != self._lines:
-            self._lines = lines
-            self.update(lines_to_text(lines), layout=False)
+    def paint(self, lines: list[Line], old: list[Line] | None) -> None:
+        self.update(lines_to_text(lines), layout=False)  # a fixed height: no layout pass
