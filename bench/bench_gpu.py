@@ -23,7 +23,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench.harness import ROOT, row
+from bench import measure
+from bench.harness import row
 from mpwatch.probes import gpu as gpu_probe
 from mpwatch.status import CudaView
 from mpwatch.supervisor import gpu_watch
@@ -88,16 +89,13 @@ def fake_ticks(n: int) -> tuple[list[float], list[float], int]:
 
 def _baseline(n: int) -> tuple[float, float] | str:
     """Median (plain, with processes) ms of the BASELINE poller, or why there is none."""
-    with tempfile.TemporaryDirectory(prefix="mpwatch-bench-base-") as tmp:
-        arch = subprocess.run(["git", "-C", str(ROOT), "archive", BASELINE, "mpwatch", "bench"],
-                              capture_output=True)
-        if arch.returncode != 0:
-            return f"baseline {BASELINE} not in this checkout's history"
-        subprocess.run(["tar", "-x", "-C", tmp], input=arch.stdout, check=True)
+    with measure.tree_at(BASELINE) as tmp:
+        if isinstance(tmp, str):
+            return tmp
         code = ("import json, statistics, sys; from bench import bench_gpu as b; "
                 f"rows = b._fake_rows({n}); print(json.dumps([r['mpwatch'] for r in rows]))")
         res = subprocess.run([sys.executable, "-c", code], cwd=tmp, capture_output=True, text=True,
-                             env=dict(os.environ, PYTHONPATH=tmp), timeout=600)
+                             env=dict(os.environ, PYTHONPATH=str(tmp)), timeout=600)
         if res.returncode != 0:
             return f"baseline {BASELINE} failed: {res.stderr.strip().splitlines()[-1:]}"
         plain, procs = json.loads(res.stdout.strip().splitlines()[-1])

@@ -9,6 +9,7 @@ loop can hit, not the typical one.
 """
 from __future__ import annotations
 
+import contextlib
 import json
 
 from bench import measure
@@ -77,8 +78,10 @@ def outside(dir, script, kind, n, reps) -> dict:
     return out
 
 
-def under(dir, script, kind, n, reps, name) -> dict:
-    with measure.Headless(dir, script, kind, n, reps, n=1, name=name, env=measure.clean_env(MARK=MARK)) as h:
+def under(dir, script, kind, n, reps, name, tree=None) -> dict:
+    """Timed under mpwatch; `tree`: under the mpwatch of that folder (measure.tree_at)."""
+    env = measure.clean_env(MARK=MARK, **({"PYTHONPATH": tree} if tree else {}))
+    with measure.Headless(dir, script, kind, n, reps, n=1, name=name, env=env) as h:
         rc = h.wait(timeout=300)
         text = (h.run_dir / "rank-0" / "stdout.log").read_text(errors="replace")
         if rc != 0:
@@ -89,16 +92,20 @@ def under(dir, script, kind, n, reps, name) -> dict:
     return out
 
 
-def measure_kind(kind: str, n: int, reps: int, rounds: int):
-    """Medians of per-call µs (outside, under), the two runs alternated each round."""
-    results = {"outside": [], "under": []}
-    with measure.scratch("report") as d:
+def measure_kind(kind: str, n: int, reps: int, rounds: int, before: bool = False):
+    """Medians of per-call µs (outside, under, and under the mpwatch before issue 13 when
+    `before`: None where there is none), the runs alternated each round."""
+    results: dict[str, list[dict]] = {"outside": [], "under": [], "before": []}
+    at = measure.tree_at(measure.BEFORE_ISSUE_13) if before else contextlib.nullcontext("not asked")
+    with measure.scratch("report") as d, at as tree:
         script = measure.write_script(d, "report_timer.py", TIMER)
-        for i, side in measure.alternated(rounds, ["under", "outside"]):
+        sides = ["under", "outside"] + ([] if isinstance(tree, str) else ["before"])
+        for i, side in measure.alternated(rounds, sides):
             if side == "outside":
                 results[side].append(outside(d, script, kind, n, reps))
             else:
-                results[side].append(under(d, script, kind, n, reps, name=f"{kind}-{i}"))
+                results[side].append(under(d, script, kind, n, reps, name=f"{kind}-{side}-{i}",
+                                           tree=tree if side == "before" else None))
         cmd_under = measure.shown([*measure.mpwatch_cmd(), "--headless", "-n", "1", "report_timer.py",
                                    kind, str(n), str(reps)])
 
@@ -106,12 +113,13 @@ def measure_kind(kind: str, n: int, reps: int, rounds: int):
         return measure.median([r[key] for r in results[side]])
 
     return ({"cpu": med("under", "cpu_us"), "wall": med("under", "wall_us")},
-            {"cpu": med("outside", "cpu_us"), "wall": med("outside", "wall_us")}, cmd_under)
+            {"cpu": med("outside", "cpu_us"), "wall": med("outside", "wall_us")}, cmd_under,
+            {"cpu": med("before", "cpu_us"), "wall": med("before", "wall_us")})
 
 
 def run(quick: bool = False) -> list[dict]:
     n, reps, rounds = (20_000, 3, 1) if quick else (500_000, 7, 3)
-    under_us, outside_us, cmd = measure_kind("float", n, reps, rounds)
+    under_us, outside_us, cmd, before_us = measure_kind("float", n, reps, rounds, before=not quick)
     how = (f"median of {rounds} run(s) x {reps} loops of {n} calls, minus an empty loop; CPU time of the whole "
            "worker process, so the sender thread's batching and encoding are included; the loop outruns the "
            "2048-report buffer, so the drop path is too")
@@ -129,9 +137,15 @@ def run(quick: bool = False) -> list[dict]:
             note=f"the same script run with plain python: report() is a no-op (wall clock "
                  f"{outside_us['wall']:.3g} µs)"),
     ]
+    if before_us["cpu"] is not None:
+        rows.append(row("report() per call, under mpwatch (float loss), CPU, against the code before issue 13", cmd,
+                        under_us["cpu"], before_us["cpu"], alt_name=f"before issue 13 ({measure.BEFORE_ISSUE_13})",
+                        unit="µs", note=f"the same loops, alternated with runs under the worker side and supervisor "
+                                        f"before the redesign; wall clock {under_us['wall']:.3g} µs now, "
+                                        f"{before_us['wall']:.3g} µs before"))
     if not quick:
         try:
-            t_under, t_outside, t_cmd = measure_kind("tensor", n // 2, reps, rounds)
+            t_under, t_outside, t_cmd, _ = measure_kind("tensor", n // 2, reps, rounds)
         except Exception as exc:  # noqa: BLE001 - keep the float rows whatever happens here
             rows.append(row("report() per call, under mpwatch (0-d tensor loss), CPU",
                             note=f"failed: {type(exc).__name__}: {exc}"[:300]))

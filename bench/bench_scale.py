@@ -52,12 +52,12 @@ while not os.path.exists(release):
 '''
 
 
-def one_size(n: int, window: float, start_timeout: float, settle_timeout: float = 60.0) -> dict:
+def one_size(n: int, window: float, start_timeout: float, settle_timeout: float = 60.0, env=None) -> dict:
     with measure.scratch(f"scale{n}") as d:
         script = measure.write_script(d, "reporter.py", REPORTER)
         marks = d / "marks"
         marks.mkdir()
-        with measure.Headless(d, script, RATE, marks, n=n, name="run") as h:
+        with measure.Headless(d, script, RATE, marks, n=n, name="run", env=env) as h:
             t_start = time.monotonic()
             reporting = 0
 
@@ -114,27 +114,60 @@ def one_size(n: int, window: float, start_timeout: float, settle_timeout: float 
             "window": t1 - t0}
 
 
+def side_by_side(n: int, window: float, rounds: int) -> tuple[dict, dict | str]:
+    """The run at n workers with this supervisor and with the one before issue 13, alternated:
+    the medians of each (or why there is no "before")."""
+    now: list[dict] = []
+    before: list[dict] = []
+    with measure.tree_at(measure.BEFORE_ISSUE_13) as tree:
+        sides = ["now", "before"] if not isinstance(tree, str) else ["now"]
+        for _, side in measure.alternated(rounds, sides):
+            env = None if side == "now" else measure.clean_env(PYTHONPATH=tree)
+            (now if side == "now" else before).append(one_size(n, window, start_timeout=30 + n // 4, env=env))
+    return _median_run(now), (_median_run(before) if before else str(tree))
+
+
+def _median_run(runs: list[dict]) -> dict:
+    """The run of median supervisor CPU, its RSS the median of all."""
+    mid = sorted(runs, key=lambda r: r["cpu_pct"])[len(runs) // 2]
+    return dict(mid, rss_mib=measure.median([r["rss_mib"] for r in runs]), rounds=len(runs),
+                lost_all=sum(r["unaccounted"] for r in runs))
+
+
 def run(quick: bool = False) -> list[dict]:
     sizes = [8] if quick else [64, 256]
     window = 2.0 if quick else 10.0
     rows = []
     for n in sizes:
-        r = one_size(n, window, start_timeout=30 + n // 4)
+        if n == 64:
+            r, base = side_by_side(n, window, rounds=3)
+        else:
+            r, base = one_size(n, window, start_timeout=30 + n // 4), "not run at this size"
+            r.update(rounds=1, lost_all=r["unaccounted"])
+        old = base if isinstance(base, dict) else None
+        alt = f"before issue 13 ({measure.BEFORE_ISSUE_13})"
         cmd = measure.shown([*measure.mpwatch_cmd(), "--headless", "-n", str(n), "reporter.py", str(RATE)])
         started = (f"all {n} reporting {r['started_in']:.0f} s after launch" if r["reporting"] == n else
                    f"only {r['reporting']} of {n} workers had a report through after {r['started_in']:.0f} s "
                    f"(the supervisor fell behind)")
-        load = (f"the supervisor took in {r['rate']:.0f} reports/s per worker in the window (each sends "
+        how = ", alternated with the supervisor before the redesign" if old else ""
+        load = (f"median of {r['rounds']} run(s){how}; the supervisor took in {r['rate']:.0f} reports/s per "
+                f"worker in the window (each sends "
                 f"{RATE:.0f}); machine CPU {r['machine_pct']:.0f}% of {os.cpu_count()} cores over the "
                 f"{r['window']:.0f} s window; {started}; heartbeat age at the window's end: median "
                 f"{r['age_med']:.2f} s, max {r['age_max']:.2f} s")
+        if isinstance(base, str) and n == 64:
+            load += f"; no side-by-side: {base}"
         target = f"< {TARGET_PCT:g}% of a core" if n == 64 else None
         rows.append(row(f"Scale {n} workers x {RATE:.0f} reports/s: supervisor CPU", cmd, r["cpu_pct"],
+                        old["cpu_pct"] if old else None, alt_name=alt if old else None,
                         unit="% of a core", target=target, ok=(r["cpu_pct"] < TARGET_PCT) if target else None,
                         note=load))
-        rows.append(row(f"Scale {n} workers: supervisor RSS (peak in window)", cmd, r["rss_mib"], unit="MiB"))
+        rows.append(row(f"Scale {n} workers: supervisor RSS (peak in window)", cmd, r["rss_mib"],
+                        old["rss_mib"] if old else None, alt_name=alt if old else None, unit="MiB"))
         rows.append(row(f"Scale {n} workers: reports lost", cmd, r["lost"], unit="reports",
-                        target="all counted (unaccounted 0)", ok=r["unaccounted"] == 0,
+                        target="all counted (unaccounted 0)", ok=r["lost_all"] == 0,
                         note=f"made {r['made']}, received {r['received']}, dropped by the worker buffer "
-                             f"(declared) {r['dropped']}, unaccounted {r['unaccounted']}"))
+                             f"(declared) {r['dropped']}, unaccounted {r['unaccounted']}"
+                             + (f"; in all {r['rounds']} runs: {r['lost_all']}" if r["rounds"] > 1 else "")))
     return rows

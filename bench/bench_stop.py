@@ -7,6 +7,7 @@ issues the stop, and also times the launcher's own exit.
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import signal
 import subprocess
@@ -68,9 +69,11 @@ def _time_until_gone(pids, t0, proc, timeout=120.0):
     return t_gone, t_exit
 
 
-def run_mpwatch(dir, script, marks, n, name, by_signal=False):
-    """Stopped with `mpwatch ctl stop`, or (by_signal) with SIGTERM as torchrun is."""
-    with measure.Headless(dir, script, marks, CHILDREN, n=n, name=name) as h:
+def run_mpwatch(dir, script, marks, n, name, by_signal=False, tree=None):
+    """Stopped with `mpwatch ctl stop`, or (by_signal) with SIGTERM as torchrun is; `tree`:
+    the mpwatch of that folder (measure.tree_at), its ctl too."""
+    env = measure.clean_env(**({"PYTHONPATH": tree} if tree else {}))
+    with measure.Headless(dir, script, marks, CHILDREN, n=n, name=name, env=env) as h:
         pids = _ready_pids(marks, n, h.proc)
         h.pids.update(pids)
         ctl = [*measure.mpwatch_cmd(), "ctl", "--run", str(h.run_dir), "stop"]
@@ -79,7 +82,7 @@ def run_mpwatch(dir, script, marks, n, name, by_signal=False):
             h.proc.send_signal(signal.SIGTERM)
             return (*_time_until_gone(pids, t0, h.proc), None)
         done = {}
-        res = subprocess.Popen(ctl, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=measure.clean_env())
+        res = subprocess.Popen(ctl, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
         waiter = threading.Thread(target=lambda: done.setdefault("t", (res.wait(), time.monotonic() - t0)[1]))
         waiter.start()
         gone, exited = _time_until_gone(pids, t0, h.proc)
@@ -106,14 +109,18 @@ def run_torchrun(script, marks, n):
 
 def run(quick: bool = False) -> list[dict]:
     n, reps = (4, 1) if quick else (NPROC, 3)
-    res = {"mpwatch": [], "mpwatch-term": [], "torchrun": []}
-    with measure.scratch("stop") as d:
+    res = {"mpwatch": [], "mpwatch-term": [], "torchrun": [], "before": []}
+    at = contextlib.nullcontext("not asked") if quick else measure.tree_at(measure.BEFORE_ISSUE_13)
+    with measure.scratch("stop") as d, at as tree:
         script = measure.write_script(d, "with_children.py", SCRIPT)
         marks = d / "marks"
         marks.mkdir()
         sides = ["mpwatch", "torchrun", "mpwatch-term"] if measure.TORCHRUN else ["mpwatch", "mpwatch-term"]
+        sides += [] if isinstance(tree, str) else ["before"]
         for i, who in measure.alternated(reps, sides):
-            if who.startswith("mpwatch"):
+            if who == "before":  # `ctl stop` with the supervisor and ctl before the redesign
+                res[who].append(run_mpwatch(d, script, marks, n, name=f"{who}-{i}", tree=tree))
+            elif who.startswith("mpwatch"):
                 res[who].append(run_mpwatch(d, script, marks, n, name=f"{who}-{i}", by_signal=who != "mpwatch"))
             else:
                 res[who].append(run_torchrun(script, marks, n))
@@ -138,4 +145,9 @@ def run(quick: bool = False) -> list[dict]:
             alt_name=f"torchrun: {cmd_t}", unit="s",
             note=f"to the launcher's exit: mpwatch {fmt_value(med('mpwatch-term', 1), 's')}, torchrun "
                  f"{fmt_value(med('torchrun', 1) if res['torchrun'] else None, 's')}"),
-    ]
+    ] + ([] if not res["before"] else [
+        row(f"Stop: `ctl stop` to the last of {procs} processes gone, against the code before issue 13", cmd,
+            med("mpwatch", 0), med("before", 0), alt_name=f"before issue 13 ({measure.BEFORE_ISSUE_13})", unit="s",
+            note=f"the same runs alternated with the supervisor and ctl before the redesign; to the launcher's "
+                 f"exit: {fmt_value(med('mpwatch', 1), 's')} now, {fmt_value(med('before', 1), 's')} before"),
+    ])

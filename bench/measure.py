@@ -46,6 +46,23 @@ def alternated(reps: int, names: list[str]):
             yield i, name
 
 
+ROOT = Path(__file__).resolve().parent.parent
+BEFORE_ISSUE_13 = "1341998"  # main before the supervisor's redesign (one Run class of ~1100 lines)
+
+
+@contextlib.contextmanager
+def tree_at(commit: str):
+    """This checkout's mpwatch/ and bench/ at `commit`, in a temporary folder (PYTHONPATH=it
+    runs that code, the console script included); a string saying why where there is none."""
+    with tempfile.TemporaryDirectory(prefix="mpwatch-bench-base-") as tmp:
+        arch = subprocess.run(["git", "-C", str(ROOT), "archive", commit, "mpwatch", "bench"], capture_output=True)
+        if arch.returncode != 0:
+            yield f"{commit} is not in this checkout's history"
+            return
+        subprocess.run(["tar", "-x", "-C", tmp], input=arch.stdout, check=True)
+        yield Path(tmp)
+
+
 def clean_env(**extra) -> dict:
     """This environment without any mpwatch channel (the bench may itself run under mpwatch)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("MPWATCH_")}

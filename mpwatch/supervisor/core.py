@@ -8,6 +8,7 @@ The rooms it drives, each with one job:
 - snapshot.py: the status (mpwatch/status.py's Status) clients read;
 - eventlog.py: events.jsonl, the recent events and the run alerts;
 - stall_watch.py: stalled workers, what they do, and the rank the others wait for;
+- resize.py: the `resize` command, stopping and starting ranks over the ticks;
 - sampler.py, dumps.py, gpu_watch.py: the process sampler, stack dumps, the GPU watcher.
 
 Threads and who owns what:
@@ -43,6 +44,7 @@ from mpwatch.supervisor.headless import Reporter
 from mpwatch.supervisor.ledger import ReportLedger
 from mpwatch.supervisor.nodes import Nodes
 from mpwatch.supervisor.options import Options as Options  # re-exported: the CLI builds one
+from mpwatch.supervisor.resize import Resize
 from mpwatch.supervisor.sampler import Sampler
 from mpwatch.supervisor.stall_watch import StallWatch
 from mpwatch.supervisor.workers import TAIL, Attempt, Worker
@@ -70,7 +72,6 @@ class Run:
         self.started_wall, self.started = time.time(), time.monotonic()
         self.exit_code: int | None = None
         self.restarts_total = 0
-        self.resize_to: int | None = None
         self._signals: list[int] = []
         self._registered = False
         self.run_id = opts.run_id or registry.new_run_id(opts.script)
@@ -87,7 +88,8 @@ class Run:
         self.control = ControlServer(str(rt / f"{self.run_id}.ctl"), self.authkey, self.commands.dispatch)
         self.sampler = Sampler(self.workers, self.lock, self.groups)
         self.stalls = StallWatch(self.workers, self.lock, self.log, self.dumper, opts.stall_timeout)
-        self.nodes = Nodes(opts.nodes, self, self._start) if opts.nodes is not None else None  # several nodes
+        self.nodes = Nodes(opts.nodes, self, self.start) if opts.nodes is not None else None  # several nodes
+        self.resizing = Resize(self)
 
     # ----------------------------------------------------------------- setup ----
     def setup(self) -> None:
@@ -124,11 +126,11 @@ class Run:
             self.nodes.start()  # the workers start once torch's rendezvous has formed the first round
         else:
             for rank in range(o.nprocs):
-                self._start(rank)
+                self.start(rank)
         self.sampler.start()
 
     # ------------------------------------------------------------- starting ----
-    def _start(self, rank: int, reason: str | None = None) -> None:
+    def start(self, rank: int, reason: str | None = None) -> None:
         """Start rank's process: its first start, or again (`reason`: restarted, resized)."""
         o = self.opts
         if reason is not None:
@@ -171,7 +173,7 @@ class Run:
             if kind == "auto":
                 w.auto_restarts += 1
             self.restarts_total += 1
-            self._start(w.rank, reason="restarted")
+            self.start(w.rank, reason="restarted")
             self.log.event(Event.RESTARTED, w.rank, attempt=w.restarts, pid=w.pid, why=why)
 
     # --------------------------------------------------------------- exits ----
@@ -224,64 +226,9 @@ class Run:
         """TERM now, KILL after the grace period (groups.py); False when it is not running."""
         return self.groups.kill(w, reason, self.opts.grace)
 
-    # -------------------------------------------------------------- resize ----
     def resize(self, n: int) -> str:
-        """The `resize` command (main thread): raises ValueError when it cannot."""
-        if self.state is not RunState.RUNNING:
-            raise ValueError(f"cannot resize while the run is {self.state}")
-        if self.nodes is not None:
-            raise ValueError("a run on several nodes keeps its size (torch's rendezvous fixed every node's ranks)")
-        cur = len(self.workers)
-        if n == cur:
-            raise ValueError(f"the run already has {n} workers")
-        if self.opts.resize_mode == "independent":
-            if n > cur:
-                self.world = n
-                for rank in range(cur, n):
-                    self._start(rank)
-            else:
-                self.resize_to = n
-                for rank in range(n, cur):
-                    self.kill(self.workers[rank], "resize")
-                self.world = n
-            self.log.event(Event.RESIZED, frm=cur, to=n, mode="independent")
-            return f"resizing from {cur} to {n} workers (independent)"
-        self.resize_to = n
-        with self.lock:
-            self.state = RunState.RESIZING
-        for w in self.workers.values():
-            self.kill(w, "resize")
-        return f"resizing from {cur} to {n} workers: stopping all, then starting {n}"
-
-    def _advance_resize(self) -> None:
-        n = self.resize_to
-        if n is None:
-            return
-        if self.opts.resize_mode == "independent":
-            with self.lock:
-                for r in [r for r, w in self.workers.items() if r >= n and not w.alive
-                          and not self.groups.pending(w.pid)]:
-                    del self.workers[r]
-            if all(r < n for r in self.workers):
-                self.resize_to = None
-            return
-        if any(w.alive or self.groups.pending(w.pid) for w in self.workers.values()):
-            return
-        if self.state is RunState.STOPPING:
-            self.resize_to = None
-            return
-        cur = len(self.workers)
-        with self.lock:
-            for r in [r for r in self.workers if r >= n]:
-                del self.workers[r]
-        self.world = n
-        self.master_port = spawn.free_port()  # the old rendezvous may linger in TIME_WAIT
-        for rank in range(n):
-            self._start(rank, reason="resized" if rank in self.workers else None)
-        with self.lock:
-            self.state = RunState.RUNNING
-            self.resize_to = None
-        self.log.event(Event.RESIZED, frm=cur, to=n, mode="restart", master_port=self.master_port)
+        """The `resize` command (main thread, resize.py): raises ValueError when it cannot."""
+        return self.resizing.begin(n)
 
     # ------------------------------------------------------------ the loop ----
     def serve(self) -> int:
@@ -298,7 +245,7 @@ class Run:
                 self.nodes.tick()  # a round joined, a stop or a lost node found by the node thread
             if self.state is not RunState.STOPPING:  # while stopping, ranks going quiet are no news
                 self.stalls.check(time.monotonic())
-            self._advance_resize()
+            self.resizing.advance()
             self._check_finished()
             now = time.monotonic()
             if now >= next_flush:
@@ -339,7 +286,7 @@ class Run:
         # A worker we gave up on (unkillable, already reported) must not hold the run open forever.
         if any((w.alive and w.attempt.unkillable is None) or w.pending_restart for w in self.workers.values()):
             return
-        if self.state is RunState.RESIZING or self.resize_to is not None or self.groups.ending():
+        if self.state is RunState.RESIZING or self.resizing.to is not None or self.groups.ending():
             return
         if self.nodes is not None and (self.nodes.busy() or not self.nodes.may_finish()):
             return  # between two rounds, or waiting for the other nodes to end (torchrun's exit barrier)
