@@ -44,6 +44,11 @@ class ReplayApp(MpwatchApp):
         # Over the table's own Home/End (first/last row): here they are the run's start and end.
         Binding("home", "cursor('start', 0)", "Start", show=False, priority=True),
         Binding("end", "cursor('end', 0)", "End", show=False, priority=True),
+        # The live run's actions leave the footer (room for the cursor's keys at 80 columns);
+        # pressed, they still say why they cannot act here.
+        Binding("p", "pause", "Pause", show=False),
+        Binding("k", "kill", "Kill", show=False),
+        Binding("d", "dump", "Dump", show=False),
     ]
 
     def __init__(self, source: ReplaySource, *, glyphs: glyphs_mod.Glyphs | None = None, notices: bool = True):

@@ -124,7 +124,12 @@ async def test_keys_that_act_are_refused_and_q_leaves():
         for k in ("p", "k", "plus", "d"):
             await pilot.press(k)
         assert said(app, "cannot pause: this is a replay") and said(app, "cannot resize: this is a replay")
+        assert said(app, "cannot kill: this is a replay") and said(app, "cannot dump stacks: this is a replay")
         assert not app.screen_stack[1:]  # no confirmation dialog was opened
+        # the footer offers the cursor's keys, not the live run's actions
+        footer = {b.key for _, b, enabled, _ in app.active_bindings.values() if b.show and enabled}
+        assert {"comma", "full_stop", "left_square_bracket", "right_square_bracket"} <= footer
+        assert not footer & {"p", "k", "d"}
         await pilot.press("q")
     assert app.return_value is not None and app.return_value.kind == "finished"
 
