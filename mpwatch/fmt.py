@@ -74,6 +74,16 @@ def num(v: object, digits: int = 4, na: str = "") -> str:
     return str(v)
 
 
+def num_in(v: object, width: int, digits: int = 4, na: str = "") -> str:
+    """num() in at most `width` characters where fewer significant digits make it fit
+    (0.0003259 in 8: 0.000326); the shortest form where none does."""
+    text = num(v, digits, na)
+    while len(text) > width and digits > 1 and isinstance(v, float):
+        digits -= 1
+        text = num(v, digits, na)
+    return text
+
+
 def speed(v: float | None, na: str = "") -> str:
     """Steps per second: 12.5, 340."""
     if not isinstance(v, (int, float)) or not math.isfinite(v):

@@ -178,7 +178,7 @@ def worker_cells(w: WorkerStatus, cols: list[Column], g: Glyphs, folded: bool) -
         elif k == "speed":
             out.append(fmt.speed(w["steps_per_s"]))
         elif k == "loss":
-            out.append(fmt.num(w["loss"]))
+            out.append(fmt.num_in(w["loss"], c.width))
         elif k == "hb":
             out.append(hb_cell(w))
         elif k == "cpu":

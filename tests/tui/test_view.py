@@ -240,3 +240,15 @@ def test_diff_patches_rows_reorders_and_rebuilds_only_when_most_are_gone():
     many = {f"k{i}": (str(i),) for i in range(20)}
     p = diff.plan(many, list(many), [("k0", ("0",))])  # most rows gone: clear, not 19 removes
     assert p.rebuild and p.add == [("k0", ("0",))]
+
+
+def test_a_small_loss_fits_its_column_at_80():
+    """0.0003259 in the 8 cells of LOSS at 80 columns: 0.000326, not 0.00032…"""
+    assert [fmt.num_in(v, 8) for v in (0.0003259, 0.00003259, 123456.7, 2.30258)] == [
+        "0.000326", "3.26e-05", "1.23e+05", "2.303"]
+    assert fmt.num_in(7, 3) == "7" and fmt.num_in(None, 8, na="-") == "-"
+    w = dict(status("gpu2")["workers"][0], loss=0.0003259)  # a recorded row late in a training run
+    cols = view.columns(80)
+    at = [c.key for c in cols].index("loss")
+    cell = view.worker_cells(w, cols, G, folded=False)[at]
+    assert cell == "0.000326" and len(cell) <= cols[at].width
