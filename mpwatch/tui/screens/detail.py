@@ -15,13 +15,12 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, VerticalScroll
 from textual.message import Message
-from textual.screen import ModalScreen
 from textual.widgets import Footer, Static
 
 from mpwatch import fmt, stackfmt
 from mpwatch.status import WorkerStatus
 from mpwatch.tui import rundata, view
-from mpwatch.tui.actions import RunActions
+from mpwatch.tui.screens.run_screen import RunScreen
 from mpwatch.tui.widgets.loss_plot import LossPlot
 
 LOG_LINES = 12
@@ -76,7 +75,7 @@ def _plain(lines: list[str], empty: str) -> Text:
     return Text("\n".join(lines), no_wrap=True, overflow="ellipsis")
 
 
-class DetailScreen(ModalScreen[None]):
+class DetailScreen(RunScreen):
     BINDINGS = [Binding("escape,q,enter", "close", "Back"), Binding("y", "log_scale", "Log/linear"),
                 Binding("p", "app.pause", "Pause/resume"), Binding("d", "app.dump", "Dump stacks"),
                 Binding("k", "app.kill", "Kill"), Binding("r", "app.restart", "Restart"),
@@ -88,12 +87,6 @@ class DetailScreen(ModalScreen[None]):
         self.loads = 0
         self.title_bar = Static(id="detail-title")
         self.children_pane = Static(id="detail-children")
-
-    @property
-    def run(self) -> RunActions:
-        app = self.app
-        assert isinstance(app, RunActions)  # this screen is pushed by the mpwatch App only
-        return app
 
     def compose(self) -> ComposeResult:
         yield self.title_bar

@@ -11,15 +11,14 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import VerticalScroll
 from textual.message import Message
-from textual.screen import ModalScreen
 from textual.widgets import Footer, Static
 
 from mpwatch.client import ClientError
 from mpwatch.status import GpuTimelineReply, Status
 from mpwatch.tui import gpu_charts, gpu_tables
-from mpwatch.tui.actions import RunActions
 from mpwatch.tui.glyphs import Glyphs
 from mpwatch.tui.gpu_rows import own_ranks
+from mpwatch.tui.screens.run_screen import RunScreen
 from mpwatch.tui.segs import Line
 from mpwatch.tui.widgets.cells import lines_to_text
 
@@ -57,7 +56,7 @@ def chart_lines(status: Status, timeline: GpuTimelineReply | None, why: str | No
     return out
 
 
-class GpuScreen(ModalScreen[None]):
+class GpuScreen(RunScreen):
     BINDINGS = [Binding("escape,q,g", "close", "Back"), Binding("w", "window", "Window")]
 
     def __init__(self) -> None:
@@ -95,12 +94,6 @@ class GpuScreen(ModalScreen[None]):
         self.show_status()
         self.reload()
         self.set_interval(RELOAD_S, self.reload)
-
-    @property
-    def run(self) -> RunActions:
-        app = self.app
-        assert isinstance(app, RunActions)  # this screen is pushed by the mpwatch App only
-        return app
 
     def show_status(self) -> None:
         st = self.run.status
