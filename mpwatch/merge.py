@@ -17,6 +17,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from mpwatch.status import (
+    UNREACHABLE,
     EventFields,
     GpuAlert,
     GpuMark,
@@ -211,9 +212,10 @@ def _run(parts: Sequence[NodePart], statuses: Sequence[Status]) -> RunInfo:
     run["nprocs"] = sum(s["run"]["nprocs"] for s in statuses)
     run["world_size"] = info["world_size"] if info else sum(s["run"]["world_size"] for s in statuses)
     counts: dict[str, int] = {}
-    for s in statuses:
-        for k, n in s["run"]["counts"].items():
-            counts[k] = counts.get(k, 0) + n
+    for p in parts:  # an unreachable node's ranks count as that: their states are old news
+        for k, n in (p.status["run"]["counts"] if p.status is not None else {}).items():
+            key = UNREACHABLE if p.error is not None else k
+            counts[key] = counts.get(key, 0) + n
     run["counts"] = counts
     run["restarts"] = sum(s["run"]["restarts"] for s in statuses)
     run["uptime"] = max(s["run"]["uptime"] for s in statuses)

@@ -38,6 +38,9 @@ class State(_Name):
 
 ALIVE_STATES = frozenset({State.STARTING, State.RUNNING, State.STALLED, State.PAUSED})
 ENDED_STATES = frozenset({State.EXITED, State.FAILED, State.KILLED})
+# In a merged run's counts (run.counts), the ranks of nodes that cannot be reached: their
+# last known states are old news. No worker's state is ever this.
+UNREACHABLE = "unreachable"
 
 
 class RunState(_Name):

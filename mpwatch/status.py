@@ -28,6 +28,7 @@ else:  # pragma: no cover - Python 3.10
 # The names of states and events live in mpwatch/names.py, re-exported here.
 from mpwatch.names import ALIVE_STATES as ALIVE_STATES
 from mpwatch.names import ENDED_STATES as ENDED_STATES
+from mpwatch.names import UNREACHABLE as UNREACHABLE
 from mpwatch.names import Event as Event
 from mpwatch.names import EventFields as EventFields
 from mpwatch.names import EventRecord as EventRecord

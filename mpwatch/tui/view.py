@@ -11,7 +11,16 @@ from dataclasses import dataclass
 from typing import Literal
 
 from mpwatch import fmt
-from mpwatch.status import ENDED_STATES, ChildStatus, RunState, State, Status, WorkerGpu, WorkerStatus
+from mpwatch.status import (
+    ENDED_STATES,
+    UNREACHABLE,
+    ChildStatus,
+    RunState,
+    State,
+    Status,
+    WorkerGpu,
+    WorkerStatus,
+)
 from mpwatch.tui import node_rows
 from mpwatch.tui.glyphs import Glyphs
 from mpwatch.tui.segs import Cell, Line
@@ -300,7 +309,10 @@ def header_lines(status: Status, g: Glyphs, *, sort: str = "rank", filter_text: 
         parts.append((f"{g.state[s]} {n} {s}  ", style))
     others = {name: n for name, n in counts.items() if name not in HEADER_STATES and n}
     for name, n in sorted(others.items()):
-        parts.append((f"{g.state.get(name, '?')} {n} {name}  ", ""))
+        if name == UNREACHABLE:  # a merged run's ranks on nodes out of reach
+            parts.append((f"{g.alert['error']} {n} {name}  ", "bold red"))
+        else:
+            parts.append((f"{g.state.get(name, '?')} {n} {name}  ", ""))
     parts.append((f"restarts {r['restarts']}", "bold magenta" if r["restarts"] else ""))
     extra = [f"sort: {sort}"] + ([f"filter: {filter_text}"] if filter_text else [])
     return [line1, tuple(parts), *node_rows.header_lines(status, g), ((" · ".join(extra), "bright_black"),)]

@@ -10,6 +10,7 @@ import copy
 import pytest
 
 from mpwatch import merge
+from mpwatch.status import UNREACHABLE, State
 from mpwatch.tui import glyphs, gpu_rows, node_rows, view
 from mpwatch.tui.app import MpwatchApp
 from mpwatch.tui.screens.gpu import GpuScreen
@@ -85,6 +86,10 @@ def test_an_unreachable_node_keeps_its_rows_marked_and_is_never_a_hang():
     at = {c.key: i for i, c in enumerate(cols)}
     assert lines_to_text([cells[at["state"]]]).plain == "unreachable" and cells[at["hb"]] == ""
     assert cells[at["node"]] == "1" and "node 1 unreachable: ssh: connect" in cells[at["note"]]
+    # the run's counts take node 1's ranks as unreachable, not as their last known states
+    counts = st["run"]["counts"]
+    assert counts[UNREACHABLE] == len(lost) and sum(counts.values()) == len(st["workers"])
+    assert counts.get(State.STALLED, 0) == len(st["workers"]) - len(lost)
 
 
 def test_events_take_global_ranks_and_their_node():
@@ -123,6 +128,7 @@ def test_header_has_a_line_per_node_and_says_why_one_is_unreachable():
     assert "node 1 127.0.0.2  4 workers" in t and "ranks from 4" in t
     t = text(view.header_lines(merge.merge(parts("ssh: connect to host 127.0.0.2 port 22: Connection refused")), G))
     assert "node 1 127.0.0.2  ✗ unreachable for 12s: ssh: connect to host 127.0.0.2 port 22: Connection refused" in t
+    assert "8 workers: ● 0 running  ◆ 4 stalled" in t and "✗ 4 unreachable" in t
     plain = recording("gpu2")["status"]
     assert len(view.header_lines(plain, G)) == 3 and not node_rows.header_lines(plain, G)
 
