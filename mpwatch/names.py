@@ -2,14 +2,8 @@
 the status contract (mpwatch/status.py re-exports every name here; import them from there)."""
 from __future__ import annotations
 
-import sys
 from enum import Enum
 from typing import Any, TypedDict
-
-if sys.version_info >= (3, 11):
-    pass
-else:  # pragma: no cover - Python 3.10
-    pass
 
 
 class _Name(str, Enum):

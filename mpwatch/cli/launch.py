@@ -133,8 +133,9 @@ def nodes_options(ns: argparse.Namespace, env: Mapping[str, str]) -> NodesOption
 def unused(ns: argparse.Namespace, nodes: NodesOptions | None) -> list[str]:
     """Flags given that do nothing here, each with why, for one line on stderr."""
     said = []
-    if no_effect(ns):
-        said.append(", ".join(no_effect(ns)) + " (mpwatch keeps each rank's whole output in its run directory)")
+    flags = no_effect(ns)
+    if flags:
+        said.append(", ".join(flags) + " (mpwatch keeps each rank's whole output in its run directory)")
     if nodes is None:
         one = [f for f, v in (("--node-rank", ns.node_rank), ("--rdzv-backend", ns.rdzv_backend),
                               ("--rdzv-endpoint", ns.rdzv_endpoint), ("--rdzv-conf", ns.rdzv_conf),

@@ -166,15 +166,18 @@ class Run:
         """Start again the workers whose restart is due (their process group is gone)."""
         for w in list(self.workers.values()):
             kind = w.pending_restart
-            if kind is None or w.alive or self.groups.pending(w.pid):
+            if kind is None or self.groups.lingers(w):
                 continue
-            why = "on request" if kind == "restart" else f"exited with failure: {w.attempt.cause}"
-            w.restarts += 1
             if kind == "auto":
                 w.auto_restarts += 1
-            self.restarts_total += 1
-            self.start(w.rank, reason="restarted")
-            self.log.event(Event.RESTARTED, w.rank, attempt=w.restarts, pid=w.pid, why=why)
+            self.restart(w, "on request" if kind == "restart" else f"exited with failure: {w.attempt.cause}")
+
+    def restart(self, w: Worker, why: str) -> None:
+        """Start a worker's next attempt, counted, and say so (its last process is gone)."""
+        w.restarts += 1
+        self.restarts_total += 1
+        self.start(w.rank, reason="restarted")
+        self.log.event(Event.RESTARTED, w.rank, attempt=w.restarts, pid=w.pid, why=why)
 
     # --------------------------------------------------------------- exits ----
     def _poll(self) -> None:

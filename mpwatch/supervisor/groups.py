@@ -117,6 +117,10 @@ class ProcessGroups:
         g = self._groups.get(pgid) if pgid is not None else None
         return g is not None and not g.reported
 
+    def lingers(self, w: Worker) -> bool:
+        """Its process runs, or its process group is still being ended."""
+        return w.alive or self.pending(w.pid)
+
     def ending(self) -> bool:
         """Some group is being ended and not given up on yet."""
         return any(g.active and not g.reported for g in self._groups.values())

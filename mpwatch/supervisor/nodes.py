@@ -62,7 +62,6 @@ class NodeRun(Protocol):
     run_dir: Path
     log: EventLog
     store: runstore.RunStore
-    restarts_total: int
 
     @property
     def state(self) -> RunState: ...
@@ -70,6 +69,8 @@ class NodeRun(Protocol):
     def kill(self, w: Worker, reason: str) -> bool: ...
 
     def stop(self, why: str) -> int: ...
+
+    def restart(self, w: Worker, why: str) -> None: ...
 
     @property
     def groups(self) -> ProcessGroups: ...
@@ -104,7 +105,7 @@ class Nodes:
             error, peer_stop, waiting = b.error, b.peer_stop, b.waiting
         for peer in lost:
             self._lost(peer)
-        running = self.run.state is RunState.RUNNING
+        running, groups = self.run.state is RunState.RUNNING, self.run.groups
         if error is not None and self._once("error"):
             self.run.log.alert("rendezvous", error)
             if running:
@@ -115,16 +116,12 @@ class Nodes:
             self._begin(joined)
         elif waiting and self.phase is Phase.RUNNING and running:
             self.new_round("another node started a new round")
-        elif self.phase is Phase.NEW_ROUND and running and not any(map(self._lingers, self.run.workers.values())):
+        elif self.phase is Phase.NEW_ROUND and running and not any(map(groups.lingers, self.run.workers.values())):
             self.phase = Phase.JOINING
             with b.lock:
                 b.waiting = False
             b.want_join.set()
             b.wake.set()
-
-    def _lingers(self, w: Worker) -> bool:
-        """Its process runs, or its process group is still being ended."""
-        return w.alive or self.run.groups.pending(w.pid)
 
     def _once(self, what: str) -> bool:
         if what in self._said:
@@ -146,11 +143,7 @@ class Nodes:
             if first or w is None:
                 self._start(rank, None)
                 continue
-            w.restarts += 1
-            self.run.restarts_total += 1
-            self._start(rank, "restarted")
-            self.run.log.event(Event.RESTARTED, rank, attempt=w.restarts, pid=w.pid,
-                               why=f"round {r.number}: {self._why}")
+            self.run.restart(w, f"round {r.number}: {self._why}")
 
     def new_round(self, why: str) -> None:
         """c10d: stop this node's workers, then join the next round (main thread)."""
@@ -234,9 +227,13 @@ class Nodes:
         r, o = self.round, self.run.opts
         if r is None:
             raise RuntimeError("no rendezvous round yet: workers start once one is joined")
+        # TORCHELASTIC_RESTART_COUNT: c10d counts the rounds failures started, as torchrun's agent
+        # does; static restarts a rank alone (it cannot reach the other nodes), as on one node.
+        w = self.run.workers.get(rank)
+        restarts = self.failures if self.opts.backend == "c10d" else (0 if w is None else w.restarts)
         return Placement(local_rank=rank, rank=r.base_rank + rank, world=r.world, local_world=o.nprocs,
                          master_addr=r.master_addr, master_port=r.master_port, run_id=self.opts.rdzv_id,
-                         restarts=self.failures, max_restarts=o.max_restarts, group_rank=r.group_rank,
+                         restarts=restarts, max_restarts=o.max_restarts, group_rank=r.group_rank,
                          group_world=r.group_world, role=o.role, agent_store=r.agent_store)
 
     def info(self) -> NodeInfo:

@@ -56,13 +56,12 @@ class Resize:
             return
         if run.opts.resize_mode == "independent":
             with run.lock:
-                for r in [r for r, w in run.workers.items() if r >= n and not w.alive
-                          and not run.groups.pending(w.pid)]:
+                for r in [r for r, w in run.workers.items() if r >= n and not run.groups.lingers(w)]:
                     del run.workers[r]
             if all(r < n for r in run.workers):
                 self.to = None
             return
-        if any(w.alive or run.groups.pending(w.pid) for w in run.workers.values()):
+        if any(run.groups.lingers(w) for w in run.workers.values()):
             return
         if run.state is RunState.STOPPING:
             self.to = None
