@@ -16,12 +16,12 @@ both to the last report() call, and to both launchers' exit.
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import time
 
 from bench import measure
 from bench.harness import row
+from mpwatch.supervisor import spawn
 
 NPROC = 4
 NODE_PROCS = 2  # workers per node in the two-node runs
@@ -92,12 +92,6 @@ def run_mpwatch(dir, script, marks, n, name):
     return {"first": t_first, "call": _report_times(marks, n, t0w), "exit": t_exit}
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def node_flags(node: int, port: int) -> list[str]:
     """torchrun's flags for one of two nodes on this machine (mpwatch takes the same)."""
     return ["--nnodes", "2", "--node-rank", str(node), "--master-addr", ADDRS[0], "--master-port", str(port),
@@ -125,7 +119,7 @@ def run_two_nodes(who, dir, script, marks, i):
     """Both nodes launched at once: the last report() call and the last launcher's exit."""
     for f in marks.glob("rank-*.t"):
         f.unlink()
-    port = _free_port()
+    port = spawn.free_port()
     if who == "mpwatch":
         cmds = [[*measure.mpwatch_cmd(), "--headless", "--run-dir", str(dir / f"n{i}-{node}"), *node_flags(node, port),
                  str(script), str(marks)] for node in (0, 1)]

@@ -19,6 +19,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from mpwatch import runstore
 from tests.helpers import alive, descendants, kill_all, wait_for
 
 __all__ = ["alive", "descendants", "kill_all", "wait_for"]  # the shared process helpers, for the bench modules
@@ -159,15 +160,7 @@ class Headless:
 
     def events(self, kind: str | None = None) -> list[dict]:
         out = []
-        try:
-            text = (self.run_dir / "events.jsonl").read_text(encoding="utf-8", errors="replace")
-        except OSError:
-            return out
-        for line in text.splitlines():
-            try:
-                rec = json.loads(line)
-            except ValueError:
-                continue
+        for rec in runstore.read_events(self.run_dir):
             if rec.get("event") == "worker_started":
                 self.pids.add(rec["pid"])
             if kind is None or rec.get("event") == kind:

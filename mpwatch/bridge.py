@@ -20,7 +20,6 @@ import select
 import socket
 import sys
 import threading
-import time
 from typing import Any, BinaryIO
 
 from mpwatch import __version__, protocol, registry, runstore
@@ -30,7 +29,6 @@ from mpwatch.client import Client, ClientError
 
 HELLO_WAIT_S = 30.0  # the client speaks first; a bridge nobody talks to goes away
 MAX_INFLIGHT = 8
-FINAL_WAIT_S = 3.0  # after the run's socket closes, how long final.json may take
 
 
 class Bridge:
@@ -110,17 +108,11 @@ class Bridge:
         return raw
 
     def _ended(self) -> bool:
-        info = runstore.read_json(self.handle.run_dir, runstore.RUN_JSON) or {}
-        return bool(info.get("finished")) or not registry.pid_alive(self.handle.pid)
+        return registry.run_ended(self.handle.run_dir, self.handle.pid)
 
     def _final(self) -> dict[str, Any]:
-        deadline = time.monotonic() + FINAL_WAIT_S
-        while True:
-            info = runstore.read_json(self.handle.run_dir, runstore.RUN_JSON)
-            final = runstore.read_json(self.handle.run_dir, runstore.FINAL_JSON)
-            if (final is not None and info and info.get("finished")) or time.monotonic() > deadline:
-                return {"final": final, "info": info}
-            time.sleep(0.1)
+        final, info = runstore.wait_final(self.handle.run_dir)
+        return {"final": final, "info": info}
 
     def _write(self, data: bytes) -> None:
         with self._write_lock:

@@ -12,7 +12,7 @@ import threading
 from multiprocessing import AuthenticationError
 from multiprocessing.connection import Client as _Connect
 from types import TracebackType
-from typing import Any, TypedDict, cast
+from typing import Any, TypedDict, TypeVar, cast
 
 from mpwatch import protocol, registry
 from mpwatch.status import EventFields, GpuMark, GpuTick, GpuTimelineReply, Status
@@ -35,6 +35,11 @@ def parse_reply(data: bytes, who: str) -> dict[str, Any]:
         reply = json.loads(data)
     except ValueError:
         raise ClientError(f"{who} sent an unreadable reply") from None
+    return check_reply(reply, who)
+
+
+def check_reply(reply: object, who: str) -> dict[str, Any]:
+    """A decoded reply as a dict; a refusal (ok false) raises its error."""
     if not isinstance(reply, dict):
         raise ClientError(f"{who} sent an unreadable reply")
     if not reply.get("ok"):
@@ -87,6 +92,9 @@ class Requests:
                 "marks": cast("list[GpuMark]", reply.get("marks", []))}
 
 
+_C = TypeVar("_C", bound="Client")
+
+
 class Client(Requests):
     def __init__(self, handle: registry.RunHandle, timeout: float = 30.0):
         self.handle = handle
@@ -100,7 +108,7 @@ class Client(Requests):
             raise ClientError(f"cannot reach run {handle.run_id}: {getattr(exc, 'strerror', None) or exc}") from None
 
     @classmethod
-    def connect(cls, run: str | None = None) -> Client:
+    def connect(cls: type[_C], run: str | None = None) -> _C:
         try:
             return cls(registry.resolve(run))
         except registry.RunError as exc:

@@ -238,13 +238,14 @@ def node_status(p: NodePart, m: NodeMap) -> NodeStatus:
                       counts=dict(st["run"]["counts"]) if st else {})
 
 
-def merge(parts: Sequence[NodePart], events_seq: int = 0) -> Status | None:
-    """The merged status, None until some node has been reached."""
+def merge(parts: Sequence[NodePart], events_seq: int = 0, ms: dict[int, NodeMap] | None = None) -> Status | None:
+    """The merged status, None until some node has been reached (ms: maps(parts), when the
+    caller has them already)."""
     parts = sorted(parts, key=lambda p: p.node)
     have = [p for p in parts if p.status is not None]
     if not have:
         return None
-    ms = maps(parts)
+    ms = maps(parts) if ms is None else ms
     workers: list[WorkerStatus] = []
     gpus: list[GpuView] = []
     alerts: list[RunAlert] = []

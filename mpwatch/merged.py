@@ -40,20 +40,12 @@ class LocalLink(Client):
     """A run on this machine, as a node: a lost socket is the run's end when its run.json
     says so (with its final.json), else a lost link."""
 
-    @classmethod
-    def to(cls, run: str | None) -> LocalLink:
-        """The run by id or directory here; None: the newest live run."""
-        try:
-            return cls(registry.resolve(run))
-        except registry.RunError as exc:
-            raise ClientError(str(exc)) from None
-
     def request(self, cmd: str, **args: object) -> dict[str, Any]:
         try:
             return super().request(cmd, **args)
         except ClientError as exc:
-            info = runstore.read_json(self.handle.run_dir, runstore.RUN_JSON) or {}
-            if info.get("finished") or not registry.pid_alive(self.handle.pid):
+            if registry.run_ended(self.handle.run_dir, self.handle.pid):
+                info = runstore.read_json(self.handle.run_dir, runstore.RUN_JSON) or {}
                 final = runstore.read_json(self.handle.run_dir, runstore.FINAL_JSON)
                 raise RunEnded(str(exc), cast("Status | None", final), info) from None
             raise LinkLost(str(exc)) from None
@@ -175,7 +167,7 @@ class MergedSource:
         status when the caller has reached it already."""
         def connect() -> Requests:
             if not host:
-                return LocalLink.to(run)
+                return LocalLink.connect(run)
             return RemoteClient(Target(host, run), self.transport)
         n = NodeLink(host, run, connect, link, len(self.nodes) if node is None else node, status)
         with self._lock:
@@ -220,18 +212,19 @@ class MergedSource:
             raise ClientError("the merged view is closed")
         self._refresh(tail)
         self._discover()
+        parts = self._parts()  # one look at the nodes: the events, the status and the routes agree
+        self._maps = merge.maps(parts)
         self._take_events()
         if self.nodes and all(n.ended is not None for n in self.nodes):
             raise ClientError("the run has ended on every node")
-        st = merge.merge(self._parts(), self._seq)
+        st = merge.merge(parts, self._seq, self._maps)
         if st is None:  # not the run's end: the poller says so and tries again
             why = "; ".join(f"{n.host or 'here'}: {n.error}" for n in self.nodes if n.error)
             raise NoNodeYet(f"no node reached yet ({why})")
         return st
 
     def _take_events(self) -> None:
-        parts = self._parts()
-        self._maps = merge.maps(parts)
+        """The nodes' new events, by global rank (self._maps: this poll's ranks)."""
         with self._lock:
             for n in self.nodes:
                 with n.lock:

@@ -84,6 +84,12 @@ def unregister(run_id: str) -> None:
         pass
 
 
+def run_ended(run_dir: Path | str, pid: int) -> bool:
+    """Its run.json says it finished, or its supervisor is gone (a lost socket is then the end)."""
+    info = runstore.read_json(run_dir, runstore.RUN_JSON) or {}
+    return bool(info.get("finished")) or not pid_alive(pid)
+
+
 def pid_alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)

@@ -25,7 +25,7 @@ from typing import IO, Any, cast
 
 from mpwatch import bridge_wire as wire
 from mpwatch import protocol, runstore
-from mpwatch.client import ClientError, Requests
+from mpwatch.client import ClientError, Requests, check_reply
 from mpwatch.registry import RegistryEntry
 from mpwatch.status import Status
 
@@ -269,12 +269,7 @@ class RemoteClient(Requests):
         if isinstance(gone, dict):
             raise RunEnded(f"run {self.run_id} on {self.host} has ended",
                            cast("Status | None", gone.get("final")), gone.get("info"))
-        reply = msg.get("reply")
-        if not isinstance(reply, dict):
-            raise ClientError(f"{self.host} sent an unreadable reply")
-        if not reply.get("ok"):
-            raise ClientError(str(reply.get("error", "request failed")))
-        return reply
+        return check_reply(msg.get("reply"), self.host)
 
     @property
     def lost(self) -> str | None:

@@ -201,8 +201,14 @@ class RunStore:
 
 def read_events(run_dir: Path | str, kinds: set[str] | None = None) -> Iterator[dict[str, Any]]:
     """Events of a run, oldest first; a torn last line (a run still writing) is skipped."""
+    return read_jsonl(Path(run_dir) / EVENTS, kinds)
+
+
+def read_jsonl(path: Path | str, kinds: set[str] | None = None) -> Iterator[dict[str, Any]]:
+    """The records of a .jsonl file (events.jsonl, gpu.jsonl), oldest first, those whose
+    `event` is in kinds when given; a torn or unreadable line is skipped, no file is none."""
     try:
-        with open(Path(run_dir) / EVENTS, encoding="utf-8", errors="replace") as f:
+        with open(path, encoding="utf-8", errors="replace") as f:
             for line in f:
                 try:
                     rec = json.loads(line)
@@ -223,6 +229,24 @@ def read_json(run_dir: Path | str, name: str) -> dict[str, Any] | None:
     except (OSError, ValueError):
         return None
     return data if isinstance(data, dict) else None
+
+
+FINAL_WAIT_S = 3.0  # after a run's socket closes, how long its final.json may take to appear
+
+
+def wait_final(run_dir: Path | str, stop: threading.Event | None = None,
+               timeout: float = FINAL_WAIT_S) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
+    """(final.json, run.json) of a run whose socket closed, once run.json says it finished
+    with final.json written, or as they are after `timeout` (or when `stop` is set)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        info, final = read_json(run_dir, RUN_JSON), read_json(run_dir, FINAL_JSON)
+        if (final is not None and info and info.get("finished")) or time.monotonic() > deadline:
+            return final, info
+        if stop is None:
+            time.sleep(0.1)
+        elif stop.wait(0.1):
+            return final, info
 
 
 def tail_lines(path: Path, n: int = 20, max_bytes: int = 64 * 1024, end: int | None = None) -> list[str]:

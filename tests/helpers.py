@@ -18,6 +18,8 @@ from pathlib import Path
 
 import psutil
 
+from mpwatch import runstore
+
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 MPWATCH = [sys.executable, "-m", "mpwatch"]
@@ -118,15 +120,7 @@ class HeadlessRun:
 
     def events(self, kind: str | None = None) -> list[dict]:
         out = []
-        try:
-            lines = (self.run_dir / "events.jsonl").read_text().splitlines()
-        except FileNotFoundError:
-            return out
-        for line in lines:
-            try:
-                rec = json.loads(line)
-            except ValueError:
-                continue
+        for rec in runstore.read_events(self.run_dir):
             if rec.get("event") == "worker_started":
                 self.seen_pids.add(rec["pid"])
             if kind is None or rec.get("event") == kind:

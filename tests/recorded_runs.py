@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from mpwatch import runstore
 from tests.faults.conftest import FAULTS
 from tests.helpers import FIXTURES, ROOT, HeadlessRun, assert_gone, wait_for
 
@@ -130,15 +131,6 @@ def writes_gpu_timeline(run: HeadlessRun) -> bool:
 def ranks_ticked(path: Path) -> set[int]:
     """Ranks seen in the ticks of a gpu.jsonl so far."""
     out: set[int] = set()
-    try:
-        text = path.read_text()
-    except FileNotFoundError:
-        return out
-    for line in text.splitlines():
-        try:
-            rec = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(rec, dict):
-            out.update(r["rank"] for r in rec.get("ranks", []) if r.get("nvml"))
+    for rec in runstore.read_jsonl(path):
+        out.update(r["rank"] for r in rec.get("ranks", []) if r.get("nvml"))
     return out

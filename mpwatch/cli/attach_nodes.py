@@ -31,7 +31,7 @@ def has_peers(client: Client) -> bool:
 def _reach(target: str | None, transport: Transport) -> tuple[str, Requests, Status]:
     """(host, link, its first status) of one target; raises ClientError."""
     remote = parse_target(target) if target else None
-    link: Requests = RemoteClient(remote, transport) if remote is not None else LocalLink.to(target)
+    link: Requests = RemoteClient(remote, transport) if remote is not None else LocalLink.connect(target)
     try:
         return (remote.host if remote else ""), link, link.status(tail=0)
     except ClientError:

@@ -31,7 +31,6 @@ MAX_INTERVAL_S = 1.0
 # Loss points per worker a snapshot carries: the widest sparkline. At 256 workers the full
 # tail would be most of each snapshot's bytes, decoded 4 times a second.
 TAIL_POINTS = 12
-FINAL_WAIT_S = 3.0  # after the socket closes, how long final.json may take to appear
 
 
 class Target(Protocol):
@@ -151,13 +150,7 @@ class Poller:
         if ended is not None:
             final, info = ended()
         elif self.run_dir is not None:
-            deadline = time.monotonic() + FINAL_WAIT_S
-            while not self._stop.is_set():
-                info = runstore.read_json(self.run_dir, runstore.RUN_JSON)
-                final = runstore.read_json(self.run_dir, runstore.FINAL_JSON)
-                if (final is not None and info and info.get("finished")) or time.monotonic() > deadline:
-                    break
-                self._stop.wait(0.1)
+            final, info = runstore.wait_final(self.run_dir, self._stop)
         if not self._stop.is_set() and self.target is not None:
             # final.json is the supervisor's last status, written by the same snapshot builder.
             self.target.post_message(RunGone(cast("Status | None", final), info, why))
