@@ -119,6 +119,7 @@ class RunDir:
         self._events: list[EventRecord] | None = None
         self._thinned_to: float | None = None  # events.jsonl's thinning, from its notes
         self._thinned_reports = 0
+        self._thinned_seen: set[tuple[object, ...]] = set()  # the notes counted (each once)
 
     # --------------------------------------------------------------- events ----
     def _note(self, text: str) -> None:
@@ -199,6 +200,12 @@ class RunDir:
         upto = _num(ev.get("thinned_to"))
         if upto is None or not isinstance(before, int) or not isinstance(after, int):
             return
+        # Each pass once, however often it is read: by this reader and the replay's, and again
+        # when a later pass swaps the file under a live reader (the earlier notes stay in it).
+        key = (ev.get("ts"), ev.get("thinned_from"), upto, before, after)
+        if key in self._thinned_seen:
+            return
+        self._thinned_seen.add(key)
         self._thinned_to = max(self._thinned_to or upto, upto)
         self._thinned_reports += before - after
         self.note(f"{runstore.EVENTS} was thinned to stay under its size cap: {self._thinned_reports} report "

@@ -12,7 +12,9 @@ carries `child_of`) is never part of its rank's curve.
 Tolerant as rundir.py: lines that are no event are counted into a note, a torn last line
 too, a thinned file says so. `refresh` picks up what a live run appended (or reindexes
 after a thinning pass replaced the file). Called from the replay source's callers' threads
-under its lock (but `curve`, which may wait for the index); no textual, no supervisor.
+under its lock (but `curve`, which may wait for the index); the report index is built,
+extended and read under a lock of its own (`_swap`: the poller's status and the detail
+view's curve may take in a live run's new lines at once); no textual, no supervisor.
 """
 from __future__ import annotations
 
@@ -89,13 +91,13 @@ class EventsFile(_Mapped):
         self.reports: ReportIndex | None = None  # every report, once built (index_step)
         self.built = threading.Event()
         self._building = False  # a thread builds it (start_index)
-        self._swap = threading.Lock()  # the index being built
+        self._swap = threading.Lock()  # the report index: built, extended, read, swapped
         self._pending = ReportIndex()
         self._target: tuple[Data, int, int] = (b"", 0, 0)  # what it is built from: data, end, notable events
 
     def load(self) -> None:
-        self.events, self.ends, self.indexed, self.skipped = [], array("q"), 0, 0
         with self._swap:
+            self.events, self.ends, self.indexed, self.skipped = [], array("q"), 0, 0
             self.reports, self._pending, self._building = None, ReportIndex(), False
             self.built.clear()
             if self.map():
@@ -201,18 +203,21 @@ class EventsFile(_Mapped):
         return self.ends[pos] if 0 <= pos < len(self.ends) else self.indexed
 
     def _index_now(self) -> ReportIndex | None:
+        """The report index (None until built) with a live run's appended lines taken in;
+        the caller holds `_swap` (one thread parses new lines, once) and reads it under it."""
         idx = self.reports
         if idx is not None and idx.upto < self.indexed:  # a live run's appended lines
             idx.extend(self.data, self.indexed)
         return idx
 
-    def reports_before(self, end: int, t: float, ranks: list[int], want: int) -> dict[int, list[Report]]:
-        """Each rank's last `want` reports at the moment (the index's: at or before t; the
-        window's, until the index is built: written before byte `end`), oldest first; a
-        rank that never reported is missing."""
-        idx = self._index_now()
-        if idx is not None:
-            return {r: got for r in ranks if (s := idx.series.get(r)) is not None and (got := s.last(t, want))}
+    def reports_before(self, end: int, ranks: list[int], want: int) -> dict[int, list[Report]]:
+        """Each rank's last `want` reports written before byte `end` (where the cursor's
+        event's line ends: the file as it stood then), oldest first, from the index or,
+        until it is built, a window of the file; a rank that never reported is missing."""
+        with self._swap:
+            idx = self._index_now()
+            if idx is not None:
+                return {r: got for r in ranks if (s := idx.series.get(r)) is not None and (got := s.last(end, want))}
         if not ranks or end <= 0:
             return {}
         found, start = window(self.data, end, ranks, want, WINDOW_START * want * len(ranks))
@@ -226,9 +231,10 @@ class EventsFile(_Mapped):
         the index: call without the source's lock)."""
         self.start_index()
         self.built.wait(BUILD_WAIT_S)
-        idx = self._index_now()
-        s = idx.series.get(rank) if idx is not None else None
-        return [] if s is None else [s.report(i) for i in range(s.upto(t))]
+        with self._swap:
+            idx = self._index_now()
+            s = idx.series.get(rank) if idx is not None else None
+            return [] if s is None else [s.report(i) for i in range(s.upto(t))]
 
 
 class GpuFile(_Mapped):

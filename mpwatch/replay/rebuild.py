@@ -185,7 +185,7 @@ def status_at(events: EventsFile, gpu: GpuFile, facts: RunFacts, run: RunFold, p
               tail: int) -> Status:
     """The status at the moment of events[pos] (t: its time; pos past the last: the end)."""
     ranks = sorted(run.ranks)
-    reps = events.reports_before(events.end_of(pos), t, ranks, max(tail, 8))
+    reps = events.reports_before(events.end_of(pos), ranks, max(tail, 8))
     views, wgpu, gpu_status = gpus_at(gpu, t, facts, run)
     workers = [worker_row(run.ranks[r], reps.get(r, []), t, tail, wgpu.get(r)) for r in ranks]
     counts: dict[str, int] = {}

@@ -8,6 +8,11 @@ Two ways to them, the same answers:
   rank: a moment's last reports are a bisection away.
 - until it is built, `window`: the reports of the last stretch of the file before the
   cursor, and `last_report` for a rank silent longer than that.
+A moment's reports are those written before the cursor's event in the file, as it stood
+then: both ways cut at the same byte. Not by time: a report carries the worker's time, and
+the supervisor holds one back up to a second before it writes it (ledger.py), so a report
+timed before an event may have reached the supervisor after it. (A curve, which has no
+cursor's event, is cut by time.) A loss of NaN reads as none reported, both ways.
 Pure file reading; no lock of its own (the caller's).
 """
 from __future__ import annotations
@@ -35,13 +40,15 @@ class Report:
 
 
 def num(raw: bytes) -> float | None:
+    """A number as written (null, "nan" and what is no number: None)."""
     raw = raw.strip().strip(b'"')
     if raw == b"null":
         return None
     try:
-        return float(raw)
+        v = float(raw)
     except ValueError:
         return None
+    return v if v == v else None
 
 
 def step_of(raw: bytes) -> int | None:
@@ -59,22 +66,26 @@ def _floats(col: tuple[bytes, ...]) -> array[float]:
 
 @dataclass
 class Series:
-    """One rank's reports, oldest first (a step or loss of NaN: none reported)."""
+    """One rank's reports in the file's order (a step or loss of NaN: none reported), with
+    where each one's line starts in the file."""
 
     ts: array[float] = field(default_factory=lambda: array("d"))
     step: array[float] = field(default_factory=lambda: array("d"))
     loss: array[float] = field(default_factory=lambda: array("d"))
+    at: array[int] = field(default_factory=lambda: array("q"))
 
     def report(self, i: int) -> Report:
         s, v = self.step[i], self.loss[i]
         return Report(self.ts[i], int(s) if s == s else None, v if v == v else None)
 
     def upto(self, t: float) -> int:
-        """How many came at or before t."""
+        """How many came at or before t (the curve's cut)."""
         return bisect.bisect_right(self.ts, t)
 
-    def last(self, t: float, want: int) -> list[Report]:
-        n = self.upto(t)
+    def last(self, end: int, want: int) -> list[Report]:
+        """The last `want` of those written before byte `end` (where the cursor's event's
+        line ends, as `window` cuts): a line that starts before it ends before it."""
+        n = bisect.bisect_left(self.at, end)
         return [self.report(i) for i in range(max(0, n - want), n)]
 
 
@@ -94,16 +105,17 @@ class ReportIndex:
             cut = end if end - pos <= SLICE else data.rfind(b"\n", pos, pos + SLICE) + 1
             if cut <= pos:
                 cut = end
-            chunk = data[pos:cut]
+            chunk, base = data[pos:cut], pos
             pos = cut
             self.lines += chunk.count(b"\n")
             self.reports += chunk.count(b'"event": "report"') + chunk.count(b'"event":"report"')
             self.thinned += chunk.count(b'"event": "thinned"')
-            found = REPORT.findall(chunk)
+            found = list(REPORT.finditer(chunk))
             if not found:
                 continue
-            ts, ranks, steps, losses = zip(*found, strict=True)
+            ts, ranks, steps, losses = zip(*map(re.Match.groups, found), strict=True)
             tsa, sta, loa = _floats(ts), _floats(steps), _floats(losses)
+            at = [base + m.start() for m in found]
             rows: dict[int, list[int]] = {}
             for i, r in enumerate(map(int, ranks)):
                 rows.setdefault(r, []).append(i)
@@ -112,6 +124,7 @@ class ReportIndex:
                 s.ts.extend(map(tsa.__getitem__, idx))
                 s.step.extend(map(sta.__getitem__, idx))
                 s.loss.extend(map(loa.__getitem__, idx))
+                s.at.extend(map(at.__getitem__, idx))
         self.upto = max(self.upto, end)
 
 
@@ -131,10 +144,11 @@ def window(data: Data, end: int, ranks: list[int], want: int, span: int) -> tupl
 
 
 def last_report(data: Data, rank: int, end: int) -> Report | None:
-    """The rank's last own report before byte `end`, searched for backwards."""
-    needle = b'"event": "report", "rank": %d, "step": ' % rank
+    """The rank's last own report before byte `end`, searched for backwards in both of the
+    writer's spellings (a line with a NaN is compact), the later hit first."""
+    needles = (b'"event": "report", "rank": %d, "step": ' % rank, b'"event":"report","rank":%d,"step":' % rank)
     while end > 0:
-        i = data.rfind(needle, 0, end)
+        i = max(data.rfind(n, 0, end) for n in needles)
         if i < 0:
             return None
         s = data.rfind(b"\n", 0, i) + 1

@@ -61,7 +61,7 @@ class ReplayApp(MpwatchApp):
         self.live = True
         self.moves = 0  # cursor moves, for tests and the bench
         self._moments: list[tuple[float, str | None]] = []
-        self._notes_shown = 0
+        self._notes_shown: list[str] = []  # the notes in the banner
         self._indexer: Timer | None = None  # builds the report index while idle
 
     def on_mount(self) -> None:  # Textual calls MpwatchApp.on_mount too (then the poller starts)
@@ -71,10 +71,12 @@ class ReplayApp(MpwatchApp):
         self.set_interval(1.0, self.show_notes)  # some come later (counted with the report index)
 
     def show_notes(self) -> None:
-        """What the files miss, in the banner (notes only grow)."""
+        """What the files miss, in the banner, whenever it changed: notes are added, and one
+        may take another's place with the same count of notes (a count that grew, a second
+        thinning pass: rundir.RunDir.note's `replaces`)."""
         notes = list(self.replay.notes)
-        if notes and len(notes) != self._notes_shown:
-            self._notes_shown = len(notes)
+        if notes and notes != self._notes_shown:
+            self._notes_shown = notes
             self.banner.update(Text("\n".join(notes), no_wrap=False))
             self.banner.add_class("shown")
 
