@@ -80,7 +80,8 @@ def hung(record) -> Recorded:
     pytest.importorskip("torch", reason="demo/hang.py needs torch (pip install -e '.[demo]')")
 
     def until(run):
-        run.wait_event("alert", lambda r: r.get("kind") == "hang" and "in all_reduce" in r["message"], 240)
+        run.wait_event("alert", lambda r: r.get("kind") == "hang" and "in all_reduce" in r["message"]
+                       and "(in " in r["message"], 240)  # the peers' collective and the culprit's frame
         run.ctl("stop")
         run.wait_exit(60)
     return record("hung", ROOT / "demo" / "hang.py", "--hang-rank", "1", "--hang-step", "5", "--step-time", "0.02",

@@ -41,7 +41,8 @@ def record_hang(dest: Path) -> None:
                           "--step-time", "0.02", n=3, opts=["--stall-timeout", "6"])
         try:
             run.start()
-            run.wait_event("alert", lambda r: r.get("kind") == "hang" and "in all_reduce" in r["message"], 240)
+            run.wait_event("alert", lambda r: r.get("kind") == "hang" and "in all_reduce" in r["message"]
+                           and "(in " in r["message"], 240)  # the peers' collective and the culprit's frame
             run.ctl("stop")
             run.wait_exit(60)
         finally:
