@@ -26,9 +26,9 @@ from pathlib import Path
 from bench import measure
 from bench.harness import row
 from mpwatch.probes import gpu as gpu_probe
-from mpwatch.status import CudaView
-from mpwatch.supervisor import gpu_watch
-from mpwatch.supervisor.gpu_ranks import RankInfo
+from mpwatch.contract.status import CudaView
+from mpwatch.supervisor.gpu import watch as gpu_watch
+from mpwatch.supervisor.gpu.ranks import RankInfo
 
 NGPUS = 8
 TARGET_MS = 2.0  # per tick for 8 GPUs: 0.2% of a core at the default 1 s interval

@@ -42,8 +42,8 @@ def _child(d: str) -> None:
     t_spawned = time.perf_counter()
     from textual import events
 
-    from mpwatch.replay import ReplaySource
-    from mpwatch.tui import glyphs
+    from mpwatch.sources.replay import ReplaySource
+    from mpwatch.tui.render import glyphs
     from mpwatch.tui.replay_app import ReplayApp
 
     async def main() -> dict:

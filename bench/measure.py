@@ -19,7 +19,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from mpwatch import runstore
+from mpwatch.rundir import writer
 from tests.helpers import alive, descendants, kill_all, wait_for
 
 __all__ = ["alive", "descendants", "kill_all", "wait_for"]  # the shared process helpers, for the bench modules
@@ -127,7 +127,7 @@ class Headless:
 
     def client(self, timeout: float = 60.0):
         if self._client is None:
-            from mpwatch.client import Client, ClientError
+            from mpwatch.sources.local import Client, ClientError
 
             wait_for(lambda: (self.run_dir / "control.json").exists() or self.proc.poll() is not None,
                      timeout, what="the supervisor's control file")
@@ -160,7 +160,7 @@ class Headless:
 
     def events(self, kind: str | None = None) -> list[dict]:
         out = []
-        for rec in runstore.read_events(self.run_dir):
+        for rec in writer.read_events(self.run_dir):
             if rec.get("event") == "worker_started":
                 self.pids.add(rec["pid"])
             if kind is None or rec.get("event") == kind:

@@ -10,7 +10,7 @@ POLLS_FILE, when given, holds the number of snapshots served so far, so the benc
 how often the TUI actually refreshed. The statuses keep the producer's shape: workers and
 GPUs are copies of those recorded from a real 8-GPU run (tests/data/statuses/gpu8.json),
 with the moving numbers changed. With --nodes K, the workers (and GPUs) are split over K
-synthetic nodes merged by the real MergedSource (mpwatch/merged.py: a thread per node, the
+synthetic nodes merged by the real MergedSource (sources.multinode.source: a thread per node, the
 merge, the cross-node straggler analysis), as `mpwatch attach` merges the nodes of a run.
 """
 from __future__ import annotations
@@ -122,7 +122,7 @@ class SyntheticSource:
 def merged(n: int, nodes: int, polls_file: str | None, gpus: int) -> Any:
     """A MergedSource over `nodes` synthetic nodes of n / nodes workers each; the first counts
     the polls (every node is polled once per merged poll)."""
-    from mpwatch.merged import MergedSource
+    from mpwatch.sources.multinode.source import MergedSource
 
     source = MergedSource()
     for k in range(nodes):

@@ -20,7 +20,7 @@ import threading
 import time
 from collections import deque
 
-from mpwatch import protocol
+from mpwatch.contract import protocol
 
 # Types for the checker only: `import mpwatch` must stay cheap, and `typing` alone costs
 # milliseconds at start-up (mypy reads this constant as True).
@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     from multiprocessing.connection import Connection
     from typing import Literal
 
-    from mpwatch.status import CudaView
+    from mpwatch.contract.status import CudaView
 
     Entry = tuple[int, float, int | None, object, dict[str, object]]  # seq, wall time, step, loss, metrics
     CudaSource = Callable[[], CudaView | None]
@@ -43,7 +43,7 @@ FLUSH_S = 0.25
 # which otherwise competes with the training loop for the GIL.
 BUFFER = 2048
 CUDA_EVERY_S = 1.0  # torch's memory view is sampled at most this often
-FAKE_CUDA_ENV = "MPWATCH_FAKE_CUDA"  # TEST-ONLY: a scripted allocator view (mpwatch/fake_cuda.py)
+FAKE_CUDA_ENV = "MPWATCH_FAKE_CUDA"  # TEST-ONLY: a scripted allocator view (testing.scripted_cuda)
 # Entries per batch: a flush holding more reports folds runs of consecutive ones into one
 # entry (last step, last loss, metrics merged, and their count), so the supervisor's cost
 # per worker stays flat however fast a loop reports; 8 points a flush still draw the curve.
@@ -213,7 +213,7 @@ class _Channel:
         if self.cuda_source is None:
             if "torch" not in sys.modules:
                 return None
-            from mpwatch.cuda_view import TorchCuda  # only in processes that use torch
+            from mpwatch.worker_cuda import TorchCuda  # only in processes that use torch
 
             self.cuda_source = TorchCuda()
         return self.cuda_source()
@@ -311,7 +311,7 @@ def _setup() -> _Channel | None:
     source: CudaSource | None = None
     fake = os.environ.get(FAKE_CUDA_ENV)
     if fake:
-        from mpwatch.fake_cuda import FakeCuda  # TEST-ONLY
+        from mpwatch.testing.scripted_cuda import FakeCuda  # TEST-ONLY
 
         source = FakeCuda(fake, rank)
     chan = _Channel(address, authkey, rank, flush_s, source)

@@ -34,7 +34,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from mpwatch import fmt  # noqa: E402  (after the path: the checkout's mpwatch)
+from mpwatch.text import fmt  # noqa: E402  (after the path: the checkout's mpwatch)
 
 COLLISION = "r0,1"  # GPU 0's row names both ranks; the collision mark follows it
 _SVG_TEXT = re.compile(r'<text[^>]*?x="([\d.]+)"[^>]*?clip-path="url\(#[\w-]*?-line-(\d+)\)"[^>]*>(.*?)</text>',
@@ -108,8 +108,8 @@ def capture_tmux(run_dir: Path, size: tuple[int, int], env: dict[str, str], done
 
 def capture_headless(run_dir: Path, size: tuple[int, int], done: Callable[[str], bool], timeout: float) -> str:
     """The same TUI under Textual's headless driver, read from its screenshot."""
-    from mpwatch.client import Client
-    from mpwatch.tui import glyphs
+    from mpwatch.sources.local import Client
+    from mpwatch.tui.render import glyphs
     from mpwatch.tui.app import MpwatchApp
 
     async def run() -> str:

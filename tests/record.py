@@ -30,7 +30,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from mpwatch.client import Client
+from mpwatch.sources.local import Client
 from tests.helpers import ROOT, HeadlessRun, wait_for
 
 DATA = ROOT / "tests" / "data" / "statuses"
@@ -310,7 +310,7 @@ def record(sc: Scenario, tmp: Path) -> dict[str, Any]:
             ranks = [w["rank"] for w in status["workers"]]
             history = {str(r): [list(p) for p in client.history(r)] for r in ranks}
             logs = {str(r): {s: client.logs(r, s, 12) for s in ("stdout", "stderr")} for r in ranks}
-        from mpwatch import eventtext
+        from mpwatch.text import eventtext
 
         want = [t for t in (eventtext.line(e) for e in events) if t]
         if want:  # the supervisor prints each line as it records the event: wait for the last

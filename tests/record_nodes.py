@@ -1,7 +1,7 @@
 """The recorder's two-node scenario (`python -m tests.record nodes`): a real 2-node run, two
 headless supervisors meeting in torch's rendezvous (gloo), each "on" a machine of its own
 (127.0.0.1 and 127.0.0.2, its own runtime directory, its own scripted NVML with two GPUs),
-four ranks each, merged by the real MergedSource (mpwatch/merged.py) as `mpwatch attach`
+four ranks each, merged by the real MergedSource (sources.multinode.source) as `mpwatch attach`
 merges them. Global rank 5 (node 1's rank 1) gets stuck loading a batch; the seven others
 wait for it in all_reduce: the merged analysis names it, which node 0 alone cannot.
 
@@ -17,7 +17,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from mpwatch.merged import LocalLink, MergedSource
+from mpwatch.sources.multinode.source import LocalLink, MergedSource
 from tests.helpers import ROOT, HeadlessRun, wait_for
 from tests.nodes.conftest import free_port, node_flags
 from tests.record import TIMELINE_WINDOWS, Normaliser, nvml_node

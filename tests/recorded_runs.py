@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from mpwatch import runstore
+from mpwatch.rundir import writer
 from tests.faults.conftest import FAULTS
 from tests.helpers import FIXTURES, ROOT, HeadlessRun, assert_gone, wait_for
 
@@ -117,7 +117,7 @@ def oom_run_until(run: HeadlessRun, go: Path) -> None:
 
 def writes_gpu_timeline(run: HeadlessRun) -> bool:
     """Whether this supervisor keeps a GPU timeline (and so writes gpu.jsonl)."""
-    from mpwatch.client import Client, ClientError
+    from mpwatch.sources.local import Client, ClientError
 
     with Client.connect(str(run.run_dir)) as c:
         try:
@@ -132,6 +132,6 @@ def writes_gpu_timeline(run: HeadlessRun) -> bool:
 def ranks_ticked(path: Path) -> set[int]:
     """Ranks seen in the ticks of a gpu.jsonl so far."""
     out: set[int] = set()
-    for rec in runstore.read_jsonl(path):
+    for rec in writer.read_jsonl(path):
         out.update(r["rank"] for r in rec.get("ranks", []) if r.get("nvml"))
     return out

@@ -3,7 +3,7 @@ import math
 
 import pytest
 
-from mpwatch import protocol
+from mpwatch.contract import protocol
 
 
 def test_roundtrip_batch():

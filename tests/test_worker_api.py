@@ -8,7 +8,7 @@ import threading
 import types
 from multiprocessing.connection import Listener
 
-from mpwatch import protocol
+from mpwatch.contract import protocol
 from tests.helpers import ROOT, wait_for
 
 KEY = os.urandom(16)
@@ -245,7 +245,7 @@ def stand_in_torch(initialized=True, stats=None, uuids=None):
 
 
 def test_torch_cuda_view_reads_the_busiest_device_once_per_call(monkeypatch):
-    from mpwatch.cuda_view import TorchCuda
+    from mpwatch.worker_cuda import TorchCuda
 
     torch, calls = stand_in_torch(stats=[_stats(0), _stats(5 << 30, 3 << 30, retries=2, ooms=1, split=7)],
                                   uuids=["aaaa", "bbbb"])
@@ -262,7 +262,7 @@ def test_torch_cuda_view_reads_the_busiest_device_once_per_call(monkeypatch):
 
 
 def test_torch_cuda_view_never_initialises_cuda_and_names_a_mig_instance(monkeypatch):
-    from mpwatch.cuda_view import TorchCuda
+    from mpwatch.worker_cuda import TorchCuda
 
     torch, calls = stand_in_torch(initialized=False, stats=[_stats(1)], uuids=["aaaa"])
     monkeypatch.setitem(sys.modules, "torch", torch)

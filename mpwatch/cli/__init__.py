@@ -25,7 +25,7 @@ SUBCOMMANDS = {
     "summary": "mpwatch.cli.summary:cmd_summary",
     "show": "mpwatch.cli.show:cmd_show",
     "prune": "mpwatch.cli.prune:cmd_prune",
-    "bridge": "mpwatch.bridge:cmd_bridge",
+    "bridge": "mpwatch.cli.bridge:cmd_bridge",
 }
 
 SIGPIPE_EXIT = 141  # what a shell shows for a process ended by SIGPIPE, as `yes | head` does

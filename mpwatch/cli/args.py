@@ -296,7 +296,7 @@ def ctl_parser() -> Parser:
     return p
 
 
-# The flags a launcher passes on to a supervisor it starts in its own process (tui/launch.py):
+# The flags a launcher passes on to a supervisor it starts in its own process (cli.tui_launch):
 # (dest, flag); the others reach it resolved (-n, --grace, --run-dir) or are the launcher's own.
 RELAYED = (("module", "-m"), ("no_python", "--no-python"), ("run_path", "--run-path"), ("role", "--role"),
            ("virtual_local_rank", "--virtual-local-rank"), ("nnodes", "--nnodes"), ("node_rank", "--node-rank"),

@@ -1,5 +1,5 @@
 """`mpwatch attach HOST:RUN [...]`: the TUI on runs of other machines (through ssh and
-`mpwatch bridge`), or of several nodes at once, as one merged view (mpwatch/merged.py).
+`mpwatch bridge`), or of several nodes at once, as one merged view (sources.multinode.source).
 Every target named is reached before the screen opens (a failure is one line, exit code 2);
 the peers a multi-node run names are found afterwards, and a node lost later is shown
 unreachable and tried again. Main thread.
@@ -11,10 +11,10 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 from mpwatch.cli.args import die
-from mpwatch.client import Client, ClientError, Requests
-from mpwatch.merged import LocalLink, MergedSource, NoNodeYet
-from mpwatch.remote import RemoteClient, Transport, parse_target
-from mpwatch.status import Status
+from mpwatch.contract.status import Status
+from mpwatch.sources.local import Client, ClientError, Requests
+from mpwatch.sources.multinode.source import LocalLink, MergedSource, NoNodeYet
+from mpwatch.sources.remote.client import RemoteClient, Transport, parse_target
 
 STOP_WAIT_S = 60.0  # after "stop the run": how long to wait for every node to end
 

@@ -13,7 +13,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from mpwatch import slurm
+from mpwatch.cli import slurm
 from mpwatch.cli.args import UsageError, die, no_effect, relayed_flags
 
 if TYPE_CHECKING:
@@ -170,7 +170,7 @@ def options(ns: argparse.Namespace, env: Mapping[str, str]) -> Options:
 
 def cmd_run(ns: argparse.Namespace) -> int:
     opts = options(ns, os.environ)
-    from mpwatch import registry
+    from mpwatch.rundir import registry
 
     if ns.run_dir is None and ns.log_dir is not None:  # torchrun's --log-dir: a folder of runs
         try:
@@ -199,7 +199,7 @@ def cmd_run(ns: argparse.Namespace) -> int:
 def _tui_launcher() -> Launcher | None:
     """The TUI's launcher when the TUI is installed, else None (headless then)."""
     try:
-        from mpwatch.tui.launch import launch_with_tui
+        from mpwatch.cli.tui_launch import launch_with_tui
     except ImportError:
         return None
     launch: Launcher = launch_with_tui

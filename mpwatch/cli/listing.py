@@ -9,8 +9,9 @@ import json
 import time
 from pathlib import Path
 
-from mpwatch import fmt, postmortem, registry, rundir
 from mpwatch.cli.args import Parser, die
+from mpwatch.rundir import postmortem, reader, registry
+from mpwatch.text import fmt
 
 
 def _when(ts: float | None) -> str:
@@ -24,13 +25,13 @@ def all_runs(folders: list[Path]) -> list[postmortem.RunListing]:
     for e in registry.live_runs():
         dirs.setdefault(Path(e["run_dir"]).resolve(), Path(e["run_dir"]))
     for folder in folders:
-        for d in [folder] if rundir.looks_like_run(folder) else registry.run_dirs(folder):
+        for d in [folder] if reader.looks_like_run(folder) else registry.run_dirs(folder):
             dirs.setdefault(d.resolve(), d)
     out: list[postmortem.RunListing] = []
     for d in dirs.values():
         try:
-            out.append(postmortem.listing(rundir.read(d)))
-        except rundir.NotARunDir:
+            out.append(postmortem.listing(reader.read(d)))
+        except reader.NotARunDir:
             continue  # removed while we looked, or not readable by this user
     out.sort(key=lambda r: r["started"] or 0.0, reverse=True)
     return out
@@ -93,8 +94,8 @@ def _ls_host(ns: argparse.Namespace) -> int:
         return die("--remote-mpwatch goes with --host")
     if ns.all or ns.folders:
         return die(f"--all reads run folders on this machine; for {ns.host}'s: ssh {ns.host} mpwatch ls --all")
-    from mpwatch.client import ClientError
-    from mpwatch.remote import Transport, remote_runs
+    from mpwatch.sources.local import ClientError
+    from mpwatch.sources.remote.client import Transport, remote_runs
 
     try:
         entries = remote_runs(ns.host, Transport.from_env(ns.remote_mpwatch))

@@ -1,7 +1,7 @@
 """`mpwatch attach` and `mpwatch ctl`: clients of a live run's control socket, here or on
-another machine through `ssh HOST mpwatch bridge` (mpwatch/remote.py). `ctl logs` alone
+another machine through `ssh HOST mpwatch bridge` (sources.remote.client). `ctl logs` alone
 reads the run directory (so it works on finished runs too), with --host it asks the live
-run; `attach` on a run that has ended replays its files (cli/show.py). Main thread."""
+run; `attach` on a run that has ended replays its files (cli.show). Main thread."""
 from __future__ import annotations
 
 import argparse
@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 from mpwatch.cli.args import ACTIONS, Parser, ctl_parser, die
 
 if TYPE_CHECKING:  # the client modules load lazily: `ctl logs` needs none of them
-    from mpwatch.client import Requests
+    from mpwatch.sources.local import Requests
 
 REMOTE_HELP = ("the mpwatch command on the other machine, where a non-interactive ssh shell "
                "does not find it (default: mpwatch)")
@@ -27,14 +27,14 @@ def cmd_attach(argv: list[str]) -> int:
     p.add_argument("--remote-mpwatch", metavar="PATH", help=REMOTE_HELP)
     p.add_argument("--no-mouse", action="store_true")
     ns = p.parse_args(argv)
-    from mpwatch.remote import parse_target
+    from mpwatch.sources.remote.client import parse_target
 
     remote = [t for t in ns.targets if parse_target(t) is not None]
     if len(ns.targets) > 1 or remote or ns.remote_mpwatch:
         from mpwatch.cli.attach_nodes import attach_nodes
 
         return attach_nodes(ns.targets, ns.remote_mpwatch, mouse=not ns.no_mouse)
-    from mpwatch.client import Client, ClientError
+    from mpwatch.sources.local import Client, ClientError
 
     try:
         client = Client.connect(ns.targets[0] if ns.targets else None)
@@ -51,7 +51,7 @@ def cmd_attach(argv: list[str]) -> int:
 
         return attach_nodes([str(client.handle.run_dir)], None, mouse=not ns.no_mouse)
     try:
-        from mpwatch.tui.launch import attach_tui
+        from mpwatch.cli.tui_launch import attach_tui
     except ImportError:
         client.close()
         return die("the TUI is not installed (pip install textual); use 'mpwatch ctl status'")
@@ -68,10 +68,10 @@ def _ctl_parser() -> Parser:
 
 def _connect(run: str | None, host: str | None, remote_mpwatch: str | None) -> Requests:
     if host is None:
-        from mpwatch.client import Client
+        from mpwatch.sources.local import Client
 
         return Client.connect(run)
-    from mpwatch.remote import RemoteClient, Target, Transport
+    from mpwatch.sources.remote.client import RemoteClient, Target, Transport
 
     return RemoteClient(Target(host, run), Transport.from_env(remote_mpwatch))
 
@@ -86,7 +86,7 @@ def cmd_ctl(argv: list[str]) -> int:
         return show_logs(ns.run, ns.rank, "stderr" if ns.stderr else "stdout", ns.lines, ns.follow)
     if ns.action == "logs" and ns.follow:
         return die(f"--follow reads the run directory: run it there (ssh {ns.host} mpwatch ctl logs ... --follow)")
-    from mpwatch.client import ClientError
+    from mpwatch.sources.local import ClientError
 
     try:
         client = _connect(ns.run, ns.host, ns.remote_mpwatch)
@@ -117,7 +117,7 @@ def _ctl_action(client: Requests, ns: argparse.Namespace) -> None:
     elif ns.action == "stop":
         print(client.stop())
     elif ns.action == "logs":
-        from mpwatch import runstore
+        from mpwatch.rundir import writer
 
         lines = client.logs(ns.rank, "stderr" if ns.stderr else "stdout", ns.lines)
-        sys.stdout.write("".join(runstore.printable(ln) + "\n" for ln in lines))
+        sys.stdout.write("".join(writer.printable(ln) + "\n" for ln in lines))

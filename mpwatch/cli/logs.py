@@ -8,8 +8,8 @@ import sys
 import time
 from pathlib import Path
 
-from mpwatch import registry, rundir, runstore
 from mpwatch.cli.args import die
+from mpwatch.rundir import reader, registry, writer
 
 POLL_S = 0.2  # how often --follow looks for new bytes
 ENDED_POLL_S = 1.0  # and whether the run has ended
@@ -17,11 +17,11 @@ ENDED_POLL_S = 1.0  # and whether the run has ended
 
 def _print(lines: list[str]) -> None:
     if lines:
-        sys.stdout.write("".join(runstore.printable(ln) + "\n" for ln in lines))
+        sys.stdout.write("".join(writer.printable(ln) + "\n" for ln in lines))
         sys.stdout.flush()
 
 
-def _follow(rd: rundir.RunDir, path: Path, offset: int) -> None:
+def _follow(rd: reader.RunDir, path: Path, offset: int) -> None:
     """Print what is appended from `offset` on, whole lines at a time, until the run ends."""
     partial = b""
     ended_at = 0.0
@@ -41,7 +41,7 @@ def _follow(rd: rundir.RunDir, path: Path, offset: int) -> None:
             break
         if not ended_at and now - last_check >= ENDED_POLL_S:
             last_check = now
-            if not rundir.read(rd.path).live():
+            if not reader.read(rd.path).live():
                 ended_at = now  # one more read for what the last moments wrote
                 continue
         if len(data) < 1 << 20:
@@ -51,8 +51,8 @@ def _follow(rd: rundir.RunDir, path: Path, offset: int) -> None:
 
 def show_logs(run: str | None, rank: int, stream: str, lines: int, follow: bool) -> int:
     try:
-        rd = rundir.read(registry.find_run_dir(run))
-    except (registry.RunError, rundir.NotARunDir) as exc:
+        rd = reader.read(registry.find_run_dir(run))
+    except (registry.RunError, reader.NotARunDir) as exc:
         return die(str(exc))
     files = rd.ranks()
     known = set(rd.known_ranks()) | set(files)
@@ -67,7 +67,7 @@ def show_logs(run: str | None, rank: int, stream: str, lines: int, follow: bool)
     except FileNotFoundError:
         size = 0
     if lines:
-        _print(runstore.tail_lines(path, lines, max(64 * 1024, lines * 512), end=size))  # --follow goes on from size
+        _print(writer.tail_lines(path, lines, max(64 * 1024, lines * 512), end=size))  # --follow goes on from size
     if follow:
         _follow(rd, path, size)
     return 0

@@ -11,8 +11,9 @@ import sys
 import time
 from pathlib import Path
 
-from mpwatch import fmt, postmortem, registry, rundir
 from mpwatch.cli.args import Parser, UsageError, count, days, die
+from mpwatch.rundir import postmortem, reader, registry
+from mpwatch.text import fmt
 
 DAY_S = 86400.0
 
@@ -36,8 +37,8 @@ def _candidates(folder: Path) -> list[postmortem.RunListing]:
         try:
             if d.stat().st_uid != uid:
                 continue
-            out.append(postmortem.listing(rundir.read(d), exits=[]))
-        except (OSError, rundir.NotARunDir):
+            out.append(postmortem.listing(reader.read(d), exits=[]))
+        except (OSError, reader.NotARunDir):
             continue
     out.sort(key=lambda r: r["started"] or 0.0, reverse=True)
     return out

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from mpwatch import registry, rundir
 from mpwatch.cli.args import Parser, die
+from mpwatch.rundir import reader, registry
 
 
 def cmd_show(argv: list[str]) -> int:
@@ -26,10 +26,10 @@ def cmd_show(argv: list[str]) -> int:
 def show(path: Path, mouse: bool = True) -> int:
     """Replay the run directory at `path` in the TUI; 2 (and one line) when it is none."""
     try:
-        from mpwatch.replay import ReplaySource
+        from mpwatch.sources.replay import ReplaySource
 
         source = ReplaySource(path)
-    except rundir.NotARunDir as exc:
+    except reader.NotARunDir as exc:
         return die(str(exc))
     try:
         from mpwatch.tui.replay_app import ReplayApp
@@ -45,7 +45,7 @@ def ended_run_dir(run: str | None) -> Path | None:
     if run is None:
         return None
     try:
-        rd = rundir.read(registry.find_run_dir(run))
-    except (registry.RunError, rundir.NotARunDir):
+        rd = reader.read(registry.find_run_dir(run))
+    except (registry.RunError, reader.NotARunDir):
         return None
     return None if rd.live() else rd.path

@@ -2,8 +2,8 @@
 first, then the hang diagnosis, the GPUs and the run's alerts. Pure; the caller prints."""
 from __future__ import annotations
 
-from mpwatch import fmt
-from mpwatch.status import GpuProcess, GpuView, State, Status, WorkerStatus
+from mpwatch.contract.status import GpuProcess, GpuView, State, Status, WorkerStatus
+from mpwatch.text import fmt
 
 
 def _v(v: object, unit: str = "") -> str:

@@ -7,10 +7,11 @@ import shlex
 import time
 from pathlib import Path
 
-from mpwatch import fmt, postmortem, registry, rundir
 from mpwatch.cli.args import Parser, die
 from mpwatch.cli.listing import ended_text
-from mpwatch.status import ALIVE_STATES
+from mpwatch.contract.status import ALIVE_STATES
+from mpwatch.rundir import postmortem, reader, registry
+from mpwatch.text import fmt
 
 MAX_STALLS = 8  # one screen: the rest are counted
 MAX_ALERTS = 10
@@ -120,8 +121,8 @@ def cmd_summary(argv: list[str]) -> int:
     p.add_argument("--json", action="store_true")
     ns = p.parse_args(argv)
     try:
-        s = postmortem.summarize(rundir.read(registry.find_run_dir(ns.run)))
-    except (registry.RunError, rundir.NotARunDir) as exc:
+        s = postmortem.summarize(reader.read(registry.find_run_dir(ns.run)))
+    except (registry.RunError, reader.NotARunDir) as exc:
         return die(str(exc))
     print(json.dumps(s, indent=1) if ns.json else "\n".join(summary_lines(s)))
     return 0

@@ -1,5 +1,5 @@
 """GPU sampling behind a small backend interface: real NVML, a scripted fake, or absent.
-Runs on the supervisor's GPU poller thread (supervisor/gpu_watch.py).
+Runs on the supervisor's GPU poller thread (supervisor.gpu.watch).
 
 A backend answers a handful of per-device questions (name, UUID, memory, utilization,
 temperature, power, compute processes, per-process SM utilization); `GpuProbe` asks them
@@ -9,7 +9,7 @@ counter or a lost GPU never stops the poller. Handles, names and UUIDs are got o
 
 Backends:
 - `NvmlBackend`: the official bindings (package nvidia-ml-py, `import pynvml`).
-- `FakeBackend` (probes/gpu_fake.py): TEST-ONLY. Selected by the environment variable
+- `FakeBackend` (testing.scripted_nvml): TEST-ONLY. Selected by the environment variable
   MPWATCH_FAKE_NVML=<path to a JSON scenario>; see its docstring for the format.
 - no backend: `open_backend()` returns a one-line reason instead ("NVML library not
   found ...", "no NVIDIA GPU found", "driver/bindings mismatch: ...").
@@ -259,7 +259,7 @@ def open_backend(env: Mapping[str, str] | None = None) -> tuple[Backend | None, 
     try:
         fake = env.get(FAKE_ENV)
         if fake:
-            from mpwatch.probes.gpu_fake import FakeBackend  # TEST-ONLY
+            from mpwatch.testing.scripted_nvml import FakeBackend  # TEST-ONLY
 
             backend = FakeBackend(fake)
         else:

@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 
 from mpwatch.probes import pyspy
-from mpwatch.stackfmt import (  # noqa: F401 - re-exported
+from mpwatch.text.stackfmt import (  # noqa: F401 - re-exported
     COLLECTIVES,
     HEADER,
     collective_frame,

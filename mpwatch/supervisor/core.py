@@ -1,21 +1,22 @@
 """The run's lifecycle: setup, the serve loop, starts, exits, restarts, resize, finish.
 
 The rooms it drives, each with one job:
-- workers.py + states.py: a rank, its attempt per start, and the state machine;
-- groups.py: process groups and their kills (and the watchdog);
-- ledger.py: what the channel hub (channels.py) hears from workers: the report ledger;
-- commands.py: what the control server (control.py) is asked: the control commands;
-- snapshot.py: the status (mpwatch/status.py's Status) clients read;
-- eventlog.py: events.jsonl, the recent events and the run alerts;
-- stall_watch.py: stalled workers, what they do, and the rank the others wait for;
-- resize.py: the `resize` command, stopping and starting ranks over the ticks;
-- sampler.py, dumps.py, gpu_watch.py: the process sampler, stack dumps, the GPU watcher.
+- supervisor.workers.worker + supervisor.workers.states: a rank, its attempt per start, and the state machine;
+- supervisor.workers.groups: process groups and their kills (and the watchdog);
+- supervisor.ipc.ledger: what the channel hub (supervisor.ipc.channels) hears from workers: the report ledger;
+- supervisor.ipc.commands: what the control server (supervisor.ipc.control) is asked: the control commands;
+- supervisor.snapshot: the status (contract.status's Status) clients read;
+- supervisor.eventlog: events.jsonl, the recent events and the run alerts;
+- supervisor.diagnose.stall_watch: stalled workers, what they do, and the rank the others wait for;
+- supervisor.resize: the `resize` command, stopping and starting ranks over the ticks;
+- supervisor.diagnose.sampler, supervisor.diagnose.dumps, supervisor.gpu.watch: the process sampler,
+  stack dumps, the GPU watcher.
 
 Threads and who owns what:
 - the main thread runs `serve()`: it alone starts, signals and reaps processes (the
   parent-death signal is tied to the thread that forked), and it runs every control
-  command that touches a process (commands.py hands them over);
-- the channel hub's threads apply worker reports under `lock` (ledger.py);
+  command that touches a process (supervisor.ipc.commands hands them over);
+- the channel hub's threads apply worker reports under `lock` (supervisor.ipc.ledger);
 - the control server's threads answer read-only requests under `lock`;
 - the sampler, the GPU watcher and dump threads run on their own.
 Nothing here blocks on a worker: kills are deadlines checked each tick.
@@ -30,24 +31,26 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from mpwatch import protocol, registry, runstore
-from mpwatch.status import Event, RunState, State, Status
-from mpwatch.supervisor import exits, records, snapshot, spawn
-from mpwatch.supervisor.channels import ChannelHub
-from mpwatch.supervisor.commands import Commands
-from mpwatch.supervisor.control import ControlServer
-from mpwatch.supervisor.dumps import Dumper
+from mpwatch.contract import protocol
+from mpwatch.contract.status import Event, RunState, State, Status
+from mpwatch.rundir import records, registry, writer
+from mpwatch.supervisor import snapshot, spawn
+from mpwatch.supervisor.diagnose.dumps import Dumper
+from mpwatch.supervisor.diagnose.sampler import Sampler
+from mpwatch.supervisor.diagnose.stall_watch import StallWatch
 from mpwatch.supervisor.eventlog import EventLog
-from mpwatch.supervisor.gpu_watch import GpuWatch
-from mpwatch.supervisor.groups import ProcessGroups
+from mpwatch.supervisor.gpu.watch import GpuWatch
 from mpwatch.supervisor.headless import Reporter
-from mpwatch.supervisor.ledger import ReportLedger
-from mpwatch.supervisor.nodes import Nodes
+from mpwatch.supervisor.ipc.channels import ChannelHub
+from mpwatch.supervisor.ipc.commands import Commands
+from mpwatch.supervisor.ipc.control import ControlServer
+from mpwatch.supervisor.ipc.ledger import ReportLedger
+from mpwatch.supervisor.nodes.cluster import Nodes
 from mpwatch.supervisor.options import Options as Options  # re-exported: the CLI builds one
 from mpwatch.supervisor.resize import Resize
-from mpwatch.supervisor.sampler import Sampler
-from mpwatch.supervisor.stall_watch import StallWatch
-from mpwatch.supervisor.workers import TAIL, Attempt, Worker
+from mpwatch.supervisor.workers import exits
+from mpwatch.supervisor.workers.groups import ProcessGroups
+from mpwatch.supervisor.workers.worker import TAIL, Attempt, Worker
 
 TICK_S = 0.1
 FLUSH_S = 0.5  # events.jsonl flushed, the disk checked, the headless summary considered
@@ -77,7 +80,7 @@ class Run:
         self.run_id = opts.run_id or registry.new_run_id(opts.script)
         self.run_dir = Path(opts.run_dir) if opts.run_dir else Path(opts.cwd) / "mpwatch-runs" / self.run_id
         rt = registry.runtime_dir()
-        self.store = runstore.RunStore(self.run_dir)
+        self.store = writer.RunStore(self.run_dir)
         self.log = EventLog(self.store, status_out)
         self.groups = ProcessGroups(self.workers, self.lock, self.log)
         self.ledger = ReportLedger(self.workers, self.lock, self.log)
@@ -103,7 +106,7 @@ class Run:
 
     def _setup(self) -> None:
         o, run_dir = self.opts, self.run_dir
-        if (run_dir / runstore.RUN_JSON).exists():
+        if (run_dir / writer.RUN_JSON).exists():
             raise registry.RunError(f"run directory {run_dir} already holds a run; choose another --run-dir")
         try:
             self.store.create()
@@ -113,8 +116,8 @@ class Run:
         self.hub.start()
         self.control.start()
         me = (self.opts, self.run_id, self.run_dir, self.started_wall)
-        self.store.write_json(runstore.RUN_JSON, records.run_json(*me))
-        self.store.write_json(runstore.CONTROL_JSON, {
+        self.store.write_json(writer.RUN_JSON, records.run_json(*me))
+        self.store.write_json(writer.CONTROL_JSON, {
             "run_id": self.run_id, "address": self.control.address, "authkey": self.authkey.hex(),
             "pid": os.getpid()}, private=True)
         self.gpu.start()
@@ -205,7 +208,7 @@ class Run:
         a = w.attempt
         a.exit_seen = None
         self.ledger.write_report(w, time.monotonic())  # the curve's last point comes before the exit
-        tail = runstore.tail_lines(self.store.rank_paths(w.rank).stderr, 10)
+        tail = writer.tail_lines(self.store.rank_paths(w.rank).stderr, 10)
         end = exits.judge(returncode, a.kill_reason, tail)
         with self.lock:
             a.exit_code, a.signal, a.cause = end.exit_code, end.signal, end.cause
@@ -226,11 +229,11 @@ class Run:
                     w.transition(State.RESTARTING, "failed with restarts left")
 
     def kill(self, w: Worker, reason: str) -> bool:
-        """TERM now, KILL after the grace period (groups.py); False when it is not running."""
+        """TERM now, KILL after the grace period (supervisor.workers.groups); False when it is not running."""
         return self.groups.kill(w, reason, self.opts.grace)
 
     def resize(self, n: int) -> str:
-        """The `resize` command (main thread, resize.py): raises ValueError when it cannot."""
+        """The `resize` command (main thread, supervisor.resize): raises ValueError when it cannot."""
         return self.resizing.begin(n)
 
     # ------------------------------------------------------------ the loop ----
@@ -301,8 +304,8 @@ class Run:
         with self.lock:
             self.state = RunState.FINISHED
         self.log.event(Event.RUN_FINISHED, exit_code=self.exit_code, workers=records.ends(self.workers.values()))
-        self.store.write_json(runstore.FINAL_JSON, self.snapshot())
-        self.store.update_json(runstore.RUN_JSON, finished=time.time(), exit_code=self.exit_code)
+        self.store.write_json(writer.FINAL_JSON, self.snapshot())
+        self.store.update_json(writer.RUN_JSON, finished=time.time(), exit_code=self.exit_code)
         self.close()
 
     def close(self) -> None:
@@ -322,7 +325,7 @@ class Run:
 
     # ------------------------------------------------------------- readers ----
     def event(self, name: Event | str, rank: int | None = None, **fields: Any) -> dict[str, Any]:
-        """Record an event (the GPU watcher's way in: gpu_watch.py's for_run)."""
+        """Record an event (the GPU watcher's way in: supervisor.gpu.watch's for_run)."""
         return self.log.event(Event(name), rank, **fields)
 
     def snapshot(self, tail: int = TAIL) -> Status:

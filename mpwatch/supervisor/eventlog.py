@@ -12,23 +12,23 @@ import time
 from collections import deque
 from typing import Any, Protocol
 
-from mpwatch import runstore
-from mpwatch.status import Event, RunAlert
+from mpwatch.contract.status import Event, RunAlert
+from mpwatch.rundir import writer
 
 RECENT_EVENTS = 1000  # notable events kept for clients
 ALERTS_KEPT = 50
 
-EventDict = dict[str, Any]  # an EventRecord (status.py) and the event's own fields
+EventDict = dict[str, Any]  # an EventRecord (contract.status) and the event's own fields
 
 
 class StatusLines(Protocol):
-    """Where --headless prints (supervisor/headless.py's Reporter)."""
+    """Where --headless prints (supervisor.headless's Reporter)."""
 
     def event(self, rec: EventDict) -> None: ...
 
 
 class EventLog:
-    def __init__(self, store: runstore.RunStore, lines: StatusLines | None = None):
+    def __init__(self, store: writer.RunStore, lines: StatusLines | None = None):
         self.store = store
         self.lines = lines
         self._lock = threading.Lock()

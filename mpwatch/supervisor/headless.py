@@ -8,14 +8,14 @@ import time
 from collections.abc import Mapping
 from typing import Any, Protocol, TextIO, cast
 
-from mpwatch import eventtext, fmt
-from mpwatch.status import EventFields, RunState, Status
+from mpwatch.contract.status import EventFields, RunState, Status
+from mpwatch.text import eventtext, fmt
 
 SUMMARY_S = 10.0
 
 
 class Summarised(Protocol):
-    """What a summary line reads of the run (supervisor/core.py's Run)."""
+    """What a summary line reads of the run (supervisor.core's Run)."""
 
     @property
     def state(self) -> RunState: ...
@@ -24,7 +24,7 @@ class Summarised(Protocol):
 
 
 def describe(rec: Mapping[str, object]) -> str | None:
-    """One human line for an event, or None for events not worth a line (mpwatch/eventtext.py
+    """One human line for an event, or None for events not worth a line (text.eventtext
     words every event, for these lines and the TUI alike)."""
     return eventtext.line(cast(EventFields, rec))  # an events.jsonl record, as the run wrote it
 

@@ -12,7 +12,7 @@ Launch = Literal["python", "module", "exec"]  # python SCRIPT | python -m MODULE
 
 @dataclass
 class NodesOptions:
-    """A multi-node run: this node's side of torch's rendezvous (supervisor/rendezvous.py)."""
+    """A multi-node run: this node's side of torch's rendezvous (supervisor.nodes.rendezvous)."""
 
     backend: str  # static | c10d
     endpoint: str  # HOST:PORT of the rendezvous store
@@ -40,7 +40,7 @@ class Options:
     run_id: str | None = None  # given by a launcher that chose the run directory itself
     cwd: str = field(default_factory=os.getcwd)
     argv: list[str] = field(default_factory=lambda: list(sys.argv))
-    # torchrun's side of the launch (mpwatch/cli/args.py)
+    # torchrun's side of the launch (cli.args)
     launch: Launch = "python"
     role: str = "default"  # ROLE_NAME
     master_addr: str = "127.0.0.1"  # one node: MASTER_ADDR of the workers

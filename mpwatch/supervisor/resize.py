@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from mpwatch.status import Event, RunState
+from mpwatch.contract.status import Event, RunState
 from mpwatch.supervisor import spawn
 
 if TYPE_CHECKING:

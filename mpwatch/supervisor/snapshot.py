@@ -1,4 +1,4 @@
-"""The snapshot builder: fills mpwatch/status.py's `Status` from the run's rooms.
+"""The snapshot builder: fills contract.status's `Status` from the run's rooms.
 
 What `ctl status --json` prints, the TUI draws, the headless lines summarise and
 final.json keeps. Called on control threads (and by the main thread at the end) under the
@@ -13,18 +13,18 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Protocol, cast
 
+from mpwatch.contract import straggler
+from mpwatch.contract.status import ChildStatus, GpuView, RunInfo, RunState, State, Status, WorkerStatus
 from mpwatch.probes.procs import ProcInfo
-from mpwatch.status import ChildStatus, GpuView, RunInfo, RunState, State, Status, WorkerStatus
-from mpwatch.supervisor import straggler
 from mpwatch.supervisor.eventlog import EventLog
-from mpwatch.supervisor.gpu_watch import GpuWatch
-from mpwatch.supervisor.nodes import Nodes
+from mpwatch.supervisor.gpu.watch import GpuWatch
+from mpwatch.supervisor.nodes.cluster import Nodes
 from mpwatch.supervisor.options import Options
-from mpwatch.supervisor.workers import TAIL, ChildReport, Worker
+from mpwatch.supervisor.workers.worker import TAIL, ChildReport, Worker
 
 
 class RunView(Protocol):
-    """What the snapshot reads of the run (supervisor/core.py's Run)."""
+    """What the snapshot reads of the run (supervisor.core's Run)."""
 
     lock: threading.RLock
     workers: dict[int, Worker]
@@ -66,7 +66,7 @@ def build(run: RunView, tail: int = TAIL) -> Status:
             refused_connections=run.refused_connections(), node=None if run.nodes is None else run.nodes.info())
         return Status(
             run=info, workers=workers,
-            gpus=cast(list[GpuView], panel.get("gpus", [])),  # GpuWatch builds them as status.py says
+            gpus=cast(list[GpuView], panel.get("gpus", [])),  # GpuWatch builds them as contract.status says
             gpu_status=panel.get("gpu_status"),
             alerts=run.log.alerts(), events_seq=run.log.seq,
             straggler=straggler.analyze(workers))  # lags, and the likely culprit of a hang

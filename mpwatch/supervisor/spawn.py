@@ -11,8 +11,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from mpwatch import protocol
-from mpwatch.supervisor import flight
+from mpwatch.contract import protocol
+from mpwatch.supervisor.diagnose import flight
 from mpwatch.supervisor.options import Options
 
 INJECT_DIR = str(Path(__file__).resolve().parent.parent / "_inject")
@@ -28,7 +28,7 @@ def free_port() -> int:
 @dataclass(frozen=True)
 class Placement:
     """Where a worker stands in the run's world: what torchrun's elastic agent tells it.
-    On one node its local and global ranks agree; on several, supervisor/nodes.py fills
+    On one node its local and global ranks agree; on several, supervisor.nodes.cluster fills
     this from the rendezvous round (global ranks as torch's agent assigns them)."""
 
     local_rank: int

@@ -14,15 +14,15 @@ from typing import NamedTuple
 from textual.app import App
 from textual.message import Message
 
-from mpwatch.client import ClientError
-from mpwatch.status import State, Status, WorkerStatus
-from mpwatch.tui import glyphs as glyphs_mod
-from mpwatch.tui import view
+from mpwatch.contract.status import State, Status, WorkerStatus
+from mpwatch.sources.local import ClientError
+from mpwatch.sources.source import Source
 from mpwatch.tui.poller import Poller
+from mpwatch.tui.render import glyphs as glyphs_mod
+from mpwatch.tui.render import view
 from mpwatch.tui.screens.confirm import ConfirmDialog
 from mpwatch.tui.screens.filter import FilterDialog
 from mpwatch.tui.screens.quit import QuitDialog
-from mpwatch.tui.source import Source
 from mpwatch.tui.widgets.worker_table import WorkerTable
 
 
@@ -40,7 +40,7 @@ class ActionDone(Message):
 
 
 class RunActions(App[Outcome]):
-    """The App's actions; the App (app.py) builds the screen these act on."""
+    """The App's actions; the App (tui.app) builds the screen these act on."""
 
     def __init__(self, source: Source | None, run_dir: Path | str | None, glyphs: glyphs_mod.Glyphs | None):
         super().__init__()

@@ -1,7 +1,7 @@
-"""The mpwatch App: the main screen, wired to a data source (tui/source.py).
+"""The mpwatch App: the main screen, wired to a data source (sources.source).
 
 A Poller thread posts snapshots; on_snapshot_ready applies them inside batch_update, diffing
-rows so only changed cells are touched. The keys that act are in actions.py (the App's base
+rows so only changed cells are touched. The keys that act are in tui.actions (the App's base
 class). Everything here runs on the UI thread.
 """
 from __future__ import annotations
@@ -16,19 +16,19 @@ from textual.binding import Binding
 from textual.screen import Screen
 from textual.widgets import Footer, Static
 
-from mpwatch import eventtext
-from mpwatch.status import Event, EventFields, RunState, State, Status
-from mpwatch.tui import glyphs as glyphs_mod
-from mpwatch.tui import gpu_rows, node_rows, view
+from mpwatch.contract.status import Event, EventFields, RunState, State, Status
+from mpwatch.sources.source import Source
+from mpwatch.text import eventtext
 from mpwatch.tui.actions import Outcome, RunActions
 from mpwatch.tui.poller import INTERVAL_S, Poller, PollFailed, RunGone, SnapshotReady
+from mpwatch.tui.render import glyphs as glyphs_mod
+from mpwatch.tui.render import gpu_rows, node_rows, view
+from mpwatch.tui.render.segs import Line
 from mpwatch.tui.screens.detail import DetailScreen
 from mpwatch.tui.screens.events import EventsScreen
 from mpwatch.tui.screens.gpu import GpuScreen
 from mpwatch.tui.screens.help import HelpScreen
 from mpwatch.tui.screens.logs import LogsScreen
-from mpwatch.tui.segs import Line
-from mpwatch.tui.source import Source
 from mpwatch.tui.widgets.cells import to_text
 from mpwatch.tui.widgets.gpu_panel import AlertLines, GpuPanel
 from mpwatch.tui.widgets.header import RunHeader

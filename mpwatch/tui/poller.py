@@ -16,10 +16,10 @@ from typing import Any, Protocol, cast
 
 from textual.message import Message
 
-from mpwatch import runstore
-from mpwatch.client import ClientError
-from mpwatch.status import EventFields, Status
-from mpwatch.tui.source import Source
+from mpwatch.contract.status import EventFields, Status
+from mpwatch.rundir import writer
+from mpwatch.sources.local import ClientError
+from mpwatch.sources.source import Source
 
 INTERVAL_S = 0.25  # at most 4 refreshes a second
 # The share of one core the TUI may spend keeping up. When a refresh costs more (a wide run
@@ -150,7 +150,7 @@ class Poller:
         if ended is not None:
             final, info = ended()
         elif self.run_dir is not None:
-            final, info = runstore.wait_final(self.run_dir, self._stop)
+            final, info = writer.wait_final(self.run_dir, self._stop)
         if not self._stop.is_set() and self.target is not None:
             # final.json is the supervisor's last status, written by the same snapshot builder.
             self.target.post_message(RunGone(cast("Status | None", final), info, why))

@@ -14,17 +14,17 @@ from textual import events
 from textual.binding import Binding
 from textual.timer import Timer
 
-from mpwatch.replay import ReplaySource
-from mpwatch.status import Status
-from mpwatch.tui import glyphs as glyphs_mod
+from mpwatch.contract.status import Status
+from mpwatch.sources.replay import ReplaySource
 from mpwatch.tui.actions import Outcome
 from mpwatch.tui.app import MpwatchApp
 from mpwatch.tui.poller import TAIL_POINTS
+from mpwatch.tui.render import glyphs as glyphs_mod
 from mpwatch.tui.screens.detail import DetailScreen
 from mpwatch.tui.screens.events import EventsScreen
 from mpwatch.tui.screens.gpu import GpuScreen
 from mpwatch.tui.screens.logs import LogsScreen
-from mpwatch.tui.widgets.timeline import TimelineStrip, strip_line, where_line
+from mpwatch.tui.widgets.replay_strip import TimelineStrip, strip_line, where_line
 
 INDEX_TICK_S = 0.01
 _CURSOR_SCREENS = (DetailScreen, LogsScreen, GpuScreen)  # they show the cursor's moment too

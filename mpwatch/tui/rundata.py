@@ -7,10 +7,10 @@ import json
 from collections.abc import Collection
 from pathlib import Path
 
-from mpwatch import runstore
-from mpwatch.client import ClientError
-from mpwatch.status import Event
-from mpwatch.tui.source import Source
+from mpwatch.contract.status import Event
+from mpwatch.rundir import writer
+from mpwatch.sources.local import ClientError
+from mpwatch.sources.source import Source
 
 Curves = dict[int, list[tuple[float, float]]]
 
@@ -23,7 +23,7 @@ def history_from_events(run_dir: Path, ranks: Collection[int] | None = None, lim
     until each curve fits `limit`)."""
     out: Curves = {}
     try:  # opened apart from the loop: only a file that cannot be opened means "no history"
-        f = open(Path(run_dir) / runstore.EVENTS, encoding="utf-8", errors="replace")  # noqa: SIM115
+        f = open(Path(run_dir) / writer.EVENTS, encoding="utf-8", errors="replace")  # noqa: SIM115
     except OSError:
         return out
     with f:
@@ -67,7 +67,7 @@ def log_tail(source: Source | None, run_dir: Path | None, rank: int, stream: str
             pass
     if run_dir is None:
         return []
-    return runstore.tail_lines(runstore.rank_dir(run_dir, rank) / f"{stream}.log", lines)
+    return writer.tail_lines(writer.rank_dir(run_dir, rank) / f"{stream}.log", lines)
 
 
 def read_dump(path: str | None, run_dir: Path | None = None) -> str:
@@ -82,5 +82,5 @@ def read_dump(path: str | None, run_dir: Path | None = None) -> str:
     except OSError as exc:
         return f"(cannot read {p}: {exc.strerror})"
     cut = len(text) > MAX_DUMP_CHARS
-    text = "\n".join(runstore.printable(line) for line in text[:MAX_DUMP_CHARS].splitlines())
+    text = "\n".join(writer.printable(line) for line in text[:MAX_DUMP_CHARS].splitlines())
     return text + ("\n... (truncated)" if cut else "")

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from mpwatch import rundir
+from mpwatch.rundir import reader
 from tests.cli.conftest import summary
 from tests.helpers import mpwatch, one_line_error
 
@@ -87,14 +87,14 @@ def test_the_history_says_how_it_ended_when_run_json_and_final_json_are_gone(cra
 
 
 def test_a_torn_line_loses_only_itself(crashed, tmp_path):
-    whole = rundir.read(crashed.dir).events()
+    whole = reader.read(crashed.dir).events()
     d = crashed.copy(tmp_path)
     tear_last_line(d)
-    torn = rundir.read(d)
+    torn = reader.read(d)
     assert torn.events() == whole[:-1]
     d2 = crashed.copy(tmp_path, "garbled")
     garble_middle(d2)
-    assert rundir.read(d2).events() == whole
+    assert reader.read(d2).events() == whole
 
 
 def test_logs_of_a_deleted_rank_folder_say_so(crashed, tmp_path):

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from mpwatch import rundir
+from mpwatch.rundir import reader
 from tests.cli.conftest import GiB, summary, summary_text
 from tests.helpers import FIXTURES, mpwatch, one_line_error
 
@@ -86,7 +86,7 @@ def test_gpu_peaks_from_the_gpu_jsonl_a_real_supervisor_wrote(tmp_path):
     assert s["notes"] == [] and "gpu.jsonl" in s["files"]
     text = summary_text(d)
     assert row(text, 0)[:2] == ["0", "failed"] and row(text, 0)[5] == "6.0G" and row(text, 1)[5] == "1.0G"
-    tl = rundir.read(d).gpu_timeline()
+    tl = reader.read(d).gpu_timeline()
     assert len(tl.ticks) >= 2 and {m["kind"] for m in tl.marks} >= {"proc_started", "oom"}
     # Cut short mid-line, the timeline keeps every whole line and says so.
     data = (d / "gpu.jsonl").read_bytes()

@@ -197,7 +197,7 @@ def test_mnist_runs_as_a_plain_script_and_resumes(data_dir, tmp_path):
 
 # ------------------------------------------------------------------ the seed patterns ----
 def test_hogwild_children_report_over_their_own_channels(headless, data_dir):
-    from mpwatch.client import Client
+    from mpwatch.sources.local import Client
 
     run = headless(DEMO / "hogwild.py", "--data-dir", data_dir, "--no-download", "--procs", 2,
                    "--max-steps", 250, n=1)

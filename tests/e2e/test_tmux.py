@@ -148,7 +148,7 @@ def test_gpus_rows_and_each_ranks_gpu_memory_on_screen(tmp_path, size):
     """The issue's scenario, for real: a supervisor with a scripted NVML (two GPUs; ranks 0
     and 1 on GPU 0 at 93%; rank 0's child and an outside process there; GPU 1 idle), real
     workers, the TUI in a tmux pane. Every number is checked against `ctl status --json`."""
-    from mpwatch import fmt
+    from mpwatch.text import fmt
     from tests.helpers import mpwatch
     from tests.record import WORKER, cuda_two_gpus, nvml_two_gpus, unused_pid
 

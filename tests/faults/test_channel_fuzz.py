@@ -20,13 +20,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from mpwatch import protocol
-from mpwatch.runstore import RunStore
-from mpwatch.status import State
+from mpwatch.contract import protocol
+from mpwatch.rundir.writer import RunStore
+from mpwatch.contract.status import State
 from mpwatch.supervisor.eventlog import EventLog
-from mpwatch.supervisor.ledger import ReportLedger
+from mpwatch.supervisor.ipc.ledger import ReportLedger
 from mpwatch.supervisor.snapshot import worker_status
-from mpwatch.supervisor.workers import TAIL, Attempt, Worker
+from mpwatch.supervisor.workers.worker import TAIL, Attempt, Worker
 from tests.faults.conftest import FAULTS, control, reporting
 from tests.helpers import assert_gone, wait_for
 
@@ -264,7 +264,7 @@ def test_nan_and_inf_losses_are_shown_as_such(headless):
     assert w["bad_frames"] == 0 and w["state"] == "running"
     human = run.ctl("status").stdout
     assert " inf " in human
-    from mpwatch.client import Client
+    from mpwatch.sources.local import Client
 
     with Client.connect(str(run.run_dir)) as c:
         hist = dict(c.history(0))

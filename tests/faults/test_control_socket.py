@@ -10,7 +10,7 @@ from multiprocessing.connection import Client as Connect
 
 import pytest
 
-from mpwatch import protocol
+from mpwatch.contract import protocol
 from tests.faults.conftest import FAULTS, control, reporting
 from tests.helpers import assert_gone, mpwatch, wait_for
 

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from mpwatch import protocol
+from mpwatch.contract import protocol
 from tests.faults.conftest import FAULTS, NOBODY, as_user, control, reporting, requires_root, run_cli
 from tests.helpers import assert_gone, wait_for
 

@@ -9,7 +9,7 @@ import time
 import psutil
 import pytest
 
-from mpwatch.client import Client
+from mpwatch.sources.local import Client
 from tests.faults.conftest import FAULTS, final, printable
 from tests.helpers import assert_gone, wait_for
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from mpwatch.client import Client
+from mpwatch.sources.local import Client
 from tests.faults.conftest import FAULTS, reporting
 from tests.helpers import alive, assert_gone, wait_for
 

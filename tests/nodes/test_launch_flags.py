@@ -190,7 +190,7 @@ def test_bad_launch_flags_are_one_line_and_exit_2(tmp_path, args, words):
 
 
 def test_the_tuis_launcher_passes_torchruns_flags_to_the_supervisor(tmp_path):
-    from mpwatch.tui.launch import supervisor_argv
+    from mpwatch.cli.tui_launch import supervisor_argv
 
     ns = run_parser().parse_args(["--nnodes", "2", "--rdzv_backend", "c10d", "--rdzv-endpoint", "h:5", "--no-python",
                                   "/bin/true", "x"])

@@ -9,7 +9,7 @@ import re
 
 import pytest
 
-from mpwatch import slurm
+from mpwatch.cli import slurm
 from mpwatch.cli.args import run_parser
 from mpwatch.cli.launch import options
 from tests.helpers import FIXTURES, HeadlessRun, mpwatch, one_line_error, wait_for

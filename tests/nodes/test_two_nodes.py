@@ -68,7 +68,7 @@ def test_two_nodes_get_torchruns_environment_and_find_each_other(two_nodes, back
             assert env["ROLE_NAME"] == "default"
             assert env["TORCHELASTIC_RUN_ID"] == info["job_id"]
             assert (env["TORCHELASTIC_RESTART_COUNT"], env["TORCHELASTIC_MAX_RESTARTS"]) == ("0", "0")
-            # static: the workers' store is the supervisor's; c10d: a fresh one each round (rendezvous.py)
+            # static: the workers' store is the supervisor's; c10d: a fresh one each round (supervisor.nodes.rendezvous)
             assert env["TORCHELASTIC_USE_AGENT_STORE"] == str(backend == "static")
             master = master or (env["MASTER_ADDR"], env["MASTER_PORT"])
             assert (env["MASTER_ADDR"], env["MASTER_PORT"]) == master  # every worker of every node: one store

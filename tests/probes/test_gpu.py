@@ -8,7 +8,8 @@ import types
 import pynvml
 import pytest
 
-from mpwatch.probes import gpu, gpu_fake
+from mpwatch.probes import gpu
+from mpwatch.testing import scripted_nvml
 
 GiB = 1 << 30
 
@@ -110,7 +111,7 @@ def test_frames_follow_the_scenario_clock(tmp_path):
         {"at": 0, "gpus": [{"util_gpu": 1}]}, {"at": 5, "gpus": [{"util_gpu": 2}]},
         {"at": 10, "gpus": [{"util_gpu": 3}]}]})
     clock = Clock()
-    backend = gpu_fake.FakeBackend(path, clock=clock)
+    backend = scripted_nvml.FakeBackend(path, clock=clock)
     backend.init()
     seen = []
     for dt in (0, 4.9, 5.0, 9.0, 11.0, 1000.0):
@@ -145,10 +146,10 @@ def test_rank_names_resolve_to_this_processes_children(tmp_path):
     child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"],
                              env=dict(os.environ, MPWATCH_RANK="3"))
     try:
-        assert gpu_fake.resolve_fake_pid("rank:3") == child.pid
-        assert gpu_fake.resolve_fake_pid("rank:4") is None
-        assert gpu_fake.resolve_fake_pid("parent") == os.getppid()
-        assert gpu_fake.resolve_fake_pid(77) == 77 and gpu_fake.resolve_fake_pid("junk") is None
+        assert scripted_nvml.resolve_fake_pid("rank:3") == child.pid
+        assert scripted_nvml.resolve_fake_pid("rank:4") is None
+        assert scripted_nvml.resolve_fake_pid("parent") == os.getppid()
+        assert scripted_nvml.resolve_fake_pid(77) == 77 and scripted_nvml.resolve_fake_pid("junk") is None
     finally:
         child.kill()
         child.wait()

@@ -7,7 +7,8 @@ import sys
 
 import pytest
 
-from mpwatch.probes import pyspy, stacks
+from mpwatch.probes import pyspy
+from mpwatch.probes import stacks
 from mpwatch.supervisor import spawn
 from tests.helpers import FIXTURES, alive, wait_for
 

@@ -12,8 +12,8 @@ import psutil
 import pytest
 
 from mpwatch.cli.attach_nodes import connect
-from mpwatch.remote import Transport
-from mpwatch.tui import glyphs
+from mpwatch.sources.remote.client import Transport
+from mpwatch.tui.render import glyphs
 from mpwatch.tui.app import MpwatchApp
 from mpwatch.tui.screens.quit import QuitDialog
 from tests.helpers import FIXTURES, assert_gone, wait_for

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-import mpwatch.bridge  # noqa: F401 - loaded before a test drops to nobody, who cannot read the checkout
-from mpwatch import bridge_wire as wire
+import mpwatch.cli.bridge  # noqa: F401 - loaded before a test drops to nobody, who cannot read the checkout
+from mpwatch.sources.remote import wire
 from tests.faults.conftest import NOBODY, requires_root
 from tests.helpers import FIXTURES, MPWATCH, alive, assert_gone, wait_for
 

@@ -1,6 +1,6 @@
 """The merged view, fed what the producers sent: the `nodes` recording (tests/record_nodes.py:
 two real supervisors, each node's own status, and the merged one MergedSource made of them).
-The merge itself (mpwatch/merge.py), the cross-node culprit, unreachable nodes, the GPU
+The merge itself (mpwatch/combine.py), the cross-node culprit, unreachable nodes, the GPU
 timelines of nodes whose clocks disagree, and the main screen's NODE column, per-node header
 and GPU grouping, with SVG snapshots at 80x24 and 160x48."""
 from __future__ import annotations
@@ -9,9 +9,12 @@ import copy
 
 import pytest
 
-from mpwatch import merge
-from mpwatch.status import UNREACHABLE, State
-from mpwatch.tui import glyphs, gpu_rows, node_rows, view
+from mpwatch.sources.multinode import combine
+from mpwatch.contract.status import UNREACHABLE, State
+from mpwatch.tui.render import glyphs
+from mpwatch.tui.render import gpu_rows
+from mpwatch.tui.render import node_rows
+from mpwatch.tui.render import view
 from mpwatch.tui.app import MpwatchApp
 from mpwatch.tui.screens.gpu import GpuScreen
 from mpwatch.tui.widgets.cells import lines_to_text
@@ -22,11 +25,11 @@ G = glyphs.UNICODE
 HOSTS = ("127.0.0.1", "127.0.0.2")
 
 
-def parts(error: str | None = None) -> list[merge.NodePart]:
+def parts(error: str | None = None) -> list[combine.NodePart]:
     """The two recorded supervisors' own statuses as the merge sees them; node 1 lost with
     `error` when given."""
     statuses = recording("nodes")["node_statuses"]
-    return [merge.NodePart(i, HOSTS[i], st, error if i == 1 else None, 12.0 if error and i == 1 else None)
+    return [combine.NodePart(i, HOSTS[i], st, error if i == 1 else None, 12.0 if error and i == 1 else None)
             for i, st in enumerate(statuses)]
 
 
@@ -36,7 +39,7 @@ def text(lines) -> str:
 
 # ------------------------------------------------------------------ the merge ----
 def test_each_rank_gets_its_global_rank_node_and_local_rank():
-    st = merge.merge(parts())
+    st = combine.merge(parts())
     assert [(w["rank"], w["node"], w["local_rank"]) for w in st["workers"]] == [
         (r, r // 4, r % 4) for r in range(8)]
     own = {n: recording("nodes")["node_statuses"][n] for n in (0, 1)}
@@ -48,7 +51,7 @@ def test_each_rank_gets_its_global_rank_node_and_local_rank():
 
 
 def test_gpus_are_numbered_across_nodes_with_their_ranks_mapped():
-    st = merge.merge(parts())
+    st = combine.merge(parts())
     assert [(g["index"], g["node"], g["node_index"], g["ranks"]) for g in st["gpus"]] == [
         (0, 0, 0, [0, 1]), (1, 0, 1, [2, 3]), (2, 1, 0, [4, 5]), (3, 1, 1, [6, 7])]
     for w in st["workers"]:
@@ -58,7 +61,7 @@ def test_gpus_are_numbered_across_nodes_with_their_ranks_mapped():
 
 
 def test_the_culprit_is_named_across_nodes_where_no_node_alone_could():
-    st = merge.merge(parts())
+    st = combine.merge(parts())
     s = st["straggler"]
     assert s["culprits"] == [5] and s["waiting"] == [0, 1, 2, 3, 4, 6, 7]
     assert s["text"] == ("rank 5 on node 1 is at step 39 (in load_batch (ddp_hang.py:20)); "
@@ -73,7 +76,7 @@ def test_the_culprit_is_named_across_nodes_where_no_node_alone_could():
 
 
 def test_an_unreachable_node_keeps_its_rows_marked_and_is_never_a_hang():
-    st = merge.merge(parts("ssh: connect to host 127.0.0.2 port 22: Connection refused"))
+    st = combine.merge(parts("ssh: connect to host 127.0.0.2 port 22: Connection refused"))
     lost = [w for w in st["workers"] if w["node"] == 1]
     assert lost and all("Connection refused" in w["node_error"] for w in lost)
     assert all("node_error" not in w for w in st["workers"] if w["node"] == 0)
@@ -94,9 +97,9 @@ def test_an_unreachable_node_keeps_its_rows_marked_and_is_never_a_hang():
 
 def test_events_take_global_ranks_and_their_node():
     rec = recording("nodes")
-    m = merge.maps(parts())
+    m = combine.maps(parts())
     ev = {"ts": 1.0, "event": "stalled", "rank": 1, "seq": 9, "silent_for": 3.0}
-    out = merge.event(ev, m[1])
+    out = combine.event(ev, m[1])
     assert out["rank"] == 5 and out["node"] == 1 and ev["rank"] == 1
     started = [e for e in rec["events"] if e["event"] == "worker_started"]
     assert sorted((e["node"], e["rank"]) for e in started) == [(r // 4, r) for r in range(8)]
@@ -110,9 +113,9 @@ def test_timelines_of_nodes_whose_clocks_disagree_line_up():
         t["ts"] += 1000.0  # node 1's clock runs 1000 s ahead
     for k in skewed["marks"]:
         k["ts"] += 1000.0
-    m0, m1 = merge.NodeMap(0, 0, {0: 0, 1: 1}, 0), merge.NodeMap(1, 2, {0: 2, 1: 3}, 2)
+    m0, m1 = combine.NodeMap(0, 0, {0: 0, 1: 1}, 0), combine.NodeMap(1, 2, {0: 2, 1: 3}, 2)
     now = tl["ticks"][-1]["ts"] + 5
-    out = merge.timeline([(m0, tl), (m1, skewed)], now)
+    out = combine.timeline([(m0, tl), (m1, skewed)], now)
     assert len(out["ticks"]) == len(tl["ticks"]) and out["ticks"][-1]["ts"] == now
     last = out["ticks"][-1]
     assert sorted(g["index"] for g in last["gpus"]) == [0, 1, 2, 3]
@@ -122,11 +125,11 @@ def test_timelines_of_nodes_whose_clocks_disagree_line_up():
 
 # ----------------------------------------------------------------- the screen ----
 def test_header_has_a_line_per_node_and_says_why_one_is_unreachable():
-    lines = view.header_lines(merge.merge(parts()), G)
+    lines = view.header_lines(combine.merge(parts()), G)
     t = text(lines)
     assert "node 0 127.0.0.1  4 workers: ● 0 running  ◆ 4 stalled" in t
     assert "node 1 127.0.0.2  4 workers" in t and "ranks from 4" in t
-    t = text(view.header_lines(merge.merge(parts("ssh: connect to host 127.0.0.2 port 22: Connection refused")), G))
+    t = text(view.header_lines(combine.merge(parts("ssh: connect to host 127.0.0.2 port 22: Connection refused")), G))
     assert "node 1 127.0.0.2  ✗ unreachable for 12s: ssh: connect to host 127.0.0.2 port 22: Connection refused" in t
     assert "8 workers: ● 0 running  ◆ 4 stalled" in t and "✗ 4 unreachable" in t
     plain = recording("gpu2")["status"]
@@ -134,7 +137,7 @@ def test_header_has_a_line_per_node_and_says_why_one_is_unreachable():
 
 
 def test_many_nodes_fold_into_a_summary_line():
-    st = merge.merge(parts())
+    st = combine.merge(parts())
     st["nodes"] = [dict(st["nodes"][i % 2], node=i) for i in range(6)]
     st["nodes"][3].update(reachable=False, error="ssh: Connection timed out", down_for=40.0)
     lines = node_rows.header_lines(st, G)
@@ -143,7 +146,7 @@ def test_many_nodes_fold_into_a_summary_line():
 
 
 def test_gpu_rows_are_grouped_and_labelled_by_node():
-    st = merge.merge(parts())
+    st = combine.merge(parts())
     rows = [lines_to_text([line]).plain for line in gpu_rows.gpu_rows(st, G, 100)]
     assert [r[:6] for r in rows] == ["n0   0", "     1", "n1   0", "     1"]
     assert "r4,5" in rows[2] and "r6,7" in rows[3]
@@ -151,7 +154,7 @@ def test_gpu_rows_are_grouped_and_labelled_by_node():
 
 
 def test_node_changes_are_told_once():
-    up, down = merge.merge(parts()), merge.merge(parts("ssh: Connection refused"))
+    up, down = combine.merge(parts()), combine.merge(parts("ssh: Connection refused"))
     assert node_rows.changes(up, down) == [("node 1 (127.0.0.2) unreachable: ssh: Connection refused; retrying",
                                             "error")]
     assert node_rows.changes(down, down) == []

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import shlex
 
-from mpwatch.remote import SSH_OPTIONS, Target, Transport, parse_target
+from mpwatch.sources.remote.client import SSH_OPTIONS, Target, Transport, parse_target
 
 
 def test_host_run_targets_and_local_runs(tmp_path):

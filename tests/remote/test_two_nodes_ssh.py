@@ -8,8 +8,8 @@ from __future__ import annotations
 import pytest
 
 from mpwatch.cli.attach_nodes import connect, has_peers
-from mpwatch.client import Client
-from mpwatch.tui import glyphs
+from mpwatch.sources.local import Client
+from mpwatch.tui.render import glyphs
 from mpwatch.tui.app import MpwatchApp
 from tests.helpers import HeadlessRun, assert_gone, wait_for
 from tests.nodes.conftest import free_port, node_flags, node_info

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from mpwatch.replay import ReplaySource
-from mpwatch.tui import glyphs
+from mpwatch.sources.replay import ReplaySource
+from mpwatch.tui.render import glyphs
 from mpwatch.tui.replay_app import ReplayApp
 from tests.cli.test_cut_short import CASES
 from tests.helpers import mpwatch, one_line_error

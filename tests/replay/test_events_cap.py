@@ -1,13 +1,14 @@
-"""events.jsonl stays under its cap (runstore.RunStore, events_thinning.py): the older report
+"""events.jsonl stays under its cap (runstore.RunStore, rundir.thinning): the older report
 events are thinned, every other event stays, a `thinned` event says what went, and the
-readers (rundir.py, the replay) say so. Written through the real writer, RunStore.event."""
+readers (reader.py, the replay) say so. Written through the real writer, RunStore.event."""
 from __future__ import annotations
 
 import json
 import os
 
-from mpwatch import rundir, runstore
-from mpwatch.events_thinning import MIN_CAP, cap_from_env
+from mpwatch.rundir import reader
+from mpwatch.rundir import writer as runstore
+from mpwatch.rundir.thinning import MIN_CAP, cap_from_env
 from tests.helpers import wait_for
 
 T0 = 1_700_000_000.0  # in the past: a live run's end is now
@@ -80,12 +81,12 @@ def test_the_readers_say_what_was_thinned(tmp_path, monkeypatch):
     store.write_json(runstore.RUN_JSON, {"run_id": "r1", "started": T0, "pid": os.getpid()})
     write_run(store, 1500)
     store.close()
-    rd = rundir.read(tmp_path / "run")
+    rd = reader.read(tmp_path / "run")
     evs = rd.events()
     assert any(e["event"] == "thinned" for e in evs)
     note = [n for n in rd.notes if n.startswith("events.jsonl was thinned")]
     assert len(note) == 1 and "up to +" in note[0] and "no other event was dropped" in note[0]
     # the same note when only some kinds are read (the summary's way)
-    rd2 = rundir.read(tmp_path / "run")
+    rd2 = reader.read(tmp_path / "run")
     rd2.events(["worker_exited"])
     assert [n for n in rd2.notes if n.startswith("events.jsonl was thinned")] == note

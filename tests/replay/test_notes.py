@@ -8,9 +8,9 @@ from __future__ import annotations
 import json
 import os
 
-from mpwatch import runstore
-from mpwatch.replay import ReplaySource
-from mpwatch.tui import glyphs
+from mpwatch.rundir import writer as runstore
+from mpwatch.sources.replay import ReplaySource
+from mpwatch.tui.render import glyphs
 from mpwatch.tui.replay_app import ReplayApp
 from tests.helpers import wait_for
 from tests.replay.test_events_cap import T0, write_run

@@ -6,10 +6,13 @@ from __future__ import annotations
 
 import json
 
-from mpwatch import postmortem, rundir, runstore
-from mpwatch.replay import ReplaySource
-from mpwatch.status import RunState, State
-from mpwatch.tui import rundata, view
+from mpwatch.rundir import postmortem
+from mpwatch.rundir import reader
+from mpwatch.rundir import writer
+from mpwatch.sources.replay import ReplaySource
+from mpwatch.contract.status import RunState, State
+from mpwatch.tui import rundata
+from mpwatch.tui.render import view
 from tests.replay.conftest import kinds, rebuilt_end, seek
 
 
@@ -19,7 +22,7 @@ def worker(st, rank):
 
 def test_the_hang_at_its_stall_and_at_its_culprit(hung):
     src = ReplaySource(hung.dir)
-    final = json.loads((hung.dir / runstore.FINAL_JSON).read_text())
+    final = json.loads((hung.dir / writer.FINAL_JSON).read_text())
     assert src.status() == final  # the end is the final status, as written
     hangs = [e for e in src.events_list if e["event"] == "alert" and e.get("kind") == "hang"]
     assert hangs, kinds(src)
@@ -74,7 +77,7 @@ def test_a_crash_with_restarts_step_by_step(crashed):
 def test_the_end_rebuilt_from_the_files_agrees_with_final_json(crashed, hung, oom):
     for rec in (crashed, hung, oom):
         src = ReplaySource(rec.dir)
-        final = json.loads((rec.dir / runstore.FINAL_JSON).read_text())
+        final = json.loads((rec.dir / writer.FINAL_JSON).read_text())
         st = rebuilt_end(src)
         assert st["run"]["state"] == final["run"]["state"] == RunState.FINISHED
         assert st["run"]["exit_code"] == final["run"]["exit_code"]
@@ -101,7 +104,7 @@ def test_the_oom_at_its_moment(oom):
 
 
 def test_a_rank_is_drawn_from_its_own_reports_only(children):
-    recs = [json.loads(ln) for ln in (children.dir / runstore.EVENTS).read_text().splitlines()]
+    recs = [json.loads(ln) for ln in (children.dir / writer.EVENTS).read_text().splitlines()]
     kids = [r for r in recs if r["event"] == "report" and "child_of" in r]
     assert kids and all(r["loss"] >= 100 for r in kids)  # the children's reports are in the file
     src = ReplaySource(children.dir)
@@ -116,8 +119,8 @@ def test_a_rank_is_drawn_from_its_own_reports_only(children):
 
 def test_the_summary_of_a_run_cut_short_keeps_each_ranks_own_last_step(children, tmp_path):
     d = children.copy(tmp_path)
-    (d / runstore.FINAL_JSON).unlink()  # the last step and loss come from the events alone
-    s = postmortem.summarize(rundir.read(d))
+    (d / writer.FINAL_JSON).unlink()  # the last step and loss come from the events alone
+    s = postmortem.summarize(reader.read(d))
     assert [(r["step"], r["loss"]) for r in s["ranks"]] == [(29, 1.0 / 30), (29, 1.0 / 30)]
 
 

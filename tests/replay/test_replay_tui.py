@@ -7,14 +7,14 @@ from __future__ import annotations
 import pytest
 from textual.widgets import Input
 
-from mpwatch.replay import ReplaySource
-from mpwatch.status import State
-from mpwatch.tui import glyphs
+from mpwatch.sources.replay import ReplaySource
+from mpwatch.contract.status import State
+from mpwatch.tui.render import glyphs
 from mpwatch.tui.replay_app import ReplayApp
 from mpwatch.tui.screens.detail import DetailScreen
 from mpwatch.tui.screens.events import EventsScreen
 from mpwatch.tui.screens.filter import FilterDialog
-from mpwatch.tui.segs import plain
+from mpwatch.tui.render.segs import plain
 from tests.replay.conftest import STORED_HANG, STORED_OOM
 from tests.tui.conftest import said, until, worker_of
 

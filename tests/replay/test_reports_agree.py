@@ -1,4 +1,4 @@
-"""The replay's two ways to the reports (mpwatch/replay/reports.py) give the same status at every
+"""The replay's two ways to the reports (sources.replay.reports) give the same status at every
 moment: the window of the file before the cursor, which serves until the report index is built,
 and the index. Both take a moment's reports as they stood then: those written to events.jsonl
 before the cursor's event (a report carries the worker's time, and the supervisor holds one
@@ -13,9 +13,9 @@ import shutil
 import threading
 import time
 
-from mpwatch import runstore
-from mpwatch.replay import ReplaySource
-from mpwatch.status import Event
+from mpwatch.rundir import writer as runstore
+from mpwatch.sources.replay import ReplaySource
+from mpwatch.contract.status import Event
 from mpwatch.tui.poller import TAIL_POINTS
 from tests.replay.conftest import STORED_HANG, seek
 from tests.replay.test_events_cap import T0

@@ -2,11 +2,11 @@
 (tests/replay/data/hang, written by a real supervisor)."""
 from __future__ import annotations
 
-from mpwatch.replay import ReplaySource
-from mpwatch.replay.cursor import STALL
-from mpwatch.tui import glyphs
-from mpwatch.tui.segs import plain
-from mpwatch.tui.widgets.timeline import KEYS, strip_line, where_line
+from mpwatch.sources.replay import ReplaySource
+from mpwatch.sources.replay.cursor import STALL
+from mpwatch.tui.render import glyphs
+from mpwatch.tui.render.segs import plain
+from mpwatch.tui.widgets.replay_strip import KEYS, strip_line, where_line
 from tests.replay.conftest import STORED_HANG
 
 

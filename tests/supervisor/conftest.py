@@ -1,11 +1,11 @@
 """The supervisor's tests run it strict: a worker state change its table does not allow
-raises there (MPWATCH_STRICT_STATES, supervisor/states.py), and a run whose events hold an
+raises there (MPWATCH_STRICT_STATES, supervisor.workers.states), and a run whose events hold an
 `internal` alert fails the test that made it, whichever thread hit the bug."""
 import json
 
 import pytest
 
-from mpwatch.supervisor import states
+from mpwatch.supervisor.workers import states
 
 
 @pytest.fixture(autouse=True)

@@ -15,11 +15,11 @@ import subprocess
 import sys
 from pathlib import Path
 
-from mpwatch.probes.gpu_fake import FakeBackend
-from mpwatch.status import CudaView
-from mpwatch.supervisor.gpu_alerts import AlertConfig
-from mpwatch.supervisor.gpu_ranks import RankInfo
-from mpwatch.supervisor.gpu_watch import GpuWatch
+from mpwatch.testing.scripted_nvml import FakeBackend
+from mpwatch.contract.status import CudaView
+from mpwatch.supervisor.gpu.alerts import AlertConfig
+from mpwatch.supervisor.gpu.ranks import RankInfo
+from mpwatch.supervisor.gpu.watch import GpuWatch
 from tests.helpers import wait_for
 
 GiB = 1 << 30

@@ -12,12 +12,12 @@ import threading
 import pytest
 
 from mpwatch.probes import pyspy
-from mpwatch.runstore import RunStore
-from mpwatch.status import Event, State
+from mpwatch.rundir.writer import RunStore
+from mpwatch.contract.status import Event, State
 from mpwatch.supervisor import spawn
-from mpwatch.supervisor.dumps import Dumper
+from mpwatch.supervisor.diagnose.dumps import Dumper
 from mpwatch.supervisor.eventlog import EventLog
-from mpwatch.supervisor.workers import Attempt, Worker
+from mpwatch.supervisor.workers.worker import Attempt, Worker
 from tests.helpers import wait_for
 
 

@@ -4,8 +4,8 @@ with its own code (tests/supervisor/gpu_rig.py); the decisions are then checked 
 what it publishes, and called directly on those same views where a threshold is probed."""
 import pytest
 
-from mpwatch.supervisor import gpu_alerts as ga
-from mpwatch.supervisor import gpu_rank_alerts as gra
+from mpwatch.supervisor.gpu import alerts as ga
+from mpwatch.supervisor.gpu import rank_alerts as gra
 from tests.supervisor.gpu_rig import GiB, MiB, Rig, cuda
 
 TWO = [{"name": "Fake A", "mem_total": 80 * GiB, "uuid": "GPU-aaaa"},

@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from mpwatch.client import Client
+from mpwatch.sources.local import Client
 from tests.helpers import FIXTURES, mpwatch, wait_for
 
 GiB = 1 << 30

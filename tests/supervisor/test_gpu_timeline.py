@@ -4,7 +4,7 @@ import json
 from itertools import pairwise
 from pathlib import Path
 
-from mpwatch.supervisor.gpu_timeline import MAX_TICKS, GpuTimeline, cap_from_env
+from mpwatch.supervisor.gpu.timeline import MAX_TICKS, GpuTimeline, cap_from_env
 
 T0 = 1_800_000_000.0
 

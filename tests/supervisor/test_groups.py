@@ -7,11 +7,11 @@ import sys
 import threading
 import time
 
-from mpwatch.runstore import RunStore
-from mpwatch.status import State
+from mpwatch.rundir.writer import RunStore
+from mpwatch.contract.status import State
 from mpwatch.supervisor.eventlog import EventLog
-from mpwatch.supervisor.groups import ProcessGroups
-from mpwatch.supervisor.workers import Attempt, Worker
+from mpwatch.supervisor.workers.groups import ProcessGroups
+from mpwatch.supervisor.workers.worker import Attempt, Worker
 from tests.helpers import alive, assert_gone, wait_for
 
 STUBBORN = r"""

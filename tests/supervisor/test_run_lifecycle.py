@@ -239,7 +239,7 @@ def test_unmodified_script_has_no_heartbeat_and_is_never_stalled(headless):
 
 
 def test_status_tail_caps_the_loss_points_and_a_second_connection_works(headless):
-    from mpwatch.client import Client, ClientError
+    from mpwatch.sources.local import Client, ClientError
 
     run = headless(FIXTURES / "forever.py", n=1)
     wait_for(lambda: running_with_steps(run, 1, min_step=40), what="40 steps")

@@ -2,8 +2,11 @@
 and the NCCL flight recorder's bookkeeping. No processes here."""
 import pickle
 
-from mpwatch.probes import hang, pyspy
-from mpwatch.supervisor import flight, stall, straggler
+from mpwatch.probes import hang
+from mpwatch.probes import pyspy
+from mpwatch.supervisor.diagnose import flight
+from mpwatch.supervisor.diagnose import stall
+from mpwatch.contract import straggler
 
 
 # ------------------------------------------------------------------ is_stalled ----

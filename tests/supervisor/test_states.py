@@ -9,12 +9,13 @@ from collections import deque
 
 import pytest
 
-from mpwatch.runstore import RunStore
-from mpwatch.status import MERGED_WORKER_KEYS, Event, State, WorkerStatus
-from mpwatch.supervisor import exits, states
+from mpwatch.rundir.writer import RunStore
+from mpwatch.contract.status import MERGED_WORKER_KEYS, Event, State, WorkerStatus
+from mpwatch.supervisor.workers import exits
+from mpwatch.supervisor.workers import states
 from mpwatch.supervisor.eventlog import EventLog
 from mpwatch.supervisor.snapshot import worker_status
-from mpwatch.supervisor.workers import TAIL, Attempt, Worker
+from mpwatch.supervisor.workers.worker import TAIL, Attempt, Worker
 
 MOVES = sorted(states.TRANSITIONS, key=lambda m: (str(m[0]), str(m[1])))
 

@@ -8,8 +8,8 @@ import time
 
 import pytest
 
-from mpwatch.client import Client
-from mpwatch.tui import glyphs
+from mpwatch.sources.local import Client
+from mpwatch.tui.render import glyphs
 from mpwatch.tui.app import MpwatchApp
 from tests.helpers import FIXTURES
 

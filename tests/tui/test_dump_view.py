@@ -2,7 +2,7 @@
 (recorded by tests/record.py, scenario "states"): the main thread first, mpwatch's own
 sender thread folded, one line a frame (function first, short paths), the user's innermost
 frame marked, readable without colour."""
-from mpwatch import stackfmt
+from mpwatch.text import stackfmt
 from mpwatch.tui.screens.detail import dump_text
 from tests.tui.recorded import recording
 

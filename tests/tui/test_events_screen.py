@@ -3,8 +3,8 @@ the first snapshot's too, so a TUI attached to a run that has gone on for a whil
 every event from the first, and the ones that come after."""
 from __future__ import annotations
 
-from mpwatch.client import Client
-from mpwatch.tui import glyphs
+from mpwatch.sources.local import Client
+from mpwatch.tui.render import glyphs
 from mpwatch.tui.app import MpwatchApp
 from mpwatch.tui.screens.events import EventsScreen
 from tests.helpers import wait_for

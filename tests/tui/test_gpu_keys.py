@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import os
 
-from mpwatch import fmt
+from mpwatch.text import fmt
 from mpwatch.tui.screens.detail import DetailScreen
 from mpwatch.tui.screens.gpu import GpuScreen
 from mpwatch.tui.widgets.loss_plot import LossPlot

@@ -5,7 +5,7 @@ from pathlib import Path
 
 from mpwatch import cli
 from mpwatch.supervisor.core import Options
-from mpwatch.tui.launch import supervisor_argv
+from mpwatch.cli.tui_launch import supervisor_argv
 from tests.helpers import FIXTURES, mpwatch
 
 

@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from mpwatch.client import Client
+from mpwatch.sources.local import Client
 from mpwatch.tui import poller as poller_mod
 from mpwatch.tui.poller import Poller, SnapshotReady
 from tests.helpers import FIXTURES, wait_for

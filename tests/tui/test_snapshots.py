@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from mpwatch.tui import glyphs
+from mpwatch.tui.render import glyphs
 from mpwatch.tui.app import MpwatchApp
 from mpwatch.tui.screens.detail import DetailScreen
 from mpwatch.tui.screens.gpu import GpuScreen

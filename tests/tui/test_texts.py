@@ -1,6 +1,6 @@
 """Texts fed what the producer really sent (tests/record.py): event lines and notices from
 the recorded events, the loss plot from the recorded loss history, and the recorded
-statuses against the schema in mpwatch/status.py."""
+statuses against the schema in contract.status."""
 from __future__ import annotations
 
 import re
@@ -9,8 +9,10 @@ import typing
 
 import pytest
 
-from mpwatch import eventtext, status
-from mpwatch.tui import glyphs, segs
+from mpwatch.text import eventtext
+from mpwatch.contract import status
+from mpwatch.tui.render import glyphs
+from mpwatch.tui.render import segs
 from mpwatch.tui.widgets.loss_plot import plot_lines
 from tests.tui.recorded import recording
 

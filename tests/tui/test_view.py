@@ -6,9 +6,13 @@ from __future__ import annotations
 
 import pytest
 
-from mpwatch import fmt
-from mpwatch.tui import diff, glyphs, gpu_rows, segs, view
-from mpwatch.tui.widgets import bars
+from mpwatch.text import fmt
+from mpwatch.tui.render import diff
+from mpwatch.tui.render import glyphs
+from mpwatch.tui.render import gpu_rows
+from mpwatch.tui.render import segs
+from mpwatch.tui.render import view
+from mpwatch.tui.render import bars
 from tests.tui.recorded import status
 
 G = glyphs.ASCII

@@ -17,9 +17,10 @@ from textual.containers import Horizontal, VerticalScroll
 from textual.message import Message
 from textual.widgets import Footer, Static
 
-from mpwatch import fmt, stackfmt
-from mpwatch.status import WorkerStatus
-from mpwatch.tui import rundata, view
+from mpwatch.contract.status import WorkerStatus
+from mpwatch.text import fmt, stackfmt
+from mpwatch.tui import rundata
+from mpwatch.tui.render import view
 from mpwatch.tui.screens.run_screen import RunScreen
 from mpwatch.tui.widgets.loss_plot import LossPlot
 

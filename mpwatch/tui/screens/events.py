@@ -15,8 +15,8 @@ from textual.screen import ModalScreen
 from textual.widgets import Footer, OptionList, Static
 from textual.widgets.option_list import Option
 
-from mpwatch.status import EventFields
-from mpwatch.tui import event_lines
+from mpwatch.contract.status import EventFields
+from mpwatch.tui.render import event_lines
 from mpwatch.tui.widgets.cells import to_text
 
 

@@ -13,13 +13,13 @@ from textual.containers import VerticalScroll
 from textual.message import Message
 from textual.widgets import Footer, Static
 
-from mpwatch.client import ClientError
-from mpwatch.status import GpuTimelineReply, Status
-from mpwatch.tui import gpu_charts, gpu_tables
-from mpwatch.tui.glyphs import Glyphs
-from mpwatch.tui.gpu_rows import own_ranks
+from mpwatch.contract.status import GpuTimelineReply, Status
+from mpwatch.sources.local import ClientError
+from mpwatch.tui.render import gpu_charts, gpu_tables
+from mpwatch.tui.render.glyphs import Glyphs
+from mpwatch.tui.render.gpu_rows import own_ranks
+from mpwatch.tui.render.segs import Line
 from mpwatch.tui.screens.run_screen import RunScreen
-from mpwatch.tui.segs import Line
 from mpwatch.tui.widgets.cells import lines_to_text
 
 RELOAD_S = 2.0

@@ -7,7 +7,7 @@ from textual.containers import VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Static
 
-from mpwatch.tui.glyphs import Glyphs
+from mpwatch.tui.render.glyphs import Glyphs
 
 KEYS = [
     ("up/down, j", "select a worker (k is kill)"),

@@ -10,7 +10,7 @@ from typing import Literal
 
 from rich.text import Text
 
-from mpwatch.tui.segs import Cell
+from mpwatch.tui.render.segs import Cell
 
 
 def to_text(cell: Cell | Text | None, right: bool = False) -> Text:

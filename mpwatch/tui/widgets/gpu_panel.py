@@ -1,12 +1,12 @@
 """The GPU panel (one row per GPU, scrolled when there are more GPUs than rows) and the
-alert lines under it. They show lines made by mpwatch/tui/gpu_rows.py; UI thread only."""
+alert lines under it. They show lines made by tui.render.gpu_rows; UI thread only."""
 from __future__ import annotations
 
 from textual.app import ComposeResult
 from textual.containers import VerticalScroll
 from textual.widgets import Static
 
-from mpwatch.tui.segs import Line
+from mpwatch.tui.render.segs import Line
 from mpwatch.tui.widgets.cells import lines_to_text
 from mpwatch.tui.widgets.lines import Lines
 

@@ -1,7 +1,7 @@
 """The run header: name, script, state, uptime, counts by state, restarts, sort/filter."""
 from __future__ import annotations
 
-from mpwatch.tui.segs import Line
+from mpwatch.tui.render.segs import Line
 from mpwatch.tui.widgets.cells import lines_to_text
 from mpwatch.tui.widgets.lines import Lines
 

@@ -1,10 +1,10 @@
-"""A Static that shows segment lines (mpwatch/tui/segs.py) and repaints only when they
+"""A Static that shows segment lines (tui.render.segs) and repaints only when they
 change: most refreshes bring the same text. UI thread."""
 from __future__ import annotations
 
 from textual.widgets import Static
 
-from mpwatch.tui.segs import Line
+from mpwatch.tui.render.segs import Line
 from mpwatch.tui.widgets.cells import lines_to_text
 
 

@@ -10,8 +10,8 @@ from collections.abc import Mapping, Sequence
 
 from textual.widgets import Static
 
-from mpwatch.tui.glyphs import Glyphs
-from mpwatch.tui.segs import Line, Seg
+from mpwatch.tui.render.glyphs import Glyphs
+from mpwatch.tui.render.segs import Line, Seg
 from mpwatch.tui.widgets.cells import lines_to_text
 
 AXIS_W = 9

@@ -7,7 +7,7 @@ holds its source data (see view.table_rows); its cells are formatted and its lin
 only when the line is on screen, and cached until that row's data changes. So 256
 workers cost what the ~40 visible rows cost. The update API keeps DataTable's names
 (add_row / update_row / remove_row / clear), and `apply(rows)` drives them from the diff
-plan of mpwatch.tui.diff. The cursor stays on the same worker across updates.
+plan of mpwatch.tui.render.diff. The cursor stays on the same worker across updates.
 """
 from __future__ import annotations
 
@@ -24,9 +24,9 @@ from textual.message import Message
 from textual.scroll_view import ScrollView
 from textual.strip import Strip
 
-from mpwatch.tui import diff
-from mpwatch.tui.segs import Cell
-from mpwatch.tui.view import Column, RowSource, rank_of_key
+from mpwatch.tui.render import diff
+from mpwatch.tui.render.segs import Cell
+from mpwatch.tui.render.view import Column, RowSource, rank_of_key
 from mpwatch.tui.widgets.cells import to_text
 
 PAD = 1  # spaces on each side of a cell

@@ -1,0 +1,140 @@
+"""The CLI's ways into the TUI: `mpwatch SCRIPT` and `mpwatch attach`.
+
+`launch_with_tui` starts the supervisor as its own detached process (own session, stdin
+from /dev/null, output to <run_dir>/supervisor.log), then shows it like an attach: losing
+the terminal ends only the TUI, never the run.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Protocol
+
+from mpwatch.rundir import registry, writer
+
+if TYPE_CHECKING:
+    from mpwatch.sources.local import Client
+
+
+class LaunchOptions(Protocol):
+    """The run's options as the CLI parsed them (what the supervisor's command line needs)."""
+
+    script: str
+    args: list[str]
+    nprocs: int
+    max_restarts: int
+    stall_timeout: float
+    grace: float
+    resize_mode: str
+    gpu_interval: float
+    run_id: str | None
+    cwd: str
+    supervisor_flags: list[str]  # torchrun's flags (-m, --nnodes...), as the supervisor takes them
+
+START_TIMEOUT_S = 30.0
+
+
+def _die(msg: str, code: int = 2) -> int:
+    print(f"mpwatch: error: {msg}", file=sys.stderr)
+    return code
+
+
+def supervisor_argv(ns: argparse.Namespace, opts: LaunchOptions, run_id: str, run_dir: Path) -> list[str]:
+    return [sys.executable, "-m", "mpwatch", "--supervise-only", "--headless",
+            "--run-id", run_id, "--run-dir", str(run_dir),
+            "-n", str(opts.nprocs), "--max-restarts", str(opts.max_restarts),
+            "--stall-timeout", repr(float(opts.stall_timeout)), "--grace", repr(float(opts.grace)),
+            "--resize-mode", opts.resize_mode, "--gpu-interval", repr(float(opts.gpu_interval)),
+            *opts.supervisor_flags, opts.script, *opts.args]
+
+
+def _tail(path: Path, n: int = 8) -> str:
+    lines = writer.tail_lines(path, n)
+    return ("; last lines of " + str(path) + ":\n  " + "\n  ".join(lines)) if lines else ""
+
+
+def launch_with_tui(ns: argparse.Namespace, opts: LaunchOptions) -> int:
+    try:
+        run_id = opts.run_id or registry.new_run_id(opts.script)
+    except registry.RunError as exc:
+        return _die(str(exc))
+    run_dir = Path(ns.run_dir if ns.run_dir else Path(opts.cwd) / "mpwatch-runs" / run_id).absolute()
+    if (run_dir / writer.RUN_JSON).exists():
+        return _die(f"run directory {run_dir} already holds a run; choose another --run-dir")
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        os.chmod(run_dir, 0o700)
+        log = open(run_dir / "supervisor.log", "ab")  # noqa: SIM115 - closed below, once the child has it
+    except OSError as exc:
+        return _die(f"cannot create run directory {run_dir}: {exc.strerror}")
+    with log:
+        try:
+            sup = subprocess.Popen(supervisor_argv(ns, opts, run_id, run_dir), stdin=subprocess.DEVNULL,
+                                   stdout=log, stderr=log, start_new_session=True, close_fds=True)
+        except OSError as exc:
+            return _die(f"cannot start the supervisor: {exc.strerror}")
+    deadline = time.monotonic() + START_TIMEOUT_S
+    while not (run_dir / writer.CONTROL_JSON).exists():
+        if sup.poll() is not None:
+            return _die(f"the supervisor exited with code {sup.returncode} before the run started"
+                        + _tail(run_dir / "supervisor.log"))
+        if time.monotonic() > deadline:
+            return _die(f"the supervisor did not start within {START_TIMEOUT_S:g}s (pid {sup.pid})"
+                        + _tail(run_dir / "supervisor.log"))
+        time.sleep(0.05)
+    from mpwatch.sources.local import Client, ClientError
+
+    try:
+        client = Client.connect(str(run_dir))
+    except ClientError as exc:
+        return _die(f"{exc}" + _tail(run_dir / "supervisor.log"))
+    return attach_tui(client, mouse=not ns.no_mouse, supervisor=sup)
+
+
+def attach_tui(client: Client, mouse: bool = True, supervisor: subprocess.Popen[bytes] | None = None) -> int:
+    from mpwatch.tui.app import MpwatchApp
+
+    handle = client.handle
+    app = MpwatchApp(client, handle.run_dir)
+    try:
+        outcome = app.run(mouse=mouse)
+    finally:
+        client.close()
+    if outcome is None or outcome.kind == "detach":
+        if outcome is not None:
+            print(f"mpwatch: detached from run {handle.run_id}; it goes on "
+                  f"('mpwatch attach {handle.run_id}' shows it again)", file=sys.stderr)
+        return 0
+    code = outcome.exit_code
+    if code is None:
+        code = wait_finished(handle, supervisor)
+    return 1 if code is None else int(code)
+
+
+def _code(info: dict[str, object]) -> int | None:
+    code = info.get("exit_code")
+    return code if isinstance(code, int) else None
+
+
+def wait_finished(handle: registry.RunHandle, supervisor: subprocess.Popen[bytes] | None = None,
+                  timeout: float | None = None) -> int | None:
+    """After 'stop the run', wait for the supervisor to write its exit code."""
+    info = writer.read_json(handle.run_dir, writer.RUN_JSON) or {}
+    grace = float(info.get("options", {}).get("grace", 10.0))
+    deadline = time.monotonic() + (timeout if timeout is not None else grace + 30.0)
+    print(f"mpwatch: waiting for run {handle.run_id} to stop…", file=sys.stderr)
+    while time.monotonic() < deadline:
+        info = writer.read_json(handle.run_dir, writer.RUN_JSON) or {}
+        if info.get("finished"):
+            return _code(info)
+        if supervisor is not None and supervisor.poll() is not None:
+            return supervisor.returncode
+        if supervisor is None and not registry.pid_alive(handle.pid):
+            return _code(writer.read_json(handle.run_dir, writer.RUN_JSON) or {})
+        time.sleep(0.1)
+    print(f"mpwatch: run {handle.run_id} is still stopping; see 'mpwatch ls'", file=sys.stderr)
+    return None

@@ -1,0 +1,131 @@
+"""The names of the run's states and events, and the fields of an events.jsonl record: part of
+the status contract (contract.status re-exports every name here; import them from there)."""
+from __future__ import annotations
+
+from enum import Enum
+from typing import Any, TypedDict
+
+
+class _Name(str, Enum):
+    """A name that is its own string in JSON, comparisons and f-strings."""
+
+    def __str__(self) -> str:
+        return str(self.value)
+
+    def __format__(self, spec: str) -> str:  # f"{State.RUNNING:>9}" is "  running" on every Python
+        return format(str(self.value), spec)
+
+
+# ---------------------------------------------------------------------- states ----
+class State(_Name):
+    """A worker's state. The values are the strings written to events.jsonl and the status."""
+
+    STARTING = "starting"  # started, not yet heard from (shown running after NO_HELLO_S)
+    RUNNING = "running"
+    STALLED = "stalled"  # reported before, silent for --stall-timeout
+    PAUSED = "paused"  # SIGSTOPped by the user
+    RESTARTING = "restarting"  # ended with a failure; started again once its group is gone
+    EXITED = "exited"  # ended by itself with exit 0
+    FAILED = "failed"  # ended by itself with a non-zero exit or a signal, or could not start
+    KILLED = "killed"  # ended by mpwatch (kill, restart, resize, stop)
+
+
+ALIVE_STATES = frozenset({State.STARTING, State.RUNNING, State.STALLED, State.PAUSED})
+ENDED_STATES = frozenset({State.EXITED, State.FAILED, State.KILLED})
+# In a merged run's counts (run.counts), the ranks of nodes that cannot be reached: their
+# last known states are old news. No worker's state is ever this.
+UNREACHABLE = "unreachable"
+
+
+class RunState(_Name):
+    RUNNING = "running"
+    RESIZING = "resizing"
+    STOPPING = "stopping"
+    FINISHED = "finished"
+
+
+# ---------------------------------------------------------------------- events ----
+class Event(_Name):
+    """The `event` of each line of events.jsonl (and of the control socket's `events`)."""
+
+    RUN_STARTED = "run_started"
+    WORKER_STARTED = "worker_started"
+    WORKER_EXITED = "worker_exited"
+    PAUSED = "paused"
+    RESUMED = "resumed"
+    RESTARTED = "restarted"
+    RESIZED = "resized"
+    STALLED = "stalled"
+    RECOVERED = "recovered"
+    DUMP = "dump"
+    REPORT = "report"
+    ALERT = "alert"  # a run alert: disk, hang (culprit), unkillable
+    GPU_ALERT = "gpu_alert"  # a GPU alert that starts (one event per start, not per tick)
+    BAD_FRAME = "bad_frame"
+    STOPPING = "stopping"
+    RUN_FINISHED = "run_finished"
+    ROUND = "round"  # several nodes: this node joined a rendezvous round (its workers start in it)
+    NODE_LOST = "node_lost"  # several nodes: another node's supervisor stopped answering
+    THINNED = "thinned"  # a note: older report events were thinned to keep events.jsonl under its cap
+
+
+class EventRecord(TypedDict):
+    """One line of events.jsonl: these three keys, then the event's own fields (see the
+    producer's call for each). Events from the control socket also carry `seq`."""
+
+    ts: float
+    event: str
+    rank: int | None
+
+
+class EventFields(EventRecord, total=False):
+    """The event-specific fields that readers word (text.eventtext); each event
+    carries the ones its producer passes (supervisor.core, supervisor.gpu.watch)."""
+
+    seq: int  # events from the control socket: their order
+    pid: int | None  # worker_started, worker_exited, paused, resumed, restarted, dump, stalled
+    attempt: int  # worker_started, restarted: how many restarts so far
+    state: str  # worker_exited: the State it ended in
+    cause: str | None  # worker_exited: "exit 1: <last stderr line>", "signal SIGKILL"
+    exit_code: int | None  # worker_exited, run_finished
+    stderr_tail: list[str]  # worker_exited: the last lines of its stderr
+    why: str  # restarted, stopping, bad_frame
+    frm: int  # resized: workers before
+    to: int  # resized: workers after
+    mode: str  # resized: independent | restart
+    silent_for: float  # stalled: seconds without a report
+    step: int | None  # stalled, recovered, report
+    kind: str | None  # stalled: what the process does; alert, gpu_alert: the alert's kind
+    detail: str | None  # stalled: the kind's detail (kernel wait)
+    path: str  # dump: the stack file, relative to the run directory
+    where: str | None  # dump: the innermost frame of the user's code
+    message: str  # alert, gpu_alert
+    severity: str  # gpu_alert: error | warning | info
+    script: str  # run_started
+    nprocs: int  # run_started
+    run_dir: str  # run_started
+    count: int  # bad_frame: bad frames of the worker so far
+    global_rank: int  # worker_started: RANK (on several nodes it differs from rank)
+    round: int  # round: the rendezvous round
+    node_rank: int  # round: this node's rank in it; node_lost: the lost node's
+    nnodes: int  # round
+    base_rank: int  # round: the global rank of this node's local rank 0
+    world_size: int  # round: every node's workers
+    host: str  # node_lost
+    node: int  # a merged view of several nodes: the node the event comes from (rank is then global)
+    loss: float | None  # report
+    metrics: dict[str, Any]  # report: every metric reported since the last report event
+    n: int  # report: the report() calls it stands for
+    dropped: int  # report: reports the worker's buffer declared lost
+    child_of: int  # report: sent by a process the worker started (this is the worker's pid)
+    reason: str | None  # worker_exited: why mpwatch killed it (kill, restart, resize, stop); dump: stall | request
+    innermost: str | None  # dump: the innermost frame
+    collective: str | None  # dump: the collective the main thread waits in
+    wchan: str | None  # stalled: the kernel wait
+    culprits: list[int]  # alert (hang): the ranks the others wait for
+    waiting: list[int]  # alert (hang)
+    gpu: int | None  # gpu_alert: the GPU
+    thinned_from: float  # thinned: report events between these wall times...
+    thinned_to: float
+    reports_before: int  # ...went from reports_before to reports_after
+    reports_after: int

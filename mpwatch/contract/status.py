@@ -1,0 +1,359 @@
+"""The status a supervisor publishes, and the names of states and events: the one contract
+between the supervisor (the producer) and every reader (`ctl status`, the headless lines,
+the TUI, the replay of a finished run).
+
+The status travels as JSON (control socket, final.json), so it is described with
+TypedDicts: a reader indexes plain dicts, and the type checker (mypy, run by `make test`)
+refuses a key the schema lacks. Keys marked NotRequired may be missing from statuses
+written by an older mpwatch (final.json of an old run); every other key is always there,
+its value possibly None ("N/A": unknown, never zero).
+
+Rules of the house:
+- The supervisor builds these dicts (supervisor.snapshot) and nothing else invents a key.
+- A reader never spells a status key that is not declared here.
+- Tests of the readers are fed statuses recorded from real runs (tests/data/statuses/),
+  never dictionaries written by hand.
+- Adding a key is fine; renaming or removing one breaks `ctl status --json` users.
+"""
+from __future__ import annotations
+
+import sys
+from typing import Any, Literal, TypedDict
+
+if sys.version_info >= (3, 11):
+    from typing import NotRequired
+else:  # pragma: no cover - Python 3.10
+    from typing_extensions import NotRequired
+
+# The names of states and events live in contract.names, re-exported here.
+# The GPU timeline's records (gpu.jsonl, the gpu_timeline reply) live in contract.gpu_records;
+# readers import every record of the contract from here.
+from mpwatch.contract.gpu_records import GpuMark as GpuMark
+from mpwatch.contract.gpu_records import GpuThinned as GpuThinned
+from mpwatch.contract.gpu_records import GpuThinnedInfo as GpuThinnedInfo
+from mpwatch.contract.gpu_records import GpuTick as GpuTick
+from mpwatch.contract.gpu_records import GpuTickGpu as GpuTickGpu
+from mpwatch.contract.gpu_records import GpuTickRank as GpuTickRank
+from mpwatch.contract.gpu_records import GpuTimelineReply as GpuTimelineReply
+from mpwatch.contract.names import ALIVE_STATES as ALIVE_STATES
+from mpwatch.contract.names import ENDED_STATES as ENDED_STATES
+from mpwatch.contract.names import UNREACHABLE as UNREACHABLE
+from mpwatch.contract.names import Event as Event
+from mpwatch.contract.names import EventFields as EventFields
+from mpwatch.contract.names import EventRecord as EventRecord
+from mpwatch.contract.names import RunState as RunState
+from mpwatch.contract.names import State as State
+
+
+# --------------------------------------------------------------------- workers ----
+class ChildStatus(TypedDict):
+    """A live descendant of a worker (a DataLoader worker, an mp.Process, a shell...)."""
+
+    pid: int
+    pgid: int | None
+    cpu_percent: float | None
+    rss_bytes: int | None
+    status: str  # psutil's process status: running, sleeping, stopped, zombie, disk-sleep
+    name: str
+    cmd: str
+    ppid: int | None
+    reporting: bool  # it called mpwatch.report() itself
+    step: int | None
+    loss: float | None
+    heartbeat_age: float | None
+
+
+class StallInfo(TypedDict):
+    """Why a stalled worker is stalled: what it does (from /proc) and where (from its dump)."""
+
+    since: float  # wall clock
+    step: int | None
+    kind: NotRequired[str]  # busy | blocked | stopped | zombie | uninterruptible | gone
+    detail: NotRequired[str | None]
+    wchan: NotRequired[str | None]
+    gpu: NotRequired[bool]
+    where: NotRequired[str | None]  # the innermost frame of the user's own code
+    innermost: NotRequired[str | None]
+    collective: NotRequired[str | None]
+    dump: NotRequired[str]  # relative to the run directory
+
+
+class CudaView(TypedDict):
+    """What torch's caching allocator says, sent by the worker at most once a second and
+    only when the script already initialised CUDA (the worker never initialises it)."""
+
+    device: int  # torch's device index (under CUDA_VISIBLE_DEVICES: not NVML's index)
+    allocated: int  # bytes in live tensors
+    reserved: int  # bytes held by the caching allocator
+    max_allocated: int  # peak of `allocated`
+    uuid: NotRequired[str | None]  # "GPU-…" (or "MIG-…"): how the supervisor finds NVML's index
+    alloc_retries: NotRequired[int]  # memory_stats()["num_alloc_retries"]: cache flushes to fit
+    num_ooms: NotRequired[int]  # memory_stats()["num_ooms"]
+    inactive_split: NotRequired[int]  # memory_stats()["inactive_split_bytes.all.current"]
+
+
+class GpuShare(TypedDict):
+    index: int
+    mem_bytes: int  # NVML's used memory of the worker's processes on that GPU
+
+
+class WorkerGpu(TypedDict):
+    """A worker's GPU, as the supervisor resolved it: its own GPU (torch's device UUID, else
+    the GPU where its processes hold the most memory), NVML's memory of its processes,
+    torch's view, and the other ranks on the same GPU."""
+
+    index: int | None  # NVML's index of its own GPU
+    uuid: str | None
+    mapped_by: Literal["uuid", "pid"]  # how `index` was found
+    mem_bytes: int | None  # NVML: its processes (children included) on its own GPU
+    gpus: list[GpuShare]  # every GPU where its processes hold memory (stray contexts too)
+    allocated: int | None  # torch (None when the worker sent no CUDA view)
+    reserved: int | None
+    peak: int | None
+    other_bytes: int | None  # NVML minus torch's reserved: CUDA context and non-torch memory
+    fragmentation: int | None  # reserved but not allocated
+    alloc_retries: int | None
+    ooms: int | None
+    sm_util: int | None  # % of SM time of its processes (NVML process samples); None: N/A
+    shared_with: list[int]  # other ranks whose own GPU is the same one (a collision)
+
+
+class WorkerStatus(TypedDict):
+    rank: int  # the supervisor's own key for the worker: its local rank on this node
+    global_rank: NotRequired[int]  # RANK in the worker's environment (multi-node: differs from rank)
+    pid: int | None
+    state: str  # a State value
+    step: int | None
+    loss: float | None
+    steps_per_s: float | None
+    metrics: dict[str, Any]
+    heartbeat_age: float | None
+    heartbeat: Literal["ok", "waiting", "none"]
+    cpu_percent: float | None
+    rss_bytes: int | None
+    proc_status: str | None
+    restarts: int
+    exit_code: int | None
+    signal: str | None
+    cause: str | None
+    reports: int
+    dropped: int
+    bad_frames: int
+    phases: dict[str, float]
+    cuda: CudaView | None
+    loss_tail: list[float]
+    world_size: int
+    uptime: float | None
+    stall: StallInfo | None
+    last_dump: str | None
+    unkillable: list[dict[str, Any]] | None
+    foreign_groups: list[int]
+    children: list[ChildStatus]
+    gpu: WorkerGpu | None
+    # A merged view of several nodes (sources.multinode.source) sets these three; `rank` is then the global rank.
+    node: NotRequired[int]  # the node rank of the worker's node
+    local_rank: NotRequired[int]  # its rank on that node (that supervisor's `rank`)
+    node_error: NotRequired[str]  # its node cannot be reached now, and why: the row is its last known
+
+
+MERGED_WORKER_KEYS = frozenset({"node", "local_rank", "node_error"})  # a merged view's only: no supervisor sets them
+
+
+# ------------------------------------------------------------------------ GPUs ----
+class GpuProcess(TypedDict):
+    """A compute process NVML lists on a GPU, labelled by pid."""
+
+    pid: int
+    rank: int | None  # a worker of this run
+    child_of: int | None  # a worker's descendant (DataLoader worker, spawned trainer)
+    user: str | None
+    cmd: str | None
+    mem_bytes: int | None  # None where the driver cannot tell (WDDM, some vGPUs)
+    visible: bool  # False: the pid is in another PID namespace (a container)
+    sm_util: NotRequired[int | None]  # % SM of this process (NVML process samples); None: N/A
+    since: NotRequired[float]  # wall clock it was first seen on this GPU
+
+
+AlertKind = Literal[
+    "contention",  # two or more ranks have this GPU as their own
+    "stray_context",  # a rank holds memory on a GPU that is not its own (all on GPU 0)
+    "outside",  # a process outside the run holds a real share of a GPU a rank uses
+    "memory_high",  # memory pressure, with the time to full at the current slope
+    "alloc_retries",  # a rank's allocator retries rise: OOM is near
+    "oom",  # a rank died of CUDA out of memory
+    "fragmentation",  # much reserved memory unallocated while little is free
+    "idle",  # a GPU idle while the others work (or while its ranks run)
+]
+
+
+class GpuAlert(TypedDict):
+    kind: str  # an AlertKind
+    key: str  # names the condition: an alert that goes on keeps its key
+    gpu: int | None
+    rank: int | None
+    message: str  # one sentence, with the numbers
+    since: float  # wall clock it started
+    severity: NotRequired[Literal["error", "warning", "info"]]
+    hint: NotRequired[str]  # what to do about it
+    short: NotRequired[str]  # a few words for the GPU row ("2 ranks share", "OOM rank 3")
+    ranks: NotRequired[list[int]]
+    pid: NotRequired[int]
+    user: NotRequired[str | None]
+    mem_bytes: NotRequired[int | None]
+    fraction: NotRequired[float]
+    growth_bytes_per_s: NotRequired[float | None]
+    time_to_full_s: NotRequired[float | None]
+    others: NotRequired[list[dict[str, Any]]]
+    line: NotRequired[str]
+
+
+class MemoryBreakdown(TypedDict):
+    """Where a GPU's used memory goes (bytes; None where unknown). The parts add up to at
+    most mem_used; what NVML counts beyond them is not attributed to any process."""
+
+    allocated: int | None  # torch allocated by the ranks whose own GPU this is
+    cached: int | None  # reserved but not allocated (the caching allocator)
+    other: int | None  # the rest of the ranks' processes' NVML memory (context, non-torch)
+    outside: int | None  # processes outside the run
+
+
+HISTORY_POINTS = 120  # points of GpuHistory: two minutes at the default 1 s GPU interval
+
+
+class GpuHistory(TypedDict):
+    """The last HISTORY_POINTS samples, oldest first, one per poller tick."""
+
+    mem_used: list[int | None]
+    util_gpu: list[int | None]
+
+
+class GpuView(TypedDict):
+    index: int
+    name: str | None
+    uuid: NotRequired[str | None]
+    mem_used: int | None
+    mem_total: int | None
+    util_gpu: int | None  # %
+    util_mem: int | None  # %
+    temperature: int | None  # C
+    power_w: float | None
+    processes: list[GpuProcess]
+    errors: dict[str, str]  # value -> why it is N/A
+    ts: float
+    processes_ts: float | None
+    alerts: list[GpuAlert]
+    ranks: NotRequired[list[int]]  # ranks whose own GPU this is
+    breakdown: NotRequired[MemoryBreakdown]
+    history: NotRequired[GpuHistory]
+    node: NotRequired[int]  # a merged view: the node rank of the GPU's machine
+    node_index: NotRequired[int]  # a merged view: NVML's index there (`index` numbers every node's GPUs apart)
+
+
+# --------------------------------------------------------------------- the run ----
+class RunOptions(TypedDict):
+    max_restarts: int
+    stall_timeout: float
+    grace: float
+    resize_mode: str
+
+
+class RunInfo(TypedDict):
+    id: str
+    dir: str
+    script: str
+    args: list[str]
+    state: str  # a RunState value
+    pid: int
+    started: float  # wall clock
+    uptime: float
+    world_size: int
+    nprocs: int
+    counts: dict[str, int]  # State value -> workers in it
+    restarts: int
+    exit_code: int | None
+    options: RunOptions
+    refused_connections: int
+    node: NotRequired[NodeInfo | None]  # a multi-node run: this node and its peers; None on one node
+
+
+class NodePeer(TypedDict):
+    """Where another node's supervisor of the same run lives (for `attach` to find it)."""
+
+    node_rank: int
+    host: str  # how ssh reaches that machine (its hostname, or --local-addr)
+    run_id: str  # its own run id on that machine
+    run_dir: str
+    pid: int  # its supervisor's pid
+    nprocs: NotRequired[int]  # its workers
+    base_rank: NotRequired[int]  # global rank of its local rank 0 (its workers: base_rank + local rank)
+    state: NotRequired[str]  # up | round (between rounds) | done (its workers ended) | lost (no beat)
+
+
+class NodeInfo(TypedDict):
+    """This node's place in a multi-node run (one supervisor per node, torch's rendezvous)."""
+
+    node_rank: int  # torch's group rank
+    nnodes: int
+    host: str
+    job_id: str  # the rendezvous id (--rdzv-id, or Slurm's job id)
+    rdzv_backend: str  # static | c10d
+    round: int  # the rendezvous round: c10d restarts every node's workers in a new round
+    base_rank: int  # global rank of this node's local rank 0
+    world_size: int  # every node's workers together
+    peers: list[NodePeer]  # every node of the run, this one included
+    # starting (loading torch) | joining (in torch's rendezvous; round -1 before the first) | running |
+    # new_round (stopping its workers to join the next) | finishing (its workers ended; waiting for the others)
+    state: NotRequired[str]
+    slurm: NotRequired[str | None]  # "job 123 step 0, node 1" when Slurm said where it runs
+
+
+class RunAlert(TypedDict):
+    ts: float
+    kind: str  # disk | hang | unkillable
+    message: str
+    rank: int | None
+    culprits: NotRequired[list[int]]
+    waiting: NotRequired[list[int]]
+    processes: NotRequired[list[dict[str, Any]]]
+
+
+class Lag(TypedDict):
+    rank: int
+    step: int
+    lag: int
+
+
+class Straggler(TypedDict):
+    leader_step: int
+    lags: list[Lag]
+    culprits: list[int]
+    waiting: list[int]
+    text: str | None  # None while nothing is stalled
+
+
+class Status(TypedDict):
+    """What `ctl status --json` prints, the TUI draws and final.json keeps."""
+
+    run: RunInfo
+    workers: list[WorkerStatus]
+    gpus: list[GpuView]
+    gpu_status: str | None  # one line when there is no GPU data, or only part of it
+    alerts: list[RunAlert]
+    events_seq: int
+    straggler: Straggler | None
+    nodes: NotRequired[list[NodeStatus]]  # a merged view of several nodes (sources.multinode.source): each one's state
+
+
+class NodeStatus(TypedDict):
+    """One node of a merged view, as the viewer sees it (its reachability is the viewer's)."""
+
+    node: int  # its node rank (NodeInfo.node_rank), else its place among the runs attached to
+    host: str  # how ssh reaches it; "" for this machine
+    run_id: str | None  # its supervisor's run id there (None until first reached)
+    reachable: bool
+    error: str | None  # why it cannot be reached now (ssh's words), or None
+    down_for: float | None  # seconds it has been unreachable (the viewer's clock)
+    finished: bool  # its run has ended there
+    base_rank: int  # global rank of its local rank 0
+    workers: int
+    counts: dict[str, int]  # State value -> its workers in it (the last known)

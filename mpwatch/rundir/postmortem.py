@@ -1,0 +1,245 @@
+"""What a finished (or cut short) run comes to, from its directory: how it ended, each
+rank's last step and loss, the first failure, the stalls and their culprit, GPU peaks and
+the alerts that fired. Pure functions of a rundir.RunDir (no clock but `now` for a live
+run's age); `mpwatch ls --all` and `mpwatch summary` render them, `--json` prints them.
+Runs on the caller's thread.
+"""
+from __future__ import annotations
+
+import time
+from typing import Literal, TypedDict
+
+from mpwatch.contract.coerce import as_float, as_int, as_str
+from mpwatch.contract.status import Event, EventRecord
+from mpwatch.rundir.reader import RunDir
+
+Ending = Literal["live", "finished", "cut short"]  # cut short: the supervisor died mid-run
+
+_EXIT_KINDS = (Event.WORKER_EXITED,)
+
+
+class Failure(TypedDict):
+    rank: int
+    ts: float
+    cause: str | None  # as the supervisor put it: "exit 1: ValueError: ..." or "signal SIGKILL"
+    error: str | None  # the last line of its traceback (the exception), when it wrote one
+
+
+class RunListing(TypedDict):
+    """One row of `mpwatch ls --all --json`: the keys of `mpwatch ls --json`, then how it ended."""
+
+    run_id: str
+    run_dir: str
+    pid: int | None
+    script: str | None
+    started: float | None
+    nprocs: int | None
+    live: bool
+    ending: Ending
+    exit_code: int | None
+    duration: float | None  # seconds; for a cut short run, up to its last event
+    first_failure: Failure | None
+
+
+class RankEnd(TypedDict):
+    rank: int
+    state: str | None  # a status.State value
+    step: int | None  # the last step reported
+    loss: float | None
+    restarts: int
+    cause: str | None
+    gpu_peak: int | None  # bytes: the most NVML saw its processes hold on its GPU (gpu.jsonl)
+    torch_peak: int | None  # bytes: torch's max_allocated, when the worker sent a CUDA view
+
+
+class StallEnd(TypedDict):
+    rank: int
+    ts: float
+    step: int | None
+    kind: str | None  # busy | blocked | stopped | zombie | uninterruptible
+    detail: str | None
+    where: str | None  # the innermost frame of the user's code (from the stall's dump)
+    collective: str | None
+    dump: str | None  # path of the dump, relative to the run directory
+
+
+class AlertEnd(TypedDict):
+    ts: float
+    kind: str
+    rank: int | None
+    gpu: int | None
+    message: str
+
+
+class Summary(TypedDict):
+    """`mpwatch summary --json`."""
+
+    listing: RunListing
+    args: list[str]
+    restarts: int
+    stopped: str | None  # why a stop was asked (signal SIGTERM, requested), when one was
+    ranks: list[RankEnd]
+    stalls: list[StallEnd]
+    culprit: str | None  # the last hang alert: who the others wait for, and where
+    alerts: list[AlertEnd]
+    files: list[str]  # what the directory holds, relative to it
+    notes: list[str]  # what could not be read
+
+
+def _first_failure(exits: list[EventRecord]) -> Failure | None:
+    for e in exits:
+        if e.get("state") == "failed" and e["rank"] is not None:
+            return {"rank": e["rank"], "ts": e["ts"], "cause": as_str(e.get("cause")),
+                    "error": error_line(e.get("stderr_tail"))}
+    return None
+
+
+def error_line(tail: object) -> str | None:
+    """The exception line of a traceback in a stderr tail: after the last 'Traceback'
+    header, the last line that is no frame (a bare crash has none)."""
+    if not isinstance(tail, list):
+        return None
+    lines = [ln for ln in tail if isinstance(ln, str)]
+    starts = [i for i, ln in enumerate(lines) if ln.startswith("Traceback (most recent call last)")]
+    if not starts:
+        return None
+    for ln in reversed(lines[starts[-1] + 1:]):
+        s = ln.strip()
+        if s and not ln.startswith((" ", "\t")) and not s.startswith(("File ", "^", "~")):
+            return s
+    return None
+
+
+def ending(rd: RunDir) -> Ending:
+    if rd.run.finished is not None or rd.final is not None:
+        return "finished"
+    if rd.live():
+        return "live"
+    last = rd.last_event()  # run.json and final.json garbled or gone: the history may still say
+    return "finished" if last is not None and last["event"] == Event.RUN_FINISHED else "cut short"
+
+
+def listing(rd: RunDir, exits: list[EventRecord] | None = None, now: float | None = None) -> RunListing:
+    """The run's row for `ls --all`: reads run.json's facts and the exit events only."""
+    end = ending(rd)
+    if exits is None:
+        exits = rd.events(_EXIT_KINDS)
+    started = rd.run.started
+    last = rd.run.finished
+    if last is None and rd.final is not None:
+        last = (started or 0.0) + rd.final["run"]["uptime"] if started is not None else None
+    tail = rd.last_event() if last is None or rd.run.exit_code is None else None
+    if last is None:
+        last = (time.time() if now is None else now) if end == "live" else (tail["ts"] if tail else None)
+    exit_code = rd.run.exit_code
+    if exit_code is None and tail is not None and tail["event"] == Event.RUN_FINISHED:
+        exit_code = as_int(tail.get("exit_code"))
+    return {"run_id": rd.run.run_id, "run_dir": str(rd.path), "pid": rd.run.pid, "script": rd.run.script,
+            "started": started, "nprocs": rd.run.nprocs, "live": end == "live", "ending": end,
+            "exit_code": exit_code, "duration": None if started is None or last is None else max(0.0, last - started),
+            "first_failure": _first_failure(exits)}
+
+
+def _ranks(rd: RunDir, evs: list[EventRecord]) -> list[RankEnd]:
+    out: dict[int, RankEnd] = {}
+
+    def rank(r: int) -> RankEnd:
+        if r not in out:
+            out[r] = {"rank": r, "state": None, "step": None, "loss": None, "restarts": 0, "cause": None,
+                      "gpu_peak": None, "torch_peak": None}
+        return out[r]
+
+    for e in evs:  # the history first: what a cut short run leaves
+        r = e["rank"]
+        if r is None:
+            continue
+        if e["event"] == Event.WORKER_STARTED:
+            rank(r)["state"] = "running"
+        elif e["event"] == Event.REPORT and "child_of" not in e:  # a child's report is not its rank's step
+            rank(r)["step"] = as_int(e.get("step"))
+            rank(r)["loss"] = as_float(e.get("loss"))
+        elif e["event"] == Event.WORKER_EXITED:
+            rank(r)["state"], rank(r)["cause"] = as_str(e.get("state")), as_str(e.get("cause"))
+        elif e["event"] == Event.RESTARTED:
+            rank(r)["restarts"] += 1
+        elif e["event"] == Event.STALLED:
+            rank(r)["state"] = "stalled"
+    if rd.final is not None:  # then the last status, which knows best
+        for w in rd.final["workers"]:
+            got = rank(w["rank"])
+            got["state"], got["restarts"] = w.get("state"), w.get("restarts") or got["restarts"]
+            got["cause"] = w.get("cause") or got["cause"]
+            if w.get("step") is not None:
+                got["step"], got["loss"] = w.get("step"), w.get("loss")
+            cuda = w.get("cuda")
+            got["torch_peak"] = as_int(cuda.get("max_allocated")) if isinstance(cuda, dict) else None
+    for r in rd.known_ranks():
+        rank(r)
+    _gpu_peaks(rd, out)
+    return [out[r] for r in sorted(out)]
+
+
+def _gpu_peaks(rd: RunDir, out: dict[int, RankEnd]) -> None:
+    tl = rd.gpu_timeline()
+    if tl is None:
+        return
+    for tick in tl.ticks:
+        for tr in tick["ranks"]:
+            r, nvml = as_int(tr.get("rank")), as_int(tr.get("nvml"))
+            if r in out and nvml is not None:
+                peak = out[r]["gpu_peak"]
+                out[r]["gpu_peak"] = nvml if peak is None else max(peak, nvml)
+
+
+def _stalls(evs: list[EventRecord]) -> list[StallEnd]:
+    stalls: list[StallEnd] = []
+    open_: dict[int, StallEnd] = {}
+    for e in evs:
+        r = e["rank"]
+        if r is None:
+            continue
+        if e["event"] == Event.STALLED:
+            s: StallEnd = {"rank": r, "ts": e["ts"], "step": as_int(e.get("step")), "kind": as_str(e.get("kind")),
+                           "detail": as_str(e.get("detail")), "where": None, "collective": None, "dump": None}
+            stalls.append(s)
+            open_[r] = s
+        elif e["event"] == Event.DUMP and e.get("reason") == "stall" and r in open_:
+            s = open_[r]
+            s["where"], s["collective"] = as_str(e.get("where")), as_str(e.get("collective"))
+            s["dump"] = as_str(e.get("path"))
+        elif e["event"] in (Event.RECOVERED, Event.WORKER_EXITED):
+            open_.pop(r, None)
+    return stalls
+
+
+def _alerts(evs: list[EventRecord]) -> list[AlertEnd]:
+    return [{"ts": e["ts"], "kind": as_str(e.get("kind")) or "?", "rank": e["rank"], "gpu": as_int(e.get("gpu")),
+             "message": as_str(e.get("message")) or ""}
+            for e in evs if e["event"] in (Event.ALERT, Event.GPU_ALERT)]
+
+
+def _files(rd: RunDir) -> list[str]:
+    out = [n for n in ("run.json", "events.jsonl", "final.json", "gpu.jsonl", "supervisor.log")
+           if (rd.path / n).exists()]
+    for f in rd.ranks().values():
+        out += [str(p.relative_to(rd.path)) for p in (f.stdout, f.stderr, *f.stacks) if p.exists()]
+    return out
+
+
+def summarize(rd: RunDir, now: float | None = None) -> Summary:
+    evs = rd.events()
+    exits = [e for e in evs if e["event"] == Event.WORKER_EXITED]
+    ranks = _ranks(rd, evs)
+    stops = [e for e in evs if e["event"] == Event.STOPPING]
+    # The finding before a stop: once the run stops, ranks end one by one and a finding with
+    # fewer waiting ranks can follow, which says less about the hang.
+    until = stops[0]["ts"] if stops else float("inf")
+    hangs = [e for e in evs if e["event"] == Event.ALERT and e.get("kind") == "hang"]
+    hangs = [e for e in hangs if e["ts"] <= until] or hangs
+    restarts = rd.final["run"].get("restarts") if rd.final is not None else None
+    files = _files(rd)
+    return {"listing": listing(rd, exits, now), "args": rd.run.args,
+            "restarts": restarts if isinstance(restarts, int) else sum(r["restarts"] for r in ranks),
+            "stopped": as_str(stops[0].get("why")) if stops else None, "ranks": ranks, "stalls": _stalls(evs),
+            "culprit": as_str(hangs[-1].get("message")) if hangs else None, "alerts": _alerts(evs),
+            "files": files, "notes": list(rd.notes)}

@@ -1,0 +1,366 @@
+"""Reading a run directory back, whatever state the run left it in: the post-mortem's
+source (`mpwatch ls --all`, `summary`, `ctl logs`, and the TUI's replay of a finished run).
+
+Tolerant by design: a directory cut short (a torn last line, no final.json after a
+SIGKILLed supervisor, a deleted rank folder, a file of garbage) gives what can be read,
+plus `notes` saying what is missing; only a path that is no run directory at all raises
+NotARunDir (one line for the user). The writer is rundir.writer; this module never writes.
+Runs on the caller's thread; imports neither textual nor the supervisor.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import time
+from collections.abc import Collection, Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, cast
+
+from mpwatch.contract.status import Event, EventFields, EventRecord, GpuMark, GpuTick, Status
+from mpwatch.rundir import registry
+from mpwatch.rundir import writer as runstore
+from mpwatch.text import fmt
+
+GPU_JSONL = "gpu.jsonl"  # the GPU timeline: status.GpuTick, GpuMark and GpuThinned lines
+_RANK_DIR = re.compile(r"^rank-(\d+)$")
+_MARKERS = (runstore.RUN_JSON, runstore.EVENTS, runstore.FINAL_JSON)
+
+
+class NotARunDir(Exception):
+    """A path that holds no run; the message is the one line the user sees."""
+
+
+@dataclass
+class RunRecord:
+    """What run.json says (each field checked for its type), completed from the run_started
+    event and final.json when run.json is gone or garbled. None: not known."""
+
+    run_id: str
+    script: str | None = None
+    args: list[str] = field(default_factory=list)
+    nprocs: int | None = None
+    started: float | None = None
+    finished: float | None = None  # set by the supervisor when the run ended normally
+    exit_code: int | None = None
+    pid: int | None = None  # the supervisor's
+    cwd: str | None = None
+
+
+@dataclass
+class RankFiles:
+    rank: int
+    dir: Path
+    stdout: Path
+    stderr: Path
+    stacks: list[Path]  # oldest first (names are times)
+
+
+@dataclass
+class GpuTimeline:
+    ticks: list[GpuTick]
+    marks: list[GpuMark]
+
+
+def _num(v: object) -> float | None:
+    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+
+
+def _int(v: object) -> int | None:
+    return v if isinstance(v, int) and not isinstance(v, bool) else None
+
+
+def _str(v: object) -> str | None:
+    return v if isinstance(v, str) else None
+
+
+def _read_json_file(path: Path) -> tuple[object, str | None]:
+    """(value, None), or (None, why) for a file missing or not JSON."""
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            return json.load(f), None
+    except FileNotFoundError:
+        return None, "missing"
+    except OSError as exc:
+        return None, f"unreadable ({exc.strerror})"
+    except ValueError:
+        return None, "not JSON (cut short or garbled)"
+
+
+def as_event(rec: object) -> EventRecord | None:
+    """An events.jsonl line's value when it has an event's shape (ts, event, rank), else None."""
+    if not isinstance(rec, dict) or not isinstance(rec.get("event"), str) or _num(rec.get("ts")) is None:
+        return None
+    rank = rec.get("rank")
+    if rank is not None and _int(rank) is None:
+        return None
+    return cast(EventRecord, rec)
+
+
+def as_status(raw: object) -> Status | None:
+    """final.json when it has a status's shape (its run and workers); else None."""
+    if not isinstance(raw, dict) or not isinstance(raw.get("run"), dict):
+        return None
+    workers = raw.get("workers")
+    if not isinstance(workers, list) or not all(isinstance(w, dict) and _int(w.get("rank")) is not None
+                                                for w in workers):
+        return None
+    return cast(Status, raw)
+
+
+class RunDir:
+    """One run directory, read on demand: run.json and final.json at once, events and the
+    GPU timeline when asked (they can be large). `notes` grows as parts are read."""
+
+    def __init__(self, path: Path, run: RunRecord, final: Status | None, notes: list[str]) -> None:
+        self.path = path
+        self.run = run
+        self.final = final
+        self.notes = notes
+        self._events: list[EventRecord] | None = None
+        self._thinned_to: float | None = None  # events.jsonl's thinning, from its notes
+        self._thinned_reports = 0
+        self._thinned_seen: set[tuple[object, ...]] = set()  # the notes counted (each once)
+
+    # --------------------------------------------------------------- events ----
+    def _note(self, text: str) -> None:
+        if text not in self.notes:
+            self.notes.append(text)
+
+    def note(self, text: str, replaces: tuple[str, str] | None = None) -> None:
+        """Add a note (once) about what could not be read, in place of an earlier one that
+        starts and ends as `replaces` says (a count that grew); the replay's readers say
+        theirs here."""
+        if replaces is not None:
+            head, tail = replaces
+            self.notes[:] = [n for n in self.notes if not (n.startswith(head) and n.endswith(tail))]
+        self._note(text)
+
+    def _lines(self, name: str, needles: Collection[str] | None) -> Iterator[object]:
+        """JSON values of a .jsonl file's lines; bad lines are counted into a note. With
+        needles, lines holding none of them are skipped unparsed (a cheap prefilter)."""
+        try:
+            with open(self.path / name, encoding="utf-8", errors="replace") as f:
+                yield from self._parse(f, name, needles)
+        except FileNotFoundError:
+            return
+        except OSError as exc:
+            self._note(f"{name} is unreadable ({exc.strerror})")
+
+    def _parse(self, f: Iterable[str], name: str, needles: Collection[str] | None) -> Iterator[object]:
+        bad = 0
+        torn = False
+        for line in f:
+            if needles is not None and not any(n in line for n in needles):
+                continue
+            try:
+                yield json.loads(line)
+            except ValueError:
+                if line.endswith("\n"):
+                    bad += 1
+                else:
+                    torn = True  # the last line, cut mid-write
+        if bad:
+            self._note(f"{name}: {bad} unreadable line(s) skipped")
+        if torn:
+            self.note_torn(name)
+
+    def note_torn(self, name: str) -> None:
+        self._note(f"{name}: the last line is cut short (the run was killed while writing it)")
+
+    def events(self, kinds: Collection[str] | None = None) -> list[EventRecord]:
+        """Events oldest first, only `kinds` when given; lines that are no event are skipped."""
+        if self._events is None and kinds is None:
+            self._events = list(self._scan(None))
+        if self._events is not None:
+            return [e for e in self._events if kinds is None or e["event"] in kinds]
+        return list(self._scan(kinds))
+
+    def _scan(self, kinds: Collection[str] | None) -> Iterator[EventRecord]:
+        needles = None if kinds is None else [f'"{k}"' for k in (*kinds, Event.THINNED)]
+        skipped = 0
+        for raw in self._lines(runstore.EVENTS, needles):
+            ev = as_event(raw)
+            if ev is None:
+                skipped += 1
+                continue
+            if ev["event"] == Event.THINNED:
+                self.note_thinned(cast(EventFields, ev))
+            if kinds is None or ev["event"] in kinds:
+                yield ev
+        if skipped:
+            self.note_skipped(skipped)
+
+    def note_skipped(self, lines: int) -> None:
+        self.note(f"{runstore.EVENTS}: {lines} line(s) that are no event skipped",
+                  (f"{runstore.EVENTS}: ", "that are no event skipped"))
+
+    def note_thinned(self, ev: EventFields) -> None:
+        """A `thinned` event (rundir.thinning): say which part of the curves is coarser."""
+        before, after = ev.get("reports_before"), ev.get("reports_after")
+        upto = _num(ev.get("thinned_to"))
+        if upto is None or not isinstance(before, int) or not isinstance(after, int):
+            return
+        # Each pass once, however often it is read: by this reader and the replay's, and again
+        # when a later pass swaps the file under a live reader (the earlier notes stay in it).
+        key = (ev.get("ts"), ev.get("thinned_from"), upto, before, after)
+        if key in self._thinned_seen:
+            return
+        self._thinned_seen.add(key)
+        self._thinned_to = max(self._thinned_to or upto, upto)
+        self._thinned_reports += before - after
+        self.note(f"{runstore.EVENTS} was thinned to stay under its size cap: {self._thinned_reports} report "
+                   f"event(s) up to {self.when(self._thinned_to)} went (the loss curves are coarser there; "
+                   "no other event was dropped)", (f"{runstore.EVENTS} was thinned", ""))  # one note for all passes
+
+    def when(self, ts: float) -> str:
+        """A moment of the run for a note: from its start when known (notes read the same in
+        every time zone), else the clock."""
+        if self.run.started is not None:
+            return "+" + fmt.duration(max(0.0, ts - self.run.started))
+        return time.strftime("%H:%M:%S", time.localtime(ts))
+
+    def last_event(self, max_bytes: int = 64 * 1024) -> EventRecord | None:
+        """The last readable event, read from the file's end (a big file is not read whole)."""
+        try:
+            with open(self.path / runstore.EVENTS, "rb") as f:
+                f.seek(0, os.SEEK_END)
+                f.seek(max(0, f.tell() - max_bytes))
+                tail = f.read().decode("utf-8", errors="replace")
+        except OSError:
+            return None
+        for line in reversed(tail.splitlines()):
+            try:
+                ev = as_event(json.loads(line))
+            except ValueError:
+                continue
+            if ev is not None:
+                return ev
+        return None
+
+    def gpu_timeline(self) -> GpuTimeline | None:
+        """gpu.jsonl split into ticks and marks; None when the run has none."""
+        if not (self.path / GPU_JSONL).exists():
+            return None
+        ticks: list[GpuTick] = []
+        marks: list[GpuMark] = []
+        thinned_to: float | None = None  # a note line (status.GpuThinned): older ticks were thinned
+        for raw in self._lines(GPU_JSONL, None):
+            if not isinstance(raw, dict) or _num(raw.get("ts")) is None:
+                continue
+            if isinstance(raw.get("gpus"), list) and isinstance(raw.get("ranks"), list):
+                ticks.append(cast(GpuTick, raw))
+            elif isinstance(raw.get("kind"), str):
+                marks.append(cast(GpuMark, raw))
+            elif isinstance(raw.get("thinned"), dict) and _num(raw["thinned"].get("to")) is not None:
+                thinned_to = max(thinned_to or 0.0, float(raw["thinned"]["to"]))
+        if thinned_to is not None:
+            self.note_gpu_thinned(thinned_to)
+        return GpuTimeline(ticks, marks)
+
+    def note_gpu_thinned(self, upto: float) -> None:
+        self._note(f"{GPU_JSONL} was thinned to stay under its size cap: before {self.when(upto)} it keeps "
+                   "fewer samples, and a peak there may be missed")
+
+    # ---------------------------------------------------------------- ranks ----
+    def ranks(self) -> dict[int, RankFiles]:
+        """Rank folders present; ranks the run had whose folder is gone get a note."""
+        found: dict[int, RankFiles] = {}
+        try:
+            names = os.listdir(self.path)
+        except OSError:
+            names = []
+        for name in names:
+            m = _RANK_DIR.match(name)
+            if m and (self.path / name).is_dir():
+                d = self.path / name
+                found[int(m.group(1))] = RankFiles(int(m.group(1)), d, d / "stdout.log", d / "stderr.log",
+                                                   _stack_files(d / "stacks"))
+        for rank in self.known_ranks():
+            if rank not in found:
+                self._note(f"rank-{rank}/ is missing: the logs and stack dumps of rank {rank} are gone")
+        return dict(sorted(found.items()))
+
+    def known_ranks(self) -> list[int]:
+        """Ranks the run had, from final.json, else from worker_started events."""
+        if self.final is not None:
+            return sorted(w["rank"] for w in self.final["workers"])
+        return sorted({e["rank"] for e in self.events([Event.WORKER_STARTED]) if e["rank"] is not None})
+
+    # ---------------------------------------------------------------- state ----
+    def live(self) -> bool:
+        """The supervisor still runs (never true once run.json says finished)."""
+        if self.run.finished is not None or self.run.pid is None:
+            return False
+        ctl, _ = _read_json_file(self.path / runstore.CONTROL_JSON)
+        return isinstance(ctl, dict) and ctl.get("pid") == self.run.pid and registry.pid_alive(self.run.pid)
+
+
+def _stack_files(d: Path) -> list[Path]:
+    try:
+        return sorted(p for p in d.iterdir() if p.suffix == ".txt")
+    except OSError:
+        return []
+
+
+def looks_like_run(path: Path) -> bool:
+    """A directory holding any of the files a run writes first or last."""
+    return path.is_dir() and any((path / m).exists() for m in _MARKERS)
+
+
+def _record(raw: object, first: EventRecord | None, final: Status | None, fallback_id: str) -> RunRecord:
+    info: dict[str, Any] = raw if isinstance(raw, dict) else {}
+    ev: dict[str, Any] = dict(first) if first is not None and first["event"] == Event.RUN_STARTED else {}
+    fin = final["run"] if final is not None else None
+    args = info.get("args", ev.get("args"))
+    opts = info.get("options")
+    nprocs = _int(opts.get("nprocs")) if isinstance(opts, dict) else None
+    return RunRecord(
+        run_id=_str(info.get("run_id")) or (fin["id"] if fin and isinstance(fin.get("id"), str) else fallback_id),
+        script=_str(info.get("script")) or _str(ev.get("script")),
+        args=[a for a in args if isinstance(a, str)] if isinstance(args, list) else [],
+        nprocs=nprocs or _int(ev.get("nprocs")),
+        started=_num(info.get("started")) or _num(ev.get("ts")) or (_num(fin.get("started")) if fin else None),
+        finished=_num(info.get("finished")),
+        exit_code=_int(info.get("exit_code")) if "exit_code" in info else (fin.get("exit_code") if fin else None),
+        pid=_int(info.get("pid")) or _int(ev.get("pid")),
+        cwd=_str(info.get("cwd")),
+    )
+
+
+def _first_event(path: Path) -> EventRecord | None:
+    try:
+        with open(path / runstore.EVENTS, encoding="utf-8", errors="replace") as f:
+            return as_event(json.loads(f.readline()))
+    except (OSError, ValueError):
+        return None
+
+
+def read(path: str | Path) -> RunDir:
+    """The run directory at `path`; NotARunDir when there is none there."""
+    p = Path(path)
+    if not p.exists():
+        raise NotARunDir(f"no such run: {path}")
+    if not p.is_dir():
+        raise NotARunDir(f"{path} is not a run directory (not a directory)")
+    if not os.access(p, os.R_OK | os.X_OK):
+        raise NotARunDir(f"run directory {path} is not readable by this user")
+    if not looks_like_run(p):
+        raise NotARunDir(f"{path} is not an mpwatch run directory (no run.json, events.jsonl or final.json)")
+    notes: list[str] = []
+    raw, why = _read_json_file(p / runstore.RUN_JSON)
+    if why is not None or not isinstance(raw, dict):
+        notes.append(f"run.json is {why or 'not a JSON object'}: the run's facts come from the other files")
+    final_raw, fwhy = _read_json_file(p / runstore.FINAL_JSON)
+    final = as_status(final_raw)
+    if fwhy not in (None, "missing") or (fwhy is None and final is None):
+        notes.append(f"final.json is {fwhy or 'not a status'}: the last status is lost")
+    first = _first_event(p)
+    rd = RunDir(p, _record(raw, first, final, p.name), final, notes)
+    if fwhy == "missing" and not rd.live():
+        notes.append("final.json is missing: the supervisor ended without finishing the run (killed?); "
+                     "what follows comes from events.jsonl")
+    if not (p / runstore.EVENTS).exists():
+        notes.append("events.jsonl is missing: no history of the run")
+    return rd

@@ -1,0 +1,236 @@
+"""Where runs are found: the per-user runtime directory and the run registry (live runs),
+and the runs folders (finished runs).
+
+Sockets live in a directory only this user may enter ($XDG_RUNTIME_DIR/mpwatch, or
+/tmp/mpwatch-<uid>), checked for owner and mode before use, so another user can neither
+connect nor learn the socket names. Each live run has an entry runs/<id>.json there; it
+is removed when the run ends, so a finished run is found in a runs folder (./mpwatch-runs
+by default) by its directory. A RUN given on the command line is a run id or a run
+directory: `resolve` wants a live one (ctl, attach), `find_run_dir` takes either
+(summary, ctl logs). Runs on the caller's thread.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import stat
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TypedDict
+
+from mpwatch.rundir import writer
+
+DEFAULT_RUNS = Path("mpwatch-runs")  # where a run's directory goes, relative to its cwd
+
+
+class RunError(Exception):
+    """A RUN that cannot be used; its message is the one line the user sees."""
+
+
+def runtime_dir() -> Path:
+    base = os.environ.get("XDG_RUNTIME_DIR")
+    uid = os.getuid()
+    if base and os.path.isdir(base) and os.access(base, os.W_OK):
+        path = Path(base) / "mpwatch"
+    else:
+        path = Path(os.environ.get("MPWATCH_TMPDIR", "/tmp")) / f"mpwatch-{uid}"
+    try:
+        path.mkdir(mode=0o700, exist_ok=True)
+        (path / "runs").mkdir(mode=0o700, exist_ok=True)
+        st = os.lstat(path)
+    except OSError as exc:
+        raise RunError(f"cannot use runtime directory {path}: {exc.strerror}") from None
+    if not stat.S_ISDIR(st.st_mode) or st.st_uid != uid or st.st_mode & 0o077:
+        raise RunError(f"runtime directory {path} is not a private directory of this user")
+    return path
+
+
+def new_run_id(script: str) -> str:
+    stem = re.sub(r"[^A-Za-z0-9_.-]", "_", Path(script).stem)[:32] or "run"
+    base = time.strftime("%Y%m%d-%H%M%S") + "-" + stem
+    reg = runtime_dir() / "runs"
+    run_id, n = base, 1
+    while (reg / f"{run_id}.json").exists():
+        n += 1
+        run_id = f"{base}-{n}"
+    return run_id
+
+
+class RegistryEntry(TypedDict):
+    """runs/<id>.json, and one row of `mpwatch ls --json`."""
+
+    run_id: str
+    run_dir: str  # absolute
+    pid: int  # the supervisor's
+    script: str
+    started: float
+    nprocs: int
+
+
+def register(run_id: str, entry: RegistryEntry) -> None:
+    path = runtime_dir() / "runs" / f"{run_id}.json"
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        json.dump(entry, f)
+
+
+def unregister(run_id: str) -> None:
+    try:
+        (runtime_dir() / "runs" / f"{run_id}.json").unlink()
+    except (OSError, RunError):
+        pass
+
+
+def run_ended(run_dir: Path | str, pid: int) -> bool:
+    """Its run.json says it finished, or its supervisor is gone (a lost socket is then the end)."""
+    info = writer.read_json(run_dir, writer.RUN_JSON) or {}
+    return bool(info.get("finished")) or not pid_alive(pid)
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _entry(raw: object) -> RegistryEntry | None:
+    if not isinstance(raw, dict):
+        return None
+    want: dict[str, type | tuple[type, ...]] = {"run_id": str, "run_dir": str, "pid": int, "script": str,
+                                                "started": (int, float), "nprocs": int}
+    if not all(isinstance(raw.get(k), t) and not isinstance(raw.get(k), bool) for k, t in want.items()):
+        return None
+    return RegistryEntry(run_id=raw["run_id"], run_dir=raw["run_dir"], pid=raw["pid"], script=raw["script"],
+                         started=float(raw["started"]), nprocs=raw["nprocs"])
+
+
+def live_runs() -> list[RegistryEntry]:
+    """Registered runs whose supervisor is alive, newest first; stale entries are removed."""
+    out = []
+    reg = runtime_dir() / "runs"
+    for path in reg.glob("*.json"):
+        try:
+            entry = _entry(json.loads(path.read_text()))
+        except (OSError, ValueError):
+            continue
+        if entry is None:
+            continue
+        if not pid_alive(entry["pid"]):
+            path.unlink(missing_ok=True)
+            continue
+        out.append(entry)
+    out.sort(key=lambda e: e["started"], reverse=True)
+    return out
+
+
+@dataclass
+class RunHandle:
+    run_id: str
+    run_dir: Path
+    address: str
+    authkey: bytes
+    pid: int
+
+
+def run_dirs(folder: Path) -> list[Path]:
+    """The run directories in a runs folder (each holds run.json or events.jsonl)."""
+    try:
+        subs = sorted(folder.iterdir())
+    except OSError:
+        return []
+    return [d for d in subs if d.is_dir() and not d.is_symlink()
+            and ((d / writer.RUN_JSON).exists() or (d / writer.EVENTS).exists())]
+
+
+def _is_id(run: str) -> bool:
+    return "/" not in run and run not in (".", "..")
+
+
+def _finished_by_id(run_id: str, folders: Iterable[Path]) -> Path | None:
+    """A run directory named run_id (the default name), or whose run.json says run_id."""
+    for folder in folders:
+        d = folder / run_id
+        if d.is_dir() and not d.is_symlink():
+            return d
+        for d in run_dirs(folder):
+            info = writer.read_json(d, writer.RUN_JSON)
+            if info is not None and info.get("run_id") == run_id:
+                return d
+    return None
+
+
+def find_run_dir(run: str | None, folders: Iterable[Path] = (DEFAULT_RUNS,)) -> Path:
+    """A live or finished run's directory: by path, by live id, by id in the runs folders.
+    None: the newest live run, else the newest run in the runs folders."""
+    folders = list(folders)
+    if run is None:
+        live = live_runs()
+        if live:
+            return Path(live[0]["run_dir"])
+        found = [d for f in folders for d in run_dirs(f)]
+        if not found:
+            raise RunError("no live run of this user and no run in " + ", ".join(f"./{f}" for f in folders))
+        return max(found, key=_started)
+    if _is_id(run):
+        for e in live_runs():
+            if e["run_id"] == run:
+                return Path(e["run_dir"])
+    if os.path.isdir(run):
+        return Path(run)
+    if os.path.exists(run):
+        raise RunError(f"{run} is not a run directory (not a directory)")
+    d = _finished_by_id(run, folders) if _is_id(run) else None
+    if d is None:
+        where = ", ".join(f"./{f}" for f in folders)
+        raise RunError(f"no such run: {run} (see 'mpwatch ls --all'; finished runs are looked for in {where})")
+    return d
+
+
+def _started(d: Path) -> float:
+    info = writer.read_json(d, writer.RUN_JSON) or {}
+    started = info.get("started")
+    if isinstance(started, (int, float)):
+        return float(started)
+    try:
+        return d.stat().st_mtime
+    except OSError:
+        return 0.0
+
+
+def resolve(run: str | None) -> RunHandle:
+    """A live run by id or directory; None means the newest live run. A finished run (by
+    directory, or by id in ./mpwatch-runs) is an error that says it has finished."""
+    if run is None:
+        runs = live_runs()
+        if not runs:
+            raise RunError("no live mpwatch run of this user (start one with: mpwatch SCRIPT)")
+        run_dir = Path(runs[0]["run_dir"])
+    else:
+        run_dir = find_run_dir(run)
+    if not os.access(run_dir, os.R_OK | os.X_OK):
+        raise RunError(f"run directory {run_dir} is not readable by this user")
+    info = writer.read_json(run_dir, writer.RUN_JSON)
+    if info is None:
+        raise RunError(f"{run_dir} is not an mpwatch run directory (no readable run.json)")
+    run_id = str(info.get("run_id", run_dir.name))
+    if info.get("finished"):
+        code = info.get("exit_code")
+        raise RunError(f"run {run_id} has finished (exit code {code}); its files are in {run_dir} "
+                       f"(see 'mpwatch summary {run_dir}')")
+    ctl = writer.read_json(run_dir, writer.CONTROL_JSON)
+    if ctl is None:
+        raise RunError(f"run {run_id} has no readable control.json (another user's run?)")
+    try:
+        pid, address, authkey = int(ctl["pid"]), str(ctl["address"]), bytes.fromhex(ctl["authkey"])
+    except (KeyError, TypeError, ValueError):
+        raise RunError(f"run {run_id} has a garbled control.json") from None
+    if not pid_alive(pid):
+        raise RunError(f"run {run_id} is not running (its supervisor is gone); its files are in {run_dir}")
+    return RunHandle(run_id=run_id, run_dir=run_dir, address=address, authkey=authkey, pid=pid)

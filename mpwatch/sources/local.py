@@ -1,0 +1,148 @@
+"""A client of a supervisor's control socket, used by `mpwatch ctl` and the TUI (its
+poller and worker threads; one request at a time per connection). Replies are typed by
+contract.status, so a reader that indexes a key the schema lacks fails mypy.
+
+`Requests` holds the typed wrappers every transport shares: `Client` (the local socket)
+and sources.remote.client's `RemoteClient` (the same requests through `ssh HOST mpwatch
+bridge`) differ only in how one request travels, so a screen cannot tell them apart."""
+from __future__ import annotations
+
+import json
+import threading
+from multiprocessing import AuthenticationError
+from multiprocessing.connection import Client as _Connect
+from types import TracebackType
+from typing import Any, TypedDict, TypeVar, cast
+
+from mpwatch.contract import protocol
+from mpwatch.contract.status import EventFields, GpuMark, GpuTick, GpuTimelineReply, Status
+from mpwatch.rundir import registry
+
+
+class EventsReply(TypedDict):
+    """The `events` command's reply: the events after `since`, and the last seq."""
+
+    events: list[EventFields]
+    seq: int
+
+
+class ClientError(Exception):
+    """A refused or failed request; the message is meant for the user."""
+
+
+def parse_reply(data: bytes, who: str) -> dict[str, Any]:
+    """A supervisor's reply frame as a dict; a refusal (ok false) raises its error."""
+    try:
+        reply = json.loads(data)
+    except ValueError:
+        raise ClientError(f"{who} sent an unreadable reply") from None
+    return check_reply(reply, who)
+
+
+def check_reply(reply: object, who: str) -> dict[str, Any]:
+    """A decoded reply as a dict; a refusal (ok false) raises its error."""
+    if not isinstance(reply, dict):
+        raise ClientError(f"{who} sent an unreadable reply")
+    if not reply.get("ok"):
+        raise ClientError(str(reply.get("error", "request failed")))
+    return reply
+
+
+class Requests:
+    """The control commands as typed calls over `request`, which a transport provides."""
+
+    def request(self, cmd: str, **args: object) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        """End the connection (each transport its own way)."""
+
+    # Each returns its reply or raises ClientError.
+    # The supervisor builds these replies from the schema; JSON cannot carry the types, so
+    # each wrapper names the type its reply has (cast: checked by the producer's tests).
+    def status(self, tail: int | None = None) -> Status:
+        """The run's snapshot; `tail` caps each worker's loss_tail (fewer bytes for a big run)."""
+        if tail is None:
+            return cast(Status, self.request("status")["status"])
+        return cast(Status, self.request("status", tail=tail)["status"])
+
+    def events(self, since: int = 0) -> EventsReply:
+        reply = self.request("events", since=since)
+        return {"events": cast("list[EventFields]", reply.get("events", [])), "seq": int(reply.get("seq", since))}
+
+    def history(self, rank: int) -> list[tuple[float, float]]:
+        """(step, loss) points of a rank's curve, oldest first."""
+        return [(p[0], p[1]) for p in self.request("history", rank=rank)["history"]]
+
+    def logs(self, rank: int, stream: str = "stderr", lines: int = 50) -> list[str]:
+        return [str(x) for x in self.request("logs", rank=rank, stream=stream, lines=lines)["lines"]]
+
+    def act(self, cmd: str, target: int | str) -> str:
+        return str(self.request(cmd, target=target)["message"])
+
+    def resize(self, n: int) -> str:
+        return str(self.request("resize", n=n)["message"])
+
+    def stop(self) -> str:
+        return str(self.request("stop")["message"])
+
+    def gpu_timeline(self, window: float = 120.0) -> GpuTimelineReply:
+        """What was on each GPU over the last `window` seconds (at most an hour): the GPU screen's charts."""
+        reply = self.request("gpu_timeline", window=window)
+        return {"ticks": cast("list[GpuTick]", reply.get("ticks", [])),
+                "marks": cast("list[GpuMark]", reply.get("marks", []))}
+
+
+_C = TypeVar("_C", bound="Client")
+
+
+class Client(Requests):
+    def __init__(self, handle: registry.RunHandle, timeout: float = 30.0):
+        self.handle = handle
+        self.timeout = timeout
+        self._lock = threading.Lock()
+        try:
+            self._conn = _Connect(handle.address, family="AF_UNIX", authkey=handle.authkey)
+        except AuthenticationError:
+            raise ClientError(f"run {handle.run_id} refused the connection: wrong key") from None
+        except (OSError, EOFError) as exc:
+            raise ClientError(f"cannot reach run {handle.run_id}: {getattr(exc, 'strerror', None) or exc}") from None
+
+    @classmethod
+    def connect(cls: type[_C], run: str | None = None) -> _C:
+        try:
+            return cls(registry.resolve(run))
+        except registry.RunError as exc:
+            raise ClientError(str(exc)) from None
+
+    def another(self) -> Client:
+        """A second connection to the same run (requests on one connection wait in turn)."""
+        return Client(self.handle, self.timeout)
+
+    def close(self) -> None:
+        try:
+            self._conn.close()
+        except OSError:
+            pass
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.close()
+
+    def request_raw(self, cmd: str, **args: object) -> bytes:
+        """The reply frame as the supervisor sent it (one line of JSON), not decoded: the
+        bridge relays it as it is."""
+        with self._lock:
+            try:
+                self._conn.send_bytes(protocol.encode({"cmd": cmd, **args}))
+                if not self._conn.poll(self.timeout):
+                    raise ClientError(f"run {self.handle.run_id} did not answer within {self.timeout:g}s")
+                return self._conn.recv_bytes(protocol.MAX_REPLY)
+            except (OSError, EOFError):
+                raise ClientError(f"lost the connection to run {self.handle.run_id} (it may have finished)") from None
+
+    def request(self, cmd: str, **args: object) -> dict[str, Any]:
+        return parse_reply(self.request_raw(cmd, **args), f"run {self.handle.run_id}")

@@ -1,0 +1,170 @@
+"""The run as its notable events tell it, up to a moment: each rank's state, pid, attempt,
+restarts, exit, stall (with where its dump found it stuck) and last dump; the run's state,
+alerts and GPU alerts. Pure: a fold over status.EventFields records in the order the
+supervisor wrote them (supervisor.workers.states's transitions are what each event records).
+Report events are not folded here: steps and losses come from sources.replay.files at the cursor.
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, cast
+
+from mpwatch.contract.coerce import as_float, as_int, as_str
+from mpwatch.contract.status import Event, EventFields, GpuAlert, RunAlert, RunState, StallInfo, State
+from mpwatch.text import eventtext
+
+ALERTS_KEPT = 50  # as the supervisor's status keeps (supervisor.eventlog)
+
+
+@dataclass
+class RankFold:
+    rank: int
+    pid: int | None = None
+    state: str = State.STARTING
+    started: float | None = None  # this attempt's start (wall clock)
+    world: int | None = None
+    restarts: int = 0
+    exit_code: int | None = None
+    signal: str | None = None
+    cause: str | None = None
+    stall: StallInfo | None = None
+    last_dump: str | None = None
+    bad_frames: int = 0
+    unkillable: list[dict[str, Any]] | None = None
+
+
+@dataclass
+class RunFold:
+    state: str = RunState.RUNNING
+    exit_code: int | None = None
+    restarts: int = 0
+    world: int | None = None
+    ranks: dict[int, RankFold] = field(default_factory=dict)
+    alerts: list[RunAlert] = field(default_factory=list)
+    gpu_alerts: dict[str, GpuAlert] = field(default_factory=dict)  # key -> the alert, as it started last
+    hang: EventFields | None = None  # the last culprit finding (an `alert` of kind hang)
+
+
+def restarting_exits(events: Sequence[EventFields]) -> set[int]:
+    """Positions of failures followed by a start of the same rank: live, the rank showed
+    `restarting` from its exit until then (the supervisor records no event for that move)."""
+    out: set[int] = set()
+    failed: dict[int, int] = {}  # rank -> position of its last failure with no start since
+    for i, e in enumerate(events):
+        r = e["rank"]
+        if e["event"] in (Event.STOPPING, Event.RESIZED):
+            failed.clear()
+        elif r is None:
+            continue
+        elif e["event"] == Event.WORKER_EXITED:
+            if eventtext.exit_state(e) == State.FAILED:
+                failed[r] = i
+            else:
+                failed.pop(r, None)
+        elif e["event"] == Event.WORKER_STARTED and r in failed:
+            out.add(failed.pop(r))
+    return out
+
+
+def fold(events: Sequence[EventFields], upto: int, run_dir: Path, restarting: set[int]) -> RunFold:
+    """The run after events[0..upto] (inclusive)."""
+    run = RunFold()
+    for i in range(min(upto + 1, len(events))):
+        e = events[i]
+        r = e["rank"]
+        name = e["event"]
+        if r is not None and name != Event.GPU_ALERT and name != Event.ALERT:
+            _rank_event(run, run.ranks.setdefault(r, RankFold(r)), e, i in restarting, run_dir)
+        elif name in (Event.ALERT, Event.GPU_ALERT) or r is None:
+            _run_event(run, e)
+        if name == Event.ALERT and r is not None and e.get("kind") == "unkillable" and r in run.ranks:
+            run.ranks[r].unkillable = [p for p in (cast(Any, e).get("processes") or []) if isinstance(p, dict)]
+    return run
+
+
+def _rank_event(run: RunFold, k: RankFold, e: EventFields, restarting: bool, run_dir: Path) -> None:
+    name = e["event"]
+    if name == Event.WORKER_STARTED:
+        k.pid, k.state, k.started = as_int(e.get("pid")), State.STARTING, e["ts"]
+        k.exit_code = k.signal = k.cause = None
+        k.stall, k.unkillable = None, None
+        k.world = as_int(e.get("world_size")) or k.world
+        run.world = k.world or run.world
+    elif name == Event.WORKER_EXITED:
+        k.state = State.RESTARTING if restarting else eventtext.exit_state(e)
+        k.exit_code, k.signal, k.cause = as_int(e.get("exit_code")), as_str(e.get("signal")), as_str(e.get("cause"))
+        k.pid = as_int(e.get("pid")) or k.pid
+        k.stall = None
+    elif name == Event.STALLED:
+        k.state = State.STALLED
+        silent = as_float(e.get("silent_for")) or 0.0
+        k.stall = StallInfo(since=e["ts"] - silent, step=as_int(e.get("step")), kind=as_str(e.get("kind")) or "",
+                            detail=as_str(e.get("detail")), wchan=as_str(e.get("wchan")))
+    elif name in (Event.RECOVERED, Event.RESUMED):
+        k.state, k.stall = State.RUNNING, None
+    elif name == Event.PAUSED:
+        k.state = State.PAUSED
+    elif name == Event.RESTARTED:
+        k.restarts += 1
+        run.restarts += 1
+    elif name == Event.DUMP:
+        path = as_str(e.get("path"))
+        if path:
+            k.last_dump = str(run_dir / path)
+        if e.get("reason") == "stall" and k.state == State.STALLED and k.stall is not None:
+            k.stall["where"], k.stall["innermost"] = as_str(e.get("where")), as_str(e.get("innermost"))
+            k.stall["collective"] = as_str(e.get("collective"))
+            if path:
+                k.stall["dump"] = path
+    elif name == Event.BAD_FRAME:
+        k.bad_frames = as_int(e.get("count")) or k.bad_frames + 1
+
+
+def _run_event(run: RunFold, e: EventFields) -> None:
+    name = e["event"]
+    if name == Event.STOPPING:
+        run.state = RunState.STOPPING
+    elif name == Event.RUN_FINISHED:
+        run.state, run.exit_code = RunState.FINISHED, as_int(e.get("exit_code"))
+    elif name == Event.RESIZED:
+        to = as_int(e.get("to"))
+        if to is not None:
+            run.world = to
+            for r in [r for r in run.ranks if r >= to]:
+                del run.ranks[r]
+    elif name == Event.ALERT:
+        a = RunAlert(ts=e["ts"], kind=as_str(e.get("kind")) or "?", message=as_str(e.get("message")) or "",
+                     rank=e["rank"])
+        culprits, waiting = e.get("culprits"), e.get("waiting")
+        if isinstance(culprits, list):
+            a["culprits"] = [x for x in culprits if isinstance(x, int)]
+        if isinstance(waiting, list):
+            a["waiting"] = [x for x in waiting if isinstance(x, int)]
+        run.alerts = (run.alerts + [a])[-ALERTS_KEPT:]
+        if a["kind"] == "hang":
+            run.hang = e
+    elif name == Event.GPU_ALERT:
+        _gpu_alert(run, e)
+
+
+def _gpu_alert(run: RunFold, e: EventFields) -> None:
+    raw = cast(dict[str, Any], e)
+    kind = as_str(raw.get("kind")) or "?"
+    gpu = as_int(raw.get("gpu"))
+    key = f"{kind}:{gpu}:{e['rank']}"
+    a = GpuAlert(kind=kind, key=key, gpu=gpu, rank=e["rank"], message=as_str(raw.get("message")) or "", since=e["ts"])
+    sev = raw.get("severity")
+    if sev in ("error", "warning", "info"):
+        a["severity"] = sev
+    hint, short, line = as_str(raw.get("hint")), as_str(raw.get("short")), as_str(raw.get("line"))
+    if hint is not None:
+        a["hint"] = hint
+    if short is not None:
+        a["short"] = short
+    if line is not None:
+        a["line"] = line
+    if isinstance(raw.get("ranks"), list):
+        a["ranks"] = [x for x in raw["ranks"] if isinstance(x, int)]
+    run.gpu_alerts[key] = a

@@ -1,0 +1,199 @@
+"""A status.Status rebuilt for one moment of a recorded run: the notable events folded up to
+it (sources.replay.fold), each rank's last reports before it and the GPU tick at it (sources.replay.files), over
+the facts that do not move (run.json, the GPUs' names from final.json).
+
+What the files do not keep is N/A (None), never invented: CPU, RSS and children of the
+processes (the sampler's view is not recorded), phases, torch's allocator view (the GPU
+timeline keeps its allocated and reserved bytes, which the rank's GPU shows), when a GPU
+alert ended (one shows from its start on), the metrics and report counts (the final status
+has them at the end). Pure given its inputs; called by sources.replay.source under its lock.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from mpwatch.contract.status import (
+    ALIVE_STATES,
+    HISTORY_POINTS,
+    GpuAlert,
+    GpuHistory,
+    GpuProcess,
+    GpuTick,
+    GpuTickGpu,
+    GpuTickRank,
+    GpuView,
+    Lag,
+    RunInfo,
+    RunOptions,
+    State,
+    Status,
+    Straggler,
+    WorkerGpu,
+    WorkerStatus,
+)
+from mpwatch.sources.replay.files import EventsFile, GpuFile
+from mpwatch.sources.replay.fold import RankFold, RunFold
+from mpwatch.sources.replay.reports import Report
+
+NO_HELLO_S = 2.0  # a started rank silent this long shows running (the supervisor's rule, supervisor.core)
+RATE_WINDOW_S = 30.0  # steps/s from the reports of the last this many seconds
+TICK_STALE_S = 30.0  # a GPU tick older than this at the cursor is no GPU sample of that moment
+
+
+@dataclass
+class RunFacts:
+    """What the replay knows of the run whatever the moment (run.json, final.json)."""
+
+    run_id: str
+    dir: Path
+    script: str
+    args: list[str]
+    pid: int
+    started: float
+    options: RunOptions
+    gpu_names: dict[int, dict[str, Any]] = field(default_factory=dict)  # index -> name, uuid, mem_total
+    gpu_status: str | None = None  # final.json's, when the run had no GPU data
+
+
+def worker_row(k: RankFold, reps: list[Report], t: float, tail: int, gpu: WorkerGpu | None) -> WorkerStatus:
+    last = reps[-1] if reps else None
+    state = k.state
+    heard = last is not None and k.started is not None and last.ts >= k.started
+    if state == State.STARTING and (heard or (k.started is not None and t - k.started >= NO_HELLO_S)):
+        state = State.RUNNING
+    alive = state in ALIVE_STATES
+    losses = [r.loss for r in reps if r.loss is not None]
+    return WorkerStatus(
+        rank=k.rank, pid=k.pid, state=state,
+        step=next((r.step for r in reversed(reps) if r.step is not None), None),
+        loss=last.loss if last is not None else None,
+        steps_per_s=_rate(reps, t, k.started) if state == State.RUNNING else (0.0 if alive else None),
+        metrics={}, heartbeat_age=round(max(0.0, t - last.ts), 2) if heard and last is not None and alive else None,
+        heartbeat="ok" if heard else "none", cpu_percent=None, rss_bytes=None, proc_status=None,
+        restarts=k.restarts, exit_code=k.exit_code, signal=k.signal, cause=k.cause,
+        reports=0, dropped=0, bad_frames=k.bad_frames, phases={}, cuda=None,
+        loss_tail=losses[-tail:] if tail else [], world_size=k.world or 0,
+        uptime=round(t - k.started, 1) if k.started is not None and alive else None,
+        stall=k.stall.copy() if k.stall is not None and state == State.STALLED else None,
+        last_dump=k.last_dump, unkillable=k.unkillable, foreign_groups=[], children=[],
+        gpu=gpu if alive else None)
+
+
+def _rate(reps: list[Report], t: float, started: float | None) -> float | None:
+    since = max(t - RATE_WINDOW_S, started or 0.0)
+    pts = [r for r in reps if r.ts >= since and r.step is not None]
+    if len(pts) < 2 or pts[-1].ts <= pts[0].ts:
+        return None
+    return max(0.0, ((pts[-1].step or 0) - (pts[0].step or 0)) / (pts[-1].ts - pts[0].ts))
+
+
+# -------------------------------------------------------------------- GPUs ----
+def _worker_gpu(tr: GpuTickRank, on_gpu: dict[int | None, list[int]]) -> WorkerGpu:
+    nvml, alloc, res = tr.get("nvml"), tr.get("allocated"), tr.get("reserved")
+    g = tr.get("gpu")
+    return WorkerGpu(
+        index=g, uuid=None, mapped_by="pid", mem_bytes=nvml,
+        gpus=[{"index": g, "mem_bytes": nvml}] if g is not None and nvml is not None else [],
+        allocated=alloc, reserved=res, peak=None,
+        other_bytes=nvml - res if nvml is not None and res is not None else None,
+        fragmentation=res - alloc if res is not None and alloc is not None else None,
+        alloc_retries=None, ooms=None, sm_util=None,
+        shared_with=[r for r in on_gpu.get(g, []) if r != tr["rank"]] if g is not None else [])
+
+
+def _sum(values: list[int | None]) -> int | None:
+    return None if not values or any(v is None for v in values) else sum(v for v in values if v is not None)
+
+
+def _gpu_view(g: GpuTickGpu, tick: GpuTick, facts: RunFacts, ranks: list[GpuTickRank], pids: dict[int, int | None],
+              alerts: list[GpuAlert], history: GpuHistory) -> GpuView:
+    i = g["index"]
+    mine = [tr for tr in ranks if tr.get("gpu") == i]
+    nvml = [tr.get("nvml") for tr in mine]
+    alloc = [tr.get("allocated") for tr in mine]
+    res = [tr.get("reserved") for tr in mine]
+    a, rv, n = _sum(alloc), _sum(res), _sum(nvml)
+    names = facts.gpu_names.get(i, {})
+    procs = [GpuProcess(pid=pid, rank=tr["rank"], child_of=None, user=None, cmd=None, mem_bytes=tr.get("nvml"),
+                        visible=True) for tr in mine if (pid := pids.get(tr["rank"])) is not None]
+    return GpuView(
+        index=i, name=names.get("name"), uuid=names.get("uuid"), mem_used=g.get("mem_used"),
+        mem_total=g.get("mem_total") or names.get("mem_total"), util_gpu=g.get("util_gpu"), util_mem=None,
+        temperature=None, power_w=None, processes=procs, errors={}, ts=tick["ts"], processes_ts=tick["ts"],
+        alerts=[x for x in alerts if x["gpu"] == i], ranks=sorted(tr["rank"] for tr in mine),
+        breakdown={"allocated": a, "cached": rv - a if rv is not None and a is not None else None,
+                   "other": n - rv if n is not None and rv is not None else None, "outside": g.get("outside")},
+        history=history)
+
+
+def _history(gpu: GpuFile, i: int) -> dict[int, GpuHistory]:
+    out: dict[int, GpuHistory] = {}
+    for j in range(max(0, i - HISTORY_POINTS + 1), i + 1):
+        for index, mem, util in gpu.samples(j):
+            h = out.setdefault(index, {"mem_used": [], "util_gpu": []})
+            h["mem_used"].append(mem)
+            h["util_gpu"].append(util)
+    return out
+
+
+def gpus_at(gpu: GpuFile, t: float, facts: RunFacts, run: RunFold) -> tuple[list[GpuView], dict[int, WorkerGpu],
+                                                                           str | None]:
+    """The GPU views, each rank's GPU, and the GPU status line, at t."""
+    if not gpu.present:
+        return [], {}, facts.gpu_status or "no GPU data recorded (no gpu.jsonl in the run directory)"
+    i = gpu.at(t)
+    tick = gpu.tick(i) if i >= 0 else None
+    if tick is None or t - tick["ts"] > TICK_STALE_S:
+        return [], {}, "no GPU sample at this moment"
+    ranks = [tr for tr in tick["ranks"] if isinstance(tr, dict) and isinstance(tr.get("rank"), int)]
+    on_gpu: dict[int | None, list[int]] = {}
+    for tr in ranks:
+        on_gpu.setdefault(tr.get("gpu"), []).append(tr["rank"])
+    alerts = [a.copy() for a in run.gpu_alerts.values()]  # placed below: the fold's own stay as they are
+    first = min((g["index"] for g in tick["gpus"]), default=None)
+    for a in alerts:
+        if a["gpu"] is None:
+            a["gpu"] = first  # a run-wide GPU alert: shown with the first GPU
+    hist = _history(gpu, i)
+    pids = {r: k.pid for r, k in run.ranks.items()}
+    views = [_gpu_view(g, tick, facts, ranks, pids, alerts, hist.get(g["index"], {"mem_used": [], "util_gpu": []}))
+             for g in tick["gpus"] if isinstance(g, dict) and isinstance(g.get("index"), int)]
+    return views, {tr["rank"]: _worker_gpu(tr, on_gpu) for tr in ranks}, None
+
+
+# --------------------------------------------------------------------- run ----
+def straggler(workers: list[WorkerStatus], run: RunFold) -> Straggler | None:
+    """Lags from the steps at this moment; the culprit as the supervisor named it last
+    (its `hang` alert), while a rank is stalled."""
+    ws = [w for w in workers if w["step"] is not None]
+    if len(ws) < 2:
+        return None
+    lead = max(w["step"] or 0 for w in ws)
+    out = Straggler(leader_step=lead, lags=[Lag(rank=w["rank"], step=w["step"] or 0, lag=lead - (w["step"] or 0))
+                                            for w in ws], culprits=[], waiting=[], text=None)
+    if run.hang is not None and any(w["state"] == State.STALLED for w in workers):
+        culprits, waiting, msg = run.hang.get("culprits"), run.hang.get("waiting"), run.hang.get("message") or ""
+        out["culprits"] = [x for x in culprits if isinstance(x, int)] if isinstance(culprits, list) else []
+        out["waiting"] = [x for x in waiting if isinstance(x, int)] if isinstance(waiting, list) else []
+        out["text"] = msg.removeprefix("likely culprit: ")
+    return out
+
+
+def status_at(events: EventsFile, gpu: GpuFile, facts: RunFacts, run: RunFold, pos: int, t: float,
+              tail: int) -> Status:
+    """The status at the moment of events[pos] (t: its time; pos past the last: the end)."""
+    ranks = sorted(run.ranks)
+    reps = events.reports_before(events.end_of(pos), ranks, max(tail, 8))
+    views, wgpu, gpu_status = gpus_at(gpu, t, facts, run)
+    workers = [worker_row(run.ranks[r], reps.get(r, []), t, tail, wgpu.get(r)) for r in ranks]
+    counts: dict[str, int] = {}
+    for w in workers:
+        counts[w["state"]] = counts.get(w["state"], 0) + 1
+    info = RunInfo(id=facts.run_id, dir=str(facts.dir), script=facts.script, args=list(facts.args), state=run.state,
+                   pid=facts.pid, started=facts.started, uptime=round(max(0.0, t - facts.started), 1),
+                   world_size=run.world or len(workers), nprocs=len(workers), counts=counts, restarts=run.restarts,
+                   exit_code=run.exit_code, options=facts.options, refused_connections=0)
+    return Status(run=info, workers=workers, gpus=views, gpu_status=gpu_status, alerts=list(run.alerts),
+                  events_seq=min(pos + 1, len(events.events)), straggler=straggler(workers, run))

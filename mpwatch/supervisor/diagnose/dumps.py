@@ -1,0 +1,79 @@
+"""Stack dumps of a worker and its children (on a stall, or asked for), on a dump thread.
+
+faulthandler on SIGUSR1 (armed in every worker at start-up) writes every thread's Python
+stack; the dump names the user's innermost frame and the collective it waits in; with
+MPWATCH_NCCL_FLIGHT=1 the NCCL flight recorder is asked for a dump too (supervisor.diagnose.flight),
+and py-spy adds native stacks (MPWATCH_PYSPY). A dump thread never signals a process group
+and takes the run's lock only to note where the worker is stuck.
+"""
+from __future__ import annotations
+
+import os
+import threading
+from pathlib import Path
+
+from mpwatch.contract.status import Event, State
+from mpwatch.probes import procs, stacks
+from mpwatch.rundir import writer
+from mpwatch.supervisor.diagnose import flight
+from mpwatch.supervisor.eventlog import EventLog
+from mpwatch.supervisor.workers.worker import Worker
+from mpwatch.text.stackfmt import DumpSummary, summarize
+
+
+class Dumper:
+    def __init__(self, store: writer.RunStore, lock: threading.RLock, log: EventLog):
+        self.store = store
+        self.lock = lock
+        self.log = log
+        # One dump of a rank at a time: py-spy (native stacks) holds a process in a tracing stop
+        # for seconds, and a dump started meanwhile would find it stopped and get no Python stack.
+        self._rank_locks: dict[int, threading.Lock] = {}
+        self._guard = threading.Lock()
+
+    def dump_async(self, ws: list[Worker], reason: str) -> None:
+        def run() -> None:
+            for w in ws:
+                self.dump(w, reason)
+        threading.Thread(target=run, name="mpwatch-dump", daemon=True).start()
+
+    def dump(self, w: Worker, reason: str) -> Path | None:
+        """Dump every thread of the worker and of its children; the file, or None when it
+        has no process. Waits for an earlier dump of the same rank to finish."""
+        with self._guard:
+            lock = self._rank_locks.setdefault(w.rank, threading.Lock())
+        with lock:
+            return self._dump(w, reason)
+
+    def _dump(self, w: Worker, reason: str) -> Path | None:
+        pid = w.pid
+        if pid is None:
+            return None
+        pids = [pid] + procs.descendants(pid)
+        paths = self.store.rank_paths(w.rank)
+        # py-spy --native stops the process for a moment: by default only for a stall dump.
+        pyspy_policy = os.environ.get("MPWATCH_PYSPY", "stall").lower()
+        native = pyspy_policy == "always" or (pyspy_policy == "stall" and reason == "stall")
+        fr: list[str] = []
+        if flight.enabled():  # unchecked without NCCL: see supervisor.diagnose.flight
+            why = flight.trigger(paths.dir, w.rank)
+            fr = [f"NCCL flight recorder: {why or f'asked for rank-{w.rank}/{flight.TRACE_PREFIX}{w.rank}'}"]
+        path, notes = stacks.capture(pids, paths.stack_file, paths.stacks, label=f"({reason})")
+        notes = notes + fr
+        try:
+            where = summarize(path.read_text(errors="replace"), pid)
+        except OSError:
+            where = DumpSummary()
+        rel = str(path.relative_to(self.store.dir))
+        with self.lock:
+            w.last_dump = str(path)
+            stall = w.attempt.stall
+            if w.pid == pid and w.state is State.STALLED and stall is not None:
+                stall["where"], stall["innermost"] = where.get("where"), where.get("innermost")
+                stall["collective"], stall["dump"] = where.get("collective"), rel
+        self.log.event(Event.DUMP, w.rank, path=rel, pid=pid, pids=pids, reason=reason, notes=notes,
+                       where=where.get("where"), innermost=where.get("innermost"),
+                       collective=where.get("collective"), native=native)
+        if native:  # announced first: py-spy takes seconds on a process with torch loaded
+            stacks.add_native(path, pids)
+        return path

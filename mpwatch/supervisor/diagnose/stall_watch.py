@@ -1,0 +1,96 @@
+"""Stalled workers: who is stalled, what it is doing, and which rank the others wait for.
+
+Main thread, each tick (`check`). A worker that reported before and then stays silent for
+--stall-timeout (supervisor.diagnose.stall decides) becomes stalled, once: the event says what it does
+(/proc, probes.hang) and every thread of it and its children is dumped (supervisor.diagnose.dumps).
+While it stays stalled its diagnosis is refreshed every STALL_PROBE_S; a report ends the
+stall (supervisor.ipc.ledger). While any rank is stalled, contract.straggler names the likely culprit of a
+collective hang, as one `hang` alert per finding.
+"""
+from __future__ import annotations
+
+import threading
+import time
+
+from mpwatch.contract import straggler
+from mpwatch.contract.status import StallInfo, State
+from mpwatch.probes import hang
+from mpwatch.supervisor.diagnose import stall
+from mpwatch.supervisor.diagnose.dumps import Dumper
+from mpwatch.supervisor.eventlog import EventLog
+from mpwatch.supervisor.workers.worker import Worker
+
+STALL_PROBE_S = 2.0  # how often a stalled worker's diagnosis (busy/blocked/...) is refreshed
+
+
+class StallWatch:
+    def __init__(self, workers: dict[int, Worker], lock: threading.RLock, log: EventLog, dumper: Dumper,
+                 timeout: float):
+        self.workers = workers
+        self.lock = lock
+        self.log = log
+        self.dumper = dumper
+        self.timeout = timeout
+        self._named: str | None = None  # the last culprit named, so it is named once
+
+    def check(self, now: float) -> None:
+        """Main loop, each tick: new stalls, fresh diagnoses, and the culprit while any."""
+        any_stalled = False
+        for w in list(self.workers.values()):
+            a, state = w.attempt, w.state
+            if a.exit_seen is not None or not w.alive:  # ended: its exit is being recorded, not hung
+                continue
+            if state is State.STALLED:
+                any_stalled = True
+                if now - a.stall_probed >= STALL_PROBE_S:
+                    self._diagnose(w, now)  # busy can turn blocked and back: keep it current
+                continue
+            if state is not State.RUNNING and state is not State.STARTING:
+                continue
+            if a.stall is not None:  # resumed after a pause while stalled: that stall is over
+                with self.lock:
+                    a.stall = None
+            if stall.is_stalled(now, timeout=self.timeout, started=a.started, connected=a.connected,
+                                last_report=a.last_report, resumed=a.resumed):
+                self._stalled(w, now)
+                any_stalled = True
+        if any_stalled:
+            self._check_culprit()
+        else:
+            self._named = None
+
+    def _stalled(self, w: Worker, now: float) -> None:
+        """Once per stall: say so with what it is doing, and dump every thread of it and its children."""
+        a = w.attempt
+        silent = now - stall.silent_since(a.started, a.last_report, a.resumed)
+        d = self._diagnose(w, now)
+        with self.lock:
+            a.stall = StallInfo(since=time.time() - silent, step=w.reports.step, kind=d["kind"],
+                                detail=d["detail"], wchan=d.get("wchan"), gpu=bool(d.get("gpu")))
+            w.transition(State.STALLED, "no report for the stall timeout", silent_for=round(silent, 1),
+                         step=w.reports.step, pid=w.pid, kind=d["kind"], detail=d["detail"], wchan=d.get("wchan"))
+        self.dumper.dump_async([w], reason="stall")
+
+    def _diagnose(self, w: Worker, now: float) -> hang.Diagnosis:
+        """Classify a stalled worker from /proc (one read: this runs on the main loop)."""
+        a = w.attempt
+        gpu = bool(w.reports.cuda) or bool(a.stall is not None and a.stall.get("gpu"))
+        d = hang.probe(a.pid or 0, cpu_percent=None if a.proc_info is None else a.proc_info["cpu_percent"], cuda=gpu,
+                       reads=1)
+        a.stall_probed = now
+        with self.lock:
+            if w.state is State.STALLED and a.stall is not None:
+                a.stall["kind"], a.stall["detail"] = d["kind"], d["detail"]
+                a.stall["wchan"], a.stall["gpu"] = d.get("wchan"), bool(d.get("gpu"))
+        return d
+
+    def _check_culprit(self) -> None:
+        """While ranks are stalled, name the rank the others wait for, once per finding."""
+        with self.lock:
+            views = [{"rank": w.rank, "step": w.reports.step, "state": w.state,
+                      "stall": dict(w.attempt.stall or {})} for w in self.workers.values()]
+        s = straggler.analyze(views)
+        if not s or not s["culprits"] or s["text"] == self._named:
+            return
+        self._named = s["text"]
+        self.log.alert("hang", f"likely culprit: {s['text']}", culprits=s["culprits"], waiting=s["waiting"])

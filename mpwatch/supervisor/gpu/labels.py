@@ -1,0 +1,115 @@
+"""Who a GPU process is: a worker of this run (rank), a worker's descendant (child_of), or
+an outsider with its user and command from psutil ("not visible" when the pid is not in
+our PID namespace). Runs on the GPU poller thread (supervisor.gpu.watch); psutil is
+asked once per new pid and re-checked for pid reuse every WHO_RECHECK_S.
+"""
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Collection, Iterable, Mapping
+from dataclasses import dataclass
+
+import psutil
+
+from mpwatch.contract.status import GpuMark, GpuProcess
+
+WHO_RECHECK_S = 10.0  # a known GPU process is checked for pid reuse this often
+
+
+@dataclass
+class Who:
+    create: float | None  # psutil's create_time: tells a reused pid from the old one
+    checked: float  # monotonic
+    visible: bool
+    user: str | None = None
+    cmd: str | None = None
+    ancestor: int | None = None  # the worker pid it descends from, when the sampler has not seen it yet
+
+
+class ProcessLabeler:
+    def __init__(self) -> None:
+        self._who: dict[int, Who] = {}
+
+    def refresh(self, pids: Collection[int], worker_pids: Collection[int], keep: Iterable[int] = ()) -> None:
+        """Look up every pid of a new process list (each once); forget processes long gone
+        (`keep`: pids still listed from earlier queries)."""
+        now = time.monotonic()
+        for pid in pids:
+            cached = self._who.get(pid)
+            if cached is None or now - cached.checked >= WHO_RECHECK_S:
+                self._who[pid] = _whois(pid, worker_pids, cached, now)
+        if len(self._who) > 4 * len(pids) + 64:
+            live = set(pids) | set(keep)
+            self._who = {pid: w for pid, w in self._who.items() if pid in live}
+
+    def label(self, pid: int, mem: int | None, by_pid: Mapping[int, int], children: Mapping[int, int]) -> GpuProcess:
+        """The process as the status shows it (sm_util and since are the watcher's)."""
+        rank = by_pid.get(pid)
+        child_of = children.get(pid) if rank is None else None
+        who = self._who.get(pid)
+        ancestor = who.ancestor if who is not None else None
+        if rank is None and child_of is None and ancestor is not None and ancestor in by_pid:
+            child_of = by_pid[ancestor]  # a child the process sampler has not seen yet
+        if who is None:
+            return {"pid": pid, "rank": rank, "child_of": child_of, "user": None, "cmd": None, "mem_bytes": mem,
+                    "visible": False}
+        return {"pid": pid, "rank": rank, "child_of": child_of, "user": who.user, "cmd": who.cmd, "mem_bytes": mem,
+                "visible": who.visible}
+
+
+def _whois(pid: int, worker_pids: Collection[int], cached: Who | None, now: float) -> Who:
+    try:
+        proc = psutil.Process(pid)
+        create = proc.create_time()
+    except psutil.NoSuchProcess:
+        return Who(None, now, visible=False, cmd="not visible")
+    except psutil.Error:
+        return Who(None, now, visible=True)
+    if cached is not None and cached.create == create:
+        cached.checked = now
+        return cached
+    who = Who(create, now, visible=True)
+    try:
+        who.user = proc.username()
+    except (psutil.Error, KeyError):  # KeyError: a uid without a passwd entry
+        pass
+    try:
+        who.cmd = " ".join(proc.cmdline())[:200] or proc.name()
+    except psutil.Error:
+        try:
+            who.cmd = proc.name()
+        except psutil.Error:
+            pass
+    if pid not in worker_pids:
+        try:
+            who.ancestor = next((p.pid for p in proc.parents() if p.pid in worker_pids), None)
+        except psutil.Error:
+            pass
+    return who
+
+
+def who_text(p: GpuProcess) -> str:
+    """A few words for a labelled process: rank 0, a child of rank 1, alice: python x.py."""
+    if p["rank"] is not None:
+        return f"rank {p['rank']}"
+    if p["child_of"] is not None:
+        return f"a child of rank {p['child_of']}"
+    if not p["visible"]:
+        return "not visible"
+    return ": ".join(x for x in (p["user"], (p["cmd"] or "")[:40]) if x) or "outside the run"
+
+
+def proc_marks(gpu: int, old: Mapping[int, float], new: Mapping[int, float],
+               label: Callable[[int], GpuProcess]) -> list[GpuMark]:
+    """A mark for each process that appeared on a GPU's list or left it."""
+    out: list[GpuMark] = []
+    now = time.time()
+    for pid in sorted(new.keys() - old.keys()):
+        p = label(pid)
+        out.append({"ts": new[pid], "gpu": gpu, "kind": "proc_started", "rank": p["rank"] if p["rank"] is not None
+                    else p["child_of"], "pid": pid, "text": f"pid {pid} ({who_text(p)}) on GPU {gpu}"})
+    for pid in sorted(old.keys() - new.keys()):
+        p = label(pid)
+        out.append({"ts": now, "gpu": gpu, "kind": "proc_exited", "rank": p["rank"] if p["rank"] is not None
+                    else p["child_of"], "pid": pid, "text": f"pid {pid} ({who_text(p)}) left GPU {gpu}"})
+    return out

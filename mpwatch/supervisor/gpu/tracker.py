@@ -1,0 +1,148 @@
+"""The memory of the GPU alert decisions: slopes of each GPU's and each rank's memory,
+idle clocks, the ranks' allocator counters, and which alerts stand (so that one that
+starts is told from one that goes on). The decisions themselves are pure functions in
+gpu_alerts and gpu_rank_alerts. Used by the GPU watcher on the poller thread only.
+"""
+from __future__ import annotations
+
+import time
+from collections import deque
+from collections.abc import Iterable, Mapping
+from typing import TypeVar
+
+from mpwatch.contract.status import GpuAlert, GpuMark, GpuView, WorkerGpu
+from mpwatch.supervisor.gpu import alerts as gpu_alerts
+from mpwatch.supervisor.gpu import rank_alerts
+from mpwatch.supervisor.gpu.ranks import RankInfo
+
+_P = TypeVar("_P", tuple[float, int], tuple[float, int, int])
+
+
+def _trimmed(d: deque[_P], point: _P, window: float) -> deque[_P]:
+    """d with point appended and the points older than `window` before it dropped."""
+    d.append(point)
+    while point[0] - d[0][0] > window:
+        d.popleft()
+    return d
+
+
+def sustained_growth(points: deque[tuple[float, int]], now: float, window: float) -> float | None:
+    """Bytes/s over the whole window, when memory grew over all of it and still grows in
+    its last quarter; else None. A model's start-up ramp (tens of GB in seconds, then
+    flat) is no leak: the window must be nearly full and the recent slope positive."""
+    if not points or now - points[0][0] < 0.9 * window:
+        return None
+    whole = gpu_alerts.slope(points, window / 2)
+    recent: list[tuple[float, int]] = []
+    for p in reversed(points):
+        if now - p[0] > window / 4:
+            break
+        recent.append(p)
+    late = gpu_alerts.slope(recent[::-1], window / 8)
+    return whole if whole is not None and whole > 0 and late is not None and late > 0 else None
+
+
+class AlertTracker:
+    def __init__(self, cfg: gpu_alerts.AlertConfig):
+        self.cfg = cfg
+        self._used: dict[int, deque[tuple[float, int]]] = {}  # gpu -> (t, mem_used): its slope
+        self._rank_mem: dict[int, dict[int, deque[tuple[float, int]]]] = {}  # gpu -> rank -> (t, bytes)
+        self._counters: dict[int, deque[tuple[float, int, int]]] = {}  # rank -> (t, retries, ooms)
+        self._idle: dict[int, tuple[gpu_alerts.IdleKind, float]] = {}  # gpu -> (kind, since)
+        self._active: dict[str, GpuAlert] = {}  # key -> alert standing now
+        self._announced: dict[str, float] = {}  # key -> when its event was last emitted
+
+    def decide(self, views: list[GpuView], alive: list[RankInfo], wgpus: Mapping[int, WorkerGpu],
+               visible: set[int] | None, with_procs: bool, now: float) -> list[GpuAlert]:
+        """Fill each view's alerts; returns the rank alerts that name no GPU. `visible`: the
+        GPUs the workers may use (None: all); with_procs: the process lists are new."""
+        cfg, window = self.cfg, self.cfg.growth_window_s
+        by_index = {v["index"]: v for v in views}
+        running = {i.rank for i in alive if i.running}
+        busy = [v for v in views if (v["util_gpu"] or 0) >= cfg.busy_util and gpu_alerts.ranks_on(v)]
+        n_gpus = len(visible) if visible is not None else len(views)
+        for v in views:
+            g = v["index"]
+            rate = None
+            if v["mem_used"] is not None:
+                rate = sustained_growth(_trimmed(self._used.setdefault(g, deque()), (now, v["mem_used"]), window),
+                                        now, window)
+            if with_procs:  # a rank's memory only moves when the process list does
+                hist = self._rank_mem.setdefault(g, {})
+                held = gpu_alerts.ranks_on(v)
+                for r in [r for r in hist if r not in held]:
+                    del hist[r]
+                for r, mem in held.items():
+                    _trimmed(hist.setdefault(r, deque()), (now, mem), window)
+            growth = {r: s for r, d in self._rank_mem.get(g, {}).items() if (s := gpu_alerts.slope(d, 1.0)) is not None}
+            kind = gpu_alerts.idle_kind(v, running, busy, visible is None or g in visible, cfg)
+            prev = self._idle.get(g)
+            since = prev[1] if prev is not None and prev[0] == kind else now
+            if kind is None:
+                self._idle.pop(g, None)
+            else:
+                self._idle[g] = (kind, since)
+            idle = gpu_alerts.idle(v, kind, since, now, busy, cfg)
+            v["alerts"] = gpu_alerts.evaluate(v, len(alive) > n_gpus, growth, rate, idle, cfg)
+        loose: list[GpuAlert] = []
+        for i in alive:
+            wg = wgpus.get(i.rank)
+            if wg is None:
+                continue
+            retries, ooms = self._rises(i, now)
+            found = rank_alerts.stray_contexts(i.rank, wg)
+            own = by_index.get(wg["index"]) if wg["index"] is not None else None
+            split = i.cuda.get("inactive_split") if i.cuda else None
+            for a in (rank_alerts.alloc_retries(i.rank, wg, retries, window, cfg),
+                      rank_alerts.fragmentation(i.rank, wg, own, split, cfg),
+                      rank_alerts.oom_caught(i.rank, wg, ooms)):
+                if a is not None:
+                    found.append(a)
+            for a in found:
+                target = by_index.get(a["gpu"]) if a["gpu"] is not None else None
+                (target["alerts"] if target is not None else loose).append(a)
+        return loose
+
+    def _rises(self, info: RankInfo, now: float) -> tuple[int, int]:
+        """How much the rank's allocator retries and OOMs rose within the growth window."""
+        cuda = info.cuda
+        if cuda is None:
+            return 0, 0
+        d = self._counters.setdefault(info.rank, deque())
+        point = (now, cuda.get("alloc_retries", 0), cuda.get("num_ooms", 0))
+        if d and (point[1] < d[-1][1] or point[2] < d[-1][2]):
+            d.clear()  # a new process (restart): its counters start again at 0
+        _trimmed(d, point, self.cfg.growth_window_s)
+        return d[-1][1] - d[0][1], d[-1][2] - d[0][2]
+
+    def counter_marks(self, alive: Iterable[RankInfo], wgpus: Mapping[int, WorkerGpu], wall: float) -> list[GpuMark]:
+        out: list[GpuMark] = []
+        for i in alive:
+            d = self._counters.get(i.rank)
+            if not d or len(d) < 2:
+                continue
+            (_, r0, o0), (_, r1, o1) = d[-2], d[-1]
+            g = wgpus[i.rank]["index"] if i.rank in wgpus else None
+            if r1 > r0:
+                out.append({"ts": wall, "gpu": g, "kind": "alloc_retry", "rank": i.rank, "pid": i.pid,
+                            "text": f"rank {i.rank}: {r1 - r0} allocator retr{'ies' if r1 - r0 > 1 else 'y'}"})
+            if o1 > o0:
+                out.append({"ts": wall, "gpu": g, "kind": "oom", "rank": i.rank, "pid": i.pid,
+                            "text": f"rank {i.rank}: CUDA out of memory (caught)"})
+        return out
+
+    def standing(self, alerts: list[GpuAlert], now: float) -> list[GpuAlert]:
+        """Alerts that start now (and were not announced within the cooldown)."""
+        current = {a["key"]: a for a in alerts}
+        started = []
+        for key, a in current.items():
+            if key in self._active:
+                a["since"] = self._active[key]["since"]
+                continue
+            a["since"] = time.time()
+            last = self._announced.get(key)
+            if last is None or now - last >= self.cfg.cooldown_s:
+                self._announced[key] = now
+                started.append(a)
+        self._active = current
+        return started

@@ -1,0 +1,186 @@
+"""The channel hub: one AF_UNIX listener, one authenticated `Connection` per process.
+
+Each connection proves the run's authkey (multiprocessing's HMAC challenge, both ways)
+on a short-lived thread, so a silent or hostile peer cannot hold up the others. One
+reader thread then waits on every connection with one epoll set and hands decoded
+frames to the report ledger (supervisor.ipc.ledger). Reads are non-blocking into a per-peer buffer, so a peer that stops
+mid-frame holds up nobody. A frame that does not decode is counted (by the ledger) and
+dropped; an oversized frame desynchronises the stream, so that connection is closed
+(the worker reconnects on its next batch).
+"""
+from __future__ import annotations
+
+import os
+import selectors
+import socket
+import struct
+import threading
+import time
+from multiprocessing.connection import Connection
+from typing import Any, Protocol
+
+from mpwatch.contract import protocol
+from mpwatch.supervisor.ipc import sockets
+
+COALESCE_S = 0.025
+COALESCE_MIN = 8  # fewer ready peers than this: wait COALESCE_S for more before reading
+
+
+class Peer:
+    __slots__ = ("buf", "conn", "pid", "rank")
+
+    def __init__(self, conn: Connection, rank: int, pid: int):
+        self.conn = conn
+        self.rank = rank
+        self.pid = pid
+        self.buf = bytearray()
+
+
+class FrameHandler(Protocol):
+    """Where frames go (supervisor.ipc.ledger's ReportLedger). Called on the hub's threads;
+    each call must be quick."""
+
+    def on_hello(self, peer: Peer, msg: dict[str, Any]) -> None: ...
+
+    def on_frame(self, peer: Peer, msg: dict[str, Any]) -> None: ...
+
+    def on_bad(self, peer: Peer, why: str) -> None: ...
+
+    def on_close(self, peer: Peer) -> None: ...
+
+
+class ChannelHub(sockets.Listener[dict[str, Any]]):
+    thread_name = "mpwatch-accept"
+
+    def __init__(self, address: str, authkey: bytes, handler: FrameHandler):
+        super().__init__(address, authkey, 512)
+        self.handler = handler
+        self._new: list[Peer] = []
+        self._lock = threading.Lock()
+        self._wake_r, self._wake_w = socket.socketpair()
+
+    def start(self) -> None:
+        super().start()
+        threading.Thread(target=self._read_loop, name="mpwatch-reader", daemon=True).start()
+
+    def close(self) -> None:
+        super().close()
+        self._wake_w.send(b"x")
+
+    # -- accepting -----------------------------------------------------------------
+    def _first(self, conn: Connection) -> dict[str, Any]:
+        return _read_hello(conn)
+
+    def _serve(self, conn: Connection, hello: dict[str, Any] | None) -> None:
+        assert hello is not None  # _first returns a hello or raises
+        # From here on the reader never blocks on this peer: a half-sent frame waits in
+        # the peer's buffer instead of holding up every other worker.
+        os.set_blocking(conn.fileno(), False)
+        peer = Peer(conn, hello["rank"], hello["pid"])
+        self.handler.on_hello(peer, hello)
+        with self._lock:
+            self._new.append(peer)
+        self._wake_w.send(b"x")
+
+    # -- reading -------------------------------------------------------------------
+    def _read_loop(self) -> None:
+        # One persistent epoll set: multiprocessing.connection.wait() would rebuild a
+        # selector over every connection on each wakeup, O(workers) per frame.
+        sel = selectors.DefaultSelector()
+        sel.register(self._wake_r, selectors.EVENT_READ, None)
+        while not self._closed:
+            with self._lock:
+                for p in self._new:
+                    sel.register(p.conn, selectors.EVENT_READ, p)
+                self._new.clear()
+            try:
+                ready = sel.select(timeout=1.0)
+            except OSError:
+                ready = []
+            if len(ready) < COALESCE_MIN:
+                # Frames arrive spread out; waking for each costs more than reading it. A short
+                # wait lets one select serve many (heartbeat latency + COALESCE_S, no frame lost).
+                time.sleep(COALESCE_S)
+                try:
+                    ready = sel.select(timeout=0)
+                except OSError:
+                    ready = []
+            for key, _ in ready:
+                peer = key.data
+                if peer is None:
+                    try:
+                        self._wake_r.recv(4096)
+                    except OSError:
+                        pass
+                    continue
+                ok = self._read_ready(peer)
+                if not ok:
+                    sel.unregister(peer.conn)
+                    try:
+                        peer.conn.close()
+                    except OSError:
+                        pass
+                    self.handler.on_close(peer)
+        for key in list(sel.get_map().values()):
+            if key.data is not None:
+                try:
+                    key.data.conn.close()
+                except OSError:
+                    pass
+        sel.close()
+
+    def _read_ready(self, peer: Peer) -> bool:
+        """Read what the socket has and hand over every complete frame; False on EOF or a
+        frame that breaks the stream (the connection is then closed)."""
+        try:
+            data = os.read(peer.conn.fileno(), 1 << 16)
+        except BlockingIOError:
+            return True
+        except OSError:
+            return False
+        if not data:
+            if peer.buf:  # the peer went away mid-frame: that frame is lost, say so
+                self.handler.on_bad(peer, f"truncated frame ({len(peer.buf)} bytes, then end of stream)")
+            return False
+        buf = peer.buf
+        buf += data
+        while True:
+            size, head = _frame_size(buf)
+            if size is None:
+                return True
+            if size < 0 or size > protocol.MAX_FRAME:
+                self.handler.on_bad(peer, f"frame of {size} bytes is over the {protocol.MAX_FRAME} limit")
+                return False
+            if len(buf) < head + size:
+                return True
+            frame = bytes(buf[head:head + size])
+            del buf[:head + size]
+            try:
+                self.handler.on_frame(peer, protocol.decode(frame))
+            except protocol.BadFrame as exc:
+                self.handler.on_bad(peer, str(exc))
+            except Exception as exc:  # noqa: BLE001 - a frame that trips a bug must not end this thread
+                self.handler.on_bad(peer, f"frame could not be applied: {type(exc).__name__}: {exc}")
+
+
+def _read_hello(conn: Connection) -> dict[str, Any]:
+    hello = protocol.decode(conn.recv_bytes(protocol.MAX_FRAME))
+    if hello.get("t") != protocol.HELLO:
+        raise protocol.BadFrame("first frame is not hello")
+    if not isinstance(hello.get("rank"), int) or not isinstance(hello.get("pid"), int):
+        raise protocol.BadFrame("hello without rank and pid")
+    return hello
+
+
+def _frame_size(buf: bytearray) -> tuple[int | None, int]:
+    """(payload size, header length) of multiprocessing.connection's framing, or (None, 0)
+    while the header is incomplete: a 4-byte big-endian length, or -1 and an 8-byte one."""
+    if len(buf) < 4:
+        return None, 0
+    n: int = struct.unpack("!i", buf[:4])[0]
+    if n != -1:
+        return n, 4
+    if len(buf) < 12:
+        return None, 0
+    n = struct.unpack("!Q", buf[4:12])[0]
+    return n, 12

@@ -1,0 +1,224 @@
+"""The control commands: what a key press in the TUI or `mpwatch ctl` becomes.
+
+`dispatch` runs on the control server's client threads (supervisor.ipc.control). Read-only
+requests (status, events, history, logs) are answered there under the run's lock; every
+command that signals or starts a process is handed to the main thread (`submit`), which
+alone touches processes, and its reply is waited for. A request that makes no sense raises
+ValueError: the client gets its message, the run is unaffected.
+"""
+from __future__ import annotations
+
+import queue
+import signal
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from mpwatch.contract.status import RunState, State, Status
+from mpwatch.rundir import writer
+from mpwatch.supervisor.diagnose.dumps import Dumper
+from mpwatch.supervisor.eventlog import EventLog
+from mpwatch.supervisor.gpu.watch import GpuWatch
+from mpwatch.supervisor.options import Options
+from mpwatch.supervisor.workers import groups
+from mpwatch.supervisor.workers.worker import TAIL, Worker
+
+Reply = dict[str, Any]
+RANK_COMMANDS = ("pause", "resume", "kill", "restart", "dump")
+REPLY_S = 30.0  # a command the main thread has not answered by then gets an error reply
+
+
+class Lifecycle(Protocol):
+    """What the commands ask of the run itself (supervisor.core's Run)."""
+
+    @property
+    def state(self) -> RunState: ...
+
+    def snapshot(self, tail: int = TAIL) -> Status: ...
+
+    def kill(self, w: Worker, reason: str) -> bool: ...
+
+    def resize(self, n: int) -> str: ...
+
+    def stop(self, why: str) -> int: ...
+
+
+@dataclass(eq=False)
+class _Job:
+    fn: Callable[[], Reply]
+    done: threading.Event = field(default_factory=threading.Event)
+    reply: Reply | None = None
+
+
+class Commands:
+    def __init__(self, run: Lifecycle, workers: dict[int, Worker], lock: threading.RLock, opts: Options,
+                 store: writer.RunStore, log: EventLog, dumper: Dumper, gpu: GpuWatch):
+        self.run = run
+        self.gpu = gpu
+        self.workers = workers
+        self.lock = lock
+        self.opts = opts
+        self.store = store
+        self.log = log
+        self.dumper = dumper
+        self._jobs: queue.Queue[_Job] = queue.Queue()
+
+    # ---------------------------------------------------- to the main thread ----
+    def submit(self, fn: Callable[[], Reply]) -> Reply:
+        """Run fn on the main thread (from a control thread) and wait for its reply."""
+        job = _Job(fn)
+        self._jobs.put(job)
+        if not job.done.wait(REPLY_S) or job.reply is None:
+            return {"ok": False, "error": "the supervisor did not answer in time"}
+        return job.reply
+
+    def run_next(self, timeout: float) -> None:
+        """Main thread: run the next submitted command, waiting at most `timeout` for one."""
+        try:
+            job = self._jobs.get(timeout=timeout)
+        except queue.Empty:
+            return
+        try:
+            job.reply = job.fn()
+        except ValueError as exc:
+            job.reply = {"ok": False, "error": str(exc)}
+        except Exception as exc:  # noqa: BLE001 - report, never die
+            job.reply = {"ok": False, "error": f"internal error: {type(exc).__name__}: {exc}"}
+        job.done.set()
+
+    # ------------------------------------------------------------ dispatch ----
+    def dispatch(self, req: dict[str, Any]) -> Reply:
+        """Control-socket entry point (control threads)."""
+        cmd = req["cmd"]
+        if cmd == "status":
+            tail = req.get("tail", TAIL)  # a client drawing narrow sparklines asks for fewer points
+            if type(tail) is not int or not 0 <= tail <= TAIL:
+                raise ValueError(f"'tail' must be an integer from 0 to {TAIL}")
+            return {"ok": True, "status": self.run.snapshot(tail)}
+        if cmd == "events":
+            since = req.get("since", 0)
+            if not isinstance(since, int):
+                raise ValueError("'since' must be an integer")
+            events, seq = self.log.since(since)
+            return {"ok": True, "events": events, "seq": seq}
+        if cmd == "history":
+            w = self._worker_arg(req.get("rank"))
+            with self.lock:
+                return {"ok": True, "rank": w.rank, "history": list(w.reports.curve.points)}
+        if cmd == "logs":
+            return self._logs(req)
+        if cmd in RANK_COMMANDS:
+            target = req.get("target")
+            return self.submit(lambda: self._ranks(cmd, target))
+        if cmd == "resize":
+            n = req.get("n")
+            if not isinstance(n, int) or isinstance(n, bool) or n < 1:
+                raise ValueError("resize needs a number of workers of at least 1")
+            return self.submit(lambda: {"ok": True, "message": self.run.resize(n)})
+        if cmd == "stop":
+            return self.submit(self._stop)
+        if cmd == "gpu_timeline":  # {"window": SECONDS} -> {"ticks": [GpuTick], "marks": [GpuMark]}
+            return {"ok": True, **self.gpu.timeline(req.get("window", 120))}
+        raise ValueError(f"unknown command {cmd!r}")
+
+    def _logs(self, req: dict[str, Any]) -> Reply:
+        w = self._worker_arg(req.get("rank"))
+        stream = req.get("stream", "stderr")
+        if stream not in ("stdout", "stderr"):
+            raise ValueError("stream must be stdout or stderr")
+        n = req.get("lines", 50)
+        if not isinstance(n, int) or n < 1:
+            raise ValueError("lines must be a positive integer")
+        paths = self.store.rank_paths(w.rank)
+        path = paths.stdout if stream == "stdout" else paths.stderr
+        return {"ok": True, "rank": w.rank, "stream": stream, "path": str(path),
+                "lines": writer.tail_lines(path, min(n, 2000))}
+
+    def _worker_arg(self, rank: object) -> Worker:
+        if not isinstance(rank, int) or isinstance(rank, bool):
+            raise ValueError("rank must be an integer")
+        with self.lock:
+            w = self.workers.get(rank)
+        if w is None:
+            raise ValueError(f"no rank {rank} in this run (ranks: {self._ranks_text()})")
+        return w
+
+    def _ranks_text(self) -> str:
+        ranks = sorted(self.workers)
+        return f"0-{ranks[-1]}" if ranks == list(range(len(ranks))) and ranks else ",".join(map(str, ranks))
+
+    def _targets(self, target: object) -> list[Worker]:
+        if target == "all":
+            return [self.workers[r] for r in sorted(self.workers)]
+        if isinstance(target, str) and target.isdigit():
+            target = int(target)
+        return [self._worker_arg(target)]
+
+    # ------------------------------------------------ commands (main thread) ----
+    def _ranks(self, cmd: str, target: object) -> Reply:
+        if self.run.state in (RunState.STOPPING, RunState.FINISHED):
+            raise ValueError(f"the run is {self.run.state}")
+        ws = self._targets(target)
+        do = {"pause": self._pause, "resume": self._resume, "kill": self._kill, "restart": self._restart,
+              "dump": self._dump}[cmd]
+        done: list[str] = []
+        skipped: list[str] = []
+        for w in ws:
+            ok, msg = do(w)
+            (done if ok else skipped).append(msg)
+        if not done:
+            raise ValueError("; ".join(skipped))
+        text = "; ".join(done) + ("" if not skipped else " (" + "; ".join(skipped) + ")")
+        if cmd == "restart" and len(ws) == 1 and self.opts.resize_mode == "restart" and len(self.workers) > 1:
+            # Restart mode assumes the ranks share collectives: a rank restarted alone cannot
+            # rejoin its peers' process group, so say how to restart them together.
+            text += "; note: its peers may not take it back into their collectives (use 'restart all')"
+        return {"ok": True, "message": text}
+
+    def _pause(self, w: Worker) -> tuple[bool, str]:
+        if not w.alive:
+            return False, f"rank {w.rank} is not running ({w.state})"
+        if w.state is State.PAUSED:
+            return False, f"rank {w.rank} is already paused"
+        groups.send(w.pid, signal.SIGSTOP)
+        with self.lock:
+            w.transition(State.PAUSED, "SIGSTOP on request", pid=w.pid)
+        return True, f"paused rank {w.rank} (pid {w.pid})"
+
+    def _resume(self, w: Worker) -> tuple[bool, str]:
+        if not w.alive:
+            return False, f"rank {w.rank} is not running ({w.state})"
+        if w.state is not State.PAUSED:
+            return False, f"rank {w.rank} is not paused"
+        groups.send(w.pid, signal.SIGCONT)
+        with self.lock:
+            w.attempt.resumed = time.monotonic()
+            w.transition(State.RUNNING, "SIGCONT on request", pid=w.pid)
+        return True, f"resumed rank {w.rank} (pid {w.pid})"
+
+    def _kill(self, w: Worker) -> tuple[bool, str]:
+        if not self.run.kill(w, "kill"):
+            return False, f"rank {w.rank} is not running ({w.state})"
+        return True, f"killing rank {w.rank} (pid {w.pid}): SIGTERM sent, SIGKILL after {self.opts.grace:g}s"
+
+    def _restart(self, w: Worker) -> tuple[bool, str]:
+        if w.alive:
+            self.run.kill(w, "restart")
+            return True, f"restarting rank {w.rank} (pid {w.pid}): stopping it first"
+        w.pending_restart = "restart"
+        return True, f"restarting rank {w.rank}"
+
+    def _dump(self, w: Worker) -> tuple[bool, str]:
+        if not w.alive:
+            return False, f"rank {w.rank} is not running ({w.state})"
+        self.dumper.dump_async([w], reason="request")
+        return True, f"dumping rank {w.rank} (pid {w.pid}) to {self.store.rank_paths(w.rank).stacks}"
+
+    def _stop(self) -> Reply:
+        if self.run.state in (RunState.STOPPING, RunState.FINISHED):
+            return {"ok": True, "message": f"the run is already {self.run.state}"}
+        alive = self.run.stop("requested")
+        return {"ok": True, "message": f"stopping the run: SIGTERM sent to {alive} worker(s), "
+                                       f"SIGKILL after {self.opts.grace:g}s"}

@@ -1,0 +1,55 @@
+"""The control socket: authenticated request/response for the TUI and `mpwatch ctl`.
+
+Requests and replies are protocol frames: {"cmd": NAME, ...} -> {"ok": true, ...} or
+{"ok": false, "error": reason}. A peer without the run's authkey is refused by the
+handshake; garbage after it gets an error reply and the connection stays usable.
+Each client is served on its own thread; `dispatch` is supervisor.ipc.commands's.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+from multiprocessing.connection import Connection
+from typing import Any
+
+from mpwatch.contract import protocol
+from mpwatch.supervisor.ipc import sockets
+
+Reply = dict[str, Any]
+
+
+class ControlServer(sockets.Listener[None]):
+    thread_name = "mpwatch-control"
+
+    def __init__(self, address: str, authkey: bytes, dispatch: Callable[[dict[str, Any]], Reply]):
+        """dispatch(request) -> reply; raising ValueError means a bad request."""
+        super().__init__(address, authkey, 64)
+        self.dispatch = dispatch
+
+    def _serve(self, conn: Connection, first: None) -> None:
+        try:
+            while not self._closed:
+                try:
+                    data = conn.recv_bytes(protocol.MAX_FRAME)
+                except (EOFError, OSError):
+                    return
+                reply = self._handle(data)
+                try:
+                    conn.send_bytes(protocol.encode_lossy(reply))
+                except (OSError, ValueError):
+                    return
+        finally:
+            try:
+                conn.close()
+            except OSError:
+                pass
+
+    def _handle(self, data: bytes) -> Reply:
+        try:
+            req = protocol.decode_request(data)
+            return self.dispatch(req)
+        except protocol.BadFrame as exc:
+            return {"ok": False, "error": f"bad request: {exc}"}
+        except ValueError as exc:
+            return {"ok": False, "error": str(exc)}
+        except Exception as exc:  # noqa: BLE001 - a bug must not take the supervisor down
+            return {"ok": False, "error": f"internal error: {type(exc).__name__}: {exc}"}

@@ -1,0 +1,175 @@
+"""The report ledger: what the channel hub hears from workers lands here.
+
+The hub (supervisor.ipc.channels) calls on_hello, on_frame, on_bad and on_close on its own
+threads; each applies what it got to the worker's row under the run's lock and returns
+quickly. A worker's reports go to events.jsonl at most once per REPORT_EVENT_S (the
+latest step and loss, every metric since, and n, the report() calls it stands for); the
+main loop writes those held back once their slot comes (`flush`), and a worker's last
+report is written before its exit (`write_report`).
+"""
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any, Protocol, cast
+
+from mpwatch.contract import protocol
+from mpwatch.contract.protocol import Report
+from mpwatch.contract.status import CudaView, Event, State
+from mpwatch.supervisor.eventlog import EventLog
+from mpwatch.supervisor.workers.worker import ChildReport, PendingReport, Worker
+
+# events.jsonl gets a rank's latest report at most this often; a point a second per rank
+# draws the curve of a finished run (a live run's curves come from the in-memory history).
+REPORT_EVENT_S = 1.0
+BAD_FRAME_EVENTS = (1, 10, 100, 1000)  # a worker's bad frames that get an event (counted all)
+
+
+class Peer(Protocol):
+    """What the hub knows of a connection: its rank and pid (from its hello)."""
+
+    rank: int
+    pid: int
+
+
+class ReportLedger:
+    def __init__(self, workers: dict[int, Worker], lock: threading.RLock, log: EventLog):
+        self.workers = workers
+        self.lock = lock
+        self.log = log
+
+    # ---------------------------------------------------------- hub callbacks ----
+    def on_hello(self, peer: Peer, msg: dict[str, Any]) -> None:
+        with self.lock:
+            w = self.workers.get(peer.rank)
+            if w is None:
+                return
+            a = w.attempt
+            if peer.pid == a.pid:
+                a.connected = a.chan_open = True
+                if w.state is State.STARTING:
+                    w.transition(State.RUNNING, "hello")
+            else:
+                ppid = msg.get("ppid")
+                a.children.setdefault(peer.pid, ChildReport(peer.pid, ppid if type(ppid) is int else None))
+
+    def on_close(self, peer: Peer) -> None:
+        with self.lock:
+            w = self.workers.get(peer.rank)
+            if w is not None and peer.pid == w.pid:
+                w.attempt.chan_open = False
+
+    def on_bad(self, peer: Peer, why: str) -> None:
+        with self.lock:
+            w = self.workers.get(peer.rank)
+            if w is None:
+                return
+            w.reports.bad_frames += 1
+            count = w.reports.bad_frames
+        if count in BAD_FRAME_EVENTS:
+            self.log.event(Event.BAD_FRAME, w.rank, pid=peer.pid, why=why, count=count)
+
+    def on_frame(self, peer: Peer, msg: dict[str, Any]) -> None:
+        """Apply one frame; anything malformed raises protocol.BadFrame (counted by the hub)."""
+        t = msg.get("t")
+        if t == protocol.BYE:
+            return
+        if t != protocol.BATCH:
+            raise protocol.BadFrame(f"unknown message type {t!r}")
+        reports: list[Report] = protocol.validate_batch(msg)
+        dropped, phases, cuda = msg.get("dropped", 0), msg.get("phases"), msg.get("cuda")
+        if type(dropped) is not int or (phases is not None and not isinstance(phases, dict)):
+            raise protocol.BadFrame("batch fields of the wrong type")
+        now = time.monotonic()
+        write = False
+        with self.lock:
+            w = self.workers.get(peer.rank)
+            if w is None:
+                return
+            child_of = w.pid
+            if peer.pid != child_of:
+                # A process the worker started: its own row, and never the worker's heartbeat,
+                # so a busy child cannot hide a stuck worker.
+                c = w.attempt.children.get(peer.pid)
+                if c is None:
+                    c = w.attempt.children[peer.pid] = ChildReport(peer.pid)
+                if reports:
+                    c.step, c.loss, c.last_report = reports[-1][1], reports[-1][2], now
+            else:
+                self._apply(w, reports, dropped, phases, cuda, now)
+                if reports:
+                    self._hold(w, reports, dropped)
+                    write = now >= w.reports.next_event
+        if child_of != peer.pid and reports:
+            ts, step, loss, _, _ = reports[-1]
+            self.log.event(Event.REPORT, peer.rank, ts=ts, step=step, loss=loss,
+                           metrics=_merged_metrics(reports, None), n=sum(x[4] for x in reports),
+                           dropped=dropped, pid=peer.pid, child_of=child_of)
+        elif write:
+            self.write_report(w, now)
+
+    # ----------------------------------------------------------------- applying ----
+    def _apply(self, w: Worker, reports: list[Report], dropped: int, phases: dict[str, Any] | None,
+               cuda: object, now: float) -> None:
+        """Fold a worker's batch into its row (under the lock)."""
+        r, a = w.reports, w.attempt
+        for _ts, step, loss, metrics, n in reports:
+            if step is not None:
+                r.step = step
+            if loss is not None:
+                r.loss = loss
+                r.tail.append(loss)
+                r.curve.add(step if step is not None else r.count, loss)
+            if metrics:
+                r.metrics.update(metrics)
+            r.count += n
+        r.dropped += max(0, dropped)
+        if phases:
+            r.phases = {str(k): f for k, v in phases.items() if (f := protocol.as_float(v)) is not None}
+        if isinstance(cuda, dict):
+            r.cuda = cast(CudaView, cuda)  # the worker's own view (worker), passed on as sent
+        a.connected = True
+        if not reports:
+            return
+        a.last_report = now
+        if r.step is not None:
+            a.rate.append((now, r.step))
+        if w.state is State.STALLED:
+            a.stall = None
+            w.transition(State.RUNNING, "reports again", step=r.step)
+        elif w.state is State.STARTING:
+            w.transition(State.RUNNING, "first report")
+
+    def _hold(self, w: Worker, reports: list[Report], dropped: int) -> None:
+        """The latest report becomes the pending event, merged with one still held back."""
+        r = w.reports
+        prev = r.pending
+        r.pending = PendingReport(
+            ts=reports[-1][0], step=r.step, loss=r.loss,
+            metrics=_merged_metrics(reports, prev.metrics if prev else None),
+            n=sum(x[4] for x in reports) + (prev.n if prev else 0),
+            dropped=dropped + (prev.dropped if prev else 0))
+
+    # ------------------------------------------------------------ report events ----
+    def write_report(self, w: Worker, now: float) -> None:
+        with self.lock:
+            rec, w.reports.pending = w.reports.pending, None
+            w.reports.next_event = now + REPORT_EVENT_S
+        if rec is not None:
+            self.log.event(Event.REPORT, w.rank, ts=rec.ts, step=rec.step, loss=rec.loss, metrics=rec.metrics,
+                           n=rec.n, dropped=rec.dropped)
+
+    def flush(self, now: float) -> None:
+        """Main loop: write reports held back by the rate limit once their slot comes."""
+        for w in list(self.workers.values()):
+            if w.reports.pending is not None and now >= w.reports.next_event:
+                self.write_report(w, now)
+
+
+def _merged_metrics(reports: list[Report], into: dict[str, Any] | None) -> dict[str, Any]:
+    """Every metric of a batch, later values winning; `into` (a pending event's) first."""
+    out = dict(into) if into else {}
+    for r in reports:
+        if r[3]:
+            out.update(r[3])
+    return out

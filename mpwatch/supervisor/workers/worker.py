@@ -1,0 +1,217 @@
+"""A rank of the run: its state, its current attempt, and what its reports told.
+
+- `Attempt`: one start of the rank's process, made fresh at each start, so nothing of the
+  last process (its exit, its kill deadline, its stall, its children's reports) can leak
+  into the next one.
+- `Reports`: what the rank's reports have told so far; it outlives attempts (the curve
+  and the last step carry across a restart).
+- `Worker`: rank, state, restart counts, the current attempt and the reports.
+  `transition()` is the only place its state changes (the table: supervisor.workers.states).
+
+Fields read by other threads (the channel hub's, the control server's, the sampler) are
+changed under the run's lock; see supervisor.core for who holds what.
+"""
+from __future__ import annotations
+
+import subprocess
+import time
+from collections import deque
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol
+
+from mpwatch.contract.status import CudaView, Event, StallInfo, State
+from mpwatch.probes.procs import ProcInfo
+from mpwatch.supervisor.workers import states
+
+HISTORY = 1024  # loss points kept per rank; halved (every other point) when full
+TAIL = 32  # recent losses for the sparkline
+RATE_WINDOW = 32  # (time, step) samples behind steps/s
+
+RestartKind = Literal["restart", "auto"]  # by request | after a failure (counted against --max-restarts)
+
+
+class Recorder(Protocol):
+    """Where a state change is recorded (supervisor.eventlog's EventLog)."""
+
+    def event(self, name: Event, rank: int | None = None, **fields: Any) -> dict[str, Any]: ...
+
+    def alert(self, kind: str, message: str, rank: int | None = None) -> None: ...
+
+
+@dataclass(eq=False)
+class ChildReport:
+    """What a process the worker started (mp.Process, a DataLoader worker) reported itself."""
+
+    pid: int
+    ppid: int | None = None
+    step: int | None = None
+    loss: float | None = None
+    last_report: float | None = None  # monotonic
+
+
+@dataclass(eq=False)
+class Attempt:
+    """One start of a rank's process (proc is None: it could not start)."""
+
+    proc: subprocess.Popen[bytes] | None
+    world: int  # WORLD_SIZE it was started with
+    started: float = field(default_factory=time.monotonic)
+    started_wall: float = field(default_factory=time.time)
+    # how it ended
+    exit_code: int | None = None
+    signal: str | None = None
+    cause: str | None = None
+    exit_seen: float | None = None  # its process ended; its exit waits for the channel to drain
+    pid: int | None = field(init=False)  # proc's (read on every frame: a plain field)
+    # its channel (the hub's threads)
+    connected: bool = False  # it said hello or reported
+    chan_open: bool = False  # its own connection is open
+    last_report: float | None = None  # monotonic
+    rate: deque[tuple[float, int]] = field(default_factory=lambda: deque(maxlen=RATE_WINDOW))
+    children: dict[int, ChildReport] = field(default_factory=dict)  # pid -> its own reports
+    proc_info: ProcInfo | None = None  # the sampler's view of its process tree
+    # kills (supervisor.workers.groups)
+    kill_reason: str | None = None  # kill | restart | resize | stop
+    kill_deadline: float | None = None  # SIGKILL then (monotonic)
+    hard_killed: float | None = None
+    unkillable: list[dict[str, Any]] | None = None
+    # pauses and stalls
+    resumed: float | None = None
+    stall: StallInfo | None = None
+    stall_probed: float = 0.0  # last hang probe while stalled
+
+    def __post_init__(self) -> None:
+        self.pid = None if self.proc is None else self.proc.pid
+
+    def steps_per_second(self) -> float | None:
+        """From the rate window, oldest to newest; None until two samples differ in time."""
+        if len(self.rate) < 2:
+            return None
+        (t0, s0), (t1, s1) = self.rate[0], self.rate[-1]
+        if t1 - t0 <= 0:
+            return None
+        return max(0.0, (s1 - s0) / (t1 - t0))
+
+
+class LossHistory:
+    """(step, loss) points of a whole run, decimated instead of truncated: when full, every
+    other point goes and only every second new one is kept, so the curve keeps its shape."""
+
+    def __init__(self, limit: int = HISTORY):
+        self.limit = limit
+        self.points: list[tuple[int, float]] = []
+        self._stride = 1
+        self._skip = 0
+
+    def add(self, step: int, loss: float) -> None:
+        self._skip += 1
+        if self._skip < self._stride:
+            return
+        self._skip = 0
+        self.points.append((step, loss))
+        if len(self.points) >= self.limit:
+            self.points = self.points[::2]
+            self._stride *= 2
+
+
+@dataclass(eq=False)
+class PendingReport:
+    """The report event not yet written (supervisor.ipc.ledger's rate limit)."""
+
+    ts: float
+    step: int | None
+    loss: float | None
+    metrics: dict[str, Any]
+    n: int  # report() calls it stands for
+    dropped: int
+
+
+@dataclass(eq=False)
+class Reports:
+    """What a rank's reports told, across its attempts."""
+
+    step: int | None = None
+    loss: float | None = None
+    metrics: dict[str, Any] = field(default_factory=dict)
+    count: int = 0  # report() calls
+    dropped: int = 0  # declared lost by the worker's buffer
+    bad_frames: int = 0
+    phases: dict[str, float] = field(default_factory=dict)
+    cuda: CudaView | None = None
+    curve: LossHistory = field(default_factory=LossHistory)
+    tail: deque[float] = field(default_factory=lambda: deque(maxlen=TAIL))
+    pending: PendingReport | None = None
+    next_event: float = 0.0  # monotonic time the next report event may be written
+
+
+class Worker:
+    """One rank. Born with its first attempt in its first state (starting, or failed when
+    its process could not start); every later state through `transition()`."""
+
+    def __init__(self, rank: int, attempt: Attempt, first: State, why: str, recorder: Recorder, /,
+                 strict: bool | None = None, **fields: Any):
+        self.rank = rank
+        self.attempt = attempt
+        self.reports = Reports()
+        self.restarts = 0  # every restart, shown to the user
+        self.auto_restarts = 0  # restarts after a failure, counted against --max-restarts
+        self.pending_restart: RestartKind | None = None
+        self.last_dump: str | None = None
+        # Process groups of descendants that left the worker's group (setsid, setpgid):
+        # the group kill would miss them, so they are tracked and killed on their own.
+        self.foreign_groups: set[int] = set()
+        self._recorder = recorder
+        self.strict = states.strict_default() if strict is None else strict
+        self._state = first
+        self._move(None, first, why, fields)
+
+    @property
+    def state(self) -> State:
+        return self._state
+
+    @property
+    def pid(self) -> int | None:
+        return self.attempt.pid
+
+    # What the GPU watcher reads of a worker (supervisor.gpu.watch's for_run), besides rank, pid, state.
+    @property
+    def proc_info(self) -> Mapping[str, object]:
+        return self.attempt.proc_info or {}
+
+    @property
+    def cuda(self) -> CudaView | None:
+        return self.reports.cuda
+
+    @property
+    def alive(self) -> bool:
+        """Its process runs, or has ended and its exit is not recorded yet."""
+        proc = self.attempt.proc
+        return proc is not None and (proc.returncode is None or self.attempt.exit_seen is not None)
+
+    def transition(self, new: State, why: str, /, **fields: Any) -> None:
+        """Change state, checked against the table, and record the move's event with `fields`
+        (worker_exited always carries the state it moved to)."""
+        self._move(self._state, new, why, fields)
+
+    def begin(self, attempt: Attempt, state: State, why: str, /, **fields: Any) -> None:
+        """A new start: the attempt replaces the last one whole, then the state moves."""
+        self.attempt = attempt
+        self.reports.cuda = None  # torch's view was the last process's: the GPU watcher must not place it
+        self.pending_restart = None
+        self.transition(state, why, **fields)
+
+    def _move(self, old: State | None, new: State, why: str, fields: dict[str, Any]) -> None:
+        try:
+            event = states.check(old, new)
+        except states.IllegalTransition as exc:
+            message = f"internal error, please report: rank {self.rank}: {exc} ({why})"
+            self._recorder.alert("internal", message, rank=self.rank)
+            if self.strict:
+                raise states.IllegalTransition(message) from None
+            event = states.ENTRY_EVENTS.get(new)
+        self._state = new
+        if event is Event.WORKER_EXITED:
+            fields["state"] = new.value  # whatever the caller passed: the state it moved to
+        if event is not None:
+            self._recorder.event(event, self.rank, **fields)

@@ -1,0 +1,211 @@
+"""The main screen's GPU panel and alert lines (pure; the UI thread draws what they return).
+
+One row per GPU, at any width from 80 columns: index, a memory bar that tells where the
+memory goes (torch allocated, the caching allocator's reserve, the ranks' other memory,
+processes outside the run, free), used/total, utilization, the ranks whose own GPU it is
+(a collision marked), memory held outside the run, and the worst standing alert in a few
+words. Wide terminals add temperature, power, and memory and utilization sparklines of the
+last minutes. Colours follow nvitop's bands; every shape has its own character (NO_COLOR).
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from mpwatch.contract.status import GpuAlert, GpuView, Status
+from mpwatch.text import fmt
+from mpwatch.tui.render import bars, node_rows, segs
+from mpwatch.tui.render.glyphs import Glyphs
+from mpwatch.tui.render.segs import Line, Seg
+
+# nvitop's bands (percent): below the first is light, below the second moderate, else heavy.
+MEM_BANDS = (10.0, 80.0)
+UTIL_BANDS = (10.0, 75.0)
+BAND_STYLE = ("green", "yellow", "red")
+SEVERITY_STYLE = {"error": "bold red", "warning": "yellow", "info": "cyan"}
+SEVERITY_ORDER = {"error": 0, "warning": 1, "info": 2}
+PART_STYLE = {"allocated": "bold", "cached": "", "other": "dim", "outside": "magenta", "free": "bright_black"}
+WIDE = 120
+
+
+def band(pct: float | None, bands: tuple[float, float]) -> str:
+    if pct is None:
+        return "bright_black"
+    return BAND_STYLE[0 if pct < bands[0] else 1 if pct < bands[1] else 2]
+
+
+def mem_pct(gpu: GpuView) -> float | None:
+    used, total = gpu["mem_used"], gpu["mem_total"]
+    return 100.0 * used / total if used is not None and total else None
+
+
+def own_ranks(gpu: GpuView) -> list[int]:
+    """The ranks whose own GPU this is; from the processes where the status does not say."""
+    if "ranks" in gpu:
+        return gpu["ranks"]
+    return sorted({r for p in gpu["processes"] for r in (p["rank"], p["child_of"]) if r is not None})
+
+
+def outside_bytes(gpu: GpuView) -> int | None:
+    """Memory of processes outside the run (a worker's children are the run's); None: unknown."""
+    if "breakdown" in gpu:
+        return gpu["breakdown"]["outside"]
+    out = [p for p in gpu["processes"] if p["rank"] is None and p["child_of"] is None]
+    if any(p["mem_bytes"] is None for p in out):
+        return None
+    return sum(p["mem_bytes"] or 0 for p in out)
+
+
+def mem_parts(gpu: GpuView) -> list[tuple[str, float]]:
+    """(part, bytes) for the bar: allocated, cached, other, outside, free. What NVML counts
+    beyond the attributed parts (driver, other namespaces' unlisted use) shows as other."""
+    used, total = gpu["mem_used"], gpu["mem_total"]
+    if used is None or not total:
+        return []
+    if "breakdown" in gpu:
+        b = gpu["breakdown"]
+        known = {"allocated": b["allocated"] or 0, "cached": b["cached"] or 0, "outside": b["outside"] or 0}
+    else:
+        known = {"allocated": 0, "cached": 0, "outside": outside_bytes(gpu) or 0}
+    other = max(used - sum(known.values()), 0)
+    return [("allocated", known["allocated"]), ("cached", known["cached"]), ("other", other),
+            ("outside", known["outside"]), ("free", max(total - used, 0))]
+
+
+def mem_bar(gpu: GpuView, width: int, g: Glyphs) -> Line:
+    parts = mem_parts(gpu)
+    if not parts:
+        return ((g.mem["free"] * width, "bright_black"),)
+    cells = bars.split_width([b for _, b in parts], width)
+    tone = band(mem_pct(gpu), MEM_BANDS)
+    out: list[Seg] = []
+    for (part, _), n in zip(parts, cells, strict=True):
+        if n:
+            style = PART_STYLE[part] if part in ("outside", "free") else f"{PART_STYLE[part]} {tone}".strip()
+            out.append((g.mem[part] * n, style))
+    return tuple(out)
+
+
+def ranks_text(ranks: Sequence[int]) -> str:
+    """r0,1 or r0-7: runs of three or more written as ranges."""
+    if not ranks:
+        return ""
+    out, i = [], 0
+    rs = sorted(ranks)
+    while i < len(rs):
+        j = i
+        while j + 1 < len(rs) and rs[j + 1] == rs[j] + 1:
+            j += 1
+        out.append(f"{rs[i]}-{rs[j]}" if j - i >= 2 else ",".join(map(str, rs[i:j + 1])))
+        i = j + 1
+    return "r" + ",".join(out)
+
+
+def severity(a: GpuAlert) -> str:
+    return a.get("severity", "warning")
+
+
+def worst(alerts: Sequence[GpuAlert]) -> GpuAlert | None:
+    return min(alerts, key=lambda a: (SEVERITY_ORDER.get(severity(a), 1), a["since"]), default=None)
+
+
+def short(a: GpuAlert) -> str:
+    return a.get("short") or a["kind"].replace("_", " ")
+
+
+def _history(gpu: GpuView, width: int, g: Glyphs) -> list[Seg]:
+    hist = gpu["history"]
+    total = float(gpu["mem_total"] or max((v for v in hist["mem_used"] if v is not None), default=1))
+    mem = bars.sparkline_scaled([None if v is None else float(v) for v in hist["mem_used"]], width,
+                                g.spark, 0.0, total)
+    util = bars.sparkline_scaled([None if v is None else float(v) for v in hist["util_gpu"]], width,
+                                 g.spark, 0.0, 100.0)
+    return [(" " + segs.pad(mem, width, right=True), band(mem_pct(gpu), MEM_BANDS)),
+            (" " + segs.pad(util, width, right=True), band(gpu["util_gpu"], UTIL_BANDS))]
+
+
+def gpu_row(gpu: GpuView, g: Glyphs, width: int) -> Line:
+    wide = width >= WIDE
+    spark = max(min((width - 125) // 2 + 16, 24), 10) if wide and "history" in gpu else 0
+    fixed = 38 + (11 + 2 * (spark + 1) if wide else 0)
+    bar_w = max(min(width - fixed - 20, 24), 8)
+    used, total = gpu["mem_used"], gpu["mem_total"]
+    mem = f"{fmt.size(used, fmt.NA)}/{fmt.size(total, fmt.NA)}"
+    out: list[Seg] = [(f"{gpu['index']:>2} ", "bold"), *mem_bar(gpu, bar_w, g),
+                      (" " + segs.pad(mem, 11), ""),
+                      (" " + segs.pad(fmt.pct(gpu["util_gpu"]), 4, right=True), band(gpu["util_gpu"], UTIL_BANDS))]
+    if wide:
+        temp = "N/A" if gpu["temperature"] is None else f"{gpu['temperature']}C"
+        power = "N/A" if gpu["power_w"] is None else f"{gpu['power_w']:.0f}W"
+        out += [(" " + segs.pad(temp, 4, right=True), ""), (" " + segs.pad(power, 5, right=True), "")]
+        if spark:
+            out += _history(gpu, spark, g)
+    ranks = own_ranks(gpu)
+    collide = g.collision if len(ranks) > 1 else ""
+    text = ranks_text(ranks)
+    out += [(" " + text, "cyan"), (collide, "bold yellow"), (" " * max(8 - len(text) - len(collide), 0), "")]
+    outside = outside_bytes(gpu)
+    has_outside = any(p["rank"] is None and p["child_of"] is None for p in gpu["processes"])
+    out_text = "" if not has_outside else f"out {fmt.size(outside, '?')}"
+    out.append((" " + segs.pad(out_text, 8), "magenta"))
+    a = worst(gpu["alerts"])
+    if a is not None:
+        out.append((f" {g.alert.get(severity(a), '!')} {short(a)}", SEVERITY_STYLE.get(severity(a), "yellow")))
+    return segs.cut(tuple(out), width)
+
+
+def title(status: Status, g: Glyphs, width: int, rows: int) -> str:
+    """The panel's border title: what the row's parts mean; how many GPUs scroll."""
+    n = len(status["gpus"])
+    if not n:
+        return "GPU"
+    m = g.mem
+    legend = (f"{m['allocated']} torch {m['cached']} cached {m['other']} other {m['outside']} outside "
+              f"{m['free']} free")
+    nodes = len({gpu.get("node") for gpu in status["gpus"]})
+    head = (f"{n} GPU{'s' if n > 1 else ''}" + (f" on {nodes} nodes" if nodes > 1 else "")
+            + (f" ({rows} shown, scroll)" if rows < n else ""))
+    if width >= WIDE:
+        return f"{head} · {legend} · sparklines: memory, utilization (2 min) · g: GPU screen"
+    return f"{head} · {legend} · g: GPU screen" if width >= 70 else f"{head} · g: GPU screen"
+
+
+def _as_on_node(gpu: GpuView) -> GpuView:
+    out = gpu.copy()
+    out["index"] = gpu.get("node_index", gpu["index"])
+    return out
+
+
+def gpu_rows(status: Status, g: Glyphs, width: int) -> list[Line]:
+    gpus = status["gpus"]
+    note = status["gpu_status"]
+    if not gpus:
+        return [(("GPU: ", "bold"), (note or "no NVIDIA GPU found", "bright_black"))]
+    if "node" in gpus[0]:  # a merged view: grouped by node, each labelled, NVML's own index shown
+        lines = [((label, "bold cyan"), *gpu_row(_as_on_node(gpu), g, width - len(label)))
+                 for label, gpu in zip(node_rows.gpu_label(status), gpus, strict=True)]
+    else:
+        lines = [gpu_row(gpu, g, width) for gpu in gpus]
+    if note:
+        lines.append(segs.cut(((note, "bright_black"),), width))
+    return lines
+
+
+# ------------------------------------------------------------------ alerts ----
+def alert_items(status: Status) -> list[tuple[str, str]]:
+    """(severity, full text) of every standing alert, the worst first: the run's own (a stuck
+    rank, a full disk, a process that cannot be killed) before the GPUs'."""
+    items = [("error", a["message"]) for a in status["alerts"]]
+    gpu_alerts = [a for gpu in status["gpus"] for a in gpu["alerts"]]
+    gpu_alerts.sort(key=lambda a: SEVERITY_ORDER.get(severity(a), 1))
+    return items + [(severity(a), a["message"]) for a in gpu_alerts]
+
+
+def alert_lines(status: Status, g: Glyphs, width: int, max_lines: int) -> list[Line]:
+    """One line an alert, cut to the width; past max_lines, a count (the GPU screen has all)."""
+    items = alert_items(status)
+    shown = items if len(items) <= max_lines else items[:max(max_lines - 1, 0)]
+    out = [segs.cut(((f"{g.alert.get(sev, '!')} ", SEVERITY_STYLE.get(sev, "yellow")), (text, "")), width)
+           for sev, text in shown]
+    if len(shown) < len(items):
+        out.append(((f"+{len(items) - len(shown)} more alerts: g shows them all", "bright_black"),))
+    return out

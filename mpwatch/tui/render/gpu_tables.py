@@ -1,0 +1,162 @@
+"""The GPU screen's tables (pure: a Status in, Lines out; the UI thread draws them): each
+GPU's heading, the ranks with torch's and NVML's view of their memory, the processes
+outside the run, and every alert with its full text and what to do about it. Unknown
+values read N/A, never 0. Ages are taken against the status's own sample time, so a
+recorded status always draws the same screen.
+"""
+from __future__ import annotations
+
+from mpwatch.contract.status import GpuProcess, GpuView, Status, WorkerGpu, WorkerStatus
+from mpwatch.text import fmt
+from mpwatch.tui.render import segs
+from mpwatch.tui.render.glyphs import Glyphs
+from mpwatch.tui.render.gpu_rows import MEM_BANDS, SEVERITY_ORDER, SEVERITY_STYLE, UTIL_BANDS, band, mem_pct, severity
+from mpwatch.tui.render.segs import Line, Seg
+
+NA = fmt.NA
+NOT_VISIBLE_HINT = ("not visible: the pid is in another PID namespace (a container); run mpwatch with the "
+                    "host's PID namespace (e.g. docker run --pid=host) to see who it is")
+HEAD = "bold"
+
+
+def now_of(status: Status) -> float:
+    """The status's own time: its newest GPU sample, else the run's clock."""
+    ts = [g["ts"] for g in status["gpus"]]
+    return max(ts) if ts else status["run"]["started"] + status["run"]["uptime"]
+
+
+def gpu_heading(gpu: GpuView, g: Glyphs) -> Line:
+    pct = mem_pct(gpu)
+    uuid = gpu.get("uuid")
+    temp = NA if gpu["temperature"] is None else f"{gpu['temperature']}C"
+    power = NA if gpu["power_w"] is None else f"{gpu['power_w']:.0f}W"
+    node = f" (node {gpu['node']} GPU {gpu.get('node_index')})" if "node" in gpu else ""  # a merged view
+    out: list[Seg] = [(f"GPU {gpu['index']}{node}", "bold"),
+                      (f"  memory {fmt.size(gpu['mem_used'], NA)} / {fmt.size(gpu['mem_total'], NA)}",
+                       band(pct, MEM_BANDS)),
+                      (f"  util {fmt.pct(gpu['util_gpu'])}", band(gpu["util_gpu"], UTIL_BANDS)),
+                      (f"  {temp}  {power}  {gpu['name'] or NA}", "")]
+    if uuid:
+        out.append((f"  {uuid}", "bright_black"))
+    for what, why in gpu["errors"].items():
+        out.append((f"  {what} N/A: {why}", "bright_black"))
+    return tuple(out)
+
+
+# ------------------------------------------------------------------- ranks ----
+# torch's allocated, reserved and peak; NVML's memory of the rank's processes; the gap between
+# NVML and reserved (CUDA context, non-torch memory); fragmentation (reserved, not allocated).
+RANK_COLS = (("RANK", 4), ("PID", 7), ("GPU", 11), ("ALLOC", 5), ("RSRV", 5), ("PEAK", 5), ("NVML", 5),
+             ("GAP", 5), ("FRAG", 5), ("RETRY", 5), ("OOM", 3), ("SM%", 4))
+UUID_CHARS = 8  # "GPU-5a1c" is enough to tell a machine's GPUs apart; the heading has it whole
+
+
+def _size(v: int | None) -> str:
+    return fmt.size(v, NA)
+
+
+def _count(v: int | None) -> str:
+    return NA if v is None else str(v)
+
+
+def _gpu_name(wg: WorkerGpu) -> str:
+    uuid = wg.get("uuid")
+    if wg.get("index") is None:
+        return NA
+    return f"{wg['index']} {uuid[:UUID_CHARS]}" if uuid else f"{wg['index']} by pid"
+
+
+def rank_cells(w: WorkerStatus) -> list[str]:
+    wg = w["gpu"]
+    if wg is None:
+        return [str(w["rank"]), str(w["pid"] or ""), "no GPU memory"] + [""] * (len(RANK_COLS) - 3)
+    sm = wg.get("sm_util")
+    return [str(w["rank"]), str(w["pid"] or ""), _gpu_name(wg), _size(wg.get("allocated")), _size(wg.get("reserved")),
+            _size(wg.get("peak")), _size(wg.get("mem_bytes")), _size(wg.get("other_bytes")),
+            _size(wg.get("fragmentation")), _count(wg.get("alloc_retries")), _count(wg.get("ooms")),
+            NA if sm is None else f"{sm}%"]
+
+
+def _row(cells: list[str], style: str = "") -> Line:
+    text = " ".join(segs.pad(c, w, right=i >= 3) for i, (c, (_, w)) in enumerate(zip(cells, RANK_COLS, strict=True)))
+    return ((text, style),)
+
+
+def rank_table(status: Status, width: int) -> list[Line]:
+    """A row per rank; under it the children of the rank that hold GPU memory."""
+    out: list[Line] = [segs.cut(_row([n for n, _ in RANK_COLS], HEAD), width)]
+    kids: dict[int, list[GpuProcess]] = {}
+    for gpu in status["gpus"]:
+        for p in gpu["processes"]:
+            if p["child_of"] is not None:
+                kids.setdefault(p["child_of"], []).append(p)
+    for w in status["workers"]:
+        wg = w["gpu"]
+        style = "bold yellow" if wg is not None and wg.get("shared_with") else ""
+        out.append(segs.cut(_row(rank_cells(w), style), width))
+        for p in kids.get(w["rank"], []):
+            child = ["", str(p["pid"]), f"{_gpu_of(status, p)} child", "", "", "",
+                     _size(p["mem_bytes"]), "", "", "", "", _sm(p)]
+            out.append(segs.cut(_row(child, "bright_black"), width))
+    for gpu in status["gpus"]:
+        ranks = gpu.get("ranks") or []
+        if len(ranks) > 1:
+            out.append(((f"ranks {', '.join(map(str, ranks))} all have GPU {gpu['index']} as their own", "yellow"),))
+    return out
+
+
+def _gpu_of(status: Status, proc: GpuProcess) -> str:
+    return next((str(g["index"]) for g in status["gpus"] if proc in g["processes"]), "?")
+
+
+def _sm(p: GpuProcess) -> str:
+    sm = p.get("sm_util")
+    return NA if sm is None else f"{sm}%"
+
+
+# ------------------------------------------------------------- outsiders ----
+OUT_COLS = (("GPU", 3), ("PID", 8), ("USER", 10), ("MEM", 7), ("SM%", 4), ("SINCE", 8))
+
+
+def outside_table(status: Status, width: int) -> list[Line]:
+    """Processes on the run's GPUs that are not the run's, with who and since when."""
+    now = now_of(status)
+    head = " ".join(segs.pad(n, w) for n, w in OUT_COLS) + " COMMAND"
+    out: list[Line] = [segs.cut(((head, HEAD),), width)]
+    for gpu in status["gpus"]:
+        for p in gpu["processes"]:
+            if p["rank"] is not None or p["child_of"] is not None:
+                continue
+            since = p.get("since")
+            cells = [str(gpu["index"]), str(p["pid"]), p["user"] or NA, _size(p["mem_bytes"]), _sm(p),
+                     NA if since is None else f"{fmt.age(max(now - since, 0.0))} ago"]
+            text = " ".join(segs.pad(c, w) for c, (_, w) in zip(cells, OUT_COLS, strict=True))
+            if p["visible"]:
+                out.append(segs.cut(((text, ""), (" " + (p["cmd"] or NA), "bright_black")), width))
+            else:
+                out.append(segs.cut(((text, ""), (" " + NOT_VISIBLE_HINT, "yellow")), width))
+    if len(out) == 1:
+        out.append((("no process outside the run holds GPU memory", "bright_black"),))
+    return out
+
+
+# ------------------------------------------------------------------ alerts ----
+def alert_list(status: Status, g: Glyphs) -> list[Line]:
+    """Every alert: its mark, full text, since when, and its hint on the next line."""
+    now = now_of(status)
+    out: list[Line] = []
+    for ra in status["alerts"]:
+        out.append(((f"{g.alert['error']} ", SEVERITY_STYLE["error"]), (ra["message"], ""),
+                    (f"  ({fmt.age(max(now - ra['ts'], 0.0))} ago)", "bright_black")))
+    alerts = sorted((a for gpu in status["gpus"] for a in gpu["alerts"]),
+                    key=lambda a: (SEVERITY_ORDER.get(severity(a), 1), a["since"]))
+    for a in alerts:
+        sev = severity(a)
+        out.append(((f"{g.alert.get(sev, '!')} ", SEVERITY_STYLE.get(sev, "yellow")), (a["message"], ""),
+                    (f"  (since {fmt.age(max(now - a['since'], 0.0))} ago)", "bright_black")))
+        hint = a.get("hint")
+        if hint:
+            out.append((("    what to do: ", "bright_black"), (hint, "")))
+    if not out:
+        out.append((("no alerts", "bright_black"),))
+    return out
