@@ -27,6 +27,7 @@ from bench import measure
 from bench.harness import row
 from mpwatch.probes import gpu as gpu_probe
 from mpwatch.contract.status import CudaView
+from mpwatch.rundir.writer import RunStore
 from mpwatch.supervisor.gpu import watch as gpu_watch
 from mpwatch.supervisor.gpu.ranks import RankInfo
 
@@ -70,7 +71,7 @@ def fake_ticks(n: int) -> tuple[list[float], list[float], int]:
         infos = [RankInfo(i, k.pid, True, True, [], views[i]) for i, k in enumerate(kids)]
         watch = gpu_watch.GpuWatch(1.0, workers=lambda: infos, emit=lambda rank, **f: None, env={},
                                    opener=lambda env: gpu_probe.open_backend({gpu_probe.FAKE_ENV: str(path)}),
-                                   timeline_path=tmp / "gpu.jsonl")
+                                   timeline=RunStore(tmp))
         if not watch.open():
             raise RuntimeError(watch.status)
         _time_ticks(watch, 10)  # warm the psutil caches, as a running poller has them

@@ -129,10 +129,10 @@ def _cost(d: Path, how: str, dumps: int) -> tuple[float | None, float | None, st
     note = ""
     try:
         time.sleep(0.3)
-        for _ in range(dumps):
+        for i in range(dumps):
             t0 = time.monotonic()
             if how == "faulthandler":
-                stacks.capture([p.pid], stack_file, d / "stacks", label="(bench)")
+                stacks.capture([p.pid], stack_file, d / f"dump-{i}.txt", label="(bench)")
             else:
                 ok, text = pyspy.dump(p.pid, native=how == "py-spy-native")
                 if not ok:

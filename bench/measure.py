@@ -19,7 +19,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from mpwatch.rundir import writer
+from mpwatch.rundir import reader
 from tests.helpers import alive, descendants, kill_all, wait_for
 
 __all__ = ["alive", "descendants", "kill_all", "wait_for"]  # the shared process helpers, for the bench modules
@@ -160,7 +160,7 @@ class Headless:
 
     def events(self, kind: str | None = None) -> list[dict]:
         out = []
-        for rec in writer.read_events(self.run_dir):
+        for rec in reader.read_events(self.run_dir):
             if rec.get("event") == "worker_started":
                 self.pids.add(rec["pid"])
             if kind is None or rec.get("event") == kind:

@@ -2,7 +2,7 @@
 (64 ranks and an hour by default), through the writers the supervisor itself uses, at its
 real rates:
 
-- events.jsonl (runstore.RunStore.event): run_started, a worker_started per rank, one report
+- events.jsonl (rundir.writer.RunStore): run_started, a worker_started per rank, one report
   event a second per rank (supervisor.ipc.ledger's REPORT_EVENT_S: the latest step and loss, the metrics,
   n = the report() calls folded in), a DataLoader child of two ranks reporting every 10 s,
   and what a long run has: a rank that fails and is restarted, a stall of one rank with its
@@ -25,7 +25,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from mpwatch.rundir import writer as runstore
+from mpwatch.rundir import layout
+from mpwatch.rundir.eventlines import report_fields
+from mpwatch.rundir.writer import RunStore
 from mpwatch.supervisor.gpu.timeline import GpuTimeline
 
 T0 = 1_800_000_000.0
@@ -49,8 +51,8 @@ def loss_at(step: int, rank: int) -> float:
 class Gen:
     def __init__(self, d: Path, ranks: int, seconds: int, gpus: int):
         self.d, self.ranks, self.seconds, self.gpus = d, ranks, seconds, gpus
-        self.store = runstore.RunStore(d, events_cap=1 << 40)  # a bench of the writer's rate, not of the cap
-        self.timeline = GpuTimeline(d / "gpu.jsonl", 1 << 40)
+        self.store = RunStore(d, events_cap=1 << 40)  # a bench of the writer's rate, not of the cap
+        self.timeline = GpuTimeline(self.store, 1 << 40)
         self.pid = {r: 50_000 + r for r in range(ranks)}
         self.fail_rank, self.fail_at = 17 % ranks, seconds // 3
         self.stall_rank, self.stall_at, self.stall_s = 5 % ranks, 2 * seconds // 3, 90
@@ -65,7 +67,7 @@ class Gen:
     def write(self) -> None:
         self.d.mkdir(parents=True, exist_ok=True)
         self.store.create()
-        self.store.write_json(runstore.RUN_JSON, {
+        self.store.write_json(layout.RUN_JSON, {
             "run_id": "bench-replay", "script": SCRIPT, "args": ["--epochs", "90"], "cwd": "/home/user",
             "started": T0, "pid": 40_000, "options": {"nprocs": self.ranks, "max_restarts": 3, "stall_timeout": 60.0,
                                                       "grace": 10.0, "resize_mode": "restart", "gpu_interval": 1.0}})
@@ -86,12 +88,10 @@ class Gen:
             if self.down(r, t):
                 continue
             s = self.step(r, t)
-            self.ev("report", r, t + 0.001 * r, step=s, loss=loss_at(s, r),
-                    metrics={"lr": 0.1 * 0.999 ** (s // 100), "grad_norm": 1.0 + (s % 7) / 10}, n=STEPS_PER_S,
-                    dropped=0)
+            self.store.report(r, T0 + t + 0.001 * r, report_fields(
+                s, loss_at(s, r), {"lr": 0.1 * 0.999 ** (s // 100), "grad_norm": 1.0 + (s % 7) / 10}, STEPS_PER_S, 0))
             if r < 2 and t % 10 == 0:  # a DataLoader child that reports itself
-                self.ev("report", r, t + 0.5, step=s, loss=9.0, metrics={}, n=1, dropped=0, pid=60_000 + r,
-                        child_of=self.pid[r])
+                self.store.report(r, T0 + t + 0.5, report_fields(s, 9.0, {}, 1, 0, child=(60_000 + r, self.pid[r])))
         self.notable(t)
         self.tick(t)
 
@@ -172,8 +172,8 @@ class Gen:
             self.ev("worker_exited", r, end + 0.2 + 0.001 * r, pid=self.pid[r], exit_code=None, signal="SIGTERM",
                     state="killed", cause="stop by mpwatch (SIGTERM)", reason="stop", stderr_tail=[])
         self.ev("run_finished", None, end + 0.5, exit_code=1, workers={})
-        self.store.write_json(runstore.FINAL_JSON, self.final(end + 0.5))
-        self.store.update_json(runstore.RUN_JSON, finished=T0 + end + 0.5, exit_code=1)
+        self.store.write_json(layout.FINAL_JSON, self.final(end + 0.5))
+        self.store.update_json(layout.RUN_JSON, finished=T0 + end + 0.5, exit_code=1)
 
     def final(self, t: float) -> dict[str, Any]:
         rec = json.loads(TEMPLATE.read_text())["status"]
@@ -197,13 +197,12 @@ class Gen:
         return st
 
     def logs(self, r: int, lines: list[str], stream: str = "stdout") -> None:
-        d = runstore.rank_dir(self.d, r)
-        (d / "stacks").mkdir(parents=True, exist_ok=True)
-        with open(d / f"{stream}.log", "a") as f:
-            f.write("\n".join(lines) + "\n")
+        self.store.rank_paths(r)
+        with self.store.open_log(r, stream) as f:
+            f.write(("\n".join(lines) + "\n").encode())
 
     def dump_file(self, r: int, t: int) -> None:
-        d = runstore.rank_dir(self.d, r) / "stacks"
+        d = layout.rank_paths(self.d, r).stacks
         d.mkdir(parents=True, exist_ok=True)
         (d / f"{t}.txt").write_text(DUMP.format(pid=self.pid[r]))
 

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import psutil
 
-from mpwatch.rundir import writer
+from mpwatch.rundir import reader
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
@@ -120,7 +120,7 @@ class HeadlessRun:
 
     def events(self, kind: str | None = None) -> list[dict]:
         out = []
-        for rec in writer.read_events(self.run_dir):
+        for rec in reader.read_events(self.run_dir):
             if rec.get("event") == "worker_started":
                 self.seen_pids.add(rec["pid"])
             if kind is None or rec.get("event") == kind:

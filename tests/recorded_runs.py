@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from mpwatch.rundir import writer
+from mpwatch.rundir.textfiles import read_jsonl
 from tests.faults.conftest import FAULTS
 from tests.helpers import FIXTURES, ROOT, HeadlessRun, assert_gone, wait_for
 
@@ -132,6 +132,6 @@ def writes_gpu_timeline(run: HeadlessRun) -> bool:
 def ranks_ticked(path: Path) -> set[int]:
     """Ranks seen in the ticks of a gpu.jsonl so far."""
     out: set[int] = set()
-    for rec in writer.read_jsonl(path):
+    for rec in read_jsonl(path):
         out.update(r["rank"] for r in rec.get("ranks", []) if r.get("nvml"))
     return out

@@ -9,6 +9,8 @@ import sys
 import textwrap
 from typing import Any, Literal, NoReturn, Protocol
 
+from mpwatch.rundir import layout
+
 ACTIONS = ("pause", "resume", "kill", "restart", "dump")
 NPROC_WORDS = ("auto", "cpu", "gpu")
 
@@ -191,7 +193,7 @@ def run_parser() -> Parser:
                    metavar="N", help="workers on this node: a number, auto, cpu or gpu "
                                      "(default: visible NVIDIA GPUs, or 2 without any)")
     p.add_argument("--headless", action="store_true", help="no TUI: status lines on stderr")
-    p.add_argument("--run-dir", metavar="DIR", help="run directory (default ./mpwatch-runs/<time>-<script>/)")
+    p.add_argument("--run-dir", metavar="DIR", help=f"run directory (default ./{layout.RUNS_FOLDER}/<time>-<script>/)")
     _add(p, "--max-restarts", type=count, default=0, metavar="K",
                    help="restart a worker that exits non-zero up to K times (default 0); on several nodes "
                         "with c10d: K new rounds of every node's workers")

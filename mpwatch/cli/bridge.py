@@ -25,7 +25,7 @@ from typing import Any, BinaryIO
 from mpwatch import __version__
 from mpwatch.cli.args import Parser
 from mpwatch.contract import protocol
-from mpwatch.rundir import registry, writer
+from mpwatch.rundir import reader, registry
 from mpwatch.sources.local import Client, ClientError
 from mpwatch.sources.remote import wire
 
@@ -113,7 +113,7 @@ class Bridge:
         return registry.run_ended(self.handle.run_dir, self.handle.pid)
 
     def _final(self) -> dict[str, Any]:
-        final, info = writer.wait_final(self.handle.run_dir)
+        final, info = reader.wait_final(self.handle.run_dir)
         return {"final": final, "info": info}
 
     def _write(self, data: bytes) -> None:

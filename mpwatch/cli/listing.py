@@ -1,5 +1,5 @@
 """`mpwatch ls [--json] [--all [DIR...]]`: live runs of this user from the registry; with
---all also the runs in ./mpwatch-runs and the folders given, newest first, with how each
+--all also the runs in the runs folder (rundir.layout) and the folders given, newest first, with how each
 ended. `ls --host HOST`: the live runs of the ssh user there (through `mpwatch bridge
 --ls`). Main thread."""
 from __future__ import annotations
@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 
 from mpwatch.cli.args import Parser, die
-from mpwatch.rundir import postmortem, reader, registry
+from mpwatch.rundir import layout, postmortem, reader, registry
 from mpwatch.text import fmt
 
 
@@ -62,7 +62,7 @@ def cmd_ls(argv: list[str]) -> int:
     p = Parser(prog="mpwatch ls", description="List live runs of this user; with --all, finished ones too.")
     p.add_argument("--json", action="store_true")
     p.add_argument("--all", action="store_true",
-                   help="also finished runs, in ./mpwatch-runs and the folders given")
+                   help=f"also finished runs, in ./{layout.RUNS_FOLDER} and the folders given")
     p.add_argument("folders", nargs="*", metavar="DIR", help="runs folders to look in (with --all)")
     p.add_argument("--host", metavar="HOST", help="the live runs of the ssh user on HOST (mpwatch bridge)")
     p.add_argument("--remote-mpwatch", metavar="PATH",

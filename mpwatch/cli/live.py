@@ -117,7 +117,7 @@ def _ctl_action(client: Requests, ns: argparse.Namespace) -> None:
     elif ns.action == "stop":
         print(client.stop())
     elif ns.action == "logs":
-        from mpwatch.rundir import writer
+        from mpwatch.rundir.textfiles import printable
 
         lines = client.logs(ns.rank, "stderr" if ns.stderr else "stdout", ns.lines)
-        sys.stdout.write("".join(writer.printable(ln) + "\n" for ln in lines))
+        sys.stdout.write("".join(printable(ln) + "\n" for ln in lines))

@@ -9,7 +9,8 @@ import time
 from pathlib import Path
 
 from mpwatch.cli.args import die
-from mpwatch.rundir import reader, registry, writer
+from mpwatch.rundir import reader, registry
+from mpwatch.rundir.textfiles import printable, tail_lines
 
 POLL_S = 0.2  # how often --follow looks for new bytes
 ENDED_POLL_S = 1.0  # and whether the run has ended
@@ -17,7 +18,7 @@ ENDED_POLL_S = 1.0  # and whether the run has ended
 
 def _print(lines: list[str]) -> None:
     if lines:
-        sys.stdout.write("".join(writer.printable(ln) + "\n" for ln in lines))
+        sys.stdout.write("".join(printable(ln) + "\n" for ln in lines))
         sys.stdout.flush()
 
 
@@ -67,7 +68,7 @@ def show_logs(run: str | None, rank: int, stream: str, lines: int, follow: bool)
     except FileNotFoundError:
         size = 0
     if lines:
-        _print(writer.tail_lines(path, lines, max(64 * 1024, lines * 512), end=size))  # --follow goes on from size
+        _print(tail_lines(path, lines, max(64 * 1024, lines * 512), end=size))  # --follow goes on from size
     if follow:
         _follow(rd, path, size)
     return 0

@@ -1,5 +1,5 @@
 """`mpwatch prune [--keep N] [--older-than DAYS] [--dry-run] [DIR...]`: remove old run
-directories of this user from ./mpwatch-runs and the folders given. A run goes when it
+directories of this user from the runs folder (rundir.layout) and the folders given. A run goes when it
 is not among the N newest (with --keep) and started more than DAYS ago (with
 --older-than); a live run never goes, nor anything that is no run directory, nor
 another user's. Says what it removed (or would, with --dry-run). Main thread."""
@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 from mpwatch.cli.args import Parser, UsageError, count, days, die
-from mpwatch.rundir import postmortem, reader, registry
+from mpwatch.rundir import layout, postmortem, reader, registry
 from mpwatch.text import fmt
 
 DAY_S = 86400.0
@@ -79,7 +79,7 @@ def cmd_prune(argv: list[str]) -> int:
     p.add_argument("--keep", type=count, metavar="N", help="keep the N newest runs of each folder")
     p.add_argument("--older-than", type=days, metavar="DAYS", help="remove only runs started more than DAYS ago")
     p.add_argument("--dry-run", action="store_true", help="say what would be removed, remove nothing")
-    p.add_argument("folders", nargs="*", metavar="DIR", help="runs folders (default: ./mpwatch-runs)")
+    p.add_argument("folders", nargs="*", metavar="DIR", help=f"runs folders (default: ./{layout.RUNS_FOLDER})")
     ns = p.parse_args(argv)
     if ns.keep is None and ns.older_than is None:
         raise UsageError("say what to remove: --keep N, --older-than DAYS, or both")

@@ -7,14 +7,14 @@ the terminal ends only the TUI, never the run.
 from __future__ import annotations
 
 import argparse
-import os
 import subprocess
 import sys
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
-from mpwatch.rundir import registry, writer
+from mpwatch.rundir import layout, registry, writer
+from mpwatch.rundir.textfiles import read_json, tail_lines
 
 if TYPE_CHECKING:
     from mpwatch.sources.local import Client
@@ -53,7 +53,7 @@ def supervisor_argv(ns: argparse.Namespace, opts: LaunchOptions, run_id: str, ru
 
 
 def _tail(path: Path, n: int = 8) -> str:
-    lines = writer.tail_lines(path, n)
+    lines = tail_lines(path, n)
     return ("; last lines of " + str(path) + ":\n  " + "\n  ".join(lines)) if lines else ""
 
 
@@ -62,13 +62,13 @@ def launch_with_tui(ns: argparse.Namespace, opts: LaunchOptions) -> int:
         run_id = opts.run_id or registry.new_run_id(opts.script)
     except registry.RunError as exc:
         return _die(str(exc))
-    run_dir = Path(ns.run_dir if ns.run_dir else Path(opts.cwd) / "mpwatch-runs" / run_id).absolute()
-    if (run_dir / writer.RUN_JSON).exists():
+    run_dir = Path(ns.run_dir if ns.run_dir else layout.default_run_dir(opts.cwd, run_id)).absolute()
+    if (run_dir / layout.RUN_JSON).exists():
         return _die(f"run directory {run_dir} already holds a run; choose another --run-dir")
+    sup_log = run_dir / layout.SUPERVISOR_LOG
     try:
-        run_dir.mkdir(parents=True, exist_ok=True)
-        os.chmod(run_dir, 0o700)
-        log = open(run_dir / "supervisor.log", "ab")  # noqa: SIM115 - closed below, once the child has it
+        writer.make_run_dir(run_dir)
+        log = writer.open_supervisor_log(run_dir)  # closed below, once the child has it
     except OSError as exc:
         return _die(f"cannot create run directory {run_dir}: {exc.strerror}")
     with log:
@@ -78,20 +78,20 @@ def launch_with_tui(ns: argparse.Namespace, opts: LaunchOptions) -> int:
         except OSError as exc:
             return _die(f"cannot start the supervisor: {exc.strerror}")
     deadline = time.monotonic() + START_TIMEOUT_S
-    while not (run_dir / writer.CONTROL_JSON).exists():
+    while not (run_dir / layout.CONTROL_JSON).exists():
         if sup.poll() is not None:
             return _die(f"the supervisor exited with code {sup.returncode} before the run started"
-                        + _tail(run_dir / "supervisor.log"))
+                        + _tail(sup_log))
         if time.monotonic() > deadline:
             return _die(f"the supervisor did not start within {START_TIMEOUT_S:g}s (pid {sup.pid})"
-                        + _tail(run_dir / "supervisor.log"))
+                        + _tail(sup_log))
         time.sleep(0.05)
     from mpwatch.sources.local import Client, ClientError
 
     try:
         client = Client.connect(str(run_dir))
     except ClientError as exc:
-        return _die(f"{exc}" + _tail(run_dir / "supervisor.log"))
+        return _die(f"{exc}" + _tail(sup_log))
     return attach_tui(client, mouse=not ns.no_mouse, supervisor=sup)
 
 
@@ -123,18 +123,18 @@ def _code(info: dict[str, object]) -> int | None:
 def wait_finished(handle: registry.RunHandle, supervisor: subprocess.Popen[bytes] | None = None,
                   timeout: float | None = None) -> int | None:
     """After 'stop the run', wait for the supervisor to write its exit code."""
-    info = writer.read_json(handle.run_dir, writer.RUN_JSON) or {}
+    info = read_json(handle.run_dir, layout.RUN_JSON) or {}
     grace = float(info.get("options", {}).get("grace", 10.0))
     deadline = time.monotonic() + (timeout if timeout is not None else grace + 30.0)
     print(f"mpwatch: waiting for run {handle.run_id} to stop…", file=sys.stderr)
     while time.monotonic() < deadline:
-        info = writer.read_json(handle.run_dir, writer.RUN_JSON) or {}
+        info = read_json(handle.run_dir, layout.RUN_JSON) or {}
         if info.get("finished"):
             return _code(info)
         if supervisor is not None and supervisor.poll() is not None:
             return supervisor.returncode
         if supervisor is None and not registry.pid_alive(handle.pid):
-            return _code(writer.read_json(handle.run_dir, writer.RUN_JSON) or {})
+            return _code(read_json(handle.run_dir, layout.RUN_JSON) or {})
         time.sleep(0.1)
     print(f"mpwatch: run {handle.run_id} is still stopping; see 'mpwatch ls'", file=sys.stderr)
     return None

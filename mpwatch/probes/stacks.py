@@ -123,19 +123,13 @@ def _faulthandler_dump(pid: int, stack_file: Path, label: str) -> tuple[str, str
     return chunk, None
 
 
-def capture(pids: list[int], stack_file: Path, out_dir: Path, label: str = "",
+def capture(pids: list[int], stack_file: Path, out: Path, label: str = "",
             native: bool = False) -> tuple[Path, list[str]]:
-    """Dump every listed process's threads into a new file; returns (path, notes).
-    Notes say which processes could not be dumped and why. With native=True, py-spy
-    --native output (C frames too) follows (see add_native: it is slower, so a caller in
-    a hurry passes native=False and calls add_native after announcing the file)."""
-    out_dir.mkdir(parents=True, exist_ok=True)
-    stamp = time.strftime("%Y%m%d-%H%M%S") + f"-{int(time.time() * 1000) % 1000:03d}"
-    out = out_dir / f"{stamp}.txt"
-    n = 1
-    while out.exists():  # two dumps in the same millisecond
-        out = out_dir / f"{stamp}-{n}.txt"
-        n += 1
+    """Dump every listed process's threads into `out` (a new file the caller made: the run's
+    writer, rundir.writer.RunStore.new_dump); returns (out, notes). Notes say which processes
+    could not be dumped and why. With native=True, py-spy --native output (C frames too)
+    follows (see add_native: it is slower, so a caller in a hurry passes native=False and
+    calls add_native after announcing the file)."""
     notes: list[str] = []
     parts: list[str] = []
     stopped: list[int] = []

@@ -11,6 +11,7 @@ from typing import Literal, TypedDict
 
 from mpwatch.contract.coerce import as_float, as_int, as_str
 from mpwatch.contract.status import Event, EventRecord
+from mpwatch.rundir import eventlines, layout
 from mpwatch.rundir.reader import RunDir
 
 Ending = Literal["live", "finished", "cut short"]  # cut short: the supervisor died mid-run
@@ -155,7 +156,7 @@ def _ranks(rd: RunDir, evs: list[EventRecord]) -> list[RankEnd]:
             continue
         if e["event"] == Event.WORKER_STARTED:
             rank(r)["state"] = "running"
-        elif e["event"] == Event.REPORT and "child_of" not in e:  # a child's report is not its rank's step
+        elif eventlines.own_report(e):  # a child's report is not its rank's step
             rank(r)["step"] = as_int(e.get("step"))
             rank(r)["loss"] = as_float(e.get("loss"))
         elif e["event"] == Event.WORKER_EXITED:
@@ -219,8 +220,7 @@ def _alerts(evs: list[EventRecord]) -> list[AlertEnd]:
 
 
 def _files(rd: RunDir) -> list[str]:
-    out = [n for n in ("run.json", "events.jsonl", "final.json", "gpu.jsonl", "supervisor.log")
-           if (rd.path / n).exists()]
+    out = [n for n in layout.RUN_FILES if (rd.path / n).exists()]
     for f in rd.ranks().values():
         out += [str(p.relative_to(rd.path)) for p in (f.stdout, f.stderr, *f.stacks) if p.exists()]
     return out

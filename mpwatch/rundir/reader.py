@@ -4,28 +4,29 @@ source (`mpwatch ls --all`, `summary`, `ctl logs`, and the TUI's replay of a fin
 Tolerant by design: a directory cut short (a torn last line, no final.json after a
 SIGKILLed supervisor, a deleted rank folder, a file of garbage) gives what can be read,
 plus `notes` saying what is missing; only a path that is no run directory at all raises
-NotARunDir (one line for the user). The writer is rundir.writer; this module never writes.
-Runs on the caller's thread; imports neither textual nor the supervisor.
+NotARunDir (one line for the user). Also the reads that need no RunDir: a rank's loss curve
+from its report events (`history`), a finished run's final.json (`wait_final`). The writer is
+rundir.writer; this module never writes (its files are read through rundir.textfiles). Runs
+on the caller's thread; imports neither textual nor the supervisor.
 """
 from __future__ import annotations
 
 import json
 import os
-import re
+import threading
 import time
-from collections.abc import Collection, Iterable, Iterator
+from collections.abc import Collection, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, cast
 
+from mpwatch.contract.protocol import as_float
 from mpwatch.contract.status import Event, EventFields, EventRecord, GpuMark, GpuTick, Status
-from mpwatch.rundir import registry
-from mpwatch.rundir import writer as runstore
+from mpwatch.rundir import eventlines, layout, registry, textfiles
 from mpwatch.text import fmt
 
-GPU_JSONL = "gpu.jsonl"  # the GPU timeline: status.GpuTick, GpuMark and GpuThinned lines
-_RANK_DIR = re.compile(r"^rank-(\d+)$")
-_MARKERS = (runstore.RUN_JSON, runstore.EVENTS, runstore.FINAL_JSON)
+Curves = dict[int, list[tuple[float, float]]]  # rank -> (step, loss) points
+FINAL_WAIT_S = 3.0  # after a run's socket closes, how long its final.json may take to appear
 
 
 class NotARunDir(Exception):
@@ -73,19 +74,6 @@ def _int(v: object) -> int | None:
 
 def _str(v: object) -> str | None:
     return v if isinstance(v, str) else None
-
-
-def _read_json_file(path: Path) -> tuple[object, str | None]:
-    """(value, None), or (None, why) for a file missing or not JSON."""
-    try:
-        with open(path, encoding="utf-8", errors="replace") as f:
-            return json.load(f), None
-    except FileNotFoundError:
-        return None, "missing"
-    except OSError as exc:
-        return None, f"unreadable ({exc.strerror})"
-    except ValueError:
-        return None, "not JSON (cut short or garbled)"
 
 
 def as_event(rec: object) -> EventRecord | None:
@@ -140,30 +128,14 @@ class RunDir:
     def _lines(self, name: str, needles: Collection[str] | None) -> Iterator[object]:
         """JSON values of a .jsonl file's lines; bad lines are counted into a note. With
         needles, lines holding none of them are skipped unparsed (a cheap prefilter)."""
+        skipped = textfiles.Skipped()
         try:
-            with open(self.path / name, encoding="utf-8", errors="replace") as f:
-                yield from self._parse(f, name, needles)
-        except FileNotFoundError:
-            return
+            yield from textfiles.jsonl_values(self.path / name, needles, skipped)
         except OSError as exc:
             self._note(f"{name} is unreadable ({exc.strerror})")
-
-    def _parse(self, f: Iterable[str], name: str, needles: Collection[str] | None) -> Iterator[object]:
-        bad = 0
-        torn = False
-        for line in f:
-            if needles is not None and not any(n in line for n in needles):
-                continue
-            try:
-                yield json.loads(line)
-            except ValueError:
-                if line.endswith("\n"):
-                    bad += 1
-                else:
-                    torn = True  # the last line, cut mid-write
-        if bad:
-            self._note(f"{name}: {bad} unreadable line(s) skipped")
-        if torn:
+        if skipped.bad:
+            self._note(f"{name}: {skipped.bad} unreadable line(s) skipped")
+        if skipped.torn:
             self.note_torn(name)
 
     def note_torn(self, name: str) -> None:
@@ -180,7 +152,7 @@ class RunDir:
     def _scan(self, kinds: Collection[str] | None) -> Iterator[EventRecord]:
         needles = None if kinds is None else [f'"{k}"' for k in (*kinds, Event.THINNED)]
         skipped = 0
-        for raw in self._lines(runstore.EVENTS, needles):
+        for raw in self._lines(layout.EVENTS, needles):
             ev = as_event(raw)
             if ev is None:
                 skipped += 1
@@ -193,8 +165,8 @@ class RunDir:
             self.note_skipped(skipped)
 
     def note_skipped(self, lines: int) -> None:
-        self.note(f"{runstore.EVENTS}: {lines} line(s) that are no event skipped",
-                  (f"{runstore.EVENTS}: ", "that are no event skipped"))
+        self.note(f"{layout.EVENTS}: {lines} line(s) that are no event skipped",
+                  (f"{layout.EVENTS}: ", "that are no event skipped"))
 
     def note_thinned(self, ev: EventFields) -> None:
         """A `thinned` event (rundir.thinning): say which part of the curves is coarser."""
@@ -210,9 +182,9 @@ class RunDir:
         self._thinned_seen.add(key)
         self._thinned_to = max(self._thinned_to or upto, upto)
         self._thinned_reports += before - after
-        self.note(f"{runstore.EVENTS} was thinned to stay under its size cap: {self._thinned_reports} report "
+        self.note(f"{layout.EVENTS} was thinned to stay under its size cap: {self._thinned_reports} report "
                    f"event(s) up to {self.when(self._thinned_to)} went (the loss curves are coarser there; "
-                   "no other event was dropped)", (f"{runstore.EVENTS} was thinned", ""))  # one note for all passes
+                   "no other event was dropped)", (f"{layout.EVENTS} was thinned", ""))  # one note for all passes
 
     def when(self, ts: float) -> str:
         """A moment of the run for a note: from its start when known (notes read the same in
@@ -224,7 +196,7 @@ class RunDir:
     def last_event(self, max_bytes: int = 64 * 1024) -> EventRecord | None:
         """The last readable event, read from the file's end (a big file is not read whole)."""
         try:
-            with open(self.path / runstore.EVENTS, "rb") as f:
+            with open(self.path / layout.EVENTS, "rb") as f:
                 f.seek(0, os.SEEK_END)
                 f.seek(max(0, f.tell() - max_bytes))
                 tail = f.read().decode("utf-8", errors="replace")
@@ -241,12 +213,12 @@ class RunDir:
 
     def gpu_timeline(self) -> GpuTimeline | None:
         """gpu.jsonl split into ticks and marks; None when the run has none."""
-        if not (self.path / GPU_JSONL).exists():
+        if not (self.path / layout.GPU_JSONL).exists():
             return None
         ticks: list[GpuTick] = []
         marks: list[GpuMark] = []
         thinned_to: float | None = None  # a note line (status.GpuThinned): older ticks were thinned
-        for raw in self._lines(GPU_JSONL, None):
+        for raw in self._lines(layout.GPU_JSONL, None):
             if not isinstance(raw, dict) or _num(raw.get("ts")) is None:
                 continue
             if isinstance(raw.get("gpus"), list) and isinstance(raw.get("ranks"), list):
@@ -260,7 +232,7 @@ class RunDir:
         return GpuTimeline(ticks, marks)
 
     def note_gpu_thinned(self, upto: float) -> None:
-        self._note(f"{GPU_JSONL} was thinned to stay under its size cap: before {self.when(upto)} it keeps "
+        self._note(f"{layout.GPU_JSONL} was thinned to stay under its size cap: before {self.when(upto)} it keeps "
                    "fewer samples, and a peak there may be missed")
 
     # ---------------------------------------------------------------- ranks ----
@@ -272,11 +244,10 @@ class RunDir:
         except OSError:
             names = []
         for name in names:
-            m = _RANK_DIR.match(name)
+            m = layout.RANK_DIR.match(name)
             if m and (self.path / name).is_dir():
-                d = self.path / name
-                found[int(m.group(1))] = RankFiles(int(m.group(1)), d, d / "stdout.log", d / "stderr.log",
-                                                   _stack_files(d / "stacks"))
+                p = layout.rank_paths(self.path, int(m.group(1)))
+                found[int(m.group(1))] = RankFiles(int(m.group(1)), p.dir, p.stdout, p.stderr, _stack_files(p.stacks))
         for rank in self.known_ranks():
             if rank not in found:
                 self._note(f"rank-{rank}/ is missing: the logs and stack dumps of rank {rank} are gone")
@@ -293,20 +264,20 @@ class RunDir:
         """The supervisor still runs (never true once run.json says finished)."""
         if self.run.finished is not None or self.run.pid is None:
             return False
-        ctl, _ = _read_json_file(self.path / runstore.CONTROL_JSON)
+        ctl, _ = textfiles.read_json_file(self.path / layout.CONTROL_JSON)
         return isinstance(ctl, dict) and ctl.get("pid") == self.run.pid and registry.pid_alive(self.run.pid)
 
 
 def _stack_files(d: Path) -> list[Path]:
     try:
-        return sorted(p for p in d.iterdir() if p.suffix == ".txt")
+        return sorted(p for p in d.iterdir() if p.suffix == layout.STACK_SUFFIX)
     except OSError:
         return []
 
 
 def looks_like_run(path: Path) -> bool:
     """A directory holding any of the files a run writes first or last."""
-    return path.is_dir() and any((path / m).exists() for m in _MARKERS)
+    return path.is_dir() and any((path / m).exists() for m in layout.MARKERS)
 
 
 def _record(raw: object, first: EventRecord | None, final: Status | None, fallback_id: str) -> RunRecord:
@@ -331,7 +302,7 @@ def _record(raw: object, first: EventRecord | None, final: Status | None, fallba
 
 def _first_event(path: Path) -> EventRecord | None:
     try:
-        with open(path / runstore.EVENTS, encoding="utf-8", errors="replace") as f:
+        with open(path / layout.EVENTS, encoding="utf-8", errors="replace") as f:
             return as_event(json.loads(f.readline()))
     except (OSError, ValueError):
         return None
@@ -347,20 +318,63 @@ def read(path: str | Path) -> RunDir:
     if not os.access(p, os.R_OK | os.X_OK):
         raise NotARunDir(f"run directory {path} is not readable by this user")
     if not looks_like_run(p):
-        raise NotARunDir(f"{path} is not an mpwatch run directory (no run.json, events.jsonl or final.json)")
+        raise NotARunDir(f"{path} is not an mpwatch run directory (no {', '.join(layout.MARKERS[:-1])} or "
+                         f"{layout.MARKERS[-1]})")
     notes: list[str] = []
-    raw, why = _read_json_file(p / runstore.RUN_JSON)
+    raw, why = textfiles.read_json_file(p / layout.RUN_JSON)
     if why is not None or not isinstance(raw, dict):
-        notes.append(f"run.json is {why or 'not a JSON object'}: the run's facts come from the other files")
-    final_raw, fwhy = _read_json_file(p / runstore.FINAL_JSON)
+        notes.append(f"{layout.RUN_JSON} is {why or 'not a JSON object'}: the run's facts come from the other files")
+    final_raw, fwhy = textfiles.read_json_file(p / layout.FINAL_JSON)
     final = as_status(final_raw)
     if fwhy not in (None, "missing") or (fwhy is None and final is None):
-        notes.append(f"final.json is {fwhy or 'not a status'}: the last status is lost")
+        notes.append(f"{layout.FINAL_JSON} is {fwhy or 'not a status'}: the last status is lost")
     first = _first_event(p)
     rd = RunDir(p, _record(raw, first, final, p.name), final, notes)
     if fwhy == "missing" and not rd.live():
-        notes.append("final.json is missing: the supervisor ended without finishing the run (killed?); "
-                     "what follows comes from events.jsonl")
-    if not (p / runstore.EVENTS).exists():
-        notes.append("events.jsonl is missing: no history of the run")
+        notes.append(f"{layout.FINAL_JSON} is missing: the supervisor ended without finishing the run (killed?); "
+                     f"what follows comes from {layout.EVENTS}")
+    if not (p / layout.EVENTS).exists():
+        notes.append(f"{layout.EVENTS} is missing: no history of the run")
     return rd
+
+
+def read_events(run_dir: Path | str, kinds: Collection[str] | None = None) -> Iterator[dict[str, Any]]:
+    """Events of a run as written, oldest first, only `kinds` when given (no notes: RunDir
+    says what it skipped); a torn last line (a run still writing) is skipped."""
+    return textfiles.read_jsonl(Path(run_dir) / layout.EVENTS, kinds)
+
+
+def history(run_dir: Path | str, ranks: Collection[int] | None = None, limit: int = 2000) -> Curves:
+    """{rank: [(step, loss)]} from the ranks' own report events (rundir.eventlines: a child
+    process's are left out, as the live history leaves them out; every other point dropped
+    until each curve fits `limit`). A loss written as "nan" reads as NaN."""
+    out: Curves = {}
+    try:
+        for rec in textfiles.read_jsonl(Path(run_dir) / layout.EVENTS, needles=['"report"']):
+            r, loss = rec.get("rank"), as_float(rec.get("loss"))
+            if not eventlines.own_report(rec) or loss is None or type(r) is not int or (ranks is not None
+                                                                                         and r not in ranks):
+                continue
+            pts = out.setdefault(r, [])
+            step = as_float(rec.get("step"))
+            pts.append((len(pts) if step is None else step, loss))
+            if len(pts) > limit:
+                out[r] = pts[::2]
+    except OSError:  # what was read is the history
+        pass
+    return out
+
+
+def wait_final(run_dir: Path | str, stop: threading.Event | None = None,
+               timeout: float = FINAL_WAIT_S) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
+    """(final.json, run.json) of a run whose socket closed, once run.json says it finished
+    with final.json written, or as they are after `timeout` (or when `stop` is set)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        info, final = textfiles.read_json(run_dir, layout.RUN_JSON), textfiles.read_json(run_dir, layout.FINAL_JSON)
+        if (final is not None and info and info.get("finished")) or time.monotonic() > deadline:
+            return final, info
+        if stop is None:
+            time.sleep(0.1)
+        elif stop.wait(0.1):
+            return final, info

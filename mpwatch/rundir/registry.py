@@ -4,7 +4,7 @@ and the runs folders (finished runs).
 Sockets live in a directory only this user may enter ($XDG_RUNTIME_DIR/mpwatch, or
 /tmp/mpwatch-<uid>), checked for owner and mode before use, so another user can neither
 connect nor learn the socket names. Each live run has an entry runs/<id>.json there; it
-is removed when the run ends, so a finished run is found in a runs folder (./mpwatch-runs
+is removed when the run ends, so a finished run is found in a runs folder (DEFAULT_RUNS
 by default) by its directory. A RUN given on the command line is a run id or a run
 directory: `resolve` wants a live one (ctl, attach), `find_run_dir` takes either
 (summary, ctl logs). Runs on the caller's thread.
@@ -21,9 +21,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TypedDict
 
-from mpwatch.rundir import writer
+from mpwatch.rundir import layout, textfiles
 
-DEFAULT_RUNS = Path("mpwatch-runs")  # where a run's directory goes, relative to its cwd
+DEFAULT_RUNS = Path(layout.RUNS_FOLDER)  # where a run's directory goes, relative to its cwd
 
 
 class RunError(Exception):
@@ -86,7 +86,7 @@ def unregister(run_id: str) -> None:
 
 def run_ended(run_dir: Path | str, pid: int) -> bool:
     """Its run.json says it finished, or its supervisor is gone (a lost socket is then the end)."""
-    info = writer.read_json(run_dir, writer.RUN_JSON) or {}
+    info = textfiles.read_json(run_dir, layout.RUN_JSON) or {}
     return bool(info.get("finished")) or not pid_alive(pid)
 
 
@@ -146,7 +146,7 @@ def run_dirs(folder: Path) -> list[Path]:
     except OSError:
         return []
     return [d for d in subs if d.is_dir() and not d.is_symlink()
-            and ((d / writer.RUN_JSON).exists() or (d / writer.EVENTS).exists())]
+            and ((d / layout.RUN_JSON).exists() or (d / layout.EVENTS).exists())]
 
 
 def _is_id(run: str) -> bool:
@@ -160,7 +160,7 @@ def _finished_by_id(run_id: str, folders: Iterable[Path]) -> Path | None:
         if d.is_dir() and not d.is_symlink():
             return d
         for d in run_dirs(folder):
-            info = writer.read_json(d, writer.RUN_JSON)
+            info = textfiles.read_json(d, layout.RUN_JSON)
             if info is not None and info.get("run_id") == run_id:
                 return d
     return None
@@ -194,7 +194,7 @@ def find_run_dir(run: str | None, folders: Iterable[Path] = (DEFAULT_RUNS,)) -> 
 
 
 def _started(d: Path) -> float:
-    info = writer.read_json(d, writer.RUN_JSON) or {}
+    info = textfiles.read_json(d, layout.RUN_JSON) or {}
     started = info.get("started")
     if isinstance(started, (int, float)):
         return float(started)
@@ -206,7 +206,7 @@ def _started(d: Path) -> float:
 
 def resolve(run: str | None) -> RunHandle:
     """A live run by id or directory; None means the newest live run. A finished run (by
-    directory, or by id in ./mpwatch-runs) is an error that says it has finished."""
+    directory, or by id in the runs folder) is an error that says it has finished."""
     if run is None:
         runs = live_runs()
         if not runs:
@@ -216,7 +216,7 @@ def resolve(run: str | None) -> RunHandle:
         run_dir = find_run_dir(run)
     if not os.access(run_dir, os.R_OK | os.X_OK):
         raise RunError(f"run directory {run_dir} is not readable by this user")
-    info = writer.read_json(run_dir, writer.RUN_JSON)
+    info = textfiles.read_json(run_dir, layout.RUN_JSON)
     if info is None:
         raise RunError(f"{run_dir} is not an mpwatch run directory (no readable run.json)")
     run_id = str(info.get("run_id", run_dir.name))
@@ -224,7 +224,7 @@ def resolve(run: str | None) -> RunHandle:
         code = info.get("exit_code")
         raise RunError(f"run {run_id} has finished (exit code {code}); its files are in {run_dir} "
                        f"(see 'mpwatch summary {run_dir}')")
-    ctl = writer.read_json(run_dir, writer.CONTROL_JSON)
+    ctl = textfiles.read_json(run_dir, layout.CONTROL_JSON)
     if ctl is None:
         raise RunError(f"run {run_id} has no readable control.json (another user's run?)")
     try:

@@ -10,28 +10,26 @@ end says which wall times were thinned and how many report events went, so a rea
 mistakes a coarser curve for the whole one (rundir.reader turns it into a note).
 
 The pass streams the file twice (an index of line kinds, then the copy): its memory is a
-few bytes a line, not the file. runstore.RunStore runs it on a thread of its own and swaps
-the file in under its lock. Pure file work: no clock but the note's time.
+few bytes a line, not the file. rundir.writer.RunStore runs it on a thread of its own, hands
+it the file it writes to, and swaps that in under its lock. Pure file work: no clock but the
+note's time.
 """
 from __future__ import annotations
 
 import json
-import re
 import time
 from array import array
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import BinaryIO
 
+from mpwatch.contract.status import Event
+from mpwatch.rundir import eventlines
+
 DEFAULT_CAP_MB = 128.0  # about 3.5 hours of 64 ranks at full detail, 10 days of one rank
 MIN_CAP = 16 * 1024
 TARGET = 0.75  # a pass leaves the file under this share of the cap
 MIN_REPORTS = 8  # a series this short is left alone
-
-# The writer's (runstore.RunStore.event) key order: ts, event, rank, then the event's own.
-_HEAD = re.compile(rb'^\{"ts":\s?(-?[0-9.eE+-]+),\s?"event":\s?"([a-z_]+)",\s?"rank":\s?(-?\d+|null)')
-_CHILD = re.compile(rb'"pid":\s?(\d+),\s?"child_of":')
-
 NOTABLE = -1  # the kind of a line that is no report (always kept)
 
 
@@ -56,10 +54,10 @@ class _Index:
 
     def add(self, line: bytes, last_report: dict[int, int]) -> None:
         i = len(self.kind)
-        m = _HEAD.match(line)
+        m = eventlines.HEAD.match(line)
         rank = int(m.group(3)) if m and m.group(3) != b"null" else None
         if m and m.group(2) == b"report" and rank is not None:
-            child = _CHILD.search(line)
+            child = eventlines.CHILD.search(line)
             key = (rank, int(child.group(1)) if child else 0)
             self.kind.append(self._series.setdefault(key, len(self._series)))
             if child is None:
@@ -100,8 +98,8 @@ def _plan(idx: _Index, target: int) -> tuple[bytearray, float, float, int, int]:
     return keep, t_from, t_to, before, len(reports)
 
 
-def thin_file(path: Path, out: Path, cut: int, target: int) -> None:
-    """Write to `out` the first `cut` bytes of events.jsonl thinned to about `target` bytes,
+def thin_file(path: Path, w: BinaryIO, cut: int, target: int) -> None:
+    """Write to `w` the first `cut` bytes of events.jsonl thinned to about `target` bytes,
     then a `thinned` event saying what went."""
     idx = _Index()
     last_report: dict[int, int] = {}
@@ -109,13 +107,14 @@ def thin_file(path: Path, out: Path, cut: int, target: int) -> None:
         for line in _lines(f, cut):
             idx.add(line, last_report)
     keep, t_from, t_to, before, after = _plan(idx, target)
-    with open(path, "rb") as f, open(out, "wb") as w:
+    with open(path, "rb") as f:
         for i, line in enumerate(_lines(f, cut)):
             if i >= len(keep) or keep[i]:
                 w.write(line)
         if after < before:
-            note = {"ts": round(time.time(), 6), "event": "thinned", "rank": None, "file": path.name,
-                    "thinned_from": t_from, "thinned_to": t_to, "reports_before": before, "reports_after": after}
+            note = eventlines.record(Event.THINNED.value, None, time.time(), {
+                "file": path.name, "thinned_from": t_from, "thinned_to": t_to, "reports_before": before,
+                "reports_after": after})
             w.write(json.dumps(note).encode() + b"\n")
 
 
@@ -132,9 +131,9 @@ def _lines(f: BinaryIO, cut: int) -> Iterator[bytes]:
         yield line
 
 
-def append_rest(path: Path, out: Path, cut: int) -> None:
-    """Append to `out` what was written to events.jsonl after byte `cut` (under the store's lock)."""
-    with open(path, "rb") as f, open(out, "ab") as w:
+def append_rest(path: Path, w: BinaryIO, cut: int) -> None:
+    """Append to `w` what was written to events.jsonl after byte `cut` (under the store's lock)."""
+    with open(path, "rb") as f:
         f.seek(cut)
         while True:
             chunk = f.read(1 << 20)

@@ -33,7 +33,7 @@ from typing import Any
 
 from mpwatch.contract import protocol
 from mpwatch.contract.status import Event, RunState, State, Status
-from mpwatch.rundir import records, registry, writer
+from mpwatch.rundir import layout, records, registry, textfiles, writer
 from mpwatch.supervisor import snapshot, spawn
 from mpwatch.supervisor.diagnose.dumps import Dumper
 from mpwatch.supervisor.diagnose.sampler import Sampler
@@ -78,7 +78,7 @@ class Run:
         self._signals: list[int] = []
         self._registered = False
         self.run_id = opts.run_id or registry.new_run_id(opts.script)
-        self.run_dir = Path(opts.run_dir) if opts.run_dir else Path(opts.cwd) / "mpwatch-runs" / self.run_id
+        self.run_dir = Path(opts.run_dir) if opts.run_dir else layout.default_run_dir(opts.cwd, self.run_id)
         rt = registry.runtime_dir()
         self.store = writer.RunStore(self.run_dir)
         self.log = EventLog(self.store, status_out)
@@ -106,7 +106,7 @@ class Run:
 
     def _setup(self) -> None:
         o, run_dir = self.opts, self.run_dir
-        if (run_dir / writer.RUN_JSON).exists():
+        if (run_dir / layout.RUN_JSON).exists():
             raise registry.RunError(f"run directory {run_dir} already holds a run; choose another --run-dir")
         try:
             self.store.create()
@@ -116,8 +116,8 @@ class Run:
         self.hub.start()
         self.control.start()
         me = (self.opts, self.run_id, self.run_dir, self.started_wall)
-        self.store.write_json(writer.RUN_JSON, records.run_json(*me))
-        self.store.write_json(writer.CONTROL_JSON, {
+        self.store.write_json(layout.RUN_JSON, records.run_json(*me))
+        self.store.write_json(layout.CONTROL_JSON, {
             "run_id": self.run_id, "address": self.control.address, "authkey": self.authkey.hex(),
             "pid": os.getpid()}, private=True)
         self.gpu.start()
@@ -145,8 +145,8 @@ class Run:
                                rank_dir=paths.dir, stack_file=paths.stack_file, virtual_local_rank=o.virtual_local_rank,
                                flush_s=protocol.flush_interval(self.world, o.stall_timeout))
         try:
-            proc = spawn.start_worker(spawn.command(o.launch, o.script, o.args), env, paths.stdout, paths.stderr,
-                                      cwd=o.cwd)
+            with self.store.open_log(rank, "stdout") as out, self.store.open_log(rank, "stderr") as err:
+                proc = spawn.start_worker(spawn.command(o.launch, o.script, o.args), env, out, err, cwd=o.cwd)
         except OSError as exc:
             cause = f"could not start: {exc.strerror}"
             self._begin(rank, Attempt(None, place.world, cause=cause), State.FAILED, "could not start",
@@ -208,7 +208,7 @@ class Run:
         a = w.attempt
         a.exit_seen = None
         self.ledger.write_report(w, time.monotonic())  # the curve's last point comes before the exit
-        tail = writer.tail_lines(self.store.rank_paths(w.rank).stderr, 10)
+        tail = textfiles.tail_lines(layout.log_path(self.run_dir, w.rank, "stderr"), 10)
         end = exits.judge(returncode, a.kill_reason, tail)
         with self.lock:
             a.exit_code, a.signal, a.cause = end.exit_code, end.signal, end.cause
@@ -304,8 +304,8 @@ class Run:
         with self.lock:
             self.state = RunState.FINISHED
         self.log.event(Event.RUN_FINISHED, exit_code=self.exit_code, workers=records.ends(self.workers.values()))
-        self.store.write_json(writer.FINAL_JSON, self.snapshot())
-        self.store.update_json(writer.RUN_JSON, finished=time.time(), exit_code=self.exit_code)
+        self.store.write_json(layout.FINAL_JSON, self.snapshot())
+        self.store.update_json(layout.RUN_JSON, finished=time.time(), exit_code=self.exit_code)
         self.close()
 
     def close(self) -> None:

@@ -1,4 +1,4 @@
-"""The run's event log: every event goes to events.jsonl (runstore), and every event but
+"""The run's event log: every event goes to events.jsonl (rundir.writer), and every event but
 `report` also gets a sequence number, joins the recent ones clients poll through the
 control socket (`events`), and becomes a headless status line. Run alerts are kept here.
 
@@ -47,6 +47,10 @@ class EventLog:
         if self.lines is not None:
             self.lines.event(rec)
         return rec
+
+    def report(self, rank: int, ts: float, fields: dict[str, Any]) -> None:
+        """A report event (fields: rundir.eventlines.report_fields): a point of a curve, not news."""
+        self.store.report(rank, ts, fields)
 
     def alert(self, kind: str, message: str, rank: int | None = None, *, culprits: list[int] | None = None,
               waiting: list[int] | None = None, processes: list[dict[str, Any]] | None = None) -> None:

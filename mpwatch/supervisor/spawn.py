@@ -10,6 +10,7 @@ import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import IO
 
 from mpwatch.contract import protocol
 from mpwatch.supervisor.diagnose import flight
@@ -105,14 +106,14 @@ def worker_env(base: Mapping[str, str], place: Placement, *, channel: str, authk
     return flight.apply(env, rank_dir) if flight.enabled(base) else env
 
 
-def start_worker(argv: list[str], env: Mapping[str, str], stdout: Path, stderr: Path,
+def start_worker(argv: list[str], env: Mapping[str, str], stdout: IO[bytes], stderr: IO[bytes],
                  cwd: str | None = None) -> subprocess.Popen[bytes]:
-    """Popen the worker in a new session; every byte of its output goes to the log files."""
-    with open(stdout, "ab") as out, open(stderr, "ab") as err:
-        return subprocess.Popen(
-            argv, env=env, cwd=cwd, stdin=subprocess.DEVNULL, stdout=out, stderr=err,
-            start_new_session=True, close_fds=True,
-        )
+    """Popen the worker in a new session; every byte of its output goes to the log files
+    (rundir.writer.RunStore.open_log: the caller closes them once the worker has them)."""
+    return subprocess.Popen(
+        argv, env=env, cwd=cwd, stdin=subprocess.DEVNULL, stdout=stdout, stderr=stderr,
+        start_new_session=True, close_fds=True,
+    )
 
 
 def command(launch: str, script: str, args: list[str]) -> list[str]:

@@ -17,7 +17,7 @@ from typing import Any, Protocol, cast
 from textual.message import Message
 
 from mpwatch.contract.status import EventFields, Status
-from mpwatch.rundir import writer
+from mpwatch.rundir import reader
 from mpwatch.sources.local import ClientError
 from mpwatch.sources.source import Source
 
@@ -150,7 +150,7 @@ class Poller:
         if ended is not None:
             final, info = ended()
         elif self.run_dir is not None:
-            final, info = writer.wait_final(self.run_dir, self._stop)
+            final, info = reader.wait_final(self.run_dir, self._stop)
         if not self._stop.is_set() and self.target is not None:
             # final.json is the supervisor's last status, written by the same snapshot builder.
             self.target.post_message(RunGone(cast("Status | None", final), info, why))

@@ -90,7 +90,7 @@ def test_unmodified_script_is_dumped_and_keeps_running(tmp_path, procs):
     p, stack_file = _spawn(tmp_path, FIXTURES / "hang_plain.py", count)
     procs.append(p)
     wait_for(lambda: stacks.handles_sigusr1(p.pid) and count.exists(), 60, what="the script to start")
-    path, notes = stacks.capture([p.pid], stack_file, tmp_path / "stacks", label="(test)")
+    path, notes = stacks.capture([p.pid], stack_file, tmp_path / "dump.txt", label="(test)")
     text = path.read_text()
     assert notes == []
     assert f"=== mpwatch stack dump: pid {p.pid}" in text
@@ -109,7 +109,7 @@ def test_blocked_in_c_lock_is_dumped(tmp_path, procs):
     procs.append(p)
     wait_for(lambda: (tmp_path / "ready").exists(), 60, what="the lock to be taken")
     wait_for(lambda: stacks._proc_status(p.pid)[0] == "S", 10, what="the main thread to block")
-    path, notes = stacks.capture([p.pid], stack_file, tmp_path / "stacks")
+    path, notes = stacks.capture([p.pid], stack_file, tmp_path / "dump.txt")
     assert notes == []
     assert stacks.summarize(path.read_text(), p.pid)["innermost"].startswith("held_forever (")
     assert p.poll() is None
@@ -128,7 +128,7 @@ def test_process_without_handler_is_not_signalled(tmp_path, procs):
     procs.append(p)
     wait_for(lambda: (tmp_path / "ready").exists(), 60, what="the process to start")
     assert not stacks.handles_sigusr1(p.pid)
-    path, notes = stacks.capture([p.pid], tmp_path / "fh.out", tmp_path / "stacks")
+    path, notes = stacks.capture([p.pid], tmp_path / "fh.out", tmp_path / "dump.txt")
     assert any("no stack handler" in n for n in notes)
     assert "not signalled" in path.read_text()
     os.kill(p.pid, signal.SIGUSR2)
@@ -143,7 +143,7 @@ def test_stopped_process_is_read_from_outside_never_signalled(tmp_path, procs):
     wait_for(lambda: (tmp_path / "ready").exists(), 60, what="the nap to start")
     os.kill(p.pid, signal.SIGSTOP)
     wait_for(lambda: stacks._proc_status(p.pid)[0] == "T", 10, what="the stop")
-    path, notes = stacks.capture([p.pid], stack_file, tmp_path / "stacks")
+    path, notes = stacks.capture([p.pid], stack_file, tmp_path / "dump.txt")
     text = path.read_text()
     if pyspy.find():
         assert "(stopped; py-spy --nonblocking)" in text and "napping" in text
@@ -175,7 +175,7 @@ def test_native_frames_when_pyspy_is_permitted(tmp_path, procs):
     p, stack_file = _spawn(tmp_path, _ready(tmp_path, NAPPING))
     procs.append(p)
     wait_for(lambda: (tmp_path / "ready").exists(), 60, what="the nap to start")
-    path, notes = stacks.capture([p.pid], stack_file, tmp_path / "stacks", native=True)
+    path, notes = stacks.capture([p.pid], stack_file, tmp_path / "dump.txt", native=True)
     text = path.read_text()
     assert "napping" in text
     ok_native = f"--- py-spy --native: pid {p.pid} ---" in text

@@ -1,13 +1,14 @@
-"""events.jsonl stays under its cap (runstore.RunStore, rundir.thinning): the older report
+"""events.jsonl stays under its cap (rundir.writer.RunStore, rundir.thinning): the older report
 events are thinned, every other event stays, a `thinned` event says what went, and the
-readers (reader.py, the replay) say so. Written through the real writer, RunStore.event."""
+readers (rundir.reader, the replay) say so. Written through the real writer, RunStore."""
 from __future__ import annotations
 
 import json
 import os
 
-from mpwatch.rundir import reader
-from mpwatch.rundir import writer as runstore
+from mpwatch.rundir import layout, reader
+from mpwatch.rundir.eventlines import own_report, report_fields
+from mpwatch.rundir.writer import RunStore
 from mpwatch.rundir.thinning import MIN_CAP, cap_from_env
 from tests.helpers import wait_for
 
@@ -18,7 +19,7 @@ def records(path):
     return [json.loads(line) for line in path.read_text().splitlines()]
 
 
-def write_run(store: runstore.RunStore, seconds: int, ranks: int = 2) -> None:
+def write_run(store: RunStore, seconds: int, ranks: int = 2) -> None:
     """A run's events at the supervisor's rates: a report a second per rank, a stall now and then,
     a child's report; written in bursts, each left to the thinning thread before the next."""
     store.event("run_started", ts=T0, script="train.py", args=[], nprocs=ranks, run_dir=str(store.dir), pid=1)
@@ -26,12 +27,12 @@ def write_run(store: runstore.RunStore, seconds: int, ranks: int = 2) -> None:
         store.event("worker_started", r, ts=T0, pid=100 + r, world_size=ranks, attempt=0)
     for i in range(seconds):
         for r in range(ranks):
-            store.event("report", r, ts=T0 + i, step=i, loss=1.0 / (i + 1), metrics={"lr": 0.1}, n=10, dropped=0)
+            store.report(r, T0 + i, report_fields(i, 1.0 / (i + 1), {"lr": 0.1}, 10, 0))
         if i % 100 == 50:
             store.event("stalled", 1, ts=T0 + i + 0.5, silent_for=6.0, step=i, pid=101, kind="blocked", detail=None)
             store.event("recovered", 1, ts=T0 + i + 0.7, step=i)
         if i % 100 == 70:
-            store.event("report", 0, ts=T0 + i, step=i, loss=50.0, metrics={}, n=1, dropped=0, pid=900, child_of=100)
+            store.report(0, T0 + i, report_fields(i, 50.0, {}, 1, 0, child=(900, 100)))
         if i % 50 == 0:
             store.flush()
             wait_for(lambda: store._thinner is None, 30, what="the thinning pass")
@@ -47,12 +48,12 @@ def test_the_cap_comes_from_the_environment():
 def test_events_are_thinned_under_the_cap_and_notable_events_are_never_dropped(tmp_path, monkeypatch):
     cap = 64 * 1024
     monkeypatch.setenv("MPWATCH_EVENTS_MB", str(cap / (1 << 20)))
-    store = runstore.RunStore(tmp_path / "run")
+    store = RunStore(tmp_path / "run")
     assert store.events_cap == cap
     store.create()
     write_run(store, 3000)
     store.close()
-    path = tmp_path / "run" / runstore.EVENTS
+    path = tmp_path / "run" / layout.EVENTS
     recs = records(path)
     assert store.thinned >= 2
     assert path.stat().st_size <= cap + cap // 4  # a pass starts past the cap and leaves it under 3/4
@@ -60,7 +61,7 @@ def test_events_are_thinned_under_the_cap_and_notable_events_are_never_dropped(t
     assert len([r for r in notable if r["event"] == "stalled"]) == 30 and len(notable) == 1 + 2 + 60
     notes = [r for r in recs if r["event"] == "thinned"]
     assert notes and all(n["reports_after"] < n["reports_before"] for n in notes)
-    own = {r: [x["step"] for x in recs if x["event"] == "report" and x["rank"] == r and "child_of" not in x]
+    own = {r: [x["step"] for x in recs if own_report(x) and x["rank"] == r]
            for r in (0, 1)}
     for steps in own.values():
         assert steps[0] == 0 and steps[-1] == 2999  # thinned, not cut: the curve keeps both ends
@@ -76,9 +77,9 @@ def test_events_are_thinned_under_the_cap_and_notable_events_are_never_dropped(t
 
 def test_the_readers_say_what_was_thinned(tmp_path, monkeypatch):
     monkeypatch.setenv("MPWATCH_EVENTS_MB", str(32 * 1024 / (1 << 20)))
-    store = runstore.RunStore(tmp_path / "run")
+    store = RunStore(tmp_path / "run")
     store.create()
-    store.write_json(runstore.RUN_JSON, {"run_id": "r1", "started": T0, "pid": os.getpid()})
+    store.write_json(layout.RUN_JSON, {"run_id": "r1", "started": T0, "pid": os.getpid()})
     write_run(store, 1500)
     store.close()
     rd = reader.read(tmp_path / "run")

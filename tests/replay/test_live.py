@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 import os
 
-from mpwatch.rundir import writer
+from mpwatch.rundir import layout, writer
 from mpwatch.sources.replay import ReplaySource
 from mpwatch.contract.status import RunState, State
 from tests.helpers import wait_for
@@ -38,7 +38,7 @@ def test_show_follows_a_live_run_and_its_end(headless):
     run.ctl("stop")
     run.wait_exit(60)
     wait_for(lambda: src.reload(force=True) is not None and not src.live, 30, what="the replay to see the end")
-    final = json.loads((run.run_dir / writer.FINAL_JSON).read_text())
+    final = json.loads((run.run_dir / layout.FINAL_JSON).read_text())
     assert src.status() == final
 
 
@@ -48,8 +48,8 @@ def test_a_thinning_pass_under_a_live_reader(tmp_path, monkeypatch):
     monkeypatch.setenv("MPWATCH_EVENTS_MB", str(48 * 1024 / (1 << 20)))
     store = writer.RunStore(tmp_path / "run")
     store.create()
-    store.write_json(writer.RUN_JSON, {"run_id": "live", "started": T0, "pid": os.getpid()})
-    store.write_json(writer.CONTROL_JSON, {"pid": os.getpid()}, private=True)
+    store.write_json(layout.RUN_JSON, {"run_id": "live", "started": T0, "pid": os.getpid()})
+    store.write_json(layout.CONTROL_JSON, {"pid": os.getpid()}, private=True)
     write_run(store, 100)
     store.flush()
     src = ReplaySource(tmp_path / "run")

@@ -2,13 +2,14 @@
 (rundir.RunDir.note's `replaces`: a count that grew, the thinning note after a later pass)
 reaches the screen though the number of notes stays the same. On a live run whose
 events.jsonl is thinned under the reader (its supervisor here is this test process), written
-through the real writer, runstore.RunStore."""
+through the real writer, rundir.writer.RunStore."""
 from __future__ import annotations
 
 import json
 import os
 
-from mpwatch.rundir import writer as runstore
+from mpwatch.rundir import layout
+from mpwatch.rundir.writer import RunStore
 from mpwatch.sources.replay import ReplaySource
 from mpwatch.tui.render import glyphs
 from mpwatch.tui.replay_app import ReplayApp
@@ -19,13 +20,13 @@ from tests.tui.conftest import until
 
 def thinned_note(path) -> str:
     """What the thinning note must say of the file as it is: every pass's reports that went."""
-    recs = [json.loads(line) for line in (path / runstore.EVENTS).read_text().splitlines()]
+    recs = [json.loads(line) for line in (path / layout.EVENTS).read_text().splitlines()]
     went = sum(r["reports_before"] - r["reports_after"] for r in recs if r["event"] == "thinned")
     assert went > 0
     return f"events.jsonl was thinned to stay under its size cap: {went} report event(s) up to"
 
 
-def write_thinned(store: runstore.RunStore, seconds: int) -> None:
+def write_thinned(store: RunStore, seconds: int) -> None:
     passes = store.thinned
     write_run(store, seconds)
     store.flush()
@@ -36,10 +37,10 @@ def write_thinned(store: runstore.RunStore, seconds: int) -> None:
 async def test_the_banner_shows_a_note_replaced_by_a_later_one(tmp_path, monkeypatch):
     monkeypatch.setenv("MPWATCH_EVENTS_MB", str(48 * 1024 / (1 << 20)))
     d = tmp_path / "run"
-    store = runstore.RunStore(d)
+    store = RunStore(d)
     store.create()
-    store.write_json(runstore.RUN_JSON, {"run_id": "live", "started": T0, "pid": os.getpid()})
-    store.write_json(runstore.CONTROL_JSON, {"pid": os.getpid()}, private=True)
+    store.write_json(layout.RUN_JSON, {"run_id": "live", "started": T0, "pid": os.getpid()})
+    store.write_json(layout.CONTROL_JSON, {"pid": os.getpid()}, private=True)
     try:
         write_thinned(store, 700)
         src = ReplaySource(d)

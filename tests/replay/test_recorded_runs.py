@@ -6,9 +6,7 @@ from __future__ import annotations
 
 import json
 
-from mpwatch.rundir import postmortem
-from mpwatch.rundir import reader
-from mpwatch.rundir import writer
+from mpwatch.rundir import layout, postmortem, reader
 from mpwatch.sources.replay import ReplaySource
 from mpwatch.contract.status import RunState, State
 from mpwatch.tui import rundata
@@ -22,7 +20,7 @@ def worker(st, rank):
 
 def test_the_hang_at_its_stall_and_at_its_culprit(hung):
     src = ReplaySource(hung.dir)
-    final = json.loads((hung.dir / writer.FINAL_JSON).read_text())
+    final = json.loads((hung.dir / layout.FINAL_JSON).read_text())
     assert src.status() == final  # the end is the final status, as written
     hangs = [e for e in src.events_list if e["event"] == "alert" and e.get("kind") == "hang"]
     assert hangs, kinds(src)
@@ -77,7 +75,7 @@ def test_a_crash_with_restarts_step_by_step(crashed):
 def test_the_end_rebuilt_from_the_files_agrees_with_final_json(crashed, hung, oom):
     for rec in (crashed, hung, oom):
         src = ReplaySource(rec.dir)
-        final = json.loads((rec.dir / writer.FINAL_JSON).read_text())
+        final = json.loads((rec.dir / layout.FINAL_JSON).read_text())
         st = rebuilt_end(src)
         assert st["run"]["state"] == final["run"]["state"] == RunState.FINISHED
         assert st["run"]["exit_code"] == final["run"]["exit_code"]
@@ -104,7 +102,7 @@ def test_the_oom_at_its_moment(oom):
 
 
 def test_a_rank_is_drawn_from_its_own_reports_only(children):
-    recs = [json.loads(ln) for ln in (children.dir / writer.EVENTS).read_text().splitlines()]
+    recs = [json.loads(ln) for ln in (children.dir / layout.EVENTS).read_text().splitlines()]
     kids = [r for r in recs if r["event"] == "report" and "child_of" in r]
     assert kids and all(r["loss"] >= 100 for r in kids)  # the children's reports are in the file
     src = ReplaySource(children.dir)
@@ -113,13 +111,13 @@ def test_a_rank_is_drawn_from_its_own_reports_only(children):
         assert curve and all(loss <= 1.0 for _, loss in curve), curve[:5]
         assert curve[-1] == (29.0, 1.0 / 30)
         assert all(x <= 1.0 for x in worker(src.status(), rank)["loss_tail"])
-    past = rundata.history_from_events(children.dir)  # the detail view's fallback after a live run
+    past = reader.history(children.dir)  # the detail view's fallback after a live run
     assert past.keys() == {0, 1} and all(loss <= 1.0 for pts in past.values() for _, loss in pts)
 
 
 def test_the_summary_of_a_run_cut_short_keeps_each_ranks_own_last_step(children, tmp_path):
     d = children.copy(tmp_path)
-    (d / writer.FINAL_JSON).unlink()  # the last step and loss come from the events alone
+    (d / layout.FINAL_JSON).unlink()  # the last step and loss come from the events alone
     s = postmortem.summarize(reader.read(d))
     assert [(r["step"], r["loss"]) for r in s["ranks"]] == [(29, 1.0 / 30), (29, 1.0 / 30)]
 

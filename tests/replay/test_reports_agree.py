@@ -13,7 +13,9 @@ import shutil
 import threading
 import time
 
-from mpwatch.rundir import writer as runstore
+from mpwatch.rundir import layout
+from mpwatch.rundir.eventlines import report_fields
+from mpwatch.rundir.writer import RunStore
 from mpwatch.sources.replay import ReplaySource
 from mpwatch.contract.status import Event
 from mpwatch.tui.poller import TAIL_POINTS
@@ -54,7 +56,7 @@ def steps_as_written(path) -> list[dict[int, int | None]]:
     written before that event's (the file's order), read with json."""
     out: list[dict[int, int | None]] = []
     last: dict[int, int | None] = {}
-    for line in (path / runstore.EVENTS).read_text().splitlines():
+    for line in (path / layout.EVENTS).read_text().splitlines():
         rec = json.loads(line)
         if rec["event"] == Event.REPORT:
             if "child_of" not in rec:
@@ -85,18 +87,18 @@ def test_the_window_and_the_index_agree_at_every_moment_of_the_hang(tmp_path):
 def nan_run(path) -> None:
     """Rank 1's last report has a NaN loss (written compact by the supervisor's writer), then
     it goes silent while rank 0 reports on, long enough to push that report out of the window."""
-    store = runstore.RunStore(path)
+    store = RunStore(path)
     store.create()
-    store.write_json(runstore.RUN_JSON, {"run_id": "nan", "started": T0, "pid": 1, "script": "train.py"})
+    store.write_json(layout.RUN_JSON, {"run_id": "nan", "started": T0, "pid": 1, "script": "train.py"})
     store.event("run_started", ts=T0, script="train.py", args=[], nprocs=2, run_dir=str(path), pid=1)
     for r in (0, 1):
         store.event("worker_started", r, ts=T0, pid=100 + r, world_size=2, attempt=0)
     for i in range(5):
         for r in (0, 1):
-            store.event("report", r, ts=T0 + 1 + i, step=i, loss=1.0 / (i + 1), metrics={}, n=1, dropped=0)
-    store.event("report", 1, ts=T0 + 6, step=5, loss=NAN, metrics={}, n=1, dropped=0)
+            store.report(r, T0 + 1 + i, report_fields(i, 1.0 / (i + 1), {}, 1, 0))
+    store.report(1, T0 + 6, report_fields(5, NAN, {}, 1, 0))
     for i in range(5, 400):
-        store.event("report", 0, ts=T0 + 6 + i / 100, step=i, loss=1.0 / (i + 1), metrics={}, n=1, dropped=0)
+        store.report(0, T0 + 6 + i / 100, report_fields(i, 1.0 / (i + 1), {}, 1, 0))
     store.event("stalled", 1, ts=T0 + 12, silent_for=6.0, step=5, pid=101, kind="blocked", detail=None)
     store.close()
 
@@ -104,7 +106,7 @@ def nan_run(path) -> None:
 def test_a_rank_silent_since_a_nan_loss_shows_that_report_before_the_index(tmp_path):
     d = tmp_path / "run"
     nan_run(d)
-    text = (d / runstore.EVENTS).read_text()
+    text = (d / layout.EVENTS).read_text()
     assert '{"ts":%s,"event":"report","rank":1,"step":5,"loss":"nan",' % (T0 + 6) in text  # compact
     src = ReplaySource(d)
     seek(src, lambda e: e["event"] == Event.STALLED, "rank 1's stall")
@@ -191,22 +193,22 @@ class Race:
         assert not self.errors, self.errors
 
 
-def live_run(d) -> runstore.RunStore:
+def live_run(d) -> RunStore:
     """A live run (its supervisor here is this test process: run.json and control.json name it)."""
-    store = runstore.RunStore(d)
+    store = RunStore(d)
     store.create()
-    store.write_json(runstore.RUN_JSON, {"run_id": "live", "started": T0, "pid": os.getpid()})
-    store.write_json(runstore.CONTROL_JSON, {"pid": os.getpid()}, private=True)
+    store.write_json(layout.RUN_JSON, {"run_id": "live", "started": T0, "pid": os.getpid()})
+    store.write_json(layout.CONTROL_JSON, {"pid": os.getpid()}, private=True)
     store.event("run_started", ts=T0, script="train.py", args=[], nprocs=2, run_dir=str(d), pid=os.getpid())
     for r in (0, 1):
         store.event("worker_started", r, ts=T0, pid=100 + r, world_size=2, attempt=0)
     return store
 
 
-def reports(store: runstore.RunStore, steps: range) -> None:
+def reports(store: RunStore, steps: range) -> None:
     for step in steps:
         for r in (0, 1):
-            store.event("report", r, ts=T0 + step, step=step, loss=1.0 / (step + 1), metrics={}, n=1, dropped=0)
+            store.report(r, T0 + step, report_fields(step, 1.0 / (step + 1), {}, 1, 0))
     store.flush()
 
 

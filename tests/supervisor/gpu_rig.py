@@ -17,6 +17,7 @@ from pathlib import Path
 
 from mpwatch.testing.scripted_nvml import FakeBackend
 from mpwatch.contract.status import CudaView
+from mpwatch.rundir.writer import RunStore
 from mpwatch.supervisor.gpu.alerts import AlertConfig
 from mpwatch.supervisor.gpu.ranks import RankInfo
 from mpwatch.supervisor.gpu.watch import GpuWatch
@@ -56,7 +57,7 @@ class Rig:
         backend.init()
         self.watch = GpuWatch(1.0, self.infos, lambda rank, **f: self.events.append((rank, f)), env=env or {},
                               config=cfg or AlertConfig(), opener=lambda env: (backend, None),
-                              timeline_path=tmp_path / "gpu.jsonl" if timeline else None, clock=self.clock)
+                              timeline=RunStore(tmp_path) if timeline else None, clock=self.clock)
         assert self.watch.open(), self.watch.status
 
     def infos(self) -> list[RankInfo]:

@@ -4,6 +4,8 @@ import json
 from itertools import pairwise
 from pathlib import Path
 
+from mpwatch.rundir.layout import GPU_JSONL
+from mpwatch.rundir.writer import RunStore
 from mpwatch.supervisor.gpu.timeline import MAX_TICKS, GpuTimeline, cap_from_env
 
 T0 = 1_800_000_000.0
@@ -45,8 +47,8 @@ def test_marks_come_with_their_window():
 
 
 def test_the_file_is_kept_under_its_cap_and_says_what_was_thinned(tmp_path):
-    path = tmp_path / "gpu.jsonl"
-    tl = GpuTimeline(path, 16 * 1024)
+    path = tmp_path / GPU_JSONL
+    tl = GpuTimeline(RunStore(tmp_path), 16 * 1024)
     for i in range(2000):
         tl.tick(tick(T0 + i, used=i))
         if i % 100 == 0:
@@ -63,8 +65,8 @@ def test_the_file_is_kept_under_its_cap_and_says_what_was_thinned(tmp_path):
 
 
 def test_a_flood_of_marks_drops_the_oldest_and_counts_them(tmp_path):
-    path = tmp_path / "gpu.jsonl"
-    tl = GpuTimeline(path, 8 * 1024)
+    path = tmp_path / GPU_JSONL
+    tl = GpuTimeline(RunStore(tmp_path), 8 * 1024)
     for i in range(1000):
         tl.mark(mark(T0 + i, i))
     recs = lines(path)
@@ -75,8 +77,11 @@ def test_a_flood_of_marks_drops_the_oldest_and_counts_them(tmp_path):
 
 
 def test_disk_errors_never_raise_and_memory_goes_on(tmp_path):
-    for path in (tmp_path / "no" / "such" / "dir" / "gpu.jsonl", Path("/dev/full")):
-        tl = GpuTimeline(path, 1 << 20)
+    (tmp_path / "full").mkdir()
+    (tmp_path / "full" / GPU_JSONL).symlink_to("/dev/full")  # a full disk
+    for run_dir in (tmp_path / "no" / "such" / "dir", tmp_path / "full"):
+        path = run_dir / GPU_JSONL
+        tl = GpuTimeline(RunStore(run_dir), 1 << 20)
         for i in range(5):
             tl.tick(tick(T0 + i))
             tl.mark(mark(T0 + i))

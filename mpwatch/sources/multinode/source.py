@@ -22,7 +22,8 @@ from collections.abc import Callable
 from typing import Any, cast
 
 from mpwatch.contract.status import EventFields, GpuTimelineReply, RunState, Status
-from mpwatch.rundir import registry, writer
+from mpwatch.rundir import layout, registry
+from mpwatch.rundir.textfiles import read_json
 from mpwatch.sources.local import Client, ClientError, EventsReply, Requests
 from mpwatch.sources.multinode import combine
 from mpwatch.sources.remote.client import LinkLost, RemoteClient, RunEnded, Target, Transport
@@ -46,8 +47,8 @@ class LocalLink(Client):
             return super().request(cmd, **args)
         except ClientError as exc:
             if registry.run_ended(self.handle.run_dir, self.handle.pid):
-                info = writer.read_json(self.handle.run_dir, writer.RUN_JSON) or {}
-                final = writer.read_json(self.handle.run_dir, writer.FINAL_JSON)
+                info = read_json(self.handle.run_dir, layout.RUN_JSON) or {}
+                final = read_json(self.handle.run_dir, layout.FINAL_JSON)
                 raise RunEnded(str(exc), cast("Status | None", final), info) from None
             raise LinkLost(str(exc)) from None
 

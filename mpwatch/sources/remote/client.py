@@ -25,8 +25,8 @@ from typing import IO, Any, cast
 
 from mpwatch.contract import protocol
 from mpwatch.contract.status import Status
-from mpwatch.rundir import writer
 from mpwatch.rundir.registry import RegistryEntry
+from mpwatch.rundir.textfiles import printable
 from mpwatch.sources.local import ClientError, Requests, check_reply
 from mpwatch.sources.remote import wire
 
@@ -169,7 +169,7 @@ class RemoteClient(Requests):
         for raw in self.proc.stderr:
             line = raw.decode(errors="replace").strip()
             if line:
-                self._stderr.append(writer.printable(line))
+                self._stderr.append(printable(line))
 
     def _read_replies(self) -> None:
         out: IO[bytes] | None = self.proc.stdout

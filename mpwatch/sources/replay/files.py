@@ -30,10 +30,9 @@ from pathlib import Path
 from typing import cast
 
 from mpwatch.contract.status import Event, EventFields, GpuMark, GpuTick
-from mpwatch.rundir import reader, writer
+from mpwatch.rundir import eventlines, layout, reader
 from mpwatch.sources.replay.reports import SLICE, Data, Report, ReportIndex, last_report, window
 
-_NOTABLE = re.compile(rb'"event": ?"(?!report")')  # every event but a report (writer.RunStore.event's spelling)
 # A gpu.jsonl line's head (found by its literal start, fast; checked to begin a line).
 _GPU_LINE = re.compile(rb'\{"ts":(-?[0-9.eE+-]+),"(gpus|gpu|thinned)"')
 WINDOW_START = 192  # bytes a rank per wanted report: a report line is ~150 bytes
@@ -82,7 +81,7 @@ class _Mapped:
 
 class EventsFile(_Mapped):
     def __init__(self, rd: reader.RunDir):
-        super().__init__(rd.path / writer.EVENTS)
+        super().__init__(rd.path / layout.EVENTS)
         self.rd = rd
         self.events: list[EventFields] = []  # notable events, oldest first, with seq
         self.ends: array[int] = array("q")  # where each one's line ends in the file
@@ -159,7 +158,7 @@ class EventsFile(_Mapped):
             self._torn(len(data) > self.indexed)
             return False
         start, before = self.indexed, len(self.events)
-        for m in _NOTABLE.finditer(data, start, end):
+        for m in eventlines.NOT_REPORT.finditer(data, start, end):
             s = data.rfind(b"\n", 0, m.start()) + 1
             e = data.find(b"\n", m.end(), end)
             try:
@@ -195,7 +194,7 @@ class EventsFile(_Mapped):
     def _torn(self, tail: bool) -> None:
         """A last line without its end: being written (a live run), or cut by a kill."""
         if tail and not self.rd.live():
-            self.rd.note_torn(writer.EVENTS)
+            self.rd.note_torn(layout.EVENTS)
 
     # ------------------------------------------------------------- reports ----
     def end_of(self, pos: int) -> int:
@@ -241,7 +240,7 @@ class GpuFile(_Mapped):
     """gpu.jsonl: ticks by time (parsed when shown), marks, the thinning notes."""
 
     def __init__(self, rd: reader.RunDir):
-        super().__init__(rd.path / reader.GPU_JSONL)
+        super().__init__(rd.path / layout.GPU_JSONL)
         self.rd = rd
         self.ts: array[float] = array("d")
         self.starts: array[int] = array("q")
@@ -310,7 +309,7 @@ class GpuFile(_Mapped):
         else:
             self._deferred = (data, start, end, read)
         if len(data) > end and not self.rd.live():
-            self.rd.note_torn(reader.GPU_JSONL)
+            self.rd.note_torn(layout.GPU_JSONL)
         self.indexed = end
 
     def at(self, t: float) -> int:
@@ -362,5 +361,5 @@ class GpuFile(_Mapped):
     def _count(self, data: Data, start: int, end: int, read: int) -> None:
         self.skipped += data[start:end].count(b"\n") - read
         if self.skipped:
-            self.rd.note(f"{reader.GPU_JSONL}: {self.skipped} unreadable line(s) skipped",
-                         (f"{reader.GPU_JSONL}: ", "unreadable line(s) skipped"))
+            self.rd.note(f"{layout.GPU_JSONL}: {self.skipped} unreadable line(s) skipped",
+                         (f"{layout.GPU_JSONL}: ", "unreadable line(s) skipped"))

@@ -1,7 +1,7 @@
 """A rank's log as it stood at a moment of the run.
 
 Logs keep every byte across restarts, with no time on their lines; what marks time in them
-is the line the supervisor writes before each start but the first (writer.mark_logs:
+is the line the supervisor writes before each start but the first (rundir.writer.RunStore.mark_logs:
 "--- mpwatch: rank 3 restarted at 12:00:01 ---"). So the log of a moment is the log up to
 the end of the attempt that ran then: its lines, and those of the attempts before. Logs can
 be huge: the markers are found by a search of the mapped file (cached while it does not
@@ -13,9 +13,10 @@ import mmap
 import os
 from pathlib import Path
 
-from mpwatch.rundir import writer
+from mpwatch.rundir import layout
+from mpwatch.rundir.textfiles import tail_lines
 
-MARKER = b"\n--- mpwatch: "
+MARKER = ("\n" + layout.LOG_MARK).encode()
 TAIL_BYTES = 64 * 1024
 
 
@@ -52,4 +53,4 @@ class AttemptLogs:
         end = size if attempt is None or attempt >= len(marks) else marks[attempt]
         if end <= 0:
             return []
-        return writer.tail_lines(path, lines, TAIL_BYTES, end=end) if lines else []
+        return tail_lines(path, lines, TAIL_BYTES, end=end) if lines else []

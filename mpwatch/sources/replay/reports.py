@@ -1,5 +1,6 @@
 """Report events of events.jsonl, read for the replay: each rank's own reports (never a
-child process's: those carry `child_of`) as columns of time, step and loss.
+child process's: rundir.eventlines, whose patterns find them unparsed) as columns of time,
+step and loss.
 
 Two ways to them, the same answers:
 - ReportIndex: every report, parsed once (a regex over the mapped file, a slice at a time:
@@ -23,11 +24,10 @@ import re
 from array import array
 from dataclasses import dataclass, field
 
+from mpwatch.rundir.eventlines import OWN_REPORT, report_needles
+
 Data = mmap.mmap | bytes
 
-# What runstore.RunStore.event writes (NaN-bearing lines are compact: no spaces).
-REPORT = re.compile(rb'^\{"ts": ?([^,]+), ?"event": ?"report", ?"rank": ?(\d+), ?"step": ?([^,]+), '
-                    rb'?"loss": ?([^,]+),(?![^\n]*"child_of")', re.M)
 SLICE = 1 << 19
 NAN = float("nan")
 
@@ -110,7 +110,7 @@ class ReportIndex:
             self.lines += chunk.count(b"\n")
             self.reports += chunk.count(b'"event": "report"') + chunk.count(b'"event":"report"')
             self.thinned += chunk.count(b'"event": "thinned"')
-            found = list(REPORT.finditer(chunk))
+            found = list(OWN_REPORT.finditer(chunk))
             if not found:
                 continue
             ts, ranks, steps, losses = zip(*map(re.Match.groups, found), strict=True)
@@ -135,7 +135,7 @@ def window(data: Data, end: int, ranks: list[int], want: int, span: int) -> tupl
     start = 0 if start == 0 else data.find(b"\n", start, end) + 1
     found: dict[int, list[Report]] = {}
     wanted = set(ranks)
-    for ts, rank, step, loss in REPORT.findall(data[start:end]):
+    for ts, rank, step, loss in OWN_REPORT.findall(data[start:end]):
         r = int(rank)
         t = num(ts)
         if r in wanted and t is not None:
@@ -146,14 +146,14 @@ def window(data: Data, end: int, ranks: list[int], want: int, span: int) -> tupl
 def last_report(data: Data, rank: int, end: int) -> Report | None:
     """The rank's last own report before byte `end`, searched for backwards in both of the
     writer's spellings (a line with a NaN is compact), the later hit first."""
-    needles = (b'"event": "report", "rank": %d, "step": ' % rank, b'"event":"report","rank":%d,"step":' % rank)
+    needles = report_needles(rank)
     while end > 0:
         i = max(data.rfind(n, 0, end) for n in needles)
         if i < 0:
             return None
         s = data.rfind(b"\n", 0, i) + 1
         e = data.find(b"\n", i)
-        m = REPORT.match(data[s:e if e >= 0 else len(data)])
+        m = OWN_REPORT.match(data[s:e if e >= 0 else len(data)])
         if m is not None and (t := num(m.group(1))) is not None:
             return Report(t, step_of(m.group(3)), num(m.group(4)))
         end = s

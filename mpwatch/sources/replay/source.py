@@ -19,7 +19,8 @@ from pathlib import Path
 from typing import Any
 
 from mpwatch.contract.status import Event, EventFields, GpuTimelineReply, RunOptions, RunState, Status
-from mpwatch.rundir import reader, writer
+from mpwatch.rundir import layout, reader
+from mpwatch.rundir.textfiles import read_json
 from mpwatch.sources.local import ClientError, EventsReply
 from mpwatch.sources.replay import cursor as cursor_mod
 from mpwatch.sources.replay.files import EventsFile, GpuFile
@@ -35,7 +36,7 @@ READ_ONLY = "a replay is read-only: it never acts on the run's processes"
 
 
 def _facts(rd: reader.RunDir, first: EventFields | None) -> RunFacts:
-    info = writer.read_json(rd.path, writer.RUN_JSON) or {}
+    info = read_json(rd.path, layout.RUN_JSON) or {}
     opts = info.get("options") if isinstance(info.get("options"), dict) else {}
     assert isinstance(opts, dict)
     final = rd.final
@@ -195,7 +196,7 @@ class ReplaySource:
     def logs(self, rank: int, stream: str = "stderr", lines: int = 50) -> list[str]:
         with self._lock:
             attempt = self.attempt_at(rank)
-            return self._logs.tail(writer.rank_dir(self.path, rank) / f"{stream}.log", attempt, lines)
+            return self._logs.tail(layout.log_path(self.path, rank, stream), attempt, lines)
 
     def gpu_timeline(self, window: float) -> GpuTimelineReply:
         with self._lock:

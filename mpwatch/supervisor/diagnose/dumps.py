@@ -58,7 +58,7 @@ class Dumper:
         if flight.enabled():  # unchecked without NCCL: see supervisor.diagnose.flight
             why = flight.trigger(paths.dir, w.rank)
             fr = [f"NCCL flight recorder: {why or f'asked for rank-{w.rank}/{flight.TRACE_PREFIX}{w.rank}'}"]
-        path, notes = stacks.capture(pids, paths.stack_file, paths.stacks, label=f"({reason})")
+        path, notes = stacks.capture(pids, paths.stack_file, self.store.new_dump(w.rank), label=f"({reason})")
         notes = notes + fr
         try:
             where = summarize(path.read_text(errors="replace"), pid)

@@ -1,7 +1,8 @@
 """The GPU timeline: what was on each GPU about once a second, and the moments worth a
 marker, kept for the last hour in memory (the `gpu_timeline` control command, the TUI's
-GPU screen) and appended to <run dir>/gpu.jsonl (after the fact). Written by the GPU
-poller thread; read by the control server's threads (under this object's lock).
+GPU screen) and appended to <run dir>/gpu.jsonl (after the fact) through the run's writer
+(rundir.writer.RunStore). Written by the GPU poller thread; read by the control server's
+threads (under this object's lock).
 
 gpu.jsonl holds one JSON object a line, oldest first, of three kinds:
 - a tick (has "gpus"), status.GpuTick: {"ts", "gpus": [{"index", "mem_used", "mem_total",
@@ -19,17 +20,18 @@ why, and writing is tried again RETRY_S later.
 from __future__ import annotations
 
 import json
-import os
 import threading
 import time
 from collections import deque
 from collections.abc import Mapping
-from pathlib import Path
 from typing import TextIO
 
+from mpwatch.contract.protocol import as_float
 from mpwatch.contract.status import GpuMark, GpuThinned, GpuTick
+from mpwatch.rundir import textfiles
+from mpwatch.rundir.layout import GPU_JSONL
+from mpwatch.rundir.writer import RunStore
 
-FILE_NAME = "gpu.jsonl"
 TICK_S = 1.0  # one tick kept (and written) per this many seconds at most
 FINE_S = 600.0  # the last ten minutes are kept at one tick a TICK_S...
 COARSE_S = 12.0  # ...the rest of the hour at one a COARSE_S
@@ -49,13 +51,14 @@ def cap_from_env(env: Mapping[str, str]) -> int:
     return int((mb if mb == mb and mb > 0 else DEFAULT_CAP_MB) * (1 << 20))
 
 
-def _line(rec: GpuTick | GpuMark | GpuThinned) -> str:
+def _line(rec: Mapping[str, object]) -> str:
     return json.dumps(rec, separators=(",", ":"), allow_nan=False) + "\n"
 
 
 class GpuTimeline:
-    def __init__(self, path: Path | None, cap_bytes: int):
-        self.path = path  # None: memory only (benchmarks)
+    def __init__(self, store: RunStore | None, cap_bytes: int):
+        self.store = store  # where gpu.jsonl goes; None: memory only (benchmarks)
+        self.path = store.dir / GPU_JSONL if store is not None else None
         self.cap = max(cap_bytes, 4096)
         self.error: str | None = None  # why the last write failed, until one succeeds
         self.thinned = 0  # compactions so far
@@ -94,19 +97,19 @@ class GpuTimeline:
         self._write(_line(rec))
 
     def _write(self, line: str) -> None:
-        if self.path is None:
+        if self.store is None:
             return
         with self._io:
-            self._append(self.path, line)
+            self._append(self.store, line)
 
-    def _append(self, path: Path, line: str) -> None:
+    def _append(self, store: RunStore, line: str) -> None:
         now = time.monotonic()
         f = self._file
         if f is None:
             if now < self._retry_at:
                 return
             try:
-                self._file = f = open(path, "a", encoding="utf-8")  # noqa: SIM115 - held open across ticks
+                self._file = f = store.open_append(GPU_JSONL)  # held open across ticks
                 self._size = f.tell()
             except OSError as exc:
                 self._failed(exc, now)
@@ -144,24 +147,18 @@ class GpuTimeline:
         """Rewrite the file under 3/4 of its cap: thin the older half of the ticks to every
         other one (again, until it fits), dropping the oldest marks only when they alone
         fill half the cap; a note says what went."""
-        assert self.path is not None
+        assert self.store is not None and self.path is not None
         self._close_file()
-        try:
-            with open(self.path, encoding="utf-8") as f:
-                lines = f.readlines()
-        except OSError as exc:
-            self._failed(exc, time.monotonic())
-            return
         ticks: list[tuple[float, str]] = []
         marks: list[tuple[float, str]] = []
         notes: list[tuple[float, str]] = []
-        for ln in lines:
-            try:
-                rec = json.loads(ln)
-            except ValueError:
-                continue  # a line cut short by a full disk
-            ts = float(rec.get("ts", 0.0)) if isinstance(rec, dict) else 0.0
-            (ticks if "gpus" in rec else marks if "kind" in rec else notes).append((ts, ln))
+        try:
+            for rec in textfiles.read_jsonl(self.path):  # a line cut short by a full disk is skipped
+                ts = as_float(rec.get("ts")) or 0.0
+                (ticks if "gpus" in rec else marks if "kind" in rec else notes).append((ts, _line(rec)))
+        except OSError as exc:
+            self._failed(exc, time.monotonic())
+            return
         before, dropped = len(ticks), 0
         t_from = ticks[0][0] if ticks else 0.0
         t_to = t_from
@@ -176,11 +173,8 @@ class GpuTimeline:
         note: GpuThinned = {"ts": time.time(), "thinned": {"from": t_from, "to": t_to, "ticks_before": before,
                                                             "ticks_after": len(ticks), "marks_dropped": dropped}}
         out = sorted(ticks + marks + notes, key=lambda x: x[0]) + [(note["ts"], _line(note))]
-        tmp = self.path.with_name(self.path.name + ".tmp")
         try:
-            with open(tmp, "w", encoding="utf-8") as f:
-                f.writelines(ln for _, ln in out)
-            os.replace(tmp, self.path)
+            self.store.replace(GPU_JSONL, (ln for _, ln in out))
         except OSError as exc:
             self._failed(exc, time.monotonic())
             return

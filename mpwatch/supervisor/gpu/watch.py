@@ -22,7 +22,6 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping
 from contextlib import AbstractContextManager
-from pathlib import Path
 from typing import Protocol, TypedDict
 
 from mpwatch.contract.status import (
@@ -39,12 +38,13 @@ from mpwatch.contract.status import (
     WorkerGpu,
 )
 from mpwatch.probes import gpu as gpu_probe
+from mpwatch.rundir.writer import RunStore
 from mpwatch.supervisor.gpu import alerts as gpu_alerts
 from mpwatch.supervisor.gpu import rank_alerts
 from mpwatch.supervisor.gpu import ranks as gpu_ranks
 from mpwatch.supervisor.gpu.labels import ProcessLabeler, proc_marks
 from mpwatch.supervisor.gpu.ranks import RankInfo
-from mpwatch.supervisor.gpu.timeline import FILE_NAME, HOUR_S, GpuTimeline, cap_from_env
+from mpwatch.supervisor.gpu.timeline import HOUR_S, GpuTimeline, cap_from_env
 from mpwatch.supervisor.gpu.tracker import AlertTracker
 
 PROCS_EVERY = 5  # the process list is refreshed every this many ticks
@@ -83,7 +83,7 @@ class _RunLike(Protocol):
     @property
     def lock(self) -> AbstractContextManager[object]: ...
     @property
-    def run_dir(self) -> Path: ...
+    def store(self) -> RunStore: ...
     @property
     def opts(self) -> _OptsLike: ...
     @property
@@ -102,7 +102,7 @@ class GpuPart(TypedDict):
 class GpuWatch:
     def __init__(self, interval: float, workers: Callable[[], list[RankInfo]], emit: Emit,
                  env: Mapping[str, str] | None = None, config: gpu_alerts.AlertConfig | None = None,
-                 opener: Opener | None = None, timeline_path: Path | None = None,
+                 opener: Opener | None = None, timeline: RunStore | None = None,
                  clock: Callable[[], float] = time.monotonic):
         """workers() -> the run's workers (alive or not, with a pid); emit(rank, **fields)
         records one gpu_alert event; clock: the monotonic clock of slopes and idle spans."""
@@ -122,7 +122,7 @@ class GpuWatch:
         self.last_tick_s: float | None = None
         self.visible: set[int] | None = None  # GPUs the workers may use (CUDA_VISIBLE_DEVICES); None: all
         self.labels = ProcessLabeler()
-        self.timeline_store = GpuTimeline(timeline_path, cap_from_env(self.env))
+        self.timeline_store = GpuTimeline(timeline, cap_from_env(self.env))
         self._views: list[GpuView] = []
         self._wgpu: dict[int, WorkerGpu] = {}
         self._raw_procs: dict[int, gpu_probe.ProcList] = {}  # gpu -> the last process list
@@ -153,7 +153,7 @@ class GpuWatch:
         def emit(rank: int | None, **fields: object) -> object:
             return run.event(Event.GPU_ALERT, rank, **fields)
 
-        return cls(run.opts.gpu_interval, workers, emit, timeline_path=Path(run.run_dir) / FILE_NAME)
+        return cls(run.opts.gpu_interval, workers, emit, timeline=run.store)
 
     # ------------------------------------------------------------ lifecycle ----
     def start(self) -> None:

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from mpwatch.contract.status import RunState, State, Status
-from mpwatch.rundir import writer
+from mpwatch.rundir import layout, textfiles, writer
 from mpwatch.supervisor.diagnose.dumps import Dumper
 from mpwatch.supervisor.eventlog import EventLog
 from mpwatch.supervisor.gpu.watch import GpuWatch
@@ -131,10 +131,9 @@ class Commands:
         n = req.get("lines", 50)
         if not isinstance(n, int) or n < 1:
             raise ValueError("lines must be a positive integer")
-        paths = self.store.rank_paths(w.rank)
-        path = paths.stdout if stream == "stdout" else paths.stderr
+        path = layout.log_path(self.store.dir, w.rank, stream)
         return {"ok": True, "rank": w.rank, "stream": stream, "path": str(path),
-                "lines": writer.tail_lines(path, min(n, 2000))}
+                "lines": textfiles.tail_lines(path, min(n, 2000))}
 
     def _worker_arg(self, rank: object) -> Worker:
         if not isinstance(rank, int) or isinstance(rank, bool):
@@ -214,7 +213,7 @@ class Commands:
         if not w.alive:
             return False, f"rank {w.rank} is not running ({w.state})"
         self.dumper.dump_async([w], reason="request")
-        return True, f"dumping rank {w.rank} (pid {w.pid}) to {self.store.rank_paths(w.rank).stacks}"
+        return True, f"dumping rank {w.rank} (pid {w.pid}) to {layout.rank_paths(self.store.dir, w.rank).stacks}"
 
     def _stop(self) -> Reply:
         if self.run.state in (RunState.STOPPING, RunState.FINISHED):

@@ -16,6 +16,7 @@ from typing import Any, Protocol, cast
 from mpwatch.contract import protocol
 from mpwatch.contract.protocol import Report
 from mpwatch.contract.status import CudaView, Event, State
+from mpwatch.rundir import eventlines
 from mpwatch.supervisor.eventlog import EventLog
 from mpwatch.supervisor.workers.worker import ChildReport, PendingReport, Worker
 
@@ -102,9 +103,9 @@ class ReportLedger:
                     write = now >= w.reports.next_event
         if child_of != peer.pid and reports:
             ts, step, loss, _, _ = reports[-1]
-            self.log.event(Event.REPORT, peer.rank, ts=ts, step=step, loss=loss,
-                           metrics=_merged_metrics(reports, None), n=sum(x[4] for x in reports),
-                           dropped=dropped, pid=peer.pid, child_of=child_of)
+            self.log.report(peer.rank, ts, eventlines.report_fields(
+                step, loss, _merged_metrics(reports, None), sum(x[4] for x in reports), dropped,
+                child=(peer.pid, child_of)))
         elif write:
             self.write_report(w, now)
 
@@ -156,8 +157,8 @@ class ReportLedger:
             rec, w.reports.pending = w.reports.pending, None
             w.reports.next_event = now + REPORT_EVENT_S
         if rec is not None:
-            self.log.event(Event.REPORT, w.rank, ts=rec.ts, step=rec.step, loss=rec.loss, metrics=rec.metrics,
-                           n=rec.n, dropped=rec.dropped)
+            self.log.report(w.rank, rec.ts, eventlines.report_fields(rec.step, rec.loss, rec.metrics, rec.n,
+                                                                     rec.dropped))
 
     def flush(self, now: float) -> None:
         """Main loop: write reports held back by the rate limit once their slot comes."""

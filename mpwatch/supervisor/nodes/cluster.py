@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Protocol
 
 from mpwatch.contract.status import Event, NodeInfo, NodePeer, RunState, State
-from mpwatch.rundir import writer
+from mpwatch.rundir import layout, writer
 from mpwatch.supervisor.eventlog import EventLog
 from mpwatch.supervisor.nodes import rendezvous as rdzv
 from mpwatch.supervisor.nodes.link import Board, NodeLink
@@ -137,7 +137,7 @@ class Nodes:
             self.board.round, self.board.state = r, "up"
         self.run.log.event(Event.ROUND, round=r.number, node_rank=r.group_rank, nnodes=r.group_world,
                            base_rank=r.base_rank, nprocs=self.run.opts.nprocs, world_size=r.world, why=self._why)
-        self.run.store.update_json(writer.RUN_JSON, node=self.info())
+        self.run.store.update_json(layout.RUN_JSON, node=self.info())
         for rank in range(self.run.opts.nprocs):
             w = self.run.workers.get(rank)
             if first or w is None:

@@ -1,0 +1,73 @@
+"""The run directory's layout: every name a run writes, and where a run's directory goes by
+default, spelled here once. rundir.writer creates these files (no other module does);
+rundir.reader and the others only read them. Pure names and paths; no I/O.
+
+    <cwd>/<RUNS_FOLDER>/<run id>/  (unless --run-dir says otherwise; 0700)
+        run.json               command, options, start time; finish time and exit code at the end
+        events.jsonl           one JSON object a line: ts, event, rank, fields of its own
+        control.json           how to reach the control socket (0600: it holds the authkey)
+        final.json             the last status snapshot, written when the run ends
+        gpu.jsonl              the GPU timeline (supervisor.gpu.timeline): ticks, marks, notes
+        supervisor.log         the supervisor's own output when the TUI started it
+        rank-N/stdout.log      every byte the worker (and its children) wrote
+        rank-N/stderr.log
+        rank-N/faulthandler.out  where the worker's faulthandler writes on SIGUSR1
+        rank-N/stacks/<time>.txt  stack dumps, one file each
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+RUNS_FOLDER = "mpwatch-runs"  # where a run's directory goes, relative to its cwd
+RUN_JSON = "run.json"
+EVENTS = "events.jsonl"
+CONTROL_JSON = "control.json"
+FINAL_JSON = "final.json"
+GPU_JSONL = "gpu.jsonl"
+SUPERVISOR_LOG = "supervisor.log"
+STDOUT_LOG = "stdout.log"
+STDERR_LOG = "stderr.log"
+STACK_FILE = "faulthandler.out"
+STACKS = "stacks"
+STACK_SUFFIX = ".txt"
+LOG_MARK = "--- mpwatch: "  # begins the line the supervisor writes in a rank's logs before each restart
+
+# The files of the run as a whole, in the order a listing of what is left shows them.
+RUN_FILES = (RUN_JSON, EVENTS, FINAL_JSON, GPU_JSONL, SUPERVISOR_LOG)
+# A directory holding any of these (written first or last) is a run directory.
+MARKERS = (RUN_JSON, EVENTS, FINAL_JSON)
+RANK_DIR = re.compile(r"^rank-(\d+)$")
+STREAMS = {"stdout": STDOUT_LOG, "stderr": STDERR_LOG}
+
+
+def default_run_dir(cwd: Path | str, run_id: str) -> Path:
+    """Where a run's directory goes when --run-dir does not say."""
+    return Path(cwd) / RUNS_FOLDER / run_id
+
+
+def rank_dir(run_dir: Path | str, rank: int) -> Path:
+    return Path(run_dir) / f"rank-{rank}"
+
+
+def log_path(run_dir: Path | str, rank: int, stream: str) -> Path:
+    """A rank's log: stream "stdout" or "stderr" (anything else is a ValueError)."""
+    try:
+        return rank_dir(run_dir, rank) / STREAMS[stream]
+    except KeyError:
+        raise ValueError(f"no log stream {stream!r} (stdout or stderr)") from None
+
+
+@dataclass(frozen=True)
+class RankPaths:
+    dir: Path  # rank-N/
+    stdout: Path
+    stderr: Path
+    stack_file: Path  # where the worker's faulthandler writes
+    stacks: Path  # the dumps, one file each
+
+
+def rank_paths(run_dir: Path | str, rank: int) -> RankPaths:
+    d = rank_dir(run_dir, rank)
+    return RankPaths(d, d / STDOUT_LOG, d / STDERR_LOG, d / STACK_FILE, d / STACKS)
