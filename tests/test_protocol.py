@@ -55,3 +55,16 @@ def test_requests_need_a_cmd():
 ])
 def test_flush_interval_grows_with_the_run_and_stays_inside_the_stall_timeout(workers, stall_timeout, interval):
     assert protocol.flush_interval(workers, stall_timeout) == interval
+
+
+def test_one_set_of_coercers_reads_what_json_may_hold():
+    from mpwatch.contract.coerce import as_float, as_int, as_number, as_str
+
+    assert [as_float(v) for v in (1, 2.5, True, "1", None, 10 ** 400)] == [1.0, 2.5, None, None, None, None]
+    assert [as_int(v) for v in (3, 3.0, False, "3")] == [3, None, None, None]
+    assert [as_str(v) for v in ("a", 1, None)] == ["a", None, None]
+    assert as_number("inf") == float("inf") and math.isnan(as_number("nan") or 0.0)
+    assert [as_number(v) for v in ("nonsense", True, 2, 10 ** 400)] == [None, None, 2.0, None]
+    # a batch's loss and a phase's timing go through the same one
+    msg = protocol.decode(protocol.encode_lossy({"t": protocol.BATCH, "reports": [[1.0, 1, "-inf", {}]]}))
+    assert protocol.validate_batch(msg)[0][2] == float("-inf")

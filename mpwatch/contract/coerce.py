@@ -1,6 +1,11 @@
-"""Values read back from JSON that an older or a cut-short run may have written otherwise:
-each is taken only when it has the expected type (a bool is no number here)."""
+"""The one set of value coercers: values read back from JSON (a frame, events.jsonl, run.json,
+final.json) that a peer, an older mpwatch or a run cut short may have written otherwise. Each
+is taken only when it has the expected type (a bool is no number here), else None. Pure and
+stdlib only: the worker side's contract.protocol imports it.
+"""
 from __future__ import annotations
+
+NON_FINITE = ("nan", "inf", "-inf")  # how JSON spells the floats it has no number for (protocol.encode_lossy)
 
 
 def as_str(v: object) -> str | None:
@@ -12,4 +17,18 @@ def as_int(v: object) -> int | None:
 
 
 def as_float(v: object) -> float | None:
-    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+    """A number as a float; an int too large for one is none."""
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        return None
+    try:
+        return float(v)
+    except OverflowError:  # an int with hundreds of digits
+        return None
+
+
+def as_number(v: object) -> float | None:
+    """A loss, a metric or a timing as a float: a number, or the string a non-finite one was
+    written as ("nan", "inf", "-inf")."""
+    if isinstance(v, str):
+        return float(v) if v in NON_FINITE else None
+    return as_float(v)

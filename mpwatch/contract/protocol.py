@@ -11,6 +11,8 @@ import json
 import math
 from typing import Any
 
+from mpwatch.contract.coerce import as_float, as_number
+
 VERSION = 1
 
 # Largest frame either end accepts; a worker batch is far below this.
@@ -89,20 +91,6 @@ def decode(data: bytes) -> dict[str, Any]:
     return msg
 
 
-def as_float(value: object) -> float | None:
-    """A loss or metric as a float: numbers, their string forms for NaN/inf, else None."""
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, (int, float)):
-        try:
-            return float(value)
-        except OverflowError:  # an int with hundreds of digits is not a loss
-            return None
-    if value in ("nan", "inf", "-inf"):
-        return float(value)
-    return None
-
-
 def validate_batch(msg: dict[str, Any]) -> list[Report]:
     """Checked reports of a BATCH frame: a list of (ts, step, loss, metrics, n), n being how
     many report() calls the entry stands for. On the supervisor's hot path, so exact type
@@ -127,7 +115,7 @@ def validate_batch(msg: dict[str, Any]) -> list[Report]:
             raise BadFrame("report timestamp is not a number")
         if step is not None and type(step) is not int:
             raise BadFrame("report step is not an integer")
-        if loss is not None and type(loss) is not float and (loss := as_float(loss)) is None:
+        if loss is not None and type(loss) is not float and (loss := as_number(loss)) is None:
             raise BadFrame("report loss is not a number")
         if type(metrics) is not dict:
             raise BadFrame("report metrics is not an object")

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, cast
 
-from mpwatch.contract.protocol import as_float
+from mpwatch.contract.coerce import as_float, as_int, as_number, as_str
 from mpwatch.contract.status import Event, EventFields, EventRecord, GpuMark, GpuTick, Status
 from mpwatch.rundir import eventlines, layout, registry, textfiles
 from mpwatch.text import fmt
@@ -64,24 +64,12 @@ class GpuTimeline:
     marks: list[GpuMark]
 
 
-def _num(v: object) -> float | None:
-    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
-
-
-def _int(v: object) -> int | None:
-    return v if isinstance(v, int) and not isinstance(v, bool) else None
-
-
-def _str(v: object) -> str | None:
-    return v if isinstance(v, str) else None
-
-
 def as_event(rec: object) -> EventRecord | None:
     """An events.jsonl line's value when it has an event's shape (ts, event, rank), else None."""
-    if not isinstance(rec, dict) or not isinstance(rec.get("event"), str) or _num(rec.get("ts")) is None:
+    if not isinstance(rec, dict) or not isinstance(rec.get("event"), str) or as_float(rec.get("ts")) is None:
         return None
     rank = rec.get("rank")
-    if rank is not None and _int(rank) is None:
+    if rank is not None and as_int(rank) is None:
         return None
     return cast(EventRecord, rec)
 
@@ -91,7 +79,7 @@ def as_status(raw: object) -> Status | None:
     if not isinstance(raw, dict) or not isinstance(raw.get("run"), dict):
         return None
     workers = raw.get("workers")
-    if not isinstance(workers, list) or not all(isinstance(w, dict) and _int(w.get("rank")) is not None
+    if not isinstance(workers, list) or not all(isinstance(w, dict) and as_int(w.get("rank")) is not None
                                                 for w in workers):
         return None
     return cast(Status, raw)
@@ -171,7 +159,7 @@ class RunDir:
     def note_thinned(self, ev: EventFields) -> None:
         """A `thinned` event (rundir.thinning): say which part of the curves is coarser."""
         before, after = ev.get("reports_before"), ev.get("reports_after")
-        upto = _num(ev.get("thinned_to"))
+        upto = as_float(ev.get("thinned_to"))
         if upto is None or not isinstance(before, int) or not isinstance(after, int):
             return
         # Each pass once, however often it is read: by this reader and the replay's, and again
@@ -219,13 +207,13 @@ class RunDir:
         marks: list[GpuMark] = []
         thinned_to: float | None = None  # a note line (status.GpuThinned): older ticks were thinned
         for raw in self._lines(layout.GPU_JSONL, None):
-            if not isinstance(raw, dict) or _num(raw.get("ts")) is None:
+            if not isinstance(raw, dict) or as_float(raw.get("ts")) is None:
                 continue
             if isinstance(raw.get("gpus"), list) and isinstance(raw.get("ranks"), list):
                 ticks.append(cast(GpuTick, raw))
             elif isinstance(raw.get("kind"), str):
                 marks.append(cast(GpuMark, raw))
-            elif isinstance(raw.get("thinned"), dict) and _num(raw["thinned"].get("to")) is not None:
+            elif isinstance(raw.get("thinned"), dict) and as_float(raw["thinned"].get("to")) is not None:
                 thinned_to = max(thinned_to or 0.0, float(raw["thinned"]["to"]))
         if thinned_to is not None:
             self.note_gpu_thinned(thinned_to)
@@ -286,17 +274,18 @@ def _record(raw: object, first: EventRecord | None, final: Status | None, fallba
     fin = final["run"] if final is not None else None
     args = info.get("args", ev.get("args"))
     opts = info.get("options")
-    nprocs = _int(opts.get("nprocs")) if isinstance(opts, dict) else None
+    nprocs = as_int(opts.get("nprocs")) if isinstance(opts, dict) else None
     return RunRecord(
-        run_id=_str(info.get("run_id")) or (fin["id"] if fin and isinstance(fin.get("id"), str) else fallback_id),
-        script=_str(info.get("script")) or _str(ev.get("script")),
+        run_id=as_str(info.get("run_id")) or (fin["id"] if fin and isinstance(fin.get("id"), str) else fallback_id),
+        script=as_str(info.get("script")) or as_str(ev.get("script")),
         args=[a for a in args if isinstance(a, str)] if isinstance(args, list) else [],
-        nprocs=nprocs or _int(ev.get("nprocs")),
-        started=_num(info.get("started")) or _num(ev.get("ts")) or (_num(fin.get("started")) if fin else None),
-        finished=_num(info.get("finished")),
-        exit_code=_int(info.get("exit_code")) if "exit_code" in info else (fin.get("exit_code") if fin else None),
-        pid=_int(info.get("pid")) or _int(ev.get("pid")),
-        cwd=_str(info.get("cwd")),
+        nprocs=nprocs or as_int(ev.get("nprocs")),
+        started=as_float(info.get("started")) or as_float(ev.get("ts"))
+        or (as_float(fin.get("started")) if fin else None),
+        finished=as_float(info.get("finished")),
+        exit_code=as_int(info.get("exit_code")) if "exit_code" in info else (fin.get("exit_code") if fin else None),
+        pid=as_int(info.get("pid")) or as_int(ev.get("pid")),
+        cwd=as_str(info.get("cwd")),
     )
 
 
@@ -351,7 +340,7 @@ def history(run_dir: Path | str, ranks: Collection[int] | None = None, limit: in
     out: Curves = {}
     try:
         for rec in textfiles.read_jsonl(Path(run_dir) / layout.EVENTS, needles=['"report"']):
-            r, loss = rec.get("rank"), as_float(rec.get("loss"))
+            r, loss = rec.get("rank"), as_number(rec.get("loss"))
             if not eventlines.own_report(rec) or loss is None or type(r) is not int or (ranks is not None
                                                                                          and r not in ranks):
                 continue

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TypedDict
 
+from mpwatch.contract.coerce import as_float
 from mpwatch.rundir import layout, textfiles
 
 DEFAULT_RUNS = Path(layout.RUNS_FOLDER)  # where a run's directory goes, relative to its cwd
@@ -195,9 +196,9 @@ def find_run_dir(run: str | None, folders: Iterable[Path] = (DEFAULT_RUNS,)) -> 
 
 def _started(d: Path) -> float:
     info = textfiles.read_json(d, layout.RUN_JSON) or {}
-    started = info.get("started")
-    if isinstance(started, (int, float)):
-        return float(started)
+    started = as_float(info.get("started"))
+    if started is not None:
+        return started
     try:
         return d.stat().st_mtime
     except OSError:

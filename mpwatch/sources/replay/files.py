@@ -29,6 +29,7 @@ from array import array
 from pathlib import Path
 from typing import cast
 
+from mpwatch.contract.coerce import as_float
 from mpwatch.contract.status import Event, EventFields, GpuMark, GpuTick
 from mpwatch.rundir import eventlines, layout, reader
 from mpwatch.sources.replay.reports import SLICE, Data, Report, ReportIndex, last_report, window
@@ -300,10 +301,9 @@ class GpuFile(_Mapped):
                 continue
             if kind == b"gpu" and isinstance(rec, dict) and isinstance(rec.get("kind"), str):
                 self.marks.append(cast(GpuMark, rec))
-            elif kind == b"thinned" and isinstance(rec.get("thinned"), dict):
-                upto = rec["thinned"].get("to")
-                if isinstance(upto, (int, float)):
-                    self.rd.note_gpu_thinned(float(upto))
+            elif kind == b"thinned" and isinstance(rec.get("thinned"), dict) \
+                    and (upto := as_float(rec["thinned"].get("to"))) is not None:
+                self.rd.note_gpu_thinned(upto)
         if count:
             self._count(data, start, end, read)
         else:

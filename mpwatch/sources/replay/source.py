@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from mpwatch.contract.coerce import as_float
 from mpwatch.contract.status import Event, EventFields, GpuTimelineReply, RunOptions, RunState, Status
 from mpwatch.rundir import layout, reader
 from mpwatch.rundir.textfiles import read_json
@@ -42,8 +43,8 @@ def _facts(rd: reader.RunDir, first: EventFields | None) -> RunFacts:
     final = rd.final
 
     def num(key: str, default: float) -> float:
-        v = opts.get(key)
-        return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else default
+        v = as_float(opts.get(key))
+        return default if v is None else v
 
     options = RunOptions(max_restarts=int(num("max_restarts", 0)), stall_timeout=num("stall_timeout", 60.0),
                          grace=num("grace", 10.0), resize_mode=str(opts.get("resize_mode", "restart")))

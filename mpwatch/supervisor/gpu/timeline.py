@@ -26,7 +26,7 @@ from collections import deque
 from collections.abc import Mapping
 from typing import TextIO
 
-from mpwatch.contract.protocol import as_float
+from mpwatch.contract.coerce import as_float
 from mpwatch.contract.status import GpuMark, GpuThinned, GpuTick
 from mpwatch.rundir import textfiles
 from mpwatch.rundir.layout import GPU_JSONL

@@ -14,6 +14,7 @@ import time
 from typing import Any, Protocol, cast
 
 from mpwatch.contract import protocol
+from mpwatch.contract.coerce import as_number
 from mpwatch.contract.protocol import Report
 from mpwatch.contract.status import CudaView, Event, State
 from mpwatch.rundir import eventlines
@@ -126,7 +127,7 @@ class ReportLedger:
             r.count += n
         r.dropped += max(0, dropped)
         if phases:
-            r.phases = {str(k): f for k, v in phases.items() if (f := protocol.as_float(v)) is not None}
+            r.phases = {str(k): f for k, v in phases.items() if (f := as_number(v)) is not None}
         if isinstance(cuda, dict):
             r.cuda = cast(CudaView, cuda)  # the worker's own view (worker), passed on as sent
         a.connected = True
