@@ -115,6 +115,12 @@ class SyntheticSource:
         (self.paused.add if cmd == "pause" else self.paused.discard)(target)
         return f"{cmd}d rank {target}"
 
+    def another(self) -> SyntheticSource:
+        return self
+
+    def ended(self, stop: Any = None) -> tuple[None, None]:
+        return None, None  # a synthetic run never ends
+
     def close(self) -> None:
         pass
 

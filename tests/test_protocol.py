@@ -15,7 +15,18 @@ def test_roundtrip_batch():
 
 def test_a_folded_entry_carries_its_count():
     msg = {"t": protocol.BATCH, "reports": [[1.5, 3, 0.25, {}, 7], [2.0, 4, None, {}]]}
-    assert [r[4] for r in protocol.validate_batch(msg)] == [7, 1]
+    reports = protocol.validate_batch(msg)
+    assert [r.n for r in reports] == [7, 1] and [r.step for r in reports] == [3, 4]
+    assert reports[0].loss == 0.25 and reports[1].loss is None and reports[1].ts == 2.0
+
+
+def test_names_and_alert_kinds_read_back_from_json():
+    from mpwatch.contract.status import ALERT_KINDS, Event, RunState, State, alert_kind
+
+    assert State.of("stalled") is State.STALLED and State.of("nope") is None and State.of(3) is None
+    assert RunState.of("finished") is RunState.FINISHED and Event.of("report") is Event.REPORT
+    assert alert_kind("oom") == "oom" and alert_kind("?") is None and alert_kind(None) is None
+    assert {"contention", "idle"} <= ALERT_KINDS
 
 
 def test_non_finite_losses_survive_as_such():

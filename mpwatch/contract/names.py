@@ -3,7 +3,9 @@ the status contract (contract.status re-exports every name here; import them fro
 from __future__ import annotations
 
 from enum import Enum
-from typing import Any, TypedDict
+from typing import Any, TypedDict, TypeVar
+
+_N = TypeVar("_N", bound="_Name")
 
 
 class _Name(str, Enum):
@@ -14,6 +16,14 @@ class _Name(str, Enum):
 
     def __format__(self, spec: str) -> str:  # f"{State.RUNNING:>9}" is "  running" on every Python
         return format(str(self.value), spec)
+
+    @classmethod
+    def of(cls: type[_N], value: object) -> _N | None:
+        """The member a value read back from JSON names; None for anything else."""
+        try:
+            return cls(value) if isinstance(value, str) else None
+        except ValueError:
+            return None
 
 
 # ---------------------------------------------------------------------- states ----

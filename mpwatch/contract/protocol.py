@@ -9,9 +9,12 @@ from __future__ import annotations
 
 import json
 import math
-from typing import Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from mpwatch.contract.coerce import as_float, as_number
+
+if TYPE_CHECKING:  # the worker side imports this module: the schema only for the checker
+    from mpwatch.contract.status import CudaView
 
 VERSION = 1
 
@@ -39,7 +42,7 @@ def flush_interval(workers: int, stall_timeout: float) -> float:
 
 # Worker -> supervisor message types.
 HELLO = "hello"  # {t, v, rank, pid, ppid}
-BATCH = "batch"  # {t, reports: [[ts, step, loss, metrics(, n)]], dropped, phases, cuda}
+BATCH = "batch"  # {t, reports: [[ts, step, loss, metrics(, n)]], dropped, phases, cuda (validate_cuda)}
 # A report entry with a fifth element n stands for n consecutive report() calls folded into
 # one by the sender (the last step and loss among them, their metrics merged).
 BYE = "bye"  # {t} the process is exiting normally
@@ -49,9 +52,14 @@ class BadFrame(ValueError):
     """A frame that is not a well-formed message of this protocol."""
 
 
-# A checked report of a BATCH: (ts, step, loss, metrics, n), n being how many report()
-# calls the entry stands for.
-Report = tuple[float, int | None, float | None, dict[str, Any], int]
+class Report(NamedTuple):
+    """A checked report of a BATCH (the supervisor's side: the worker sends plain lists)."""
+
+    ts: float  # the worker's wall clock
+    step: int | None
+    loss: float | None
+    metrics: dict[str, Any]
+    n: int  # how many report() calls the entry stands for
 
 
 def _clean(value: object) -> object:
@@ -119,8 +127,28 @@ def validate_batch(msg: dict[str, Any]) -> list[Report]:
             raise BadFrame("report loss is not a number")
         if type(metrics) is not dict:
             raise BadFrame("report metrics is not an object")
-        out.append((ts, step, loss, metrics, n))
+        out.append(Report._make((ts, step, loss, metrics, n)))  # faster than Report(...) on this hot path
     return out
+
+
+def validate_cuda(raw: object) -> CudaView | None:
+    """A BATCH's `cuda` (the worker's allocator view, contract.status.CudaView), or None when
+    it is not one: every field is checked before anything reads it, a uuid is cut short."""
+    if not isinstance(raw, dict):
+        return None
+    need = ("device", "allocated", "reserved", "max_allocated")
+    if not all(type(raw.get(k)) is int for k in need):
+        return None
+    view: CudaView = {"device": raw["device"], "allocated": raw["allocated"], "reserved": raw["reserved"],
+                      "max_allocated": raw["max_allocated"]}
+    uuid = raw.get("uuid")
+    if isinstance(uuid, str):
+        view["uuid"] = uuid[:96]
+    for key in ("alloc_retries", "num_ooms", "inactive_split"):
+        v = raw.get(key)
+        if type(v) is int:
+            view[key] = v
+    return view
 
 
 def decode_request(data: bytes) -> dict[str, Any]:

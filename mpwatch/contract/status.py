@@ -18,7 +18,7 @@ Rules of the house:
 from __future__ import annotations
 
 import sys
-from typing import Any, Literal, TypedDict
+from typing import Any, Literal, TypedDict, cast, get_args
 
 if sys.version_info >= (3, 11):
     from typing import NotRequired
@@ -122,7 +122,7 @@ class WorkerStatus(TypedDict):
     rank: int  # the supervisor's own key for the worker: its local rank on this node
     global_rank: NotRequired[int]  # RANK in the worker's environment (multi-node: differs from rank)
     pid: int | None
-    state: str  # a State value
+    state: State  # JSON carries its value; a str of it compares, hashes and formats as the member
     step: int | None
     loss: float | None
     steps_per_s: float | None
@@ -186,8 +186,16 @@ AlertKind = Literal[
 ]
 
 
+ALERT_KINDS = frozenset(get_args(AlertKind))
+
+
+def alert_kind(value: object) -> AlertKind | None:
+    """The AlertKind a value read back from JSON names; None for anything else."""
+    return cast(AlertKind, value) if value in ALERT_KINDS else None
+
+
 class GpuAlert(TypedDict):
-    kind: str  # an AlertKind
+    kind: AlertKind
     key: str  # names the condition: an alert that goes on keeps its key
     gpu: int | None
     rank: int | None

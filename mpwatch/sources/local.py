@@ -16,7 +16,7 @@ from typing import Any, TypedDict, TypeVar, cast
 
 from mpwatch.contract import protocol
 from mpwatch.contract.status import EventFields, GpuMark, GpuTick, GpuTimelineReply, Status
-from mpwatch.rundir import registry
+from mpwatch.rundir import reader, registry
 
 
 class EventsReply(TypedDict):
@@ -86,6 +86,14 @@ class Requests:
     def stop(self) -> str:
         return str(self.request("stop")["message"])
 
+    def another(self) -> Requests:
+        """This connection, where requests may be in flight at once (Client has its own)."""
+        return self
+
+    def ended(self, stop: threading.Event | None = None) -> tuple[Status | None, dict[str, Any] | None]:
+        """How the run ended (sources.source.Source.ended): not known here (each transport its own)."""
+        return None, None
+
     def gpu_timeline(self, window: float = 120.0) -> GpuTimelineReply:
         """What was on each GPU over the last `window` seconds (at most an hour): the GPU screen's charts."""
         reply = self.request("gpu_timeline", window=window)
@@ -118,6 +126,12 @@ class Client(Requests):
     def another(self) -> Client:
         """A second connection to the same run (requests on one connection wait in turn)."""
         return Client(self.handle, self.timeout)
+
+    def ended(self, stop: threading.Event | None = None) -> tuple[Status | None, dict[str, Any] | None]:
+        """The run's final.json and run.json, once the supervisor has written them (it writes
+        them as its socket closes), or as they are after reader.FINAL_WAIT_S."""
+        final, info = reader.wait_final(self.handle.run_dir, stop)
+        return reader.as_status(final), info
 
     def close(self) -> None:
         try:

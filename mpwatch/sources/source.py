@@ -3,7 +3,8 @@ anything that answers the same requests (a recorded run in the tests, the synthe
 the benchmarks). The screens know only this Protocol. Called from worker threads only."""
 from __future__ import annotations
 
-from typing import Protocol
+import threading
+from typing import Any, Protocol
 
 from mpwatch.contract.status import GpuTimelineReply, Status
 from mpwatch.sources.local import EventsReply
@@ -25,3 +26,14 @@ class Source(Protocol):
     def resize(self, n: int) -> str: ...
 
     def stop(self) -> str: ...
+
+    def another(self) -> Source:
+        """A connection of its own for the TUI's actions (a key never waits behind a status
+        poll), or this one where requests may be in flight at once."""
+        ...
+
+    def ended(self, stop: threading.Event | None = None) -> tuple[Status | None, dict[str, Any] | None]:
+        """How the run ended, once a request said it is gone: its last status (final.json)
+        and its run.json, each None where not known; may wait a moment for them (until
+        `stop` is set)."""
+        ...

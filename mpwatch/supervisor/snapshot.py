@@ -80,7 +80,7 @@ def worker_status(w: Worker, now: float, tail: int, gpu: GpuWatch | None,
     children = [child_status(c, a.children.get(c["pid"]), now) for c in (info.get("children", []) if info else [])]
     return WorkerStatus(
         rank=w.rank, global_rank=w.rank if global_rank is None else global_rank,  # RANK: on one node, rank
-        pid=a.pid, state=w.state.value, step=r.step, loss=r.loss,
+        pid=a.pid, state=w.state, step=r.step, loss=r.loss,
         # A paused, stalled or ended worker makes no progress, whatever its last window says.
         steps_per_s=a.steps_per_second() if w.state in (State.RUNNING, State.STARTING) else (0.0 if alive else None),
         metrics=dict(r.metrics),

@@ -24,9 +24,9 @@ def _who(rec: EventFields) -> str:
     return f"rank {r}" if r is not None else "run"
 
 
-def exit_state(rec: EventFields) -> str:
+def exit_state(rec: EventFields) -> State:
     """A worker_exited's state; a worker that could not start is recorded without one."""
-    return rec.get("state") or (State.FAILED if rec.get("cause") else State.EXITED)
+    return State.of(rec.get("state")) or (State.FAILED if rec.get("cause") else State.EXITED)
 
 
 def _stalled(rec: EventFields) -> str:

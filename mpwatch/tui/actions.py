@@ -71,9 +71,9 @@ class RunActions(App[Outcome]):
         behind a status poll, which for a big run on a busy machine takes a while."""
         with self._act_lock:
             if self._act_source is None:
-                another = getattr(self.source, "another", None)
+                assert self.source is not None  # actions are offered only with a source
                 try:
-                    self._act_source = another() if another is not None else self.source
+                    self._act_source = self.source.another()
                 except ClientError:
                     self._act_source = self.source
             assert self._act_source is not None  # actions are offered only with a source
@@ -128,7 +128,7 @@ class RunActions(App[Outcome]):
         self._request(f"{cmd} rank {rank}", lambda: self._actions().act(cmd, rank),
                       then=lambda: self._assume_state(rank, State.PAUSED if cmd == "pause" else State.RUNNING))
 
-    def _assume_state(self, rank: int, state: str) -> None:
+    def _assume_state(self, rank: int, state: State) -> None:
         """Show what the supervisor just confirmed until the next snapshot says more, so a
         second `p` right away resumes what the first one paused."""
         st = self.status

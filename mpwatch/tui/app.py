@@ -117,7 +117,7 @@ class MpwatchApp(RunActions):
         self.table.focus()
         self.say("connecting to the run…", "information", notify=False)
         if self.source is not None:
-            self.poller = Poller(self.source, self, self.run_dir, self.interval)
+            self.poller = Poller(self.source, self, self.interval)
             self.poller.start()
 
     def on_unmount(self) -> None:

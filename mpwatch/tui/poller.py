@@ -4,20 +4,18 @@ One request pair (status, then events since the last seen) per tick, at most 4 t
 second; the next tick is scheduled only after the app has applied the last snapshot
 (Dolphie's rule: collections never overlap or pile up). It uses post_message, which is
 thread-safe and never blocks this thread on the UI. When the supervisor goes away the
-poller reads final.json and posts RunGone instead.
+poller asks the source how the run ended (Source.ended: final.json) and posts RunGone instead.
 """
 from __future__ import annotations
 
 import threading
 import time
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Any, Protocol, cast
+from typing import Any, Protocol
 
 from textual.message import Message
 
 from mpwatch.contract.status import EventFields, Status
-from mpwatch.rundir import reader
 from mpwatch.sources.local import ClientError
 from mpwatch.sources.source import Source
 
@@ -72,11 +70,9 @@ class RunGone(Message):
 
 
 class Poller:
-    def __init__(self, source: Source | None, target: Target | None, run_dir: Path | None,
-                 interval: float = INTERVAL_S, since: int = 0):
+    def __init__(self, source: Source | None, target: Target | None, interval: float = INTERVAL_S, since: int = 0):
         self.source = source
         self.target = target  # anything with post_message (the App)
-        self.run_dir = Path(run_dir) if run_dir else None
         self.interval = interval  # the shortest; `current` is stretched to fit CPU_BUDGET
         self.current = interval
         self.since = since
@@ -145,12 +141,8 @@ class Poller:
             c0, w0 = c1, w1
 
     def _gone(self, why: str) -> None:
-        final = info = None
-        ended = getattr(self.source, "ended", None)  # a source that knows how its run ended (merged nodes)
-        if ended is not None:
-            final, info = ended()
-        elif self.run_dir is not None:
-            final, info = reader.wait_final(self.run_dir, self._stop)
+        assert self.source is not None  # a poller that runs has one
+        final, info = self.source.ended(self._stop)
         if not self._stop.is_set() and self.target is not None:
             # final.json is the supervisor's last status, written by the same snapshot builder.
-            self.target.post_message(RunGone(cast("Status | None", final), info, why))
+            self.target.post_message(RunGone(final, info, why))

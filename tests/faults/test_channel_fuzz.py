@@ -110,6 +110,24 @@ def test_phase_times_that_are_not_numbers_are_ignored(tmp_path, sleeper):
     protocol.encode_lossy(status_of(ledger))
 
 
+def test_a_cuda_view_is_checked_where_it_enters(tmp_path, sleeper):
+    """The ledger keeps a CudaView only when every field has its type; a malformed one is
+    none (the GPU watcher never sees it), and a batch without one keeps the last."""
+    ledger = bare_ledger(tmp_path, sleeper)
+    peer = types.SimpleNamespace(rank=0, pid=sleeper.pid)
+    good = {"device": 0, "allocated": 5, "reserved": 8, "max_allocated": 6, "uuid": "GPU-" + "x" * 200,
+            "num_ooms": 1, "alloc_retries": "many"}
+    ledger.on_frame(peer, {"t": "batch", "reports": [[1.0, 1, 1.0, {}]], "cuda": good})
+    assert ledger.workers[0].reports.cuda == {"device": 0, "allocated": 5, "reserved": 8, "max_allocated": 6,
+                                              "uuid": "GPU-" + "x" * 92, "num_ooms": 1}
+    ledger.on_frame(peer, {"t": "batch", "reports": [[2.0, 2, 1.0, {}]]})
+    assert ledger.workers[0].reports.cuda is not None  # sent at most once a second: the last one stays
+    for bad in ({"device": "0", "allocated": 5, "reserved": 8, "max_allocated": 6}, [1, 2], "cuda"):
+        ledger.on_frame(peer, {"t": "batch", "reports": [[3.0, 3, 1.0, {}]], "cuda": bad})
+        assert ledger.workers[0].reports.cuda is None
+    assert ledger.workers[0].reports.step == 3
+
+
 @pytest.fixture(scope="module")
 def sleeper():
     """A real process to be the ledger's worker (its pid is the worker's own)."""

@@ -61,6 +61,12 @@ class RecordedSource:
     def stop(self) -> str:
         raise ClientError("a recorded run: nothing to stop")
 
+    def another(self) -> RecordedSource:
+        return self
+
+    def ended(self, stop: object = None) -> tuple[Status | None, dict[str, Any] | None]:
+        return self.status(), None  # the recorded status is the run's last
+
     def materialise(self, run_dir: Path) -> None:
         """Write the recording's stack dumps where the status points, under run_dir (the
         detail view reads a dump from the run directory)."""

@@ -15,7 +15,7 @@ pytestmark = pytest.mark.timeout(120)
 
 
 def test_pace_stretches_past_the_budget_and_comes_back():
-    p = Poller(source=None, target=None, run_dir=None, interval=0.25)
+    p = Poller(source=None, target=None, interval=0.25)
     assert p.current == 0.25
     # Each refresh cycle took 40% of a core: four times the budget.
     for _ in range(20):
@@ -49,7 +49,7 @@ def test_kick_polls_at_once_instead_of_at_the_interval(headless):
     run = headless(FIXTURES / "forever.py", n=1)
     client = Client.connect(str(run.run_dir))
     target = Target()
-    p = target.poller = Poller(client, target, run.run_dir, interval=30.0)
+    p = target.poller = Poller(client, target, interval=30.0)
     try:
         p.start()
         wait_for(lambda: len(target.times) == 1, what="the first poll")

@@ -244,7 +244,11 @@ class MergedSource:
         with self._lock:
             return {"events": [e for e in self._events if e.get("seq", 0) > since], "seq": self._seq}
 
-    def ended(self) -> tuple[Status | None, dict[str, object] | None]:
+    def another(self) -> MergedSource:
+        """Each node has its link: requests to several may be in flight at once."""
+        return self
+
+    def ended(self, stop: threading.Event | None = None) -> tuple[Status | None, dict[str, Any] | None]:
         """Once every node's run has ended: their final statuses merged, and how it ended."""
         st = combine.merge(self._parts(), self._seq)
         if st is None:

@@ -25,6 +25,7 @@ from typing import IO, Any, cast
 
 from mpwatch.contract import protocol
 from mpwatch.contract.status import Status
+from mpwatch.rundir import reader
 from mpwatch.rundir.registry import RegistryEntry
 from mpwatch.rundir.textfiles import printable
 from mpwatch.sources.local import ClientError, Requests, check_reply
@@ -120,6 +121,7 @@ class RemoteClient(Requests):
         self.runs: list[RegistryEntry] = []  # with ls=True: the live runs there
         self.peer: dict[str, Any] = {}  # the bridge's hello
         self._lost: str | None = None
+        self._ended: tuple[Status | None, dict[str, Any] | None] = (None, None)  # the bridge's "gone"
         self._pending: dict[int, _Slot] = {}
         self._ids = itertools.count(1)
         self._lock = threading.Lock()
@@ -268,8 +270,9 @@ class RemoteClient(Requests):
             raise LinkLost(self._lost or f"lost the ssh connection to {self.host}")
         gone = msg.get("gone")
         if isinstance(gone, dict):
-            raise RunEnded(f"run {self.run_id} on {self.host} has ended",
-                           cast("Status | None", gone.get("final")), gone.get("info"))
+            info = gone.get("info")
+            self._ended = (reader.as_status(gone.get("final")), info if isinstance(info, dict) else None)
+            raise RunEnded(f"run {self.run_id} on {self.host} has ended", *self._ended)
         return check_reply(msg.get("reply"), self.host)
 
     @property
@@ -280,6 +283,10 @@ class RemoteClient(Requests):
     def another(self) -> RemoteClient:
         """Requests share the one ssh connection: several may be in flight at once."""
         return self
+
+    def ended(self, stop: threading.Event | None = None) -> tuple[Status | None, dict[str, Any] | None]:
+        """What the bridge said of the run's end (its final.json and run.json), once it said so."""
+        return self._ended
 
     def close(self) -> None:
         """End the session: the bridge sees its input close and exits, then ssh does."""

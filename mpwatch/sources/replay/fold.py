@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any, cast
 
 from mpwatch.contract.coerce import as_float, as_int, as_str
-from mpwatch.contract.status import Event, EventFields, GpuAlert, RunAlert, RunState, StallInfo, State
+from mpwatch.contract.status import Event, EventFields, GpuAlert, RunAlert, RunState, StallInfo, State, alert_kind
 from mpwatch.text import eventtext
 
 ALERTS_KEPT = 50  # as the supervisor's status keeps (supervisor.eventlog)
@@ -22,7 +22,7 @@ ALERTS_KEPT = 50  # as the supervisor's status keeps (supervisor.eventlog)
 class RankFold:
     rank: int
     pid: int | None = None
-    state: str = State.STARTING
+    state: State = State.STARTING
     started: float | None = None  # this attempt's start (wall clock)
     world: int | None = None
     restarts: int = 0
@@ -151,7 +151,9 @@ def _run_event(run: RunFold, e: EventFields) -> None:
 
 def _gpu_alert(run: RunFold, e: EventFields) -> None:
     raw = cast(dict[str, Any], e)
-    kind = as_str(raw.get("kind")) or "?"
+    kind = alert_kind(raw.get("kind"))
+    if kind is None:  # not a kind this mpwatch knows (a garbled line): nothing to show it by
+        return
     gpu = as_int(raw.get("gpu"))
     key = f"{kind}:{gpu}:{e['rank']}"
     a = GpuAlert(kind=kind, key=key, gpu=gpu, rank=e["rank"], message=as_str(raw.get("message")) or "", since=e["ts"])

@@ -214,6 +214,13 @@ class ReplaySource:
             marks = [m for m in self.gpu.marks if t - window <= m["ts"] <= t][-TIMELINE_MARKS:]
         return {"ticks": ticks, "marks": marks}
 
+    def another(self) -> ReplaySource:
+        return self
+
+    def ended(self, stop: threading.Event | None = None) -> tuple[Status | None, dict[str, Any] | None]:
+        """The recorded end: final.json and run.json as the run left them."""
+        return self.rd.final, read_json(self.path, layout.RUN_JSON)
+
     def act(self, cmd: str, target: int | str) -> str:
         raise ClientError(READ_ONLY)
 

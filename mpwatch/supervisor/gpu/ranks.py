@@ -131,26 +131,6 @@ def breakdown(view: GpuView, own: Sequence[RankInfo], procs_known: bool) -> Memo
     return {"allocated": allocated, "cached": cached, "other": other, "outside": outside}
 
 
-def cuda_view(raw: object) -> CudaView | None:
-    """A worker's `cuda` frame as a CudaView, or None when it is not one (a frame is data
-    from another process: every field is checked before anything reads it)."""
-    if not isinstance(raw, dict):
-        return None
-    need = ("device", "allocated", "reserved", "max_allocated")
-    if not all(type(raw.get(k)) is int for k in need):
-        return None
-    view: CudaView = {"device": raw["device"], "allocated": raw["allocated"], "reserved": raw["reserved"],
-                      "max_allocated": raw["max_allocated"]}
-    uuid = raw.get("uuid")
-    if isinstance(uuid, str):
-        view["uuid"] = uuid[:96]
-    for key in ("alloc_retries", "num_ooms", "inactive_split"):
-        v = raw.get(key)
-        if type(v) is int:
-            view[key] = v
-    return view
-
-
 def visible_gpus(env: Mapping[str, str], uuid_index: Mapping[str, int], count: int) -> set[int] | None:
     """NVML indices of the GPUs the workers may use, from CUDA_VISIBLE_DEVICES (indices or
     UUIDs, which CUDA also takes by unique prefix); None when it is not set (all of them)."""

@@ -27,6 +27,7 @@ from typing import Protocol, TypedDict
 from mpwatch.contract.status import (
     ALIVE_STATES,
     HISTORY_POINTS,
+    CudaView,
     Event,
     GpuAlert,
     GpuHistory,
@@ -69,7 +70,7 @@ class _WorkerLike(Protocol):
     @property
     def proc_info(self) -> Mapping[str, object]: ...  # the process sampler's; "children" is read
     @property
-    def cuda(self) -> object: ...  # the worker's frame as received: checked by cuda_view
+    def cuda(self) -> CudaView | None: ...  # checked where it entered (supervisor.ipc.ledger)
 
 
 class _OptsLike(Protocol):
@@ -147,7 +148,7 @@ class GpuWatch:
                     pids = [c["pid"] for c in kids if isinstance(c, dict) and isinstance(c.get("pid"), int)] \
                         if isinstance(kids, list) else []
                     out.append(RankInfo(w.rank, w.pid, w.state == State.RUNNING, w.state in ALIVE_STATES, pids,
-                                        gpu_ranks.cuda_view(w.cuda)))
+                                        w.cuda))
             return out
 
         def emit(rank: int | None, **fields: object) -> object:
@@ -342,16 +343,16 @@ class GpuWatch:
         ticks, marks = self.timeline_store.window(float(window))
         return {"ticks": ticks, "marks": marks}
 
-    def on_worker_exit(self, rank: int, stderr_tail: Iterable[str] | None, cuda: object = None) -> GpuAlert | None:
+    def on_worker_exit(self, rank: int, stderr_tail: Iterable[str] | None,
+                       cuda: CudaView | None = None) -> GpuAlert | None:
         """A worker ended: when its stderr says CUDA OOM, raise the OOM alert."""
         line = rank_alerts.oom_line(stderr_tail)
         if line is None:
             return None
-        cv = gpu_ranks.cuda_view(cuda)
         with self._lock:
             gpu = self._last_gpu.get(rank)
-            if gpu is None and cv is not None and cv.get("uuid") and self.probe is not None:
-                gpu = self.probe.uuid_index.get(cv.get("uuid") or "")
+            if gpu is None and cuda is not None and cuda.get("uuid") and self.probe is not None:
+                gpu = self.probe.uuid_index.get(cuda.get("uuid") or "")
             view = next((v for v in self._views if v["index"] == gpu), None)
             age = time.time() - view["processes_ts"] if view is not None and view["processes_ts"] else None
             alert = rank_alerts.oom_alert(rank, gpu, view, line, age)

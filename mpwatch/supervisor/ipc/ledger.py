@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Any, Protocol, cast
+from typing import Any, Protocol
 
 from mpwatch.contract import protocol
 from mpwatch.contract.coerce import as_number
 from mpwatch.contract.protocol import Report
-from mpwatch.contract.status import CudaView, Event, State
+from mpwatch.contract.status import Event, State
 from mpwatch.rundir import eventlines
 from mpwatch.supervisor.eventlog import EventLog
 from mpwatch.supervisor.workers.worker import ChildReport, PendingReport, Worker
@@ -96,16 +96,16 @@ class ReportLedger:
                 if c is None:
                     c = w.attempt.children[peer.pid] = ChildReport(peer.pid)
                 if reports:
-                    c.step, c.loss, c.last_report = reports[-1][1], reports[-1][2], now
+                    c.step, c.loss, c.last_report = reports[-1].step, reports[-1].loss, now
             else:
                 self._apply(w, reports, dropped, phases, cuda, now)
                 if reports:
                     self._hold(w, reports, dropped)
                     write = now >= w.reports.next_event
         if child_of != peer.pid and reports:
-            ts, step, loss, _, _ = reports[-1]
-            self.log.report(peer.rank, ts, eventlines.report_fields(
-                step, loss, _merged_metrics(reports, None), sum(x[4] for x in reports), dropped,
+            last = reports[-1]
+            self.log.report(peer.rank, last.ts, eventlines.report_fields(
+                last.step, last.loss, _merged_metrics(reports, None), sum(x.n for x in reports), dropped,
                 child=(peer.pid, child_of)))
         elif write:
             self.write_report(w, now)
@@ -115,21 +115,21 @@ class ReportLedger:
                cuda: object, now: float) -> None:
         """Fold a worker's batch into its row (under the lock)."""
         r, a = w.reports, w.attempt
-        for _ts, step, loss, metrics, n in reports:
-            if step is not None:
-                r.step = step
-            if loss is not None:
-                r.loss = loss
-                r.tail.append(loss)
-                r.curve.add(step if step is not None else r.count, loss)
-            if metrics:
-                r.metrics.update(metrics)
-            r.count += n
+        for rep in reports:
+            if rep.step is not None:
+                r.step = rep.step
+            if rep.loss is not None:
+                r.loss = rep.loss
+                r.tail.append(rep.loss)
+                r.curve.add(rep.step if rep.step is not None else r.count, rep.loss)
+            if rep.metrics:
+                r.metrics.update(rep.metrics)
+            r.count += rep.n
         r.dropped += max(0, dropped)
         if phases:
             r.phases = {str(k): f for k, v in phases.items() if (f := as_number(v)) is not None}
-        if isinstance(cuda, dict):
-            r.cuda = cast(CudaView, cuda)  # the worker's own view (worker), passed on as sent
+        if cuda is not None:  # sent at most once a second: a batch without it keeps the last
+            r.cuda = protocol.validate_cuda(cuda)  # checked here, where it enters: None when malformed
         a.connected = True
         if not reports:
             return
@@ -147,9 +147,9 @@ class ReportLedger:
         r = w.reports
         prev = r.pending
         r.pending = PendingReport(
-            ts=reports[-1][0], step=r.step, loss=r.loss,
+            ts=reports[-1].ts, step=r.step, loss=r.loss,
             metrics=_merged_metrics(reports, prev.metrics if prev else None),
-            n=sum(x[4] for x in reports) + (prev.n if prev else 0),
+            n=sum(x.n for x in reports) + (prev.n if prev else 0),
             dropped=dropped + (prev.dropped if prev else 0))
 
     # ------------------------------------------------------------ report events ----
@@ -172,6 +172,6 @@ def _merged_metrics(reports: list[Report], into: dict[str, Any] | None) -> dict[
     """Every metric of a batch, later values winning; `into` (a pending event's) first."""
     out = dict(into) if into else {}
     for r in reports:
-        if r[3]:
-            out.update(r[3])
+        if r.metrics:
+            out.update(r.metrics)
     return out
