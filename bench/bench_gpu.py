@@ -25,10 +25,10 @@ from pathlib import Path
 
 from bench import measure
 from bench.harness import row
-from mpwatch.probes import gpu as gpu_probe
+from mpwatch.probes.gpu import FAKE_ENV, open_backend
 from mpwatch.contract.status import CudaView
 from mpwatch.rundir.writer import RunStore
-from mpwatch.supervisor.gpu import watch as gpu_watch
+from mpwatch.supervisor.gpu.watch import PROCS_EVERY, GpuWatch
 from mpwatch.supervisor.gpu.ranks import RankInfo
 
 NGPUS = 8
@@ -37,12 +37,12 @@ BASELINE = "c74735e"  # main before issue 12: the poller without UUIDs, SM sampl
 CMD = "python -m bench --only gpu"
 
 
-def _time_ticks(watch: gpu_watch.GpuWatch, n: int) -> tuple[list[float], list[float]]:
+def _time_ticks(watch: GpuWatch, n: int) -> tuple[list[float], list[float]]:
     """CPU milliseconds of this thread per tick: the poller's cost, which a busy machine's
     run queue (wall time) would blur."""
     plain, with_procs = [], []
     for _ in range(n):
-        procs_due = watch.ticks % gpu_watch.PROCS_EVERY == 0
+        procs_due = watch.ticks % PROCS_EVERY == 0
         t0 = time.thread_time()
         watch.tick()
         (with_procs if procs_due else plain).append((time.thread_time() - t0) * 1000.0)
@@ -69,8 +69,8 @@ def fake_ticks(n: int) -> tuple[list[float], list[float], int]:
                                   "uuid": f"GPU-bench-{i}", "alloc_retries": 0, "num_ooms": 0,
                                   "inactive_split": 1 << 30} for i in range(NGPUS)]
         infos = [RankInfo(i, k.pid, True, True, [], views[i]) for i, k in enumerate(kids)]
-        watch = gpu_watch.GpuWatch(1.0, workers=lambda: infos, emit=lambda rank, **f: None, env={},
-                                   opener=lambda env: gpu_probe.open_backend({gpu_probe.FAKE_ENV: str(path)}),
+        watch = GpuWatch(1.0, workers=lambda: infos, emit=lambda rank, **f: None, env={},
+                                   opener=lambda env: open_backend({FAKE_ENV: str(path)}),
                                    timeline=RunStore(tmp))
         if not watch.open():
             raise RuntimeError(watch.status)
@@ -118,18 +118,18 @@ def _fake_rows(n: int) -> list[dict[str, object]]:
                  f"re-evaluated, the timeline{why}"),
         row(f"GPU poller: a tick that also queries processes and their SM utilization ({NGPUS} GPUs x 3, fake NVML)",
             CMD, q_ms, old_q, alt, unit="ms", target=f"≤ {TARGET_MS * 2:g} ms", ok=q_ms <= TARGET_MS * 2,
-            note=f"CPU time, median of {len(procs)} ticks (every {gpu_watch.PROCS_EVERY}th tick); psutil "
+            note=f"CPU time, median of {len(procs)} ticks (every {PROCS_EVERY}th tick); psutil "
                  f"user/command lookups cached per process{why}"),
     ]
 
 
 def _real_rows(n: int) -> list[dict[str, object]]:
-    backend, why = gpu_probe.open_backend({})
+    backend, why = open_backend({})
     if backend is None:
         return [row("GPU poller: one tick, real NVML", note=f"skipped: {why}")]
     backend.shutdown()
-    watch = gpu_watch.GpuWatch(1.0, workers=list, emit=lambda rank, **f: None, env={},
-                               opener=lambda env: gpu_probe.open_backend({}))
+    watch = GpuWatch(1.0, workers=list, emit=lambda rank, **f: None, env={},
+                               opener=lambda env: open_backend({}))
     if not watch.open() or watch.probe is None:
         return [row("GPU poller: one tick, real NVML", note=f"skipped: {watch.status}")]
     try:

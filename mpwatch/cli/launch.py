@@ -25,7 +25,7 @@ STATIC_PORT = 29500  # torchrun's --master-port default
 C10D_PORT = 29400  # torch's c10d rendezvous backend's default port
 
 
-def visible_gpus() -> int:
+def visible_gpu_count() -> int:
     """NVIDIA GPUs this process may use (CUDA_VISIBLE_DEVICES, else NVML); 0 without any."""
     vis = os.environ.get("CUDA_VISIBLE_DEVICES")
     if vis is not None:
@@ -44,7 +44,7 @@ def visible_gpus() -> int:
 
 def default_nprocs() -> int:
     """Visible NVIDIA GPUs, or 2 without any."""
-    return visible_gpus() or 2
+    return visible_gpu_count() or 2
 
 
 def resolve_nprocs(value: int | str | None) -> int:
@@ -56,7 +56,7 @@ def resolve_nprocs(value: int | str | None) -> int:
     cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
     if value == "cpu":
         return cpus
-    gpus = visible_gpus()
+    gpus = visible_gpu_count()
     if value == "gpu" and not gpus:
         raise UsageError("--nproc-per-node gpu: no NVIDIA GPU is visible")
     return gpus or cpus

@@ -18,8 +18,8 @@ from mpwatch.contract.status import State, Status, WorkerStatus
 from mpwatch.sources.local import ClientError
 from mpwatch.sources.source import Source
 from mpwatch.tui.poller import Poller
-from mpwatch.tui.render import glyphs as glyphs_mod
 from mpwatch.tui.render import view
+from mpwatch.tui.render.glyphs import Glyphs, pick
 from mpwatch.tui.screens.confirm import ConfirmDialog
 from mpwatch.tui.screens.filter import FilterDialog
 from mpwatch.tui.screens.quit import QuitDialog
@@ -42,11 +42,11 @@ class ActionDone(Message):
 class RunActions(App[Outcome]):
     """The App's actions; the App (tui.app) builds the screen these act on."""
 
-    def __init__(self, source: Source | None, run_dir: Path | str | None, glyphs: glyphs_mod.Glyphs | None):
+    def __init__(self, source: Source | None, run_dir: Path | str | None, glyphs: Glyphs | None):
         super().__init__()
         self.source = source
         self.run_dir = Path(run_dir) if run_dir else None
-        self.glyphs = glyphs or glyphs_mod.pick()
+        self.glyphs = glyphs or pick()
         self.status: Status | None = None
         self.live = True
         self.leaving: str | None = None

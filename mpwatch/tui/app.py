@@ -21,8 +21,8 @@ from mpwatch.sources.source import Source
 from mpwatch.text import eventtext
 from mpwatch.tui.actions import Outcome, RunActions
 from mpwatch.tui.poller import INTERVAL_S, Poller, PollFailed, RunGone, SnapshotReady
-from mpwatch.tui.render import glyphs as glyphs_mod
 from mpwatch.tui.render import gpu_rows, node_rows, view
+from mpwatch.tui.render.glyphs import Glyphs
 from mpwatch.tui.render.segs import Line
 from mpwatch.tui.screens.detail import DetailScreen
 from mpwatch.tui.screens.events import EventsScreen
@@ -88,7 +88,7 @@ class MpwatchApp(RunActions):
     ]
 
     def __init__(self, source: Source | None, run_dir: Path | str | None = None, *,
-                 glyphs: glyphs_mod.Glyphs | None = None, interval: float = INTERVAL_S, notices: bool = True):
+                 glyphs: Glyphs | None = None, interval: float = INTERVAL_S, notices: bool = True):
         super().__init__(source, run_dir, glyphs)
         self.interval = interval
         self.notices = notices

@@ -19,7 +19,7 @@ from mpwatch.sources.replay import ReplaySource
 from mpwatch.tui.actions import Outcome
 from mpwatch.tui.app import MpwatchApp
 from mpwatch.tui.poller import TAIL_POINTS
-from mpwatch.tui.render import glyphs as glyphs_mod
+from mpwatch.tui.render.glyphs import Glyphs
 from mpwatch.tui.screens.detail import DetailScreen
 from mpwatch.tui.screens.events import EventsScreen
 from mpwatch.tui.screens.gpu import GpuScreen
@@ -51,7 +51,7 @@ class ReplayApp(MpwatchApp):
         Binding("d", "dump", "Dump", show=False),
     ]
 
-    def __init__(self, source: ReplaySource, *, glyphs: glyphs_mod.Glyphs | None = None, notices: bool = True):
+    def __init__(self, source: ReplaySource, *, glyphs: Glyphs | None = None, notices: bool = True):
         super().__init__(source, source.path, glyphs=glyphs, notices=notices)
         self.replay = source
         self.strip = TimelineStrip(id="timeline")

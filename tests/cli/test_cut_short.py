@@ -122,7 +122,7 @@ def test_a_directory_with_nothing_of_a_run_is_refused(crashed, tmp_path):
 
 def test_another_users_run_directory_is_one_line(crashed):
     """The run directory is 0700: another user reading it gets one line, exit code 2."""
-    from mpwatch.cli import summary as _loaded  # noqa: F401 - imported before dropping privileges
+    import mpwatch.cli.summary  # noqa: F401 - imported before dropping privileges
     from tests.faults.conftest import as_user, run_cli
 
     shared = Path(tempfile.mkdtemp(prefix="mpwatch-unreadable-"))

@@ -4,8 +4,7 @@ with its own code (tests/supervisor/gpu_rig.py); the decisions are then checked 
 what it publishes, and called directly on those same views where a threshold is probed."""
 import pytest
 
-from mpwatch.supervisor.gpu import alerts as ga
-from mpwatch.supervisor.gpu import rank_alerts as gra
+from mpwatch.supervisor.gpu import alerts, rank_alerts
 from tests.supervisor.gpu_rig import GiB, MiB, Rig, cuda
 
 TWO = [{"name": "Fake A", "mem_total": 80 * GiB, "uuid": "GPU-aaaa"},
@@ -63,7 +62,7 @@ def test_a_childs_memory_counts_as_its_ranks(rig):
     assert child["child_of"] == 0 and child["rank"] is None  # found through psutil: the sampler had not seen it
     wg = r.watch.worker_gpu(0)
     assert wg["mem_bytes"] == 3 * GiB and wg["sm_util"] == 50 and wg["mapped_by"] == "pid"
-    assert ga.contention(r.gpu(0), False) is None
+    assert alerts.contention(r.gpu(0), False) is None
 
 
 def test_process_sm_utilization_and_its_absence(rig):
@@ -104,7 +103,7 @@ def test_two_ranks_whose_own_gpu_is_one_is_contention_an_error_unless_forced(rig
     assert "ranks 0 and 1 share this GPU at 93% utilization" in a["message"] and "set_device" in a["hint"]
     assert r.watch.worker_gpu(0)["shared_with"] == [1] and r.watch.worker_gpu(1)["shared_with"] == [0]
     # With one GPU for two ranks, sharing is forced: a warning.
-    assert ga.contention(r.gpu(0), forced=True)["severity"] == "warning"
+    assert alerts.contention(r.gpu(0), forced=True)["severity"] == "warning"
 
 
 def test_memory_on_a_gpu_that_is_not_the_ranks_own_is_a_stray_context(rig):
@@ -120,7 +119,7 @@ def test_memory_on_a_gpu_that_is_not_the_ranks_own_is_a_stray_context(rig):
     assert not r.alerts("contention")  # rank 1's own GPU is GPU 1
     wg = r.watch.worker_gpu(1)
     wg["gpus"][0]["mem_bytes"] = 6 * GiB  # as much as half its own: a spawned trainer's work, not a stray
-    assert gra.stray_contexts(1, wg) == []
+    assert rank_alerts.stray_contexts(1, wg) == []
 
 
 def test_an_outside_process_counts_from_its_share_of_the_gpu(rig):
@@ -131,14 +130,14 @@ def test_an_outside_process_counts_from_its_share_of_the_gpu(rig):
     (a,) = r.alerts("outside")  # 4 GiB of 80 is 5%: in; 3 GiB is under the threshold
     assert a["fraction"] == 0.05 and a["user"] and "(5%)" in a["message"] and a["short"] == "outside 4.0G"
     g = r.gpu(0)
-    assert len(ga.outsiders(g, ga.AlertConfig(outside=0.03))) == 2
-    assert ga.outsiders(g, ga.AlertConfig(outside=0.10)) == []
+    assert len(alerts.outsiders(g, alerts.AlertConfig(outside=0.03))) == 2
+    assert alerts.outsiders(g, alerts.AlertConfig(outside=0.10)) == []
 
 
 def test_memory_pressure_says_when_the_gpu_is_full_at_the_current_slope(rig):
     grow = [frames({"processes": [{"pid": "rank:0", "mem": 30 * GiB}, {"pid": "rank:1", "mem": (30 + t // 2) * GiB}]},
                    at=t) for t in range(0, 40)]
-    r = rig({"gpus": TWO[:1], "frames": grow}, cfg=ga.AlertConfig(growth_window_s=20))
+    r = rig({"gpus": TWO[:1], "frames": grow}, cfg=alerts.AlertConfig(growth_window_s=20))
     r.tick(n=15)
     assert not r.alerts("memory_high")  # 84% and growing, but not for a whole window yet
     r.tick(n=6)  # 20 s of steady growth: +0.5 GiB/s with 10 GiB left
@@ -162,7 +161,7 @@ def test_memory_above_the_threshold_without_growth_is_a_warning(rig):
     (a,) = r.alerts("memory_high")
     assert a["severity"] == "warning" and a["rank"] == 0 and "holds the most" in a["message"]
     assert a["short"] == "mem 92%" and a["time_to_full_s"] is None
-    assert ga.memory_high(r.gpu(0), {}, None, ga.AlertConfig(mem_high=0.95)) is None
+    assert alerts.memory_high(r.gpu(0), {}, None, alerts.AlertConfig(mem_high=0.95)) is None
 
 
 def test_allocator_retries_rising_and_a_caught_oom(rig):
@@ -193,8 +192,8 @@ def test_fragmentation_needs_much_cached_memory_and_little_free(rig):
     assert "expandable_segments:True" in a["hint"] and "12.0 GiB of it in split blocks" in a["message"]
     assert a["fraction"] == round(34 / 74, 3)
     wg, view = r.watch.worker_gpu(0), r.gpu(0)
-    assert gra.fragmentation(0, wg, view, None, ga.AlertConfig(frag=0.5)) is None  # 46% cached
-    assert gra.fragmentation(0, wg, view, None, ga.AlertConfig(mem_high=0.96)) is None  # enough free
+    assert rank_alerts.fragmentation(0, wg, view, None, alerts.AlertConfig(frag=0.5)) is None  # 46% cached
+    assert rank_alerts.fragmentation(0, wg, view, None, alerts.AlertConfig(mem_high=0.96)) is None  # enough free
 
 
 def test_an_oom_on_exit_says_what_else_was_on_the_gpu(rig):
@@ -210,7 +209,7 @@ def test_an_oom_on_exit_says_what_else_was_on_the_gpu(rig):
 
 
 def test_a_gpu_idle_while_the_others_work(rig):
-    cfg = ga.AlertConfig(idle_s=30)
+    cfg = alerts.AlertConfig(idle_s=30)
     scen = {"gpus": TWO, "frames": [frames({"util_gpu": 93, "processes": [{"pid": "rank:0", "mem": 20 * GiB},
                                                                           {"pid": "rank:1", "mem": 20 * GiB}]},
                                            {"util_gpu": 0, "processes": []})]}
@@ -228,7 +227,7 @@ def test_a_gpu_idle_while_the_others_work(rig):
 
 def test_low_use_while_ranks_run_hints_the_batch_could_grow(rig):
     r = rig({"gpus": TWO[:1], "frames": [frames({"util_gpu": 4, "processes": [{"pid": "rank:0", "mem": 3 * GiB}]})]},
-            ranks=1, cfg=ga.AlertConfig(idle_s=10))
+            ranks=1, cfg=alerts.AlertConfig(idle_s=10))
     r.tick(n=12)
     (a,) = r.alerts("idle")
     assert a["severity"] == "info" and "batch size could probably grow" in a["message"]
@@ -251,19 +250,19 @@ def test_an_alert_is_announced_when_it_starts_and_again_only_after_the_cooldown(
 
 
 def test_config_from_env_accepts_fraction_or_percent_and_ignores_junk():
-    assert ga.AlertConfig.from_env({"MPWATCH_GPU_MEM_ALERT": "85"}).mem_high == 0.85
-    assert ga.AlertConfig.from_env({"MPWATCH_GPU_MEM_ALERT": "0.7"}).mem_high == 0.7
-    assert ga.AlertConfig.from_env({"MPWATCH_GPU_MEM_ALERT": "lots"}).mem_high == 0.9
-    assert ga.AlertConfig.from_env({"MPWATCH_GPU_MEM_ALERT": "250"}).mem_high == 0.9
-    assert ga.AlertConfig.from_env({"MPWATCH_GPU_IDLE_S": "5"}).idle_s == 5.0
-    assert ga.AlertConfig.from_env({"MPWATCH_GPU_IDLE_S": "-1"}).idle_s == 60.0
-    assert ga.AlertConfig.from_env({"MPWATCH_GPU_OUTSIDE": "10"}).outside == 0.1
-    assert ga.AlertConfig.from_env({"MPWATCH_GPU_RETRIES": "3", "MPWATCH_GPU_BUSY_UTIL": "x"}).retries == 3
+    assert alerts.AlertConfig.from_env({"MPWATCH_GPU_MEM_ALERT": "85"}).mem_high == 0.85
+    assert alerts.AlertConfig.from_env({"MPWATCH_GPU_MEM_ALERT": "0.7"}).mem_high == 0.7
+    assert alerts.AlertConfig.from_env({"MPWATCH_GPU_MEM_ALERT": "lots"}).mem_high == 0.9
+    assert alerts.AlertConfig.from_env({"MPWATCH_GPU_MEM_ALERT": "250"}).mem_high == 0.9
+    assert alerts.AlertConfig.from_env({"MPWATCH_GPU_IDLE_S": "5"}).idle_s == 5.0
+    assert alerts.AlertConfig.from_env({"MPWATCH_GPU_IDLE_S": "-1"}).idle_s == 60.0
+    assert alerts.AlertConfig.from_env({"MPWATCH_GPU_OUTSIDE": "10"}).outside == 0.1
+    assert alerts.AlertConfig.from_env({"MPWATCH_GPU_RETRIES": "3", "MPWATCH_GPU_BUSY_UTIL": "x"}).retries == 3
 
 
 def test_oom_line_is_found_in_the_stderr_tail():
     tail = ["Traceback (most recent call last):", "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate"]
-    assert gra.oom_line(tail).startswith("torch.OutOfMemoryError")
-    assert gra.oom_line(["RuntimeError: CUDA error: out of memory"]) is not None
-    assert gra.oom_line(["RuntimeError: shapes do not match", "ValueError: memory"]) is None
-    assert gra.oom_line([]) is None and gra.oom_line(None) is None
+    assert rank_alerts.oom_line(tail).startswith("torch.OutOfMemoryError")
+    assert rank_alerts.oom_line(["RuntimeError: CUDA error: out of memory"]) is not None
+    assert rank_alerts.oom_line(["RuntimeError: shapes do not match", "ValueError: memory"]) is None
+    assert rank_alerts.oom_line([]) is None and rank_alerts.oom_line(None) is None

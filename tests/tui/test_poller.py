@@ -7,8 +7,7 @@ import time
 import pytest
 
 from mpwatch.sources.local import Client
-from mpwatch.tui import poller as poller_mod
-from mpwatch.tui.poller import Poller, SnapshotReady
+from mpwatch.tui.poller import CPU_BUDGET, MAX_INTERVAL_S, Poller, SnapshotReady
 from tests.helpers import FIXTURES, wait_for
 
 pytestmark = pytest.mark.timeout(120)
@@ -20,7 +19,7 @@ def test_pace_stretches_past_the_budget_and_comes_back():
     # Each refresh cycle took 40% of a core: four times the budget.
     for _ in range(20):
         p._pace(cpu=0.4 * p.current, wall=p.current)
-    assert p.current == poller_mod.MAX_INTERVAL_S  # capped: the screen still moves once a second
+    assert p.current == MAX_INTERVAL_S  # capped: the screen still moves once a second
     seen = []
     for _ in range(20):  # a light load again: back to the fastest rate, never below it
         p._pace(cpu=0.01 * p.current, wall=p.current)
@@ -29,7 +28,7 @@ def test_pace_stretches_past_the_budget_and_comes_back():
     # At twice the budget the interval settles where the share meets it, within the bounds.
     for _ in range(40):
         p._pace(cpu=0.05, wall=p.current)  # 50 ms of CPU a cycle
-    assert p.current == pytest.approx(0.05 / poller_mod.CPU_BUDGET, rel=0.01)
+    assert p.current == pytest.approx(0.05 / CPU_BUDGET, rel=0.01)
 
 
 class Target:

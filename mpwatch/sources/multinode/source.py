@@ -2,7 +2,7 @@
 every node by global rank, actions routed to the rank's node, and each node's reachability.
 No textual here: the merge itself is mpwatch/combine.py (pure).
 
-Each node has a thread of its own (NodeLink) that polls it when the screen asks, so a slow
+Each node has a thread of its own (NodePoller) that polls it when the screen asks, so a slow
 or lost node never holds up the others: `status()` asks every node, waits a moment for the
 answers and merges what it has. A node that cannot be reached (ssh lost, host down) keeps
 its last status, shown as unreachable with the reason, and is connected again with a
@@ -10,7 +10,7 @@ growing pause (RETRY_S), until it answers or its run has ended: it comes back wi
 restarting the TUI. Attaching to one node of a multi-node run finds the others from its
 status (RunInfo.node's peers) and opens them too, each through ssh to its host.
 
-status/events/history/logs/gpu_timeline/act run on the TUI's worker threads; NodeLink's
+status/events/history/logs/gpu_timeline/act run on the TUI's worker threads; NodePoller's
 loop on its own thread. Shared state is guarded by one lock per node and one for the events.
 """
 from __future__ import annotations
@@ -53,7 +53,7 @@ class LocalLink(Client):
             raise LinkLost(str(exc)) from None
 
 
-class NodeLink:
+class NodePoller:
     """One node: its connection, its last status and events, whether it can be reached."""
 
     def __init__(self, host: str, run: str | None, connect: Connect, link: Requests | None = None,
@@ -155,7 +155,7 @@ class MergedSource:
 
     def __init__(self, transport: Transport | None = None):
         self.transport = transport or Transport.from_env()
-        self.nodes: list[NodeLink] = []
+        self.nodes: list[NodePoller] = []
         self._lock = threading.Lock()
         self._events: collections.deque[EventFields] = collections.deque(maxlen=EVENTS_KEPT)
         self._seq = 0
@@ -164,14 +164,14 @@ class MergedSource:
 
     # ----------------------------------------------------------------- nodes ----
     def add(self, host: str, run: str | None, link: Requests | None = None, node: int | None = None,
-            status: Status | None = None) -> NodeLink:
+            status: Status | None = None) -> NodePoller:
         """A node to watch: host "" is this machine (run: an id or directory here); link and
         status when the caller has reached it already."""
         def connect() -> Requests:
             if not host:
                 return LocalLink.connect(run)
             return RemoteClient(Target(host, run), self.transport)
-        n = NodeLink(host, run, connect, link, len(self.nodes) if node is None else node, status)
+        n = NodePoller(host, run, connect, link, len(self.nodes) if node is None else node, status)
         with self._lock:
             self.nodes.append(n)
         n.start()
@@ -258,7 +258,7 @@ class MergedSource:
         return st, {"finished": True, "exit_code": run["exit_code"]}
 
     # ---------------------------------------------------------------- route ----
-    def _route(self, rank: int) -> tuple[NodeLink, int]:
+    def _route(self, rank: int) -> tuple[NodePoller, int]:
         for n in self.nodes:
             m = self._maps.get(n.node or 0)
             if m is None:
@@ -269,7 +269,7 @@ class MergedSource:
         raise ClientError(f"no rank {rank} on any node")
 
     @staticmethod
-    def _link(n: NodeLink) -> Requests:
+    def _link(n: NodePoller) -> Requests:
         link = n.link
         if link is None or n.ended is not None:
             raise ClientError(f"node {n.node} ({n.host or 'here'}) is "

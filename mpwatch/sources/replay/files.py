@@ -32,7 +32,7 @@ from typing import cast
 from mpwatch.contract.coerce import as_float
 from mpwatch.contract.status import Event, EventFields, GpuMark, GpuTick
 from mpwatch.rundir import eventlines, layout, reader
-from mpwatch.sources.replay.reports import SLICE, Data, Report, ReportIndex, last_report, window
+from mpwatch.sources.replay.reports import SLICE, Data, ReportIndex, ReportRow, last_report, window
 
 # A gpu.jsonl line's head (found by its literal start, fast; checked to begin a line).
 _GPU_LINE = re.compile(rb'\{"ts":(-?[0-9.eE+-]+),"(gpus|gpu|thinned)"')
@@ -210,7 +210,7 @@ class EventsFile(_Mapped):
             idx.extend(self.data, self.indexed)
         return idx
 
-    def reports_before(self, end: int, ranks: list[int], want: int) -> dict[int, list[Report]]:
+    def reports_before(self, end: int, ranks: list[int], want: int) -> dict[int, list[ReportRow]]:
         """Each rank's last `want` reports written before byte `end` (where the cursor's
         event's line ends: the file as it stood then), oldest first, from the index or,
         until it is built, a window of the file; a rank that never reported is missing."""
@@ -226,7 +226,7 @@ class EventsFile(_Mapped):
                 found[r] = [last]  # silent for longer than the window: its last report alone
         return found
 
-    def curve(self, rank: int, t: float) -> list[Report]:
+    def curve(self, rank: int, t: float) -> list[ReportRow]:
         """Every report of the rank's own processes at or before t, oldest first (waits for
         the index: call without the source's lock)."""
         self.start_index()

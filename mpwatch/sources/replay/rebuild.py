@@ -35,7 +35,7 @@ from mpwatch.contract.status import (
 )
 from mpwatch.sources.replay.files import EventsFile, GpuFile
 from mpwatch.sources.replay.fold import RankFold, RunFold
-from mpwatch.sources.replay.reports import Report
+from mpwatch.sources.replay.reports import ReportRow
 
 NO_HELLO_S = 2.0  # a started rank silent this long shows running (the supervisor's rule, supervisor.core)
 RATE_WINDOW_S = 30.0  # steps/s from the reports of the last this many seconds
@@ -57,7 +57,7 @@ class RunFacts:
     gpu_status: str | None = None  # final.json's, when the run had no GPU data
 
 
-def worker_row(k: RankFold, reps: list[Report], t: float, tail: int, gpu: WorkerGpu | None) -> WorkerStatus:
+def worker_row(k: RankFold, reps: list[ReportRow], t: float, tail: int, gpu: WorkerGpu | None) -> WorkerStatus:
     last = reps[-1] if reps else None
     state = k.state
     heard = last is not None and k.started is not None and last.ts >= k.started
@@ -81,7 +81,7 @@ def worker_row(k: RankFold, reps: list[Report], t: float, tail: int, gpu: Worker
         gpu=gpu if alive else None)
 
 
-def _rate(reps: list[Report], t: float, started: float | None) -> float | None:
+def _rate(reps: list[ReportRow], t: float, started: float | None) -> float | None:
     since = max(t - RATE_WINDOW_S, started or 0.0)
     pts = [r for r in reps if r.ts >= since and r.step is not None]
     if len(pts) < 2 or pts[-1].ts <= pts[0].ts:

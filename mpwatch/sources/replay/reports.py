@@ -33,7 +33,10 @@ NAN = float("nan")
 
 
 @dataclass(frozen=True)
-class Report:
+class ReportRow:
+    """One point of a rank's own curve as the replay reads it back (the wire's checked entry
+    is contract.protocol.Report)."""
+
     ts: float
     step: int | None
     loss: float | None
@@ -74,15 +77,15 @@ class Series:
     loss: array[float] = field(default_factory=lambda: array("d"))
     at: array[int] = field(default_factory=lambda: array("q"))
 
-    def report(self, i: int) -> Report:
+    def report(self, i: int) -> ReportRow:
         s, v = self.step[i], self.loss[i]
-        return Report(self.ts[i], int(s) if s == s else None, v if v == v else None)
+        return ReportRow(self.ts[i], int(s) if s == s else None, v if v == v else None)
 
     def upto(self, t: float) -> int:
         """How many came at or before t (the curve's cut)."""
         return bisect.bisect_right(self.ts, t)
 
-    def last(self, end: int, want: int) -> list[Report]:
+    def last(self, end: int, want: int) -> list[ReportRow]:
         """The last `want` of those written before byte `end` (where the cursor's event's
         line ends, as `window` cuts): a line that starts before it ends before it."""
         n = bisect.bisect_left(self.at, end)
@@ -128,22 +131,22 @@ class ReportIndex:
         self.upto = max(self.upto, end)
 
 
-def window(data: Data, end: int, ranks: list[int], want: int, span: int) -> tuple[dict[int, list[Report]], int]:
+def window(data: Data, end: int, ranks: list[int], want: int, span: int) -> tuple[dict[int, list[ReportRow]], int]:
     """Each rank's last `want` reports among those of the `span` bytes before `end`, and
     where that stretch starts."""
     start = max(0, end - span)
     start = 0 if start == 0 else data.find(b"\n", start, end) + 1
-    found: dict[int, list[Report]] = {}
+    found: dict[int, list[ReportRow]] = {}
     wanted = set(ranks)
     for ts, rank, step, loss in OWN_REPORT.findall(data[start:end]):
         r = int(rank)
         t = num(ts)
         if r in wanted and t is not None:
-            found.setdefault(r, []).append(Report(t, step_of(step), num(loss)))
+            found.setdefault(r, []).append(ReportRow(t, step_of(step), num(loss)))
     return {r: v[-want:] for r, v in found.items()}, start
 
 
-def last_report(data: Data, rank: int, end: int) -> Report | None:
+def last_report(data: Data, rank: int, end: int) -> ReportRow | None:
     """The rank's last own report before byte `end`, searched for backwards in both of the
     writer's spellings (a line with a NaN is compact), the later hit first."""
     needles = report_needles(rank)
@@ -155,6 +158,6 @@ def last_report(data: Data, rank: int, end: int) -> Report | None:
         e = data.find(b"\n", i)
         m = OWN_REPORT.match(data[s:e if e >= 0 else len(data)])
         if m is not None and (t := num(m.group(1))) is not None:
-            return Report(t, step_of(m.group(3)), num(m.group(4)))
+            return ReportRow(t, step_of(m.group(3)), num(m.group(4)))
         end = s
     return None

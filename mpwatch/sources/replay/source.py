@@ -23,7 +23,7 @@ from mpwatch.contract.status import Event, EventFields, GpuTimelineReply, RunOpt
 from mpwatch.rundir import layout, reader
 from mpwatch.rundir.textfiles import read_json
 from mpwatch.sources.local import ClientError, EventsReply
-from mpwatch.sources.replay import cursor as cursor_mod
+from mpwatch.sources.replay.cursor import Cursor, kind_of
 from mpwatch.sources.replay.files import EventsFile, GpuFile
 from mpwatch.sources.replay.fold import fold, restarting_exits
 from mpwatch.sources.replay.logs import AttemptLogs
@@ -70,7 +70,7 @@ class ReplaySource:
         self.rd.ranks()  # notes the rank folders that are gone
         self.live = self.rd.live()
         self.facts = _facts(self.rd, self.files.events[0] if self.files.events else None)
-        self.cursor = cursor_mod.Cursor(self.files.events)
+        self.cursor = Cursor(self.files.events)
         self._restarting = restarting_exits(self.files.events)
         self._logs = AttemptLogs()
         self._cache: tuple[tuple[int, ...], Status] | None = None  # ((pos, bytes indexed, tail), status)
@@ -252,7 +252,7 @@ class ReplaySource:
     def moments(self) -> list[tuple[float, str | None]]:
         """(time, mark kind or None) of every notable event, for the strip."""
         with self._lock:
-            return [(e["ts"], cursor_mod.kind_of(e)) for e in self.files.events]
+            return [(e["ts"], kind_of(e)) for e in self.files.events]
 
     def where(self) -> tuple[int, int, EventFields | None]:
         """(position, events, the cursor's event or None at the end)."""

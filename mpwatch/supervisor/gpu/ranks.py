@@ -131,7 +131,7 @@ def breakdown(view: GpuView, own: Sequence[RankInfo], procs_known: bool) -> Memo
     return {"allocated": allocated, "cached": cached, "other": other, "outside": outside}
 
 
-def visible_gpus(env: Mapping[str, str], uuid_index: Mapping[str, int], count: int) -> set[int] | None:
+def visible_gpu_indices(env: Mapping[str, str], uuid_index: Mapping[str, int], count: int) -> set[int] | None:
     """NVML indices of the GPUs the workers may use, from CUDA_VISIBLE_DEVICES (indices or
     UUIDs, which CUDA also takes by unique prefix); None when it is not set (all of them)."""
     cvd = env.get("CUDA_VISIBLE_DEVICES")

@@ -1,7 +1,7 @@
 """The memory of the GPU alert decisions: slopes of each GPU's and each rank's memory,
 idle clocks, the ranks' allocator counters, and which alerts stand (so that one that
 starts is told from one that goes on). The decisions themselves are pure functions in
-gpu_alerts and gpu_rank_alerts. Used by the GPU watcher on the poller thread only.
+supervisor.gpu.alerts and supervisor.gpu.rank_alerts. Used by the GPU watcher on the poller thread only.
 """
 from __future__ import annotations
 
@@ -11,8 +11,7 @@ from collections.abc import Iterable, Mapping
 from typing import TypeVar
 
 from mpwatch.contract.status import GpuAlert, GpuMark, GpuView, WorkerGpu
-from mpwatch.supervisor.gpu import alerts as gpu_alerts
-from mpwatch.supervisor.gpu import rank_alerts
+from mpwatch.supervisor.gpu import alerts, rank_alerts
 from mpwatch.supervisor.gpu.ranks import RankInfo
 
 _P = TypeVar("_P", tuple[float, int], tuple[float, int, int])
@@ -32,23 +31,23 @@ def sustained_growth(points: deque[tuple[float, int]], now: float, window: float
     flat) is no leak: the window must be nearly full and the recent slope positive."""
     if not points or now - points[0][0] < 0.9 * window:
         return None
-    whole = gpu_alerts.slope(points, window / 2)
+    whole = alerts.slope(points, window / 2)
     recent: list[tuple[float, int]] = []
     for p in reversed(points):
         if now - p[0] > window / 4:
             break
         recent.append(p)
-    late = gpu_alerts.slope(recent[::-1], window / 8)
+    late = alerts.slope(recent[::-1], window / 8)
     return whole if whole is not None and whole > 0 and late is not None and late > 0 else None
 
 
 class AlertTracker:
-    def __init__(self, cfg: gpu_alerts.AlertConfig):
+    def __init__(self, cfg: alerts.AlertConfig):
         self.cfg = cfg
         self._used: dict[int, deque[tuple[float, int]]] = {}  # gpu -> (t, mem_used): its slope
         self._rank_mem: dict[int, dict[int, deque[tuple[float, int]]]] = {}  # gpu -> rank -> (t, bytes)
         self._counters: dict[int, deque[tuple[float, int, int]]] = {}  # rank -> (t, retries, ooms)
-        self._idle: dict[int, tuple[gpu_alerts.IdleKind, float]] = {}  # gpu -> (kind, since)
+        self._idle: dict[int, tuple[alerts.IdleKind, float]] = {}  # gpu -> (kind, since)
         self._active: dict[str, GpuAlert] = {}  # key -> alert standing now
         self._announced: dict[str, float] = {}  # key -> when its event was last emitted
 
@@ -59,7 +58,7 @@ class AlertTracker:
         cfg, window = self.cfg, self.cfg.growth_window_s
         by_index = {v["index"]: v for v in views}
         running = {i.rank for i in alive if i.running}
-        busy = [v for v in views if (v["util_gpu"] or 0) >= cfg.busy_util and gpu_alerts.ranks_on(v)]
+        busy = [v for v in views if (v["util_gpu"] or 0) >= cfg.busy_util and alerts.ranks_on(v)]
         n_gpus = len(visible) if visible is not None else len(views)
         for v in views:
             g = v["index"]
@@ -69,21 +68,21 @@ class AlertTracker:
                                         now, window)
             if with_procs:  # a rank's memory only moves when the process list does
                 hist = self._rank_mem.setdefault(g, {})
-                held = gpu_alerts.ranks_on(v)
+                held = alerts.ranks_on(v)
                 for r in [r for r in hist if r not in held]:
                     del hist[r]
                 for r, mem in held.items():
                     _trimmed(hist.setdefault(r, deque()), (now, mem), window)
-            growth = {r: s for r, d in self._rank_mem.get(g, {}).items() if (s := gpu_alerts.slope(d, 1.0)) is not None}
-            kind = gpu_alerts.idle_kind(v, running, busy, visible is None or g in visible, cfg)
+            growth = {r: s for r, d in self._rank_mem.get(g, {}).items() if (s := alerts.slope(d, 1.0)) is not None}
+            kind = alerts.idle_kind(v, running, busy, visible is None or g in visible, cfg)
             prev = self._idle.get(g)
             since = prev[1] if prev is not None and prev[0] == kind else now
             if kind is None:
                 self._idle.pop(g, None)
             else:
                 self._idle[g] = (kind, since)
-            idle = gpu_alerts.idle(v, kind, since, now, busy, cfg)
-            v["alerts"] = gpu_alerts.evaluate(v, len(alive) > n_gpus, growth, rate, idle, cfg)
+            idle = alerts.idle(v, kind, since, now, busy, cfg)
+            v["alerts"] = alerts.evaluate(v, len(alive) > n_gpus, growth, rate, idle, cfg)
         loose: list[GpuAlert] = []
         for i in alive:
             wg = wgpus.get(i.rank)
@@ -131,9 +130,9 @@ class AlertTracker:
                             "text": f"rank {i.rank}: CUDA out of memory (caught)"})
         return out
 
-    def standing(self, alerts: list[GpuAlert], now: float) -> list[GpuAlert]:
+    def standing(self, found: list[GpuAlert], now: float) -> list[GpuAlert]:
         """Alerts that start now (and were not announced within the cooldown)."""
-        current = {a["key"]: a for a in alerts}
+        current = {a["key"]: a for a in found}
         started = []
         for key, a in current.items():
             if key in self._active:

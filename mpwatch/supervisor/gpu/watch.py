@@ -3,9 +3,9 @@
 Every `interval` seconds it samples memory, utilization, temperature and power of each
 GPU; every PROCS_EVERY ticks it also asks for the compute processes and their SM
 utilization (milliseconds per call on real drivers). Processes are labelled by pid
-(gpu_labels), each rank is given its own GPU by UUID or pid (gpu_ranks), the alert
-decisions run (gpu_alerts, gpu_rank_alerts), and the tick goes to the timeline
-(gpu_timeline: memory and gpu.jsonl). An alert that starts becomes one `gpu_alert`
+(supervisor.gpu.labels), each rank is given its own GPU by UUID or pid (supervisor.gpu.ranks),
+the alert decisions run (supervisor.gpu.alerts, supervisor.gpu.rank_alerts), and the tick goes
+to the timeline (supervisor.gpu.timeline: memory and gpu.jsonl). An alert that starts becomes one `gpu_alert`
 event; one that goes on does not.
 
 Entry points for the run: `GpuWatch.for_run(run)` (the one place that reads the run's
@@ -38,11 +38,9 @@ from mpwatch.contract.status import (
     State,
     WorkerGpu,
 )
-from mpwatch.probes import gpu as gpu_probe
+from mpwatch.probes.gpu import Backend, GpuProbe, GpuSample, ProcList, open_backend, reason_for
 from mpwatch.rundir.writer import RunStore
-from mpwatch.supervisor.gpu import alerts as gpu_alerts
-from mpwatch.supervisor.gpu import rank_alerts
-from mpwatch.supervisor.gpu import ranks as gpu_ranks
+from mpwatch.supervisor.gpu import alerts, rank_alerts, ranks
 from mpwatch.supervisor.gpu.labels import ProcessLabeler, proc_marks
 from mpwatch.supervisor.gpu.ranks import RankInfo
 from mpwatch.supervisor.gpu.timeline import HOUR_S, GpuTimeline, cap_from_env
@@ -51,7 +49,7 @@ from mpwatch.supervisor.gpu.tracker import AlertTracker
 PROCS_EVERY = 5  # the process list is refreshed every this many ticks
 OOMS_KEPT = 5  # OOM alerts shown per GPU
 
-Opener = Callable[[Mapping[str, str]], "tuple[gpu_probe.Backend | None, str | None]"]
+Opener = Callable[[Mapping[str, str]], "tuple[Backend | None, str | None]"]
 
 
 class Emit(Protocol):
@@ -102,7 +100,7 @@ class GpuPart(TypedDict):
 
 class GpuWatch:
     def __init__(self, interval: float, workers: Callable[[], list[RankInfo]], emit: Emit,
-                 env: Mapping[str, str] | None = None, config: gpu_alerts.AlertConfig | None = None,
+                 env: Mapping[str, str] | None = None, config: alerts.AlertConfig | None = None,
                  opener: Opener | None = None, timeline: RunStore | None = None,
                  clock: Callable[[], float] = time.monotonic):
         """workers() -> the run's workers (alive or not, with a pid); emit(rank, **fields)
@@ -111,13 +109,13 @@ class GpuWatch:
         self._workers = workers
         self._emit = emit
         self.env = dict(os.environ if env is None else env)
-        self.cfg = config or gpu_alerts.AlertConfig.from_env(self.env)
-        self._opener: Opener = opener or gpu_probe.open_backend
+        self.cfg = config or alerts.AlertConfig.from_env(self.env)
+        self._opener: Opener = opener or open_backend
         self._clock = clock
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        self.probe: gpu_probe.GpuProbe | None = None
+        self.probe: GpuProbe | None = None
         self.status: str | None = None  # one line when there is no GPU data, or a partial one
         self.ticks = 0
         self.last_tick_s: float | None = None
@@ -126,7 +124,7 @@ class GpuWatch:
         self.timeline_store = GpuTimeline(timeline, cap_from_env(self.env))
         self._views: list[GpuView] = []
         self._wgpu: dict[int, WorkerGpu] = {}
-        self._raw_procs: dict[int, gpu_probe.ProcList] = {}  # gpu -> the last process list
+        self._raw_procs: dict[int, ProcList] = {}  # gpu -> the last process list
         self._proc_util: dict[int, dict[int, int] | None] = {}  # gpu -> pid -> SM % (None: N/A)
         self._procs_ts: dict[int, float] = {}  # gpu -> wall time of that query
         self._procs_error: dict[int, dict[str, str]] = {}  # gpu -> why its last query failed
@@ -167,16 +165,16 @@ class GpuWatch:
         if backend is None:
             self.status = why
             return False
-        probe = gpu_probe.GpuProbe(backend)
+        probe = GpuProbe(backend)
         try:
             probe.open()
         except Exception as exc:  # noqa: BLE001 - every device failed: one line
-            self.status = gpu_probe.reason_for(exc)
+            self.status = reason_for(exc)
             probe.close()
             return False
         self.probe = probe
         self.status = probe.status
-        self.visible = gpu_ranks.visible_gpus(self.env, probe.uuid_index, len(probe.devices))
+        self.visible = ranks.visible_gpu_indices(self.env, probe.uuid_index, len(probe.devices))
         return True
 
     def _main(self) -> None:
@@ -223,13 +221,13 @@ class GpuWatch:
         views = [self._view(s, by_pid, children) for s in samples]
         alive = [i for i in infos if i.alive]
         by_index = {v["index"]: v for v in views}
-        holdings = gpu_ranks.held(views)
+        holdings = ranks.held(views)
         uuids = {d.index: d.uuid for d in self.probe.devices}
-        placement = gpu_ranks.place(alive, holdings, self.probe.uuid_index, uuids)
-        mates = gpu_ranks.ranks_by_gpu(placement)
+        placement = ranks.place(alive, holdings, self.probe.uuid_index, uuids)
+        mates = ranks.ranks_by_gpu(placement)
         wgpus: dict[int, WorkerGpu] = {}
         for i in alive:
-            wg = gpu_ranks.worker_gpu(i, placement.get(i.rank), by_index, holdings, mates)
+            wg = ranks.worker_gpu(i, placement.get(i.rank), by_index, holdings, mates)
             if wg is not None:
                 wgpus[i.rank] = wg
         for v in views:
@@ -237,7 +235,7 @@ class GpuWatch:
             own = [i for i in alive if i.rank in mates.get(g, ())]
             v["ranks"] = mates.get(g, [])
             known = g in self._raw_procs and "processes" not in self._procs_error.get(g, {})
-            v["breakdown"] = gpu_ranks.breakdown(v, own, known)
+            v["breakdown"] = ranks.breakdown(v, own, known)
             v["history"] = self._history(v)
         loose = self.tracker.decide(views, alive, wgpus, self.visible, with_procs, now)
         started = self.tracker.standing([a for v in views for a in v["alerts"]] + loose, now)
@@ -258,7 +256,7 @@ class GpuWatch:
         self.timeline_store.tick(self._tick_record(views, wgpus, wall))
         self.last_tick_s = time.perf_counter() - t0
 
-    def _take_processes(self, samples: list[gpu_probe.GpuSample], by_pid: Mapping[int, int],
+    def _take_processes(self, samples: list[GpuSample], by_pid: Mapping[int, int],
                         children: Mapping[int, int], marks: list[GpuMark]) -> None:
         """A new process query: keep its lists, label new pids, mark who came and went."""
         fresh: dict[int, tuple[dict[int, float], dict[int, float]]] = {}
@@ -278,7 +276,7 @@ class GpuWatch:
         for g, (old, new) in fresh.items():
             marks.extend(proc_marks(g, old, new, lambda pid: self.labels.label(pid, None, by_pid, children)))
 
-    def _view(self, s: gpu_probe.GpuSample, by_pid: Mapping[int, int], children: Mapping[int, int]) -> GpuView:
+    def _view(self, s: GpuSample, by_pid: Mapping[int, int], children: Mapping[int, int]) -> GpuView:
         errors = dict(s.errors)
         errors.update(self._procs_error.get(s.index, {}))
         util = self._proc_util.get(s.index)

@@ -34,7 +34,7 @@ from typing import Protocol
 from mpwatch.contract.status import Event, NodeInfo, NodePeer, RunState, State
 from mpwatch.rundir import layout, writer
 from mpwatch.supervisor.eventlog import EventLog
-from mpwatch.supervisor.nodes import rendezvous as rdzv
+from mpwatch.supervisor.nodes import rendezvous
 from mpwatch.supervisor.nodes.link import Board, NodeLink
 from mpwatch.supervisor.options import NodesOptions, Options
 from mpwatch.supervisor.spawn import Placement
@@ -82,7 +82,7 @@ class Nodes:
         self.run = run
         self._start = start  # the run's way to start one local rank (main thread)
         self.phase = Phase.JOINING  # main thread's
-        self.round: rdzv.Round | None = None  # the round the workers run in
+        self.round: rendezvous.Round | None = None  # the round the workers run in
         self.failures = 0  # new rounds this node asked for after a failure (TORCHELASTIC_RESTART_COUNT)
         self._why = "first start"  # why the next round
         self._barrier_started = 0.0
@@ -129,7 +129,7 @@ class Nodes:
         self._said.add(what)
         return True
 
-    def _begin(self, r: rdzv.Round) -> None:
+    def _begin(self, r: rendezvous.Round) -> None:
         """Start this node's workers in a round the node thread has joined."""
         first = self.round is None
         self.round, self.phase = r, Phase.RUNNING

@@ -14,7 +14,7 @@ import time
 from dataclasses import dataclass, field
 
 from mpwatch.contract.status import NodePeer
-from mpwatch.supervisor.nodes import rendezvous as rdzv
+from mpwatch.supervisor.nodes import rendezvous
 from mpwatch.supervisor.options import NodesOptions
 
 BEAT_S = 1.0
@@ -28,13 +28,13 @@ class Board:
 
     lock: threading.Lock = field(default_factory=threading.Lock)
     # the main thread's
-    round: rdzv.Round | None = None  # the round the workers run in
+    round: rendezvous.Round | None = None  # the round the workers run in
     finishing: bool = False  # this node's workers have ended: a store that goes now is no news
     state: str = "up"  # what this node's beat says: up | round (between rounds) | done
     stop_why: str | None = None  # a stop asked here, to write to the store
     closing: bool = False
     # the node thread's
-    joined: rdzv.Round | None = None  # a round joined, not yet taken by the main thread
+    joined: rendezvous.Round | None = None  # a round joined, not yet taken by the main thread
     in_join: bool = False  # blocked in torch's rendezvous
     error: str | None = None
     peer_stop: str | None = None  # a stop asked on another node
@@ -58,13 +58,13 @@ class NodeLink(threading.Thread):
         self.seen: dict[int, tuple[int, float]] = {}  # group rank -> (beat count, when it last moved)
         self.broken = False  # this round's store failed
         self.stop_sent = False
-        self.handler: rdzv.Handler | None = None
+        self.handler: rendezvous.Handler | None = None
 
     def run(self) -> None:
         b = self.board
         try:
-            handler = self.handler = rdzv.make_handler(self.opts)
-        except rdzv.RendezvousFailed as exc:
+            handler = self.handler = rendezvous.make_handler(self.opts)
+        except rendezvous.RendezvousFailed as exc:
             with b.lock:
                 b.error = str(exc)
             return
@@ -82,15 +82,15 @@ class NodeLink(threading.Thread):
             b.wake.wait(FINISH_BEAT_S if finishing else BEAT_S)
             b.wake.clear()
 
-    def join_round(self, handler: rdzv.Handler, last: rdzv.Round | None) -> None:
+    def join_round(self, handler: rendezvous.Handler, last: rendezvous.Round | None) -> None:
         b = self.board
         with b.lock:
             b.in_join = True
         try:
-            r = rdzv.join(handler, self.me, 0 if last is None else last.number + 1)
-        except rdzv.RendezvousClosed:
+            r = rendezvous.join(handler, self.me, 0 if last is None else last.number + 1)
+        except rendezvous.RendezvousClosed:
             error: str | None = "the rendezvous is closed: another node ended the run"
-        except rdzv.RendezvousFailed as exc:
+        except rendezvous.RendezvousFailed as exc:
             error = str(exc)
         else:
             error = None
@@ -103,7 +103,7 @@ class NodeLink(threading.Thread):
                 b.joined, b.waiting, b.store_gone = r, False, False
                 b.peers = {p["node_rank"]: "up" for p in r.peers}
 
-    def beat(self, handler: rdzv.Handler, r: rdzv.Round) -> None:
+    def beat(self, handler: rendezvous.Handler, r: rendezvous.Round) -> None:
         """This node's beat; the others', a stop from elsewhere, a node waiting (c10d)."""
         b = self.board
         with b.lock:
@@ -112,15 +112,15 @@ class NodeLink(threading.Thread):
             return
         self.count += 1
         try:
-            rdzv.beat(r.store, r.group_rank, self.count, state)
+            rendezvous.beat(r.store, r.group_rank, self.count, state)
             if stop_why is not None and not self.stop_sent:
-                rdzv.ask_stop(r.store, stop_why)
+                rendezvous.ask_stop(r.store, stop_why)
                 self.stop_sent = True
                 if self.opts.backend == "c10d":
                     handler.set_closed()  # nodes waiting in a rendezvous hear it there
                 return
-            beats = rdzv.beats(r.store, r.group_world)
-            peer_stop = rdzv.stop_asked(r.store)
+            beats = rendezvous.beats(r.store, r.group_world)
+            peer_stop = rendezvous.stop_asked(r.store)
             waiting = self.opts.backend == "c10d" and state == "up" and handler.num_nodes_waiting() > 0
         except Exception as exc:  # noqa: BLE001 - the store's host is gone (or unreachable)
             self.store_gone(r, exc)
@@ -131,7 +131,7 @@ class NodeLink(threading.Thread):
                 b.peer_stop = peer_stop
             b.waiting = b.waiting or waiting
 
-    def judge(self, r: rdzv.Round, beats: list[tuple[int, str]]) -> None:
+    def judge(self, r: rendezvous.Round, beats: list[tuple[int, str]]) -> None:
         """A node whose beat stood still for LOST_S is lost (one between rounds, or done, is not)."""
         now, b = time.monotonic(), self.board
         with b.lock:
@@ -146,7 +146,7 @@ class NodeLink(threading.Thread):
                 if state == "up" and now - self.seen[rank][1] > LOST_S:
                     self._mark_lost(peer, f"its supervisor stopped beating {LOST_S:g}s ago")
 
-    def store_gone(self, r: rdzv.Round, exc: BaseException) -> None:
+    def store_gone(self, r: rendezvous.Round, exc: BaseException) -> None:
         """The round's store failed: the node that hosts it is gone. Which one that is: the
         one at the rendezvous endpoint's host (static: node 0); every other one if none is."""
         self.broken = True
@@ -161,7 +161,7 @@ class NodeLink(threading.Thread):
             for peer in hosts or others:
                 if b.peers.get(peer["node_rank"]) not in ("done", "lost"):
                     self._mark_lost(peer, f"the rendezvous store at {self.opts.endpoint} is gone "
-                                          f"({rdzv.failure(exc)})")
+                                          f"({rendezvous.failure(exc)})")
 
     def _mark_lost(self, peer: NodePeer, why: str) -> None:
         """Under the board's lock."""
@@ -180,7 +180,7 @@ class NodeLink(threading.Thread):
         except Exception:  # noqa: BLE001 - ending: a store that is gone has nobody to tell
             pass
 
-    def leave(self, handler: rdzv.Handler, r: rdzv.Round | None) -> None:
+    def leave(self, handler: rendezvous.Handler, r: rendezvous.Round | None) -> None:
         """The run is over here: a stop not yet told, a last beat (done), then torch's
         shutdown (c10d: it closes the rendezvous)."""
         b = self.board
@@ -189,8 +189,8 @@ class NodeLink(threading.Thread):
                 with b.lock:
                     stop_why = b.stop_why
                 if stop_why is not None and not self.stop_sent:
-                    rdzv.ask_stop(r.store, stop_why)
-                rdzv.beat(r.store, r.group_rank, self.count + 1, "done")
+                    rendezvous.ask_stop(r.store, stop_why)
+                rendezvous.beat(r.store, r.group_rank, self.count + 1, "done")
             handler.shutdown()
         except Exception:  # noqa: BLE001 - leaving: a store that is gone has nothing to tell
             pass

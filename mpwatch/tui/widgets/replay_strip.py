@@ -10,10 +10,9 @@ from collections.abc import Sequence
 
 from mpwatch.contract.status import EventFields, State
 from mpwatch.sources.replay.cursor import ALERT, FAILURE, MARKED, RESTART, STALL
-from mpwatch.tui.render import event_lines
+from mpwatch.tui.render import event_lines, segs
 from mpwatch.tui.render.glyphs import Glyphs
 from mpwatch.tui.render.segs import Line, cut
-from mpwatch.tui.render.segs import width as segs_width
 from mpwatch.tui.widgets.cells import lines_to_text
 from mpwatch.tui.widgets.lines import Lines
 
@@ -74,7 +73,7 @@ def where_line(pos: int, n: int, event: EventFields | None, t: float, start: flo
     if room <= 20:
         return cut(head, width)
     head = cut(head, room)
-    return head + ((" " * (room - segs_width(head)), ""), (KEYS, "bright_black"))
+    return head + ((" " * (room - segs.width(head)), ""), (KEYS, "bright_black"))
 
 
 class TimelineStrip(Lines):
