@@ -10,7 +10,7 @@ from pathlib import Path
 from mpwatch.cli.args import Parser, die
 from mpwatch.cli.listing import ended_text
 from mpwatch.contract.status import ALIVE_STATES
-from mpwatch.rundir import postmortem, reader, registry
+from mpwatch.rundir import layout, postmortem, reader, registry
 from mpwatch.text import fmt
 
 MAX_STALLS = 8  # one screen: the rest are counted
@@ -69,7 +69,7 @@ def _stalls(s: postmortem.Summary) -> list[str]:
         if where:
             out.append("      " + " · ".join(where))
     if len(s["stalls"]) > MAX_STALLS:
-        out.append(f"  ... and {len(s['stalls']) - MAX_STALLS} more (events.jsonl)")
+        out.append(f"  ... and {len(s['stalls']) - MAX_STALLS} more ({layout.EVENTS})")
     if s["culprit"]:
         out.append(s["culprit"] if s["culprit"].startswith("likely culprit") else f"hang: {s['culprit']}")
     return out
@@ -83,7 +83,7 @@ def _alerts(s: postmortem.Summary) -> list[str]:
                                                                        else "")
         out.append(f"  {_at(a['ts'], started)} {a['kind']}{on}: {a['message']}")
     if len(s["alerts"]) > MAX_ALERTS:
-        out.append(f"  ... and {len(s['alerts']) - MAX_ALERTS} more (events.jsonl)")
+        out.append(f"  ... and {len(s['alerts']) - MAX_ALERTS} more ({layout.EVENTS})")
     return out
 
 

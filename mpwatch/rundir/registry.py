@@ -219,7 +219,7 @@ def resolve(run: str | None) -> RunHandle:
         raise RunError(f"run directory {run_dir} is not readable by this user")
     info = textfiles.read_json(run_dir, layout.RUN_JSON)
     if info is None:
-        raise RunError(f"{run_dir} is not an mpwatch run directory (no readable run.json)")
+        raise RunError(f"{run_dir} is not an mpwatch run directory (no readable {layout.RUN_JSON})")
     run_id = str(info.get("run_id", run_dir.name))
     if info.get("finished"):
         code = info.get("exit_code")
@@ -227,11 +227,11 @@ def resolve(run: str | None) -> RunHandle:
                        f"(see 'mpwatch summary {run_dir}')")
     ctl = textfiles.read_json(run_dir, layout.CONTROL_JSON)
     if ctl is None:
-        raise RunError(f"run {run_id} has no readable control.json (another user's run?)")
+        raise RunError(f"run {run_id} has no readable {layout.CONTROL_JSON} (another user's run?)")
     try:
         pid, address, authkey = int(ctl["pid"]), str(ctl["address"]), bytes.fromhex(ctl["authkey"])
     except (KeyError, TypeError, ValueError):
-        raise RunError(f"run {run_id} has a garbled control.json") from None
+        raise RunError(f"run {run_id} has a garbled {layout.CONTROL_JSON}") from None
     if not pid_alive(pid):
         raise RunError(f"run {run_id} is not running (its supervisor is gone); its files are in {run_dir}")
     return RunHandle(run_id=run_id, run_dir=run_dir, address=address, authkey=authkey, pid=pid)

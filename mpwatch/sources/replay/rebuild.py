@@ -33,6 +33,7 @@ from mpwatch.contract.status import (
     WorkerGpu,
     WorkerStatus,
 )
+from mpwatch.rundir import layout
 from mpwatch.sources.replay.files import EventsFile, GpuFile
 from mpwatch.sources.replay.fold import RankFold, RunFold
 from mpwatch.sources.replay.reports import ReportRow
@@ -142,7 +143,7 @@ def gpus_at(gpu: GpuFile, t: float, facts: RunFacts, run: RunFold) -> tuple[list
                                                                            str | None]:
     """The GPU views, each rank's GPU, and the GPU status line, at t."""
     if not gpu.present:
-        return [], {}, facts.gpu_status or "no GPU data recorded (no gpu.jsonl in the run directory)"
+        return [], {}, facts.gpu_status or f"no GPU data recorded (no {layout.GPU_JSONL} in the run directory)"
     i = gpu.at(t)
     tick = gpu.tick(i) if i >= 0 else None
     if tick is None or t - tick["ts"] > TICK_STALE_S:
