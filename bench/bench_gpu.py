@@ -69,7 +69,7 @@ def fake_ticks(n: int) -> tuple[list[float], list[float], int]:
                                   "inactive_split": 1 << 30} for i in range(NGPUS)]
         infos = [RankInfo(i, k.pid, True, True, [], views[i]) for i, k in enumerate(kids)]
         watch = gpu_watch.GpuWatch(1.0, workers=lambda: infos, emit=lambda rank, **f: None, env={},
-                                   opener=lambda env: gpu_probe.open_backend({gpu_probe.FAKE_ENV: str(path)}),
+                                   opener=lambda _: gpu_probe.open_backend(str(path)),
                                    timeline_path=tmp / "gpu.jsonl")
         if not watch.open():
             raise RuntimeError(watch.status)
@@ -123,12 +123,12 @@ def _fake_rows(n: int) -> list[dict[str, object]]:
 
 
 def _real_rows(n: int) -> list[dict[str, object]]:
-    backend, why = gpu_probe.open_backend({})
+    backend, why = gpu_probe.open_backend(None)
     if backend is None:
         return [row("GPU poller: one tick, real NVML", note=f"skipped: {why}")]
     backend.shutdown()
     watch = gpu_watch.GpuWatch(1.0, workers=list, emit=lambda rank, **f: None, env={},
-                               opener=lambda env: gpu_probe.open_backend({}))
+                               opener=lambda _: gpu_probe.open_backend(None))
     if not watch.open() or watch.probe is None:
         return [row("GPU poller: one tick, real NVML", note=f"skipped: {watch.status}")]
     try:

@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from mpwatch.rundir import thinning as events_thinning
+from mpwatch.settings import Settings
 
 EVENTS = "events.jsonl"
 RUN_JSON = "run.json"
@@ -62,8 +63,10 @@ class RunStore:
         self._events: IO[str] | None = None
         self.disk_error: str | None = None
         self.events_written = 0
-        # events.jsonl's cap in bytes (None: MPWATCH_EVENTS_MB), its size, and its thinning
-        self.events_cap = events_thinning.cap_from_env(os.environ) if events_cap is None else events_cap
+        # events.jsonl's cap in bytes (None: the settings' MPWATCH_EVENTS_MB), its size, and its thinning
+        if events_cap is None:
+            events_cap = events_thinning.cap_bytes(Settings.from_env().events_mb)
+        self.events_cap = events_cap
         self.events_size = 0
         self.thinned = 0  # thinning passes so far
         self._thin_at = self.events_cap  # the size that starts the next pass

@@ -33,7 +33,8 @@ from typing import Any
 
 from mpwatch.contract import protocol
 from mpwatch.contract.status import Event, RunState, State, Status
-from mpwatch.rundir import records, registry, writer
+from mpwatch.rundir import records, registry, thinning, writer
+from mpwatch.settings import Settings
 from mpwatch.supervisor import snapshot, spawn
 from mpwatch.supervisor.diagnose.dumps import Dumper
 from mpwatch.supervisor.diagnose.sampler import Sampler
@@ -61,10 +62,12 @@ DRAIN_S = 0.5
 
 
 class Run:
-    def __init__(self, opts: Options, status_out: Reporter | None = None):
-        """Names the run and builds its rooms; starts nothing. Raises registry.RunError
-        when there is no usable runtime directory."""
+    def __init__(self, opts: Options, status_out: Reporter | None = None, settings: Settings | None = None):
+        """Names the run and builds its rooms; starts nothing. settings: the MPWATCH_* switches
+        the CLI read (None: read them now). Raises registry.RunError when there is no usable
+        runtime directory."""
         self.opts = opts
+        self.settings = settings or Settings.from_env()
         self.status_out = status_out  # a headless Reporter, or None
         self.lock = threading.RLock()
         self.workers: dict[int, Worker] = {}
@@ -79,13 +82,13 @@ class Run:
         self._registered = False
         self.run_id = opts.run_id or registry.new_run_id(opts.script)
         self.run_dir = Path(opts.run_dir) if opts.run_dir else Path(opts.cwd) / "mpwatch-runs" / self.run_id
-        rt = registry.runtime_dir()
-        self.store = writer.RunStore(self.run_dir)
+        rt = registry.runtime_dir(self.settings.tmpdir)
+        self.store = writer.RunStore(self.run_dir, thinning.cap_bytes(self.settings.events_mb))
         self.log = EventLog(self.store, status_out)
         self.groups = ProcessGroups(self.workers, self.lock, self.log)
         self.ledger = ReportLedger(self.workers, self.lock, self.log)
         self.hub = ChannelHub(str(rt / f"{self.run_id}.chan"), self.authkey, self.ledger)
-        self.dumper = Dumper(self.store, self.lock, self.log)
+        self.dumper = Dumper(self.store, self.lock, self.log, self.settings)
         self.gpu = GpuWatch.for_run(self)  # NVML starts on its own thread (setup): never waited on
         self.commands = Commands(self, self.workers, self.lock, opts, self.store, self.log, self.dumper, self.gpu)
         self.control = ControlServer(str(rt / f"{self.run_id}.ctl"), self.authkey, self.commands.dispatch)
@@ -143,7 +146,8 @@ class Run:
             o, rank, self.world, self.master_port, self.run_id, restarts=0 if w is None else w.restarts)
         env = spawn.worker_env(os.environ, place, channel=self.hub.address, authkey=self.authkey, run_id=self.run_id,
                                rank_dir=paths.dir, stack_file=paths.stack_file, virtual_local_rank=o.virtual_local_rank,
-                               flush_s=protocol.flush_interval(self.world, o.stall_timeout))
+                               flush_s=protocol.flush_interval(self.world, o.stall_timeout),
+                               nccl_flight=self.settings.nccl_flight)
         try:
             proc = spawn.start_worker(spawn.command(o.launch, o.script, o.args), env, paths.stdout, paths.stderr,
                                       cwd=o.cwd)
@@ -161,7 +165,8 @@ class Run:
         with self.lock:
             w = self.workers.get(rank)
             if w is None:
-                self.workers[rank] = Worker(rank, attempt, state, why, self.log, **fields)
+                self.workers[rank] = Worker(rank, attempt, state, why, self.log, strict=self.settings.strict_states,
+                                            **fields)
             else:
                 w.begin(attempt, state, why, **fields)
 

@@ -15,6 +15,7 @@ from textual.app import App
 from textual.message import Message
 
 from mpwatch.contract.status import State, Status, WorkerStatus
+from mpwatch.settings import Settings
 from mpwatch.sources.local import ClientError
 from mpwatch.sources.source import Source
 from mpwatch.tui.poller import Poller
@@ -46,7 +47,7 @@ class RunActions(App[Outcome]):
         super().__init__()
         self.source = source
         self.run_dir = Path(run_dir) if run_dir else None
-        self.glyphs = glyphs or glyphs_mod.pick()
+        self.glyphs = glyphs or glyphs_mod.pick(ascii_only=Settings.from_env().ascii)  # the CLI passes its own
         self.status: Status | None = None
         self.live = True
         self.leaving: str | None = None

@@ -1,16 +1,14 @@
 """The supervisor's tests run it strict: a worker state change its table does not allow
-raises there (MPWATCH_STRICT_STATES, supervisor.workers.states), and a run whose events hold an
+raises there (MPWATCH_STRICT_STATES: settings, supervisor.workers.states), and a run whose events hold an
 `internal` alert fails the test that made it, whichever thread hit the bug."""
 import json
 
 import pytest
 
-from mpwatch.supervisor.workers import states
-
 
 @pytest.fixture(autouse=True)
 def strict_states(monkeypatch, tmp_path):
-    monkeypatch.setenv(states.STRICT_ENV, "1")
+    monkeypatch.setenv("MPWATCH_STRICT_STATES", "1")
     yield
     internal = []
     for path in tmp_path.rglob("events.jsonl"):

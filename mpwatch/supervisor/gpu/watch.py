@@ -39,18 +39,20 @@ from mpwatch.contract.status import (
     WorkerGpu,
 )
 from mpwatch.probes import gpu as gpu_probe
+from mpwatch.settings import Settings
 from mpwatch.supervisor.gpu import alerts as gpu_alerts
 from mpwatch.supervisor.gpu import rank_alerts
 from mpwatch.supervisor.gpu import ranks as gpu_ranks
 from mpwatch.supervisor.gpu.labels import ProcessLabeler, proc_marks
 from mpwatch.supervisor.gpu.ranks import RankInfo
-from mpwatch.supervisor.gpu.timeline import FILE_NAME, HOUR_S, GpuTimeline, cap_from_env
+from mpwatch.supervisor.gpu.timeline import FILE_NAME, HOUR_S, GpuTimeline, cap_bytes
 from mpwatch.supervisor.gpu.tracker import AlertTracker
 
 PROCS_EVERY = 5  # the process list is refreshed every this many ticks
 OOMS_KEPT = 5  # OOM alerts shown per GPU
 
-Opener = Callable[[Mapping[str, str]], "tuple[gpu_probe.Backend | None, str | None]"]
+# (the scripted NVML scenario, settings.Settings.fake_nvml) -> (backend, None) or (None, why)
+Opener = Callable[[str | None], "tuple[gpu_probe.Backend | None, str | None]"]
 
 
 class Emit(Protocol):
@@ -87,6 +89,8 @@ class _RunLike(Protocol):
     @property
     def opts(self) -> _OptsLike: ...
     @property
+    def settings(self) -> Settings: ...
+    @property
     def workers(self) -> Mapping[int, _WorkerLike]: ...
 
     def event(self, name: str, rank: int | None = None, **fields: object) -> object: ...
@@ -101,16 +105,19 @@ class GpuPart(TypedDict):
 
 class GpuWatch:
     def __init__(self, interval: float, workers: Callable[[], list[RankInfo]], emit: Emit,
-                 env: Mapping[str, str] | None = None, config: gpu_alerts.AlertConfig | None = None,
-                 opener: Opener | None = None, timeline_path: Path | None = None,
-                 clock: Callable[[], float] = time.monotonic):
+                 env: Mapping[str, str] | None = None, settings: Settings | None = None,
+                 config: gpu_alerts.AlertConfig | None = None, opener: Opener | None = None,
+                 timeline_path: Path | None = None, clock: Callable[[], float] = time.monotonic):
         """workers() -> the run's workers (alive or not, with a pid); emit(rank, **fields)
-        records one gpu_alert event; clock: the monotonic clock of slopes and idle spans."""
+        records one gpu_alert event; env: the workers' (CUDA_VISIBLE_DEVICES); settings: the
+        alerts' thresholds (unless config), the timeline's cap and the scripted NVML (None:
+        read from env); clock: the monotonic clock of slopes and idle spans."""
         self.interval = max(0.05, float(interval))
         self._workers = workers
         self._emit = emit
         self.env = dict(os.environ if env is None else env)
-        self.cfg = config or gpu_alerts.AlertConfig.from_env(self.env)
+        self.settings = settings or Settings.from_env(self.env)
+        self.cfg = config or self.settings.gpu
         self._opener: Opener = opener or gpu_probe.open_backend
         self._clock = clock
         self._lock = threading.Lock()
@@ -122,7 +129,7 @@ class GpuWatch:
         self.last_tick_s: float | None = None
         self.visible: set[int] | None = None  # GPUs the workers may use (CUDA_VISIBLE_DEVICES); None: all
         self.labels = ProcessLabeler()
-        self.timeline_store = GpuTimeline(timeline_path, cap_from_env(self.env))
+        self.timeline_store = GpuTimeline(timeline_path, cap_bytes(self.settings.gpu_timeline_mb))
         self._views: list[GpuView] = []
         self._wgpu: dict[int, WorkerGpu] = {}
         self._raw_procs: dict[int, gpu_probe.ProcList] = {}  # gpu -> the last process list
@@ -153,7 +160,8 @@ class GpuWatch:
         def emit(rank: int | None, **fields: object) -> object:
             return run.event(Event.GPU_ALERT, rank, **fields)
 
-        return cls(run.opts.gpu_interval, workers, emit, timeline_path=Path(run.run_dir) / FILE_NAME)
+        return cls(run.opts.gpu_interval, workers, emit, settings=run.settings,
+                   timeline_path=Path(run.run_dir) / FILE_NAME)
 
     # ------------------------------------------------------------ lifecycle ----
     def start(self) -> None:
@@ -162,7 +170,7 @@ class GpuWatch:
 
     def open(self) -> bool:
         """Start the backend; False (and a status line) when there is none."""
-        backend, why = self._opener(self.env)
+        backend, why = self._opener(self.settings.fake_nvml)
         if backend is None:
             self.status = why
             return False
