@@ -1,7 +1,8 @@
 """The CLI's ways into the TUI: `mpwatch SCRIPT` and `mpwatch attach`.
 
 `launch_with_tui` starts the supervisor as its own detached process (own session, stdin
-from /dev/null, output to <run_dir>/supervisor.log), then shows it like an attach: losing
+from /dev/null, output to <run_dir>/supervisor.log, the file where its logger appends the
+tracebacks of the bugs it caught: supervisor.errors), then shows it like an attach: losing
 the terminal ends only the TUI, never the run.
 """
 from __future__ import annotations
@@ -16,6 +17,7 @@ from typing import TYPE_CHECKING, Protocol
 
 from mpwatch.rundir import registry, writer
 from mpwatch.settings import Settings
+from mpwatch.supervisor.errors import FILE_NAME as SUPERVISOR_LOG
 
 if TYPE_CHECKING:
     from mpwatch.sources.local import Client
@@ -69,7 +71,7 @@ def launch_with_tui(ns: argparse.Namespace, opts: LaunchOptions, settings: Setti
     try:
         run_dir.mkdir(parents=True, exist_ok=True)
         os.chmod(run_dir, 0o700)
-        log = open(run_dir / "supervisor.log", "ab")  # noqa: SIM115 - closed below, once the child has it
+        log = open(run_dir / SUPERVISOR_LOG, "ab")  # noqa: SIM115 - closed below, once the child has it
     except OSError as exc:
         return _die(f"cannot create run directory {run_dir}: {exc.strerror}")
     with log:
@@ -82,17 +84,17 @@ def launch_with_tui(ns: argparse.Namespace, opts: LaunchOptions, settings: Setti
     while not (run_dir / writer.CONTROL_JSON).exists():
         if sup.poll() is not None:
             return _die(f"the supervisor exited with code {sup.returncode} before the run started"
-                        + _tail(run_dir / "supervisor.log"))
+                        + _tail(run_dir / SUPERVISOR_LOG))
         if time.monotonic() > deadline:
             return _die(f"the supervisor did not start within {START_TIMEOUT_S:g}s (pid {sup.pid})"
-                        + _tail(run_dir / "supervisor.log"))
+                        + _tail(run_dir / SUPERVISOR_LOG))
         time.sleep(0.05)
     from mpwatch.sources.local import Client, ClientError
 
     try:
         client = Client.connect(str(run_dir))
     except ClientError as exc:
-        return _die(f"{exc}" + _tail(run_dir / "supervisor.log"))
+        return _die(f"{exc}" + _tail(run_dir / SUPERVISOR_LOG))
     return attach_tui(client, settings, mouse=not ns.no_mouse, supervisor=sup)
 
 

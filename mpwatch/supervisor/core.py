@@ -23,6 +23,7 @@ Nothing here blocks on a worker: kills are deadlines checked each tick.
 """
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import threading
@@ -35,7 +36,7 @@ from mpwatch.contract import protocol
 from mpwatch.contract.status import Event, RunState, State, Status
 from mpwatch.rundir import records, registry, thinning, writer
 from mpwatch.settings import Settings
-from mpwatch.supervisor import snapshot, spawn
+from mpwatch.supervisor import errors, snapshot, spawn
 from mpwatch.supervisor.diagnose.dumps import Dumper
 from mpwatch.supervisor.diagnose.sampler import Sampler
 from mpwatch.supervisor.diagnose.stall_watch import StallWatch
@@ -80,6 +81,7 @@ class Run:
         self.restarts_total = 0
         self._signals: list[int] = []
         self._registered = False
+        self._log_file: logging.Handler | None = None  # supervisor.log (supervisor.errors)
         self.run_id = opts.run_id or registry.new_run_id(opts.script)
         self.run_dir = Path(opts.run_dir) if opts.run_dir else Path(opts.cwd) / "mpwatch-runs" / self.run_id
         rt = registry.runtime_dir(self.settings.tmpdir)
@@ -115,6 +117,8 @@ class Run:
             self.store.create()
         except OSError as exc:
             raise registry.RunError(f"cannot create run directory {run_dir}: {exc.strerror}") from None
+        self._log_file = errors.attach(run_dir)
+        errors.LOG.info("run %s: supervisor pid %d, %d worker(s) of %s", self.run_id, os.getpid(), o.nprocs, o.script)
         self.groups.start_watchdog()
         self.hub.start()
         self.control.start()
@@ -238,7 +242,7 @@ class Run:
         return self.groups.kill(w, reason, self.opts.grace)
 
     def resize(self, n: int) -> str:
-        """The `resize` command (main thread, supervisor.resize): raises ValueError when it cannot."""
+        """The `resize` command (main thread, supervisor.resize): raises errors.CommandError when it cannot."""
         return self.resizing.begin(n)
 
     # ------------------------------------------------------------ the loop ----
@@ -327,6 +331,10 @@ class Run:
         self.groups.close()
         self.store.flush()
         self.store.close()
+        if self._log_file is not None:
+            errors.LOG.info("run %s: ended with exit code %s", self.run_id, self.exit_code)
+            errors.detach(self._log_file)
+            self._log_file = None
 
     # ------------------------------------------------------------- readers ----
     def event(self, name: Event | str, rank: int | None = None, **fields: Any) -> dict[str, Any]:

@@ -15,6 +15,7 @@ from mpwatch.contract.status import Event, State
 from mpwatch.probes import procs, stacks
 from mpwatch.rundir import writer
 from mpwatch.settings import Settings
+from mpwatch.supervisor import errors
 from mpwatch.supervisor.diagnose import flight
 from mpwatch.supervisor.eventlog import EventLog
 from mpwatch.supervisor.workers.worker import Worker
@@ -36,7 +37,10 @@ class Dumper:
     def dump_async(self, ws: list[Worker], reason: str) -> None:
         def run() -> None:
             for w in ws:
-                self.dump(w, reason)
+                try:
+                    self.dump(w, reason)
+                except Exception as exc:  # noqa: BLE001 - a bug costs this dump, never the others
+                    errors.bug(f"stack dump of rank {w.rank}", exc)
         threading.Thread(target=run, name="mpwatch-dump", daemon=True).start()
 
     def dump(self, w: Worker, reason: str) -> Path | None:

@@ -40,6 +40,8 @@ from mpwatch.contract.status import (
 )
 from mpwatch.probes import gpu as gpu_probe
 from mpwatch.settings import Settings
+from mpwatch.supervisor import errors
+from mpwatch.supervisor.errors import CommandError
 from mpwatch.supervisor.gpu import alerts as gpu_alerts
 from mpwatch.supervisor.gpu import rank_alerts
 from mpwatch.supervisor.gpu import ranks as gpu_ranks
@@ -178,6 +180,7 @@ class GpuWatch:
         try:
             probe.open()
         except Exception as exc:  # noqa: BLE001 - every device failed: one line
+            errors.note("GPU watcher: opening the devices", exc)
             self.status = gpu_probe.reason_for(exc)
             probe.close()
             return False
@@ -197,7 +200,7 @@ class GpuWatch:
                     self.tick()
                     self.status = self.probe.status
                 except Exception as exc:  # noqa: BLE001 - the poller never stops the run
-                    self.status = f"GPU poller error: {type(exc).__name__}: {exc}"
+                    self.status = f"GPU poller error: {errors.bug('GPU watcher', exc)}"
                 self._stop.wait(max(0.0, self.interval - (time.monotonic() - t0)))
         finally:
             self.probe.close()
@@ -312,8 +315,8 @@ class GpuWatch:
         fields = {k: v for k, v in a.items() if k not in ("key", "rank", "since")}
         try:
             self._emit(a["rank"], **fields)
-        except Exception:  # noqa: BLE001 - a full disk must not stop the poller
-            pass
+        except Exception as exc:  # noqa: BLE001 - a full disk must not stop the poller
+            errors.note("GPU watcher: recording an alert", exc)
 
     @staticmethod
     def _tick_record(views: list[GpuView], wgpus: Mapping[int, WorkerGpu], wall: float) -> GpuTick:
@@ -346,7 +349,7 @@ class GpuWatch:
     def timeline(self, window: object) -> GpuTimelineReply:
         """The `gpu_timeline` reply: {"ticks", "marks"} of the last `window` seconds."""
         if isinstance(window, bool) or not isinstance(window, (int, float)) or not 0 < window <= HOUR_S:
-            raise ValueError(f"'window' must be a number of seconds from 1 to {HOUR_S:.0f}")
+            raise CommandError(f"'window' must be a number of seconds from 1 to {HOUR_S:.0f}")
         ticks, marks = self.timeline_store.window(float(window))
         return {"ticks": ticks, "marks": marks}
 

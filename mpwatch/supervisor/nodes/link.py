@@ -13,6 +13,7 @@ import time
 from dataclasses import dataclass, field
 
 from mpwatch.contract.status import NodePeer
+from mpwatch.supervisor import errors
 from mpwatch.supervisor.nodes import rendezvous as rdzv
 from mpwatch.supervisor.options import NodesOptions
 
@@ -124,6 +125,7 @@ class NodeLink(threading.Thread):
             peer_stop = rdzv.stop_asked(r.store)
             waiting = self.opts.backend == "c10d" and state == "up" and handler.num_nodes_waiting() > 0
         except Exception as exc:  # noqa: BLE001 - the store's host is gone (or unreachable)
+            errors.note("node link: the round's store", exc)
             self.store_gone(r, exc)
             return
         self.judge(r, beats)
@@ -178,8 +180,8 @@ class NodeLink(threading.Thread):
         try:
             if self.handler is not None:
                 self.handler.set_closed()
-        except Exception:  # noqa: BLE001 - ending: a store that is gone has nobody to tell
-            pass
+        except Exception as exc:  # noqa: BLE001 - ending: a store that is gone has nobody to tell
+            errors.note("node link: closing the rendezvous", exc)
 
     def leave(self, handler: rdzv.Handler, r: rdzv.Round | None) -> None:
         """The run is over here: a stop not yet told, a last beat (done), then torch's
@@ -193,5 +195,5 @@ class NodeLink(threading.Thread):
                     rdzv.ask_stop(r.store, stop_why)
                 rdzv.beat(r.store, r.group_rank, self.count + 1, "done")
             handler.shutdown()
-        except Exception:  # noqa: BLE001 - leaving: a store that is gone has nothing to tell
-            pass
+        except Exception as exc:  # noqa: BLE001 - leaving: a store that is gone has nothing to tell
+            errors.note("node link: leaving the round", exc)
