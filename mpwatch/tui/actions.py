@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple
 
@@ -32,12 +33,11 @@ class Outcome(NamedTuple):
     exit_code: int | None
 
 
+@dataclass
 class ActionDone(Message):
-    def __init__(self, text: str, severity: str, then: Callable[[], None] | None = None):
-        super().__init__()
-        self.text = text
-        self.severity = severity
-        self.then = then  # called on the UI thread after the message is shown
+    text: str
+    severity: str
+    then: Callable[[], None] | None = None  # called on the UI thread after the message is shown
 
 
 class RunActions(App[Outcome]):
