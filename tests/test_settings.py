@@ -27,8 +27,9 @@ WORKER_SIDE = {v for k, v in vars(protocol).items() if k.startswith("ENV_")} | {
 def test_defaults_are_the_contract():
     s = Settings.from_env({})
     assert s == Settings()
-    assert (s.events_mb, s.gpu_timeline_mb, s.node_lost_s, s.pyspy, s.nccl_flight) == (128, 64, 10, "stall", False)
-    assert (s.ssh, s.ascii, s.tmpdir, s.strict_states, s.fake_nvml) == (("ssh",), False, Path("/tmp"), False, None)
+    assert (s.events_mb, s.gpu_timeline_mb, s.node_lost_s) == (128, 64, 10)
+    assert (s.pyspy, s.nccl_flight, s.ssh, s.ascii) == ("stall", False, ("ssh",), False)
+    assert (s.tmpdir, s.strict_states, s.fake_nvml) == (Path("/tmp"), False, None)
     assert s.gpu == GpuThresholds() and s.gpu.mem_high == 0.9 and s.gpu.frag_min == 1 << 30
 
 
@@ -41,8 +42,10 @@ def test_values_are_parsed():
         "MPWATCH_GPU_MEM_ALERT": "85", "MPWATCH_GPU_OUTSIDE": "0.1", "MPWATCH_GPU_IDLE_S": "5",
         "MPWATCH_GPU_IDLE_UTIL": "0", "MPWATCH_GPU_RETRIES": "3", "MPWATCH_GPU_COOLDOWN_S": "0",
     })
-    assert (s.events_mb, s.gpu_timeline_mb, s.node_lost_s, s.pyspy, s.nccl_flight) == (2, 0.004, 3.5, "always", True)
-    assert s.ssh == ("ssh", "-F", "/my dir/cfg") and s.ascii and s.tmpdir == Path("/var/tmp") and s.strict_states
+    assert (s.events_mb, s.gpu_timeline_mb, s.node_lost_s, s.pyspy) == (2, 0.004, 3.5, "always")
+    assert s.nccl_flight is True
+    assert s.ssh == ("ssh", "-F", "/my dir/cfg") and s.ascii and s.strict_states
+    assert s.tmpdir == Path("/var/tmp")
     assert s.fake_nvml == "/no/such.json"
     g = s.gpu
     assert (g.mem_high, g.outside, g.idle_s, g.idle_util, g.retries, g.cooldown_s) == (0.85, 0.1, 5, 0, 3, 0)
@@ -111,7 +114,8 @@ def documented_defaults() -> dict[str, str]:
     for cls in (n for n in tree.body if isinstance(n, ast.ClassDef)):
         body = cls.body
         for field, doc in itertools.pairwise(body):
-            if isinstance(field, ast.AnnAssign) and isinstance(doc, ast.Expr) and isinstance(doc.value, ast.Constant):
+            if isinstance(field, ast.AnnAssign) and isinstance(doc, ast.Expr) \
+                    and isinstance(doc.value, ast.Constant):
                 m = re.match(r"(MPWATCH_[A-Z0-9_]+) \(([^)]*)\): \S", doc.value.value)
                 if m:
                     assert m.group(1) not in out, f"{m.group(1)} documented twice"
@@ -167,7 +171,8 @@ def test_mpwatch_variables_are_spelled_in_four_modules_at_most():
     """settings (the switches), contract.protocol (the worker side's names), and the worker
     side that reads its own: worker and the start-up hook."""
     spelled = {str(p.relative_to(PACKAGE)) for p in PACKAGE.rglob("*.py") if code_strings(p)}
-    assert spelled <= {"settings.py", "contract/protocol.py", "worker.py", "_inject/sitecustomize.py"}, spelled
+    allowed = {"settings.py", "contract/protocol.py", "worker.py", "_inject/sitecustomize.py"}
+    assert spelled <= allowed, spelled
 
 
 def test_the_start_up_hook_reads_the_protocols_names():

@@ -66,7 +66,8 @@ def connect(targets: list[str], transport: Transport) -> MergedSource:
     return source
 
 
-def attach_nodes(targets: list[str], remote_mpwatch: str | None, settings: Settings, mouse: bool = True) -> int:
+def attach_nodes(targets: list[str], remote_mpwatch: str | None, settings: Settings,
+                 mouse: bool = True) -> int:
     try:
         from mpwatch.tui.app import MpwatchApp
         from mpwatch.tui.render import glyphs

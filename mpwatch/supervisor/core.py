@@ -118,7 +118,8 @@ class Run:
         except OSError as exc:
             raise registry.RunError(f"cannot create run directory {run_dir}: {exc.strerror}") from None
         self._log_file = errors.attach(run_dir)
-        errors.LOG.info("run %s: supervisor pid %d, %d worker(s) of %s", self.run_id, os.getpid(), o.nprocs, o.script)
+        errors.LOG.info("run %s: supervisor pid %d, %d worker(s) of %s", self.run_id, os.getpid(), o.nprocs,
+                        o.script)
         self.groups.start_watchdog()
         self.hub.start()
         self.control.start()
@@ -169,8 +170,8 @@ class Run:
         with self.lock:
             w = self.workers.get(rank)
             if w is None:
-                self.workers[rank] = Worker(rank, attempt, state, why, self.log, strict=self.settings.strict_states,
-                                            **fields)
+                strict = self.settings.strict_states
+                self.workers[rank] = Worker(rank, attempt, state, why, self.log, strict=strict, **fields)
             else:
                 w.begin(attempt, state, why, **fields)
 
@@ -242,7 +243,8 @@ class Run:
         return self.groups.kill(w, reason, self.opts.grace)
 
     def resize(self, n: int) -> str:
-        """The `resize` command (main thread, supervisor.resize): raises errors.CommandError when it cannot."""
+        """The `resize` command (main thread, supervisor.resize): raises errors.CommandError when it
+        cannot."""
         return self.resizing.begin(n)
 
     # ------------------------------------------------------------ the loop ----

@@ -26,7 +26,8 @@ class Resize:
         if run.state is not RunState.RUNNING:
             raise CommandError(f"cannot resize while the run is {run.state}")
         if run.nodes is not None:
-            raise CommandError("a run on several nodes keeps its size (torch's rendezvous fixed every node's ranks)")
+            raise CommandError("a run on several nodes keeps its size "
+                               "(torch's rendezvous fixed every node's ranks)")
         cur = len(run.workers)
         if n == cur:
             raise CommandError(f"the run already has {n} workers")

@@ -47,7 +47,8 @@ class RunActions(App[Outcome]):
         super().__init__()
         self.source = source
         self.run_dir = Path(run_dir) if run_dir else None
-        self.glyphs = glyphs or glyphs_mod.pick(ascii_only=Settings.from_env().ascii)  # the CLI passes its own
+        # the CLI passes the glyphs its settings choose (MPWATCH_ASCII)
+        self.glyphs = glyphs or glyphs_mod.pick(ascii_only=Settings.from_env().ascii)
         self.status: Status | None = None
         self.live = True
         self.leaving: str | None = None

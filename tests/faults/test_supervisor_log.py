@@ -143,4 +143,5 @@ def test_the_tuis_launch_and_the_logger_share_supervisor_log(tmp_path):
     lines = log_lines(run_dir)
     assert "] run launched: supervisor pid " in lines[0] and lines[-1].endswith("ended with exit code 0")
     assert any(ln.startswith("[mpwatch ") and "run finished, exit code 0" in ln for ln in lines)  # its output
-    assert all(ln.startswith(("[mpwatch ", "20")) for ln in lines), lines  # whole lines, none cut into another
+    # whole lines, none cut into another
+    assert all(ln.startswith(("[mpwatch ", "20")) for ln in lines), lines

@@ -26,7 +26,8 @@ def test_the_ssh_command_line():
     assert "BatchMode=yes" in argv and argv[-3:-1] == ["--", "ana@gpu-3"]
     assert shlex.split(argv[-1]) == ["~/venv/bin/mpwatch", "bridge", "run; rm -rf ~"]
     assert argv[-1].startswith("~/venv/bin/mpwatch bridge ")  # ~ left for the remote shell to expand
-    assert Transport.from_settings(None, "python3 -m mpwatch").argv("h", [])[-1] == "python3 -m mpwatch bridge"
+    t = Transport.from_settings(None, "python3 -m mpwatch")
+    assert t.argv("h", [])[-1] == "python3 -m mpwatch bridge"
 
 
 def test_mpwatch_ssh_names_the_ssh_command(monkeypatch):

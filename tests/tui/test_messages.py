@@ -14,7 +14,8 @@ def own_messages() -> list[type[Message]]:
     for mod in pkgutil.walk_packages(mpwatch.tui.__path__, "mpwatch.tui."):
         for obj in vars(importlib.import_module(mod.name)).values():
             for cls in [obj, *vars(obj).values()] if isinstance(obj, type) else []:
-                if isinstance(cls, type) and issubclass(cls, Message) and cls.__module__.startswith("mpwatch."):
+                if isinstance(cls, type) and issubclass(cls, Message) \
+                        and cls.__module__.startswith("mpwatch"):
                     found[f"{cls.__module__}.{cls.__qualname__}"] = cls
     return list(found.values())
 
