@@ -25,7 +25,7 @@ from pathlib import Path
 
 from bench import measure
 from bench.harness import row
-from mpwatch.probes.gpu import FAKE_ENV, open_backend
+from mpwatch.probes.gpu import open_backend
 from mpwatch.contract.status import CudaView
 from mpwatch.rundir.writer import RunStore
 from mpwatch.supervisor.gpu.watch import PROCS_EVERY, GpuWatch
@@ -70,8 +70,7 @@ def fake_ticks(n: int) -> tuple[list[float], list[float], int]:
                                   "inactive_split": 1 << 30} for i in range(NGPUS)]
         infos = [RankInfo(i, k.pid, True, True, [], views[i]) for i, k in enumerate(kids)]
         watch = GpuWatch(1.0, workers=lambda: infos, emit=lambda rank, **f: None, env={},
-                                   opener=lambda env: open_backend({FAKE_ENV: str(path)}),
-                                   timeline=RunStore(tmp))
+                         opener=lambda _: open_backend(str(path)), timeline=RunStore(tmp))
         if not watch.open():
             raise RuntimeError(watch.status)
         _time_ticks(watch, 10)  # warm the psutil caches, as a running poller has them
@@ -124,12 +123,12 @@ def _fake_rows(n: int) -> list[dict[str, object]]:
 
 
 def _real_rows(n: int) -> list[dict[str, object]]:
-    backend, why = open_backend({})
+    backend, why = open_backend(None)
     if backend is None:
         return [row("GPU poller: one tick, real NVML", note=f"skipped: {why}")]
     backend.shutdown()
     watch = GpuWatch(1.0, workers=list, emit=lambda rank, **f: None, env={},
-                               opener=lambda env: open_backend({}))
+                     opener=lambda _: open_backend(None))
     if not watch.open() or watch.probe is None:
         return [row("GPU poller: one tick, real NVML", note=f"skipped: {watch.status}")]
     try:

@@ -1,8 +1,9 @@
 """mpwatch RUN | attach | show | ls | summary | prune | ctl | bridge: the command line's entry point.
 
-main() dispatches to one module per job and keeps the two rules every command shares:
-a bad input ends in one line on stderr and exit code 2, and output into a pipe that
-closed (`| head`) ends quietly. Imports stay lazy: `mpwatch --help` and `mpwatch ctl`
+main() dispatches to one module per job and keeps the rules every command shares: the
+MPWATCH_* switches are read once, here (settings.Settings), and handed to the command; a
+bad input (a flag, a switch) ends in one line on stderr and exit code 2; output into a
+pipe that closed (`| head`) ends quietly. Imports stay lazy: `mpwatch --help` and `mpwatch ctl`
 start fast and never load torch or textual; the supervisor is imported only to run one,
 the TUI only to show one. Runs on the main thread of the `mpwatch` process.
 """
@@ -14,10 +15,12 @@ import sys
 from collections.abc import Callable, Sequence
 
 from mpwatch.cli.args import UsageError, ctl_parser, die, run_parser
+from mpwatch.settings import Settings, SettingsError
 
 __all__ = ["UsageError", "ctl_parser", "main", "run_parser"]
 
 # subcommand -> "module:function"; each function takes the arguments after the subcommand
+# and the settings
 SUBCOMMANDS = {
     "ls": "mpwatch.cli.listing:cmd_ls",
     "attach": "mpwatch.cli.live:cmd_attach",
@@ -31,16 +34,16 @@ SUBCOMMANDS = {
 SIGPIPE_EXIT = 141  # what a shell shows for a process ended by SIGPIPE, as `yes | head` does
 
 
-def _command(argv: list[str]) -> Callable[[], int]:
+def _command(argv: list[str]) -> Callable[[Settings], int]:
     if argv and argv[0] in SUBCOMMANDS:
         modname, fname = SUBCOMMANDS[argv[0]].split(":")
-        fn: Callable[[list[str]], int] = getattr(importlib.import_module(modname), fname)
+        fn: Callable[[list[str], Settings], int] = getattr(importlib.import_module(modname), fname)
         rest = argv[1:]
-        return lambda: fn(rest)
-    ns = run_parser().parse_args(argv)
+        return lambda settings: fn(rest, settings)
+    ns = run_parser().parse_args(argv)  # a bad command line is said before a bad switch
     from mpwatch.cli.launch import cmd_run
 
-    return lambda: cmd_run(ns)
+    return lambda settings: cmd_run(ns, settings)
 
 
 def _silence_stdout() -> None:
@@ -56,8 +59,9 @@ def _silence_stdout() -> None:
 
 def _run(args: list[str]) -> int:
     try:
-        code = _command(args)()
-    except UsageError as exc:
+        command = _command(args)
+        code = command(Settings.from_env())
+    except (UsageError, SettingsError) as exc:
         code = die(str(exc))
     except KeyboardInterrupt:
         code = 130

@@ -12,6 +12,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from mpwatch.cli.args import die
 from mpwatch.contract.status import Status
+from mpwatch.settings import Settings
 from mpwatch.sources.local import Client, ClientError, Requests
 from mpwatch.sources.multinode.source import LocalLink, MergedSource, NoNodeYet
 from mpwatch.sources.remote.client import RemoteClient, Transport, parse_target
@@ -65,17 +66,19 @@ def connect(targets: list[str], transport: Transport) -> MergedSource:
     return source
 
 
-def attach_nodes(targets: list[str], remote_mpwatch: str | None, mouse: bool = True) -> int:
+def attach_nodes(targets: list[str], remote_mpwatch: str | None, settings: Settings,
+                 mouse: bool = True) -> int:
     try:
         from mpwatch.tui.app import MpwatchApp
+        from mpwatch.tui.render import glyphs
     except ImportError:
         return die("the TUI is not installed (pip install textual); use 'mpwatch ctl --host HOST status'")
     try:
-        source = connect(targets, Transport.from_env(remote_mpwatch))
+        source = connect(targets, Transport.from_settings(settings, remote_mpwatch))
     except ClientError as exc:
         return die(str(exc))
     try:
-        outcome = MpwatchApp(source, None).run(mouse=mouse)
+        outcome = MpwatchApp(source, None, glyphs=glyphs.pick(ascii_only=settings.ascii)).run(mouse=mouse)
         if outcome is not None and outcome.kind == "stopped" and outcome.exit_code is None:
             return _wait_stopped(source)
     finally:

@@ -26,6 +26,7 @@ from mpwatch import __version__
 from mpwatch.cli.args import Parser
 from mpwatch.contract import protocol
 from mpwatch.rundir import reader, registry
+from mpwatch.settings import Settings
 from mpwatch.sources.local import Client, ClientError
 from mpwatch.sources.remote import wire
 
@@ -143,7 +144,7 @@ def _hello(v: int, **fields: object) -> bytes:
                         "host": socket.gethostname(), "user": getpass.getuser(), **fields})
 
 
-def cmd_bridge(argv: list[str]) -> int:
+def cmd_bridge(argv: list[str], settings: Settings) -> int:
     p = Parser(prog="mpwatch bridge", description=(
         "Serve a live run's control protocol on stdin/stdout, for 'ssh HOST mpwatch bridge RUN' "
         "(mpwatch attach HOST:RUN, ctl --host, ls --host start it; not meant to be typed)."))

@@ -15,11 +15,12 @@ from typing import TYPE_CHECKING
 
 from mpwatch.cli import slurm
 from mpwatch.cli.args import UsageError, die, no_effect, relayed_flags
+from mpwatch.settings import Settings
 
 if TYPE_CHECKING:
     from mpwatch.supervisor.options import Launch, NodesOptions, Options
 
-Launcher = Callable[[argparse.Namespace, "Options"], int]
+Launcher = Callable[[argparse.Namespace, "Options", Settings], int]
 
 STATIC_PORT = 29500  # torchrun's --master-port default
 C10D_PORT = 29400  # torch's c10d rendezvous backend's default port
@@ -168,7 +169,7 @@ def options(ns: argparse.Namespace, env: Mapping[str, str]) -> Options:
         supervisor_flags=relayed_flags(ns))
 
 
-def cmd_run(ns: argparse.Namespace) -> int:
+def cmd_run(ns: argparse.Namespace, settings: Settings) -> int:
     opts = options(ns, os.environ)
     from mpwatch.rundir import registry
 
@@ -186,9 +187,9 @@ def cmd_run(ns: argparse.Namespace) -> int:
     if not ns.headless and not ns.supervise_only:
         tui = _tui_launcher()
         if tui is not None:
-            return tui(ns, opts)
+            return tui(ns, opts, settings)
     try:
-        run = Run(opts, status_out=Reporter())
+        run = Run(opts, status_out=Reporter(), settings=settings)
         run.setup()  # every RunError comes before it holds anything (the supervisor branch: it releases)
     except registry.RunError as exc:
         return die(str(exc))

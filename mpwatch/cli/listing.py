@@ -11,6 +11,7 @@ from pathlib import Path
 
 from mpwatch.cli.args import Parser, die
 from mpwatch.rundir import layout, postmortem, reader, registry
+from mpwatch.settings import Settings
 from mpwatch.text import fmt
 
 
@@ -58,7 +59,7 @@ def _print_all(rows: list[postmortem.RunListing]) -> None:
               f"{r['nprocs'] if r['nprocs'] is not None else '?':>7}  {ended_text(r)[:40]:40}  {r['run_dir']}")
 
 
-def cmd_ls(argv: list[str]) -> int:
+def cmd_ls(argv: list[str], settings: Settings) -> int:
     p = Parser(prog="mpwatch ls", description="List live runs of this user; with --all, finished ones too.")
     p.add_argument("--json", action="store_true")
     p.add_argument("--all", action="store_true",
@@ -69,7 +70,7 @@ def cmd_ls(argv: list[str]) -> int:
                    help="the mpwatch command on HOST, where a non-interactive ssh shell does not find it")
     ns = p.parse_args(argv)
     if ns.host is not None or ns.remote_mpwatch:
-        return _ls_host(ns)
+        return _ls_host(ns, settings)
     if ns.folders and not ns.all:
         return die("folders are looked in with --all only (mpwatch ls --all DIR...)")
     for f in ns.folders:
@@ -89,7 +90,7 @@ def cmd_ls(argv: list[str]) -> int:
     return _print_live(entries, ns.json)
 
 
-def _ls_host(ns: argparse.Namespace) -> int:
+def _ls_host(ns: argparse.Namespace, settings: Settings) -> int:
     if ns.host is None:
         return die("--remote-mpwatch goes with --host")
     if ns.all or ns.folders:
@@ -98,7 +99,7 @@ def _ls_host(ns: argparse.Namespace) -> int:
     from mpwatch.sources.remote.client import Transport, remote_runs
 
     try:
-        entries = remote_runs(ns.host, Transport.from_env(ns.remote_mpwatch))
+        entries = remote_runs(ns.host, Transport.from_settings(settings, ns.remote_mpwatch))
     except ClientError as exc:
         return die(str(exc))
     return _print_live(entries, ns.json, f" on {ns.host}")

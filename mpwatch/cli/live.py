@@ -12,13 +12,14 @@ from typing import TYPE_CHECKING
 from mpwatch.cli.args import ACTIONS, Parser, ctl_parser, die
 
 if TYPE_CHECKING:  # the client modules load lazily: `ctl logs` needs none of them
+    from mpwatch.settings import Settings
     from mpwatch.sources.local import Requests
 
 REMOTE_HELP = ("the mpwatch command on the other machine, where a non-interactive ssh shell "
                "does not find it (default: mpwatch)")
 
 
-def cmd_attach(argv: list[str]) -> int:
+def cmd_attach(argv: list[str], settings: Settings) -> int:
     p = Parser(prog="mpwatch attach", description=(
         "Open the TUI on a live run, here or on other machines over ssh (HOST:RUN). Attaching to one "
         "node of a multi-node run opens every node; a run that has ended opens as with 'mpwatch show'."))
@@ -33,7 +34,7 @@ def cmd_attach(argv: list[str]) -> int:
     if len(ns.targets) > 1 or remote or ns.remote_mpwatch:
         from mpwatch.cli.attach_nodes import attach_nodes
 
-        return attach_nodes(ns.targets, ns.remote_mpwatch, mouse=not ns.no_mouse)
+        return attach_nodes(ns.targets, ns.remote_mpwatch, settings, mouse=not ns.no_mouse)
     from mpwatch.sources.local import Client, ClientError
 
     try:
@@ -42,20 +43,20 @@ def cmd_attach(argv: list[str]) -> int:
         from mpwatch.cli.show import ended_run_dir, show
 
         ended = ended_run_dir(ns.targets[0] if ns.targets else None)
-        return show(ended, mouse=not ns.no_mouse) if ended is not None else die(str(exc))
+        return show(ended, settings, mouse=not ns.no_mouse) if ended is not None else die(str(exc))
     from mpwatch.cli.attach_nodes import has_peers
 
     if has_peers(client):  # one node of a multi-node run: show them all
         client.close()
         from mpwatch.cli.attach_nodes import attach_nodes
 
-        return attach_nodes([str(client.handle.run_dir)], None, mouse=not ns.no_mouse)
+        return attach_nodes([str(client.handle.run_dir)], None, settings, mouse=not ns.no_mouse)
     try:
         from mpwatch.cli.tui_launch import attach_tui
     except ImportError:
         client.close()
         return die("the TUI is not installed (pip install textual); use 'mpwatch ctl status'")
-    code: int = attach_tui(client, mouse=not ns.no_mouse)
+    code: int = attach_tui(client, settings, mouse=not ns.no_mouse)
     return code
 
 
@@ -66,17 +67,17 @@ def _ctl_parser() -> Parser:
     return p
 
 
-def _connect(run: str | None, host: str | None, remote_mpwatch: str | None) -> Requests:
+def _connect(run: str | None, host: str | None, remote_mpwatch: str | None, settings: Settings) -> Requests:
     if host is None:
         from mpwatch.sources.local import Client
 
         return Client.connect(run)
     from mpwatch.sources.remote.client import RemoteClient, Target, Transport
 
-    return RemoteClient(Target(host, run), Transport.from_env(remote_mpwatch))
+    return RemoteClient(Target(host, run), Transport.from_settings(settings, remote_mpwatch))
 
 
-def cmd_ctl(argv: list[str]) -> int:
+def cmd_ctl(argv: list[str], settings: Settings) -> int:
     ns = _ctl_parser().parse_args(argv)
     if ns.remote_mpwatch and not ns.host:
         return die("--remote-mpwatch goes with --host")
@@ -89,7 +90,7 @@ def cmd_ctl(argv: list[str]) -> int:
     from mpwatch.sources.local import ClientError
 
     try:
-        client = _connect(ns.run, ns.host, ns.remote_mpwatch)
+        client = _connect(ns.run, ns.host, ns.remote_mpwatch, settings)
     except ClientError as exc:
         return die(str(exc))
     try:

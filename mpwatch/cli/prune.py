@@ -13,6 +13,7 @@ from pathlib import Path
 
 from mpwatch.cli.args import Parser, UsageError, count, days, die
 from mpwatch.rundir import layout, postmortem, reader, registry
+from mpwatch.settings import Settings
 from mpwatch.text import fmt
 
 DAY_S = 86400.0
@@ -74,7 +75,7 @@ def doomed(runs: list[postmortem.RunListing], keep: int | None, older_than: floa
     return out
 
 
-def cmd_prune(argv: list[str]) -> int:
+def cmd_prune(argv: list[str], settings: Settings) -> int:
     p = Parser(prog="mpwatch prune", description="Remove old run directories of this user (never a live one).")
     p.add_argument("--keep", type=count, metavar="N", help="keep the N newest runs of each folder")
     p.add_argument("--older-than", type=days, metavar="DAYS", help="remove only runs started more than DAYS ago")

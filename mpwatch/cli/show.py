@@ -7,9 +7,10 @@ from pathlib import Path
 
 from mpwatch.cli.args import Parser, die
 from mpwatch.rundir import reader, registry
+from mpwatch.settings import Settings
 
 
-def cmd_show(argv: list[str]) -> int:
+def cmd_show(argv: list[str], settings: Settings) -> int:
     p = Parser(prog="mpwatch show", description="Open the TUI on a run's files, live or finished, and step "
                                                 "through what happened (read-only).")
     p.add_argument("run", nargs="?", metavar="RUN",
@@ -20,10 +21,10 @@ def cmd_show(argv: list[str]) -> int:
         path = registry.find_run_dir(ns.run)
     except registry.RunError as exc:
         return die(str(exc))
-    return show(path, mouse=not ns.no_mouse)
+    return show(path, settings, mouse=not ns.no_mouse)
 
 
-def show(path: Path, mouse: bool = True) -> int:
+def show(path: Path, settings: Settings, mouse: bool = True) -> int:
     """Replay the run directory at `path` in the TUI; 2 (and one line) when it is none."""
     try:
         from mpwatch.sources.replay import ReplaySource
@@ -32,10 +33,11 @@ def show(path: Path, mouse: bool = True) -> int:
     except reader.NotARunDir as exc:
         return die(str(exc))
     try:
+        from mpwatch.tui.render import glyphs
         from mpwatch.tui.replay_app import ReplayApp
     except ImportError:
         return die(f"the TUI is not installed (pip install textual); use 'mpwatch summary {path}'")
-    ReplayApp(source).run(mouse=mouse)
+    ReplayApp(source, glyphs=glyphs.pick(ascii_only=settings.ascii)).run(mouse=mouse)
     return 0
 
 

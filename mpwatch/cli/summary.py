@@ -11,6 +11,7 @@ from mpwatch.cli.args import Parser, die
 from mpwatch.cli.listing import ended_text
 from mpwatch.contract.status import ALIVE_STATES
 from mpwatch.rundir import layout, postmortem, reader, registry
+from mpwatch.settings import Settings
 from mpwatch.text import fmt
 
 MAX_STALLS = 8  # one screen: the rest are counted
@@ -115,7 +116,7 @@ def summary_lines(s: postmortem.Summary) -> list[str]:
     return out
 
 
-def cmd_summary(argv: list[str]) -> int:
+def cmd_summary(argv: list[str], settings: Settings) -> int:
     p = Parser(prog="mpwatch summary", description="What a run came to, from its directory.")
     p.add_argument("run", metavar="RUN", help="a run id (see 'mpwatch ls --all') or a run directory")
     p.add_argument("--json", action="store_true")

@@ -1,7 +1,8 @@
 """The CLI's ways into the TUI: `mpwatch SCRIPT` and `mpwatch attach`.
 
 `launch_with_tui` starts the supervisor as its own detached process (own session, stdin
-from /dev/null, output to <run_dir>/supervisor.log), then shows it like an attach: losing
+from /dev/null, output to <run_dir>/supervisor.log, the file where its logger appends the
+tracebacks of the bugs it caught: supervisor.errors), then shows it like an attach: losing
 the terminal ends only the TUI, never the run.
 """
 from __future__ import annotations
@@ -15,6 +16,7 @@ from typing import TYPE_CHECKING, Protocol
 
 from mpwatch.rundir import layout, registry, writer
 from mpwatch.rundir.textfiles import read_json, tail_lines
+from mpwatch.settings import Settings
 
 if TYPE_CHECKING:
     from mpwatch.sources.local import Client
@@ -57,7 +59,7 @@ def _tail(path: Path, n: int = 8) -> str:
     return ("; last lines of " + str(path) + ":\n  " + "\n  ".join(lines)) if lines else ""
 
 
-def launch_with_tui(ns: argparse.Namespace, opts: LaunchOptions) -> int:
+def launch_with_tui(ns: argparse.Namespace, opts: LaunchOptions, settings: Settings) -> int:
     try:
         run_id = opts.run_id or registry.new_run_id(opts.script)
     except registry.RunError as exc:
@@ -92,14 +94,16 @@ def launch_with_tui(ns: argparse.Namespace, opts: LaunchOptions) -> int:
         client = Client.connect(str(run_dir))
     except ClientError as exc:
         return _die(f"{exc}" + _tail(sup_log))
-    return attach_tui(client, mouse=not ns.no_mouse, supervisor=sup)
+    return attach_tui(client, settings, mouse=not ns.no_mouse, supervisor=sup)
 
 
-def attach_tui(client: Client, mouse: bool = True, supervisor: subprocess.Popen[bytes] | None = None) -> int:
+def attach_tui(client: Client, settings: Settings, mouse: bool = True,
+               supervisor: subprocess.Popen[bytes] | None = None) -> int:
     from mpwatch.tui.app import MpwatchApp
+    from mpwatch.tui.render import glyphs
 
     handle = client.handle
-    app = MpwatchApp(client, handle.run_dir)
+    app = MpwatchApp(client, handle.run_dir, glyphs=glyphs.pick(ascii_only=settings.ascii))
     try:
         outcome = app.run(mouse=mouse)
     finally:

@@ -9,20 +9,17 @@ counter or a lost GPU never stops the poller. Handles, names and UUIDs are got o
 
 Backends:
 - `NvmlBackend`: the official bindings (package nvidia-ml-py, `import pynvml`).
-- `FakeBackend` (testing.scripted_nvml): TEST-ONLY. Selected by the environment variable
-  MPWATCH_FAKE_NVML=<path to a JSON scenario>; see its docstring for the format.
+- `FakeBackend` (testing.scripted_nvml): TEST-ONLY. Selected by a scenario's path, the
+  MPWATCH_FAKE_NVML setting (settings.Settings.fake_nvml); see its docstring for the format.
 - no backend: `open_backend()` returns a one-line reason instead ("NVML library not
   found ...", "no NVIDIA GPU found", "driver/bindings mismatch: ...").
 """
 from __future__ import annotations
 
-import os
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
-
-FAKE_ENV = "MPWATCH_FAKE_NVML"
 
 ProcList = list[tuple[int, "int | None"]]  # [(pid, used bytes or None where the driver cannot tell)]
 
@@ -252,16 +249,15 @@ def _missing_function(nv: object, exc: BaseException) -> bool:
             and getattr(exc, "value", None) == getattr(nv, "NVML_ERROR_FUNCTION_NOT_FOUND", None))
 
 
-def open_backend(env: Mapping[str, str] | None = None) -> tuple[Backend | None, str | None]:
-    """(backend, None) ready to sample, or (None, one-line reason)."""
-    env = os.environ if env is None else env
+def open_backend(scenario: str | None = None) -> tuple[Backend | None, str | None]:
+    """(backend, None) ready to sample, or (None, one-line reason); scenario: a scripted
+    NVML's (TEST-ONLY), else the real one."""
     backend: Backend
     try:
-        fake = env.get(FAKE_ENV)
-        if fake:
+        if scenario:
             from mpwatch.testing.scripted_nvml import FakeBackend  # TEST-ONLY
 
-            backend = FakeBackend(fake)
+            backend = FakeBackend(scenario)
         else:
             try:
                 backend = NvmlBackend()

@@ -23,6 +23,7 @@ from typing import TypedDict
 
 from mpwatch.contract.coerce import as_float
 from mpwatch.rundir import layout, textfiles
+from mpwatch.settings import Settings
 
 DEFAULT_RUNS = Path(layout.RUNS_FOLDER)  # where a run's directory goes, relative to its cwd
 
@@ -31,13 +32,14 @@ class RunError(Exception):
     """A RUN that cannot be used; its message is the one line the user sees."""
 
 
-def runtime_dir() -> Path:
+def runtime_dir(tmpdir: Path | None = None) -> Path:
+    """tmpdir: where it goes without a usable XDG_RUNTIME_DIR (None: the settings' MPWATCH_TMPDIR)."""
     base = os.environ.get("XDG_RUNTIME_DIR")
     uid = os.getuid()
     if base and os.path.isdir(base) and os.access(base, os.W_OK):
         path = Path(base) / "mpwatch"
     else:
-        path = Path(os.environ.get("MPWATCH_TMPDIR", "/tmp")) / f"mpwatch-{uid}"
+        path = (Settings.from_env().tmpdir if tmpdir is None else tmpdir) / f"mpwatch-{uid}"
     try:
         path.mkdir(mode=0o700, exist_ok=True)
         (path / "runs").mkdir(mode=0o700, exist_ok=True)

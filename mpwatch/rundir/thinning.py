@@ -19,27 +19,22 @@ from __future__ import annotations
 import json
 import time
 from array import array
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from pathlib import Path
 from typing import BinaryIO
 
 from mpwatch.contract.status import Event
 from mpwatch.rundir import eventlines
 
-DEFAULT_CAP_MB = 128.0  # about 3.5 hours of 64 ranks at full detail, 10 days of one rank
 MIN_CAP = 16 * 1024
 TARGET = 0.75  # a pass leaves the file under this share of the cap
 MIN_REPORTS = 8  # a series this short is left alone
 NOTABLE = -1  # the kind of a line that is no report (always kept)
 
 
-def cap_from_env(env: Mapping[str, str]) -> int:
-    """MPWATCH_EVENTS_MB in bytes (a bad value: the default)."""
-    try:
-        mb = float(env.get("MPWATCH_EVENTS_MB", DEFAULT_CAP_MB))
-    except ValueError:
-        mb = DEFAULT_CAP_MB
-    return max(int((mb if mb == mb and mb > 0 else DEFAULT_CAP_MB) * (1 << 20)), MIN_CAP)
+def cap_bytes(mb: float) -> int:
+    """The cap (settings.Settings.events_mb, MB) in bytes, at least MIN_CAP."""
+    return max(int(mb * (1 << 20)), MIN_CAP)
 
 
 class _Index:

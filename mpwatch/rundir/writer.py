@@ -32,6 +32,7 @@ from typing import IO, Any, BinaryIO, TextIO
 
 from mpwatch.contract.status import Event
 from mpwatch.rundir import eventlines, layout, textfiles, thinning
+from mpwatch.settings import Settings
 
 APPEND = os.O_WRONLY | os.O_APPEND
 TRUNCATE = os.O_WRONLY | os.O_TRUNC
@@ -55,7 +56,7 @@ def make_run_dir(path: Path) -> None:
 
 def open_supervisor_log(run_dir: Path) -> BinaryIO:
     """supervisor.log, appended to: where the TUI's launch sends a supervisor's output."""
-    return os.fdopen(_create(run_dir / layout.SUPERVISOR_LOG, APPEND), "ab")
+    return os.fdopen(_create(run_dir / layout.SUPERVISOR_LOG, APPEND | os.O_NOFOLLOW, 0o600), "ab")
 
 
 def _replace(path: Path, lines: Iterable[str], mode: int = 0o644) -> None:
@@ -77,8 +78,10 @@ class RunStore:
         self._events: IO[str] | None = None
         self.disk_error: str | None = None
         self.events_written = 0
-        # events.jsonl's cap in bytes (None: MPWATCH_EVENTS_MB), its size, and its thinning
-        self.events_cap = thinning.cap_from_env(os.environ) if events_cap is None else events_cap
+        # events.jsonl's cap in bytes (None: the settings' MPWATCH_EVENTS_MB), its size, and its thinning
+        if events_cap is None:
+            events_cap = thinning.cap_bytes(Settings.from_env().events_mb)
+        self.events_cap = events_cap
         self.events_size = 0
         self.thinned = 0  # thinning passes so far
         self._thin_at = self.events_cap  # the size that starts the next pass

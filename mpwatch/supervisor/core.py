@@ -23,6 +23,7 @@ Nothing here blocks on a worker: kills are deadlines checked each tick.
 """
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import threading
@@ -33,8 +34,9 @@ from typing import Any
 
 from mpwatch.contract import protocol
 from mpwatch.contract.status import Event, RunState, State, Status
-from mpwatch.rundir import layout, records, registry, textfiles, writer
-from mpwatch.supervisor import snapshot, spawn
+from mpwatch.rundir import layout, records, registry, textfiles, thinning, writer
+from mpwatch.settings import Settings
+from mpwatch.supervisor import errors, snapshot, spawn
 from mpwatch.supervisor.diagnose.dumps import Dumper
 from mpwatch.supervisor.diagnose.sampler import Sampler
 from mpwatch.supervisor.diagnose.stall_watch import StallWatch
@@ -61,10 +63,12 @@ DRAIN_S = 0.5
 
 
 class Run:
-    def __init__(self, opts: Options, status_out: Reporter | None = None):
-        """Names the run and builds its rooms; starts nothing. Raises registry.RunError
-        when there is no usable runtime directory."""
+    def __init__(self, opts: Options, status_out: Reporter | None = None, settings: Settings | None = None):
+        """Names the run and builds its rooms; starts nothing. settings: the MPWATCH_* switches
+        the CLI read (None: read them now). Raises registry.RunError when there is no usable
+        runtime directory."""
         self.opts = opts
+        self.settings = settings or Settings.from_env()
         self.status_out = status_out  # a headless Reporter, or None
         self.lock = threading.RLock()
         self.workers: dict[int, Worker] = {}
@@ -77,15 +81,16 @@ class Run:
         self.restarts_total = 0
         self._signals: list[int] = []
         self._registered = False
+        self._log_file: logging.Handler | None = None  # supervisor.log (supervisor.errors)
         self.run_id = opts.run_id or registry.new_run_id(opts.script)
         self.run_dir = Path(opts.run_dir) if opts.run_dir else layout.default_run_dir(opts.cwd, self.run_id)
-        rt = registry.runtime_dir()
-        self.store = writer.RunStore(self.run_dir)
+        rt = registry.runtime_dir(self.settings.tmpdir)
+        self.store = writer.RunStore(self.run_dir, thinning.cap_bytes(self.settings.events_mb))
         self.log = EventLog(self.store, status_out)
         self.groups = ProcessGroups(self.workers, self.lock, self.log)
         self.ledger = ReportLedger(self.workers, self.lock, self.log)
         self.hub = ChannelHub(str(rt / f"{self.run_id}.chan"), self.authkey, self.ledger)
-        self.dumper = Dumper(self.store, self.lock, self.log)
+        self.dumper = Dumper(self.store, self.lock, self.log, self.settings)
         self.gpu = GpuWatch.for_run(self)  # NVML starts on its own thread (setup): never waited on
         self.commands = Commands(self, self.workers, self.lock, opts, self.store, self.log, self.dumper, self.gpu)
         self.control = ControlServer(str(rt / f"{self.run_id}.ctl"), self.authkey, self.commands.dispatch)
@@ -112,6 +117,9 @@ class Run:
             self.store.create()
         except OSError as exc:
             raise registry.RunError(f"cannot create run directory {run_dir}: {exc.strerror}") from None
+        self._log_file = errors.attach(run_dir)
+        errors.LOG.info("run %s: supervisor pid %d, %d worker(s) of %s", self.run_id, os.getpid(), o.nprocs,
+                        o.script)
         self.groups.start_watchdog()
         self.hub.start()
         self.control.start()
@@ -143,7 +151,8 @@ class Run:
             o, rank, self.world, self.master_port, self.run_id, restarts=0 if w is None else w.restarts)
         env = spawn.worker_env(os.environ, place, channel=self.hub.address, authkey=self.authkey, run_id=self.run_id,
                                rank_dir=paths.dir, stack_file=paths.stack_file, virtual_local_rank=o.virtual_local_rank,
-                               flush_s=protocol.flush_interval(self.world, o.stall_timeout))
+                               flush_s=protocol.flush_interval(self.world, o.stall_timeout),
+                               nccl_flight=self.settings.nccl_flight)
         try:
             with self.store.open_log(rank, "stdout") as out, self.store.open_log(rank, "stderr") as err:
                 proc = spawn.start_worker(spawn.command(o.launch, o.script, o.args), env, out, err, cwd=o.cwd)
@@ -161,7 +170,8 @@ class Run:
         with self.lock:
             w = self.workers.get(rank)
             if w is None:
-                self.workers[rank] = Worker(rank, attempt, state, why, self.log, **fields)
+                strict = self.settings.strict_states
+                self.workers[rank] = Worker(rank, attempt, state, why, self.log, strict=strict, **fields)
             else:
                 w.begin(attempt, state, why, **fields)
 
@@ -233,7 +243,8 @@ class Run:
         return self.groups.kill(w, reason, self.opts.grace)
 
     def resize(self, n: int) -> str:
-        """The `resize` command (main thread, supervisor.resize): raises ValueError when it cannot."""
+        """The `resize` command (main thread, supervisor.resize): raises errors.CommandError when it
+        cannot."""
         return self.resizing.begin(n)
 
     # ------------------------------------------------------------ the loop ----
@@ -322,6 +333,10 @@ class Run:
         self.groups.close()
         self.store.flush()
         self.store.close()
+        if self._log_file is not None:
+            errors.LOG.info("run %s: ended with exit code %s", self.run_id, self.exit_code)
+            errors.detach(self._log_file)
+            self._log_file = None
 
     # ------------------------------------------------------------- readers ----
     def event(self, name: Event | str, rank: int | None = None, **fields: Any) -> dict[str, Any]:

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 
 from mpwatch.contract.status import Event, RunState
 from mpwatch.supervisor import spawn
+from mpwatch.supervisor.errors import CommandError
 
 if TYPE_CHECKING:
     from mpwatch.supervisor.core import Run
@@ -20,15 +21,16 @@ class Resize:
         self.to: int | None = None  # the size being reached, until it is
 
     def begin(self, n: int) -> str:
-        """What the command replies; raises ValueError when the run cannot be resized."""
+        """What the command replies; raises CommandError when the run cannot be resized."""
         run = self.run
         if run.state is not RunState.RUNNING:
-            raise ValueError(f"cannot resize while the run is {run.state}")
+            raise CommandError(f"cannot resize while the run is {run.state}")
         if run.nodes is not None:
-            raise ValueError("a run on several nodes keeps its size (torch's rendezvous fixed every node's ranks)")
+            raise CommandError("a run on several nodes keeps its size "
+                               "(torch's rendezvous fixed every node's ranks)")
         cur = len(run.workers)
         if n == cur:
-            raise ValueError(f"the run already has {n} workers")
+            raise CommandError(f"the run already has {n} workers")
         if run.opts.resize_mode == "independent":
             if n > cur:
                 run.world = n

@@ -79,8 +79,10 @@ def visible_device(base: Mapping[str, str], local_rank: int) -> str:
 
 
 def worker_env(base: Mapping[str, str], place: Placement, *, channel: str, authkey: bytes, run_id: str,
-               rank_dir: Path, stack_file: Path, flush_s: float, virtual_local_rank: bool = False) -> dict[str, str]:
-    """torchrun's variables, ours, and the NCCL flight recorder's when it is switched on.
+               rank_dir: Path, stack_file: Path, flush_s: float, virtual_local_rank: bool = False,
+               nccl_flight: bool = False) -> dict[str, str]:
+    """torchrun's variables, ours, and the NCCL flight recorder's when it is switched on
+    (settings.Settings.nccl_flight).
     MPWATCH_RANK is the supervisor's own key for the worker: its local rank."""
     env = dict(base)
     env.update(place.torchrun_env())
@@ -103,7 +105,7 @@ def worker_env(base: Mapping[str, str], place: Placement, *, channel: str, authk
     # is installed, and a repository root here could shadow the user's packages.
     paths = [INJECT_DIR] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
     env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(paths))
-    return flight.apply(env, rank_dir) if flight.enabled(base) else env
+    return flight.apply(env, rank_dir) if nccl_flight else env
 
 
 def start_worker(argv: list[str], env: Mapping[str, str], stdout: IO[bytes], stderr: IO[bytes],

@@ -27,6 +27,7 @@ import os
 import time
 from collections.abc import Callable
 
+from mpwatch.contract import protocol
 from mpwatch.probes.gpu import GpuUnavailable, NotSupported, ProcList
 
 Obj = dict[str, object]
@@ -167,7 +168,7 @@ def resolve_fake_pid(spec: object) -> int | None:
         return None
     for k in kids:
         try:
-            if k.environ().get("MPWATCH_RANK") != want:
+            if k.environ().get(protocol.ENV_RANK) != want:
                 continue
             if sub == "child":
                 grand = k.children()

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple
 
@@ -15,6 +16,7 @@ from textual.app import App
 from textual.message import Message
 
 from mpwatch.contract.status import State, Status, WorkerStatus
+from mpwatch.settings import Settings
 from mpwatch.sources.local import ClientError
 from mpwatch.sources.source import Source
 from mpwatch.tui.poller import Poller
@@ -31,12 +33,11 @@ class Outcome(NamedTuple):
     exit_code: int | None
 
 
+@dataclass
 class ActionDone(Message):
-    def __init__(self, text: str, severity: str, then: Callable[[], None] | None = None):
-        super().__init__()
-        self.text = text
-        self.severity = severity
-        self.then = then  # called on the UI thread after the message is shown
+    text: str
+    severity: str
+    then: Callable[[], None] | None = None  # called on the UI thread after the message is shown
 
 
 class RunActions(App[Outcome]):
@@ -46,7 +47,8 @@ class RunActions(App[Outcome]):
         super().__init__()
         self.source = source
         self.run_dir = Path(run_dir) if run_dir else None
-        self.glyphs = glyphs or pick()
+        # the CLI passes the glyphs its settings choose (MPWATCH_ASCII)
+        self.glyphs = glyphs or pick(ascii_only=Settings.from_env().ascii)
         self.status: Status | None = None
         self.live = True
         self.leaving: str | None = None

@@ -45,28 +45,25 @@ class Snapshot:
     taken: float  # monotonic time of the request
 
 
+@dataclass
 class SnapshotReady(Message):
-    def __init__(self, snapshot: Snapshot):
-        super().__init__()
-        self.snapshot = snapshot
+    snapshot: Snapshot
 
 
+@dataclass
 class PollFailed(Message):
     """A poll failed in an unexpected way (a bug, a malformed reply); polling goes on."""
 
-    def __init__(self, why: str):
-        super().__init__()
-        self.why = why
+    why: str
 
 
+@dataclass
 class RunGone(Message):
     """The control socket is gone: final is final.json (None when missing), why says so."""
 
-    def __init__(self, final: Status | None, info: dict[str, Any] | None, why: str):
-        super().__init__()
-        self.final = final
-        self.info = info
-        self.why = why
+    final: Status | None
+    info: dict[str, Any] | None
+    why: str
 
 
 class Poller:

@@ -74,6 +74,28 @@ BAD_OTHER = [
     (["ctl", "--run", "/no/such/dir", "logs", "0"], "no such run: /no/such/dir"),
 ]
 
+# A bad MPWATCH_* value (issue 22 item 7, settings.Settings): one line at the command's start.
+RUN1 = ["--headless", "-n", "1", SCRIPT]
+BAD_ENV = [
+    ({"MPWATCH_EVENTS_MB": "inf"}, RUN1, "MPWATCH_EVENTS_MB=inf: not a finite number"),
+    ({"MPWATCH_EVENTS_MB": "1e400"}, RUN1, "MPWATCH_EVENTS_MB=1e400: not a finite number"),
+    ({"MPWATCH_EVENTS_MB": "abc"}, RUN1[1:], "MPWATCH_EVENTS_MB=abc: not a number"),  # the TUI's way in
+    ({"MPWATCH_GPU_TIMELINE_MB": "inf"}, RUN1, "MPWATCH_GPU_TIMELINE_MB=inf: not a finite number"),
+    ({"MPWATCH_NODE_LOST_S": "abc"}, RUN1, "MPWATCH_NODE_LOST_S=abc: not a number"),
+    ({"MPWATCH_GPU_MEM_ALERT": "250"}, RUN1, "MPWATCH_GPU_MEM_ALERT=250: a fraction (0.9) or a percentage"),
+    ({"MPWATCH_SSH": "ssh -o 'x"}, ["ls", "--host", "gpu-3"], "MPWATCH_SSH=ssh -o 'x: not a command line"),
+    ({"MPWATCH_SSH": "ssh -o 'x"}, ["ctl", "--host", "gpu-3", "status"], "MPWATCH_SSH=ssh -o 'x: not a"),
+    ({"MPWATCH_SSH": "ssh -o 'x"}, ["attach", "gpu-3:run"], "MPWATCH_SSH=ssh -o 'x: not a command line"),
+    ({"MPWATCH_TMPDIR": "relative", "XDG_RUNTIME_DIR": ""}, ["ls"], "MPWATCH_TMPDIR=relative: an absolute"),
+]
+
+
+@pytest.mark.parametrize("env,args,words", BAD_ENV, ids=[f"{min(e)}-{a[0]}" for e, a, _ in BAD_ENV])
+def test_bad_setting_is_one_line_at_start(tmp_path, env, args, words):
+    res = mpwatch(*args, cwd=tmp_path, env={**os.environ, **env})
+    one_line_error(res, words)
+    assert not (tmp_path / "mpwatch-runs").exists(), "nothing is started with a bad setting"
+
 
 @pytest.mark.parametrize("args,words", BAD_RUN_ARGS, ids=[" ".join(a)[-40:] or "none" for a, _ in BAD_RUN_ARGS])
 def test_bad_run_arguments(tmp_path, args, words):

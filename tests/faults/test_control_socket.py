@@ -43,6 +43,7 @@ REFUSED = [
     (b'{"cmd": "resize", "n": 0}', "at least 1"),
     (b'{"cmd": "resize", "n": "2"}', "at least 1"),
     (b'{"cmd": "resize", "n": 2}', "already has 2 workers"),
+    (b'{"cmd": "gpu_timeline", "window": 0}', "'window' must be a number of seconds from 1 to 3600"),
 ]
 
 

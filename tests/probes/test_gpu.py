@@ -58,7 +58,7 @@ def test_a_bindings_mismatch_error_is_named_so():
 def test_real_backend_without_a_driver_gives_the_clear_line():
     if nvml_present():
         pytest.skip("this machine has an NVIDIA driver")
-    backend, why = gpu.open_backend({})
+    backend, why = gpu.open_backend(None)
     assert backend is None
     assert why.startswith("NVML library not found") and "\n" not in why
 
@@ -71,7 +71,7 @@ def test_fake_scenario_drives_every_value(tmp_path):
             {"util_gpu": 80, "util_mem": 30, "temperature": 61, "power_w": 250.25, "extra_used": GiB,
              "processes": [{"pid": 4242, "mem": 2 * GiB}, {"pid": "self", "mem": GiB}]},
             {"mem_used": 5, "processes": []}]}]})
-    backend, why = gpu.open_backend({gpu.FAKE_ENV: path})
+    backend, why = gpu.open_backend(path)
     assert why is None and backend.kind == "fake"
     probe = gpu.GpuProbe(backend)
     probe.open()
@@ -84,7 +84,7 @@ def test_fake_scenario_drives_every_value(tmp_path):
 
 def test_processes_are_only_asked_for_when_due(tmp_path):
     path = scenario(tmp_path, {"gpus": [{}], "frames": [{"gpus": [{"processes": [{"pid": 1, "mem": 1}]}]}]})
-    backend, _ = gpu.open_backend({gpu.FAKE_ENV: path})
+    backend, _ = gpu.open_backend(path)
     probe = gpu.GpuProbe(backend)
     probe.open()
     (s,) = probe.sample(with_processes=False)
@@ -96,7 +96,7 @@ def test_processes_are_only_asked_for_when_due(tmp_path):
 def test_a_failing_call_is_na_for_that_value_only(tmp_path):
     path = scenario(tmp_path, {"gpus": [{"mem_total": GiB}], "frames": [{"gpus": [
         {"util_gpu": 10, "temperature": 50, "fail": ["temperature", "processes", "power"]}]}]})
-    backend, _ = gpu.open_backend({gpu.FAKE_ENV: path})
+    backend, _ = gpu.open_backend(path)
     probe = gpu.GpuProbe(backend)
     probe.open()
     (s,) = probe.sample(with_processes=True)
@@ -126,16 +126,16 @@ def test_frames_follow_the_scenario_clock(tmp_path):
     ([1, 2], "unreadable"),
 ])
 def test_fake_start_failures_are_one_line(tmp_path, data, expect):
-    backend, why = gpu.open_backend({gpu.FAKE_ENV: scenario(tmp_path, data)})
+    backend, why = gpu.open_backend(scenario(tmp_path, data))
     assert backend is None and expect in why and "\n" not in why
 
 
 def test_a_missing_or_broken_scenario_file_is_one_line(tmp_path):
-    backend, why = gpu.open_backend({gpu.FAKE_ENV: str(tmp_path / "nope.json")})
+    backend, why = gpu.open_backend(str(tmp_path / "nope.json"))
     assert backend is None and "unreadable" in why
     bad = tmp_path / "bad.json"
     bad.write_text("{not json")
-    backend, why = gpu.open_backend({gpu.FAKE_ENV: str(bad)})
+    backend, why = gpu.open_backend(str(bad))
     assert backend is None and "unreadable" in why and "\n" not in why
 
 
@@ -245,7 +245,7 @@ def test_a_device_whose_handle_fails_is_skipped_and_said():
 def test_uuids_and_mig_instances_map_to_nvml_indices(tmp_path):
     path = scenario(tmp_path, {"gpus": [{"uuid": "GPU-1111"}, {"uuid": "GPU-2222", "mig": ["MIG-aaaa", "MIG-bbbb"]},
                                         {}]})
-    backend, _ = gpu.open_backend({gpu.FAKE_ENV: path})
+    backend, _ = gpu.open_backend(path)
     probe = gpu.GpuProbe(backend)
     probe.open()
     assert [d.uuid for d in probe.devices] == ["GPU-1111", "GPU-2222", "GPU-fake-2"]
@@ -258,7 +258,7 @@ def test_fake_process_sm_utilization_present_absent_and_failing(tmp_path):
         {"processes": [{"pid": 11, "mem": 1, "sm": 70}, {"pid": 12, "mem": 1}]},
         {"proc_util": False, "processes": [{"pid": 13, "mem": 1, "sm": 5}]},
         {"fail": ["proc_util"], "processes": [{"pid": 14, "mem": 1, "sm": 5}]}]}]})
-    backend, _ = gpu.open_backend({gpu.FAKE_ENV: path})
+    backend, _ = gpu.open_backend(path)
     probe = gpu.GpuProbe(backend)
     probe.open()
     a, b, c = probe.sample(with_processes=True)

@@ -8,8 +8,9 @@ import os
 
 from mpwatch.rundir import layout, reader
 from mpwatch.rundir.eventlines import own_report, report_fields
+from mpwatch.rundir.thinning import MIN_CAP, cap_bytes
 from mpwatch.rundir.writer import RunStore
-from mpwatch.rundir.thinning import MIN_CAP, cap_from_env
+from mpwatch.settings import Settings
 from tests.helpers import wait_for
 
 T0 = 1_700_000_000.0  # in the past: a live run's end is now
@@ -38,11 +39,12 @@ def write_run(store: RunStore, seconds: int, ranks: int = 2) -> None:
             wait_for(lambda: store._thinner is None, 30, what="the thinning pass")
 
 
-def test_the_cap_comes_from_the_environment():
-    assert cap_from_env({}) == 128 << 20
-    assert cap_from_env({"MPWATCH_EVENTS_MB": "2"}) == 2 << 20
-    assert cap_from_env({"MPWATCH_EVENTS_MB": "nonsense"}) == 128 << 20
-    assert cap_from_env({"MPWATCH_EVENTS_MB": "0.000001"}) == MIN_CAP
+def test_the_cap_comes_from_the_settings(tmp_path, monkeypatch):
+    assert cap_bytes(Settings.from_env({}).events_mb) == 128 << 20
+    assert cap_bytes(Settings.from_env({"MPWATCH_EVENTS_MB": "2"}).events_mb) == 2 << 20
+    assert cap_bytes(Settings.from_env({"MPWATCH_EVENTS_MB": "0.000001"}).events_mb) == MIN_CAP
+    monkeypatch.setenv("MPWATCH_EVENTS_MB", "3")
+    assert RunStore(tmp_path).events_cap == 3 << 20  # a store built without a cap reads it
 
 
 def test_events_are_thinned_under_the_cap_and_notable_events_are_never_dropped(tmp_path, monkeypatch):

@@ -249,17 +249,6 @@ def test_an_alert_is_announced_when_it_starts_and_again_only_after_the_cooldown(
     assert all(set(f) >= {"kind", "gpu", "message", "severity", "hint", "short"} for f in r.emitted("outside"))
 
 
-def test_config_from_env_accepts_fraction_or_percent_and_ignores_junk():
-    assert alerts.AlertConfig.from_env({"MPWATCH_GPU_MEM_ALERT": "85"}).mem_high == 0.85
-    assert alerts.AlertConfig.from_env({"MPWATCH_GPU_MEM_ALERT": "0.7"}).mem_high == 0.7
-    assert alerts.AlertConfig.from_env({"MPWATCH_GPU_MEM_ALERT": "lots"}).mem_high == 0.9
-    assert alerts.AlertConfig.from_env({"MPWATCH_GPU_MEM_ALERT": "250"}).mem_high == 0.9
-    assert alerts.AlertConfig.from_env({"MPWATCH_GPU_IDLE_S": "5"}).idle_s == 5.0
-    assert alerts.AlertConfig.from_env({"MPWATCH_GPU_IDLE_S": "-1"}).idle_s == 60.0
-    assert alerts.AlertConfig.from_env({"MPWATCH_GPU_OUTSIDE": "10"}).outside == 0.1
-    assert alerts.AlertConfig.from_env({"MPWATCH_GPU_RETRIES": "3", "MPWATCH_GPU_BUSY_UTIL": "x"}).retries == 3
-
-
 def test_oom_line_is_found_in_the_stderr_tail():
     tail = ["Traceback (most recent call last):", "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate"]
     assert rank_alerts.oom_line(tail).startswith("torch.OutOfMemoryError")

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from mpwatch.rundir.layout import GPU_JSONL
 from mpwatch.rundir.writer import RunStore
-from mpwatch.supervisor.gpu.timeline import MAX_TICKS, GpuTimeline, cap_from_env
+from mpwatch.supervisor.gpu.timeline import MAX_TICKS, GpuTimeline
 
 T0 = 1_800_000_000.0
 
@@ -89,9 +89,3 @@ def test_disk_errors_never_raise_and_memory_goes_on(tmp_path):
         ticks, marks = tl.window(60, now=T0 + 5)
         assert len(ticks) == 5 and len(marks) == 5
 
-
-def test_the_cap_comes_from_the_environment():
-    assert cap_from_env({}) == 64 << 20
-    assert cap_from_env({"MPWATCH_GPU_TIMELINE_MB": "0.5"}) == 512 * 1024
-    assert cap_from_env({"MPWATCH_GPU_TIMELINE_MB": "junk"}) == 64 << 20
-    assert cap_from_env({"MPWATCH_GPU_TIMELINE_MB": "-3"}) == 64 << 20

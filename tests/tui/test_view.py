@@ -24,7 +24,8 @@ def test_locale_decides_unicode_or_ascii():
     assert not glyphs.locale_is_utf8({"LC_ALL": "C", "LANG": "en_US.UTF-8"})  # LC_ALL wins
     assert not glyphs.locale_is_utf8({"LANG": "POSIX"})
     assert not glyphs.locale_is_utf8({})
-    assert not glyphs.locale_is_utf8({"LANG": "en_US.UTF-8", "MPWATCH_ASCII": "1"})
+    assert glyphs.pick({"LANG": "en_US.UTF-8"}, ascii_only=True) is glyphs.ASCII  # MPWATCH_ASCII=1
+    assert glyphs.pick({"LANG": "en_US.UTF-8"}) is glyphs.UNICODE
     assert glyphs.pick({"LANG": "C"}) is glyphs.ASCII
     # Python's own C-locale coercion (PEP 538) must not pass for a UTF-8 terminal
     assert not glyphs.locale_is_utf8({"LANG": "C", "LC_CTYPE": "C.UTF-8"})

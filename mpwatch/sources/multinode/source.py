@@ -154,7 +154,7 @@ class MergedSource:
     """The Source of a merged view: nodes added by `add` (and found through their peers)."""
 
     def __init__(self, transport: Transport | None = None):
-        self.transport = transport or Transport.from_env()
+        self.transport = transport or Transport.from_settings()
         self.nodes: list[NodePoller] = []
         self._lock = threading.Lock()
         self._events: collections.deque[EventFields] = collections.deque(maxlen=EVENTS_KEPT)

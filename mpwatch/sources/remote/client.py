@@ -28,10 +28,10 @@ from mpwatch.contract.status import Status
 from mpwatch.rundir import reader
 from mpwatch.rundir.registry import RegistryEntry
 from mpwatch.rundir.textfiles import printable
+from mpwatch.settings import Settings
 from mpwatch.sources.local import ClientError, Requests, check_reply
 from mpwatch.sources.remote import wire
 
-ENV_SSH = "MPWATCH_SSH"  # the ssh command to use, e.g. "ssh -F ~/.ssh/cluster.conf" (default: ssh)
 SSH_OPTIONS = ("-T", "-o", "BatchMode=yes", "-o", "ConnectTimeout=10",
                # A host that went away silently is noticed within 15 s, not at TCP's pace.
                "-o", "ServerAliveInterval=5", "-o", "ServerAliveCountMax=3")
@@ -77,15 +77,17 @@ def parse_target(text: str) -> Target | None:
 
 @dataclass(frozen=True)
 class Transport:
-    """How to start the bridge: the ssh command (MPWATCH_SSH) and the remote mpwatch."""
+    """How to start the bridge: the ssh command (MPWATCH_SSH, e.g. "ssh -F ~/.ssh/cluster.conf":
+    settings.Settings.ssh) and the remote mpwatch."""
 
     ssh: tuple[str, ...] = ("ssh",)
     remote_mpwatch: str = "mpwatch"
     extra: tuple[str, ...] = field(default=())  # more ssh options (tests, benches)
 
     @classmethod
-    def from_env(cls, remote_mpwatch: str | None = None) -> Transport:
-        ssh = tuple(shlex.split(os.environ.get(ENV_SSH, "") or "ssh"))
+    def from_settings(cls, settings: Settings | None = None, remote_mpwatch: str | None = None) -> Transport:
+        """settings: the CLI's (None: read them now)."""
+        ssh = (settings or Settings.from_env()).ssh
         return cls(ssh=ssh, remote_mpwatch=remote_mpwatch or "mpwatch")
 
     def argv(self, host: str, bridge_args: list[str]) -> list[str]:
@@ -114,7 +116,7 @@ class RemoteClient(Requests):
                  ls: bool = False):
         self.target = target
         self.host = target.host
-        self.transport = transport or Transport.from_env()
+        self.transport = transport or Transport.from_settings()
         self.timeout = timeout
         self.run_id = "?"
         self.run_dir = ""  # on that machine

@@ -3,18 +3,19 @@
 faulthandler on SIGUSR1 (armed in every worker at start-up) writes every thread's Python
 stack; the dump names the user's innermost frame and the collective it waits in; with
 MPWATCH_NCCL_FLIGHT=1 the NCCL flight recorder is asked for a dump too (supervisor.diagnose.flight),
-and py-spy adds native stacks (MPWATCH_PYSPY). A dump thread never signals a process group
-and takes the run's lock only to note where the worker is stuck.
+and py-spy adds native stacks (MPWATCH_PYSPY; both switches: settings.Settings). A dump thread
+never signals a process group and takes the run's lock only to note where the worker is stuck.
 """
 from __future__ import annotations
 
-import os
 import threading
 from pathlib import Path
 
 from mpwatch.contract.status import Event, State
 from mpwatch.probes import procs, stacks
 from mpwatch.rundir import writer
+from mpwatch.settings import Settings
+from mpwatch.supervisor import errors
 from mpwatch.supervisor.diagnose import flight
 from mpwatch.supervisor.eventlog import EventLog
 from mpwatch.supervisor.workers.worker import Worker
@@ -22,8 +23,10 @@ from mpwatch.text.stackfmt import DumpSummary, summarize
 
 
 class Dumper:
-    def __init__(self, store: writer.RunStore, lock: threading.RLock, log: EventLog):
+    def __init__(self, store: writer.RunStore, lock: threading.RLock, log: EventLog,
+                 settings: Settings | None = None):
         self.store = store
+        self.settings = settings or Settings.from_env()  # py-spy's policy, the flight recorder
         self.lock = lock
         self.log = log
         # One dump of a rank at a time: py-spy (native stacks) holds a process in a tracing stop
@@ -34,7 +37,10 @@ class Dumper:
     def dump_async(self, ws: list[Worker], reason: str) -> None:
         def run() -> None:
             for w in ws:
-                self.dump(w, reason)
+                try:
+                    self.dump(w, reason)
+                except Exception as exc:  # noqa: BLE001 - a bug costs this dump, never the others
+                    errors.bug(f"stack dump of rank {w.rank}", exc)
         threading.Thread(target=run, name="mpwatch-dump", daemon=True).start()
 
     def dump(self, w: Worker, reason: str) -> Path | None:
@@ -52,10 +58,10 @@ class Dumper:
         pids = [pid] + procs.descendants(pid)
         paths = self.store.rank_paths(w.rank)
         # py-spy --native stops the process for a moment: by default only for a stall dump.
-        pyspy_policy = os.environ.get("MPWATCH_PYSPY", "stall").lower()
+        pyspy_policy = self.settings.pyspy
         native = pyspy_policy == "always" or (pyspy_policy == "stall" and reason == "stall")
         fr: list[str] = []
-        if flight.enabled():  # unchecked without NCCL: see supervisor.diagnose.flight
+        if self.settings.nccl_flight:  # unchecked without NCCL: see supervisor.diagnose.flight
             why = flight.trigger(paths.dir, w.rank)
             fr = [f"NCCL flight recorder: {why or f'asked for rank-{w.rank}/{flight.TRACE_PREFIX}{w.rank}'}"]
         path, notes = stacks.capture(pids, paths.stack_file, self.store.new_dump(w.rank), label=f"({reason})")

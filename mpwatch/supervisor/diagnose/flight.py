@@ -1,4 +1,5 @@
-"""PyTorch's NCCL flight recorder, wired in behind a switch: MPWATCH_NCCL_FLIGHT=1.
+"""PyTorch's NCCL flight recorder, wired in behind a switch: MPWATCH_NCCL_FLIGHT=1
+(settings.Settings.nccl_flight).
 
 UNCHECKED on a real multi-GPU machine (NCCL refuses two ranks on one GPU, and none was
 lent while this was written): the variable names and file layout below were read from
@@ -24,14 +25,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-SWITCH = "MPWATCH_NCCL_FLIGHT"
 BUFFER = "2000"
 TRACE_PREFIX = "nccl_trace_rank_"
 PIPE_PREFIX = "nccl_pipe_"
-
-
-def enabled(environ: Mapping[str, str] = os.environ) -> bool:
-    return environ.get(SWITCH, "").strip().lower() in ("1", "yes", "on", "true")
 
 
 def worker_vars(rank_dir: Path) -> dict[str, str]:

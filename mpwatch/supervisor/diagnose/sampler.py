@@ -8,6 +8,7 @@ from __future__ import annotations
 import threading
 
 from mpwatch.probes import procs
+from mpwatch.supervisor import errors
 from mpwatch.supervisor.workers.groups import ProcessGroups
 from mpwatch.supervisor.workers.worker import Worker
 
@@ -38,7 +39,8 @@ class Sampler:
             pids = [w.pid for w in self.workers.values() if w.alive and w.pid is not None]
         try:
             infos = self._probe.sample(pids)
-        except Exception:  # noqa: BLE001 - a probe must never stop the run
+        except Exception as exc:  # noqa: BLE001 - a probe must never stop the run
+            errors.bug("process sampler", exc)
             return
         found: list[tuple[Worker, int]] = []
         with self.lock:

@@ -6,66 +6,23 @@ are in supervisor.gpu.rank_alerts. Called on the GPU poller thread.
 Each decision returns GpuAlert dicts; `key` names the condition, so the watcher can tell
 an alert that starts from one that goes on, and stamps `since`. Every alert says what to
 do (`hint`), how bad it is (`severity`) and a few words for the GPU row (`short`).
-Thresholds live in AlertConfig (README, "GPU alerts", says where each default comes from).
+Thresholds live in AlertConfig: settings.GpuThresholds, read with the other switches (README,
+"GPU alerts", says where each default comes from).
 """
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, fields, replace
 from typing import Literal
 
 from mpwatch.contract.status import AlertKind, GpuAlert, GpuProcess, GpuView
+from mpwatch.settings import GpuThresholds
 from mpwatch.supervisor.gpu.ranks import owner
 from mpwatch.text import fmt
 
 Severity = Literal["error", "warning", "info"]
 SET_DEVICE = "torch.cuda.set_device(int(os.environ['LOCAL_RANK']))"
 MIN_SLOPE_S = 3.0  # a GPU's memory slope needs this much history to predict when it is full
-
-
-@dataclass(frozen=True)
-class AlertConfig:
-    mem_high: float = 0.90  # fraction of a GPU's memory that counts as nearly full
-    fill_s: float = 120.0  # memory that would be full this soon at the current slope
-    idle_s: float = 60.0  # how long a GPU must stay idle before it is said
-    idle_util: float = 10.0  # "idle": utilization below this % (nvitop's light band)
-    busy_util: float = 75.0  # "working": utilization at or above this % (nvitop's heavy band)
-    idle_mem: float = 0.40  # "the batch could grow": memory below this fraction too
-    outside: float = 0.05  # an outside process holding this fraction of a GPU's memory
-    retries: float = 1  # allocator retries within growth_window_s that raise the alert
-    frag: float = 0.25  # reserved-but-unallocated share of a rank's reserved memory...
-    frag_min: float = 1 << 30  # ...and at least this many bytes, while the GPU is nearly full
-    growth_window_s: float = 60.0  # slopes and retry counts are measured over this much history
-    cooldown_s: float = 60.0  # an alert that ends and starts again is not re-announced sooner
-
-    @classmethod
-    def from_env(cls, env: Mapping[str, str]) -> AlertConfig:
-        """MPWATCH_GPU_<NAME> for each field (MEM_ALERT for mem_high: a fraction, 0.9, or a
-        percentage, 90; likewise OUTSIDE and FRAG); junk and out-of-range values are ignored."""
-        kw: dict[str, float] = {}
-        for f in fields(cls):
-            name = "MEM_ALERT" if f.name == "mem_high" else f.name.upper()
-            v = _number(env.get(f"MPWATCH_GPU_{name}"))
-            if v is None or v < 0 or (v == 0 and f.name not in ("idle_util", "cooldown_s")):
-                continue
-            if f.name in ("mem_high", "outside", "frag", "idle_mem"):
-                if v > 100:
-                    continue
-                v = v / 100.0 if v > 1 else v
-            elif f.name in ("idle_util", "busy_util") and v > 100:
-                continue
-            kw[f.name] = v
-        return replace(cls(), **kw)
-
-
-def _number(text: str | None) -> float | None:
-    if text is None:
-        return None
-    try:
-        v = float(text)
-    except ValueError:
-        return None
-    return v if v == v and v not in (float("inf"), float("-inf")) else None
+AlertConfig = GpuThresholds  # the thresholds: MPWATCH_GPU_* (settings)
 
 
 def alert(kind: AlertKind, key: str, gpu: int | None, rank: int | None, message: str, severity: Severity,

@@ -40,15 +40,11 @@ MAX_TICKS = 300  # a timeline reply holds at most this many ticks
 MARKS_KEPT = 2000  # in memory
 MARKS_SENT = 500  # in a reply, the latest
 RETRY_S = 10.0
-DEFAULT_CAP_MB = 64.0
 
 
-def cap_from_env(env: Mapping[str, str]) -> int:
-    try:
-        mb = float(env.get("MPWATCH_GPU_TIMELINE_MB", DEFAULT_CAP_MB))
-    except ValueError:
-        mb = DEFAULT_CAP_MB
-    return int((mb if mb == mb and mb > 0 else DEFAULT_CAP_MB) * (1 << 20))
+def cap_bytes(mb: float) -> int:
+    """The cap (settings.Settings.gpu_timeline_mb, MB) in bytes."""
+    return int(mb * (1 << 20))
 
 
 def _line(rec: Mapping[str, object]) -> str:

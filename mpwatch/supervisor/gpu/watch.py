@@ -40,16 +40,20 @@ from mpwatch.contract.status import (
 )
 from mpwatch.probes.gpu import Backend, GpuProbe, GpuSample, ProcList, open_backend, reason_for
 from mpwatch.rundir.writer import RunStore
-from mpwatch.supervisor.gpu import alerts, rank_alerts, ranks
+from mpwatch.settings import GpuThresholds, Settings
+from mpwatch.supervisor import errors
+from mpwatch.supervisor.errors import CommandError
+from mpwatch.supervisor.gpu import rank_alerts, ranks
 from mpwatch.supervisor.gpu.labels import ProcessLabeler, proc_marks
 from mpwatch.supervisor.gpu.ranks import RankInfo
-from mpwatch.supervisor.gpu.timeline import HOUR_S, GpuTimeline, cap_from_env
+from mpwatch.supervisor.gpu.timeline import HOUR_S, GpuTimeline, cap_bytes
 from mpwatch.supervisor.gpu.tracker import AlertTracker
 
 PROCS_EVERY = 5  # the process list is refreshed every this many ticks
 OOMS_KEPT = 5  # OOM alerts shown per GPU
 
-Opener = Callable[[Mapping[str, str]], "tuple[Backend | None, str | None]"]
+# (the scripted NVML scenario, settings.Settings.fake_nvml) -> (backend, None) or (None, why)
+Opener = Callable[[str | None], "tuple[Backend | None, str | None]"]
 
 
 class Emit(Protocol):
@@ -86,6 +90,8 @@ class _RunLike(Protocol):
     @property
     def opts(self) -> _OptsLike: ...
     @property
+    def settings(self) -> Settings: ...
+    @property
     def workers(self) -> Mapping[int, _WorkerLike]: ...
 
     def event(self, name: str, rank: int | None = None, **fields: object) -> object: ...
@@ -100,16 +106,19 @@ class GpuPart(TypedDict):
 
 class GpuWatch:
     def __init__(self, interval: float, workers: Callable[[], list[RankInfo]], emit: Emit,
-                 env: Mapping[str, str] | None = None, config: alerts.AlertConfig | None = None,
-                 opener: Opener | None = None, timeline: RunStore | None = None,
-                 clock: Callable[[], float] = time.monotonic):
+                 env: Mapping[str, str] | None = None, settings: Settings | None = None,
+                 config: GpuThresholds | None = None, opener: Opener | None = None,
+                 timeline: RunStore | None = None, clock: Callable[[], float] = time.monotonic):
         """workers() -> the run's workers (alive or not, with a pid); emit(rank, **fields)
-        records one gpu_alert event; clock: the monotonic clock of slopes and idle spans."""
+        records one gpu_alert event; env: the workers' (CUDA_VISIBLE_DEVICES); settings: the
+        alerts' thresholds (unless config), the timeline's cap and the scripted NVML (None:
+        read from env); clock: the monotonic clock of slopes and idle spans."""
         self.interval = max(0.05, float(interval))
         self._workers = workers
         self._emit = emit
         self.env = dict(os.environ if env is None else env)
-        self.cfg = config or alerts.AlertConfig.from_env(self.env)
+        self.settings = settings or Settings.from_env(self.env)
+        self.cfg = config or self.settings.gpu
         self._opener: Opener = opener or open_backend
         self._clock = clock
         self._lock = threading.Lock()
@@ -121,7 +130,7 @@ class GpuWatch:
         self.last_tick_s: float | None = None
         self.visible: set[int] | None = None  # GPUs the workers may use (CUDA_VISIBLE_DEVICES); None: all
         self.labels = ProcessLabeler()
-        self.timeline_store = GpuTimeline(timeline, cap_from_env(self.env))
+        self.timeline_store = GpuTimeline(timeline, cap_bytes(self.settings.gpu_timeline_mb))
         self._views: list[GpuView] = []
         self._wgpu: dict[int, WorkerGpu] = {}
         self._raw_procs: dict[int, ProcList] = {}  # gpu -> the last process list
@@ -152,7 +161,7 @@ class GpuWatch:
         def emit(rank: int | None, **fields: object) -> object:
             return run.event(Event.GPU_ALERT, rank, **fields)
 
-        return cls(run.opts.gpu_interval, workers, emit, timeline=run.store)
+        return cls(run.opts.gpu_interval, workers, emit, settings=run.settings, timeline=run.store)
 
     # ------------------------------------------------------------ lifecycle ----
     def start(self) -> None:
@@ -161,7 +170,7 @@ class GpuWatch:
 
     def open(self) -> bool:
         """Start the backend; False (and a status line) when there is none."""
-        backend, why = self._opener(self.env)
+        backend, why = self._opener(self.settings.fake_nvml)
         if backend is None:
             self.status = why
             return False
@@ -169,6 +178,7 @@ class GpuWatch:
         try:
             probe.open()
         except Exception as exc:  # noqa: BLE001 - every device failed: one line
+            errors.note("GPU watcher: opening the devices", exc)
             self.status = reason_for(exc)
             probe.close()
             return False
@@ -188,7 +198,7 @@ class GpuWatch:
                     self.tick()
                     self.status = self.probe.status
                 except Exception as exc:  # noqa: BLE001 - the poller never stops the run
-                    self.status = f"GPU poller error: {type(exc).__name__}: {exc}"
+                    self.status = f"GPU poller error: {errors.bug('GPU watcher', exc)}"
                 self._stop.wait(max(0.0, self.interval - (time.monotonic() - t0)))
         finally:
             self.probe.close()
@@ -303,8 +313,8 @@ class GpuWatch:
         fields = {k: v for k, v in a.items() if k not in ("key", "rank", "since")}
         try:
             self._emit(a["rank"], **fields)
-        except Exception:  # noqa: BLE001 - a full disk must not stop the poller
-            pass
+        except Exception as exc:  # noqa: BLE001 - a full disk must not stop the poller
+            errors.note("GPU watcher: recording an alert", exc)
 
     @staticmethod
     def _tick_record(views: list[GpuView], wgpus: Mapping[int, WorkerGpu], wall: float) -> GpuTick:
@@ -337,7 +347,7 @@ class GpuWatch:
     def timeline(self, window: object) -> GpuTimelineReply:
         """The `gpu_timeline` reply: {"ticks", "marks"} of the last `window` seconds."""
         if isinstance(window, bool) or not isinstance(window, (int, float)) or not 0 < window <= HOUR_S:
-            raise ValueError(f"'window' must be a number of seconds from 1 to {HOUR_S:.0f}")
+            raise CommandError(f"'window' must be a number of seconds from 1 to {HOUR_S:.0f}")
         ticks, marks = self.timeline_store.window(float(window))
         return {"ticks": ticks, "marks": marks}
 

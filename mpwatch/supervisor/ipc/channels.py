@@ -20,6 +20,7 @@ from multiprocessing.connection import Connection
 from typing import Any, Protocol
 
 from mpwatch.contract import protocol
+from mpwatch.supervisor import errors
 from mpwatch.supervisor.ipc import sockets
 
 COALESCE_S = 0.025
@@ -160,7 +161,7 @@ class ChannelHub(sockets.Listener[dict[str, Any]]):
             except protocol.BadFrame as exc:
                 self.handler.on_bad(peer, str(exc))
             except Exception as exc:  # noqa: BLE001 - a frame that trips a bug must not end this thread
-                self.handler.on_bad(peer, f"frame could not be applied: {type(exc).__name__}: {exc}")
+                self.handler.on_bad(peer, f"frame could not be applied: {errors.bug('channel hub', exc)}")
 
 
 def _read_hello(conn: Connection) -> dict[str, Any]:

@@ -3,8 +3,9 @@
 `dispatch` runs on the control server's client threads (supervisor.ipc.control). Read-only
 requests (status, events, history, logs) are answered there under the run's lock; every
 command that signals or starts a process is handed to the main thread (`submit`), which
-alone touches processes, and its reply is waited for. A request that makes no sense raises
-ValueError: the client gets its message, the run is unaffected.
+alone touches processes, and its reply is waited for. A request that cannot be done raises
+supervisor.errors.CommandError: the client gets its message, the run is unaffected. Any other
+exception is a bug: its traceback goes to supervisor.log, the client gets "internal error".
 """
 from __future__ import annotations
 
@@ -18,7 +19,9 @@ from typing import Any, Protocol
 
 from mpwatch.contract.status import RunState, State, Status
 from mpwatch.rundir import layout, textfiles, writer
+from mpwatch.supervisor import errors
 from mpwatch.supervisor.diagnose.dumps import Dumper
+from mpwatch.supervisor.errors import CommandError
 from mpwatch.supervisor.eventlog import EventLog
 from mpwatch.supervisor.gpu.watch import GpuWatch
 from mpwatch.supervisor.options import Options
@@ -48,6 +51,7 @@ class Lifecycle(Protocol):
 @dataclass(eq=False)
 class _Job:
     fn: Callable[[], Reply]
+    name: str  # the command, for supervisor.log
     done: threading.Event = field(default_factory=threading.Event)
     reply: Reply | None = None
 
@@ -66,9 +70,9 @@ class Commands:
         self._jobs: queue.Queue[_Job] = queue.Queue()
 
     # ---------------------------------------------------- to the main thread ----
-    def submit(self, fn: Callable[[], Reply]) -> Reply:
+    def submit(self, fn: Callable[[], Reply], name: str) -> Reply:
         """Run fn on the main thread (from a control thread) and wait for its reply."""
-        job = _Job(fn)
+        job = _Job(fn, name)
         self._jobs.put(job)
         if not job.done.wait(REPLY_S) or job.reply is None:
             return {"ok": False, "error": "the supervisor did not answer in time"}
@@ -82,10 +86,10 @@ class Commands:
             return
         try:
             job.reply = job.fn()
-        except ValueError as exc:
+        except CommandError as exc:
             job.reply = {"ok": False, "error": str(exc)}
         except Exception as exc:  # noqa: BLE001 - report, never die
-            job.reply = {"ok": False, "error": f"internal error: {type(exc).__name__}: {exc}"}
+            job.reply = {"ok": False, "error": errors.bug(f"control command {job.name!r}", exc)}
         job.done.set()
 
     # ------------------------------------------------------------ dispatch ----
@@ -95,12 +99,12 @@ class Commands:
         if cmd == "status":
             tail = req.get("tail", TAIL)  # a client drawing narrow sparklines asks for fewer points
             if type(tail) is not int or not 0 <= tail <= TAIL:
-                raise ValueError(f"'tail' must be an integer from 0 to {TAIL}")
+                raise CommandError(f"'tail' must be an integer from 0 to {TAIL}")
             return {"ok": True, "status": self.run.snapshot(tail)}
         if cmd == "events":
             since = req.get("since", 0)
             if not isinstance(since, int):
-                raise ValueError("'since' must be an integer")
+                raise CommandError("'since' must be an integer")
             events, seq = self.log.since(since)
             return {"ok": True, "events": events, "seq": seq}
         if cmd == "history":
@@ -111,37 +115,37 @@ class Commands:
             return self._logs(req)
         if cmd in RANK_COMMANDS:
             target = req.get("target")
-            return self.submit(lambda: self._ranks(cmd, target))
+            return self.submit(lambda: self._ranks(cmd, target), cmd)
         if cmd == "resize":
             n = req.get("n")
             if not isinstance(n, int) or isinstance(n, bool) or n < 1:
-                raise ValueError("resize needs a number of workers of at least 1")
-            return self.submit(lambda: {"ok": True, "message": self.run.resize(n)})
+                raise CommandError("resize needs a number of workers of at least 1")
+            return self.submit(lambda: {"ok": True, "message": self.run.resize(n)}, cmd)
         if cmd == "stop":
-            return self.submit(self._stop)
+            return self.submit(self._stop, cmd)
         if cmd == "gpu_timeline":  # {"window": SECONDS} -> {"ticks": [GpuTick], "marks": [GpuMark]}
             return {"ok": True, **self.gpu.timeline(req.get("window", 120))}
-        raise ValueError(f"unknown command {cmd!r}")
+        raise CommandError(f"unknown command {cmd!r}")
 
     def _logs(self, req: dict[str, Any]) -> Reply:
         w = self._worker_arg(req.get("rank"))
         stream = req.get("stream", "stderr")
         if stream not in ("stdout", "stderr"):
-            raise ValueError("stream must be stdout or stderr")
+            raise CommandError("stream must be stdout or stderr")
         n = req.get("lines", 50)
         if not isinstance(n, int) or n < 1:
-            raise ValueError("lines must be a positive integer")
+            raise CommandError("lines must be a positive integer")
         path = layout.log_path(self.store.dir, w.rank, stream)
         return {"ok": True, "rank": w.rank, "stream": stream, "path": str(path),
                 "lines": textfiles.tail_lines(path, min(n, 2000))}
 
     def _worker_arg(self, rank: object) -> Worker:
         if not isinstance(rank, int) or isinstance(rank, bool):
-            raise ValueError("rank must be an integer")
+            raise CommandError("rank must be an integer")
         with self.lock:
             w = self.workers.get(rank)
         if w is None:
-            raise ValueError(f"no rank {rank} in this run (ranks: {self._ranks_text()})")
+            raise CommandError(f"no rank {rank} in this run (ranks: {self._ranks_text()})")
         return w
 
     def _ranks_text(self) -> str:
@@ -158,7 +162,7 @@ class Commands:
     # ------------------------------------------------ commands (main thread) ----
     def _ranks(self, cmd: str, target: object) -> Reply:
         if self.run.state in (RunState.STOPPING, RunState.FINISHED):
-            raise ValueError(f"the run is {self.run.state}")
+            raise CommandError(f"the run is {self.run.state}")
         ws = self._targets(target)
         do = {"pause": self._pause, "resume": self._resume, "kill": self._kill, "restart": self._restart,
               "dump": self._dump}[cmd]
@@ -168,7 +172,7 @@ class Commands:
             ok, msg = do(w)
             (done if ok else skipped).append(msg)
         if not done:
-            raise ValueError("; ".join(skipped))
+            raise CommandError("; ".join(skipped))
         text = "; ".join(done) + ("" if not skipped else " (" + "; ".join(skipped) + ")")
         if cmd == "restart" and len(ws) == 1 and self.opts.resize_mode == "restart" and len(self.workers) > 1:
             # Restart mode assumes the ranks share collectives: a rank restarted alone cannot

@@ -3,7 +3,9 @@
 Requests and replies are protocol frames: {"cmd": NAME, ...} -> {"ok": true, ...} or
 {"ok": false, "error": reason}. A peer without the run's authkey is refused by the
 handshake; garbage after it gets an error reply and the connection stays usable.
-Each client is served on its own thread; `dispatch` is supervisor.ipc.commands's.
+Each client is served on its own thread; `dispatch` is supervisor.ipc.commands's. A refusal
+(supervisor.errors.CommandError) is answered with its message; any other exception is a bug:
+its traceback goes to supervisor.log and the client gets "internal error: ..." (supervisor.errors).
 """
 from __future__ import annotations
 
@@ -12,6 +14,7 @@ from multiprocessing.connection import Connection
 from typing import Any
 
 from mpwatch.contract import protocol
+from mpwatch.supervisor import errors
 from mpwatch.supervisor.ipc import sockets
 
 Reply = dict[str, Any]
@@ -21,7 +24,7 @@ class ControlServer(sockets.Listener[None]):
     thread_name = "mpwatch-control"
 
     def __init__(self, address: str, authkey: bytes, dispatch: Callable[[dict[str, Any]], Reply]):
-        """dispatch(request) -> reply; raising ValueError means a bad request."""
+        """dispatch(request) -> reply; raising errors.CommandError refuses the request."""
         super().__init__(address, authkey, 64)
         self.dispatch = dispatch
 
@@ -44,12 +47,14 @@ class ControlServer(sockets.Listener[None]):
                 pass
 
     def _handle(self, data: bytes) -> Reply:
+        cmd: object = None
         try:
             req = protocol.decode_request(data)
+            cmd = req.get("cmd")
             return self.dispatch(req)
         except protocol.BadFrame as exc:
             return {"ok": False, "error": f"bad request: {exc}"}
-        except ValueError as exc:
+        except errors.CommandError as exc:
             return {"ok": False, "error": str(exc)}
         except Exception as exc:  # noqa: BLE001 - a bug must not take the supervisor down
-            return {"ok": False, "error": f"internal error: {type(exc).__name__}: {exc}"}
+            return {"ok": False, "error": errors.bug(f"control command {cmd!r}", exc)}

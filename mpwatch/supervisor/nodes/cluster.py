@@ -10,7 +10,7 @@ beat, and pass a stop on. What it decides:
   on their node (supervisor.core's per-worker restarts);
 - stop: asked here (ctl, the TUI, a signal) it is written to the store; asked elsewhere it
   is read from it and the run here stops too;
-- lost: a node whose beat stands still (node_link.LOST_S), or whose store is gone, is lost: an
+- lost: a node whose beat stands still (MPWATCH_NODE_LOST_S), or whose store is gone, is lost: an
   alert and a node_lost event. Its workers' peers fail their collectives, and the run ends
   as torchrun's would;
 - the end: a node whose workers have ended waits (up to EXIT_BARRIER_S, torchrun's exit
@@ -33,6 +33,7 @@ from typing import Protocol
 
 from mpwatch.contract.status import Event, NodeInfo, NodePeer, RunState, State
 from mpwatch.rundir import layout, writer
+from mpwatch.settings import Settings
 from mpwatch.supervisor.eventlog import EventLog
 from mpwatch.supervisor.nodes import rendezvous
 from mpwatch.supervisor.nodes.link import Board, NodeLink
@@ -58,6 +59,7 @@ class NodeRun(Protocol):
     lock: threading.RLock
     workers: dict[int, Worker]
     opts: Options
+    settings: Settings
     run_id: str
     run_dir: Path
     log: EventLog
@@ -89,7 +91,7 @@ class Nodes:
         self._barrier_until: float | None = None
         self._said: set[str] = set()  # one-time notices already given
         self.board = Board()
-        self._link = NodeLink(opts, self.board, self.me())
+        self._link = NodeLink(opts, self.board, self.me(), run.settings.node_lost_s)
 
     # ------------------------------------------------------- the main thread ----
     def start(self) -> None:

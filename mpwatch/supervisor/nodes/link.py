@@ -8,18 +8,17 @@ thread writes what it found, the main thread what it asks, both under `Board.loc
 """
 from __future__ import annotations
 
-import os
 import threading
 import time
 from dataclasses import dataclass, field
 
 from mpwatch.contract.status import NodePeer
+from mpwatch.supervisor import errors
 from mpwatch.supervisor.nodes import rendezvous
 from mpwatch.supervisor.options import NodesOptions
 
 BEAT_S = 1.0
 FINISH_BEAT_S = 0.2  # this node's workers have ended: it learns sooner that the others have too
-LOST_S = float(os.environ.get("MPWATCH_NODE_LOST_S", "10"))  # torch's c10d keep-alive gives up after 3 x 5 s
 
 
 @dataclass(eq=False)
@@ -49,9 +48,12 @@ class Board:
 
 
 class NodeLink(threading.Thread):
-    def __init__(self, opts: NodesOptions, board: Board, me: NodePeer):
+    def __init__(self, opts: NodesOptions, board: Board, me: NodePeer, lost_s: float):
         super().__init__(name="mpwatch-nodes", daemon=True)  # a rendezvous may block for minutes
         self.opts = opts
+        # a beat standing still this long is a lost node (MPWATCH_NODE_LOST_S, default 10: torch's
+        # c10d keep-alive gives up after 3 x 5 s)
+        self.lost_s = lost_s
         self.board = board
         self.me = me  # this node's record (its node rank is the one the rendezvous gives)
         self.count = 0  # beats sent this round
@@ -123,6 +125,7 @@ class NodeLink(threading.Thread):
             peer_stop = rendezvous.stop_asked(r.store)
             waiting = self.opts.backend == "c10d" and state == "up" and handler.num_nodes_waiting() > 0
         except Exception as exc:  # noqa: BLE001 - the store's host is gone (or unreachable)
+            errors.note("node link: the round's store", exc)
             self.store_gone(r, exc)
             return
         self.judge(r, beats)
@@ -132,7 +135,7 @@ class NodeLink(threading.Thread):
             b.waiting = b.waiting or waiting
 
     def judge(self, r: rendezvous.Round, beats: list[tuple[int, str]]) -> None:
-        """A node whose beat stood still for LOST_S is lost (one between rounds, or done, is not)."""
+        """A node whose beat stood still for lost_s is lost (one between rounds, or done, is not)."""
         now, b = time.monotonic(), self.board
         with b.lock:
             for peer, (count, state) in zip(r.peers, beats, strict=True):
@@ -143,8 +146,8 @@ class NodeLink(threading.Thread):
                 if last is None or count != last[0]:
                     self.seen[rank] = (count, now)
                 b.peers[rank] = state or "up"
-                if state == "up" and now - self.seen[rank][1] > LOST_S:
-                    self._mark_lost(peer, f"its supervisor stopped beating {LOST_S:g}s ago")
+                if state == "up" and now - self.seen[rank][1] > self.lost_s:
+                    self._mark_lost(peer, f"its supervisor stopped beating {self.lost_s:g}s ago")
 
     def store_gone(self, r: rendezvous.Round, exc: BaseException) -> None:
         """The round's store failed: the node that hosts it is gone. Which one that is: the
@@ -177,8 +180,8 @@ class NodeLink(threading.Thread):
         try:
             if self.handler is not None:
                 self.handler.set_closed()
-        except Exception:  # noqa: BLE001 - ending: a store that is gone has nobody to tell
-            pass
+        except Exception as exc:  # noqa: BLE001 - ending: a store that is gone has nobody to tell
+            errors.note("node link: closing the rendezvous", exc)
 
     def leave(self, handler: rendezvous.Handler, r: rendezvous.Round | None) -> None:
         """The run is over here: a stop not yet told, a last beat (done), then torch's
@@ -192,5 +195,5 @@ class NodeLink(threading.Thread):
                     rendezvous.ask_stop(r.store, stop_why)
                 rendezvous.beat(r.store, r.group_rank, self.count + 1, "done")
             handler.shutdown()
-        except Exception:  # noqa: BLE001 - leaving: a store that is gone has nothing to tell
-            pass
+        except Exception as exc:  # noqa: BLE001 - leaving: a store that is gone has nothing to tell
+            errors.note("node link: leaving the round", exc)

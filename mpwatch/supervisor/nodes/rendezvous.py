@@ -26,6 +26,7 @@ from types import ModuleType
 from typing import Protocol, cast
 
 from mpwatch.contract.status import NodePeer
+from mpwatch.supervisor import errors
 from mpwatch.supervisor.options import NodesOptions
 
 KEY_NODE = "mpwatch/node/"  # + group rank: that node's NodePeer, as JSON
@@ -132,6 +133,7 @@ def make_handler(opts: NodesOptions) -> Handler:
     try:
         return cast(Handler, registry.get_rendezvous_handler(params))
     except Exception as exc:  # noqa: BLE001 - torch's errors vary by backend: say them in one line
+        errors.note("rendezvous handler", exc)
         raise failure(exc) from None
 
 
@@ -176,6 +178,7 @@ def join(handler: Handler, me: NodePeer, number: int) -> Round:
     except RendezvousFailed:
         raise
     except Exception as exc:  # noqa: BLE001 - torch's rendezvous and store errors: one line
+        errors.note("rendezvous round", exc)
         raise failure(exc) from None
     bases = [sum(p.get("nprocs", 0) for p in peers[:i]) for i in range(n)]
     for p, base in zip(peers, bases, strict=True):

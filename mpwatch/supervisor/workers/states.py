@@ -5,16 +5,13 @@ place a worker's state changes, and it asks `check()` here first. `None` as the 
 is a rank that has no state yet (its first start).
 
 A move the table lacks is a bug in the supervisor: it is recorded as an `internal` alert,
-then, with MPWATCH_STRICT_STATES=1 (the supervisor's own tests set it), IllegalTransition
-is raised; in production the move is applied, so a bug never takes a run down with it.
+then, with MPWATCH_STRICT_STATES=1 (settings.Settings.strict_states; the supervisor's own tests
+set it), IllegalTransition is raised; in production the move is applied, so a bug never takes
+a run down with it.
 """
 from __future__ import annotations
 
-import os
-
 from mpwatch.contract.status import Event, State
-
-STRICT_ENV = "MPWATCH_STRICT_STATES"
 
 S = State
 _ENDED = (S.EXITED, S.FAILED, S.KILLED)
@@ -60,7 +57,3 @@ def check(old: State | None, new: State) -> Event | None:
         return TRANSITIONS[(old, new)]
     except KeyError:
         raise IllegalTransition(f"{old or 'new'} -> {new} is not an allowed worker state change") from None
-
-
-def strict_default() -> bool:
-    return os.environ.get(STRICT_ENV, "") == "1"

@@ -150,7 +150,7 @@ class Worker:
     its process could not start); every later state through `transition()`."""
 
     def __init__(self, rank: int, attempt: Attempt, first: State, why: str, recorder: Recorder, /,
-                 strict: bool | None = None, **fields: Any):
+                 strict: bool = False, **fields: Any):
         self.rank = rank
         self.attempt = attempt
         self.reports = Reports()
@@ -162,7 +162,7 @@ class Worker:
         # the group kill would miss them, so they are tracked and killed on their own.
         self.foreign_groups: set[int] = set()
         self._recorder = recorder
-        self.strict = states.strict_default() if strict is None else strict
+        self.strict = strict  # raise on a move the table lacks (settings.Settings.strict_states)
         self._state = first
         self._move(None, first, why, fields)
 

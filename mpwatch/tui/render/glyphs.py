@@ -4,8 +4,9 @@ The choice follows the locale (LC_ALL, then LC_CTYPE, then LANG), not Python's o
 encoding: Python coerces a C locale to UTF-8 for itself (PEP 538: it sets
 LC_CTYPE=C.UTF-8 in its own environment), but the terminal at the other end of an SSH
 session may still be plain ASCII; so a C.UTF-8 LC_CTYPE over a C or missing LANG reads as
-the C locale it came from. MPWATCH_ASCII=1 forces ASCII. Each shape differs from its neighbours by its character, not
-only its colour, so every screen reads under NO_COLOR too. Pure; read on the UI thread.
+the C locale it came from. MPWATCH_ASCII=1 (settings.Settings.ascii) forces ASCII. Each
+shape differs from its neighbours by its character, not only its colour, so every screen
+reads under NO_COLOR too. Pure; read on the UI thread.
 """
 from __future__ import annotations
 
@@ -18,8 +19,7 @@ from mpwatch.contract.status import State
 
 def locale_is_utf8(env: Mapping[str, str] | None = None) -> bool:
     env = os.environ if env is None else env
-    if env.get("MPWATCH_ASCII") not in (None, "", "0"):
-        return False
+
     def utf8(value: str) -> bool:
         return "utf8" in value.lower().replace("-", "")
 
@@ -92,5 +92,6 @@ ASCII = Glyphs(
 )
 
 
-def pick(env: Mapping[str, str] | None = None) -> Glyphs:
-    return UNICODE if locale_is_utf8(env) else ASCII
+def pick(env: Mapping[str, str] | None = None, *, ascii_only: bool = False) -> Glyphs:
+    """ASCII when asked (ascii_only: the MPWATCH_ASCII setting) or when the locale is not UTF-8."""
+    return UNICODE if not ascii_only and locale_is_utf8(env) else ASCII

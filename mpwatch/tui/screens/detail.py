@@ -36,10 +36,9 @@ class DetailData:
     dump: str
 
 
+@dataclass
 class DetailLoaded(Message):
-    def __init__(self, data: DetailData):
-        super().__init__()
-        self.data = data
+    data: DetailData
 
 
 def dump_text(dump: str) -> Text:

@@ -6,6 +6,8 @@ outside the run, and every alert with its full text and hint. `w` switches the w
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
@@ -26,12 +28,11 @@ RELOAD_S = 2.0
 MARK_LINES = 3  # the latest marks of each GPU, as text
 
 
+@dataclass
 class TimelineLoaded(Message):
-    def __init__(self, window: float, timeline: GpuTimelineReply | None, why: str | None):
-        super().__init__()
-        self.window = window
-        self.timeline = timeline
-        self.why = why  # why there is no timeline
+    window: float
+    timeline: GpuTimelineReply | None
+    why: str | None  # why there is no timeline
 
 
 def chart_lines(status: Status, timeline: GpuTimelineReply | None, why: str | None, window: float, width: int,

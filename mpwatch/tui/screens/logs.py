@@ -1,6 +1,8 @@
 """The logs of the selected worker: stdout or stderr (Tab switches), refreshed each second."""
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
@@ -14,11 +16,10 @@ from mpwatch.tui.actions import RunActions
 LINES = 500
 
 
+@dataclass
 class LogsLoaded(Message):
-    def __init__(self, stream: str, lines: list[str]):
-        super().__init__()
-        self.stream = stream
-        self.lines = lines
+    stream: str
+    lines: list[str]
 
 
 class LogsScreen(ModalScreen[None]):

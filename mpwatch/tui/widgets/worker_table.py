@@ -12,6 +12,7 @@ plan of mpwatch.tui.render.diff. The cursor stays on the same worker across upda
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from rich.cells import cell_len, set_cell_size
 from rich.segment import Segment
@@ -135,15 +136,13 @@ class WorkerTable(ScrollView, can_focus=True):
         Binding("end", "last", show=False),
     ]
 
+    @dataclass
     class RowHighlighted(Message):
-        def __init__(self, key: str | None):
-            super().__init__()
-            self.key = key
+        key: str | None
 
+    @dataclass
     class RowSelected(Message):
-        def __init__(self, key: str):
-            super().__init__()
-            self.key = key
+        key: str
 
     def __init__(self, formatter: Callable[[RowSource], tuple[Cell, ...]], id: str | None = None) -> None:
         super().__init__(id=id)
