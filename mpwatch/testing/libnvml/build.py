@@ -67,8 +67,10 @@ def build(out_dir: Path, variant: str = "full") -> Path:
         return folder
     folder.mkdir(parents=True, exist_ok=True)
     tmp = folder / f".{LIB_NAME}.{os.getpid()}"  # then renamed: a concurrent build never sees half a file
+    # No soname: a test that loads it by path must not make a later dlopen("libnvidia-ml.so.1")
+    # in the same process find it (pynvml's loader, and "is there a driver here?" checks).
     cmd = [cc, "-shared", "-fPIC", "-O1", "-Wall", "-Wextra", "-fvisibility=hidden", *flags,
-           f"-I{header.parent}", f"-Wl,-soname,{LIB_NAME}", "-o", str(tmp),
+           f"-I{header.parent}", "-o", str(tmp),
            *(str(HERE / s) for s in SOURCES), "-lpthread"]
     res = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     if res.returncode != 0:
