@@ -159,18 +159,26 @@ static pid_t parent_of(pid_t pid) {
     return (close && sscanf(close + 1, " %*c %d", &ppid) == 1) ? (pid_t)ppid : 0;
 }
 
+#define MAX_ENVIRON (4 << 20)
+
 static int has_rank(pid_t pid, const char *rank) {
-    char path[64], want[64], buf[65536];
+    char path[64], want[64];
     snprintf(path, sizeof path, "/proc/%d/environ", (int)pid);
     int len = snprintf(want, sizeof want, "MPWATCH_RANK=%s", rank);
     FILE *f = fopen(path, "r");
-    if (!f) return 0;
-    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    char *buf = f ? malloc(MAX_ENVIRON + 1) : NULL;
+    if (!buf) {
+        if (f) fclose(f);
+        return 0;
+    }
+    size_t n = fread(buf, 1, MAX_ENVIRON, f);
     fclose(f);
     buf[n] = '\0';
-    for (size_t i = 0; i < n; i += strlen(buf + i) + 1)
-        if (strncmp(buf + i, want, (size_t)len) == 0 && buf[i + (size_t)len] == '\0') return 1;
-    return 0;
+    int found = 0;
+    for (size_t i = 0; i < n && !found; i += strlen(buf + i) + 1)
+        found = strncmp(buf + i, want, (size_t)len) == 0 && buf[i + (size_t)len] == '\0';
+    free(buf);
+    return found;
 }
 
 /* The children of pid, lowest pid first (psutil's order); with rank set, only the one
