@@ -2,8 +2,10 @@
 attached (`mpwatch attach` in a 160x48 tmux pane, as bench/bench_tui.py runs it), for an hour;
 both processes' memory (psutil RSS and USS) is read every minute, and must stay flat.
 
-The growth is the least-squares slope of the RSS readings from the first minute on (the first
-minute fills the caches and the histories that are bounded by design). Without --quick the
+The growth is the least-squares slope of the RSS readings over the second half of the soak:
+what is bounded by design (caches, histories) fills to its cap in the first minutes, a leak
+goes on growing after; the notes give every reading, the growth to the second half, and the
+slope from minute 1. Without --quick the
 same soak runs at once, side by side, on the code before the TUI's growth was bounded
 (BEFORE_FIX, through measure.tree_at), so both see the same machine.
 
@@ -86,14 +88,19 @@ def slope(points: list[tuple[float, float]]) -> float | None:
     return sum((x - mx) * (y - my) for x, y in points) / sxx if sxx else None
 
 
-def growth(side: Side, key: str, since: float = 1.0) -> float | None:
+def growth(side: Side, key: str, since: float) -> float | None:
+    """MiB per minute of `key` over the readings from minute `since` on."""
     return slope([(r["min"], r[key]) for r in side.readings if r["min"] >= since and key in r])
 
 
-def late(side: Side, key: str) -> str:
-    """The slope over the second half of the soak, for the note: flat late means bounded."""
-    g = growth(side, key, since=(side.readings[-1]["min"] / 2) if side.readings else 1.0)
-    return "-" if g is None else f"{g:.3f}"
+def half(side: Side) -> float:
+    return side.readings[-1]["min"] / 2 if side.readings else 0.0
+
+
+def warmup(side: Side, key: str) -> str:
+    """MiB taken from the start to the second half: caches and histories filling to their caps."""
+    early = [r[key] for r in side.readings if key in r and r["min"] <= half(side)]
+    return f"{early[-1] - early[0]:+.1f}" if len(early) > 1 else "-"
 
 
 @contextlib.contextmanager
@@ -138,24 +145,29 @@ def series(side: Side, key: str) -> str:
     return " ".join(f"{r[key]:.1f}" for r in side.readings if key in r)
 
 
+def told(s: Side, key: str) -> str:
+    g = growth(s, key, 1.0)
+    return (f"RSS each minute {series(s, key)} MiB; {warmup(s, key)} MiB to the second half; "
+            f"{'-' if g is None else f'{g:.3f}'} MiB/min from minute 1")
+
+
 def rows_for(now: Side, before: Side | str, minutes: int) -> list[dict]:
     out = []
     what = f"{RANKS} ranks x {RATE:g} reports/s, TUI attached, {minutes} min"
+    base = before if isinstance(before, Side) else None
     for who, label in (("tui", "TUI (mpwatch attach)"), ("sup", "supervisor")):
-        mine = growth(now, f"{who}_rss")
-        base = growth(before, f"{who}_rss") if isinstance(before, Side) else None
-        why = "" if isinstance(before, Side) else f"; no baseline: {before}"
+        key = f"{who}_rss"
+        mine = growth(now, key, half(now))
+        old = growth(base, key, half(base)) if base else None
+
         out.append(row(
-            f"Soak: {label} memory growth ({what})", f"python -m bench --only soak  # {what}",
-            mpwatch=None if mine is None else round(mine, 3),
-            alternative=None if base is None else round(base, 3),
-            alt_name=f"before the fix ({BEFORE_FIX}), side by side" if isinstance(before, Side) else None,
+            f"Soak: {label} memory growth, second half ({what})", f"python -m bench --only soak  # {what}",
+            mpwatch=None if mine is None else round(mine, 3), alternative=None if old is None else round(old, 3),
+            alt_name=f"before the fix ({BEFORE_FIX}), side by side" if base else None,
             unit="MiB/min", target=f"< {TARGET_MIB_MIN:g}", ok=None if mine is None else mine < TARGET_MIB_MIN,
-            note=f"least-squares slope of RSS from minute 1 (second half: {late(now, f'{who}_rss')} MiB/min); "
-                 f"RSS each minute {series(now, f'{who}_rss')} MiB, USS {series(now, f'{who}_uss')} MiB"
-                 + (f"; before the fix: RSS {series(before, f'{who}_rss')} MiB (second half: "
-                    f"{late(before, f'{who}_rss')} MiB/min)" if isinstance(before, Side) else "")
-                 + why))
+            note=f"least-squares slope of RSS over the second half (a leak grows there; bounded caches fill "
+                 f"before it); {told(now, key)}; USS {series(now, f'{who}_uss')} MiB"
+                 + (f"; before the fix: {told(base, key)}" if base else f"; no baseline: {before}")))
     return out
 
 
