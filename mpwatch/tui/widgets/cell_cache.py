@@ -26,6 +26,8 @@ class CellCache(Generic[K, V]):
         self.turns = 0  # how often the young generation became the old (tests, bench)
 
     def get(self, key: K) -> V | None:
+        """The value, from either generation; a caller on a hot path looks in `young` itself
+        first (one dict lookup, as a plain dict costs) and calls this only when it is not there."""
         value = self.young.get(key)
         if value is None:
             value = self.old.pop(key, None)

@@ -73,7 +73,7 @@ def _fitted(cell: Cell, width: int, right: bool) -> list[Segment]:
     """A cell's segments with its padding, cached: most cells (state, pid, rss, blanks...)
     repeat across rows and snapshots, so a redrawn row mostly costs dict lookups."""
     key = (cell, width, right)
-    segs = _FITTED.get(key)
+    segs = _FITTED.young.get(key) or _FITTED.get(key)
     if segs is None:
         parts: list[tuple[str, Style | None]] = (
             [(t, _style(s)) for t, s in cell] if isinstance(cell, tuple) else [(cell, None)])
