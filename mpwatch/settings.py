@@ -196,6 +196,7 @@ SECONDS_MAX = 1e7  # about four months
 
 # variable -> (field, its parser); a field's default is the switch's default. "gpu.X" is
 # a field of GpuThresholds.
+FAKE_NVML_ENV = "MPWATCH_FAKE_NVML"  # TEST-ONLY; tests strip it to run the C stand-in instead
 SWITCHES: dict[str, tuple[str, Parser]] = {
     "MPWATCH_EVENTS_MB": ("events_mb", _above(0, MB_MAX, "a number of MB")),
     "MPWATCH_GPU_TIMELINE_MB": ("gpu_timeline_mb", _above(0, MB_MAX, "a number of MB")),
@@ -206,7 +207,7 @@ SWITCHES: dict[str, tuple[str, Parser]] = {
     "MPWATCH_ASCII": ("ascii", _switch),
     "MPWATCH_TMPDIR": ("tmpdir", _absolute),
     "MPWATCH_STRICT_STATES": ("strict_states", _switch),
-    "MPWATCH_FAKE_NVML": ("fake_nvml", str),
+    FAKE_NVML_ENV: ("fake_nvml", str),
     "MPWATCH_GPU_MEM_ALERT": ("gpu.mem_high", _share),
     "MPWATCH_GPU_FILL_S": ("gpu.fill_s", _above(0, SECONDS_MAX, "a number of seconds")),
     "MPWATCH_GPU_IDLE_S": ("gpu.idle_s", _above(0, SECONDS_MAX, "a number of seconds")),

@@ -171,7 +171,8 @@ def test_mpwatch_variables_are_spelled_in_four_modules_at_most():
     """settings (the switches), contract.protocol (the worker side's names), and the worker
     side that reads its own: worker and the start-up hook."""
     spelled = {str(p.relative_to(PACKAGE)) for p in PACKAGE.rglob("*.py") if code_strings(p)}
-    allowed = {"settings.py", "contract/protocol.py", "worker.py", "_inject/sitecustomize.py"}
+    allowed = {"settings.py", "contract/protocol.py", "worker.py", "_inject/sitecustomize.py",
+               "testing/libnvml/__init__.py"}  # the C stand-in's script: written for C, never read here
     assert spelled <= allowed, spelled
 
 

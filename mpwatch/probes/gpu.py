@@ -8,7 +8,8 @@ counter or a lost GPU never stops the poller. Handles, names and UUIDs are got o
 `open()`.
 
 Backends:
-- `NvmlBackend`: the official bindings (package nvidia-ml-py, `import pynvml`).
+- `NvmlBackend`: the official bindings (package nvidia-ml-py, `import pynvml`). Tests run it,
+  with pynvml, on a stand-in libnvidia-ml.so.1 built from C (testing.libnvml).
 - `FakeBackend` (testing.scripted_nvml): TEST-ONLY. Selected by a scenario's path, the
   MPWATCH_FAKE_NVML setting (settings.Settings.fake_nvml); see its docstring for the format.
 - no backend: `open_backend()` returns a one-line reason instead ("NVML library not

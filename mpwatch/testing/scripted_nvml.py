@@ -16,6 +16,8 @@ Scenario:
           "proc_util": false,                   # optional: the device has no process samples
                                                 # (MIG, old drivers): SM % is N/A
           "fail": ["temperature", "processes", "proc_util"]}]}]}
+                                                # ("power:NOT_SUPPORTED": the NVML error the C
+                                                # stand-in, testing.libnvml, answers with)
 A pid may be a number or a name resolved at each call: "rank:N" (the worker of rank N
 of this supervisor, found by its MPWATCH_RANK), "rank:N/child" (that worker's first
 child), "parent" (the supervisor's parent), "self" (the supervisor).
@@ -94,7 +96,7 @@ class FakeBackend:
 
     def _value(self, h: object, key: str) -> Obj:
         g = self._frame(h)
-        if key in _list(g.get("fail")):
+        if key in [str(f).partition(":")[0] for f in _list(g.get("fail"))]:  # "what:CODE": the C stand-in's code
             raise RuntimeError(f"scripted failure of {key}")
         return g
 

@@ -1,7 +1,8 @@
 """scripts/gpu-check's screen half (scripts/gpu_screen.py) where there is no GPU: the same
-capture and comparison, on a real supervisor and real workers with the scripted NVML and
-allocator views of issue #12's scenario (ranks 0 and 1 on GPU 0), through tmux and through
-Textual's headless driver. On a GPU machine the script runs demo/contention.py instead."""
+capture and comparison, on a real supervisor and real workers with the stand-in NVML library
+(testing.libnvml) and scripted allocator views of issue #12's scenario (ranks 0 and 1 on
+GPU 0), through tmux and through Textual's headless driver. On a GPU machine the script
+runs demo/contention.py instead."""
 from __future__ import annotations
 
 import importlib.util
@@ -12,6 +13,7 @@ import shutil
 import pytest
 
 from tests.helpers import ROOT, wait_for
+from tests.libnvml import nvml_env
 from tests.record import WORKER, cuda_two_gpus, nvml_two_gpus, unused_pid
 
 pytestmark = pytest.mark.e2e
@@ -23,15 +25,26 @@ _spec.loader.exec_module(gpu_screen)
 
 
 @pytest.fixture
-def contended_run(headless, tmp_path):
-    nvml, cuda = tmp_path / "nvml.json", tmp_path / "cuda.json"
-    nvml.write_text(json.dumps(nvml_two_gpus(unused_pid())))
+def contended_run(headless, tmp_path, libnvml):
+    cuda = tmp_path / "cuda.json"
     cuda.write_text(json.dumps(cuda_two_gpus()))
-    env = dict(os.environ, MPWATCH_FAKE_NVML=str(nvml), MPWATCH_FAKE_CUDA=str(cuda), SLEEP="0.1", CHILD="0")
+    env = nvml_env(libnvml, tmp_path, nvml_two_gpus(unused_pid()),
+                   base=dict(os.environ, MPWATCH_FAKE_CUDA=str(cuda), SLEEP="0.1", CHILD="0"))
     run = headless(WORKER, n=2, opts=["--gpu-interval", "0.5"], env=env)
-    want = wait_for(lambda: gpu_screen.expected(run.status()), 90, interval=0.25,
-                    what="both ranks' GPU memory and the collision in the status")
+    # The scenario's memory ramps up for its first 6 s (its last frame: GPU 0 at 93%): a screen
+    # read during the ramp would be compared with a later status. The process list (each rank's
+    # memory) is queried less often than the device: wait for one taken after the last frame.
+    last = wait_for(lambda: (lambda g: g["ts"] if g and g["util_gpu"] == 93 else None)(gpu0(run)), 90,
+                    interval=0.25, what="the scenario's last frame")
+    want = wait_for(lambda: (lambda st: gpu_screen.expected(st) if (st["gpus"][0]["processes_ts"] or 0) > last
+                             else None)(run.status()), 90, interval=0.25,
+                    what="both ranks' final GPU memory and the collision in the status")
     return run, want
+
+
+def gpu0(run) -> dict | None:
+    gpus = run.status()["gpus"]
+    return gpus[0] if gpus else None
 
 
 def _check(run, how: str) -> None:

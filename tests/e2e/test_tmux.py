@@ -144,19 +144,20 @@ def test_run_pause_detach_attach_stop(tmux, tmp_path):
 
 
 @pytest.mark.parametrize("size", [(80, 24), (160, 48)], ids=lambda s: f"{s[0]}x{s[1]}")
-def test_gpus_rows_and_each_ranks_gpu_memory_on_screen(tmp_path, size):
-    """The issue's scenario, for real: a supervisor with a scripted NVML (two GPUs; ranks 0
+def test_gpus_rows_and_each_ranks_gpu_memory_on_screen(tmp_path, size, libnvml):
+    """The issue's scenario, for real: a supervisor on the stand-in NVML library (two GPUs; ranks 0
     and 1 on GPU 0 at 93%; rank 0's child and an outside process there; GPU 1 idle), real
     workers, the TUI in a tmux pane. Every number is checked against `ctl status --json`."""
     from mpwatch.text import fmt
     from tests.helpers import mpwatch
+    from tests.libnvml import nvml_overlay
     from tests.record import WORKER, cuda_two_gpus, nvml_two_gpus, unused_pid
 
-    nvml, cuda = tmp_path / "nvml.json", tmp_path / "cuda.json"
-    nvml.write_text(json.dumps(nvml_two_gpus(unused_pid())))
+    cuda = tmp_path / "cuda.json"
     cuda.write_text(json.dumps(cuda_two_gpus()))
     run_dir = tmp_path / "run"
-    tmux = Tmux(tmp_path, size, {"MPWATCH_FAKE_NVML": str(nvml), "MPWATCH_FAKE_CUDA": str(cuda),
+    tmux = Tmux(tmp_path, size, {**nvml_overlay(libnvml, tmp_path, nvml_two_gpus(unused_pid())),
+                                 "MPWATCH_FAKE_CUDA": str(cuda),
                                  "CHILD": "0", "SLEEP": "0.1"})
     tmux.start()
     try:

@@ -1,15 +1,21 @@
 """The GPU probe: backends, per-value N/A, the one-line reasons. NVML itself is the only
-thing faked here (a scripted scenario, or a stand-in pynvml module for the real backend)."""
+thing faked here: a scripted backend (testing.scripted_nvml), a stand-in libnvidia-ml.so.1
+under the real NvmlBackend and nvidia-ml-py (testing.libnvml), or a stand-in pynvml module."""
+import contextlib
 import ctypes
 import json
 import os
 import types
 
+import psutil
 import pynvml
 import pytest
 
 from mpwatch.probes import gpu
 from mpwatch.testing import scripted_nvml
+from mpwatch.testing.libnvml import SCRIPT_ENV
+from tests.helpers import wait_for
+from tests.libnvml import loaded
 
 GiB = 1 << 30
 
@@ -63,47 +69,77 @@ def test_real_backend_without_a_driver_gives_the_clear_line():
     assert why.startswith("NVML library not found") and "\n" not in why
 
 
-# --------------------------------------------------------------- fake backend ----
-def test_fake_scenario_drives_every_value(tmp_path):
-    path = scenario(tmp_path, {
+# ------------------------------------------------- both stand-ins, one scenario ----
+# "python": testing.scripted_nvml (a backend); "libnvml": the stand-in libnvidia-ml.so.1
+# (testing.libnvml) under the real NvmlBackend and nvidia-ml-py.
+FAILED = {"python": "scripted failure", "libnvml": "Unknown Error"}
+
+
+@pytest.fixture(params=["python", "libnvml"])
+def stand_in(request, tmp_path, monkeypatch):
+    """open(scenario) -> (backend, why) on either stand-in; every backend is shut down after."""
+    opened = []
+    with contextlib.ExitStack() as stack:
+        if request.param == "libnvml":
+            lib = request.getfixturevalue("libnvml")
+
+        def open_(data):
+            if request.param == "python":
+                backend, why = gpu.open_backend(scenario(tmp_path, data))
+            else:
+                stack.enter_context(loaded(lib, monkeypatch, tmp_path, data))
+                backend, why = gpu.open_backend(None)
+            opened.append(backend)
+            return backend, why
+        open_.kind = request.param
+        yield open_
+        for b in opened:
+            if b is not None:
+                b.shutdown()
+
+
+def probe_of(stand_in, data):
+    backend, why = stand_in(data)
+    assert why is None, why
+    probe = gpu.GpuProbe(backend)
+    probe.open()
+    return probe
+
+
+def test_a_scenario_drives_every_value(stand_in):
+    a, b = probe_of(stand_in, {
         "gpus": [{"name": "Fake A", "mem_total": 16 * GiB}, {"name": "Fake B", "mem_total": 8 * GiB}],
         "frames": [{"at": 0, "gpus": [
             {"util_gpu": 80, "util_mem": 30, "temperature": 61, "power_w": 250.25, "extra_used": GiB,
              "processes": [{"pid": 4242, "mem": 2 * GiB}, {"pid": "self", "mem": GiB}]},
-            {"mem_used": 5, "processes": []}]}]})
-    backend, why = gpu.open_backend(path)
-    assert why is None and backend.kind == "fake"
-    probe = gpu.GpuProbe(backend)
-    probe.open()
-    a, b = probe.sample(with_processes=True)
+            {"mem_used": 5, "processes": []}]}]}).sample(with_processes=True)
     assert (a.index, a.name, a.mem_used, a.mem_total) == (0, "Fake A", 4 * GiB, 16 * GiB)
     assert (a.util_gpu, a.util_mem, a.temperature, a.power_w) == (80, 30, 61, 250.2)
     assert a.processes == [(4242, 2 * GiB), (os.getpid(), GiB)] and a.errors == {}
     assert (b.name, b.mem_used, b.processes) == ("Fake B", 5, [])
 
 
-def test_processes_are_only_asked_for_when_due(tmp_path):
-    path = scenario(tmp_path, {"gpus": [{}], "frames": [{"gpus": [{"processes": [{"pid": 1, "mem": 1}]}]}]})
-    backend, _ = gpu.open_backend(path)
-    probe = gpu.GpuProbe(backend)
-    probe.open()
+def test_the_backend_kind_says_which_stand_in(stand_in):
+    backend, _ = stand_in({"gpus": [{}]})
+    assert backend.kind == {"python": "fake", "libnvml": "nvml"}[stand_in.kind]
+
+
+def test_processes_are_only_asked_for_when_due(stand_in):
+    probe = probe_of(stand_in, {"gpus": [{}], "frames": [{"gpus": [{"processes": [{"pid": 1, "mem": 1}]}]}]})
     (s,) = probe.sample(with_processes=False)
     assert s.processes is None and s.mem_used == 1
     (s,) = probe.sample(with_processes=True)
     assert s.processes == [(1, 1)]
 
 
-def test_a_failing_call_is_na_for_that_value_only(tmp_path):
-    path = scenario(tmp_path, {"gpus": [{"mem_total": GiB}], "frames": [{"gpus": [
+def test_a_failing_call_is_na_for_that_value_only(stand_in):
+    probe = probe_of(stand_in, {"gpus": [{"mem_total": GiB}], "frames": [{"gpus": [
         {"util_gpu": 10, "temperature": 50, "fail": ["temperature", "processes", "power"]}]}]})
-    backend, _ = gpu.open_backend(path)
-    probe = gpu.GpuProbe(backend)
-    probe.open()
     (s,) = probe.sample(with_processes=True)
     assert s.temperature is None and s.power_w is None and s.processes is None
     assert s.util_gpu == 10 and s.mem_total == GiB
     assert set(s.errors) == {"temperature", "processes", "power"}
-    assert "scripted failure" in s.errors["temperature"]
+    assert FAILED[stand_in.kind] in s.errors["temperature"]
 
 
 def test_frames_follow_the_scenario_clock(tmp_path):
@@ -120,6 +156,16 @@ def test_frames_follow_the_scenario_clock(tmp_path):
     assert seen == [1, 1, 2, 2, 3, 3]
 
 
+def test_the_librarys_frames_follow_its_own_clock(stand_in):
+    backend, _ = stand_in({"gpus": [{}], "frames": [{"at": 0, "gpus": [{"util_gpu": 1}]},
+                                                   {"at": 0.5, "gpus": [{"util_gpu": 2}]},
+                                                   {"at": 3600, "gpus": [{"util_gpu": 3}]}]})
+    h = backend.handle(0)
+    seen = [backend.utilization(h)[0]]
+    wait_for(lambda: seen.append(backend.utilization(h)[0]) or seen[-1] == 2, what="the frame from 0.5 s")
+    assert seen == sorted(seen) and set(seen) <= {1, 2}  # in order, and never the frame an hour on
+
+
 @pytest.mark.parametrize("data,expect", [
     ({"gpus": [{}], "init_error": "driver/bindings mismatch: scripted"}, "driver/bindings mismatch: scripted"),
     ({"gpus": []}, "no NVIDIA GPU found"),
@@ -128,6 +174,18 @@ def test_frames_follow_the_scenario_clock(tmp_path):
 def test_fake_start_failures_are_one_line(tmp_path, data, expect):
     backend, why = gpu.open_backend(scenario(tmp_path, data))
     assert backend is None and expect in why and "\n" not in why
+
+
+@pytest.mark.parametrize("data,expect", [
+    ({"gpus": [{}], "init_error": "DRIVER_NOT_LOADED"}, "no NVIDIA GPU found: the NVIDIA driver is not loaded"),
+    ({"gpus": [{}], "init_error": "LIB_RM_VERSION_MISMATCH"}, "driver/bindings mismatch: the NVML library"),
+    ({"gpus": [{}], "init_error": "NO_PERMISSION"}, "NVML refused access"),
+    ({"gpus": []}, "no NVIDIA GPU found"),
+])
+def test_the_librarys_start_failures_are_one_line(libnvml, tmp_path, monkeypatch, data, expect):
+    with loaded(libnvml, monkeypatch, tmp_path, data):
+        backend, why = gpu.open_backend(None)
+    assert backend is None and why.startswith(expect) and "\n" not in why
 
 
 def test_a_missing_or_broken_scenario_file_is_one_line(tmp_path):
@@ -139,7 +197,39 @@ def test_a_missing_or_broken_scenario_file_is_one_line(tmp_path):
     assert backend is None and "unreadable" in why and "\n" not in why
 
 
-def test_rank_names_resolve_to_this_processes_children(tmp_path):
+def test_the_library_without_its_script_is_a_machine_without_a_driver(libnvml, tmp_path, monkeypatch):
+    with loaded(libnvml, monkeypatch, tmp_path, {"gpus": [{}]}):
+        monkeypatch.delenv(SCRIPT_ENV)
+        backend, why = gpu.open_backend(None)
+        assert backend is None and why == "no NVIDIA GPU found: the NVIDIA driver is not loaded"
+        monkeypatch.setenv(SCRIPT_ENV, str(tmp_path / "nope.txt"))
+        backend, why = gpu.open_backend(None)
+        assert backend is None and why == "NVML failed to start: Unknown Error"
+
+
+def test_rank_names_resolve_to_this_processes_children(stand_in):
+    import subprocess
+    import sys
+
+    parent = ("import subprocess, sys, time; subprocess.Popen([sys.executable, '-c', 'import time; "
+              "time.sleep(60)']); time.sleep(60)")
+    child = subprocess.Popen([sys.executable, "-c", parent], env=dict(os.environ, MPWATCH_RANK="3"))
+    try:
+        grand = wait_for(lambda: psutil.Process(child.pid).children(), what="the rank's own child")[0].pid
+        probe = probe_of(stand_in, {"gpus": [{}], "frames": [{"gpus": [{"processes": [
+            {"pid": "rank:3", "mem": 1}, {"pid": "rank:3/child", "mem": 2}, {"pid": "rank:4", "mem": 3},
+            {"pid": "parent", "mem": 4}, {"pid": 77, "mem": 5}, {"pid": "junk", "mem": 6}]}]}]})
+        (s,) = probe.sample(with_processes=True)
+        assert s.processes == [(child.pid, 1), (grand, 2), (os.getppid(), 4), (77, 5)]
+        assert s.mem_used == 21  # every listed process counts, found or not
+    finally:
+        for p in psutil.Process(child.pid).children():
+            p.kill()
+        child.kill()
+        child.wait()
+
+
+def test_scripted_rank_names_resolve_to_this_processes_children():
     import subprocess
     import sys
 
@@ -242,29 +332,23 @@ def test_a_device_whose_handle_fails_is_skipped_and_said():
 
 
 # ------------------------------------------------------- UUIDs and SM utilization ----
-def test_uuids_and_mig_instances_map_to_nvml_indices(tmp_path):
-    path = scenario(tmp_path, {"gpus": [{"uuid": "GPU-1111"}, {"uuid": "GPU-2222", "mig": ["MIG-aaaa", "MIG-bbbb"]},
-                                        {}]})
-    backend, _ = gpu.open_backend(path)
-    probe = gpu.GpuProbe(backend)
-    probe.open()
+def test_uuids_and_mig_instances_map_to_nvml_indices(stand_in):
+    probe = probe_of(stand_in, {"gpus": [{"uuid": "GPU-1111"}, {"uuid": "GPU-2222", "mig": ["MIG-aaaa", "MIG-bbbb"]},
+                                         {}]})
     assert [d.uuid for d in probe.devices] == ["GPU-1111", "GPU-2222", "GPU-fake-2"]
     assert probe.uuid_index == {"GPU-1111": 0, "GPU-2222": 1, "MIG-aaaa": 1, "MIG-bbbb": 1, "GPU-fake-2": 2}
     assert [s.uuid for s in probe.sample(with_processes=False)] == ["GPU-1111", "GPU-2222", "GPU-fake-2"]
 
 
-def test_fake_process_sm_utilization_present_absent_and_failing(tmp_path):
-    path = scenario(tmp_path, {"gpus": [{}, {}, {}], "frames": [{"gpus": [
+def test_process_sm_utilization_present_absent_and_failing(stand_in):
+    probe = probe_of(stand_in, {"gpus": [{}, {}, {}], "frames": [{"gpus": [
         {"processes": [{"pid": 11, "mem": 1, "sm": 70}, {"pid": 12, "mem": 1}]},
         {"proc_util": False, "processes": [{"pid": 13, "mem": 1, "sm": 5}]},
         {"fail": ["proc_util"], "processes": [{"pid": 14, "mem": 1, "sm": 5}]}]}]})
-    backend, _ = gpu.open_backend(path)
-    probe = gpu.GpuProbe(backend)
-    probe.open()
     a, b, c = probe.sample(with_processes=True)
     assert a.proc_util == {11: 70} and "proc_util" not in a.errors  # no sample for 12: it ran no kernel
     assert b.proc_util is None and "not supported" in b.errors["proc_util"] and b.processes == [(13, 1)]
-    assert c.proc_util is None and "scripted failure" in c.errors["proc_util"]
+    assert c.proc_util is None and FAILED[stand_in.kind] in c.errors["proc_util"]
     a, b, c = probe.sample(with_processes=False)
     assert a.proc_util is None and "proc_util" not in a.errors  # only asked with the process list
     assert [d.proc_util_ok for d in probe.devices] == [True, False, True]  # N/A for good; a failure is retried

@@ -1,6 +1,7 @@
 """The GPU rows, the GPU screen (`g`, `w`) and the loss plot's scale (`y`) against a real
-supervisor with the issue's scripted NVML (two GPUs; ranks 0 and 1 on GPU 0 at 93%; a
-worker's child and an outside process there; GPU 1 idle) and scripted allocator views."""
+supervisor with the issue's NVML scenario on the stand-in libnvidia-ml.so.1 (two GPUs; ranks 0
+and 1 on GPU 0 at 93%; a worker's child and an outside process there; GPU 1 idle) and
+scripted allocator views."""
 from __future__ import annotations
 
 import json
@@ -10,15 +11,16 @@ from mpwatch.text import fmt
 from mpwatch.tui.screens.detail import DetailScreen
 from mpwatch.tui.screens.gpu import GpuScreen
 from mpwatch.tui.widgets.loss_plot import LossPlot
+from tests.libnvml import nvml_overlay
 from tests.record import cuda_two_gpus, nvml_two_gpus, unused_pid
 from tests.tui.conftest import until
 
 
-def gpu_env(tmp_path) -> dict[str, str]:
-    nvml, cuda = tmp_path / "nvml.json", tmp_path / "cuda.json"
-    nvml.write_text(json.dumps(nvml_two_gpus(unused_pid())))
+def gpu_env(lib, tmp_path) -> dict[str, str]:
+    """The supervisor plays the scenario on the stand-in libnvidia-ml.so.1 (testing.libnvml)."""
+    cuda = tmp_path / "cuda.json"
     cuda.write_text(json.dumps(cuda_two_gpus()))
-    return {"MPWATCH_FAKE_NVML": str(nvml), "MPWATCH_FAKE_CUDA": str(cuda), "CHILD": "1"}
+    return {**nvml_overlay(lib, tmp_path, nvml_two_gpus(unused_pid())), "MPWATCH_FAKE_CUDA": str(cuda), "CHILD": "1"}
 
 
 def gpus_known(app) -> bool:
@@ -28,8 +30,9 @@ def gpus_known(app) -> bool:
                     for w in st["workers"]))
 
 
-async def test_gpu_rows_and_cells_at_80_columns(tui, tmp_path):
-    async with tui(n=2, env=gpu_env(tmp_path), opts=["--gpu-interval", "0.2"], size=(80, 24)) as (app, pilot, _):
+async def test_gpu_rows_and_cells_at_80_columns(tui, tmp_path, libnvml):
+    env = gpu_env(libnvml, tmp_path)
+    async with tui(n=2, env=env, opts=["--gpu-interval", "0.2"], size=(80, 24)) as (app, pilot, _):
         await until(pilot, lambda: gpus_known(app), what="both GPUs and the ranks' GPU views")
         await pilot.pause(0.3)
         st = app.status
@@ -43,8 +46,8 @@ async def test_gpu_rows_and_cells_at_80_columns(tui, tmp_path):
             assert cell == f"0 {fmt.size(w['gpu']['mem_bytes'])}⚠"
 
 
-async def test_g_shows_the_gpu_screen_and_w_switches_the_window(tui, tmp_path):
-    async with tui(n=2, env=gpu_env(tmp_path), opts=["--gpu-interval", "0.2"]) as (app, pilot, _):
+async def test_g_shows_the_gpu_screen_and_w_switches_the_window(tui, tmp_path, libnvml):
+    async with tui(n=2, env=gpu_env(libnvml, tmp_path), opts=["--gpu-interval", "0.2"]) as (app, pilot, _):
         await until(pilot, lambda: gpus_known(app), what="both GPUs and the ranks' GPU views")
         await pilot.press("g")
         screen = app.screen

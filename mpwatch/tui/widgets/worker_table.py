@@ -28,6 +28,7 @@ from textual.strip import Strip
 from mpwatch.tui.render import diff
 from mpwatch.tui.render.segs import Cell
 from mpwatch.tui.render.view import Column, RowSource, rank_of_key
+from mpwatch.tui.widgets.cell_cache import CellCache
 from mpwatch.tui.widgets.cells import to_text
 
 PAD = 1  # spaces on each side of a cell
@@ -64,22 +65,21 @@ def _fit(segments: list[tuple[str, Style | None]], width: int, right: bool) -> l
     return ([pad] + body) if right else (body + [pad])
 
 
-_FITTED: dict[tuple[Cell, int, bool], list[Segment]] = {}  # (cell, width, right) -> its segments
-_FITTED_MAX = 8192
+# (cell, width, right) -> its segments; 1024 a generation: the ~40 rows on screen times their
+# columns repeat well within it, and it holds at most ~1.5 MiB.
+_FITTED: CellCache[tuple[Cell, int, bool], list[Segment]] = CellCache(1024)
 
 
 def _fitted(cell: Cell, width: int, right: bool) -> list[Segment]:
     """A cell's segments with its padding, cached: most cells (state, pid, rss, blanks...)
     repeat across rows and snapshots, so a redrawn row mostly costs dict lookups."""
     key = (cell, width, right)
-    segs = _FITTED.get(key)
+    segs = _FITTED.young.get(key) or _FITTED.get(key)
     if segs is None:
         parts: list[tuple[str, Style | None]] = (
             [(t, _style(s)) for t, s in cell] if isinstance(cell, tuple) else [(cell, None)])
         segs = [Segment(" " * PAD), *_fit(parts, width, right), Segment(" " * PAD)]
-        if len(_FITTED) >= _FITTED_MAX:
-            _FITTED.clear()
-        _FITTED[key] = segs
+        _FITTED.put(key, segs)
     return segs
 
 

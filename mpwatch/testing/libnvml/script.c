@@ -1,0 +1,216 @@
+/* TEST-ONLY: reads the scenario script of the stand-in libnvidia-ml.so.1, and resolves the
+ * scenario's pid names against /proc. Runs in whichever thread calls nvmlInit / a process query.
+ *
+ * The script is a JSON scenario (testing.scripted_nvml's format) turned into lines by
+ * testing.libnvml.script, so no JSON parser is needed here. One record a line, fields split by
+ * tabs, after a first line "mpwatch-fake-nvml 1":
+ *     init  <nvmlReturn_t>                           nvmlInit fails with it
+ *     gpu   <name> <uuid> <mem_total> <mig_capable>  the next device
+ *     mig   <uuid>                                   a MIG instance of the last device
+ *     frame <at>                                     values from <at> s after nvmlInit
+ *     dev   <util_gpu> <util_mem> <temperature> <power_mw> <mem_used> <proc_util 0|1>
+ *     fail  <what> <nvmlReturn_t>                    that query of the last dev fails
+ *     proc  <pid name> <mem|-> <sm|->                a compute process on the last dev
+ */
+#define _DEFAULT_SOURCE
+#include "script.h"
+
+#include <dirent.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define MAX_LINE 4096
+#define MAX_FRAMES 100000
+#define MAX_PROCS 1024
+
+static const char *WHAT[FN_N_WHAT] = {"memory", "utilization", "temperature", "power", "processes",
+                                      "processes_v3", "proc_util"};
+
+static void copy(char *dst, size_t size, const char *src) {
+    snprintf(dst, size, "%s", src ? src : "");
+}
+
+static long long num(const char *s) {
+    return (s && strcmp(s, "-") != 0) ? strtoll(s, NULL, 10) : FN_NO_VALUE;
+}
+
+static struct fn_dev *last_dev(struct fn_script *s) {
+    if (s->nframes == 0) return NULL;
+    struct fn_frame *f = &s->frames[s->nframes - 1];
+    return f->ndevs ? &f->devs[f->ndevs - 1] : NULL;
+}
+
+static int add_frame(struct fn_script *s, const char *at) {
+    if (s->nframes >= MAX_FRAMES) return -1;
+    struct fn_frame *grown = realloc(s->frames, sizeof *grown * (size_t)(s->nframes + 1));
+    if (!grown) return -1;
+    s->frames = grown;
+    memset(&grown[s->nframes], 0, sizeof *grown);
+    grown[s->nframes++].at = strtod(at ? at : "0", NULL);
+    return 0;
+}
+
+static int add_proc(struct fn_dev *d, char **f) {
+    if (!d || d->nprocs >= MAX_PROCS || !f[1]) return -1;
+    struct fn_proc *grown = realloc(d->procs, sizeof *grown * (size_t)(d->nprocs + 1));
+    if (!grown) return -1;
+    d->procs = grown;
+    struct fn_proc *p = &grown[d->nprocs++];
+    copy(p->spec, sizeof p->spec, f[1]);
+    p->mem = num(f[2]);
+    p->sm = num(f[3]);
+    return 0;
+}
+
+static int set_fail(struct fn_dev *d, char **f) {
+    if (!d || !f[1]) return -1;
+    for (int w = 0; w < FN_N_WHAT; w++)
+        if (strcmp(f[1], WHAT[w]) == 0) d->fail[w] = (int)num(f[2]);
+    return 0;
+}
+
+static int add_gpu(struct fn_script *s, char **f) {
+    if (s->ngpus >= FN_MAX_GPUS) return -1;
+    struct fn_gpu *g = &s->gpus[s->ngpus++];
+    copy(g->name, sizeof g->name, f[1]);
+    copy(g->uuid, sizeof g->uuid, f[2]);
+    g->mem_total = (unsigned long long)num(f[3]);
+    g->mig_capable = f[4] && atoi(f[4]);
+    return 0;
+}
+
+static int add_dev(struct fn_script *s, char **f) {
+    if (s->nframes == 0) return -1;
+    struct fn_frame *fr = &s->frames[s->nframes - 1];
+    if (fr->ndevs >= FN_MAX_GPUS) return -1;
+    struct fn_dev *d = &fr->devs[fr->ndevs++];
+    d->util_gpu = (unsigned)num(f[1]);
+    d->util_mem = (unsigned)num(f[2]);
+    d->temperature = (unsigned)num(f[3]);
+    d->power_mw = (unsigned)num(f[4]);
+    d->mem_used = (unsigned long long)num(f[5]);
+    d->proc_util = f[6] && atoi(f[6]);
+    return 0;
+}
+
+static int record(struct fn_script *s, char **f) {
+    const char *kind = f[0];
+    if (strcmp(kind, "init") == 0) return s->init_error = (int)num(f[1]), 0;
+    if (strcmp(kind, "gpu") == 0) return add_gpu(s, f);
+    if (strcmp(kind, "mig") == 0) {
+        if (s->ngpus == 0 || s->gpus[s->ngpus - 1].nmig >= FN_MAX_MIG) return -1;
+        struct fn_gpu *g = &s->gpus[s->ngpus - 1];
+        copy(g->mig[g->nmig++], FN_TEXT, f[1]);
+        return 0;
+    }
+    if (strcmp(kind, "frame") == 0) return add_frame(s, f[1]);
+    if (strcmp(kind, "dev") == 0) return add_dev(s, f);
+    if (strcmp(kind, "fail") == 0) return set_fail(last_dev(s), f);
+    if (strcmp(kind, "proc") == 0) return add_proc(last_dev(s), f);
+    return -1;
+}
+
+int fn_script_load(const char *path, struct fn_script *s) {
+    memset(s, 0, sizeof *s);
+    FILE *in = path ? fopen(path, "r") : NULL;
+    if (!in) return -1;
+    char line[MAX_LINE];
+    int ok = fgets(line, sizeof line, in) && strcmp(line, "mpwatch-fake-nvml 1\n") == 0;
+    while (ok && fgets(line, sizeof line, in)) {
+        line[strcspn(line, "\n")] = '\0';
+        char *f[8] = {0}, *rest = line;
+        for (int i = 0; i < 8 && rest; i++) f[i] = strsep(&rest, "\t");
+        ok = record(s, f) == 0;
+    }
+    fclose(in);
+    if (!ok) fn_script_free(s);
+    return ok ? 0 : -1;
+}
+
+void fn_script_free(struct fn_script *s) {
+    for (int i = 0; i < s->nframes; i++)
+        for (int d = 0; d < s->frames[i].ndevs; d++) free(s->frames[i].devs[d].procs);
+    free(s->frames);
+    memset(s, 0, sizeof *s);
+}
+
+const struct fn_dev *fn_script_dev(const struct fn_script *s, double elapsed, int gpu) {
+    /* Before any frame, or a frame listing fewer devices: the scripted fake's defaults. */
+    static const struct fn_dev idle = {0, 0, 40, 50000, 0, 1, {0}, 0, NULL};
+    const struct fn_frame *cur = NULL;
+    for (int i = 0; i < s->nframes; i++)
+        if (s->frames[i].at <= elapsed) cur = &s->frames[i];  /* the last one passed, in order */
+    return (cur && gpu < cur->ndevs) ? &cur->devs[gpu] : &idle;
+}
+
+/* ---------------------------------------------------------------- pid names ---- */
+static pid_t parent_of(pid_t pid) {
+    char path[64], buf[512];
+    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+    FILE *f = fopen(path, "r");
+    if (!f) return 0;
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    char *close = strrchr(buf, ')');  /* the command name may hold spaces and parentheses */
+    int ppid = 0;
+    return (close && sscanf(close + 1, " %*c %d", &ppid) == 1) ? (pid_t)ppid : 0;
+}
+
+#define MAX_ENVIRON (4 << 20)
+
+static int has_rank(pid_t pid, const char *rank) {
+    char path[64], want[64];
+    snprintf(path, sizeof path, "/proc/%d/environ", (int)pid);
+    int len = snprintf(want, sizeof want, "MPWATCH_RANK=%s", rank);
+    FILE *f = fopen(path, "r");
+    char *buf = f ? malloc(MAX_ENVIRON + 1) : NULL;
+    if (!buf) {
+        if (f) fclose(f);
+        return 0;
+    }
+    size_t n = fread(buf, 1, MAX_ENVIRON, f);
+    fclose(f);
+    buf[n] = '\0';
+    int found = 0;
+    for (size_t i = 0; i < n && !found; i += strlen(buf + i) + 1)
+        found = strncmp(buf + i, want, (size_t)len) == 0 && buf[i + (size_t)len] == '\0';
+    free(buf);
+    return found;
+}
+
+/* The children of pid, lowest pid first (psutil's order); with rank set, only the one
+ * whose environment says MPWATCH_RANK=rank. 0 if none. */
+static pid_t child_of(pid_t pid, const char *rank) {
+    DIR *proc = opendir("/proc");
+    if (!proc) return 0;
+    pid_t best = 0;
+    struct dirent *e;
+    while ((e = readdir(proc)) != NULL) {
+        char *end;
+        long p = strtol(e->d_name, &end, 10);
+        if (*end || p <= 0 || parent_of((pid_t)p) != pid) continue;
+        if ((best == 0 || p < best) && (!rank || has_rank((pid_t)p, rank))) best = (pid_t)p;
+    }
+    closedir(proc);
+    return best;
+}
+
+pid_t fn_resolve_pid(const char *spec) {
+    if (strcmp(spec, "self") == 0) return getpid();
+    if (strcmp(spec, "parent") == 0) return getppid();
+    if (strncmp(spec, "rank:", 5) != 0) {
+        char *end;
+        long p = strtol(spec, &end, 10);
+        return (*spec && !*end && p > 0) ? (pid_t)p : 0;
+    }
+    char rank[32];
+    copy(rank, sizeof rank, spec + 5);
+    char *slash = strchr(rank, '/');
+    if (slash) *slash = '\0';
+    pid_t worker = child_of(getpid(), rank);
+    if (!worker || !slash) return worker;
+    return strcmp(slash + 1, "child") == 0 ? child_of(worker, NULL) : 0;
+}

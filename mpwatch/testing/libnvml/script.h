@@ -1,0 +1,62 @@
+/* TEST-ONLY: the scenario a stand-in libnvidia-ml.so.1 plays (testing.libnvml). Shared by
+ * script.c (reads it, resolves pid names) and fake_nvml.c (answers NVML's calls from it). */
+#ifndef MPWATCH_FAKE_NVML_SCRIPT_H
+#define MPWATCH_FAKE_NVML_SCRIPT_H
+
+#include <sys/types.h>
+
+#define FN_MAX_GPUS 32
+#define FN_MAX_MIG 7 /* an A100/H100 holds at most 7 MIG instances */
+#define FN_TEXT 96   /* NVML_DEVICE_NAME_V2_BUFFER_SIZE, NVML_DEVICE_UUID_V2_BUFFER_SIZE */
+#define FN_NO_VALUE (-1LL)
+
+/* The values a query can be told to fail (the script's `fail` records). */
+enum fn_what { FN_MEMORY, FN_UTILIZATION, FN_TEMPERATURE, FN_POWER, FN_PROCESSES, FN_PROCESSES_V3,
+               FN_PROC_UTIL, FN_N_WHAT };
+
+struct fn_proc {
+    char spec[40];  /* "1234", "self", "parent", "rank:N", "rank:N/child" */
+    long long mem;  /* bytes; FN_NO_VALUE: the driver cannot tell (NVML_VALUE_NOT_AVAILABLE) */
+    long long sm;   /* SM %; FN_NO_VALUE: no utilization sample for it */
+};
+
+struct fn_dev {  /* one GPU in one frame */
+    unsigned util_gpu, util_mem, temperature, power_mw;
+    unsigned long long mem_used;
+    int proc_util;            /* 0: the device keeps no per-process samples */
+    int fail[FN_N_WHAT];      /* an nvmlReturn_t, 0 where the query works */
+    int nprocs;
+    struct fn_proc *procs;
+};
+
+struct fn_frame {
+    double at;                /* seconds since nvmlInit from which this frame holds */
+    int ndevs;
+    struct fn_dev devs[FN_MAX_GPUS];
+};
+
+struct fn_gpu {
+    char name[FN_TEXT], uuid[FN_TEXT];
+    unsigned long long mem_total;
+    int mig_capable;          /* 0: nvmlDeviceGetMigMode says NOT_SUPPORTED */
+    int nmig;
+    char mig[FN_MAX_MIG][FN_TEXT];
+};
+
+struct fn_script {
+    int init_error;           /* an nvmlReturn_t for nvmlInit, 0 to start */
+    int ngpus;
+    struct fn_gpu gpus[FN_MAX_GPUS];
+    int nframes;
+    struct fn_frame *frames;
+};
+
+/* Read the script at path; 0 on success, -1 (script freed) on a bad or unreadable file. */
+int fn_script_load(const char *path, struct fn_script *s);
+void fn_script_free(struct fn_script *s);
+/* The device values now: the last frame whose `at` has passed (defaults before any). */
+const struct fn_dev *fn_script_dev(const struct fn_script *s, double elapsed, int gpu);
+/* A scenario pid name resolved now, as testing.scripted_nvml.resolve_fake_pid does; 0 if none. */
+pid_t fn_resolve_pid(const char *spec);
+
+#endif

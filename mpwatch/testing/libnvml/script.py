@@ -1,0 +1,117 @@
+"""TEST-ONLY: a scripted-NVML scenario (the JSON testing.scripted_nvml reads) as the line
+script the stand-in libnvidia-ml.so.1 reads (format in testing.libnvml's script.c), and the
+environment that makes a process load that library. Runs in the test process.
+
+The values mean what they mean to testing.scripted_nvml: the same defaults, memory used as the
+sum of the processes' plus `extra_used` unless `mem_used` is given, pid names ("rank:N",
+"rank:N/child", "parent", "self") resolved by the library at each call. What only a driver can
+say is said in NVML's own terms: a process's `"mem": null` is NVML_VALUE_NOT_AVAILABLE;
+`"proc_util": false` is NVML_ERROR_NOT_SUPPORTED; a `fail` entry "what" is NVML_ERROR_UNKNOWN
+and "what:CODE" is NVML_ERROR_<CODE> (e.g. "utilization:NOT_SUPPORTED"; "processes_v3:..."
+fails the _v3 process list only); `"mig": [...]` makes a MIG-capable GPU with those instances
+(a GPU without the key answers NOT_SUPPORTED to MIG queries); an `init_error` naming an NVML
+error ("DRIVER_NOT_LOADED") fails nvmlInit with it, other text with NVML_ERROR_UNKNOWN.
+"""
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from pathlib import Path
+
+import pynvml
+
+from mpwatch.settings import FAKE_NVML_ENV
+from mpwatch.testing.libnvml import SCRIPT_ENV
+
+TEXT_MAX = 95  # NVML's 96-byte name and UUID buffers
+
+
+def _int(v: object, default: int = 0) -> int:
+    return int(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else default
+
+
+def _list(v: object) -> list[object]:
+    return list(v) if isinstance(v, list) else []
+
+
+def _obj(v: object) -> dict[str, object]:
+    return v if isinstance(v, dict) else {}
+
+
+def _text(v: object) -> str:
+    s = " ".join(str(v).split())  # no tab or newline inside a field
+    return s.encode()[:TEXT_MAX].decode(errors="ignore")
+
+
+def nvml_code(name: str) -> int:
+    """An NVML error's number from its name ("NOT_SUPPORTED"); NVML_ERROR_UNKNOWN otherwise."""
+    code = getattr(pynvml, "NVML_ERROR_" + name.strip().upper().removeprefix("NVML_ERROR_"), None)
+    return code if isinstance(code, int) else int(pynvml.NVML_ERROR_UNKNOWN)
+
+
+def _pid_spec(v: object) -> str | None:
+    if isinstance(v, int) and not isinstance(v, bool):
+        return str(v)
+    return _text(v)[:39] if isinstance(v, str) else None
+
+
+def _opt(v: object) -> str:
+    return "-" if v is None else str(max(_int(v), 0))
+
+
+def _dev_lines(g: dict[str, object]) -> list[str]:
+    procs = [_obj(p) for p in _list(g.get("processes"))]
+    used = g.get("mem_used")
+    mem = sum(_int(p.get("mem")) for p in procs) + _int(g.get("extra_used")) if used is None else _int(used)
+    power = g.get("power_w", 50.0)
+    power_mw = round(float(power) * 1000) if isinstance(power, (int, float)) else 50000
+    out = ["\t".join(["dev", str(_int(g.get("util_gpu"))), str(_int(g.get("util_mem"))),
+                      str(_int(g.get("temperature"), 40)), str(max(power_mw, 0)), str(max(mem, 0)),
+                      "0" if g.get("proc_util") is False else "1"])]
+    for f in _list(g.get("fail")):
+        what, _, code = str(f).partition(":")
+        out.append(f"fail\t{_text(what)}\t{nvml_code(code) if code else pynvml.NVML_ERROR_UNKNOWN}")
+    for p in procs:
+        spec = _pid_spec(p.get("pid"))
+        if spec:
+            out.append(f"proc\t{spec}\t{_opt(p.get('mem'))}\t{_opt(p.get('sm'))}")
+    return out
+
+
+def script_text(data: object) -> str:
+    """The line script of a scenario; ValueError if it is not one."""
+    if not isinstance(data, dict) or not isinstance(data.get("gpus", []), list):
+        raise ValueError("the top level must be an object with a 'gpus' list")
+    lines = ["mpwatch-fake-nvml 1"]
+    if data.get("init_error"):
+        lines.append(f"init\t{nvml_code(str(data['init_error']))}")
+    for i, g in enumerate(_obj(x) for x in _list(data.get("gpus"))):
+        lines.append("\t".join(["gpu", _text(g.get("name", f"Fake GPU {i}")), _text(g.get("uuid", f"GPU-fake-{i}")),
+                                str(_int(g.get("mem_total"), 16 << 30)), "1" if "mig" in g else "0"]))
+        lines += [f"mig\t{_text(u)}" for u in _list(g.get("mig"))]
+    for fr in (_obj(x) for x in _list(data.get("frames"))):
+        at = fr.get("at", 0)
+        if not isinstance(at, (int, float)):
+            continue  # never current for the Python stand-in either
+        lines.append(f"frame\t{float(at)!r}")
+        for dev in _list(fr.get("gpus")):
+            lines += _dev_lines(_obj(dev))
+    return "\n".join(lines) + "\n"
+
+
+def write_script(scenario: object, path: Path) -> Path:
+    """Write the script of a scenario (its data, or the path of its JSON file) to path."""
+    if isinstance(scenario, (str, Path)):
+        scenario = json.loads(Path(scenario).read_text(encoding="utf-8"))
+    path.write_text(script_text(scenario), encoding="utf-8")
+    return path
+
+
+def env_for(lib_dir: Path, script: Path, base: Mapping[str, str]) -> dict[str, str]:
+    """`base` changed so that a process started with it loads the stand-in library and plays
+    `script` (and not the Python stand-in, MPWATCH_FAKE_NVML)."""
+    env = {k: v for k, v in base.items() if k != FAKE_NVML_ENV}
+    ld = env.get("LD_LIBRARY_PATH")
+    env["LD_LIBRARY_PATH"] = f"{lib_dir}:{ld}" if ld else str(lib_dir)
+    env[SCRIPT_ENV] = str(script)
+    return env
