@@ -22,7 +22,7 @@ class State(_Name):
 
     STARTING = "starting"  # started, not yet heard from (shown running after NO_HELLO_S)
     RUNNING = "running"
-    STALLED = "stalled"  # reported before, silent for --stall-timeout
+    STALLED = "stalled"  # reported before, then silent for --stall-timeout (never before its first report)
     PAUSED = "paused"  # SIGSTOPped by the user
     RESTARTING = "restarting"  # ended with a failure; started again once its group is gone
     EXITED = "exited"  # ended by itself with exit 0
@@ -57,6 +57,7 @@ class Event(_Name):
     RESIZED = "resized"
     STALLED = "stalled"
     RECOVERED = "recovered"
+    SLOW_START = "slow_start"  # said hello, no first report within --startup-timeout (not a state: it still runs)
     DUMP = "dump"
     REPORT = "report"
     ALERT = "alert"  # a run alert: disk, hang (culprit), unkillable
@@ -93,10 +94,11 @@ class EventFields(EventRecord, total=False):
     frm: int  # resized: workers before
     to: int  # resized: workers after
     mode: str  # resized: independent | restart
-    silent_for: float  # stalled: seconds without a report
+    silent_for: float  # stalled: seconds without a report; slow_start: seconds since its start
     step: int | None  # stalled, recovered, report
-    kind: str | None  # stalled: what the process does; alert, gpu_alert: the alert's kind
-    detail: str | None  # stalled: the kind's detail (kernel wait)
+    kind: str | None  # stalled, slow_start: what the process does; alert, gpu_alert: the alert's kind
+    detail: str | None  # stalled, slow_start: the kind's detail (kernel wait)
+    limit: float  # slow_start: the --startup-timeout it went past
     path: str  # dump: the stack file, relative to the run directory
     where: str | None  # dump: the innermost frame of the user's code
     message: str  # alert, gpu_alert
@@ -118,7 +120,8 @@ class EventFields(EventRecord, total=False):
     n: int  # report: the report() calls it stands for
     dropped: int  # report: reports the worker's buffer declared lost
     child_of: int  # report: sent by a process the worker started (this is the worker's pid)
-    reason: str | None  # worker_exited: why mpwatch killed it (kill, restart, resize, stop); dump: stall | request
+    reason: str | None  # worker_exited: why mpwatch killed it (kill, restart, resize, stop);
+    # dump: stall | slow start | request
     innermost: str | None  # dump: the innermost frame
     collective: str | None  # dump: the collective the main thread waits in
     wchan: str | None  # stalled: the kernel wait

@@ -64,10 +64,12 @@ class ChildStatus(TypedDict):
 
 
 class StallInfo(TypedDict):
-    """Why a stalled worker is stalled: what it does (from /proc) and where (from its dump)."""
+    """Why a stalled worker is stalled (or a slow start has not reported yet): what it does
+    (from /proc) and where (from its dump)."""
 
     since: float  # wall clock
     step: int | None
+    limit: NotRequired[float]  # a slow start: the --startup-timeout it went past
     kind: NotRequired[str]  # busy | blocked | stopped | zombie | uninterruptible | gone
     detail: NotRequired[str | None]
     wchan: NotRequired[str | None]
@@ -145,6 +147,9 @@ class WorkerStatus(TypedDict):
     world_size: int
     uptime: float | None
     stall: StallInfo | None
+    # No first report within --startup-timeout (it said hello, it has not reported): what it
+    # does and where, as a stall's; None once it reports. Never a stall: the state stays.
+    slow_start: NotRequired[StallInfo | None]
     last_dump: str | None
     unkillable: list[dict[str, Any]] | None
     foreign_groups: list[int]
@@ -253,6 +258,7 @@ class GpuView(TypedDict):
 class RunOptions(TypedDict):
     max_restarts: int
     stall_timeout: float
+    startup_timeout: NotRequired[float]  # no first report this long after a start: a slow start
     grace: float
     resize_mode: str
 

@@ -90,7 +90,8 @@ class Run:
         self.commands = Commands(self, self.workers, self.lock, opts, self.store, self.log, self.dumper, self.gpu)
         self.control = ControlServer(str(rt / f"{self.run_id}.ctl"), self.authkey, self.commands.dispatch)
         self.sampler = Sampler(self.workers, self.lock, self.groups)
-        self.stalls = StallWatch(self.workers, self.lock, self.log, self.dumper, opts.stall_timeout)
+        self.stalls = StallWatch(self.workers, self.lock, self.log, self.dumper, opts.stall_timeout,
+                                 opts.startup_timeout)
         self.nodes = Nodes(opts.nodes, self, self.start) if opts.nodes is not None else None  # several nodes
         self.resizing = Resize(self)
 

@@ -8,11 +8,12 @@ from __future__ import annotations
 from typing import Literal
 
 from mpwatch.contract.status import Event, EventFields, State
+from mpwatch.text import fmt
 
 Severity = Literal["information", "warning", "error"]  # Textual's notification severities
 
 # Events the TUI pops up as a notice; the others show in the table or the action's reply.
-NOTICE_EVENTS = frozenset({Event.WORKER_EXITED, Event.STALLED, Event.RECOVERED, Event.RESTARTED,
+NOTICE_EVENTS = frozenset({Event.WORKER_EXITED, Event.STALLED, Event.SLOW_START, Event.RECOVERED, Event.RESTARTED,
                            Event.RESIZED, Event.ALERT, Event.GPU_ALERT, Event.STOPPING, Event.DUMP,
                            Event.RUN_FINISHED})
 _ALERT_SEVERITY: dict[str, Severity] = {"error": "error", "warning": "warning", "info": "information"}
@@ -29,13 +30,28 @@ def exit_state(rec: EventFields) -> str:
     return rec.get("state") or (State.FAILED if rec.get("cause") else State.EXITED)
 
 
+def doing(kind: str | None, detail: str | None) -> str:
+    """What a stalled process does, once: the detail starts with its kind ("blocked: ...")."""
+    if detail:
+        return detail if not kind or detail.startswith(kind) else f"{kind}: {detail}"
+    return kind or ""
+
+
 def _stalled(rec: EventFields) -> str:
-    kind = rec.get("kind")
-    what = ""
-    if kind:
-        detail = rec.get("detail")
-        what = f"; {kind}" + (f" ({detail})" if detail else "")
-    return f"{_who(rec)} stalled: no report for {rec.get('silent_for')}s (step {rec.get('step')}){what}"
+    what = doing(rec.get("kind"), rec.get("detail"))
+    step = rec.get("step")
+    at = f" (step {step})" if step is not None else ""
+    return f"{_who(rec)} stalled: no report for {fmt.age(rec.get('silent_for'))}{at}" + (f"; {what}" if what else "")
+
+
+def slow_start_text(limit: float | None) -> str:
+    """The words of a slow start, as the issue fixed them: 'slow start: no first report after 10m'."""
+    return f"slow start: no first report after {fmt.age(limit, '?')}"
+
+
+def _slow_start(rec: EventFields) -> str:
+    what = doing(rec.get("kind"), rec.get("detail"))
+    return f"{_who(rec)} {slow_start_text(rec.get('limit'))}" + (f"; {what}" if what else "")
 
 
 def line(rec: EventFields) -> str | None:
@@ -56,6 +72,8 @@ def line(rec: EventFields) -> str | None:
         return f"resized from {rec.get('frm')} to {rec.get('to')} workers ({rec.get('mode')})"
     if e == Event.STALLED:
         return _stalled(rec)
+    if e == Event.SLOW_START:
+        return _slow_start(rec)
     if e == Event.RECOVERED:
         return f"{who} recovered (step {rec.get('step')})"
     if e == Event.DUMP:
@@ -86,7 +104,7 @@ def severity(rec: EventFields) -> Severity:
         return "information" if rec.get("exit_code") == 0 else "error"
     if e == Event.GPU_ALERT:
         return _ALERT_SEVERITY.get(rec.get("severity") or "warning", "warning")
-    if e in (Event.STALLED, Event.RESTARTED, Event.ALERT, Event.STOPPING, Event.BAD_FRAME):
+    if e in (Event.STALLED, Event.SLOW_START, Event.RESTARTED, Event.ALERT, Event.STOPPING, Event.BAD_FRAME):
         return "warning"
     return "information"
 

@@ -10,25 +10,35 @@ from mpwatch.contract import straggler
 
 
 # ------------------------------------------------------------------ is_stalled ----
-def test_never_connected_worker_is_never_stalled_for_silence():
-    assert not stall.is_stalled(1000.0, timeout=5, started=0.0, connected=False, last_report=None)
+def test_a_worker_that_has_not_reported_is_never_stalled():
+    assert not stall.is_stalled(1000.0, timeout=5, first_report=None, last_report=None)
 
 
-def test_connected_worker_without_report_is_judged_from_its_start():
-    assert not stall.is_stalled(4.0, timeout=5, started=0.0, connected=True, last_report=None)
-    assert stall.is_stalled(6.0, timeout=5, started=0.0, connected=True, last_report=None)
+def test_the_stall_clock_starts_at_the_first_report():
+    # 8 s of start-up, then a report: not stalled 3 s after it with a 5 s timeout
+    assert not stall.is_stalled(11.0, timeout=5, first_report=8.0, last_report=8.0)
+    assert stall.is_stalled(13.1, timeout=5, first_report=8.0, last_report=8.0)
 
 
 def test_stalled_after_timeout_since_last_report():
-    kw = dict(timeout=5, started=0.0, connected=True, last_report=10.0)
+    kw = dict(timeout=5, first_report=1.0, last_report=10.0)
     assert not stall.is_stalled(15.0, **kw)
     assert stall.is_stalled(15.1, **kw)
 
 
 def test_time_paused_does_not_count():
-    kw = dict(timeout=5, started=0.0, connected=True, last_report=10.0, resumed=100.0)
+    kw = dict(timeout=5, first_report=1.0, last_report=10.0, resumed=100.0)
     assert not stall.is_stalled(104.0, **kw)
     assert stall.is_stalled(106.0, **kw)
+
+
+def test_a_slow_start_is_a_worker_that_said_hello_and_has_not_reported_within_the_limit():
+    kw = dict(limit=600, started=0.0, first_report=None)
+    assert not stall.is_slow_start(599.0, connected=True, **kw)
+    assert stall.is_slow_start(601.0, connected=True, **kw)
+    assert not stall.is_slow_start(5000.0, connected=False, **kw)  # never imported mpwatch: nothing to wait for
+    assert not stall.is_slow_start(5000.0, limit=600, started=0.0, connected=True, first_report=3.0)
+    assert not stall.is_slow_start(650.0, connected=True, resumed=100.0, **kw)  # paused 100 s of it
 
 
 # -------------------------------------------------------------------- classify ----

@@ -143,3 +143,11 @@ def test_a_worker_row_has_every_key_of_the_schema_and_no_other(proc, log):
 ])
 def test_exit_verdicts(rc, reason, tail, want):
     assert tuple(exits.judge(rc, reason, tail)) == want
+
+
+def test_a_rank_with_fewer_losses_than_the_tail_shows_them_all(proc, log):
+    # 31 losses with a tail of 32: the TREND is drawn from all 31 (it once got only the last one)
+    w = worker_in(State.RUNNING, proc, log)
+    w.reports.tail.extend(float(x) for x in range(31))
+    assert worker_status(w, 0.0, TAIL, None)["loss_tail"] == [float(x) for x in range(31)]
+    assert worker_status(w, 0.0, 8, None)["loss_tail"] == [float(x) for x in range(23, 31)]

@@ -30,6 +30,7 @@ class RankFold:
     signal: str | None = None
     cause: str | None = None
     stall: StallInfo | None = None
+    slow_start: StallInfo | None = None  # this attempt's slow start (shown until its first report)
     last_dump: str | None = None
     bad_frames: int = 0
     unkillable: list[dict[str, Any]] | None = None
@@ -89,7 +90,7 @@ def _rank_event(run: RunFold, k: RankFold, e: EventFields, restarting: bool, run
     if name == Event.WORKER_STARTED:
         k.pid, k.state, k.started = as_int(e.get("pid")), State.STARTING, e["ts"]
         k.exit_code = k.signal = k.cause = None
-        k.stall, k.unkillable = None, None
+        k.stall, k.slow_start, k.unkillable = None, None, None
         k.world = as_int(e.get("world_size")) or k.world
         run.world = k.world or run.world
     elif name == Event.WORKER_EXITED:
@@ -102,6 +103,13 @@ def _rank_event(run: RunFold, k: RankFold, e: EventFields, restarting: bool, run
         silent = as_float(e.get("silent_for")) or 0.0
         k.stall = StallInfo(since=e["ts"] - silent, step=as_int(e.get("step")), kind=as_str(e.get("kind")) or "",
                             detail=as_str(e.get("detail")), wchan=as_str(e.get("wchan")))
+    elif name == Event.SLOW_START:
+        k.slow_start = StallInfo(since=k.started if k.started is not None else e["ts"], step=None,
+                                 kind=as_str(e.get("kind")) or "", detail=as_str(e.get("detail")),
+                                 wchan=as_str(e.get("wchan")))
+        limit = as_float(e.get("limit"))
+        if limit is not None:
+            k.slow_start["limit"] = limit
     elif name in (Event.RECOVERED, Event.RESUMED):
         k.state, k.stall = State.RUNNING, None
     elif name == Event.PAUSED:
@@ -113,11 +121,13 @@ def _rank_event(run: RunFold, k: RankFold, e: EventFields, restarting: bool, run
         path = as_str(e.get("path"))
         if path:
             k.last_dump = str(run_dir / path)
-        if e.get("reason") == "stall" and k.state == State.STALLED and k.stall is not None:
-            k.stall["where"], k.stall["innermost"] = as_str(e.get("where")), as_str(e.get("innermost"))
-            k.stall["collective"] = as_str(e.get("collective"))
+        info = k.stall if e.get("reason") == "stall" and k.state == State.STALLED else \
+            k.slow_start if e.get("reason") == "slow start" else None
+        if info is not None:
+            info["where"], info["innermost"] = as_str(e.get("where")), as_str(e.get("innermost"))
+            info["collective"] = as_str(e.get("collective"))
             if path:
-                k.stall["dump"] = path
+                info["dump"] = path
     elif name == Event.BAD_FRAME:
         k.bad_frames = as_int(e.get("count")) or k.bad_frames + 1
 

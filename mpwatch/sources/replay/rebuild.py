@@ -77,6 +77,7 @@ def worker_row(k: RankFold, reps: list[Report], t: float, tail: int, gpu: Worker
         loss_tail=losses[-tail:] if tail else [], world_size=k.world or 0,
         uptime=round(t - k.started, 1) if k.started is not None and alive else None,
         stall=k.stall.copy() if k.stall is not None and state == State.STALLED else None,
+        slow_start=k.slow_start.copy() if k.slow_start is not None and not heard and alive else None,
         last_dump=k.last_dump, unkillable=k.unkillable, foreign_groups=[], children=[],
         gpu=gpu if alive else None)
 

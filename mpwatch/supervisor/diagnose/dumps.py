@@ -67,10 +67,12 @@ class Dumper:
         rel = str(path.relative_to(self.store.dir))
         with self.lock:
             w.last_dump = str(path)
-            stall = w.attempt.stall
-            if w.pid == pid and w.state is State.STALLED and stall is not None:
-                stall["where"], stall["innermost"] = where.get("where"), where.get("innermost")
-                stall["collective"], stall["dump"] = where.get("collective"), rel
+            a = w.attempt
+            # Where a stalled worker (or a slow start) is stuck, for the status and the culprit.
+            info = a.stall if w.state is State.STALLED else a.slow_start if reason == "slow start" else None
+            if w.pid == pid and info is not None:
+                info["where"], info["innermost"] = where.get("where"), where.get("innermost")
+                info["collective"], info["dump"] = where.get("collective"), rel
         self.log.event(Event.DUMP, w.rank, path=rel, pid=pid, pids=pids, reason=reason, notes=notes,
                        where=where.get("where"), innermost=where.get("innermost"),
                        collective=where.get("collective"), native=native)

@@ -1,8 +1,10 @@
-"""Stalled workers: who is stalled, what it is doing, and which rank the others wait for.
+"""Stalled workers and slow starts: who is stalled, what it is doing, and which rank the others wait for.
 
 Main thread, each tick (`check`). A worker that reported before and then stays silent for
 --stall-timeout (supervisor.diagnose.stall decides) becomes stalled, once: the event says what it does
 (/proc, probes.hang) and every thread of it and its children is dumped (supervisor.diagnose.dumps).
+A worker that said hello and has not reported --startup-timeout after its start is a slow start:
+a `slow_start` event and one dump, never a state change (it is not stalled: it never reported).
 While it stays stalled its diagnosis is refreshed every STALL_PROBE_S; a report ends the
 stall (supervisor.ipc.ledger). While any rank is stalled, contract.straggler names the likely culprit of a
 collective hang, as one `hang` alert per finding.
@@ -13,7 +15,7 @@ import threading
 import time
 
 from mpwatch.contract import straggler
-from mpwatch.contract.status import StallInfo, State
+from mpwatch.contract.status import Event, StallInfo, State
 from mpwatch.probes import hang
 from mpwatch.supervisor.diagnose import stall
 from mpwatch.supervisor.diagnose.dumps import Dumper
@@ -25,12 +27,13 @@ STALL_PROBE_S = 2.0  # how often a stalled worker's diagnosis (busy/blocked/...)
 
 class StallWatch:
     def __init__(self, workers: dict[int, Worker], lock: threading.RLock, log: EventLog, dumper: Dumper,
-                 timeout: float):
+                 timeout: float, startup_timeout: float = 600.0):
         self.workers = workers
         self.lock = lock
         self.log = log
         self.dumper = dumper
         self.timeout = timeout
+        self.startup_timeout = startup_timeout
         self._named: str | None = None  # the last culprit named, so it is named once
 
     def check(self, now: float) -> None:
@@ -50,10 +53,14 @@ class StallWatch:
             if a.stall is not None:  # resumed after a pause while stalled: that stall is over
                 with self.lock:
                     a.stall = None
-            if stall.is_stalled(now, timeout=self.timeout, started=a.started, connected=a.connected,
+            if stall.is_stalled(now, timeout=self.timeout, first_report=a.first_report,
                                 last_report=a.last_report, resumed=a.resumed):
                 self._stalled(w, now)
                 any_stalled = True
+            elif a.slow_start is None and stall.is_slow_start(
+                    now, limit=self.startup_timeout, started=a.started, connected=a.connected,
+                    first_report=a.first_report, resumed=a.resumed):
+                self._slow_start(w, now)
         if any_stalled:
             self._check_culprit()
         else:
@@ -70,6 +77,19 @@ class StallWatch:
             w.transition(State.STALLED, "no report for the stall timeout", silent_for=round(silent, 1),
                          step=w.reports.step, pid=w.pid, kind=d["kind"], detail=d["detail"], wchan=d.get("wchan"))
         self.dumper.dump_async([w], reason="stall")
+
+    def _slow_start(self, w: Worker, now: float) -> None:
+        """Once per attempt: no first report within the start-up limit. Said, and dumped once."""
+        a = w.attempt
+        waited = now - stall.silent_since(a.started, None, a.resumed)
+        d = self._diagnose(w, now)
+        with self.lock:
+            a.slow_start = StallInfo(since=a.started_wall, step=None, limit=self.startup_timeout,
+                                     kind=d["kind"], detail=d["detail"],
+                                     wchan=d.get("wchan"), gpu=bool(d.get("gpu")))
+        self.log.event(Event.SLOW_START, w.rank, silent_for=round(waited, 1), limit=self.startup_timeout,
+                       pid=w.pid, kind=d["kind"], detail=d["detail"], wchan=d.get("wchan"))
+        self.dumper.dump_async([w], reason="slow start")
 
     def _diagnose(self, w: Worker, now: float) -> hang.Diagnosis:
         """Classify a stalled worker from /proc (one read: this runs on the main loop)."""

@@ -67,7 +67,11 @@ class Attempt:
     # its channel (the hub's threads)
     connected: bool = False  # it said hello or reported
     chan_open: bool = False  # its own connection is open
+    # Its first progress, as the ledger heard it (supervisor.ipc.ledger): the stall clock starts
+    # there; before it only the start-up limit applies (supervisor.diagnose.stall).
+    first_report: float | None = None  # monotonic
     last_report: float | None = None  # monotonic
+    dist: bool = False  # torch.distributed is initialised in it: its ranks share a process group
     rate: deque[tuple[float, int]] = field(default_factory=lambda: deque(maxlen=RATE_WINDOW))
     children: dict[int, ChildReport] = field(default_factory=dict)  # pid -> its own reports
     proc_info: ProcInfo | None = None  # the sampler's view of its process tree
@@ -78,7 +82,9 @@ class Attempt:
     unkillable: list[dict[str, Any]] | None = None
     # pauses and stalls
     resumed: float | None = None
+    paused_at: float | None = None  # wall clock of the pause in force (None when not paused)
     stall: StallInfo | None = None
+    slow_start: StallInfo | None = None  # no first report within --startup-timeout (said once)
     stall_probed: float = 0.0  # last hang probe while stalled
 
     def __post_init__(self) -> None:

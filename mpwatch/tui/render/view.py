@@ -15,12 +15,13 @@ from mpwatch.contract.status import (
     UNREACHABLE,
     ChildStatus,
     RunState,
+    StallInfo,
     State,
     Status,
     WorkerGpu,
     WorkerStatus,
 )
-from mpwatch.text import fmt
+from mpwatch.text import eventtext, fmt
 from mpwatch.tui.render import bars, node_rows
 from mpwatch.tui.render.glyphs import Glyphs
 from mpwatch.tui.render.segs import Cell, Line
@@ -111,20 +112,25 @@ def gpu_cell(w: WorkerStatus, g: Glyphs) -> Cell:
     return text
 
 
+def _doing(info: StallInfo) -> list[str]:
+    """What a stuck process does (from /proc; the kernel wait is the short way to say it), and
+    where its last dump found it: the innermost frame of the user's own code."""
+    parts = []
+    kind, wchan = info.get("kind"), info.get("wchan")
+    if kind:
+        parts.append(f"{kind} in {wchan}" if wchan else eventtext.doing(kind, info.get("detail")))
+    where = info.get("where")
+    if where:
+        coll = info.get("collective")
+        parts.append(f"stuck in {where}" + (f", waiting in {coll}" if coll else ""))
+    return parts
+
+
 def _stall_note(w: WorkerStatus) -> list[str]:
     stall = w["stall"] or {"since": 0.0, "step": w["step"]}
     age = w["heartbeat_age"]
-    parts = [f"stalled at step {fmt.num(stall.get('step', w['step']), na='-')}"
-             + (f", silent {fmt.age(age)}" if age is not None else "")]
-    kind = stall.get("kind")
-    if kind:  # what the process does, from /proc; the kernel wait is the short way to say it
-        wchan, detail = stall.get("wchan"), stall.get("detail")
-        parts.append(f"{kind} in {wchan}" if wchan else kind + (f" ({detail})" if detail else ""))
-    where = stall.get("where")
-    if where:  # the innermost frame of the user's own code in the last dump
-        coll = stall.get("collective")
-        parts.append(f"stuck in {where}" + (f", waiting in {coll}" if coll else ""))
-    return parts
+    return [f"stalled at step {fmt.num(stall.get('step', w['step']), na='-')}"
+            + (f", silent {fmt.age(age)}" if age is not None else "")] + _doing(stall)
 
 
 def note_text(w: WorkerStatus) -> str:
@@ -136,6 +142,9 @@ def note_text(w: WorkerStatus) -> str:
         parts.append(w["cause"])
     if st == State.STALLED:
         parts += _stall_note(w)
+    slow = w.get("slow_start")
+    if slow is not None and st in ALIVE:
+        parts += [eventtext.slow_start_text(slow.get("limit"))] + _doing(slow)
     if w["restarts"]:
         parts.append(f"restarted {w['restarts']}x")
     if w["unkillable"]:
