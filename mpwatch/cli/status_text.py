@@ -74,7 +74,7 @@ def status_lines(st: Status) -> list[str]:
         out += _worker_lines(w, st)
     sg = st["straggler"]
     if sg and sg["text"]:
-        out.append(("likely culprit: " if sg["culprits"] else "hang: ") + sg["text"])
+        out.append("hang: " + sg["text"])
     if st["gpu_status"]:
         out.append(f"GPU: {st['gpu_status']}")
     for g in st["gpus"]:

@@ -70,7 +70,7 @@ def _stalls(s: postmortem.Summary) -> list[str]:
             out.append("      " + " · ".join(where))
     if len(s["stalls"]) > MAX_STALLS:
         out.append(f"  ... and {len(s['stalls']) - MAX_STALLS} more (events.jsonl)")
-    if s["culprit"]:
+    if s["culprit"]:  # (an old run's says "likely culprit: ...")
         out.append(s["culprit"] if s["culprit"].startswith("likely culprit") else f"hang: {s['culprit']}")
     return out
 

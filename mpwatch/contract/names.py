@@ -127,6 +127,9 @@ class EventFields(EventRecord, total=False):
     wchan: str | None  # stalled: the kernel wait
     culprits: list[int]  # alert (hang): the ranks the others wait for
     waiting: list[int]  # alert (hang)
+    key: str  # alert (hang): the finding; an alert of the same key replaces it in the status
+    update: bool  # alert: it replaces the standing alert of its key (the finding learnt more)
+    ended: bool  # alert: the condition of its key is over; the alert leaves the status
     gpu: int | None  # gpu_alert: the GPU
     thinned_from: float  # thinned: report events between these wall times...
     thinned_to: float

@@ -147,6 +147,7 @@ class WorkerStatus(TypedDict):
     world_size: int
     uptime: float | None
     stall: StallInfo | None
+    paused_at: NotRequired[float | None]  # wall clock of the pause in force (paused by the user); else None
     # No first report within --startup-timeout (it said hello, it has not reported): what it
     # does and where, as a stall's; None once it reports. Never a stall: the state stays.
     slow_start: NotRequired[StallInfo | None]
@@ -318,6 +319,7 @@ class RunAlert(TypedDict):
     kind: str  # disk | hang | unkillable
     message: str
     rank: int | None
+    key: NotRequired[str]  # names the condition: a later alert with the same key replaces this one
     culprits: NotRequired[list[int]]
     waiting: NotRequired[list[int]]
     processes: NotRequired[list[dict[str, Any]]]

@@ -213,9 +213,23 @@ def _stalls(evs: list[EventRecord]) -> list[StallEnd]:
 
 
 def _alerts(evs: list[EventRecord]) -> list[AlertEnd]:
-    return [{"ts": e["ts"], "kind": as_str(e.get("kind")) or "?", "rank": e["rank"], "gpu": as_int(e.get("gpu")),
-             "message": as_str(e.get("message")) or ""}
-            for e in evs if e["event"] in (Event.ALERT, Event.GPU_ALERT)]
+    """Every alert that fired, once: a finding updated in place (its `key` again) keeps its
+    first time and says its last words; its end is no alert."""
+    out: list[AlertEnd] = []
+    keyed: dict[str, AlertEnd] = {}
+    for e in evs:
+        if e["event"] not in (Event.ALERT, Event.GPU_ALERT) or e.get("ended"):
+            continue
+        key, message = as_str(e.get("key")), as_str(e.get("message")) or ""
+        if key is not None and e["event"] == Event.ALERT and key in keyed:
+            keyed[key]["message"] = message
+            continue
+        a: AlertEnd = {"ts": e["ts"], "kind": as_str(e.get("kind")) or "?", "rank": e["rank"],
+                       "gpu": as_int(e.get("gpu")), "message": message}
+        out.append(a)
+        if key is not None and e["event"] == Event.ALERT:
+            keyed[key] = a
+    return out
 
 
 def _files(rd: RunDir) -> list[str]:
@@ -234,7 +248,7 @@ def summarize(rd: RunDir, now: float | None = None) -> Summary:
     # The finding before a stop: once the run stops, ranks end one by one and a finding with
     # fewer waiting ranks can follow, which says less about the hang.
     until = stops[0]["ts"] if stops else float("inf")
-    hangs = [e for e in evs if e["event"] == Event.ALERT and e.get("kind") == "hang"]
+    hangs = [e for e in evs if e["event"] == Event.ALERT and e.get("kind") == "hang" and not e.get("ended")]
     hangs = [e for e in hangs if e["ts"] <= until] or hangs
     restarts = rd.final["run"].get("restarts") if rd.final is not None else None
     files = _files(rd)

@@ -82,7 +82,7 @@ def worker_status(w: Worker, now: float, tail: int, gpu: GpuWatch | None,
         rank=w.rank, global_rank=w.rank if global_rank is None else global_rank,  # RANK: on one node, rank
         pid=a.pid, state=w.state.value, step=r.step, loss=r.loss,
         # A paused, stalled or ended worker makes no progress, whatever its last window says.
-        steps_per_s=a.steps_per_second() if w.state in (State.RUNNING, State.STARTING) else (0.0 if alive else None),
+        steps_per_s=a.steps_per_second(now) if w.state in (State.RUNNING, State.STARTING) else (0.0 if alive else None),
         metrics=dict(r.metrics),
         heartbeat_age=None if a.last_report is None else round(now - a.last_report, 2),
         heartbeat="ok" if a.last_report is not None else ("waiting" if a.connected else "none"),
@@ -93,6 +93,7 @@ def worker_status(w: Worker, now: float, tail: int, gpu: GpuWatch | None,
         phases=dict(r.phases), cuda=r.cuda, loss_tail=list(r.tail)[-tail:] if tail else [],
         world_size=a.world, uptime=round(now - a.started, 1) if a.proc is not None else None,
         stall=None if a.stall is None else a.stall.copy(),  # a copy: dump threads update it
+        paused_at=a.paused_at if w.state is State.PAUSED else None,
         slow_start=None if a.slow_start is None else a.slow_start.copy(),
         last_dump=w.last_dump, unkillable=a.unkillable,
         foreign_groups=sorted(w.foreign_groups),

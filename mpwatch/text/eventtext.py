@@ -80,7 +80,9 @@ def line(rec: EventFields) -> str | None:
         where = rec.get("where")
         return f"{who} stack dump: {rec.get('path')}" + (f", stuck in {where}" if where else "")
     if e == Event.ALERT:
-        return f"alert: {rec.get('message')}"
+        if rec.get("ended"):  # its ranks report again (their `recovered` lines say so)
+            return None
+        return f"alert{' (updated)' if rec.get('update') else ''}: {rec.get('message')}"
     if e == Event.GPU_ALERT:
         return f"GPU alert: {rec.get('message')}"
     if e == Event.STOPPING:
@@ -112,7 +114,7 @@ def severity(rec: EventFields) -> Severity:
 def notice(rec: EventFields) -> tuple[str, Severity] | None:
     """(text, severity) of an event worth a notice in the TUI, else None. A failed worker's
     notice adds the last line of its stderr when the cause does not already hold it."""
-    if rec.get("event") not in NOTICE_EVENTS:
+    if rec.get("event") not in NOTICE_EVENTS or rec.get("update"):  # an update shows in place, not as news
         return None
     text = line(rec)
     if text is None:

@@ -42,6 +42,8 @@ class ActionDone(Message):
 class RunActions(App[Outcome]):
     """The App's actions; the App (tui.app) builds the screen these act on."""
 
+    READ_ONLY = False  # a replay of a run's files (tui.replay_app): nothing here acts
+
     def __init__(self, source: Source | None, run_dir: Path | str | None, glyphs: glyphs_mod.Glyphs | None):
         super().__init__()
         self.source = source
@@ -59,6 +61,11 @@ class RunActions(App[Outcome]):
                                  id="workers")
         self._act_source: Source | None = None
         self._act_lock = threading.Lock()
+
+    @property
+    def can_act(self) -> bool:
+        """The keys that act on processes are offered: a live run, not a replay."""
+        return not self.READ_ONLY and self.source is not None and self.live
 
     def say(self, text: str, severity: str = "information", notify: bool = True) -> None:
         raise NotImplementedError  # the App's

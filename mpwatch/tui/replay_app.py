@@ -34,6 +34,7 @@ _EDGE_SAID = {("step", -1): "at the run's start", ("step", 1): "at the end", ("j
 
 
 class ReplayApp(MpwatchApp):
+    READ_ONLY = True  # a replay: the keys that act leave every footer and pane (they say why, pressed)
     # Priority: the cursor moves on the detail, logs and GPU screens too (modal screens stop
     # the App's other bindings); check_action keeps them off dialogs, whose inputs want the keys.
     BINDINGS = [

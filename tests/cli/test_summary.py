@@ -39,8 +39,8 @@ def test_a_crash_with_restarts(crashed):
 def test_a_hang_names_the_culprit_its_frame_and_the_waiting_collective(hung):
     s = summary(hung.dir)
     assert s["stopped"] == "requested" and s["listing"]["exit_code"] == 1
-    assert s["culprit"].startswith("likely culprit: rank 1 is at step 4 (in hang_here (hang.py:")
-    assert "ranks 0,2 wait in all_reduce at step 5" in s["culprit"]
+    assert s["culprit"].startswith("ranks 0,2 wait in all_reduce at step 5 for rank 1, which is at step 4 "
+                                   "(in hang_here (hang.py:"), s["culprit"]
     stalls = {st["rank"]: st for st in s["stalls"]}
     assert set(stalls) == {0, 1, 2}
     assert stalls[1]["where"].startswith("hang_here (hang.py:") and stalls[1]["collective"] is None
@@ -50,7 +50,8 @@ def test_a_hang_names_the_culprit_its_frame_and_the_waiting_collective(hung):
         assert (hung.dir / stalls[r]["dump"]).is_file()
     assert [r["step"] for r in s["ranks"]] == [5, 4, 5]
     text = summary_text(hung.dir)
-    assert "likely culprit: rank 1 is at step 4 (in hang_here (hang.py:" in text
+    assert "hang: ranks 0,2 wait in all_reduce at step 5 for rank 1, which is at step 4 (in hang_here (hang.py:" in text
+    assert [a["message"] for a in s["alerts"] if a["kind"] == "hang"] == [s["culprit"]]  # one finding
     assert "stuck in hang_here (hang.py:" in text and "waiting in all_reduce" in text
     assert "(stop asked: requested)" in text
 

@@ -99,8 +99,7 @@ def test_demo_hang_names_the_culprit(headless):
                    n=3, opts=["--stall-timeout", "3"])
     alert = run.wait_event("alert", lambda r: r.get("kind") == "hang", timeout=240)[0]
     assert alert["culprits"] == [1] and alert["waiting"] == [0, 2]
-    assert alert["message"].startswith("likely culprit: rank 1 is at step 4")
-    assert "ranks 0,2 wait" in alert["message"] and "at step 5" in alert["message"]
+    assert alert["message"].startswith("ranks 0,2 wait") and " at step 5 for rank 1, which is at step 4" in alert["message"]
     # The stacks agree: the waiting ranks sit in all_reduce, the culprit in its own code.
     dumps = {d["rank"]: d for d in run.wait_event("dump", lambda r: r["reason"] == "stall", timeout=120, count=3)}
     assert dumps[1]["where"].startswith("hang_here (hang.py:") and dumps[1]["collective"] is None
@@ -110,8 +109,11 @@ def test_demo_hang_names_the_culprit(headless):
     # peers' all_reduce before the culprit's own frame is known).
     final = run.wait_event("alert", lambda r: r.get("kind") == "hang" and "in all_reduce" in r["message"]
                            and "(in " in r["message"], timeout=120)[0]
-    assert "rank 1 is at step 4 (in hang_here (hang.py:" in final["message"]
+    assert final["message"].startswith("ranks 0,2 wait in all_reduce at step 5 for rank 1, which is at step 4 "
+                                       "(in hang_here (hang.py:"), final["message"]
     st = run.status()
     assert st["straggler"]["culprits"] == [1]
+    hangs = [a for a in st["alerts"] if a["kind"] == "hang"]  # one finding, updated in place
+    assert len(hangs) == 1 and hangs[0]["message"] == final["message"] == st["straggler"]["text"]
     run.ctl("stop")
     run.wait_exit(60)

@@ -92,14 +92,14 @@ def test_majority_of_reads_wins():
 
 
 # ------------------------------------------------------------------- straggler ----
-def W(rank, step, state="stalled", **stall_info):
-    return {"rank": rank, "step": step, "state": state, "stall": stall_info or None}
+def W(rank, step, state="stalled", paused_at=None, **stall_info):
+    return {"rank": rank, "step": step, "state": state, "stall": stall_info or None, "paused_at": paused_at}
 
 
 def test_rank_behind_while_others_wait_is_the_culprit():
     s = straggler.analyze([W(0, 119), W(1, 119), W(2, 118), W(3, 119)])
     assert s["culprits"] == [2] and s["waiting"] == [0, 1, 3]
-    assert s["text"] == "rank 2 is at step 118; ranks 0,1,3 wait at step 119"
+    assert s["text"] == "ranks 0,1,3 wait at step 119 for rank 2, which is at step 118"
     assert {x["rank"]: x["lag"] for x in s["lags"]} == {0: 0, 1: 0, 2: 1, 3: 0}
 
 
@@ -113,7 +113,21 @@ def test_same_step_culprit_found_from_stacks():
                            W(1, 5, where="load (t.py:9)"),
                            W(2, 5, collective="all_reduce", where="main (t.py:3)")])
     assert s["culprits"] == [1] and s["waiting"] == [0, 2]
-    assert s["text"] == "rank 1 is at step 5 (in load (t.py:9)); ranks 0,2 wait in all_reduce at step 5"
+    assert s["text"] == "ranks 0,2 wait in all_reduce at step 5 for rank 1, which is at step 5 (in load (t.py:9))"
+
+
+def test_a_paused_rank_is_named_as_the_cause_with_the_time_it_was_paused():
+    import time
+    at = time.mktime((2026, 1, 1, 17, 35, 20, 0, 0, -1))  # local time, as the finding says it
+    ws = [W(0, 84, collective="all_reduce"), W(1, 83, "paused", paused_at=at), W(2, 84, collective="all_reduce")]
+    s = straggler.analyze(ws)
+    assert s["culprits"] == [1] and s["waiting"] == [0, 2]
+    assert s["text"] == "ranks 0,2 wait in all_reduce at step 84 for rank 1, which was paused at 17:35:20 (p resumes)"
+    # paused after its report, before the collective: at the same step as its peers, still the cause
+    ws[1]["step"] = 84
+    assert straggler.analyze(ws)["culprits"] == [1]
+    # before its peers stall there is no finding, only lags
+    assert straggler.analyze([W(0, 84, "running"), W(1, 83, "paused", paused_at=at)])["text"] is None
 
 
 def test_no_culprit_when_nothing_tells_them_apart():
@@ -174,3 +188,17 @@ def test_flight_not_joined_names_missing_ranks(tmp_path):
     assert flight.read_trace(path) == traces[0]
     path.write_bytes(pickle.dumps(range(3)))  # names a class: refused, never built
     assert flight.read_trace(path) is None
+
+
+# ------------------------------------------------------------------ steps/s ----
+def test_steps_per_second_of_a_silent_worker_decays_toward_zero():
+    from mpwatch.supervisor.workers.worker import Attempt
+
+    a = Attempt(None, 1)
+    for i in range(33):  # 25 steps/s, a batch every 0.25 s, for 8 s
+        a.rate.append((100.0 + 0.25 * i, 6 * i + (i // 4)))
+    fresh = a.steps_per_second(108.1)
+    assert fresh == a.steps_per_second() and 24 < fresh < 26
+    later = [a.steps_per_second(t) for t in (110.0, 120.0, 138.0, 400.0)]
+    assert later == sorted(later, reverse=True) and later[0] < fresh
+    assert later[2] < 6.0 and later[3] < 0.7  # 30 s silent: a fifth of it; minutes: nearly 0

@@ -31,6 +31,7 @@ class RankFold:
     cause: str | None = None
     stall: StallInfo | None = None
     slow_start: StallInfo | None = None  # this attempt's slow start (shown until its first report)
+    paused_at: float | None = None  # wall clock of the pause in force
     last_dump: str | None = None
     bad_frames: int = 0
     unkillable: list[dict[str, Any]] | None = None
@@ -111,9 +112,9 @@ def _rank_event(run: RunFold, k: RankFold, e: EventFields, restarting: bool, run
         if limit is not None:
             k.slow_start["limit"] = limit
     elif name in (Event.RECOVERED, Event.RESUMED):
-        k.state, k.stall = State.RUNNING, None
+        k.state, k.stall, k.paused_at = State.RUNNING, None, None
     elif name == Event.PAUSED:
-        k.state = State.PAUSED
+        k.state, k.paused_at = State.PAUSED, e["ts"]
     elif name == Event.RESTARTED:
         k.restarts += 1
         run.restarts += 1
@@ -145,18 +146,38 @@ def _run_event(run: RunFold, e: EventFields) -> None:
             for r in [r for r in run.ranks if r >= to]:
                 del run.ranks[r]
     elif name == Event.ALERT:
-        a = RunAlert(ts=e["ts"], kind=as_str(e.get("kind")) or "?", message=as_str(e.get("message")) or "",
-                     rank=e["rank"])
-        culprits, waiting = e.get("culprits"), e.get("waiting")
-        if isinstance(culprits, list):
-            a["culprits"] = [x for x in culprits if isinstance(x, int)]
-        if isinstance(waiting, list):
-            a["waiting"] = [x for x in waiting if isinstance(x, int)]
-        run.alerts = (run.alerts + [a])[-ALERTS_KEPT:]
-        if a["kind"] == "hang":
-            run.hang = e
+        _alert(run, e)
     elif name == Event.GPU_ALERT:
         _gpu_alert(run, e)
+
+
+def _alert(run: RunFold, e: EventFields) -> None:
+    """A run alert as the supervisor kept it (supervisor.eventlog): one of a standing key
+    replaces it in place; an `ended` one takes it away."""
+    key = as_str(e.get("key"))
+    at = next((i for i, a in enumerate(run.alerts) if key is not None and a.get("key") == key), None)
+    if e.get("ended"):
+        if at is not None:
+            del run.alerts[at]
+        if key is not None and run.hang is not None and run.hang.get("key") == key:
+            run.hang = None
+        return
+    a = RunAlert(ts=e["ts"], kind=as_str(e.get("kind")) or "?", message=as_str(e.get("message")) or "",
+                 rank=e["rank"])
+    if key is not None:
+        a["key"] = key
+    culprits, waiting = e.get("culprits"), e.get("waiting")
+    if isinstance(culprits, list):
+        a["culprits"] = [x for x in culprits if isinstance(x, int)]
+    if isinstance(waiting, list):
+        a["waiting"] = [x for x in waiting if isinstance(x, int)]
+    if at is None:
+        run.alerts = (run.alerts + [a])[-ALERTS_KEPT:]
+    else:
+        a["ts"] = run.alerts[at]["ts"]
+        run.alerts[at] = a
+    if a["kind"] == "hang":
+        run.hang = e
 
 
 def _gpu_alert(run: RunFold, e: EventFields) -> None:

@@ -77,17 +77,24 @@ def worker_row(k: RankFold, reps: list[Report], t: float, tail: int, gpu: Worker
         loss_tail=losses[-tail:] if tail else [], world_size=k.world or 0,
         uptime=round(t - k.started, 1) if k.started is not None and alive else None,
         stall=k.stall.copy() if k.stall is not None and state == State.STALLED else None,
+        paused_at=k.paused_at if state == State.PAUSED else None,
         slow_start=k.slow_start.copy() if k.slow_start is not None and not heard and alive else None,
         last_dump=k.last_dump, unkillable=k.unkillable, foreign_groups=[], children=[],
         gpu=gpu if alive else None)
 
 
 def _rate(reps: list[Report], t: float, started: float | None) -> float | None:
+    """Steps/s over the window up to t; a rank silent past its usual gap decays toward 0
+    (the supervisor's rule, supervisor.workers.worker's steps_per_second)."""
     since = max(t - RATE_WINDOW_S, started or 0.0)
     pts = [r for r in reps if r.ts >= since and r.step is not None]
+    if not pts and t - since >= RATE_WINDOW_S and any(r.step is not None and r.ts >= (started or 0.0) for r in reps):
+        return 0.0  # it stepped in this attempt, and not once in the whole window
     if len(pts) < 2 or pts[-1].ts <= pts[0].ts:
         return None
-    return max(0.0, ((pts[-1].step or 0) - (pts[0].step or 0)) / (pts[-1].ts - pts[0].ts))
+    t0, t1 = pts[0].ts, pts[-1].ts
+    end = max(t1, t - (t1 - t0) / (len(pts) - 1))
+    return max(0.0, ((pts[-1].step or 0) - (pts[0].step or 0)) / (end - t0))
 
 
 # -------------------------------------------------------------------- GPUs ----

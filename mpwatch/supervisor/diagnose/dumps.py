@@ -18,7 +18,7 @@ from mpwatch.rundir import writer
 from mpwatch.supervisor.diagnose import flight
 from mpwatch.supervisor.eventlog import EventLog
 from mpwatch.supervisor.workers.worker import Worker
-from mpwatch.text.stackfmt import DumpSummary, summarize
+from mpwatch.text.stackfmt import DumpSummary, native_collective, summarize
 
 
 class Dumper:
@@ -78,4 +78,19 @@ class Dumper:
                        collective=where.get("collective"), native=native)
         if native:  # announced first: py-spy takes seconds on a process with torch loaded
             stacks.add_native(path, pids)
+            self._native_collective(w, pid, path)
         return path
+
+    def _native_collective(self, w: Worker, pid: int, path: Path) -> None:
+        """The native stack may name the collective the Python stack could not (DDP's
+        all-reduce inside backward()): the stall learns it, and the culprit finding with it."""
+        if w.attempt.stall is None or w.attempt.stall.get("collective"):
+            return
+        try:
+            coll = native_collective(path.read_text(errors="replace"), pid)
+        except OSError:
+            return
+        with self.lock:
+            stall = w.attempt.stall
+            if coll is not None and w.pid == pid and w.state is State.STALLED and stall is not None:
+                stall["collective"] = coll

@@ -34,7 +34,7 @@ class StallWatch:
         self.dumper = dumper
         self.timeout = timeout
         self.startup_timeout = startup_timeout
-        self._named: str | None = None  # the last culprit named, so it is named once
+        self._named: tuple[str, str] | None = None  # the standing finding (key, text): said again only when it changes
 
     def check(self, now: float) -> None:
         """Main loop, each tick: new stalls, fresh diagnoses, and the culprit while any."""
@@ -63,7 +63,8 @@ class StallWatch:
                 self._slow_start(w, now)
         if any_stalled:
             self._check_culprit()
-        else:
+        elif self._named is not None:  # every rank reports again (or ended): the finding is over
+            self.log.end_alert(self._named[0])
             self._named = None
 
     def _stalled(self, w: Worker, now: float) -> None:
@@ -105,12 +106,19 @@ class StallWatch:
         return d
 
     def _check_culprit(self) -> None:
-        """While ranks are stalled, name the rank the others wait for, once per finding."""
+        """While ranks are stalled, name the rank(s) the others wait for: one finding per
+        culprit set, updated in place as it learns more (the peers' collective, the
+        culprit's frame, more ranks waiting)."""
         with self.lock:
-            views = [{"rank": w.rank, "step": w.reports.step, "state": w.state,
+            views = [{"rank": w.rank, "step": w.reports.step, "state": w.state, "paused_at": w.attempt.paused_at,
                       "stall": dict(w.attempt.stall or {})} for w in self.workers.values()]
         s = straggler.analyze(views)
-        if not s or not s["culprits"] or s["text"] == self._named:
+        if not s or not s["culprits"] or s["text"] is None:
             return
-        self._named = s["text"]
-        self.log.alert("hang", f"likely culprit: {s['text']}", culprits=s["culprits"], waiting=s["waiting"])
+        key = "hang:" + ",".join(map(str, s["culprits"]))
+        if self._named == (key, s["text"]):
+            return
+        if self._named is not None and self._named[0] != key:
+            self.log.end_alert(self._named[0])  # another culprit now: the old finding no longer holds
+        self._named = (key, s["text"])
+        self.log.alert("hang", s["text"], culprits=s["culprits"], waiting=s["waiting"], key=key)

@@ -184,6 +184,7 @@ class Commands:
             return False, f"rank {w.rank} is already paused"
         groups.send(w.pid, signal.SIGSTOP)
         with self.lock:
+            w.attempt.paused_at = time.time()
             w.transition(State.PAUSED, "SIGSTOP on request", pid=w.pid)
         return True, f"paused rank {w.rank} (pid {w.pid})"
 
@@ -194,7 +195,7 @@ class Commands:
             return False, f"rank {w.rank} is not paused"
         groups.send(w.pid, signal.SIGCONT)
         with self.lock:
-            w.attempt.resumed = time.monotonic()
+            w.attempt.resumed, w.attempt.paused_at = time.monotonic(), None
             w.transition(State.RUNNING, "SIGCONT on request", pid=w.pid)
         return True, f"resumed rank {w.rank} (pid {w.pid})"
 

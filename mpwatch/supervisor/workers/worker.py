@@ -90,14 +90,18 @@ class Attempt:
     def __post_init__(self) -> None:
         self.pid = None if self.proc is None else self.proc.pid
 
-    def steps_per_second(self) -> float | None:
-        """From the rate window, oldest to newest; None until two samples differ in time."""
+    def steps_per_second(self, now: float | None = None) -> float | None:
+        """Steps over the rate window, oldest to `now`; None until two samples differ in time.
+        A worker silent for longer than its usual gap between reports decays toward 0: the
+        window's end moves on with `now` (it never shows the last rate of a silent worker)."""
         if len(self.rate) < 2:
             return None
         (t0, s0), (t1, s1) = self.rate[0], self.rate[-1]
         if t1 - t0 <= 0:
             return None
-        return max(0.0, (s1 - s0) / (t1 - t0))
+        gap = (t1 - t0) / (len(self.rate) - 1)  # the usual time between two reports
+        end = t1 if now is None else max(t1, now - gap)
+        return max(0.0, (s1 - s0) / (end - t0))
 
 
 class LossHistory:
