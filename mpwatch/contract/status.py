@@ -145,6 +145,9 @@ class WorkerStatus(TypedDict):
     cuda: CudaView | None
     loss_tail: list[float]
     world_size: int
+    # torch.distributed is initialised in its process (the worker side tells, with its reports):
+    # its ranks share a process group, and restarting one alone fails the others' collectives
+    dist: NotRequired[bool]
     uptime: float | None
     stall: StallInfo | None
     paused_at: NotRequired[float | None]  # wall clock of the pause in force (paused by the user); else None

@@ -40,6 +40,8 @@ EVENTS = "events.jsonl"
 RUN_JSON = "run.json"
 CONTROL_JSON = "control.json"
 FINAL_JSON = "final.json"
+# mpwatch's own lines in a rank's logs (where a restart or a resize begins): never a cause.
+MARK_OPEN, MARK_CLOSE = "--- mpwatch: ", " ---"
 
 
 def rank_dir(run_dir: Path | str, rank: int) -> Path:
@@ -93,7 +95,7 @@ class RunStore:
         for path in (paths.stdout, paths.stderr):
             try:
                 with open(path, "ab") as f:
-                    f.write(f"\n--- mpwatch: {text} ---\n".encode())
+                    f.write(f"\n{MARK_OPEN}{text}{MARK_CLOSE}\n".encode())
             except OSError as exc:  # a full disk costs the marker, nothing else
                 self.failed(exc)
 

@@ -63,7 +63,8 @@ def line(rec: EventFields) -> str | None:
     if e == Event.WORKER_STARTED:
         return f"{who} started again (pid {rec.get('pid')})" if rec.get("attempt") else None
     if e == Event.WORKER_EXITED:
-        return f"{who} {exit_state(rec)}: {rec.get('cause')}"
+        state, cause = exit_state(rec), str(rec.get("cause"))
+        return f"{who} {cause}" if cause.startswith(f"{state} ") else f"{who} {state}: {cause}"
     if e in (Event.PAUSED, Event.RESUMED):
         return f"{who} {e}"
     if e == Event.RESTARTED:
