@@ -15,12 +15,13 @@ from textual.app import App
 from textual.message import Message
 
 from mpwatch.contract.status import State, Status, WorkerStatus
+from mpwatch.contract.straggler import ranks_text
 from mpwatch.sources.local import ClientError
 from mpwatch.sources.source import Source
 from mpwatch.tui.poller import Poller
 from mpwatch.tui.render import glyphs as glyphs_mod
 from mpwatch.tui.render import view
-from mpwatch.tui.screens.confirm import ConfirmDialog
+from mpwatch.tui.screens.confirm import Choice, ChoiceDialog, ConfirmDialog
 from mpwatch.tui.screens.filter import FilterDialog
 from mpwatch.tui.screens.quit import QuitDialog
 from mpwatch.tui.widgets.worker_table import WorkerTable
@@ -177,8 +178,42 @@ class RunActions(App[Outcome]):
 
     def action_restart(self) -> None:
         w = self._selected("restart")
-        if w is not None:
+        if w is None:
+            return
+        others = self.status["workers"] if self.status else []
+        peers = [x["rank"] for x in others if x["rank"] != w["rank"] and x["state"] in view.ALIVE]
+        if not (w.get("dist") and peers):
             self._confirmed("restart", w, "Stop it (SIGTERM, then SIGKILL) and start it again.")
+            return
+        rank, n = w["rank"], len(peers) + 1
+
+        def chosen(choice: str | None) -> None:
+            if choice == "all":
+                self._request("restart all", lambda: self._actions().act("restart", "all"))
+            elif choice == "one":
+                self._request(f"restart rank {rank}", lambda: self._actions().act("restart", rank))
+            else:
+                self.say(f"restart of rank {rank} cancelled", notify=False)
+        self.push_screen(ChoiceDialog(
+            f"Restart rank {rank} (pid {w['pid']})?",
+            f"Rank {rank} shares a process group with {ranks_text(peers)} (torch.distributed): restarted alone, "
+            f"it cannot rejoin them, and their collectives fail. Restart all {n} to start the group anew.",
+            [Choice("a", f"Restart all {n}", "all", "error"), Choice("o", f"Only rank {rank}", "one", "warning"),
+             Choice("n", "Cancel", "cancel", "primary")]), chosen)
+
+    def action_restart_all(self) -> None:
+        st = self._can_act("restart all")
+        if st is None:
+            return
+        n = len(st["workers"])
+
+        def answer(yes: bool | None) -> None:
+            if yes:
+                self._request("restart all", lambda: self._actions().act("restart", "all"))
+            else:
+                self.say("restart of all workers cancelled", notify=False)
+        self.push_screen(ConfirmDialog(f"Restart all {n} workers?", "Stop every worker (SIGTERM, then SIGKILL) and "
+                                       "start them again: a process group they share forms anew."), answer)
 
     def _resize(self, delta: int) -> None:
         st = self._can_act("resize")
@@ -188,7 +223,19 @@ class RunActions(App[Outcome]):
         if n < 1:
             self.say("cannot resize below 1 worker", "warning")
             return
-        self._request(f"resize to {n}", lambda: self._actions().resize(n))
+        if st["run"]["options"]["resize_mode"] != "restart":  # one rank more or less: the others go on
+            self._request(f"resize to {n}", lambda: self._actions().resize(n))
+            return
+
+        def answer(yes: bool | None) -> None:
+            if yes:
+                self._request(f"resize to {n}", lambda: self._actions().resize(n))
+            else:
+                self.say(f"resize to {n} cancelled", notify=False)
+        self.push_screen(ConfirmDialog(
+            f"Resize to {n} workers, restarting every worker?",
+            f"Resize mode restart: all {len(st['workers'])} workers are stopped (SIGTERM, then SIGKILL) and {n} are "
+            "started (a process group they share forms anew at the new size)."), answer)
 
     def action_grow(self) -> None:
         self._resize(+1)

@@ -16,6 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from mpwatch.contract import straggler
 from mpwatch.contract.status import RunState, State, Status
 from mpwatch.rundir import writer
 from mpwatch.supervisor.diagnose.dumps import Dumper
@@ -171,10 +172,12 @@ class Commands:
         if not done:
             raise ValueError("; ".join(skipped))
         text = "; ".join(done) + ("" if not skipped else " (" + "; ".join(skipped) + ")")
-        if cmd == "restart" and len(ws) == 1 and self.opts.resize_mode == "restart" and len(self.workers) > 1:
-            # Restart mode assumes the ranks share collectives: a rank restarted alone cannot
-            # rejoin its peers' process group, so say how to restart them together.
-            text += "; note: its peers may not take it back into their collectives (use 'restart all')"
+        peers = [r for r, p in sorted(self.workers.items()) if p.alive and ws[0].rank != r]
+        if cmd == "restart" and len(ws) == 1 and ws[0].attempt.dist and peers:
+            # The worker side said torch.distributed is initialised: a rank restarted alone
+            # cannot rejoin its peers' process group, so say how to restart them together.
+            text += (f"; note: {straggler.ranks_text(peers)} share its process group: their collectives fail "
+                     "('restart all' starts the group anew)")
         return {"ok": True, "message": text}
 
     def _pause(self, w: Worker) -> tuple[bool, str]:

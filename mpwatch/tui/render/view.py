@@ -10,6 +10,7 @@ from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from typing import Literal
 
+from mpwatch.contract import straggler
 from mpwatch.contract.status import (
     ENDED_STATES,
     UNREACHABLE,
@@ -142,6 +143,9 @@ def note_text(w: WorkerStatus) -> str:
         parts.append(w["cause"])
     if st == State.STALLED:
         parts += _stall_note(w)
+    paused = w.get("paused_at")
+    if st == State.PAUSED and paused is not None:
+        parts.append(f"paused at {straggler.clock(paused)} (p resumes)")
     slow = w.get("slow_start")
     if slow is not None and st in ALIVE:
         parts += [eventtext.slow_start_text(slow.get("limit"))] + _doing(slow)
