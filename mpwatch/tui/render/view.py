@@ -314,7 +314,8 @@ def header_lines(status: Status, g: Glyphs, *, sort: str = "rank", filter_text: 
     line1: Line = (("mpwatch ", "bold"), (r["id"], "bold cyan"),
                    (f"  [{state}]", "bold red" if state in (RunState.STOPPING, RunState.FINISHED) else "bold"),
                    (f"  up {fmt.duration(r['uptime'])}", ""), (f"  {script}", ""))
-    parts: list[tuple[str, str]] = [(f"{len(status['workers'])} workers: ", "")]
+    n = len(status["workers"])
+    parts: list[tuple[str, str]] = [(f"{n} worker{'' if n == 1 else 's'}: ", "")]
     for s in HEADER_STATES:
         n = counts.get(s, 0)
         style = STATE_STYLE[s] if n and s in (State.STALLED, State.FAILED, State.PAUSED) else ""
