@@ -105,6 +105,7 @@ class MpwatchApp(RunActions):
         self._told_exit: dict[int | None, int | None] = {}  # rank -> pid of the last exit a notice told of
         self._selected_shown: Line | None = None
         self._multi_node = False  # a merged view of several nodes: the NODE column
+        self._has_gpus = True  # the status has GPU data (a replay without any has no GPU column)
         self.event_log: list[EventFields] = []  # every event received, the first snapshot's too (events screen)
 
     # ---------------------------------------------------------------- layout ----
@@ -134,7 +135,7 @@ class MpwatchApp(RunActions):
         self.refresh_view()
 
     def _set_columns(self, width: int) -> None:
-        cols = view.columns(width, nodes=self._multi_node)
+        cols = view.columns(width, nodes=self._multi_node, replay=self.READ_ONLY, gpus=self._has_gpus)
         if cols != self.table.cols:
             self.table.set_columns(cols)
             self.refresh_view()
@@ -161,8 +162,8 @@ class MpwatchApp(RunActions):
         self.snapshots += 1
         for text, severity in node_rows.changes(old, status):
             self.say(text, severity)
-        if node_rows.multi(status) != self._multi_node:
-            self._multi_node = not self._multi_node
+        if node_rows.multi(status) != self._multi_node or bool(status["gpus"]) != self._has_gpus:
+            self._multi_node, self._has_gpus = node_rows.multi(status), bool(status["gpus"])
             self._set_columns(self.size.width)
         self.refresh_view()
 
@@ -291,7 +292,7 @@ class MpwatchApp(RunActions):
         self.push_screen(GpuScreen())
 
     def action_help(self) -> None:
-        self.push_screen(HelpScreen(self.glyphs))
+        self.push_screen(HelpScreen(self.glyphs, can_act=self.can_act))
 
     def get_system_commands(self, screen: Screen[object]) -> Iterable[SystemCommand]:
         yield from super().get_system_commands(screen)

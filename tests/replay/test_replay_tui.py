@@ -15,7 +15,7 @@ from mpwatch.tui.screens.detail import DetailScreen
 from mpwatch.tui.screens.events import EventsScreen
 from mpwatch.tui.screens.filter import FilterDialog
 from mpwatch.tui.render.segs import plain
-from tests.replay.conftest import STORED_HANG, STORED_OOM
+from tests.replay.conftest import STORED_FAILED, STORED_HANG, STORED_OOM
 from tests.tui.conftest import said, until, worker_of
 
 SIZES = [(80, 24), (160, 48)]
@@ -132,8 +132,8 @@ async def test_keys_that_act_are_refused_and_q_leaves():
         assert not app.screen_stack[1:]  # no confirmation dialog was opened
         # the footer offers the cursor's keys, not the live run's actions
         footer = {b.key for _, b, enabled, _ in app.active_bindings.values() if b.show and enabled}
-        assert {"comma", "full_stop", "left_square_bracket", "right_square_bracket"} <= footer
-        assert not footer & {"p", "k", "d"}
+        assert {"question_mark", "q"} <= footer  # the cursor's keys are on the strip above it
+        assert not footer & {"p", "k", "d", "r", "R", "plus", "minus"}
         await pilot.press("q")
     assert app.return_value is not None and app.return_value.kind == "finished"
 
@@ -157,3 +157,31 @@ def test_snapshot_the_hang_at_its_culprit(snap_compare, size):
 @pytest.mark.parametrize("size", SIZES, ids=lambda s: f"{s[0]}x{s[1]}")
 def test_snapshot_the_oom_at_its_failure(snap_compare, size):
     assert snap_compare(app_on(STORED_OOM), terminal_size=size, run_before=moment_of_the_oom)
+
+
+@pytest.mark.parametrize("size", [(80, 24), (120, 40)], ids=lambda s: f"{s[0]}x{s[1]}")
+async def test_a_failed_run_opens_on_its_first_failure_and_its_cause(size):
+    """Issue 20: rank 1 raised ValueError, rank 0 exited 0. The first screen selects rank 1 and
+    shows why; the columns a replay cannot know give their width to the cause; nothing offers
+    an action (the help neither)."""
+    app = app_on(STORED_FAILED)
+    async with app.run_test(size=size) as pilot:
+        await ready(pilot)
+        assert app.table.selected_rank() == 1
+        keys = [c.key for c in app.table.cols]
+        assert not set(keys) & {"speed", "hb", "cpu", "rss", "phases"} and keys[-1] == "note"
+        note = app.table.get_row("w1")[keys.index("note")].plain.strip()
+        assert note.startswith("exit 1: ValueError: bad batch at step"), note
+        assert "exit 1: ValueError: bad batch at step 12" in str(app.selected_line.render())
+        await pilot.press("question_mark")
+        help_text = str(app.screen.query_one("Static").render())
+        assert "Read-only" in help_text and "pause or resume" not in help_text and "kill the selected" not in help_text
+
+
+async def first_screen(pilot):
+    await ready(pilot)
+
+
+@pytest.mark.parametrize("size", SIZES, ids=lambda s: f"{s[0]}x{s[1]}")
+def test_snapshot_a_failed_run_at_its_first_screen(snap_compare, size):
+    assert snap_compare(app_on(STORED_FAILED), terminal_size=size, run_before=first_screen)

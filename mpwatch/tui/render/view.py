@@ -68,10 +68,21 @@ def _width(key: str, wide: bool) -> int:
     return broad if wide else narrow
 
 
-def columns(width: int, nodes: bool = False) -> list[Column]:
+# A replay's files do not keep these (the processes' CPU and memory, phases, a heartbeat, a
+# rate of their own): its columns give their width to the cause instead.
+REPLAY_UNKNOWN = frozenset({"speed", "hb", "cpu", "rss", "phases"})
+REPLAY_PRIORITY = ("rank", "state", "step", "loss", "note", "trend", "gpu", "pid")
+REPLAY_NOTE_MIN = 30  # the cause's room before any other column is added
+
+
+def columns(width: int, nodes: bool = False, replay: bool = False, gpus: bool = True) -> list[Column]:
     """The columns that fit `width` in ORDER, chosen by PRIORITY; on a wide terminal the
     NOTE column takes the room left; the columns that did not fit follow (scrolled to).
-    NODE only with `nodes` (a merged view of several nodes)."""
+    NODE only with `nodes` (a merged view of several nodes). A replay has no columns it
+    cannot know (nor GPU without `gpus`: no GPU data), and its NOTE (the cause of a failure)
+    comes before the trend, GPU and pid; what does not fit is left out."""
+    if replay:
+        return _replay_columns(width, nodes, gpus)
     wide = width >= WIDE_COLS
     room = width - SCROLLBAR
     shown: list[str] = []
@@ -90,6 +101,22 @@ def columns(width: int, nodes: bool = False) -> list[Column]:
         cols.append(Column("note", "NOTE", max(_width("note", True), room - PAD)))
     rest = [k for k in priority if k not in shown and not (wide and k == "note")]
     return cols + [Column(k, _COLS[k][0], _width(k, False)) for k in rest]
+
+
+def _replay_columns(width: int, nodes: bool, gpus: bool) -> list[Column]:
+    room = width - SCROLLBAR
+    priority = [k for k in (("rank", "node", *REPLAY_PRIORITY[1:]) if nodes else REPLAY_PRIORITY)
+                if gpus or k != "gpu"]
+    shown: list[str] = []
+    for key in priority:
+        need = (REPLAY_NOTE_MIN if key == "note" else _width(key, width >= WIDE_COLS)) + PAD
+        if need > room:
+            break
+        shown.append(key)
+        room -= need
+    order = [k for k in (("rank", "node", *ORDER[1:]) if nodes else ORDER) if k in shown]
+    wide = width >= WIDE_COLS
+    return [Column(k, _COLS[k][0], REPLAY_NOTE_MIN + room if k == "note" else _width(k, wide)) for k in order]
 
 
 # ------------------------------------------------------------------- cells ----
