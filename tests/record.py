@@ -101,6 +101,24 @@ def cuda_two_gpus() -> dict[str, Any]:
               _cuda(6, 0, 13.1, 16.4, 15.0, alloc_retries=2)]}}
 
 
+def nvml_container(host: int) -> dict[str, Any]:
+    """Issue #20's container: NVML lists the ranks' processes under the host's pids (host,
+    host+1: none of them a pid here), each on its own GPU, a little more every second."""
+    def gpu(pid: int, gib: float, util: int) -> dict[str, Any]:
+        return {"util_gpu": util, "util_mem": util // 3, "temperature": 50, "power_w": 300.0,
+                "extra_used": 500 * MiB, "processes": [_proc(pid, gib, util)]}
+    return {"gpus": [{"name": "NVIDIA H100 80GB HBM3", "mem_total": 80 * GiB, "uuid": uuid(20 + i)} for i in range(2)],
+            "frames": [{"at": at, "gpus": [gpu(host, 12.0 * s, int(90 * s)), gpu(host + 1, 11.0 * s, int(88 * s))]}
+                       for at, s in ((0, 0.5), (2, 0.9), (4, 1.0))]}
+
+
+def cuda_container() -> dict[str, Any]:
+    """Each rank's torch on its own GPU (by UUID), holding most of what NVML counts there."""
+    return {"ranks": {str(r): [_cuda(at, 20 + r, gib * s * 0.8, gib * s * 0.95, gib * s * 0.85)
+                               for at, s in ((0, 0.5), (2, 0.9), (4, 1.0))]
+                      for r, gib in ((0, 12.0), (1, 11.0))}}
+
+
 EIGHT_USES = [30.1, 41.7, 44.0, 39.5, 42.2, 76.3, 40.8, 2.0]  # GiB each rank holds on its own GPU
 EIGHT_UTILS = [97, 95, 96, 94, 92, 99, 95, 0]
 
@@ -215,6 +233,12 @@ def _slow_ready(st: dict[str, Any]) -> bool:
     return bool(slow.get("where")) and (_w(st, 0)["step"] or 0) >= 20
 
 
+def _container_ready(st: dict[str, Any]) -> bool:
+    return (len(st["gpus"]) == 2 and all(g["processes"] for g in st["gpus"]) and st["run"]["uptime"] >= 6
+            and all(w["gpu"] is not None and w["gpu"]["index"] is not None and w["gpu"]["reserved"] is not None
+                    and w["step"] is not None for w in st["workers"]))
+
+
 def scenarios(ghost: int) -> dict[str, Scenario]:
     return {s.name: s for s in [
         Scenario("gpu2", 2, {"CHILD": "0", "SLEEP": "0.1"}, ["--gpu-interval", "0.5"],
@@ -224,6 +248,9 @@ def scenarios(ghost: int) -> dict[str, Scenario]:
         Scenario("states", 5, {"CHILD": "0", "STALL": "1", "FAIL": "3", "FAIL_ONCE": "4", "SLEEP": "0.05"},
                  ["--stall-timeout", "2", "--max-restarts", "1", "--grace", "2"], _states_ready,
                  setup=_pause_rank_2),
+        # Issue #20: a container: NVML's pids are the host's, none of them a rank here.
+        Scenario("container", 2, {"SLEEP": "0.1"}, ["--gpu-interval", "0.5"], _container_ready,
+                 lambda: nvml_container(ghost + 100), cuda_container),
         # Issue #20: rank 1 of a 3-rank gloo run (torch) paused, its peers waiting for it.
         Scenario("paused", 3, {}, ["--stall-timeout", "3"], _paused_ready, setup=_pause_rank_1,
                  script=ROOT / "demo" / "hang.py", args=("--steps", "100000", "--step-time", "0.02")),

@@ -53,9 +53,11 @@ class AlertTracker:
         self._announced: dict[str, float] = {}  # key -> when its event was last emitted
 
     def decide(self, views: list[GpuView], alive: list[RankInfo], wgpus: Mapping[int, WorkerGpu],
-               visible: set[int] | None, with_procs: bool, now: float) -> list[GpuAlert]:
+               visible: set[int] | None, with_procs: bool, now: float, pids_hidden: bool = False) -> list[GpuAlert]:
         """Fill each view's alerts; returns the rank alerts that name no GPU. `visible`: the
-        GPUs the workers may use (None: all); with_procs: the process lists are new."""
+        GPUs the workers may use (None: all); with_procs: the process lists are new;
+        pids_hidden: NVML's pids are not this namespace's (supervisor.gpu.ranks.pids_hidden),
+        so no process on a GPU can be called an outsider."""
         cfg, window = self.cfg, self.cfg.growth_window_s
         by_index = {v["index"]: v for v in views}
         running = {i.rank for i in alive if i.running}
@@ -83,7 +85,7 @@ class AlertTracker:
             else:
                 self._idle[g] = (kind, since)
             idle = gpu_alerts.idle(v, kind, since, now, busy, cfg)
-            v["alerts"] = gpu_alerts.evaluate(v, len(alive) > n_gpus, growth, rate, idle, cfg)
+            v["alerts"] = gpu_alerts.evaluate(v, len(alive) > n_gpus, growth, rate, idle, cfg, pids_hidden)
         loose: list[GpuAlert] = []
         for i in alive:
             wg = wgpus.get(i.rank)

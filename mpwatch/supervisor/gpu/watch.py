@@ -121,6 +121,7 @@ class GpuWatch:
         self.ticks = 0
         self.last_tick_s: float | None = None
         self.visible: set[int] | None = None  # GPUs the workers may use (CUDA_VISIBLE_DEVICES); None: all
+        self.pids_hidden = False  # NVML's pids are the host's: none is a rank (a container)
         self.labels = ProcessLabeler()
         self.timeline_store = GpuTimeline(timeline_path, cap_from_env(self.env))
         self._views: list[GpuView] = []
@@ -223,6 +224,7 @@ class GpuWatch:
         alive = [i for i in infos if i.alive]
         by_index = {v["index"]: v for v in views}
         holdings = gpu_ranks.held(views)
+        hidden = gpu_ranks.pids_hidden(views, alive)
         uuids = {d.index: d.uuid for d in self.probe.devices}
         placement = gpu_ranks.place(alive, holdings, self.probe.uuid_index, uuids)
         mates = gpu_ranks.ranks_by_gpu(placement)
@@ -235,16 +237,17 @@ class GpuWatch:
             g = v["index"]
             own = [i for i in alive if i.rank in mates.get(g, ())]
             v["ranks"] = mates.get(g, [])
-            known = g in self._raw_procs and "processes" not in self._procs_error.get(g, {})
+            known = g in self._raw_procs and "processes" not in self._procs_error.get(g, {}) and not hidden
             v["breakdown"] = gpu_ranks.breakdown(v, own, known)
             v["history"] = self._history(v)
-        loose = self.tracker.decide(views, alive, wgpus, self.visible, with_procs, now)
+        loose = self.tracker.decide(views, alive, wgpus, self.visible, with_procs, now, hidden)
         started = self.tracker.standing([a for v in views for a in v["alerts"]] + loose, now)
         with self._lock:
             for v in views:
                 v["alerts"] = v["alerts"] + list(self._ooms.get(v["index"], ()))
             self._views = views
             self._wgpu = wgpus
+            self.pids_hidden = hidden
             for rank, p in placement.items():
                 if p.index is not None:
                     self._last_gpu[rank] = p.index
@@ -327,7 +330,10 @@ class GpuWatch:
             c["processes"] = [p.copy() for p in v["processes"]]
             c["alerts"] = [a.copy() for a in v["alerts"]]
             out.append(c)
-        return {"gpus": out, "gpu_status": self.status}
+        status = self.status
+        if self.pids_hidden:  # said with whatever else is partial
+            status = gpu_ranks.HIDDEN_PIDS + (f"; {status}" if status else "")
+        return {"gpus": out, "gpu_status": status}
 
     def worker_gpu(self, rank: int) -> WorkerGpu | None:
         """A live rank's GPU as the last tick resolved it; None when it has none."""

@@ -125,10 +125,11 @@ def state_cell(state: str, g: Glyphs) -> Line:
 
 
 def gpu_text(gpu: WorkerGpu | None) -> str:
-    """`0 19.6G`: NVML's index of the rank's own GPU and the memory its processes hold there."""
+    """`0 19.6G`: NVML's index of the rank's own GPU and the memory its processes hold there
+    (torch's reserved memory where NVML cannot tell: its pids not visible from a container)."""
     if gpu is None or gpu.get("index") is None:
         return ""
-    mem = fmt.size(gpu.get("mem_bytes"))
+    mem = fmt.size(gpu.get("mem_bytes") if gpu.get("mem_bytes") is not None else gpu.get("reserved"))
     return f"{gpu['index']} {mem}" if mem else str(gpu["index"])
 
 
