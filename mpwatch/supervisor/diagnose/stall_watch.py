@@ -15,10 +15,11 @@ import threading
 import time
 
 from mpwatch.contract import straggler
-from mpwatch.contract.status import Event, StallInfo, State
+from mpwatch.contract.status import ALIVE_STATES, Event, StallInfo, State
 from mpwatch.probes import hang
-from mpwatch.supervisor.diagnose import stall
+from mpwatch.supervisor.diagnose import flight, flight_join, stall
 from mpwatch.supervisor.diagnose.dumps import Dumper
+from mpwatch.supervisor.diagnose.flight_join import FlightJoin
 from mpwatch.supervisor.eventlog import EventLog
 from mpwatch.supervisor.workers.worker import Worker
 
@@ -35,6 +36,8 @@ class StallWatch:
         self.timeout = timeout
         self.startup_timeout = startup_timeout
         self._named: tuple[str, str] | None = None  # the standing finding (key, text): said again only when it changes
+        # MPWATCH_NCCL_FLIGHT=1: the flight recorder's dumps, read once per hang (supervisor.diagnose.flight_join)
+        self.flight = FlightJoin(dumper.store.dir) if flight.enabled() else None
 
     def check(self, now: float) -> None:
         """Main loop, each tick: new stalls, fresh diagnoses, and the culprit while any."""
@@ -63,9 +66,12 @@ class StallWatch:
                 self._slow_start(w, now)
         if any_stalled:
             self._check_culprit()
-        elif self._named is not None:  # every rank reports again (or ended): the finding is over
+            return
+        if self._named is not None:  # every rank reports again (or ended): the finding is over
             self.log.end_alert(self._named[0])
             self._named = None
+        if self.flight is not None:
+            self.flight.reset()
 
     def _stalled(self, w: Worker, now: float) -> None:
         """Once per stall: say so with what it is doing, and dump every thread of it and its children."""
@@ -113,6 +119,11 @@ class StallWatch:
             views = [{"rank": w.rank, "step": w.reports.step, "state": w.state, "paused_at": w.attempt.paused_at,
                       "stall": dict(w.attempt.stall or {})} for w in self.workers.values()]
         s = straggler.analyze(views)
+        if self.flight is not None:
+            self.flight.start([w.rank for w in list(self.workers.values()) if w.state in ALIVE_STATES])
+            found = self.flight.result()
+            if s is not None and found is not None:
+                s = flight_join.join(s, found, views)
         if not s or not s["culprits"] or s["text"] is None:
             return
         key = "hang:" + ",".join(map(str, s["culprits"]))
