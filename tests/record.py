@@ -233,6 +233,10 @@ def _slow_ready(st: dict[str, Any]) -> bool:
     return bool(slow.get("where")) and (_w(st, 0)["step"] or 0) >= 20
 
 
+def _mnist_ready(st: dict[str, Any]) -> bool:
+    return all(w["state"] == "running" and (w["step"] or 0) >= 150 for w in st["workers"])
+
+
 def _container_ready(st: dict[str, Any]) -> bool:
     return (len(st["gpus"]) == 2 and all(g["processes"] for g in st["gpus"]) and st["run"]["uptime"] >= 6
             and all(w["gpu"] is not None and w["gpu"]["index"] is not None and w["gpu"]["reserved"] is not None
@@ -248,6 +252,8 @@ def scenarios(ghost: int) -> dict[str, Scenario]:
         Scenario("states", 5, {"CHILD": "0", "STALL": "1", "FAIL": "3", "FAIL_ONCE": "4", "SLEEP": "0.05"},
                  ["--stall-timeout", "2", "--max-restarts", "1", "--grace", "2"], _states_ready,
                  setup=_pause_rank_2),
+        # Issue #20: the mnist demo (torch, offline digits), its loss from 2.3 down: the TREND reads falling.
+        Scenario("mnist", 2, {}, [], _mnist_ready, script=ROOT / "demo" / "mnist.py", args=("--max-steps", "100000")),
         # Issue #20: a container: NVML's pids are the host's, none of them a rank here.
         Scenario("container", 2, {"SLEEP": "0.1"}, ["--gpu-interval", "0.5"], _container_ready,
                  lambda: nvml_container(ghost + 100), cuda_container),

@@ -56,7 +56,9 @@ class Parser(argparse.ArgumentParser):
     """argparse that reports errors in one line and exits 2."""
 
     def error(self, message: str) -> NoReturn:
-        raise UsageError(message)
+        # ARGS (the script's own arguments, argparse.REMAINDER) is never required, though
+        # argparse lists it with SCRIPT when neither is given.
+        raise UsageError(message.replace("required: SCRIPT, ARGS", "required: SCRIPT"))
 
 
 def die(msg: str, code: int = 2) -> int:

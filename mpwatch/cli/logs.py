@@ -35,7 +35,7 @@ def _follow(rd: reader.RunDir, path: Path, offset: int) -> None:
             data = b""  # the rank has not started yet
         offset += len(data)
         *whole, partial = (partial + data).split(b"\n")
-        _print([ln.decode("utf-8", errors="replace") for ln in whole])
+        _print([writer.as_shown(ln.decode("utf-8", errors="replace")) for ln in whole])
         now = time.monotonic()
         if ended_at and not data:  # drained after the end
             break

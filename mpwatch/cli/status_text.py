@@ -57,7 +57,7 @@ def _worker_lines(w: WorkerStatus, st: Status) -> list[str]:
     where = info and (info.get("where") or info.get("innermost"))
     if info and where:
         coll = info.get("collective")
-        out.append(f"{'':>4} stuck in {where}" + (f", waiting in {coll}" if coll else ""))
+        out.append(f"{'':>4} {'stuck in' if stl else 'in'} {where}" + (f", waiting in {coll}" if coll else ""))
     if w["last_dump"]:
         out.append(f"{'':>4} last dump: {w['last_dump']}")
     return out

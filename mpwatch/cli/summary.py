@@ -32,8 +32,6 @@ def _head(s: postmortem.Summary) -> list[str]:
     out = [f"run {r['run_id']} · {cmd}",
            f"ended: {ended_text(r)}" if r["ending"] != "live" else "live: still running",
            f"started {started} · took {took} · {r['nprocs'] or '?'} workers · restarts {s['restarts']}"]
-    if s["stopped"]:
-        out[1] += f" (stop asked: {s['stopped']})"
     f = r["first_failure"]
     if f is not None:
         out.append(f"first failure: rank {f['rank']} at {_at(f['ts'], r['started'])}: {f['cause'] or 'failed'}")

@@ -143,7 +143,7 @@ class WorkerStatus(TypedDict):
     bad_frames: int
     phases: dict[str, float]
     cuda: CudaView | None
-    loss_tail: list[float]
+    loss_tail: list[float]  # the run's loss smoothed: its mean over stretches of reports, oldest first (TREND)
     world_size: int
     # torch.distributed is initialised in its process (the worker side tells, with its reports):
     # its ranks share a process group, and restarting one alone fails the others' collectives

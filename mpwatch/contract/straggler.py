@@ -4,7 +4,10 @@ is stuck), name the likely culprit of a collective hang.
 
 A collective blocks every rank that reached it until the last one arrives. So when
 ranks are stalled, a rank the user paused, a rank behind the leading step, or a stalled
-rank that is not inside a collective while its peers are, is the one the others wait for.
+rank that is not inside a collective while its peers are, is the one the others wait for;
+only when the ranks are known to share collectives (a worker says torch.distributed is
+initialised, or a stalled rank's stack is in a collective): independent workers wait for
+nobody.
 The finding says the waiting first, then whom they wait for and why:
 "ranks 0,2 wait in all_reduce at step 84 for rank 1, which was paused at 17:35:20 (p resumes)",
 "ranks 0,1,3 wait at step 119 for rank 2, which is at step 118 (in load (t.py:9))".
@@ -36,7 +39,7 @@ def clock(ts: float) -> str:
 
 
 def analyze(workers: Sequence[Row], label: Label = ranks_text) -> Straggler | None:
-    """workers: [{rank, step, state, stall: {collective, where} | None, paused_at}] (WorkerStatus
+    """workers: [{rank, step, state, dist, stall: {collective, where} | None, paused_at}] (WorkerStatus
     rows). Returns None with fewer than two ranks that reported a step, else
     {leader_step, lags: [{rank, step, lag}], culprits: [...], waiting: [...], text}
     (a list, not a dict keyed by rank: it crosses JSON). text is None while nothing is
@@ -63,13 +66,15 @@ def analyze(workers: Sequence[Row], label: Label = ranks_text) -> Straggler | No
 
 
 def _culprits(ws: list[Row], stalled: list[Row], lag: Mapping[int, int]) -> tuple[list[Row], list[Row]] | None:
-    """(culprits, waiting), or None when nothing tells the culprit apart."""
+    """(culprits, waiting), or None when nothing tells the culprit apart (or the ranks share no collective)."""
+    stall = {w["rank"]: (w.get("stall") or {}) for w in ws}
+    if not any(w.get("dist") for w in ws) and not any(stall[w["rank"]].get("collective") for w in stalled):
+        return None
     top = max(w["step"] for w in stalled)
     paused = [w for w in ws if w.get("state") == State.PAUSED and w["step"] <= top]
     if paused:  # the user stopped it: its peers cannot finish a collective without it
         behind = [w for w in ws if w.get("state") not in (State.PAUSED, State.STALLED) and w["step"] < top]
         return paused + behind, stalled
-    stall = {w["rank"]: (w.get("stall") or {}) for w in ws}
     at_lead = [w for w in ws if lag[w["rank"]] == 0]
     behind = [w for w in ws if lag[w["rank"]] > 0]
     if behind and all(w.get("state") == State.STALLED for w in at_lead):

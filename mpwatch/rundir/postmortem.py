@@ -15,7 +15,7 @@ from mpwatch.rundir.reader import RunDir
 
 Ending = Literal["live", "finished", "cut short"]  # cut short: the supervisor died mid-run
 
-_EXIT_KINDS = (Event.WORKER_EXITED,)
+_EXIT_KINDS = (Event.WORKER_EXITED, Event.STOPPING)
 
 
 class Failure(TypedDict):
@@ -39,6 +39,7 @@ class RunListing(TypedDict):
     exit_code: int | None
     duration: float | None  # seconds; for a cut short run, up to its last event
     first_failure: Failure | None
+    stopped: str | None  # why its stop was asked (it did not end by itself), when one was
 
 
 class RankEnd(TypedDict):
@@ -88,7 +89,7 @@ class Summary(TypedDict):
 
 def _first_failure(exits: list[EventRecord]) -> Failure | None:
     for e in exits:
-        if e.get("state") == "failed" and e["rank"] is not None:
+        if e["event"] == Event.WORKER_EXITED and e.get("state") == "failed" and e["rank"] is not None:
             return {"rank": e["rank"], "ts": e["ts"], "cause": as_str(e.get("cause")),
                     "error": error_line(e.get("stderr_tail"))}
     return None
@@ -136,6 +137,7 @@ def listing(rd: RunDir, exits: list[EventRecord] | None = None, now: float | Non
         exit_code = as_int(tail.get("exit_code"))
     return {"run_id": rd.run.run_id, "run_dir": str(rd.path), "pid": rd.run.pid, "script": rd.run.script,
             "started": started, "nprocs": rd.run.nprocs, "live": end == "live", "ending": end,
+            "stopped": next((as_str(e.get("why")) for e in exits if e["event"] == Event.STOPPING), None),
             "exit_code": exit_code, "duration": None if started is None or last is None else max(0.0, last - started),
             "first_failure": _first_failure(exits)}
 
@@ -242,7 +244,7 @@ def _files(rd: RunDir) -> list[str]:
 
 def summarize(rd: RunDir, now: float | None = None) -> Summary:
     evs = rd.events()
-    exits = [e for e in evs if e["event"] == Event.WORKER_EXITED]
+    exits = [e for e in evs if e["event"] in _EXIT_KINDS]
     ranks = _ranks(rd, evs)
     stops = [e for e in evs if e["event"] == Event.STOPPING]
     # The finding before a stop: once the run stops, ranks end one by one and a finding with

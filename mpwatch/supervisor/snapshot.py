@@ -90,7 +90,7 @@ def worker_status(w: Worker, now: float, tail: int, gpu: GpuWatch | None,
         rss_bytes=None if info is None else info["rss_bytes"], proc_status=None if info is None else info["status"],
         restarts=w.restarts, exit_code=a.exit_code, signal=a.signal, cause=a.cause,
         reports=r.count, dropped=r.dropped, bad_frames=r.bad_frames,
-        phases=dict(r.phases), cuda=r.cuda, loss_tail=list(r.tail)[-tail:] if tail else [],
+        phases=dict(r.phases), cuda=r.cuda, loss_tail=r.trend.points(tail),
         world_size=a.world, dist=a.dist, uptime=round(now - a.started, 1) if a.proc is not None else None,
         stall=None if a.stall is None else a.stall.copy(),  # a copy: dump threads update it
         paused_at=a.paused_at if w.state is State.PAUSED else None,

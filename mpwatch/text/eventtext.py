@@ -13,9 +13,9 @@ from mpwatch.text import fmt
 Severity = Literal["information", "warning", "error"]  # Textual's notification severities
 
 # Events the TUI pops up as a notice; the others show in the table or the action's reply.
+# (The run's end is no notice: the banner says it, once.)
 NOTICE_EVENTS = frozenset({Event.WORKER_EXITED, Event.STALLED, Event.SLOW_START, Event.RECOVERED, Event.RESTARTED,
-                           Event.RESIZED, Event.ALERT, Event.GPU_ALERT, Event.STOPPING, Event.DUMP,
-                           Event.RUN_FINISHED})
+                           Event.RESIZED, Event.ALERT, Event.GPU_ALERT, Event.STOPPING, Event.DUMP})
 _ALERT_SEVERITY: dict[str, Severity] = {"error": "error", "warning": "warning", "info": "information"}
 _EXIT_SEVERITY: dict[str, Severity] = {State.FAILED: "error", State.KILLED: "warning"}
 
@@ -77,9 +77,11 @@ def line(rec: EventFields) -> str | None:
         return _slow_start(rec)
     if e == Event.RECOVERED:
         return f"{who} recovered (step {rec.get('step')})"
-    if e == Event.DUMP:
-        where = rec.get("where")
-        return f"{who} stack dump: {rec.get('path')}" + (f", stuck in {where}" if where else "")
+    if e == Event.DUMP:  # only a stalled rank is stuck: a dump asked for finds a rank where it happens to be
+        where, reason = rec.get("where"), rec.get("reason")
+        why = "" if reason == "stall" else " (asked for)" if reason == "request" else f" ({reason})" if reason else ""
+        at = "stuck in" if reason == "stall" else "in"
+        return f"{who} stack dump{why}: {rec.get('path')}" + (f", {at} {where}" if where else "")
     if e == Event.ALERT:
         if rec.get("ended"):  # its ranks report again (their `recovered` lines say so)
             return None

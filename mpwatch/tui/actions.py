@@ -12,7 +12,9 @@ from pathlib import Path
 from typing import NamedTuple
 
 from textual.app import App
+from textual.binding import Binding
 from textual.message import Message
+from textual.scrollbar import ScrollBar, ScrollBarRender
 
 from mpwatch.contract.status import State, Status, WorkerStatus
 from mpwatch.contract.straggler import ranks_text
@@ -20,10 +22,11 @@ from mpwatch.sources.local import ClientError
 from mpwatch.sources.source import Source
 from mpwatch.tui.poller import Poller
 from mpwatch.tui.render import glyphs as glyphs_mod
-from mpwatch.tui.render import view
+from mpwatch.tui.render import segs, view
 from mpwatch.tui.screens.confirm import Choice, ChoiceDialog, ConfirmDialog
 from mpwatch.tui.screens.filter import FilterDialog
 from mpwatch.tui.screens.quit import QuitDialog
+from mpwatch.tui.widgets.scrollbars import AsciiScrollBarRender
 from mpwatch.tui.widgets.worker_table import WorkerTable
 
 
@@ -50,6 +53,10 @@ class RunActions(App[Outcome]):
         self.source = source
         self.run_dir = Path(run_dir) if run_dir else None
         self.glyphs = glyphs or glyphs_mod.pick()
+        # An ASCII terminal (LANG=C, MPWATCH_ASCII=1): ASCII cuts, scrollbars, borders (app.tcss) and keys too.
+        segs.use_ellipsis(self.glyphs.ellipsis)
+        ScrollBar.renderer = ScrollBarRender if self.glyphs.unicode else AsciiScrollBarRender
+        self.set_class(not self.glyphs.unicode, "ascii")
         self.status: Status | None = None
         self.live = True
         self.leaving: str | None = None
@@ -62,6 +69,12 @@ class RunActions(App[Outcome]):
                                  id="workers")
         self._act_source: Source | None = None
         self._act_lock = threading.Lock()
+
+    def get_key_display(self, binding: Binding) -> str:
+        """Enter as a word where the terminal shows ASCII only (Textual shows ⏎)."""
+        if not self.glyphs.unicode and binding.key == "enter" and not binding.key_display:
+            return "Enter"
+        return super().get_key_display(binding)
 
     @property
     def can_act(self) -> bool:

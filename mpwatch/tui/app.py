@@ -36,6 +36,9 @@ from mpwatch.tui.widgets.worker_table import WorkerTable
 
 __all__ = ["COMMANDS", "MpwatchApp", "Outcome"]
 MAX_NOTICES = 3  # per snapshot; the rest are summed up in one line
+SMALL_H = 20  # a terminal this short keeps its rows for the table
+# Toasts only where they leave the table in view; the status line says everything anyway.
+TOAST_W, TOAST_H = 120, 36
 EVENTS_KEPT = 1000  # events the TUI keeps for its events screen (as many as the supervisor's recent events)
 
 # (action, title, help) for the command palette; the keys are in BINDINGS and help.
@@ -67,6 +70,9 @@ class MpwatchApp(RunActions):
     TITLE = "mpwatch"
     ENABLE_COMMAND_PALETTE = True
     BINDINGS = [
+        # ? and q first: a narrow footer cuts its end, and they must stay (60 columns)
+        Binding("question_mark", "help", "Help"),
+        Binding("q", "quit_dialog", "Quit"),
         Binding("enter", "detail", "Detail", show=False),
         Binding("j", "cursor_down", "Down", show=False),
         Binding("g", "gpus", "GPUs"),
@@ -85,8 +91,6 @@ class MpwatchApp(RunActions):
         Binding("s", "sort", "Sort", show=False),
         Binding("f", "fold", "Fold", show=False),
         Binding("F", "fold_all", "Fold all", show=False),
-        Binding("question_mark", "help", "Help"),
-        Binding("q", "quit_dialog", "Quit"),
     ]
 
     def __init__(self, source: Source | None, run_dir: Path | str | None = None, *,
@@ -116,9 +120,10 @@ class MpwatchApp(RunActions):
         yield Footer(show_command_palette=False)
 
     def on_mount(self) -> None:
+        self.set_class(self.size.height < SMALL_H, "small")
         self._set_columns(self.size.width)
         self.table.focus()
-        self.say("connecting to the run…", "information", notify=False)
+        self.say("connecting to the run", "information", notify=False)
         if self.source is not None:
             self.poller = Poller(self.source, self, self.run_dir, self.interval)
             self.poller.start()
@@ -131,6 +136,7 @@ class MpwatchApp(RunActions):
             close()
 
     def on_resize(self, event: events.Resize) -> None:
+        self.set_class(event.size.height < SMALL_H, "small")
         self._set_columns(event.size.width)
         self.refresh_view()
 
@@ -173,14 +179,15 @@ class MpwatchApp(RunActions):
             return
         g = self.glyphs
         width, height = self.size.width, self.size.height
-        gpu_fit = min(len(st["gpus"]) + bool(st["gpu_status"] and st["gpus"]), max(2, height // 5)) or 1
+        small = height < SMALL_H  # the table keeps its rows: one GPU line, one alert, no sort line
+        gpu_fit = 1 if small else min(len(st["gpus"]) + bool(st["gpu_status"] and st["gpus"]), max(2, height // 5)) or 1
         gpu_width = width - 2 - (1 if len(st["gpus"]) > gpu_fit else 0)
         with self.batch_update():
-            self.header.show(view.header_lines(
-                st, g, sort=self.sort, filter_text=self.filter_text, finished=not self.live))
+            head = view.header_lines(st, g, sort=self.sort, filter_text=self.filter_text, finished=not self.live)
+            self.header.show(head[:-1] if small and self.sort == "rank" and not self.filter_text else head)
             self.table.apply(view.table_rows(st, folded=self.folded, filter_text=self.filter_text, sort=self.sort))
             self.gpu_panel.show(gpu_rows.gpu_rows(st, g, gpu_width), gpu_rows.title(st, g, width, gpu_fit), gpu_fit)
-            self.alert_lines.show(gpu_rows.alert_lines(st, g, width - 2, 2 if height < 30 else 4))
+            self.alert_lines.show(gpu_rows.alert_lines(st, g, width - 2, 1 if small else 2 if height < 30 else 4))
             self._show_selected()
         if isinstance(self.screen, (DetailScreen, GpuScreen)):
             self.screen.show_status()
@@ -201,7 +208,7 @@ class MpwatchApp(RunActions):
         for text, sev in notes[:MAX_NOTICES]:
             self.say(text, sev)
         if len(notes) > MAX_NOTICES:
-            self.say(f"… and {len(notes) - MAX_NOTICES} more events (see the table)", "warning")
+            self.say(f"and {len(notes) - MAX_NOTICES} more events (see the table, or e)", "warning")
 
     def on_poll_failed(self, msg: PollFailed) -> None:
         text = f"cannot read the run's status: {msg.why}"
@@ -225,11 +232,11 @@ class MpwatchApp(RunActions):
                     self.say(f"rank {w['rank']} {w['state']}: {w['cause']}",
                              "error" if w["state"] == State.FAILED else "warning")
             lines = view.ending_lines(final)
-            self.say(lines[0], "information" if code == 0 else "error")
+            self.say(lines[0], "information" if code == 0 else "error", notify=False)  # the banner says it
         else:
             lines = [f"lost the connection to the run ({msg.why}); "
-                     f"its files are in {self.run_dir or 'its run directory'} — press q to leave"]
-            self.say(lines[0], "error")
+                     f"its files are in {self.run_dir or 'its run directory'}; press q to leave"]
+            self.say(lines[0], "error", notify=False)  # the banner says it
             self.refresh_view()
         self.final_exit_code = code
         self.banner.update(Text("\n".join(lines)))
@@ -246,7 +253,7 @@ class MpwatchApp(RunActions):
         line.update(Text(text.splitlines()[0] if text else "", no_wrap=True, overflow="ellipsis"), layout=False)
         line.set_class(severity == "error", "error")
         line.set_class(severity == "warning", "warning")
-        if notify and self.notices:
+        if notify and self.notices and self.size.width >= TOAST_W and self.size.height >= TOAST_H:
             self.notify(text, severity="error" if severity == "error" else
                         "warning" if severity == "warning" else "information",
                         timeout=8 if severity == "error" else 4)

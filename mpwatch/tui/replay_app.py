@@ -94,8 +94,8 @@ class ReplayApp(MpwatchApp):
         if first:  # after the App's own greeting, which follows the first status
             self._select_first_failure()
             self._indexer = self.set_interval(INDEX_TICK_S, self._index_step)  # once the screen is drawn
-            self.call_later(self.say, f"replaying run {status['run']['id']} (read-only): , . step · [ ] jump · "
-                            "Home End · e events · q leave", "information", False)
+            keys = self.glyphs.sep.join((", . step", "[ ] jump", "Home End", "e events", "q leave"))
+            self.call_later(self.say, f"replaying run {status['run']['id']} (read-only): {keys}", "information", False)
 
     def _select_first_failure(self) -> None:
         """A failed run opens on why it failed: the row of the rank that failed first."""

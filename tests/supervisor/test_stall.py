@@ -92,8 +92,19 @@ def test_majority_of_reads_wins():
 
 
 # ------------------------------------------------------------------- straggler ----
-def W(rank, step, state="stalled", paused_at=None, **stall_info):
-    return {"rank": rank, "step": step, "state": state, "stall": stall_info or None, "paused_at": paused_at}
+def W(rank, step, state="stalled", paused_at=None, dist=True, **stall_info):
+    """A row of ranks that share a process group (dist), as a DDP job's say."""
+    return {"rank": rank, "step": step, "state": state, "stall": stall_info or None, "paused_at": paused_at,
+            "dist": dist}
+
+
+def test_independent_workers_wait_for_nobody():
+    # no process group said, no stack in a collective: a rank behind or paused is no culprit
+    s = straggler.analyze([W(0, 119, dist=False), W(1, 50, "running", dist=False), W(2, 4, "paused", dist=False)])
+    assert s["culprits"] == [] and s["text"] == "rank 0 stalled at step 119; ranks 1,2 are not stalled (leading step 119)"
+    # ...but a stalled rank's stack in a collective says they share one
+    s = straggler.analyze([W(0, 119, dist=False, collective="all_reduce"), W(1, 118, dist=False)])
+    assert s["culprits"] == [1]
 
 
 def test_rank_behind_while_others_wait_is_the_culprit():

@@ -148,12 +148,28 @@ def test_exit_verdicts(rc, reason, tail, want):
     assert tuple(exits.judge(rc, reason, tail)) == want
 
 
-def test_a_rank_with_fewer_losses_than_the_tail_shows_them_all(proc, log):
-    # 31 losses with a tail of 32: the TREND is drawn from all 31 (it once got only the last one)
+def test_the_loss_tail_is_the_whole_run_smoothed(proc, log):
+    # 31 losses with a tail of 32: every one (it once got only the last); 1000: the run in at most
+    # 32 means of its stretches, oldest first, and a narrower tail merges neighbours
     w = worker_in(State.RUNNING, proc, log)
-    w.reports.tail.extend(float(x) for x in range(31))
+    for x in range(31):
+        w.reports.trend.add(float(x))
     assert worker_status(w, 0.0, TAIL, None)["loss_tail"] == [float(x) for x in range(31)]
-    assert worker_status(w, 0.0, 8, None)["loss_tail"] == [float(x) for x in range(23, 31)]
+    for x in range(31, 1000):
+        w.reports.trend.add(float(x))
+    tail = worker_status(w, 0.0, TAIL, None)["loss_tail"]
+    assert len(tail) <= TAIL and tail == sorted(tail) and tail[0] < 40 and tail[-1] > 960
+    assert len(worker_status(w, 0.0, 8, None)["loss_tail"]) <= 8
+    w.reports.trend.add(float("nan"))  # a NaN loss is shown as such in LOSS, never averaged into the trend
+    assert all(x == x for x in worker_status(w, 0.0, TAIL, None)["loss_tail"])
+
+
+def test_a_syntax_errors_cause_says_its_file_and_line():
+    tail = ['  File "/home/ana/train.py", line 12', "    def f(:", "          ^", "SyntaxError: invalid syntax"]
+    assert exits.judge(1, None, tail).cause == "exit 1: SyntaxError: invalid syntax (train.py:12)"
+    tail = ["Traceback (most recent call last):", '  File "/x/main.py", line 3, in <module>', "    import m",
+            '  File "/x/m.py", line 7', "    if x", "        ^", "IndentationError: expected an indented block"]
+    assert exits.judge(1, None, tail).cause == "exit 1: IndentationError: expected an indented block (m.py:7)"
 
 
 def test_a_cause_never_quotes_mpwatchs_own_markers():

@@ -57,7 +57,7 @@ async def restart_dialog(pilot):
 
 
 @size_id
-@pytest.mark.parametrize("name", ["gpu2", "gpu8", "states", "paused", "slow", "container"])
+@pytest.mark.parametrize("name", ["gpu2", "gpu8", "states", "paused", "slow", "container", "mnist"])
 def test_main_screen(snap_compare, tmp_path, size, name):
     assert snap_compare(recorded_app(name, tmp_path), terminal_size=size, run_before=first_snapshot)
 
@@ -87,3 +87,14 @@ def test_main_screen_ascii(snap_compare, tmp_path):
     """A non-UTF-8 locale: the same screen with ASCII states, sparklines and bars."""
     assert snap_compare(recorded_app("gpu2", tmp_path, glyphs.ASCII), terminal_size=(80, 24),
                         run_before=first_snapshot)
+
+
+@pytest.mark.parametrize(("name", "keys"), [("gpu2", ()), ("gpu2", ("q",)), ("ddp", ("down", "r"))],
+                         ids=["main", "quit", "restart"])
+def test_a_60x15_terminal_keeps_help_quit_and_whole_dialogs(snap_compare, tmp_path, name, keys):
+    """Issue 20: at 60x15 the footer keeps `? Help q Quit`, the table its rows, dialogs their text."""
+    async def before(pilot):
+        await first_snapshot(pilot)
+        await pilot.press(*keys)
+        await pilot.pause()
+    assert snap_compare(recorded_app(name, tmp_path), terminal_size=(60, 15), run_before=before)

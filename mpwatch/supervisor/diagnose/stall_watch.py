@@ -117,7 +117,7 @@ class StallWatch:
         culprit's frame, more ranks waiting)."""
         with self.lock:
             views = [{"rank": w.rank, "step": w.reports.step, "state": w.state, "paused_at": w.attempt.paused_at,
-                      "stall": dict(w.attempt.stall or {})} for w in self.workers.values()]
+                      "dist": w.attempt.dist, "stall": dict(w.attempt.stall or {})} for w in self.workers.values()]
         s = straggler.analyze(views)
         if self.flight is not None:
             self.flight.start([w.rank for w in list(self.workers.values()) if w.state in ALIVE_STATES])

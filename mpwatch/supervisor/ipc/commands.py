@@ -29,6 +29,7 @@ from mpwatch.supervisor.workers.worker import TAIL, Worker
 Reply = dict[str, Any]
 RANK_COMMANDS = ("pause", "resume", "kill", "restart", "dump")
 REPLY_S = 30.0  # a command the main thread has not answered by then gets an error reply
+STOP_ASKED = "asked with ctl stop or the TUI"  # the `why` of a stop a client asked for
 
 
 class Lifecycle(Protocol):
@@ -223,6 +224,6 @@ class Commands:
     def _stop(self) -> Reply:
         if self.run.state in (RunState.STOPPING, RunState.FINISHED):
             return {"ok": True, "message": f"the run is already {self.run.state}"}
-        alive = self.run.stop("requested")
+        alive = self.run.stop(STOP_ASKED)
         return {"ok": True, "message": f"stopping the run: SIGTERM sent to {alive} worker(s), "
                                        f"SIGKILL after {self.opts.grace:g}s"}

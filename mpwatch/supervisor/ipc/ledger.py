@@ -123,6 +123,7 @@ class ReportLedger:
             if loss is not None:
                 r.loss = loss
                 r.tail.append(loss)
+                r.trend.add(loss)
                 r.curve.add(step if step is not None else r.count, loss)
             if metrics:
                 r.metrics.update(metrics)

@@ -70,15 +70,29 @@ def clean(line: str) -> str:
     return _BLURB.sub("", line).rstrip(".") if _BLURB.search(line) else line
 
 
+_SYNTAX = ("SyntaxError", "IndentationError", "TabError")
+_FILE_LINE = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+)')
+
+
 def last_error_line(stderr_tail: list[str]) -> str | None:
     """The line a user wants first from a crash: the exception, not the traceback frames
-    (mpwatch's own marker lines are never one)."""
-    for line in reversed(stderr_tail):
-        s = _RANK_PREFIX.sub("", line.strip())
+    (mpwatch's own marker lines are never one). A syntax error says where: its file and line
+    are on a line of their own above it ("SyntaxError: invalid syntax (train.py:12)")."""
+    for i in range(len(stderr_tail) - 1, -1, -1):
+        s = _RANK_PREFIX.sub("", stderr_tail[i].strip())
         if s and not is_mark(s) and not s.startswith(("File ", "^", "~")) \
                 and s != "Traceback (most recent call last):":
-            return clean(s)
+            return clean(s) + (_where(stderr_tail[:i]) if s.startswith(_SYNTAX) else "")
     return None
+
+
+def _where(above: list[str]) -> str:
+    """' (file.py:12)' from the last 'File "...", line N' line above, else ''."""
+    for line in reversed(above):
+        m = _FILE_LINE.match(line)
+        if m:
+            return f" ({m.group('file').rsplit('/', 1)[-1]}:{m.group('line')})"
+    return ""
 
 
 def nccl_timeout(tail: list[str]) -> str | None:

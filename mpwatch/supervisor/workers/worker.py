@@ -13,6 +13,7 @@ changed under the run's lock; see supervisor.core for who holds what.
 """
 from __future__ import annotations
 
+import math
 import subprocess
 import time
 from collections import deque
@@ -125,6 +126,45 @@ class LossHistory:
             self._stride *= 2
 
 
+class LossTrend:
+    """The whole run's loss in at most 2*TAIL points, each the mean of a stretch of reports,
+    oldest first: what the TREND sparkline draws (a falling loss reads falling, whatever the
+    noise of single batches). O(1) a report: when full, neighbours merge and stretches double."""
+
+    def __init__(self, limit: int = 2 * TAIL):
+        self.limit = limit
+        self.stride = 1  # reports a closed stretch stands for
+        self.means: list[float] = []  # closed stretches
+        self._sum = 0.0
+        self._n = 0  # finite losses in the open stretch
+        self._seen = 0  # reports in the open stretch
+
+    def add(self, loss: float) -> None:
+        self._seen += 1
+        if math.isfinite(loss):
+            self._sum += loss
+            self._n += 1
+        if self._seen < self.stride:
+            return
+        if self._n:
+            self.means.append(self._sum / self._n)
+        self._sum, self._n, self._seen = 0.0, 0, 0
+        if len(self.means) >= self.limit:
+            self.means = [(a + b) / 2 for a, b in zip(self.means[::2], self.means[1::2], strict=False)]
+            self.stride *= 2
+
+    def points(self, n: int) -> list[float]:
+        """n points over the whole run (fewer while it has fewer): each the mean of its share
+        of the stretches, in order; the open stretch last."""
+        pts = self.means + ([self._sum / self._n] if self._n else [])
+        if n <= 0:
+            return []
+        k = len(pts)
+        if k <= n:
+            return pts
+        return [sum(part) / len(part) for i in range(n) if (part := pts[i * k // n:(i + 1) * k // n])]
+
+
 @dataclass(eq=False)
 class PendingReport:
     """The report event not yet written (supervisor.ipc.ledger's rate limit)."""
@@ -150,7 +190,8 @@ class Reports:
     phases: dict[str, float] = field(default_factory=dict)
     cuda: CudaView | None = None
     curve: LossHistory = field(default_factory=LossHistory)
-    tail: deque[float] = field(default_factory=lambda: deque(maxlen=TAIL))
+    tail: deque[float] = field(default_factory=lambda: deque(maxlen=TAIL))  # the latest losses, as sent
+    trend: LossTrend = field(default_factory=LossTrend)  # the run's loss, smoothed (the TREND sparkline)
     pending: PendingReport | None = None
     next_event: float = 0.0  # monotonic time the next report event may be written
 

@@ -141,9 +141,10 @@ def gpu_cell(w: WorkerStatus, g: Glyphs) -> Cell:
     return text
 
 
-def _doing(info: StallInfo) -> list[str]:
+def _doing(info: StallInfo, at: str = "stuck in") -> list[str]:
     """What a stuck process does (from /proc; the kernel wait is the short way to say it), and
-    where its last dump found it: the innermost frame of the user's own code."""
+    where its last dump found it: the innermost frame of the user's own code (a slow start is
+    "in" it, not stuck)."""
     parts = []
     kind, wchan = info.get("kind"), info.get("wchan")
     if kind:
@@ -151,7 +152,7 @@ def _doing(info: StallInfo) -> list[str]:
     where = info.get("where")
     if where:
         coll = info.get("collective")
-        parts.append(f"stuck in {where}" + (f", waiting in {coll}" if coll else ""))
+        parts.append(f"{at} {where}" + (f", waiting in {coll}" if coll else ""))
     return parts
 
 
@@ -176,7 +177,7 @@ def note_text(w: WorkerStatus) -> str:
         parts.append(f"paused at {straggler.clock(paused)} (p resumes)")
     slow = w.get("slow_start")
     if slow is not None and st in ALIVE:
-        parts += [eventtext.slow_start_text(slow.get("limit"))] + _doing(slow)
+        parts += [eventtext.slow_start_text(slow.get("limit"))] + _doing(slow, at="in")
     if w["restarts"]:
         parts.append(f"restarted {w['restarts']}x")
     if w["unkillable"]:
@@ -356,7 +357,7 @@ def header_lines(status: Status, g: Glyphs, *, sort: str = "rank", filter_text: 
             parts.append((f"{g.state.get(name, '?')} {n} {name}  ", ""))
     parts.append((f"restarts {r['restarts']}", "bold magenta" if r["restarts"] else ""))
     extra = [f"sort: {sort}"] + ([f"filter: {filter_text}"] if filter_text else [])
-    return [line1, tuple(parts), *node_rows.header_lines(status, g), ((" · ".join(extra), "bright_black"),)]
+    return [line1, tuple(parts), *node_rows.header_lines(status, g), ((g.sep.join(extra), "bright_black"),)]
 
 
 def selected_line(w: WorkerStatus | None, g: Glyphs) -> Line:
@@ -367,29 +368,29 @@ def selected_line(w: WorkerStatus | None, g: Glyphs) -> Line:
     segs: list[tuple[str, str]] = [(f"rank {w['rank']} ", "bold")]
     if "node" in w:
         segs.append((f"(node {w['node']}, local {w.get('local_rank')}) ", "cyan"))
-    segs += [(f"{g.state.get(st, '?')} {st}", STATE_STYLE.get(st, "")), (f" · pid {w['pid']}", "")]
+    segs += [(f"{g.state.get(st, '?')} {st}", STATE_STYLE.get(st, "")), (f"{g.sep}pid {w['pid']}", "")]
     if w["steps_per_s"] is not None:
-        segs.append((f" · {fmt.speed(w['steps_per_s'])} steps/s", ""))
+        segs.append((f"{g.sep}{fmt.speed(w['steps_per_s'])} steps/s", ""))
     wg = w["gpu"]
     gpu = gpu_text(wg)
     if wg is not None and gpu:
         shared = wg.get("shared_with") or []
-        segs.append((f" · GPU {gpu}", ""))
+        segs.append((f"{g.sep}GPU {gpu}", ""))
         if shared:
             segs.append((f" shared with rank {', '.join(map(str, shared))}", "bold yellow"))
     kids = len(w["children"])
     if kids:
-        segs.append((f" · {kids} child process(es)", ""))
+        segs.append((f"{g.sep}{kids} child process(es)", ""))
     note = note_text(w)
     if note:
-        segs.append((f" · {note}", "bold red" if st == State.FAILED else "yellow"))
+        segs.append((f"{g.sep}{note}", "bold red" if st == State.FAILED else "yellow"))
     return tuple(segs)
 
 
 def ending_lines(status: Status) -> list[str]:
     """How each worker ended, for the banner shown once the run has finished."""
     code = status["run"]["exit_code"]
-    out = [f"run finished, exit code {code if code is not None else '?'} — press q to leave"]
+    out = [f"run finished, exit code {code if code is not None else '?'}; press q to leave"]
     for w in status["workers"]:
         out.append(f"rank {w['rank']}: {w['state']} ({w['cause'] or 'no cause recorded'})")
     return out

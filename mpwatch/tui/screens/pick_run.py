@@ -15,16 +15,17 @@ from textual.widgets.option_list import Option
 
 from mpwatch.rundir.registry import RegistryEntry
 from mpwatch.text import fmt
+from mpwatch.tui.render import glyphs
 
 
-def option_text(e: RegistryEntry, now: float) -> Text:
+def option_text(e: RegistryEntry, now: float, sep: str = " · ") -> Text:
     """Three lines: the run and its workers; its script; when it started and where its files are."""
     t = Text(no_wrap=True, overflow="ellipsis")
     t.append(e["run_id"], style="bold cyan")
     t.append(f"  {e['nprocs']} worker{'s' if e['nprocs'] != 1 else ''}")
     t.append(f"\n  {e['script']}")
     t.append(f"\n  started {time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(e['started']))} "
-             f"({fmt.duration(max(0.0, now - e['started']))} ago) · {e['run_dir']}", style="bright_black")
+             f"({fmt.duration(max(0.0, now - e['started']))} ago){sep}{e['run_dir']}", style="bright_black")
     return t
 
 
@@ -45,7 +46,8 @@ class PickRunScreen(Screen[str | None]):
         yield Static(Text(f"{len(self.entries)} live runs: which one to attach to? (Enter attaches, q leaves)",
                           style="bold"), id="pick-title")
         now = time.time()
-        yield RunList(*[Option(option_text(e, now), id=e["run_id"]) for e in self.entries], id="pick-runs")
+        sep = glyphs.pick().sep
+        yield RunList(*[Option(option_text(e, now, sep), id=e["run_id"]) for e in self.entries], id="pick-runs")
         yield Footer()
 
     def on_mount(self) -> None:

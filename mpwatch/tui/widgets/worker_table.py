@@ -25,7 +25,7 @@ from textual.scroll_view import ScrollView
 from textual.strip import Strip
 
 from mpwatch.tui.render import diff
-from mpwatch.tui.render.segs import Cell
+from mpwatch.tui.render.segs import ELLIPSIS, Cell
 from mpwatch.tui.render.view import Column, RowSource, rank_of_key
 from mpwatch.tui.widgets.cells import to_text
 
@@ -56,21 +56,21 @@ def _fit(segments: list[tuple[str, Style | None]], width: int, right: bool) -> l
                 if room > 0:
                     out.append(Segment(set_cell_size(text, room), style))
                 break
-        out.append(Segment("…"))
+        out.append(Segment(ELLIPSIS["mark"]))
         return out
     pad = Segment(" " * (width - total))
     body = [Segment(t, s) for t, s in segments]
     return ([pad] + body) if right else (body + [pad])
 
 
-_FITTED: dict[tuple[Cell, int, bool], list[Segment]] = {}  # (cell, width, right) -> its segments
+_FITTED: dict[tuple[Cell, int, bool, str], list[Segment]] = {}  # (cell, width, right, ellipsis) -> its segments
 _FITTED_MAX = 8192
 
 
 def _fitted(cell: Cell, width: int, right: bool) -> list[Segment]:
     """A cell's segments with its padding, cached: most cells (state, pid, rss, blanks...)
     repeat across rows and snapshots, so a redrawn row mostly costs dict lookups."""
-    key = (cell, width, right)
+    key = (cell, width, right, ELLIPSIS["mark"])
     segs = _FITTED.get(key)
     if segs is None:
         parts: list[tuple[str, Style | None]] = (
