@@ -68,6 +68,13 @@ def _stalls(s: postmortem.Summary) -> list[str]:
             out.append("      " + " · ".join(where))
     if len(s["stalls"]) > MAX_STALLS:
         out.append(f"  ... and {len(s['stalls']) - MAX_STALLS} more (events.jsonl)")
+    if s["slow_starts"]:
+        out.append("slow starts (no first report within --startup-timeout; never called stalled):")
+    for st in s["slow_starts"][:MAX_STALLS]:
+        out.append(f"  rank {st['rank']} at {_at(st['ts'], started)}: {st['detail'] or st['kind'] or 'slow start'}")
+        if st["where"] or st["dump"]:
+            out.append("      " + " · ".join(([f"in {st['where']}"] if st["where"] else [])
+                                           + ([f"dump {st['dump']}"] if st["dump"] else [])))
     if s["culprit"]:  # (an old run's says "likely culprit: ...")
         out.append(s["culprit"] if s["culprit"].startswith("likely culprit") else f"hang: {s['culprit']}")
     return out

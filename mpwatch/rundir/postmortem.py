@@ -81,6 +81,7 @@ class Summary(TypedDict):
     stopped: str | None  # why a stop was asked (signal SIGTERM, requested), when one was
     ranks: list[RankEnd]
     stalls: list[StallEnd]
+    slow_starts: list[StallEnd]  # no first report within --startup-timeout (never stalls: step is None)
     culprit: str | None  # the last hang alert: who the others wait for, and where
     alerts: list[AlertEnd]
     files: list[str]  # what the directory holds, relative to it
@@ -193,23 +194,25 @@ def _gpu_peaks(rd: RunDir, out: dict[int, RankEnd]) -> None:
                 out[r]["gpu_peak"] = nvml if peak is None else max(peak, nvml)
 
 
-def _stalls(evs: list[EventRecord]) -> list[StallEnd]:
+def _stalls(evs: list[EventRecord], event: Event = Event.STALLED, reason: str = "stall") -> list[StallEnd]:
+    """The stalls (or the slow starts: event slow_start, dumps of reason "slow start"), each
+    with where its dump found the rank."""
     stalls: list[StallEnd] = []
     open_: dict[int, StallEnd] = {}
     for e in evs:
         r = e["rank"]
         if r is None:
             continue
-        if e["event"] == Event.STALLED:
+        if e["event"] == event:
             s: StallEnd = {"rank": r, "ts": e["ts"], "step": as_int(e.get("step")), "kind": as_str(e.get("kind")),
                            "detail": as_str(e.get("detail")), "where": None, "collective": None, "dump": None}
             stalls.append(s)
             open_[r] = s
-        elif e["event"] == Event.DUMP and e.get("reason") == "stall" and r in open_:
+        elif e["event"] == Event.DUMP and e.get("reason") == reason and r in open_:
             s = open_[r]
             s["where"], s["collective"] = as_str(e.get("where")), as_str(e.get("collective"))
             s["dump"] = as_str(e.get("path"))
-        elif e["event"] in (Event.RECOVERED, Event.WORKER_EXITED):
+        elif e["event"] in (Event.RECOVERED, Event.WORKER_EXITED, Event.WORKER_STARTED):
             open_.pop(r, None)
     return stalls
 
@@ -257,5 +260,6 @@ def summarize(rd: RunDir, now: float | None = None) -> Summary:
     return {"listing": listing(rd, exits, now), "args": rd.run.args,
             "restarts": restarts if isinstance(restarts, int) else sum(r["restarts"] for r in ranks),
             "stopped": as_str(stops[0].get("why")) if stops else None, "ranks": ranks, "stalls": _stalls(evs),
+            "slow_starts": _stalls(evs, Event.SLOW_START, "slow start"),
             "culprit": as_str(hangs[-1].get("message")) if hangs else None, "alerts": _alerts(evs),
             "files": files, "notes": list(rd.notes)}

@@ -1,9 +1,10 @@
 """Start-up is not a stall (issue 20, item 1): under a real `mpwatch --headless`, a worker that
 takes longer than --stall-timeout before its first report is never `stalled`; past
 --startup-timeout it is a slow start, said once and dumped once, and it goes on."""
+import json
 import os
 
-from tests.helpers import FIXTURES, wait_for
+from tests.helpers import FIXTURES, mpwatch, wait_for
 
 SLOW = FIXTURES / "slow_start.py"
 
@@ -16,6 +17,8 @@ def test_a_start_longer_than_the_stall_timeout_is_not_a_stall(headless):
     names = [e["event"] for e in run.events()]
     assert "stalled" not in names and "slow_start" not in names and "dump" not in names, names
     assert "stalled" not in run.stderr_text
+    s = json.loads(mpwatch("summary", run.run_dir, "--json").stdout)
+    assert s["stalls"] == [] and s["slow_starts"] == []
 
 
 def test_no_first_report_within_the_startup_timeout_is_a_slow_start_said_and_dumped_once(headless):
@@ -41,3 +44,9 @@ def test_no_first_report_within_the_startup_timeout_is_a_slow_start_said_and_dum
     assert [d["reason"] for d in run.events("dump")] == ["slow start"]
     run.ctl("stop")
     run.wait_exit(60)
+    s = json.loads(mpwatch("summary", run.run_dir, "--json").stdout)
+    assert s["stalls"] == [] and [x["rank"] for x in s["slow_starts"]] == [0]
+    assert s["slow_starts"][0]["where"].startswith("load_data (slow_start.py:")
+    text = mpwatch("summary", run.run_dir).stdout
+    assert "slow starts (no first report within --startup-timeout; never called stalled):" in text
+    assert "stalls:" not in text
