@@ -254,9 +254,9 @@ class MpwatchApp(RunActions):
         line.set_class(severity == "error", "error")
         line.set_class(severity == "warning", "warning")
         if notify and self.notices and self.size.width >= TOAST_W and self.size.height >= TOAST_H:
-            self.notify(text, severity="error" if severity == "error" else
+            self.notify(text, severity="error" if severity == "error" else  # plain text: a cause may hold "[/x]"
                         "warning" if severity == "warning" else "information",
-                        timeout=8 if severity == "error" else 4)
+                        timeout=8 if severity == "error" else 4, markup=False)
 
     def _show_selected(self) -> None:
         line = view.selected_line(self.worker(self.table.selected_rank()), self.glyphs)

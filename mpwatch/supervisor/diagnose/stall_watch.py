@@ -36,6 +36,8 @@ class StallWatch:
         self.timeout = timeout
         self.startup_timeout = startup_timeout
         self._named: tuple[str, str] | None = None  # the standing finding (key, text): said again only when it changes
+        self._paused: set[int] = set()  # the paused ranks the standing finding names
+        self._quiet_until = 0.0  # a paused culprit was resumed: its peers get a stall timeout to report again
         # MPWATCH_NCCL_FLIGHT=1: the flight recorder's dumps, read once per hang (supervisor.diagnose.flight_join)
         self.flight = FlightJoin(dumper.store.dir) if flight.enabled() else None
 
@@ -65,11 +67,12 @@ class StallWatch:
                     first_report=a.first_report, resumed=a.resumed):
                 self._slow_start(w, now)
         if any_stalled:
-            self._check_culprit()
+            self._check_culprit(now)
             return
         if self._named is not None:  # every rank reports again (or ended): the finding is over
             self.log.end_alert(self._named[0])
             self._named = None
+        self._paused = set()
         if self.flight is not None:
             self.flight.reset()
 
@@ -111,11 +114,14 @@ class StallWatch:
                 a.stall["wchan"], a.stall["gpu"] = d.get("wchan"), bool(d.get("gpu"))
         return d
 
-    def _check_culprit(self) -> None:
+    def _check_culprit(self, now: float) -> None:
         """While ranks are stalled, name the rank(s) the others wait for: one finding per
         culprit set, updated in place as it learns more (the peers' collective, the
-        culprit's frame, more ranks waiting)."""
+        culprit's frame, more ranks waiting). A paused culprit that is resumed ends its
+        finding: its peers report again within a flush, and until they do (a stall timeout
+        at most) no rank is blamed for being behind them."""
         with self.lock:
+            resumed = {r for r in self._paused if r in self.workers and self.workers[r].state is not State.PAUSED}
             views = [{"rank": w.rank, "step": w.reports.step, "state": w.state, "paused_at": w.attempt.paused_at,
                       "dist": w.attempt.dist, "stall": dict(w.attempt.stall or {})} for w in self.workers.values()]
         s = straggler.analyze(views)
@@ -124,9 +130,13 @@ class StallWatch:
             found = self.flight.result()
             if s is not None and found is not None:
                 s = flight_join.join(s, found, views)
-        if not s or not s["culprits"] or s["text"] is None:
+        if resumed and self._named is not None:
+            self.log.end_alert(self._named[0])
+            self._named, self._paused, self._quiet_until = None, set(), now + self.timeout
+        if not s or not s["culprits"] or s["text"] is None or now < self._quiet_until:
             return
         key = "hang:" + ",".join(map(str, s["culprits"]))
+        self._paused = {r for r in s["culprits"] if any(v["rank"] == r and v["state"] is State.PAUSED for v in views)}
         if self._named == (key, s["text"]):
             return
         if self._named is not None and self._named[0] != key:

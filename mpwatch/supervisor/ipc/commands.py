@@ -200,6 +200,7 @@ class Commands:
         groups.send(w.pid, signal.SIGCONT)
         with self.lock:
             w.attempt.resumed, w.attempt.paused_at = time.monotonic(), None
+            w.attempt.rate.clear()  # steps/s from the resume on: the pause is no slowness of its own
             w.transition(State.RUNNING, "SIGCONT on request", pid=w.pid)
         return True, f"resumed rank {w.rank} (pid {w.pid})"
 

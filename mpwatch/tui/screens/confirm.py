@@ -25,9 +25,9 @@ class ConfirmDialog(ModalScreen[bool]):
 
     def compose(self) -> ComposeResult:
         with Vertical(classes="dialog"):
-            yield Label(self.question, classes="dialog-title")
+            yield Label(self.question, classes="dialog-title", markup=False)
             if self.detail:
-                yield Label(self.detail, classes="dialog-detail")
+                yield Label(self.detail, classes="dialog-detail", markup=False)
             with Horizontal(classes="dialog-buttons"):
                 yield Button(Content("[y] Yes"), id="yes", variant="error")
                 yield Button(Content("[n] No"), id="no", variant="primary")
@@ -59,9 +59,9 @@ class ChoiceDialog(ModalScreen[str | None]):
 
     def compose(self) -> ComposeResult:
         with Vertical(classes="dialog"):
-            yield Label(self.question, classes="dialog-title")
+            yield Label(self.question, classes="dialog-title", markup=False)
             if self.detail:
-                yield Label(self.detail, classes="dialog-detail")
+                yield Label(self.detail, classes="dialog-detail", markup=False)
             with Horizontal(classes="dialog-buttons"):
                 for c in self.choices:
                     yield Button(Content(f"[{c.key}] {c.label}"), id=f"choice-{c.value}", variant=c.variant)
