@@ -101,6 +101,19 @@ def line(rec: EventFields) -> str | None:
     return None
 
 
+def exits_notice(recs: list[EventFields]) -> tuple[str, Severity]:
+    """One notice for several ranks that ended together (a process group failing at once):
+    'rank 2 killed; ranks 0,1,3 failed (causes in the table)'."""
+    by_state: dict[str, list[int]] = {}
+    for rec in recs:
+        if rec["rank"] is not None:
+            by_state.setdefault(exit_state(rec), []).append(rec["rank"])
+    parts = [(f"rank {rs[0]}" if len(rs) == 1 else "ranks " + ",".join(map(str, sorted(rs)))) + f" {state}"
+             for state, rs in by_state.items()]
+    worst: Severity = "error" if State.FAILED in by_state else "warning" if State.KILLED in by_state else "information"
+    return "; ".join(parts) + " (their causes in the table)", worst
+
+
 def severity(rec: EventFields) -> Severity:
     e = rec.get("event")
     if e == Event.WORKER_EXITED:
@@ -116,7 +129,7 @@ def severity(rec: EventFields) -> Severity:
 
 def notice(rec: EventFields) -> tuple[str, Severity] | None:
     """(text, severity) of an event worth a notice in the TUI, else None. A failed worker's
-    notice adds the last line of its stderr when the cause does not already hold it."""
+    notice adds the last line of its stderr when the cause says no words of the process's own."""
     if rec.get("event") not in NOTICE_EVENTS or rec.get("update"):  # an update shows in place, not as news
         return None
     text = line(rec)
@@ -124,6 +137,6 @@ def notice(rec: EventFields) -> tuple[str, Severity] | None:
         return None
     if rec.get("event") == Event.WORKER_EXITED and exit_state(rec) == State.FAILED:
         tail = [ln.strip() for ln in rec.get("stderr_tail") or [] if ln.strip()]
-        if tail and tail[-1] not in (rec.get("cause") or ""):
+        if tail and ": " not in (rec.get("cause") or ""):
             text += f"\n{tail[-1][:200]}"
     return text, severity(rec)

@@ -37,6 +37,7 @@ from mpwatch.tui.widgets.worker_table import WorkerTable
 __all__ = ["COMMANDS", "MpwatchApp", "Outcome"]
 MAX_NOTICES = 3  # per snapshot; the rest are summed up in one line
 SMALL_H = 20  # a terminal this short keeps its rows for the table
+ACTING = frozenset({"pause", "pause_all", "kill", "restart", "restart_all", "grow", "shrink", "dump"})
 # Toasts only where they leave the table in view; the status line says everything anyway.
 TOAST_W, TOAST_H = 120, 36
 EVENTS_KEPT = 1000  # events the TUI keeps for its events screen (as many as the supervisor's recent events)
@@ -199,9 +200,15 @@ class MpwatchApp(RunActions):
 
     def _notices(self, recs: Iterable[EventFields]) -> None:
         notes = []
+        recs = list(recs)
+        exits = [rec for rec in recs if rec["event"] == Event.WORKER_EXITED]
+        for rec in exits:
+            self._told_exit[rec["rank"]] = rec.get("pid")
         for rec in recs:
-            if rec["event"] == Event.WORKER_EXITED:
-                self._told_exit[rec["rank"]] = rec.get("pid")
+            if len(exits) > 1 and rec["event"] == Event.WORKER_EXITED:
+                if rec is exits[0]:  # ranks that end together (a process group failing at once): one notice
+                    notes.append(eventtext.exits_notice(exits))
+                continue
             note = eventtext.notice(rec)
             if note is not None:
                 notes.append(note)
@@ -215,8 +222,13 @@ class MpwatchApp(RunActions):
         if not self.messages or self.messages[-1][0] != text:
             self.say(text, "error")
 
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        """The keys that act leave the footer once the run has ended (a replay says why, pressed)."""
+        return not (action in ACTING and self.source is not None and not self.live)
+
     def on_run_gone(self, msg: RunGone) -> None:
         self.live = False
+        self.refresh_bindings()
         final, info = msg.final, msg.info or {}
         code = info.get("exit_code") if info.get("finished") else None
         if final is not None:
