@@ -23,6 +23,7 @@ import getpass
 import json
 import os
 import re
+import socket
 import sys
 import tempfile
 import time
@@ -282,7 +283,8 @@ class Normaliser:
         roots = [(run_dir, f"/srv/runs/{scenario}"), (run_dir.parent, "/srv/runs"),
                  (ROOT, "/srv/mpwatch"), (Path(sys.prefix), "/srv/mpwatch/.venv"),
                  (Path(sys.base_prefix), "/usr"), (Path(tempfile.gettempdir()), "/tmp")]
-        pairs: dict[str, str] = {run_id: f"20260101-000000-{scenario}", **(more or {})}
+        pairs: dict[str, str] = {run_id: f"20260101-000000-{scenario}", f"on {socket.gethostname()}": "on gpu-node-1",
+                                 **(more or {})}
         for path, to in roots:
             for form in {str(path), os.path.realpath(path)}:
                 pairs.setdefault(form, to)

@@ -12,6 +12,7 @@ The checkout's and the run directory's paths in the files are replaced by fixed 
 """
 from __future__ import annotations
 
+import socket
 import sys
 import tempfile
 from pathlib import Path
@@ -27,6 +28,7 @@ PYTHON = "/usr/lib/python3"
 def normalise(d: Path, run_dir: Path) -> None:
     """Paths of this machine out of every text file of the copy."""
     subs = [(str(run_dir), RUN_DIR), (str(run_dir.parent), "/home/user"), (str(ROOT), CHECKOUT),
+            (f"on {socket.gethostname()}", "on gpu-node-1"),
             (sys.prefix, PYTHON), (sys.base_prefix, PYTHON)]
     for p in d.rglob("*"):
         if p.is_file():

@@ -102,11 +102,12 @@ async def test_the_events_screen_moves_the_cursor():
         assert opts.option_count == len(app.replay.events_list)
         assert "run started" in str(opts.get_option_at_index(0).prompt)
         assert "rank 0 started (pid" in str(opts.get_option_at_index(1).prompt)
-        opts.highlighted = 4  # the first stall
+        first = next(i for i, e in enumerate(app.replay.events_list) if e["event"] == "stalled")
+        opts.highlighted = first  # the first stall
         await pilot.press("enter")
-        await until(pilot, lambda: app.replay.where()[0] == 4 and app.shows_cursor(),
+        await until(pilot, lambda: app.replay.where()[0] == first and app.shows_cursor(),
                     what="the cursor on the chosen event")
-        assert worker_of(app, 0)["state"] == State.STALLED
+        assert worker_of(app, app.replay.events_list[first]["rank"])["state"] == State.STALLED
 
 
 async def test_a_dialog_keeps_the_cursor_keys_for_its_input():

@@ -150,8 +150,8 @@ def gpus_at(gpu: GpuFile, t: float, facts: RunFacts, run: RunFold) -> tuple[list
                                                                            str | None]:
     """The GPU views, each rank's GPU, and the GPU status line, at t."""
     if not gpu.present:
-        if facts.gpu_status:  # the run's own words, of the machine it ran on (not the one replaying it)
-            return [], {}, f"no GPU data recorded (where it ran: {facts.gpu_status})"
+        if facts.gpu_status:  # the run's own words, of the machine it ran on
+            return [], {}, f"no GPU data recorded ({facts.gpu_status})"
         return [], {}, "no GPU data recorded (no gpu.jsonl in the run directory)"
     i = gpu.at(t)
     tick = gpu.tick(i) if i >= 0 else None
