@@ -378,6 +378,8 @@ def selected_line(w: WorkerStatus | None, g: Glyphs) -> Line:
         segs.append((f"{g.sep}GPU {gpu}", ""))
         if shared:
             segs.append((f" shared with rank {', '.join(map(str, shared))}", "bold yellow"))
+    if w.get("dist"):  # the worker side said so: restarting it alone fails its peers' collectives
+        segs.append((f"{g.sep}in a process group", ""))
     kids = len(w["children"])
     if kids:
         segs.append((f"{g.sep}{kids} child process(es)", ""))
