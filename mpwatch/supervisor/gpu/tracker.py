@@ -78,12 +78,7 @@ class AlertTracker:
                     _trimmed(hist.setdefault(r, deque()), (now, mem), window)
             growth = {r: s for r, d in self._rank_mem.get(g, {}).items() if (s := gpu_alerts.slope(d, 1.0)) is not None}
             kind = gpu_alerts.idle_kind(v, running, busy, visible is None or g in visible, cfg)
-            prev = self._idle.get(g)
-            since = prev[1] if prev is not None and prev[0] == kind else now
-            if kind is None:
-                self._idle.pop(g, None)
-            else:
-                self._idle[g] = (kind, since)
+            since = self._idle_since(g, kind, now)
             idle = gpu_alerts.idle(v, kind, since, now, busy, cfg)
             v["alerts"] = gpu_alerts.evaluate(v, len(alive) > n_gpus, growth, rate, idle, cfg, pids_hidden)
         loose: list[GpuAlert] = []
@@ -104,6 +99,16 @@ class AlertTracker:
                 target = by_index.get(a["gpu"]) if a["gpu"] is not None else None
                 (target["alerts"] if target is not None else loose).append(a)
         return loose
+
+    def _idle_since(self, g: int, kind: gpu_alerts.IdleKind | None, now: float) -> float:
+        """Since when GPU g has been idle of this kind (now, when it just became so); forgotten when not idle."""
+        prev = self._idle.get(g)
+        since = prev[1] if prev is not None and prev[0] == kind else now
+        if kind is None:
+            self._idle.pop(g, None)
+        else:
+            self._idle[g] = (kind, since)
+        return since
 
     def _rises(self, info: RankInfo, now: float) -> tuple[int, int]:
         """How much the rank's allocator retries and OOMs rose within the growth window."""

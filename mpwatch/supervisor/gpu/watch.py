@@ -245,12 +245,8 @@ class GpuWatch:
         with self._lock:
             for v in views:
                 v["alerts"] = v["alerts"] + list(self._ooms.get(v["index"], ()))
-            self._views = views
-            self._wgpu = wgpus
-            self.pids_hidden = hidden
-            for rank, p in placement.items():
-                if p.index is not None:
-                    self._last_gpu[rank] = p.index
+            self._views, self._wgpu, self.pids_hidden = views, wgpus, hidden
+            self._last_gpu.update({rank: p.index for rank, p in placement.items() if p.index is not None})
         for a in started:
             marks.append({"ts": wall, "gpu": a["gpu"], "kind": "alert", "rank": a["rank"], "text": a["message"]})
             self._announce(a)
