@@ -6,9 +6,13 @@ training loop therefore never waits on the supervisor: if it is slow or gone, th
 drops its oldest entries and the gaps in the sequence numbers tell the supervisor how many
 were dropped.
 
-A process forked from a worker (DataLoader worker, mp.Process) starts with a fresh buffer
-and opens its own channel on its first report; spawned children inherit the environment
-and connect the same way. The supervisor tells worker from child by pid.
+The sender starts when mpwatch is imported and says hello at once: the supervisor then
+knows the process will report, and its start-up limit (a slow start, never a stall) applies
+until the first report. A process forked from a worker (DataLoader worker, mp.Process)
+starts with a fresh buffer and opens its own channel on its first report; spawned children
+import mpwatch afresh and connect the same way. The supervisor tells worker from child by pid.
+Each batch says whether torch.distributed is initialised in the process (read on the sender
+thread, only when the script already imported it): its ranks then share a process group.
 """
 from __future__ import annotations
 
@@ -136,6 +140,8 @@ class _Channel:
             self.thread.start()
 
     def _run(self) -> None:
+        if self.conn is None:
+            self._connect()  # hello now: the supervisor learns this process speaks the protocol
         while not self.stop.wait(self.flush_s):
             self.flush()
 
@@ -190,6 +196,8 @@ class _Channel:
             reports = _fold(items)
         phases = dict(self.phases)
         msg: dict[str, object] = {"t": protocol.BATCH, "reports": reports, "dropped": dropped, "phases": phases}
+        if _dist_initialized():
+            msg["dist"] = True
         cuda = self._cuda_view()
         if cuda:
             msg["cuda"] = cuda
@@ -234,6 +242,18 @@ class _Channel:
                 self.conn.close()
             except (OSError, EOFError, ValueError):
                 pass
+
+
+def _dist_initialized() -> bool:
+    """torch.distributed has a default process group in this process. Never imports torch: a
+    script that did not import torch.distributed has none."""
+    dist = sys.modules.get("torch.distributed")
+    if dist is None:
+        return False
+    try:
+        return bool(dist.is_initialized())
+    except Exception:  # noqa: BLE001 - half imported, or torch built without distributed: no group
+        return False
 
 
 def _as_number(loss: object) -> float | int | None:
@@ -317,6 +337,7 @@ def _setup() -> _Channel | None:
     chan = _Channel(address, authkey, rank, flush_s, source)
     os.register_at_fork(after_in_child=chan.reset)
     atexit.register(chan.close)
+    chan.start()  # a daemon thread: it says hello at once, then ships batches
     return chan
 
 

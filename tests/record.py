@@ -23,6 +23,7 @@ import getpass
 import json
 import os
 import re
+import socket
 import sys
 import tempfile
 import time
@@ -41,8 +42,10 @@ MiB = 1 << 20
 TIMELINE_WINDOWS = (120, 600, 3600)  # the GPU screen's 2 min, 10 min and 1 h
 
 PID_KEYS = {"pid", "ppid", "pgid", "pids", "foreign_groups"}
-TIME_KEYS = {"ts", "since", "started", "processes_ts"}
+TIME_KEYS = {"ts", "since", "started", "processes_ts", "paused_at"}
 # Where a text names a pid: "pid 4242", "pids 1, 2", py-spy's "Process 4242" and "Thread 4242".
+# Where a text names a wall-clock time: "paused at 17:35:20" (a finding, a note).
+_CLOCK_IN_TEXT = re.compile(r"(\bpaused at )(\d\d:\d\d:\d\d)\b")
 _PID_IN_TEXT = re.compile(r"(\bpids? |pid=|could not kill: |\bProcess |\bThread )(\d+(?:, \d+)*)")
 
 
@@ -99,6 +102,24 @@ def cuda_two_gpus() -> dict[str, Any]:
               _cuda(6, 0, 13.1, 16.4, 15.0, alloc_retries=2)]}}
 
 
+def nvml_container(host: int) -> dict[str, Any]:
+    """Issue #20's container: NVML lists the ranks' processes under the host's pids (host,
+    host+1: none of them a pid here), each on its own GPU, a little more every second."""
+    def gpu(pid: int, gib: float, util: int) -> dict[str, Any]:
+        return {"util_gpu": util, "util_mem": util // 3, "temperature": 50, "power_w": 300.0,
+                "extra_used": 500 * MiB, "processes": [_proc(pid, gib, util)]}
+    return {"gpus": [{"name": "NVIDIA H100 80GB HBM3", "mem_total": 80 * GiB, "uuid": uuid(20 + i)} for i in range(2)],
+            "frames": [{"at": at, "gpus": [gpu(host, 12.0 * s, int(90 * s)), gpu(host + 1, 11.0 * s, int(88 * s))]}
+                       for at, s in ((0, 0.5), (2, 0.9), (4, 1.0))]}
+
+
+def cuda_container() -> dict[str, Any]:
+    """Each rank's torch on its own GPU (by UUID), holding most of what NVML counts there."""
+    return {"ranks": {str(r): [_cuda(at, 20 + r, gib * s * 0.8, gib * s * 0.95, gib * s * 0.85)
+                               for at, s in ((0, 0.5), (2, 0.9), (4, 1.0))]
+                      for r, gib in ((0, 12.0), (1, 11.0))}}
+
+
 EIGHT_USES = [30.1, 41.7, 44.0, 39.5, 42.2, 76.3, 40.8, 2.0]  # GiB each rank holds on its own GPU
 EIGHT_UTILS = [97, 95, 96, 94, 92, 99, 95, 0]
 
@@ -152,8 +173,11 @@ def nvml_node(node: int) -> dict[str, Any]:
 class Scenario:
     def __init__(self, name: str, n: int, env: dict[str, str], opts: list[str],
                  ready: Callable[[dict[str, Any]], bool], nvml: Callable[[], dict[str, Any]] | None = None,
-                 cuda: Callable[[], dict[str, Any]] | None = None, setup: Callable[[HeadlessRun], None] | None = None):
+                 cuda: Callable[[], dict[str, Any]] | None = None, setup: Callable[[HeadlessRun], None] | None = None,
+                 script: Path = WORKER, args: tuple[str, ...] = ()):
         self.name = name
+        self.script = script  # the workers' script (a real torch job for the process-group scenarios)
+        self.args = args
         self.n = n
         self.env = env
         self.opts = opts
@@ -189,6 +213,37 @@ def _pause_rank_2(run: HeadlessRun) -> None:
     run.ctl("pause", "2")
 
 
+def _pause_rank_1(run: HeadlessRun) -> None:
+    wait_for(lambda: all((w["step"] or 0) >= 10 for w in run.status()["workers"]), 180, what="three ranks stepping")
+    run.ctl("pause", "1")
+
+
+def _paused_ready(st: dict[str, Any]) -> bool:
+    """Issue #20's paused rank: ranks 0 and 2 stalled in their collective, the finding names rank 1."""
+    hang = [a for a in st["alerts"] if a["kind"] == "hang"]
+    return (bool(hang) and "for rank 1, which was paused at" in hang[0]["message"] and " wait in " in hang[0]["message"]
+            and all((_w(st, r)["stall"] or {}).get("where") for r in (0, 2)))
+
+
+def _ddp_ready(st: dict[str, Any]) -> bool:
+    return all(w["state"] == "running" and w.get("dist") and (w["step"] or 0) >= 20 for w in st["workers"])
+
+
+def _slow_ready(st: dict[str, Any]) -> bool:
+    slow = _w(st, 1)["slow_start"] or {}
+    return bool(slow.get("where")) and (_w(st, 0)["step"] or 0) >= 20
+
+
+def _mnist_ready(st: dict[str, Any]) -> bool:
+    return all(w["state"] == "running" and (w["step"] or 0) >= 150 for w in st["workers"])
+
+
+def _container_ready(st: dict[str, Any]) -> bool:
+    return (len(st["gpus"]) == 2 and all(g["processes"] for g in st["gpus"]) and st["run"]["uptime"] >= 6
+            and all(w["gpu"] is not None and w["gpu"]["index"] is not None and w["gpu"]["reserved"] is not None
+                    and w["step"] is not None for w in st["workers"]))
+
+
 def scenarios(ghost: int) -> dict[str, Scenario]:
     return {s.name: s for s in [
         Scenario("gpu2", 2, {"CHILD": "0", "SLEEP": "0.1"}, ["--gpu-interval", "0.5"],
@@ -198,6 +253,20 @@ def scenarios(ghost: int) -> dict[str, Scenario]:
         Scenario("states", 5, {"CHILD": "0", "STALL": "1", "FAIL": "3", "FAIL_ONCE": "4", "SLEEP": "0.05"},
                  ["--stall-timeout", "2", "--max-restarts", "1", "--grace", "2"], _states_ready,
                  setup=_pause_rank_2),
+        # Issue #20: the mnist demo (torch, offline digits), its loss from 2.3 down: the TREND reads falling.
+        Scenario("mnist", 2, {}, [], _mnist_ready, script=ROOT / "demo" / "mnist.py", args=("--max-steps", "100000")),
+        # Issue #20: a container: NVML's pids are the host's, none of them a rank here.
+        Scenario("container", 2, {"SLEEP": "0.1"}, ["--gpu-interval", "0.5"], _container_ready,
+                 lambda: nvml_container(ghost + 100), cuda_container),
+        # Issue #20: rank 1 of a 3-rank gloo run (torch) paused, its peers waiting for it.
+        Scenario("paused", 3, {}, ["--stall-timeout", "3"], _paused_ready, setup=_pause_rank_1,
+                 script=ROOT / "demo" / "hang.py", args=("--steps", "100000", "--step-time", "0.02")),
+        # Issue #20: three ranks of one process group (torch.distributed), for the restart dialog.
+        Scenario("ddp", 3, {}, [], _ddp_ready, script=ROOT / "tests" / "fixtures" / "ddp_steps.py", args=("100000",)),
+        # Issue #20: rank 1 past its start-up limit (--startup-timeout 3) without a first report.
+        Scenario("slow", 2, {"SLOW_RANKS": "1", "SLOW_S": "600", "SLEEP": "0.05", "STEPS": "1000000"},
+                 ["--startup-timeout", "3", "--stall-timeout", "2"], _slow_ready,
+                 script=ROOT / "tests" / "fixtures" / "slow_start.py"),
     ]}
 
 
@@ -214,12 +283,21 @@ class Normaliser:
         roots = [(run_dir, f"/srv/runs/{scenario}"), (run_dir.parent, "/srv/runs"),
                  (ROOT, "/srv/mpwatch"), (Path(sys.prefix), "/srv/mpwatch/.venv"),
                  (Path(sys.base_prefix), "/usr"), (Path(tempfile.gettempdir()), "/tmp")]
-        pairs: dict[str, str] = {run_id: f"20260101-000000-{scenario}", **(more or {})}
+        pairs: dict[str, str] = {run_id: f"20260101-000000-{scenario}", f"on {socket.gethostname()}": "on gpu-node-1",
+                                 **(more or {})}
         for path, to in roots:
             for form in {str(path), os.path.realpath(path)}:
                 pairs.setdefault(form, to)
         self.paths = sorted(pairs.items(), key=lambda kv: -len(kv[0]))  # the longest first
         self.user = user
+
+    def clock(self, hms: str) -> str:
+        """A wall-clock time a text names (this machine's local time, the day the run started),
+        shifted as the times are, in UTC: what the tests (TZ=UTC) draw from the shifted times."""
+        day = time.localtime(self.started)
+        h, m, s = (int(x) for x in hms.split(":"))
+        ts = time.mktime((day.tm_year, day.tm_mon, day.tm_mday, h, m, s, 0, 0, -1))
+        return time.strftime("%H:%M:%S", time.gmtime(round(EPOCH + (ts - self.started))))
 
     def pid(self, pid: int, to: int | None = None) -> int:
         if pid not in self.pids:
@@ -256,6 +334,7 @@ class Normaliser:
         for frm, to in self.paths:
             s = s.replace(frm, to)
         s = s.replace(f"({self.user}: ", "(ana: ")
+        s = _CLOCK_IN_TEXT.sub(lambda m: m.group(1) + self.clock(m.group(2)), s)
         return _PID_IN_TEXT.sub(lambda m: m.group(1) + ", ".join(
             str(self.pids.get(int(p), int(p))) for p in m.group(2).split(", ")), s)
 
@@ -295,7 +374,7 @@ def record(sc: Scenario, tmp: Path) -> dict[str, Any]:
         path = tmp / "cuda.json"
         path.write_text(json.dumps(sc.cuda()))
         env["MPWATCH_FAKE_CUDA"] = str(path)
-    run = HeadlessRun(tmp, WORKER, n=sc.n, opts=sc.opts, env=env)
+    run = HeadlessRun(tmp, sc.script, *sc.args, n=sc.n, opts=sc.opts, env=env)
     try:
         run.start()
         if sc.setup is not None:

@@ -56,7 +56,7 @@ def record_nodes(tmp: Path) -> dict[str, Any]:
         for run in runs:
             run.start()
         for node, (run, host) in enumerate(zip(runs, HOSTS, strict=True)):
-            link = LocalLink.to(str(run.run_dir))
+            link = LocalLink.connect(str(run.run_dir))
             source.add(host, str(run.run_dir), link, node=node, status=link.status())
         status = wait_for(lambda: (lambda st: st if _ready(dict(st)) else None)(source.status()),
                           180, interval=0.3, what="both nodes stalled, rank 5 named")

@@ -58,7 +58,9 @@ class Parser(argparse.ArgumentParser):
     """argparse that reports errors in one line and exits 2."""
 
     def error(self, message: str) -> NoReturn:
-        raise UsageError(message)
+        # ARGS (the script's own arguments, argparse.REMAINDER) is never required, though
+        # argparse lists it with SCRIPT when neither is given.
+        raise UsageError(message.replace("required: SCRIPT, ARGS", "required: SCRIPT"))
 
 
 def die(msg: str, code: int = 2) -> int:
@@ -198,7 +200,11 @@ def run_parser() -> Parser:
                    help="restart a worker that exits non-zero up to K times (default 0); on several nodes "
                         "with c10d: K new rounds of every node's workers")
     p.add_argument("--stall-timeout", type=seconds, default=60.0, metavar="SECONDS",
-                   help="a reporting worker silent this long is stalled (default 60)")
+                   help="a worker silent this long after a report is stalled; the clock starts at its "
+                        "first report (default 60)")
+    p.add_argument("--startup-timeout", type=seconds, default=600.0, metavar="SECONDS",
+                   help="a worker that imported mpwatch and has not reported this long after its start is "
+                        "a slow start: said once, its stacks dumped once; never stalled (default 600)")
     p.add_argument("--grace", type=seconds_or_zero, default=10.0, metavar="SECONDS",
                    help="time between SIGTERM and SIGKILL when stopping a worker (default 10)")
     p.add_argument("--resize-mode", choices=("restart", "independent"), default="restart",

@@ -161,7 +161,7 @@ def options(ns: argparse.Namespace, env: Mapping[str, str]) -> Options:
         print("mpwatch: accepted, no effect here: " + "; ".join(said), file=sys.stderr)
     return Options(
         script=ns.script, args=list(ns.args), nprocs=resolve_nprocs(ns.nprocs), run_dir=ns.run_dir,
-        max_restarts=ns.max_restarts, stall_timeout=ns.stall_timeout,
+        max_restarts=ns.max_restarts, stall_timeout=ns.stall_timeout, startup_timeout=ns.startup_timeout,
         grace=ns.shutdown_timeout if ns.shutdown_timeout is not None else ns.grace,
         resize_mode=ns.resize_mode, gpu_interval=ns.gpu_interval, run_id=ns.run_id, launch=launch,
         role=ns.role, master_addr=ns.master_addr or "127.0.0.1", master_port=ns.master_port,

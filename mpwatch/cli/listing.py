@@ -39,10 +39,17 @@ def all_runs(folders: list[Path]) -> list[postmortem.RunListing]:
 
 
 def ended_text(r: postmortem.RunListing) -> str:
-    """How a run ended, in a few words: 'live', 'exit 0', 'exit 1: rank 0 exit 3: ...'."""
+    """How a run ended, in a few words: 'live', 'exit 0', 'exit 1: rank 0 exit 3: ...',
+    'stopped (asked with ctl stop or the TUI)': a stopped run did not fail by itself."""
     if r["ending"] == "live":
         return "live"
-    head = "cut short (supervisor gone)" if r["ending"] == "cut short" else f"exit {r['exit_code']}"
+    stopped = r.get("stopped")
+    if r["ending"] == "cut short":
+        head = "cut short (supervisor gone)"
+    elif stopped:
+        head = f"stopped ({stopped})"
+    else:
+        head = f"exit {r['exit_code']}"
     f = r["first_failure"]
     if f is not None:
         head += f": rank {f['rank']} {f['error'] or f['cause'] or 'failed'}"
@@ -56,7 +63,12 @@ def _print_all(rows: list[postmortem.RunListing]) -> None:
     print(f"{'RUN':36} {'STARTED':19}  {'TOOK':>9}  {'WORKERS':>7}  {'ENDED':40}  DIR")
     for r in rows:
         print(f"{r['run_id']:36} {_when(r['started']):19}  {fmt.duration(r['duration']):>9}  "
-              f"{r['nprocs'] if r['nprocs'] is not None else '?':>7}  {ended_text(r)[:40]:40}  {r['run_dir']}")
+              f"{r['nprocs'] if r['nprocs'] is not None else '?':>7}  {cut(ended_text(r), 40):40}  {r['run_dir']}")
+
+
+def cut(text: str, width: int) -> str:
+    """At most `width` characters, an ellipsis where text was cut."""
+    return text if len(text) <= width else text[:width - 1] + "…"
 
 
 def cmd_ls(argv: list[str], settings: Settings) -> int:

@@ -31,6 +31,11 @@ def cmd_attach(argv: list[str], settings: Settings) -> int:
     from mpwatch.sources.remote.client import parse_target
 
     remote = [t for t in ns.targets if parse_target(t) is not None]
+    if not ns.targets and not ns.remote_mpwatch:
+        picked = _pick(ns.no_mouse)
+        if isinstance(picked, int):
+            return picked
+        ns.targets = [picked] if picked is not None else []
     if len(ns.targets) > 1 or remote or ns.remote_mpwatch:
         from mpwatch.cli.attach_nodes import attach_nodes
 
@@ -60,6 +65,28 @@ def cmd_attach(argv: list[str], settings: Settings) -> int:
     return code
 
 
+def _pick(no_mouse: bool) -> str | int | None:
+    """`attach` without RUN: the only live run, or the one the user picks among several (a
+    screen of their own: never the newest by chance); an exit code when the user left."""
+    from mpwatch.rundir import registry
+
+    entries = registry.live_runs()
+    if len(entries) <= 1:
+        return entries[0]["run_id"] if entries else None
+    try:
+        from mpwatch.tui.picker import RunPicker
+    except ImportError:
+        from mpwatch.cli.which_run import refusal
+
+        print(refusal(entries, "attach to", how=f"(e.g. mpwatch attach {entries[0]['run_id']})"), file=sys.stderr)
+        return 2
+    chosen = RunPicker(entries).run(mouse=not no_mouse)
+    if chosen is None:
+        print("mpwatch: no run chosen; nothing attached", file=sys.stderr)
+        return 0
+    return chosen
+
+
 def _ctl_parser() -> Parser:
     p = ctl_parser()
     p.add_argument("--host", metavar="HOST", help="the run is on HOST: reach it with ssh (mpwatch bridge)")
@@ -77,10 +104,36 @@ def _connect(run: str | None, host: str | None, remote_mpwatch: str | None, sett
     return RemoteClient(Target(host, run), Transport.from_settings(settings, remote_mpwatch))
 
 
+def _which(ns: argparse.Namespace, settings: Settings) -> str | None:
+    """The run a ctl command without --run means (cli.which_run); raises SeveralRuns or ClientError."""
+    from mpwatch.cli.which_run import choose
+
+    if ns.host is None:
+        from mpwatch.rundir import registry
+
+        return choose(ns.action, registry.live_runs())
+    from mpwatch.sources.remote.client import Transport, remote_runs
+
+    transport = Transport.from_settings(settings, ns.remote_mpwatch)
+    return choose(ns.action, remote_runs(ns.host, transport), f" on {ns.host}")
+
+
 def cmd_ctl(argv: list[str], settings: Settings) -> int:
     ns = _ctl_parser().parse_args(argv)
     if ns.remote_mpwatch and not ns.host:
         return die("--remote-mpwatch goes with --host")
+    if ns.run is None:
+        from mpwatch.cli.which_run import SeveralRuns
+        from mpwatch.rundir.registry import RunError
+        from mpwatch.sources.local import ClientError
+
+        try:
+            ns.run = _which(ns, settings)
+        except SeveralRuns as exc:
+            print(exc, file=sys.stderr)
+            return 2
+        except (ClientError, RunError) as exc:
+            return die(str(exc))
     if ns.action == "logs" and ns.host is None:
         from mpwatch.cli.logs import show_logs
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from mpwatch.cli.args import die
 from mpwatch.rundir import reader, registry
-from mpwatch.rundir.textfiles import printable, tail_lines
+from mpwatch.rundir.textfiles import as_shown, printable, tail_lines
 
 POLL_S = 0.2  # how often --follow looks for new bytes
 ENDED_POLL_S = 1.0  # and whether the run has ended
@@ -36,7 +36,7 @@ def _follow(rd: reader.RunDir, path: Path, offset: int) -> None:
             data = b""  # the rank has not started yet
         offset += len(data)
         *whole, partial = (partial + data).split(b"\n")
-        _print([ln.decode("utf-8", errors="replace") for ln in whole])
+        _print([as_shown(ln.decode("utf-8", errors="replace")) for ln in whole])
         now = time.monotonic()
         if ended_at and not data:  # drained after the end
             break

@@ -3,7 +3,7 @@ first, then the hang diagnosis, the GPUs and the run's alerts. Pure; the caller 
 from __future__ import annotations
 
 from mpwatch.contract.status import GpuProcess, GpuView, State, Status, WorkerStatus
-from mpwatch.text import fmt
+from mpwatch.text import eventtext, fmt
 
 
 def _v(v: object, unit: str = "") -> str:
@@ -44,15 +44,20 @@ def _worker_lines(w: WorkerStatus, st: Status) -> list[str]:
                    f"{_v(c['loss']):>10} {'':>6} {_v(c['cpu_percent']):>6} {fmt.size(c['rss_bytes'], '-'):>6}"
                    f"           {c['cmd'][:50]}")
     stl = w["stall"] if w["state"] == State.STALLED else None
+    slow = w.get("slow_start")
     if stl:  # the hang diagnosis: what it does, where it is stuck, the dump to read
         r = st["run"]
         since = r["started"] + r["uptime"] - stl["since"]  # both wall clock
         out.append(f"{'':>4} stalled {_v(round(max(0.0, since), 1), 's')}: "
                    f"{stl.get('detail') or stl.get('kind') or ''}")
-        where = stl.get("where") or stl.get("innermost")
-        if where:
-            coll = stl.get("collective")
-            out.append(f"{'':>4} stuck in {where}" + (f", waiting in {coll}" if coll else ""))
+    elif slow:
+        out.append(f"{'':>4} {eventtext.slow_start_text(slow.get('limit'))}: "
+                   f"{slow.get('detail') or slow.get('kind') or ''}")
+    info = stl or slow
+    where = info and (info.get("where") or info.get("innermost"))
+    if info and where:
+        coll = info.get("collective")
+        out.append(f"{'':>4} {'stuck in' if stl else 'in'} {where}" + (f", waiting in {coll}" if coll else ""))
     if w["last_dump"]:
         out.append(f"{'':>4} last dump: {w['last_dump']}")
     return out
@@ -69,7 +74,7 @@ def status_lines(st: Status) -> list[str]:
         out += _worker_lines(w, st)
     sg = st["straggler"]
     if sg and sg["text"]:
-        out.append(("likely culprit: " if sg["culprits"] else "hang: ") + sg["text"])
+        out.append("hang: " + sg["text"])
     if st["gpu_status"]:
         out.append(f"GPU: {st['gpu_status']}")
     for g in st["gpus"]:

@@ -33,8 +33,6 @@ def _head(s: postmortem.Summary) -> list[str]:
     out = [f"run {r['run_id']} · {cmd}",
            f"ended: {ended_text(r)}" if r["ending"] != "live" else "live: still running",
            f"started {started} · took {took} · {r['nprocs'] or '?'} workers · restarts {s['restarts']}"]
-    if s["stopped"]:
-        out[1] += f" (stop asked: {s['stopped']})"
     f = r["first_failure"]
     if f is not None:
         out.append(f"first failure: rank {f['rank']} at {_at(f['ts'], r['started'])}: {f['cause'] or 'failed'}")
@@ -71,7 +69,14 @@ def _stalls(s: postmortem.Summary) -> list[str]:
             out.append("      " + " · ".join(where))
     if len(s["stalls"]) > MAX_STALLS:
         out.append(f"  ... and {len(s['stalls']) - MAX_STALLS} more ({layout.EVENTS})")
-    if s["culprit"]:
+    if s["slow_starts"]:
+        out.append("slow starts (no first report within --startup-timeout; never called stalled):")
+    for st in s["slow_starts"][:MAX_STALLS]:
+        out.append(f"  rank {st['rank']} at {_at(st['ts'], started)}: {st['detail'] or st['kind'] or 'slow start'}")
+        if st["where"] or st["dump"]:
+            out.append("      " + " · ".join(([f"in {st['where']}"] if st["where"] else [])
+                                           + ([f"dump {st['dump']}"] if st["dump"] else [])))
+    if s["culprit"]:  # (an old run's says "likely culprit: ...")
         out.append(s["culprit"] if s["culprit"].startswith("likely culprit") else f"hang: {s['culprit']}")
     return out
 

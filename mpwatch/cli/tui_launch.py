@@ -30,6 +30,7 @@ class LaunchOptions(Protocol):
     nprocs: int
     max_restarts: int
     stall_timeout: float
+    startup_timeout: float
     grace: float
     resize_mode: str
     gpu_interval: float
@@ -49,7 +50,8 @@ def supervisor_argv(ns: argparse.Namespace, opts: LaunchOptions, run_id: str, ru
     return [sys.executable, "-m", "mpwatch", "--supervise-only", "--headless",
             "--run-id", run_id, "--run-dir", str(run_dir),
             "-n", str(opts.nprocs), "--max-restarts", str(opts.max_restarts),
-            "--stall-timeout", repr(float(opts.stall_timeout)), "--grace", repr(float(opts.grace)),
+            "--stall-timeout", repr(float(opts.stall_timeout)),
+            "--startup-timeout", repr(float(opts.startup_timeout)), "--grace", repr(float(opts.grace)),
             "--resize-mode", opts.resize_mode, "--gpu-interval", repr(float(opts.gpu_interval)),
             *opts.supervisor_flags, opts.script, *opts.args]
 

@@ -32,7 +32,7 @@ class State(_Name):
 
     STARTING = "starting"  # started, not yet heard from (shown running after NO_HELLO_S)
     RUNNING = "running"
-    STALLED = "stalled"  # reported before, silent for --stall-timeout
+    STALLED = "stalled"  # reported before, then silent for --stall-timeout (never before its first report)
     PAUSED = "paused"  # SIGSTOPped by the user
     RESTARTING = "restarting"  # ended with a failure; started again once its group is gone
     EXITED = "exited"  # ended by itself with exit 0
@@ -67,6 +67,7 @@ class Event(_Name):
     RESIZED = "resized"
     STALLED = "stalled"
     RECOVERED = "recovered"
+    SLOW_START = "slow_start"  # said hello, no first report within --startup-timeout (not a state: it still runs)
     DUMP = "dump"
     REPORT = "report"
     ALERT = "alert"  # a run alert: disk, hang (culprit), unkillable
@@ -103,10 +104,11 @@ class EventFields(EventRecord, total=False):
     frm: int  # resized: workers before
     to: int  # resized: workers after
     mode: str  # resized: independent | restart
-    silent_for: float  # stalled: seconds without a report
+    silent_for: float  # stalled: seconds without a report; slow_start: seconds since its start
     step: int | None  # stalled, recovered, report
-    kind: str | None  # stalled: what the process does; alert, gpu_alert: the alert's kind
-    detail: str | None  # stalled: the kind's detail (kernel wait)
+    kind: str | None  # stalled, slow_start: what the process does; alert, gpu_alert: the alert's kind
+    detail: str | None  # stalled, slow_start: the kind's detail (kernel wait)
+    limit: float  # slow_start: the --startup-timeout it went past
     path: str  # dump: the stack file, relative to the run directory
     where: str | None  # dump: the innermost frame of the user's code
     message: str  # alert, gpu_alert
@@ -128,12 +130,16 @@ class EventFields(EventRecord, total=False):
     n: int  # report: the report() calls it stands for
     dropped: int  # report: reports the worker's buffer declared lost
     child_of: int  # report: sent by a process the worker started (this is the worker's pid)
-    reason: str | None  # worker_exited: why mpwatch killed it (kill, restart, resize, stop); dump: stall | request
+    reason: str | None  # worker_exited: why mpwatch killed it (kill, restart, resize, stop);
+    # dump: stall | slow start | request
     innermost: str | None  # dump: the innermost frame
     collective: str | None  # dump: the collective the main thread waits in
     wchan: str | None  # stalled: the kernel wait
     culprits: list[int]  # alert (hang): the ranks the others wait for
     waiting: list[int]  # alert (hang)
+    key: str  # alert (hang): the finding; an alert of the same key replaces it in the status
+    update: bool  # alert: it replaces the standing alert of its key (the finding learnt more)
+    ended: bool  # alert: the condition of its key is over; the alert leaves the status
     gpu: int | None  # gpu_alert: the GPU
     thinned_from: float  # thinned: report events between these wall times...
     thinned_to: float

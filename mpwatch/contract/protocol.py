@@ -42,7 +42,8 @@ def flush_interval(workers: int, stall_timeout: float) -> float:
 
 # Worker -> supervisor message types.
 HELLO = "hello"  # {t, v, rank, pid, ppid}
-BATCH = "batch"  # {t, reports: [[ts, step, loss, metrics(, n)]], dropped, phases, cuda (validate_cuda)}
+BATCH = "batch"  # {t, reports: [[ts, step, loss, metrics(, n)]], dropped, phases, cuda (validate_cuda), dist}
+# `dist`: true when torch.distributed is initialised in the process (absent otherwise).
 # A report entry with a fifth element n stands for n consecutive report() calls folded into
 # one by the sender (the last step and loss among them, their metrics merged).
 BYE = "bye"  # {t} the process is exiting normally

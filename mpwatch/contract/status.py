@@ -64,10 +64,12 @@ class ChildStatus(TypedDict):
 
 
 class StallInfo(TypedDict):
-    """Why a stalled worker is stalled: what it does (from /proc) and where (from its dump)."""
+    """Why a stalled worker is stalled (or a slow start has not reported yet): what it does
+    (from /proc) and where (from its dump)."""
 
     since: float  # wall clock
     step: int | None
+    limit: NotRequired[float]  # a slow start: the --startup-timeout it went past
     kind: NotRequired[str]  # busy | blocked | stopped | zombie | uninterruptible | gone
     detail: NotRequired[str | None]
     wchan: NotRequired[str | None]
@@ -141,10 +143,17 @@ class WorkerStatus(TypedDict):
     bad_frames: int
     phases: dict[str, float]
     cuda: CudaView | None
-    loss_tail: list[float]
+    loss_tail: list[float]  # the run's loss smoothed: its mean over stretches of reports, oldest first (TREND)
     world_size: int
+    # torch.distributed is initialised in its process (the worker side tells, with its reports):
+    # its ranks share a process group, and restarting one alone fails the others' collectives
+    dist: NotRequired[bool]
     uptime: float | None
     stall: StallInfo | None
+    paused_at: NotRequired[float | None]  # wall clock of the pause in force (paused by the user); else None
+    # No first report within --startup-timeout (it said hello, it has not reported): what it
+    # does and where, as a stall's; None once it reports. Never a stall: the state stays.
+    slow_start: NotRequired[StallInfo | None]
     last_dump: str | None
     unkillable: list[dict[str, Any]] | None
     foreign_groups: list[int]
@@ -261,6 +270,7 @@ class GpuView(TypedDict):
 class RunOptions(TypedDict):
     max_restarts: int
     stall_timeout: float
+    startup_timeout: NotRequired[float]  # no first report this long after a start: a slow start
     grace: float
     resize_mode: str
 
@@ -320,6 +330,7 @@ class RunAlert(TypedDict):
     kind: str  # disk | hang | unkillable
     message: str
     rank: int | None
+    key: NotRequired[str]  # names the condition: a later alert with the same key replaces this one
     culprits: NotRequired[list[int]]
     waiting: NotRequired[list[int]]
     processes: NotRequired[list[dict[str, Any]]]

@@ -17,6 +17,7 @@ Backends:
 """
 from __future__ import annotations
 
+import socket
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -99,7 +100,8 @@ def reason_for(exc: BaseException) -> str:
     if isinstance(exc, pynvml.NVMLError):
         code = getattr(exc, "value", None)
         if code == pynvml.NVML_ERROR_LIBRARY_NOT_FOUND:
-            return "NVML library not found (libnvidia-ml.so.1): no NVIDIA driver on this machine"
+            # the host named: the line is read elsewhere too (attach over ssh, a replay of its files)
+            return f"NVML library not found (libnvidia-ml.so.1): no NVIDIA driver on {socket.gethostname()}"
         if code == pynvml.NVML_ERROR_DRIVER_NOT_LOADED:
             return "no NVIDIA GPU found: the NVIDIA driver is not loaded"
         if code == pynvml.NVML_ERROR_LIB_RM_VERSION_MISMATCH:

@@ -33,6 +33,7 @@ STACK_FILE = "faulthandler.out"
 STACKS = "stacks"
 STACK_SUFFIX = ".txt"
 LOG_MARK = "--- mpwatch: "  # begins the line the supervisor writes in a rank's logs before each restart
+LOG_MARK_END = " ---"  # ends it: such a line is mpwatch's own, never a cause
 
 # The files of the run as a whole, in the order a listing of what is left shows them.
 RUN_FILES = (RUN_JSON, EVENTS, FINAL_JSON, GPU_JSONL, SUPERVISOR_LOG)

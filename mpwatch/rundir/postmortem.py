@@ -16,7 +16,7 @@ from mpwatch.rundir.reader import RunDir
 
 Ending = Literal["live", "finished", "cut short"]  # cut short: the supervisor died mid-run
 
-_EXIT_KINDS = (Event.WORKER_EXITED,)
+_EXIT_KINDS = (Event.WORKER_EXITED, Event.STOPPING)
 
 
 class Failure(TypedDict):
@@ -40,6 +40,7 @@ class RunListing(TypedDict):
     exit_code: int | None
     duration: float | None  # seconds; for a cut short run, up to its last event
     first_failure: Failure | None
+    stopped: str | None  # why its stop was asked (it did not end by itself), when one was
 
 
 class RankEnd(TypedDict):
@@ -81,6 +82,7 @@ class Summary(TypedDict):
     stopped: str | None  # why a stop was asked (signal SIGTERM, requested), when one was
     ranks: list[RankEnd]
     stalls: list[StallEnd]
+    slow_starts: list[StallEnd]  # no first report within --startup-timeout (never stalls: step is None)
     culprit: str | None  # the last hang alert: who the others wait for, and where
     alerts: list[AlertEnd]
     files: list[str]  # what the directory holds, relative to it
@@ -89,7 +91,7 @@ class Summary(TypedDict):
 
 def _first_failure(exits: list[EventRecord]) -> Failure | None:
     for e in exits:
-        if e.get("state") == "failed" and e["rank"] is not None:
+        if e["event"] == Event.WORKER_EXITED and e.get("state") == "failed" and e["rank"] is not None:
             return {"rank": e["rank"], "ts": e["ts"], "cause": as_str(e.get("cause")),
                     "error": error_line(e.get("stderr_tail"))}
     return None
@@ -137,6 +139,7 @@ def listing(rd: RunDir, exits: list[EventRecord] | None = None, now: float | Non
         exit_code = as_int(tail.get("exit_code"))
     return {"run_id": rd.run.run_id, "run_dir": str(rd.path), "pid": rd.run.pid, "script": rd.run.script,
             "started": started, "nprocs": rd.run.nprocs, "live": end == "live", "ending": end,
+            "stopped": next((as_str(e.get("why")) for e in exits if e["event"] == Event.STOPPING), None),
             "exit_code": exit_code, "duration": None if started is None or last is None else max(0.0, last - started),
             "first_failure": _first_failure(exits)}
 
@@ -192,31 +195,47 @@ def _gpu_peaks(rd: RunDir, out: dict[int, RankEnd]) -> None:
                 out[r]["gpu_peak"] = nvml if peak is None else max(peak, nvml)
 
 
-def _stalls(evs: list[EventRecord]) -> list[StallEnd]:
+def _stalls(evs: list[EventRecord], event: Event = Event.STALLED, reason: str = "stall") -> list[StallEnd]:
+    """The stalls (or the slow starts: event slow_start, dumps of reason "slow start"), each
+    with where its dump found the rank."""
     stalls: list[StallEnd] = []
     open_: dict[int, StallEnd] = {}
     for e in evs:
         r = e["rank"]
         if r is None:
             continue
-        if e["event"] == Event.STALLED:
+        if e["event"] == event:
             s: StallEnd = {"rank": r, "ts": e["ts"], "step": as_int(e.get("step")), "kind": as_str(e.get("kind")),
                            "detail": as_str(e.get("detail")), "where": None, "collective": None, "dump": None}
             stalls.append(s)
             open_[r] = s
-        elif e["event"] == Event.DUMP and e.get("reason") == "stall" and r in open_:
+        elif e["event"] == Event.DUMP and e.get("reason") == reason and r in open_:
             s = open_[r]
             s["where"], s["collective"] = as_str(e.get("where")), as_str(e.get("collective"))
             s["dump"] = as_str(e.get("path"))
-        elif e["event"] in (Event.RECOVERED, Event.WORKER_EXITED):
+        elif e["event"] in (Event.RECOVERED, Event.WORKER_EXITED, Event.WORKER_STARTED):
             open_.pop(r, None)
     return stalls
 
 
 def _alerts(evs: list[EventRecord]) -> list[AlertEnd]:
-    return [{"ts": e["ts"], "kind": as_str(e.get("kind")) or "?", "rank": e["rank"], "gpu": as_int(e.get("gpu")),
-             "message": as_str(e.get("message")) or ""}
-            for e in evs if e["event"] in (Event.ALERT, Event.GPU_ALERT)]
+    """Every alert that fired, once: a finding updated in place (its `key` again) keeps its
+    first time and says its last words; its end is no alert."""
+    out: list[AlertEnd] = []
+    keyed: dict[str, AlertEnd] = {}
+    for e in evs:
+        if e["event"] not in (Event.ALERT, Event.GPU_ALERT) or e.get("ended"):
+            continue
+        key, message = as_str(e.get("key")), as_str(e.get("message")) or ""
+        if key is not None and e["event"] == Event.ALERT and key in keyed:
+            keyed[key]["message"] = message
+            continue
+        a: AlertEnd = {"ts": e["ts"], "kind": as_str(e.get("kind")) or "?", "rank": e["rank"],
+                       "gpu": as_int(e.get("gpu")), "message": message}
+        out.append(a)
+        if key is not None and e["event"] == Event.ALERT:
+            keyed[key] = a
+    return out
 
 
 def _files(rd: RunDir) -> list[str]:
@@ -228,18 +247,19 @@ def _files(rd: RunDir) -> list[str]:
 
 def summarize(rd: RunDir, now: float | None = None) -> Summary:
     evs = rd.events()
-    exits = [e for e in evs if e["event"] == Event.WORKER_EXITED]
+    exits = [e for e in evs if e["event"] in _EXIT_KINDS]
     ranks = _ranks(rd, evs)
     stops = [e for e in evs if e["event"] == Event.STOPPING]
     # The finding before a stop: once the run stops, ranks end one by one and a finding with
     # fewer waiting ranks can follow, which says less about the hang.
     until = stops[0]["ts"] if stops else float("inf")
-    hangs = [e for e in evs if e["event"] == Event.ALERT and e.get("kind") == "hang"]
+    hangs = [e for e in evs if e["event"] == Event.ALERT and e.get("kind") == "hang" and not e.get("ended")]
     hangs = [e for e in hangs if e["ts"] <= until] or hangs
     restarts = rd.final["run"].get("restarts") if rd.final is not None else None
     files = _files(rd)
     return {"listing": listing(rd, exits, now), "args": rd.run.args,
             "restarts": restarts if isinstance(restarts, int) else sum(r["restarts"] for r in ranks),
             "stopped": as_str(stops[0].get("why")) if stops else None, "ranks": ranks, "stalls": _stalls(evs),
+            "slow_starts": _stalls(evs, Event.SLOW_START, "slow start"),
             "culprit": as_str(hangs[-1].get("message")) if hangs else None, "alerts": _alerts(evs),
             "files": files, "notes": list(rd.notes)}

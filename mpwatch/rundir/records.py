@@ -18,6 +18,7 @@ def run_json(o: Options, run_id: str, run_dir: Path, started: float) -> dict[str
     return {"run_id": run_id, "script": o.script, "args": o.args, "argv": o.argv, "cwd": o.cwd,
             "started": started, "pid": os.getpid(),
             "options": {"nprocs": o.nprocs, "max_restarts": o.max_restarts, "stall_timeout": o.stall_timeout,
+                        "startup_timeout": o.startup_timeout,
                         "grace": o.grace, "resize_mode": o.resize_mode, "gpu_interval": o.gpu_interval,
                         "run_dir": str(run_dir)}}
 

@@ -97,10 +97,24 @@ def tail_lines(path: Path, n: int = 20, max_bytes: int = 64 * 1024, end: int | N
             data = f.read(end - start)
     except OSError:
         return []
-    lines = data.decode("utf-8", errors="replace").splitlines()
+    lines = data.decode("utf-8", errors="replace").split("\n")
+    if lines and lines[-1] == "":
+        lines.pop()  # the newline that ends the last line
     if start > 0 and lines:
         lines = lines[1:]  # the first line was cut by the seek
-    return [printable(line) for line in lines[-n:]]
+    return [printable(as_shown(line)) for line in lines[-n:]]
+
+
+def as_shown(line: str) -> str:
+    """A line as a terminal shows it: each carriage return goes back to its start, and what
+    follows overwrites it (a progress bar redrawn with \\r, as tqdm draws, is its latest state:
+    one line, not one per redraw; the file keeps every byte)."""
+    if "\r" not in line:
+        return line
+    shown = ""
+    for part in line.split("\r"):
+        shown = part + shown[len(part):]
+    return shown
 
 
 def printable(line: str, width: int = 400) -> str:

@@ -60,6 +60,7 @@ NO_HELLO_S = 2.0  # a worker silent this long after start is shown running, "no 
 # After a worker's process ends, how long its channel may take to reach end of file: the
 # frames it sent on the way out (its last reports) are read before its exit is recorded.
 DRAIN_S = 0.5
+CAUSE_LINES = 60  # lines of a failed rank's stderr searched for its cause
 
 
 class Run:
@@ -79,6 +80,7 @@ class Run:
         self.started_wall, self.started = time.time(), time.monotonic()
         self.exit_code: int | None = None
         self.restarts_total = 0
+        self.ends: dict[int, tuple[float, str]] = {}  # rank -> (monotonic, how) of its last process's end
         self._signals: list[int] = []
         self._registered = False
         self._log_file: logging.Handler | None = None  # supervisor.log (supervisor.errors)
@@ -95,7 +97,8 @@ class Run:
         self.commands = Commands(self, self.workers, self.lock, opts, self.store, self.log, self.dumper, self.gpu)
         self.control = ControlServer(str(rt / f"{self.run_id}.ctl"), self.authkey, self.commands.dispatch)
         self.sampler = Sampler(self.workers, self.lock, self.groups)
-        self.stalls = StallWatch(self.workers, self.lock, self.log, self.dumper, opts.stall_timeout)
+        self.stalls = StallWatch(self.workers, self.lock, self.log, self.dumper, opts.stall_timeout,
+                                 opts.startup_timeout)
         self.nodes = Nodes(opts.nodes, self, self.start) if opts.nodes is not None else None  # several nodes
         self.resizing = Resize(self)
 
@@ -217,9 +220,13 @@ class Run:
     def _on_exit(self, w: Worker, returncode: int) -> None:
         a = w.attempt
         a.exit_seen = None
-        self.ledger.write_report(w, time.monotonic())  # the curve's last point comes before the exit
-        tail = textfiles.tail_lines(layout.log_path(self.run_dir, w.rank, "stderr"), 10)
-        end = exits.judge(returncode, a.kill_reason, tail)
+        now = time.monotonic()
+        self.ledger.write_report(w, now)  # the curve's last point comes before the exit
+        # The process's own lines (after mpwatch's last marker), enough to find NCCL's watchdog line.
+        tail = exits.own_output(textfiles.tail_lines(layout.log_path(self.run_dir, w.rank, "stderr"), CAUSE_LINES))
+        end = exits.judge(returncode, a.kill_reason, tail, self._first_peer_end(w, now), a.dist)
+        self.ends[w.rank] = (now, exits.ended_how(end.state, a.kill_reason, end.signal))
+        tail = tail[-10:]
         with self.lock:
             a.exit_code, a.signal, a.cause = end.exit_code, end.signal, end.cause
             a.stall = None
@@ -237,6 +244,15 @@ class Run:
                 w.pending_restart = "auto"
                 with self.lock:
                     w.transition(State.RESTARTING, "failed with restarts left")
+
+    def _first_peer_end(self, w: Worker, now: float) -> exits.PeerEnd | None:
+        """The first end of another rank while this one's process ran: what a rank of a
+        process group that fails right after may have died of."""
+        seen = [(t, r, how) for r, (t, how) in self.ends.items() if r != w.rank and t >= w.attempt.started]
+        if not seen:
+            return None
+        t, r, how = min(seen)
+        return exits.PeerEnd(r, how, now - t)
 
     def kill(self, w: Worker, reason: str) -> bool:
         """TERM now, KILL after the grace period (supervisor.workers.groups); False when it is not running."""

@@ -53,8 +53,11 @@ class EventLog:
         self.store.report(rank, ts, fields)
 
     def alert(self, kind: str, message: str, rank: int | None = None, *, culprits: list[int] | None = None,
-              waiting: list[int] | None = None, processes: list[dict[str, Any]] | None = None) -> None:
-        """A run alert (disk, hang, unkillable, internal): kept for the status, and an event."""
+              waiting: list[int] | None = None, processes: list[dict[str, Any]] | None = None,
+              key: str | None = None) -> None:
+        """A run alert (disk, hang, unkillable, internal): kept for the status, and an event.
+        An alert with the `key` of a standing one replaces it where it stands (a finding that
+        learnt more: one finding, updated), and its event says `update`."""
         rec = RunAlert(ts=time.time(), kind=kind, message=message, rank=rank)
         extra: dict[str, Any] = {}
         if culprits is not None:
@@ -63,10 +66,27 @@ class EventLog:
             rec["waiting"] = extra["waiting"] = waiting
         if processes is not None:
             rec["processes"] = extra["processes"] = processes
+        if key is not None:
+            rec["key"] = extra["key"] = key
         with self._lock:
-            self._alerts.append(rec)
-            del self._alerts[:-ALERTS_KEPT]
+            at = next((i for i, a in enumerate(self._alerts) if key is not None and a.get("key") == key), None)
+            if at is None:
+                self._alerts.append(rec)
+                del self._alerts[:-ALERTS_KEPT]
+            else:
+                rec["ts"] = self._alerts[at]["ts"]  # the finding stands since it was first made
+                self._alerts[at] = rec
+                extra["update"] = True
         self.event(Event.ALERT, rank, kind=kind, message=message, **extra)
+
+    def end_alert(self, key: str) -> None:
+        """The condition of a keyed alert is over (a hang whose ranks report again): it leaves
+        the status, and an event says so (`ended`), so a replay drops it at that moment too."""
+        with self._lock:
+            gone = [a for a in self._alerts if a.get("key") == key]
+            self._alerts = [a for a in self._alerts if a.get("key") != key]
+        for a in gone:
+            self.event(Event.ALERT, a["rank"], kind=a["kind"], message=a["message"], key=key, ended=True)
 
     def alerts(self) -> list[RunAlert]:
         with self._lock:

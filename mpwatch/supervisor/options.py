@@ -34,6 +34,7 @@ class Options:
     run_dir: Path | str | None = None
     max_restarts: int = 0
     stall_timeout: float = 60.0
+    startup_timeout: float = 600.0  # no first report this long after a start: a slow start (said once, dumped once)
     grace: float = 10.0
     resize_mode: str = "restart"  # restart | independent
     gpu_interval: float = 1.0

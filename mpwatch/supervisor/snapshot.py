@@ -61,8 +61,8 @@ def build(run: RunView, tail: int = TAIL) -> Status:
             pid=os.getpid(), started=run.started_wall, uptime=round(now - run.started, 1),
             world_size=run.world, nprocs=len(run.workers), counts=counts, restarts=run.restarts_total,
             exit_code=run.exit_code,
-            options={"max_restarts": o.max_restarts, "stall_timeout": o.stall_timeout, "grace": o.grace,
-                     "resize_mode": o.resize_mode},
+            options={"max_restarts": o.max_restarts, "stall_timeout": o.stall_timeout,
+                     "startup_timeout": o.startup_timeout, "grace": o.grace, "resize_mode": o.resize_mode},
             refused_connections=run.refused_connections(), node=None if run.nodes is None else run.nodes.info())
         return Status(
             run=info, workers=workers,
@@ -82,7 +82,7 @@ def worker_status(w: Worker, now: float, tail: int, gpu: GpuWatch | None,
         rank=w.rank, global_rank=w.rank if global_rank is None else global_rank,  # RANK: on one node, rank
         pid=a.pid, state=w.state, step=r.step, loss=r.loss,
         # A paused, stalled or ended worker makes no progress, whatever its last window says.
-        steps_per_s=a.steps_per_second() if w.state in (State.RUNNING, State.STARTING) else (0.0 if alive else None),
+        steps_per_s=a.steps_per_second(now) if w.state in (State.RUNNING, State.STARTING) else (0.0 if alive else None),
         metrics=dict(r.metrics),
         heartbeat_age=None if a.last_report is None else round(now - a.last_report, 2),
         heartbeat="ok" if a.last_report is not None else ("waiting" if a.connected else "none"),
@@ -90,9 +90,11 @@ def worker_status(w: Worker, now: float, tail: int, gpu: GpuWatch | None,
         rss_bytes=None if info is None else info["rss_bytes"], proc_status=None if info is None else info["status"],
         restarts=w.restarts, exit_code=a.exit_code, signal=a.signal, cause=a.cause,
         reports=r.count, dropped=r.dropped, bad_frames=r.bad_frames,
-        phases=dict(r.phases), cuda=r.cuda, loss_tail=list(r.tail)[len(r.tail) - tail:] if tail else [],
-        world_size=a.world, uptime=round(now - a.started, 1) if a.proc is not None else None,
+        phases=dict(r.phases), cuda=r.cuda, loss_tail=r.trend.points(tail),
+        world_size=a.world, dist=a.dist, uptime=round(now - a.started, 1) if a.proc is not None else None,
         stall=None if a.stall is None else a.stall.copy(),  # a copy: dump threads update it
+        paused_at=a.paused_at if w.state is State.PAUSED else None,
+        slow_start=None if a.slow_start is None else a.slow_start.copy(),
         last_dump=w.last_dump, unkillable=a.unkillable,
         foreign_groups=sorted(w.foreign_groups),
         children=children,

@@ -86,7 +86,9 @@ def worker_env(base: Mapping[str, str], place: Placement, *, channel: str, authk
     MPWATCH_RANK is the supervisor's own key for the worker: its local rank."""
     env = dict(base)
     env.update(place.torchrun_env())
-    env.setdefault("TORCH_NCCL_ASYNC_ERROR_HANDLING", "1")  # as torchrun's agent sets it
+    # As torchrun's agent sets it (1: abort on a collective error); with the flight recorder on,
+    # 3 (skip the clean-up that aborts before its dump is written: pytorch#121055, as torchtitan does).
+    env.setdefault("TORCH_NCCL_ASYNC_ERROR_HANDLING", flight.async_error_handling(nccl_flight))
     if virtual_local_rank:
         env["LOCAL_RANK"] = "0"
         env["CUDA_VISIBLE_DEVICES"] = visible_device(base, place.local_rank)

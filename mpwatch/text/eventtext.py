@@ -8,13 +8,14 @@ from __future__ import annotations
 from typing import Literal
 
 from mpwatch.contract.status import Event, EventFields, State
+from mpwatch.text import fmt
 
 Severity = Literal["information", "warning", "error"]  # Textual's notification severities
 
 # Events the TUI pops up as a notice; the others show in the table or the action's reply.
-NOTICE_EVENTS = frozenset({Event.WORKER_EXITED, Event.STALLED, Event.RECOVERED, Event.RESTARTED,
-                           Event.RESIZED, Event.ALERT, Event.GPU_ALERT, Event.STOPPING, Event.DUMP,
-                           Event.RUN_FINISHED})
+# (The run's end is no notice: the banner says it, once.)
+NOTICE_EVENTS = frozenset({Event.WORKER_EXITED, Event.STALLED, Event.SLOW_START, Event.RECOVERED, Event.RESTARTED,
+                           Event.RESIZED, Event.ALERT, Event.GPU_ALERT, Event.STOPPING, Event.DUMP})
 _ALERT_SEVERITY: dict[str, Severity] = {"error": "error", "warning": "warning", "info": "information"}
 _EXIT_SEVERITY: dict[str, Severity] = {State.FAILED: "error", State.KILLED: "warning"}
 
@@ -29,13 +30,28 @@ def exit_state(rec: EventFields) -> State:
     return State.of(rec.get("state")) or (State.FAILED if rec.get("cause") else State.EXITED)
 
 
+def doing(kind: str | None, detail: str | None) -> str:
+    """What a stalled process does, once: the detail starts with its kind ("blocked: ...")."""
+    if detail:
+        return detail if not kind or detail.startswith(kind) else f"{kind}: {detail}"
+    return kind or ""
+
+
 def _stalled(rec: EventFields) -> str:
-    kind = rec.get("kind")
-    what = ""
-    if kind:
-        detail = rec.get("detail")
-        what = f"; {kind}" + (f" ({detail})" if detail else "")
-    return f"{_who(rec)} stalled: no report for {rec.get('silent_for')}s (step {rec.get('step')}){what}"
+    what = doing(rec.get("kind"), rec.get("detail"))
+    step = rec.get("step")
+    at = f" (step {step})" if step is not None else ""
+    return f"{_who(rec)} stalled: no report for {fmt.age(rec.get('silent_for'))}{at}" + (f"; {what}" if what else "")
+
+
+def slow_start_text(limit: float | None) -> str:
+    """The words of a slow start, as the issue fixed them: 'slow start: no first report after 10m'."""
+    return f"slow start: no first report after {fmt.age(limit, '?')}"
+
+
+def _slow_start(rec: EventFields) -> str:
+    what = doing(rec.get("kind"), rec.get("detail"))
+    return f"{_who(rec)} {slow_start_text(rec.get('limit'))}" + (f"; {what}" if what else "")
 
 
 def line(rec: EventFields) -> str | None:
@@ -47,7 +63,8 @@ def line(rec: EventFields) -> str | None:
     if e == Event.WORKER_STARTED:
         return f"{who} started again (pid {rec.get('pid')})" if rec.get("attempt") else None
     if e == Event.WORKER_EXITED:
-        return f"{who} {exit_state(rec)}: {rec.get('cause')}"
+        state, cause = exit_state(rec), str(rec.get("cause"))
+        return f"{who} {cause}" if cause.startswith(f"{state} ") else f"{who} {state}: {cause}"
     if e in (Event.PAUSED, Event.RESUMED):
         return f"{who} {e}"
     if e == Event.RESTARTED:
@@ -56,13 +73,19 @@ def line(rec: EventFields) -> str | None:
         return f"resized from {rec.get('frm')} to {rec.get('to')} workers ({rec.get('mode')})"
     if e == Event.STALLED:
         return _stalled(rec)
+    if e == Event.SLOW_START:
+        return _slow_start(rec)
     if e == Event.RECOVERED:
         return f"{who} recovered (step {rec.get('step')})"
-    if e == Event.DUMP:
-        where = rec.get("where")
-        return f"{who} stack dump: {rec.get('path')}" + (f", stuck in {where}" if where else "")
+    if e == Event.DUMP:  # only a stalled rank is stuck: a dump asked for finds a rank where it happens to be
+        where, reason = rec.get("where"), rec.get("reason")
+        why = "" if reason == "stall" else " (asked for)" if reason == "request" else f" ({reason})" if reason else ""
+        at = "stuck in" if reason == "stall" else "in"
+        return f"{who} stack dump{why}: {rec.get('path')}" + (f", {at} {where}" if where else "")
     if e == Event.ALERT:
-        return f"alert: {rec.get('message')}"
+        if rec.get("ended"):  # its ranks report again (their `recovered` lines say so)
+            return None
+        return f"alert{' (updated)' if rec.get('update') else ''}: {rec.get('message')}"
     if e == Event.GPU_ALERT:
         return f"GPU alert: {rec.get('message')}"
     if e == Event.STOPPING:
@@ -78,6 +101,19 @@ def line(rec: EventFields) -> str | None:
     return None
 
 
+def exits_notice(recs: list[EventFields]) -> tuple[str, Severity]:
+    """One notice for several ranks that ended together (a process group failing at once):
+    'rank 2 killed; ranks 0,1,3 failed (causes in the table)'."""
+    by_state: dict[str, list[int]] = {}
+    for rec in recs:
+        if rec["rank"] is not None:
+            by_state.setdefault(exit_state(rec), []).append(rec["rank"])
+    parts = [(f"rank {rs[0]}" if len(rs) == 1 else "ranks " + ",".join(map(str, sorted(rs)))) + f" {state}"
+             for state, rs in by_state.items()]
+    worst: Severity = "error" if State.FAILED in by_state else "warning" if State.KILLED in by_state else "information"
+    return "; ".join(parts) + " (their causes in the table)", worst
+
+
 def severity(rec: EventFields) -> Severity:
     e = rec.get("event")
     if e == Event.WORKER_EXITED:
@@ -86,21 +122,21 @@ def severity(rec: EventFields) -> Severity:
         return "information" if rec.get("exit_code") == 0 else "error"
     if e == Event.GPU_ALERT:
         return _ALERT_SEVERITY.get(rec.get("severity") or "warning", "warning")
-    if e in (Event.STALLED, Event.RESTARTED, Event.ALERT, Event.STOPPING, Event.BAD_FRAME):
+    if e in (Event.STALLED, Event.SLOW_START, Event.RESTARTED, Event.ALERT, Event.STOPPING, Event.BAD_FRAME):
         return "warning"
     return "information"
 
 
 def notice(rec: EventFields) -> tuple[str, Severity] | None:
     """(text, severity) of an event worth a notice in the TUI, else None. A failed worker's
-    notice adds the last line of its stderr when the cause does not already hold it."""
-    if rec.get("event") not in NOTICE_EVENTS:
+    notice adds the last line of its stderr when the cause says no words of the process's own."""
+    if rec.get("event") not in NOTICE_EVENTS or rec.get("update"):  # an update shows in place, not as news
         return None
     text = line(rec)
     if text is None:
         return None
     if rec.get("event") == Event.WORKER_EXITED and exit_state(rec) == State.FAILED:
         tail = [ln.strip() for ln in rec.get("stderr_tail") or [] if ln.strip()]
-        if tail and tail[-1] not in (rec.get("cause") or ""):
+        if tail and ": " not in (rec.get("cause") or ""):
             text += f"\n{tail[-1][:200]}"
     return text, severity(rec)

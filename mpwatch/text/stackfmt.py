@@ -130,6 +130,38 @@ def collective_frame(frames: list[Frame]) -> Frame | None:
     return None
 
 
+# What a native (py-spy --native) main thread waits in, by a C++ frame torch shows there: the
+# collective a Python stack cannot show (DDP all-reduces gradients inside backward()).
+_NATIVE_WAITS = (
+    ("c10d::Reducer::", "DDP's gradient all-reduce (backward)"),
+    ("ProcessGroupNCCL::WorkNCCL::wait", "an NCCL collective"),
+    ("ProcessGroupGloo::", "a gloo collective"),
+    ("gloo::", "a gloo collective"),
+)
+_NATIVE_PID = re.compile(r"^--- py-spy --native: pid (\d+) ---")
+_NATIVE_THREAD = re.compile(r'^Thread (\d+) \(\w+\)(?:: "(.*)")?')
+
+
+def native_collective(text: str, pid: int) -> str | None:
+    """The collective the main thread of `pid` waits in, as its native stack tells (the py-spy
+    part of a dump), or None."""
+    mine, main = False, False
+    for line in text.splitlines():
+        m = _NATIVE_PID.match(line)
+        if m:
+            mine, main = int(m.group(1)) == pid, False
+            continue
+        t = _NATIVE_THREAD.match(line)
+        if t:
+            main = mine and (t.group(1) == str(pid) or t.group(2) == "MainThread")
+            continue
+        if main:
+            for marker, name in _NATIVE_WAITS:
+                if marker in line:
+                    return name
+    return None
+
+
 class DumpSummary(TypedDict, total=False):
     """Where a dumped process's main thread is (all keys missing when the dump lacks it)."""
 

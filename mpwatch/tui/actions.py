@@ -13,18 +13,22 @@ from pathlib import Path
 from typing import NamedTuple
 
 from textual.app import App
+from textual.binding import Binding
 from textual.message import Message
+from textual.scrollbar import ScrollBar, ScrollBarRender
 
 from mpwatch.contract.status import State, Status, WorkerStatus
+from mpwatch.contract.straggler import ranks_text
 from mpwatch.settings import Settings
 from mpwatch.sources.local import ClientError
 from mpwatch.sources.source import Source
 from mpwatch.tui.poller import Poller
-from mpwatch.tui.render import view
+from mpwatch.tui.render import segs, view
 from mpwatch.tui.render.glyphs import Glyphs, pick
-from mpwatch.tui.screens.confirm import ConfirmDialog
+from mpwatch.tui.screens.confirm import Choice, ChoiceDialog, ConfirmDialog
 from mpwatch.tui.screens.filter import FilterDialog
 from mpwatch.tui.screens.quit import QuitDialog
+from mpwatch.tui.widgets.scrollbars import AsciiScrollBarRender
 from mpwatch.tui.widgets.worker_table import WorkerTable
 
 
@@ -43,12 +47,18 @@ class ActionDone(Message):
 class RunActions(App[Outcome]):
     """The App's actions; the App (tui.app) builds the screen these act on."""
 
+    READ_ONLY = False  # a replay of a run's files (tui.replay_app): nothing here acts
+
     def __init__(self, source: Source | None, run_dir: Path | str | None, glyphs: Glyphs | None):
         super().__init__()
         self.source = source
         self.run_dir = Path(run_dir) if run_dir else None
         # the CLI passes the glyphs its settings choose (MPWATCH_ASCII)
         self.glyphs = glyphs or pick(ascii_only=Settings.from_env().ascii)
+        # An ASCII terminal (LANG=C, MPWATCH_ASCII=1): ASCII cuts, scrollbars, borders (app.tcss) and keys too.
+        segs.use_ellipsis(self.glyphs.ellipsis)
+        ScrollBar.renderer = ScrollBarRender if self.glyphs.unicode else AsciiScrollBarRender
+        self.set_class(not self.glyphs.unicode, "ascii")
         self.status: Status | None = None
         self.live = True
         self.leaving: str | None = None
@@ -61,6 +71,17 @@ class RunActions(App[Outcome]):
                                  id="workers")
         self._act_source: Source | None = None
         self._act_lock = threading.Lock()
+
+    def get_key_display(self, binding: Binding) -> str:
+        """Enter as a word where the terminal shows ASCII only (Textual shows ⏎)."""
+        if not self.glyphs.unicode and binding.key == "enter" and not binding.key_display:
+            return "Enter"
+        return super().get_key_display(binding)
+
+    @property
+    def can_act(self) -> bool:
+        """The keys that act on processes are offered: a live run, not a replay."""
+        return not self.READ_ONLY and self.source is not None and self.live
 
     def say(self, text: str, severity: str = "information", notify: bool = True) -> None:
         raise NotImplementedError  # the App's
@@ -172,8 +193,42 @@ class RunActions(App[Outcome]):
 
     def action_restart(self) -> None:
         w = self._selected("restart")
-        if w is not None:
+        if w is None:
+            return
+        others = self.status["workers"] if self.status else []
+        peers = [x["rank"] for x in others if x["rank"] != w["rank"] and x["state"] in view.ALIVE]
+        if not (w.get("dist") and peers):
             self._confirmed("restart", w, "Stop it (SIGTERM, then SIGKILL) and start it again.")
+            return
+        rank, n = w["rank"], len(peers) + 1
+
+        def chosen(choice: str | None) -> None:
+            if choice == "all":
+                self._request("restart all", lambda: self._actions().act("restart", "all"))
+            elif choice == "one":
+                self._request(f"restart rank {rank}", lambda: self._actions().act("restart", rank))
+            else:
+                self.say(f"restart of rank {rank} cancelled", notify=False)
+        self.push_screen(ChoiceDialog(
+            f"Restart rank {rank} (pid {w['pid']})?",
+            f"Rank {rank} shares a process group with {ranks_text(peers)} (torch.distributed): restarted alone, "
+            f"it cannot rejoin them, and their collectives fail. Restart all {n} to start the group anew.",
+            [Choice("a", f"Restart all {n}", "all", "error"), Choice("o", f"Only rank {rank}", "one", "warning"),
+             Choice("n", "Cancel", "cancel", "primary")]), chosen)
+
+    def action_restart_all(self) -> None:
+        st = self._can_act("restart all")
+        if st is None:
+            return
+        n = len(st["workers"])
+
+        def answer(yes: bool | None) -> None:
+            if yes:
+                self._request("restart all", lambda: self._actions().act("restart", "all"))
+            else:
+                self.say("restart of all workers cancelled", notify=False)
+        self.push_screen(ConfirmDialog(f"Restart all {n} workers?", "Stop every worker (SIGTERM, then SIGKILL) and "
+                                       "start them again: a process group they share forms anew."), answer)
 
     def _resize(self, delta: int) -> None:
         st = self._can_act("resize")
@@ -183,7 +238,19 @@ class RunActions(App[Outcome]):
         if n < 1:
             self.say("cannot resize below 1 worker", "warning")
             return
-        self._request(f"resize to {n}", lambda: self._actions().resize(n))
+        if st["run"]["options"]["resize_mode"] != "restart":  # one rank more or less: the others go on
+            self._request(f"resize to {n}", lambda: self._actions().resize(n))
+            return
+
+        def answer(yes: bool | None) -> None:
+            if yes:
+                self._request(f"resize to {n}", lambda: self._actions().resize(n))
+            else:
+                self.say(f"resize to {n} cancelled", notify=False)
+        self.push_screen(ConfirmDialog(
+            f"Resize to {n} workers, restarting every worker?",
+            f"Resize mode restart: all {len(st['workers'])} workers are stopped (SIGTERM, then SIGKILL) and {n} are "
+            "started (a process group they share forms anew at the new size)."), answer)
 
     def action_grow(self) -> None:
         self._resize(+1)

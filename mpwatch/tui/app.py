@@ -36,6 +36,10 @@ from mpwatch.tui.widgets.worker_table import WorkerTable
 
 __all__ = ["COMMANDS", "MpwatchApp", "Outcome"]
 MAX_NOTICES = 3  # per snapshot; the rest are summed up in one line
+SMALL_H = 20  # a terminal this short keeps its rows for the table
+ACTING = frozenset({"pause", "pause_all", "kill", "restart", "restart_all", "grow", "shrink", "dump"})
+# Toasts only where they leave the table in view; the status line says everything anyway.
+TOAST_W, TOAST_H = 120, 36
 EVENTS_KEPT = 1000  # events the TUI keeps for its events screen (as many as the supervisor's recent events)
 
 # (action, title, help) for the command palette; the keys are in BINDINGS and help.
@@ -45,9 +49,10 @@ COMMANDS = [
     ("pause", "Pause / resume the selected worker", "SIGSTOP / SIGCONT its process group (p)"),
     ("pause_all", "Pause / resume all workers", "(P)"),
     ("kill", "Kill the selected worker", "Asks first (k)"),
-    ("restart", "Restart the selected worker", "Asks first (r)"),
-    ("grow", "Add one worker", "Resize the run by +1 (+)"),
-    ("shrink", "Remove one worker", "Resize the run by -1 (-)"),
+    ("restart", "Restart the selected worker", "Asks first; in a process group, offers to restart all (r)"),
+    ("restart_all", "Restart all workers", "Asks first (R)"),
+    ("grow", "Add one worker", "Resize the run by +1; asks first when every worker restarts (+)"),
+    ("shrink", "Remove one worker", "Resize the run by -1; asks first when every worker restarts (-)"),
     ("dump", "Dump stacks of the selected worker", "faulthandler / py-spy (d)"),
     ("logs", "Logs of the selected worker", "stdout and stderr (l)"),
     ("events", "Events", "Every event of the run the TUI has, from the first (e)"),
@@ -66,6 +71,9 @@ class MpwatchApp(RunActions):
     TITLE = "mpwatch"
     ENABLE_COMMAND_PALETTE = True
     BINDINGS = [
+        # ? and q first: a narrow footer cuts its end, and they must stay (60 columns)
+        Binding("question_mark", "help", "Help"),
+        Binding("q", "quit_dialog", "Quit"),
         Binding("enter", "detail", "Detail", show=False),
         Binding("j", "cursor_down", "Down", show=False),
         Binding("g", "gpus", "GPUs"),
@@ -73,6 +81,7 @@ class MpwatchApp(RunActions):
         Binding("P", "pause_all", "Pause all", show=False),
         Binding("k", "kill", "Kill"),
         Binding("r", "restart", "Restart", show=False),
+        Binding("R", "restart_all", "Restart all", show=False),
         Binding("plus", "grow", "+1", show=False),
         Binding("minus", "shrink", "-1", show=False),
         Binding("d", "dump", "Dump"),
@@ -83,8 +92,6 @@ class MpwatchApp(RunActions):
         Binding("s", "sort", "Sort", show=False),
         Binding("f", "fold", "Fold", show=False),
         Binding("F", "fold_all", "Fold all", show=False),
-        Binding("question_mark", "help", "Help"),
-        Binding("q", "quit_dialog", "Quit"),
     ]
 
     def __init__(self, source: Source | None, run_dir: Path | str | None = None, *,
@@ -103,6 +110,7 @@ class MpwatchApp(RunActions):
         self._told_exit: dict[int | None, int | None] = {}  # rank -> pid of the last exit a notice told of
         self._selected_shown: Line | None = None
         self._multi_node = False  # a merged view of several nodes: the NODE column
+        self._has_gpus = True  # the status has GPU data (a replay without any has no GPU column)
         self.event_log: list[EventFields] = []  # every event received, the first snapshot's too (events screen)
 
     # ---------------------------------------------------------------- layout ----
@@ -113,9 +121,10 @@ class MpwatchApp(RunActions):
         yield Footer(show_command_palette=False)
 
     def on_mount(self) -> None:
+        self.set_class(self.size.height < SMALL_H, "small")
         self._set_columns(self.size.width)
         self.table.focus()
-        self.say("connecting to the run…", "information", notify=False)
+        self.say("connecting to the run", "information", notify=False)
         if self.source is not None:
             self.poller = Poller(self.source, self, self.interval)
             self.poller.start()
@@ -128,11 +137,12 @@ class MpwatchApp(RunActions):
             close()
 
     def on_resize(self, event: events.Resize) -> None:
+        self.set_class(event.size.height < SMALL_H, "small")
         self._set_columns(event.size.width)
         self.refresh_view()
 
     def _set_columns(self, width: int) -> None:
-        cols = view.columns(width, nodes=self._multi_node)
+        cols = view.columns(width, nodes=self._multi_node, replay=self.READ_ONLY, gpus=self._has_gpus)
         if cols != self.table.cols:
             self.table.set_columns(cols)
             self.refresh_view()
@@ -159,8 +169,8 @@ class MpwatchApp(RunActions):
         self.snapshots += 1
         for text, severity in node_rows.changes(old, status):
             self.say(text, severity)
-        if node_rows.multi(status) != self._multi_node:
-            self._multi_node = not self._multi_node
+        if node_rows.multi(status) != self._multi_node or bool(status["gpus"]) != self._has_gpus:
+            self._multi_node, self._has_gpus = node_rows.multi(status), bool(status["gpus"])
             self._set_columns(self.size.width)
         self.refresh_view()
 
@@ -170,14 +180,15 @@ class MpwatchApp(RunActions):
             return
         g = self.glyphs
         width, height = self.size.width, self.size.height
-        gpu_fit = min(len(st["gpus"]) + bool(st["gpu_status"] and st["gpus"]), max(2, height // 5)) or 1
+        small = height < SMALL_H  # the table keeps its rows: one GPU line, one alert, no sort line
+        gpu_fit = 1 if small else min(len(st["gpus"]) + bool(st["gpu_status"] and st["gpus"]), max(2, height // 5)) or 1
         gpu_width = width - 2 - (1 if len(st["gpus"]) > gpu_fit else 0)
         with self.batch_update():
-            self.header.show(view.header_lines(
-                st, g, sort=self.sort, filter_text=self.filter_text, finished=not self.live))
+            head = view.header_lines(st, g, sort=self.sort, filter_text=self.filter_text, finished=not self.live)
+            self.header.show(head[:-1] if small and self.sort == "rank" and not self.filter_text else head)
             self.table.apply(view.table_rows(st, folded=self.folded, filter_text=self.filter_text, sort=self.sort))
             self.gpu_panel.show(gpu_rows.gpu_rows(st, g, gpu_width), gpu_rows.title(st, g, width, gpu_fit), gpu_fit)
-            self.alert_lines.show(gpu_rows.alert_lines(st, g, width - 2, 2 if height < 30 else 4))
+            self.alert_lines.show(gpu_rows.alert_lines(st, g, width - 2, 1 if small else 2 if height < 30 else 4))
             self._show_selected()
         if isinstance(self.screen, (DetailScreen, GpuScreen)):
             self.screen.show_status()
@@ -189,24 +200,35 @@ class MpwatchApp(RunActions):
 
     def _notices(self, recs: Iterable[EventFields]) -> None:
         notes = []
+        recs = list(recs)
+        exits = [rec for rec in recs if rec["event"] == Event.WORKER_EXITED]
+        for rec in exits:
+            self._told_exit[rec["rank"]] = rec.get("pid")
         for rec in recs:
-            if rec["event"] == Event.WORKER_EXITED:
-                self._told_exit[rec["rank"]] = rec.get("pid")
+            if len(exits) > 1 and rec["event"] == Event.WORKER_EXITED:
+                if rec is exits[0]:  # ranks that end together (a process group failing at once): one notice
+                    notes.append(eventtext.exits_notice(exits))
+                continue
             note = eventtext.notice(rec)
             if note is not None:
                 notes.append(note)
         for text, sev in notes[:MAX_NOTICES]:
             self.say(text, sev)
         if len(notes) > MAX_NOTICES:
-            self.say(f"… and {len(notes) - MAX_NOTICES} more events (see the table)", "warning")
+            self.say(f"and {len(notes) - MAX_NOTICES} more events (see the table, or e)", "warning")
 
     def on_poll_failed(self, msg: PollFailed) -> None:
         text = f"cannot read the run's status: {msg.why}"
         if not self.messages or self.messages[-1][0] != text:
             self.say(text, "error")
 
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        """The keys that act leave the footer once the run has ended (a replay says why, pressed)."""
+        return not (action in ACTING and self.source is not None and not self.live)
+
     def on_run_gone(self, msg: RunGone) -> None:
         self.live = False
+        self.refresh_bindings()
         final, info = msg.final, msg.info or {}
         code = info.get("exit_code") if info.get("finished") else None
         if final is not None:
@@ -222,11 +244,11 @@ class MpwatchApp(RunActions):
                     self.say(f"rank {w['rank']} {w['state']}: {w['cause']}",
                              "error" if w["state"] == State.FAILED else "warning")
             lines = view.ending_lines(final)
-            self.say(lines[0], "information" if code == 0 else "error")
+            self.say(lines[0], "information" if code == 0 else "error", notify=False)  # the banner says it
         else:
             lines = [f"lost the connection to the run ({msg.why}); "
-                     f"its files are in {self.run_dir or 'its run directory'} — press q to leave"]
-            self.say(lines[0], "error")
+                     f"its files are in {self.run_dir or 'its run directory'}; press q to leave"]
+            self.say(lines[0], "error", notify=False)  # the banner says it
             self.refresh_view()
         self.final_exit_code = code
         self.banner.update(Text("\n".join(lines)))
@@ -243,10 +265,10 @@ class MpwatchApp(RunActions):
         line.update(Text(text.splitlines()[0] if text else "", no_wrap=True, overflow="ellipsis"), layout=False)
         line.set_class(severity == "error", "error")
         line.set_class(severity == "warning", "warning")
-        if notify and self.notices:
-            self.notify(text, severity="error" if severity == "error" else
+        if notify and self.notices and self.size.width >= TOAST_W and self.size.height >= TOAST_H:
+            self.notify(text, severity="error" if severity == "error" else  # plain text: a cause may hold "[/x]"
                         "warning" if severity == "warning" else "information",
-                        timeout=8 if severity == "error" else 4)
+                        timeout=8 if severity == "error" else 4, markup=False)
 
     def _show_selected(self) -> None:
         line = view.selected_line(self.worker(self.table.selected_rank()), self.glyphs)
@@ -289,7 +311,7 @@ class MpwatchApp(RunActions):
         self.push_screen(GpuScreen())
 
     def action_help(self) -> None:
-        self.push_screen(HelpScreen(self.glyphs))
+        self.push_screen(HelpScreen(self.glyphs, can_act=self.can_act))
 
     def get_system_commands(self, screen: Screen[object]) -> Iterable[SystemCommand]:
         yield from super().get_system_commands(screen)

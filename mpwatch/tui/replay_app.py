@@ -14,11 +14,13 @@ from textual import events
 from textual.binding import Binding
 from textual.timer import Timer
 
-from mpwatch.contract.status import Status
+from mpwatch.contract.status import Event, State, Status
 from mpwatch.sources.replay import ReplaySource
+from mpwatch.text import eventtext
 from mpwatch.tui.actions import Outcome
 from mpwatch.tui.app import MpwatchApp
 from mpwatch.tui.poller import TAIL_POINTS
+from mpwatch.tui.render import view
 from mpwatch.tui.render.glyphs import Glyphs
 from mpwatch.tui.screens.detail import DetailScreen
 from mpwatch.tui.screens.events import EventsScreen
@@ -34,13 +36,15 @@ _EDGE_SAID = {("step", -1): "at the run's start", ("step", 1): "at the end", ("j
 
 
 class ReplayApp(MpwatchApp):
+    READ_ONLY = True  # a replay: the keys that act leave every footer and pane (they say why, pressed)
     # Priority: the cursor moves on the detail, logs and GPU screens too (modal screens stop
     # the App's other bindings); check_action keeps them off dialogs, whose inputs want the keys.
+    # Off the footer: the strip above it says them, and the footer keeps ? and q at 80 columns.
     BINDINGS = [
-        Binding("comma", "cursor('step', -1)", "Back", key_display=",", priority=True),
-        Binding("full_stop", "cursor('step', 1)", "On", key_display=".", priority=True),
-        Binding("left_square_bracket", "cursor('jump', -1)", "Prev", key_display="[", priority=True),
-        Binding("right_square_bracket", "cursor('jump', 1)", "Next", key_display="]", priority=True),
+        Binding("comma", "cursor('step', -1)", "Back", key_display=",", priority=True, show=False),
+        Binding("full_stop", "cursor('step', 1)", "On", key_display=".", priority=True, show=False),
+        Binding("left_square_bracket", "cursor('jump', -1)", "Prev", key_display="[", priority=True, show=False),
+        Binding("right_square_bracket", "cursor('jump', 1)", "Next", key_display="]", priority=True, show=False),
         # Over the table's own Home/End (first/last row): here they are the run's start and end.
         Binding("home", "cursor('start', 0)", "Start", show=False, priority=True),
         Binding("end", "cursor('end', 0)", "End", show=False, priority=True),
@@ -88,9 +92,17 @@ class ReplayApp(MpwatchApp):
         super().apply_status(status)
         self.show_strip()
         if first:  # after the App's own greeting, which follows the first status
+            self._select_first_failure()
             self._indexer = self.set_interval(INDEX_TICK_S, self._index_step)  # once the screen is drawn
-            self.call_later(self.say, f"replaying run {status['run']['id']} (read-only): , . step · [ ] jump · "
-                            "Home End · e events · q leave", "information", False)
+            keys = self.glyphs.sep.join((", . step", "[ ] jump", "Home End", "e events", "q leave"))
+            self.call_later(self.say, f"replaying run {status['run']['id']} (read-only): {keys}", "information", False)
+
+    def _select_first_failure(self) -> None:
+        """A failed run opens on why it failed: the row of the rank that failed first."""
+        first = next((e for e in self.replay.events_list if e["event"] == Event.WORKER_EXITED
+                      and eventtext.exit_state(e) == State.FAILED and e["rank"] is not None), None)
+        if first is not None and first["rank"] is not None:
+            self.table.select_key(view.row_key(first["rank"]))
 
     def _index_step(self) -> None:
         """The report index, a step a tick while the UI is idle (a thread would hold the GIL

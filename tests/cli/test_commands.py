@@ -31,6 +31,13 @@ def test_bad_input_is_one_line_and_exit_2(args, needle):
     one_line_error(mpwatch(*args), needle)
 
 
+@pytest.mark.parametrize("args", [[], ["--headless"], ["-n", "2"]])
+def test_without_a_script_only_the_script_is_said_required(args):
+    res = mpwatch(*args)
+    one_line_error(res, "the following arguments are required: SCRIPT")
+    assert res.stderr.rstrip().endswith("required: SCRIPT") and "ARGS" not in res.stderr  # ARGS is optional
+
+
 def test_help_and_supervisor_import_neither_torch_nor_textual():
     res = subprocess.run([sys.executable, "-X", "importtime", "-m", "mpwatch", "--help"],
                          capture_output=True, text=True, timeout=60)

@@ -38,9 +38,10 @@ def test_a_crash_with_restarts(crashed):
 
 def test_a_hang_names_the_culprit_its_frame_and_the_waiting_collective(hung):
     s = summary(hung.dir)
-    assert s["stopped"] == "requested" and s["listing"]["exit_code"] == 1
-    assert s["culprit"].startswith("likely culprit: rank 1 is at step 4 (in hang_here (hang.py:")
-    assert "ranks 0,2 wait in all_reduce at step 5" in s["culprit"]
+    assert s["stopped"] == "asked with ctl stop or the TUI" and s["listing"]["exit_code"] == 1
+    assert s["listing"]["stopped"] == s["stopped"]
+    assert s["culprit"].startswith("ranks 0,2 wait in all_reduce at step 5 for rank 1, which is at step 4 "
+                                   "(in hang_here (hang.py:"), s["culprit"]
     stalls = {st["rank"]: st for st in s["stalls"]}
     assert set(stalls) == {0, 1, 2}
     assert stalls[1]["where"].startswith("hang_here (hang.py:") and stalls[1]["collective"] is None
@@ -50,9 +51,10 @@ def test_a_hang_names_the_culprit_its_frame_and_the_waiting_collective(hung):
         assert (hung.dir / stalls[r]["dump"]).is_file()
     assert [r["step"] for r in s["ranks"]] == [5, 4, 5]
     text = summary_text(hung.dir)
-    assert "likely culprit: rank 1 is at step 4 (in hang_here (hang.py:" in text
+    assert "hang: ranks 0,2 wait in all_reduce at step 5 for rank 1, which is at step 4 (in hang_here (hang.py:" in text
+    assert [a["message"] for a in s["alerts"] if a["kind"] == "hang"] == [s["culprit"]]  # one finding
     assert "stuck in hang_here (hang.py:" in text and "waiting in all_reduce" in text
-    assert "(stop asked: requested)" in text
+    assert text.splitlines()[1] == "ended: stopped (asked with ctl stop or the TUI)"  # not "exit 1": nothing failed
 
 
 def test_an_oom_names_the_cause_and_the_alert(oom):
@@ -115,12 +117,13 @@ def test_a_sigkilled_supervisor_leaves_a_run_cut_short(killed):
     assert row(text, 0)[1] == "running?" and "final.json is missing" in text
 
 
-def test_ls_all_lists_finished_cut_short_and_live_runs_newest_first(crashed, killed, headless, tmp_path):
+def test_ls_all_lists_finished_cut_short_and_live_runs_newest_first(crashed, killed, hung, headless, tmp_path):
     live = headless(FIXTURES / "forever.py", n=1)
     folder = tmp_path / "runs"
     folder.mkdir()
     crashed.copy(folder, "crashed")
     killed.copy(folder, "killed")
+    hung.copy(folder, "hung")
     (folder / "not-a-run").mkdir()
     res = mpwatch("ls", "--all", folder, live.run_dir)
     assert res.returncode == 0, res.stderr
@@ -128,7 +131,8 @@ def test_ls_all_lists_finished_cut_short_and_live_runs_newest_first(crashed, kil
     assert lines[0].split()[:5] == ["RUN", "STARTED", "TOOK", "WORKERS", "ENDED"]
     by_dir = {ln.split()[-1]: ln for ln in lines[1:]}
     assert "live" in by_dir[str(live.run_dir.resolve())].split() or "live" in by_dir[str(live.run_dir)].split()
-    assert "exit 1: rank" in by_dir[str(folder / "crashed")]
+    assert " ZeroDivisionError: divis…  " in by_dir[str(folder / "crashed")]  # cut at 40, and says so
+    assert "stopped (asked with ctl stop or the TUI)" in by_dir[str(folder / "hung")]  # stopped, not failed
     assert "cut short (supervisor gone)" in by_dir[str(folder / "killed")]
     assert not any("not-a-run" in ln for ln in lines)
     rows = json.loads(mpwatch("ls", "--all", "--json", folder, live.run_dir).stdout)

@@ -278,7 +278,8 @@ def test_nan_and_inf_losses_are_shown_as_such(headless):
     run = headless(FAULTS / "nanloss.py", n=1)
     w = wait_for(lambda: (lambda w: w if (w["step"] or 0) >= 4 else None)(run.worker(0)), what="step 4")
     assert w["loss"] == "inf" and w["metrics"]["grad_norm"] == "-inf"
-    assert "nan" in w["loss_tail"] and "inf" in w["loss_tail"] and 1.0 in w["loss_tail"]
+    # the TREND is the run's loss smoothed: a NaN or an infinity is no point of it (LOSS says them)
+    assert 1.0 in w["loss_tail"] and all(isinstance(x, float) and math.isfinite(x) for x in w["loss_tail"])
     assert w["bad_frames"] == 0 and w["state"] == "running"
     human = run.ctl("status").stdout
     assert " inf " in human

@@ -32,6 +32,8 @@ BAD_RUN_ARGS = [
     (["--stall-timeout", "nan", SCRIPT], "positive number of seconds"),
     (["--stall-timeout", "inf", SCRIPT], "positive number of seconds"),
     (["--stall-timeout", "soon", SCRIPT], "expected seconds, got 'soon'"),
+    (["--startup-timeout", "0", SCRIPT], "positive number of seconds"),
+    (["--startup-timeout", "later", SCRIPT], "expected seconds, got 'later'"),
     (["--grace", "-1", SCRIPT], "non-negative number of seconds"),
     (["--grace", "nan", SCRIPT], "non-negative number of seconds"),
     (["--grace", "1e999", SCRIPT], "non-negative number of seconds"),

@@ -40,7 +40,7 @@ def test_sigterm_or_sigint_stops_the_run_cleanly(headless, sig):
     assert [e["why"] for e in stopping] == [f"signal {sig.name}"]
     assert run.events()[-1]["event"] == "run_finished"
     for w in final(run)["workers"]:
-        assert w["state"] == "killed" and w["cause"] == "stop by mpwatch (SIGTERM)"
+        assert w["state"] == "killed" and w["cause"] == "stopped with the run (SIGTERM)"
     info = json.loads((run.run_dir / "run.json").read_text())
     assert info["exit_code"] == 1 and info["finished"]
     assert_gone(everything)

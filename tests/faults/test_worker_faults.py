@@ -107,7 +107,7 @@ def test_kill_reaches_children_and_grandchildren_that_ignore_sigterm(headless):
     out = run.ctl("kill", "0").stdout
     assert "SIGTERM sent" in out
     w = run.wait_state(0, "killed")
-    assert w["signal"] == "SIGKILL" and w["cause"] == "kill by mpwatch (SIGKILL)"
+    assert w["signal"] == "SIGKILL" and w["cause"] == "killed on request (SIGKILL)"
     assert_gone([worker, *made])
     # the other rank was left alone
     assert run.worker(1)["state"] == "running"

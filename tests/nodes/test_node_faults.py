@@ -69,7 +69,7 @@ def test_c10d_failure_on_one_node_restarts_every_node_in_round_1(two_nodes, tmp_
     # the other node followed through torch's num_nodes_waiting
     assert whys[0] == "another node started a new round" and whys[1].endswith("failed"), whys
     ends = sorted(run.events("worker_exited")[0]["cause"] for run in (a, b))
-    assert ends[0].startswith("exit 3: rank 1 failing") and ends[1].startswith("new round by mpwatch"), ends
+    assert ends[0].startswith("exit 3: rank 1 failing") and ends[1].startswith("stopped for a new rendezvous round"), ends
     # the node whose worker failed used one of its restarts: its workers are told so, as torchrun's are
     counts = sorted(run.log(0).count("restart 1") for run in (a, b))
     assert counts == [0, 1], [run.log(0) for run in (a, b)]

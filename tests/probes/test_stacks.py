@@ -11,6 +11,8 @@ from mpwatch.probes import pyspy
 from mpwatch.probes import stacks
 from mpwatch.supervisor import spawn
 from tests.helpers import FIXTURES, alive, wait_for
+from mpwatch.text.stackfmt import summarize
+from pathlib import Path
 
 DUMP = """\
 === mpwatch stack dump: pid 41 at 10:00:00 (stall)
@@ -194,3 +196,15 @@ def test_a_dump_cut_short_is_told_from_a_whole_one():
     assert not stacks._looks_whole(whole.rsplit("  File", 1)[0])  # the main thread's <module> is missing
     assert stacks._looks_whole('Current thread 0x1 (most recent call first):\n  File "<frozen runpy>", '
                                'line 198 in _run_module_as_main\n')
+
+
+def test_the_native_stack_names_ddps_all_reduce_inside_backward():
+    # A real stall dump (demo/hang.py, rank 1 paused): the Python stack ends in backward(),
+    # which hides the collective; py-spy's native frames show DDP's reducer waiting in it.
+    from mpwatch.text.stackfmt import native_collective
+
+    text = (Path(__file__).parent / "data" / "ddp_backward_stall.txt").read_text()
+    pid = int(text.split("pid ", 1)[1].split()[0])
+    assert summarize(text, pid)["collective"] is None
+    assert native_collective(text, pid) == "DDP's gradient all-reduce (backward)"
+    assert native_collective(text, pid + 1) is None  # another process's stack says nothing of it

@@ -64,15 +64,16 @@ def test_the_culprit_is_named_across_nodes_where_no_node_alone_could():
     st = combine.merge(parts())
     s = st["straggler"]
     assert s["culprits"] == [5] and s["waiting"] == [0, 1, 2, 3, 4, 6, 7]
-    assert s["text"] == ("rank 5 on node 1 is at step 39 (in load_batch (ddp_hang.py:20)); "
-                         "the 7 others wait in all_reduce at step 39")
+    assert s["text"] == ("the 7 others wait in all_reduce at step 39 for rank 5 on node 1, which is at step 39 "
+                         "(in load_batch (ddp_hang.py:20))")
     hangs = [a for a in st["alerts"] if a["kind"] == "hang"]
     assert len(hangs) == 1 and hangs[0]["message"] == s["text"] and hangs[0]["culprits"] == [5]
     # node 1 alone blamed its local rank 1 before its peers on node 0 (who it waits for too)
     own = recording("nodes")["node_statuses"]
     assert own[1]["straggler"]["culprits"] == [1] and not own[0]["straggler"]["culprits"]
     recorded = recording("nodes")["status"]  # what MergedSource made of the same two runs
-    assert recorded["straggler"]["culprits"] == [5] and recorded["alerts"][0]["message"].startswith("rank 5 on node 1")
+    assert recorded["straggler"]["culprits"] == [5]
+    assert recorded["alerts"][0]["message"].startswith("the 7 others wait in all_reduce at step 39 for rank 5 on node 1")
 
 
 def test_an_unreachable_node_keeps_its_rows_marked_and_is_never_a_hang():
@@ -175,7 +176,7 @@ async def test_app_shows_every_rank_with_its_node():
         await pilot.pause()
         assert "rank 5 (node 1, local 1)" in str(app.selected_line.render())
         alerts = str(app.alert_lines.render())
-        assert "rank 5 on node 1 is at step 39" in alerts
+        assert "for rank 5 on node 1, which is at step 39" in alerts
 
 
 SIZES = [(80, 24), (160, 48)]

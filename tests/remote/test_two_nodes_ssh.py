@@ -63,8 +63,8 @@ async def test_attach_one_node_finds_the_other_and_names_the_hang_across_nodes(r
                         and len((app.status["straggler"] or {}).get("waiting", [])) == 3, 120,
                         what="the culprit named from the merged view, the three others waiting")
             text = app.status["straggler"]["text"]
-            assert text.startswith(f"rank {CULPRIT} on node 1 is at step ") and "(in load_batch" in text, text
-            assert "the 3 others wait in all_reduce at step" in text, text
+            assert text.startswith("the 3 others wait in all_reduce at step ") and "(in load_batch" in text, text
+            assert f" for rank {CULPRIT} on node 1, which is at step " in text, text
             assert str(app.alert_lines.render()).count(f"rank {CULPRIT} on node 1") == 1
             header = str(app.header.render())
             assert "node 0 127.0.0.1" in header and "node 1 127.0.0.2" in header and "◆ 2 stalled" in header

@@ -16,6 +16,7 @@ from tests.recorded_runs import Recorded
 
 HERE = Path(__file__).resolve().parent
 STORED_HANG = HERE / "data" / "hang"
+STORED_FAILED = HERE / "data" / "failed"  # rank 1 raised ValueError, rank 0 exited 0
 STORED_OOM = HERE.parent / "cli" / "data" / "oom-gpu"
 
 
@@ -44,4 +45,4 @@ def kinds(src: ReplaySource) -> list[str]:
     return [e["event"] for e in src.events_list]
 
 
-__all__ = ["STORED_HANG", "STORED_OOM", "Event", "kinds", "rebuilt_end", "seek"]
+__all__ = ["STORED_FAILED", "STORED_HANG", "STORED_OOM", "Event", "kinds", "rebuilt_end", "seek"]

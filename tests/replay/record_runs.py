@@ -2,15 +2,17 @@
 replay's snapshot tests (which need the same files every time; the behaviour tests record
 their own runs at test time, tests/replay/conftest.py):
 
-    PYTHONPATH=$PWD .venv/bin/python -m tests.replay.record_runs
+    PYTHONPATH=$PWD .venv/bin/python -m tests.replay.record_runs [hang] [failed]
 
 hang/: demo/hang.py on 3 ranks (gloo, CPU: needs torch), rank 1 stopping before its
 all_reduce at step 5; stopped once mpwatch has named it the culprit with its frame.
+failed/: fixtures/value_error.py on 2 ranks: rank 1 raises ValueError at step 12, rank 0 exits 0.
 The checkout's and the run directory's paths in the files are replaced by fixed ones
 (CHECKOUT, RUN_DIR), so the screens drawn from them are the same on every machine.
 """
 from __future__ import annotations
 
+import socket
 import sys
 import tempfile
 from pathlib import Path
@@ -26,6 +28,7 @@ PYTHON = "/usr/lib/python3"
 def normalise(d: Path, run_dir: Path) -> None:
     """Paths of this machine out of every text file of the copy."""
     subs = [(str(run_dir), RUN_DIR), (str(run_dir.parent), "/home/user"), (str(ROOT), CHECKOUT),
+            (f"on {socket.gethostname()}", "on gpu-node-1"),
             (sys.prefix, PYTHON), (sys.base_prefix, PYTHON)]
     for p in d.rglob("*"):
         if p.is_file():
@@ -51,6 +54,21 @@ def record_hang(dest: Path) -> None:
         normalise(dest, run.run_dir)
 
 
+def record_failed(dest: Path) -> None:
+    with tempfile.TemporaryDirectory(prefix="mpwatch-record-") as tmp:
+        run = HeadlessRun(Path(tmp), Path(__file__).resolve().parent / "fixtures" / "value_error.py", n=2)
+        try:
+            run.start()
+            run.wait_exit(120)
+        finally:
+            run.cleanup()
+        keep_run_dir(run.run_dir, dest)
+        normalise(dest, run.run_dir)
+
+
+RECORDINGS = {"hang": record_hang, "failed": record_failed}
+
 if __name__ == "__main__":
-    record_hang(DATA / "hang")
-    print(f"recorded {DATA / 'hang'}")
+    for name in sys.argv[1:] or list(RECORDINGS):
+        RECORDINGS[name](DATA / name)
+        print(f"recorded {DATA / name}")

@@ -15,7 +15,7 @@ from mpwatch.tui.screens.detail import DetailScreen
 from mpwatch.tui.screens.events import EventsScreen
 from mpwatch.tui.screens.filter import FilterDialog
 from mpwatch.tui.render.segs import plain
-from tests.replay.conftest import STORED_HANG, STORED_OOM
+from tests.replay.conftest import STORED_FAILED, STORED_HANG, STORED_OOM
 from tests.tui.conftest import said, until, worker_of
 
 SIZES = [(80, 24), (160, 48)]
@@ -52,9 +52,9 @@ async def test_the_cursor_keys_walk_the_hang():
         await key(pilot, "left_square_bracket")  # back to the last alert: the culprit with its frame
         assert app.replay.where()[2]["event"] == "alert"
         assert all(w["state"] == State.STALLED for w in app.status["workers"])
-        assert "likely culprit: rank 1" in strip_text(app)
-        assert "rank 1 is at step 4 (in hang_here" in app.status["straggler"]["text"]
-        assert any("likely culprit" in plain(line) for line in app.alert_lines._lines)
+        assert "alert (updated): ranks 0,2 wait in all_reduce at step 5 for rank 1," in strip_text(app)
+        assert "for rank 1, which is at step 4 (in hang_here" in app.status["straggler"]["text"]
+        assert any("for rank 1, which is at step 4" in plain(line) for line in app.alert_lines._lines)
         await key(pilot, "comma")
         await key(pilot, "full_stop")
         assert app.replay.where()[2]["event"] == "alert"
@@ -78,14 +78,18 @@ async def test_the_detail_view_shows_the_stack_dump_of_the_moment():
         screen = app.screen
         assert screen.rank == 1
         dump = str(screen.query_one("#detail-dump").render())
-        assert "> hang_here  hang.py:28" in dump and "at 10:31:49" in dump
+        when = worker_of(app, 1)["last_dump"].rsplit("-", 2)[1]  # the dump file's time: HHMMSS
+        assert "> hang_here  hang.py:28" in dump and f"at {when[:2]}:{when[2:4]}:{when[4:]}" in dump
         loads = screen.loads
-        # four events back (the dumps of ranks 2, 0 and 1 undone) is before that dump: the earlier one shows
-        for _ in range(4):
+        # two events back (the last finding and rank 1's dump undone) is before that dump: none then,
+        # and a replay offers no key to take one
+        for _ in range(2):
             await pilot.press("comma")
-        await until(pilot, lambda: screen.loads > loads and "> main  hang.py:61" in str(
-            screen.query_one("#detail-dump").render()), what="the earlier dump")
-        assert worker_of(app, 1)["last_dump"].endswith("103142-798.txt")
+        await until(pilot, lambda: screen.loads > loads and "no stack dump at this moment" in str(
+            screen.query_one("#detail-dump").render()), what="no dump before it")
+        assert worker_of(app, 1)["last_dump"] is None
+        keys = {k for k, b in app.screen.active_bindings.items() if b.binding.show}
+        assert not keys & {"p", "d", "k", "r"}, keys
 
 
 async def test_the_events_screen_moves_the_cursor():
@@ -98,11 +102,12 @@ async def test_the_events_screen_moves_the_cursor():
         assert opts.option_count == len(app.replay.events_list)
         assert "run started" in str(opts.get_option_at_index(0).prompt)
         assert "rank 0 started (pid" in str(opts.get_option_at_index(1).prompt)
-        opts.highlighted = 4  # the first stall
+        first = next(i for i, e in enumerate(app.replay.events_list) if e["event"] == "stalled")
+        opts.highlighted = first  # the first stall
         await pilot.press("enter")
-        await until(pilot, lambda: app.replay.where()[0] == 4 and app.shows_cursor(),
+        await until(pilot, lambda: app.replay.where()[0] == first and app.shows_cursor(),
                     what="the cursor on the chosen event")
-        assert worker_of(app, 0)["state"] == State.STALLED
+        assert worker_of(app, app.replay.events_list[first]["rank"])["state"] == State.STALLED
 
 
 async def test_a_dialog_keeps_the_cursor_keys_for_its_input():
@@ -128,8 +133,8 @@ async def test_keys_that_act_are_refused_and_q_leaves():
         assert not app.screen_stack[1:]  # no confirmation dialog was opened
         # the footer offers the cursor's keys, not the live run's actions
         footer = {b.key for _, b, enabled, _ in app.active_bindings.values() if b.show and enabled}
-        assert {"comma", "full_stop", "left_square_bracket", "right_square_bracket"} <= footer
-        assert not footer & {"p", "k", "d"}
+        assert {"question_mark", "q"} <= footer  # the cursor's keys are on the strip above it
+        assert not footer & {"p", "k", "d", "r", "R", "plus", "minus"}
         await pilot.press("q")
     assert app.return_value is not None and app.return_value.kind == "finished"
 
@@ -153,3 +158,31 @@ def test_snapshot_the_hang_at_its_culprit(snap_compare, size):
 @pytest.mark.parametrize("size", SIZES, ids=lambda s: f"{s[0]}x{s[1]}")
 def test_snapshot_the_oom_at_its_failure(snap_compare, size):
     assert snap_compare(app_on(STORED_OOM), terminal_size=size, run_before=moment_of_the_oom)
+
+
+@pytest.mark.parametrize("size", [(80, 24), (120, 40)], ids=lambda s: f"{s[0]}x{s[1]}")
+async def test_a_failed_run_opens_on_its_first_failure_and_its_cause(size):
+    """Issue 20: rank 1 raised ValueError, rank 0 exited 0. The first screen selects rank 1 and
+    shows why; the columns a replay cannot know give their width to the cause; nothing offers
+    an action (the help neither)."""
+    app = app_on(STORED_FAILED)
+    async with app.run_test(size=size) as pilot:
+        await ready(pilot)
+        assert app.table.selected_rank() == 1
+        keys = [c.key for c in app.table.cols]
+        assert not set(keys) & {"speed", "hb", "cpu", "rss", "phases"} and keys[-1] == "note"
+        note = app.table.get_row("w1")[keys.index("note")].plain.strip()
+        assert note.startswith("exit 1: ValueError: bad batch at step"), note
+        assert "exit 1: ValueError: bad batch at step 12" in str(app.selected_line.render())
+        await pilot.press("question_mark")
+        help_text = str(app.screen.query_one("Static").render())
+        assert "Read-only" in help_text and "pause or resume" not in help_text and "kill the selected" not in help_text
+
+
+async def first_screen(pilot):
+    await ready(pilot)
+
+
+@pytest.mark.parametrize("size", SIZES, ids=lambda s: f"{s[0]}x{s[1]}")
+def test_snapshot_a_failed_run_at_its_first_screen(snap_compare, size):
+    assert snap_compare(app_on(STORED_FAILED), terminal_size=size, run_before=first_screen)

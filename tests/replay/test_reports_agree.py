@@ -80,8 +80,9 @@ def test_the_window_and_the_index_agree_at_every_moment_of_the_hang(tmp_path):
         shown = {w["rank"]: w["step"] for w in src.status()["workers"]}
         assert shown == {r: steps.get(r) for r in shown}, f"at {pos} ({src.events_list[pos]['event']})"
     first_stall = next(i for i, e in enumerate(src.events_list) if e["event"] == Event.STALLED)
-    at(src, first_stall)  # the supervisor had written no report yet, though the workers had sent one
-    assert all(w["step"] is None and w["heartbeat_age"] is None for w in src.status()["workers"])
+    at(src, first_stall)  # a stall comes after a report, never at start-up: the stalled rank's report was written
+    st = src.status()
+    assert all(w["step"] is not None for w in st["workers"] if w["state"] == "stalled")
 
 
 def nan_run(path) -> None:

@@ -312,3 +312,28 @@ def test_memory_the_driver_cannot_tell_is_na_not_16_eib(headless, tmp_path, libn
     assert (wg["index"], wg["mem_bytes"], wg["other_bytes"]) == (0, None, None)
     lines = run.ctl("status").stdout.splitlines()
     assert f"    pid {rank0['pid']:>7}       N/A  rank 0" in lines  # never 16.0E
+def test_in_a_container_ranks_are_placed_by_their_cuda_view_and_nobody_is_an_outsider(headless, tmp_path, libnvml):
+    """Issue 20: NVML lists the ranks' processes under the host's pids, none of them a pid
+    here (a PID namespace), while each rank's torch says it holds memory on its GPU (UUID)."""
+    host = unused_pid()
+    env = fake_env(libnvml, tmp_path, {
+        "gpus": [{"name": "Fake A", "mem_total": 80 * GiB, "uuid": "GPU-aaaa"},
+                 {"name": "Fake B", "mem_total": 80 * GiB, "uuid": "GPU-bbbb"}],
+        "frames": [{"gpus": [{"util_gpu": 90, "processes": [{"pid": host, "mem": 20 * GiB}]},
+                             {"util_gpu": 88, "processes": [{"pid": host + 1, "mem": 18 * GiB}]}]}]},
+        cuda={"0": [view("GPU-aaaa", 15 * GiB, 18 * GiB)], "1": [view("GPU-bbbb", 12 * GiB, 16 * GiB)]})
+    run = headless(REPORTER, "100000", n=2, opts=FAST, env=env)
+    st = wait_for(lambda: (lambda st: st if all(w["gpu"] and w["gpu"]["index"] is not None for w in st["workers"])
+                           and all(g["processes"] for g in st["gpus"]) else None)(run.status()), 60,
+                  what="both ranks placed and both process lists")
+    assert st["gpu_status"].startswith("GPU pids not visible from this container")
+    ws = {w["rank"]: w["gpu"] for w in st["workers"]}
+    assert (ws[0]["index"], ws[0]["mapped_by"], ws[1]["index"], ws[1]["mapped_by"]) == (0, "uuid", 1, "uuid")
+    assert ws[0]["mem_bytes"] is None and ws[0]["reserved"] == 18 * GiB  # NVML cannot tell; torch can
+    for g in st["gpus"]:
+        assert [p["visible"] for p in g["processes"]] == [False] and g["breakdown"]["outside"] is None
+        assert not [a for a in g["alerts"] if a["kind"] == "outside"], g["alerts"]
+    first = st["gpus"][0]["processes_ts"]
+    wait_for(lambda: run.status()["gpus"][0]["processes_ts"] > first + 1.0, 60, what="more process queries")
+    assert not [e for e in run.events("gpu_alert") if e["kind"] == "outside"]
+    assert "GPU pids not visible from this container" in run.ctl("status").stdout

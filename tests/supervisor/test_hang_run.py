@@ -85,6 +85,11 @@ def test_unmodified_script_is_never_stalled_and_dumps_on_demand(headless, tmp_pa
     assert "dumping rank 0" in out
     dump = run.wait_event("dump", lambda r: r["reason"] == "request", timeout=60)[0]
     assert dump["where"].startswith("count_forever (hang_plain.py:")
+    # a healthy rank dumped on request is not "stuck" anywhere: it was there when dumped
+    line = wait_for(lambda: next((ln for ln in run.stderr_text.splitlines() if "stack dump" in ln), None), 30,
+                    what="the dump's status line")
+    assert f"rank 0 stack dump (asked for): {dump['path']}, in count_forever (hang_plain.py:" in line
+    assert "stuck" not in line
     assert "in count_forever" in (run.run_dir / dump["path"]).read_text()
     before = counted()
     wait_for(lambda: counted() > before + 25, 60, what="the script to keep running after the dump")
@@ -99,8 +104,7 @@ def test_demo_hang_names_the_culprit(headless):
                    n=3, opts=["--stall-timeout", "3"])
     alert = run.wait_event("alert", lambda r: r.get("kind") == "hang", timeout=240)[0]
     assert alert["culprits"] == [1] and alert["waiting"] == [0, 2]
-    assert alert["message"].startswith("likely culprit: rank 1 is at step 4")
-    assert "ranks 0,2 wait" in alert["message"] and "at step 5" in alert["message"]
+    assert alert["message"].startswith("ranks 0,2 wait") and " at step 5 for rank 1, which is at step 4" in alert["message"]
     # The stacks agree: the waiting ranks sit in all_reduce, the culprit in its own code.
     dumps = {d["rank"]: d for d in run.wait_event("dump", lambda r: r["reason"] == "stall", timeout=120, count=3)}
     assert dumps[1]["where"].startswith("hang_here (hang.py:") and dumps[1]["collective"] is None
@@ -110,8 +114,13 @@ def test_demo_hang_names_the_culprit(headless):
     # peers' all_reduce before the culprit's own frame is known).
     final = run.wait_event("alert", lambda r: r.get("kind") == "hang" and "in all_reduce" in r["message"]
                            and "(in " in r["message"], timeout=120)[0]
-    assert "rank 1 is at step 4 (in hang_here (hang.py:" in final["message"]
+    assert final["message"].startswith("ranks 0,2 wait in all_reduce at step 5 for rank 1, which is at step 4 "
+                                       "(in hang_here (hang.py:"), final["message"]
     st = run.status()
     assert st["straggler"]["culprits"] == [1]
+    # one finding, updated in place (the status's own analysis agrees once the tick after a dump made it)
+    st = wait_for(lambda: (lambda st: st if [a["message"] for a in st["alerts"] if a["kind"] == "hang"]
+                           == [st["straggler"]["text"]] else None)(run.status()), 30, what="the finding in the status")
+    assert "(in hang_here (hang.py:" in st["straggler"]["text"]
     run.ctl("stop")
     run.wait_exit(60)

@@ -10,25 +10,35 @@ from mpwatch.contract import straggler
 
 
 # ------------------------------------------------------------------ is_stalled ----
-def test_never_connected_worker_is_never_stalled_for_silence():
-    assert not stall.is_stalled(1000.0, timeout=5, started=0.0, connected=False, last_report=None)
+def test_a_worker_that_has_not_reported_is_never_stalled():
+    assert not stall.is_stalled(1000.0, timeout=5, first_report=None, last_report=None)
 
 
-def test_connected_worker_without_report_is_judged_from_its_start():
-    assert not stall.is_stalled(4.0, timeout=5, started=0.0, connected=True, last_report=None)
-    assert stall.is_stalled(6.0, timeout=5, started=0.0, connected=True, last_report=None)
+def test_the_stall_clock_starts_at_the_first_report():
+    # 8 s of start-up, then a report: not stalled 3 s after it with a 5 s timeout
+    assert not stall.is_stalled(11.0, timeout=5, first_report=8.0, last_report=8.0)
+    assert stall.is_stalled(13.1, timeout=5, first_report=8.0, last_report=8.0)
 
 
 def test_stalled_after_timeout_since_last_report():
-    kw = dict(timeout=5, started=0.0, connected=True, last_report=10.0)
+    kw = dict(timeout=5, first_report=1.0, last_report=10.0)
     assert not stall.is_stalled(15.0, **kw)
     assert stall.is_stalled(15.1, **kw)
 
 
 def test_time_paused_does_not_count():
-    kw = dict(timeout=5, started=0.0, connected=True, last_report=10.0, resumed=100.0)
+    kw = dict(timeout=5, first_report=1.0, last_report=10.0, resumed=100.0)
     assert not stall.is_stalled(104.0, **kw)
     assert stall.is_stalled(106.0, **kw)
+
+
+def test_a_slow_start_is_a_worker_that_said_hello_and_has_not_reported_within_the_limit():
+    kw = dict(limit=600, started=0.0, first_report=None)
+    assert not stall.is_slow_start(599.0, connected=True, **kw)
+    assert stall.is_slow_start(601.0, connected=True, **kw)
+    assert not stall.is_slow_start(5000.0, connected=False, **kw)  # never imported mpwatch: nothing to wait for
+    assert not stall.is_slow_start(5000.0, limit=600, started=0.0, connected=True, first_report=3.0)
+    assert not stall.is_slow_start(650.0, connected=True, resumed=100.0, **kw)  # paused 100 s of it
 
 
 # -------------------------------------------------------------------- classify ----
@@ -82,14 +92,25 @@ def test_majority_of_reads_wins():
 
 
 # ------------------------------------------------------------------- straggler ----
-def W(rank, step, state="stalled", **stall_info):
-    return {"rank": rank, "step": step, "state": state, "stall": stall_info or None}
+def W(rank, step, state="stalled", paused_at=None, dist=True, **stall_info):
+    """A row of ranks that share a process group (dist), as a DDP job's say."""
+    return {"rank": rank, "step": step, "state": state, "stall": stall_info or None, "paused_at": paused_at,
+            "dist": dist}
+
+
+def test_independent_workers_wait_for_nobody():
+    # no process group said, no stack in a collective: a rank behind or paused is no culprit
+    s = straggler.analyze([W(0, 119, dist=False), W(1, 50, "running", dist=False), W(2, 4, "paused", dist=False)])
+    assert s["culprits"] == [] and s["text"] == "rank 0 stalled at step 119; ranks 1,2 are not stalled (leading step 119)"
+    # ...but a stalled rank's stack in a collective says they share one
+    s = straggler.analyze([W(0, 119, dist=False, collective="all_reduce"), W(1, 118, dist=False)])
+    assert s["culprits"] == [1]
 
 
 def test_rank_behind_while_others_wait_is_the_culprit():
     s = straggler.analyze([W(0, 119), W(1, 119), W(2, 118), W(3, 119)])
     assert s["culprits"] == [2] and s["waiting"] == [0, 1, 3]
-    assert s["text"] == "rank 2 is at step 118; ranks 0,1,3 wait at step 119"
+    assert s["text"] == "ranks 0,1,3 wait at step 119 for rank 2, which is at step 118"
     assert {x["rank"]: x["lag"] for x in s["lags"]} == {0: 0, 1: 0, 2: 1, 3: 0}
 
 
@@ -103,7 +124,21 @@ def test_same_step_culprit_found_from_stacks():
                            W(1, 5, where="load (t.py:9)"),
                            W(2, 5, collective="all_reduce", where="main (t.py:3)")])
     assert s["culprits"] == [1] and s["waiting"] == [0, 2]
-    assert s["text"] == "rank 1 is at step 5 (in load (t.py:9)); ranks 0,2 wait in all_reduce at step 5"
+    assert s["text"] == "ranks 0,2 wait in all_reduce at step 5 for rank 1, which is at step 5 (in load (t.py:9))"
+
+
+def test_a_paused_rank_is_named_as_the_cause_with_the_time_it_was_paused():
+    import time
+    at = time.mktime((2026, 1, 1, 17, 35, 20, 0, 0, -1))  # local time, as the finding says it
+    ws = [W(0, 84, collective="all_reduce"), W(1, 83, "paused", paused_at=at), W(2, 84, collective="all_reduce")]
+    s = straggler.analyze(ws)
+    assert s["culprits"] == [1] and s["waiting"] == [0, 2]
+    assert s["text"] == "ranks 0,2 wait in all_reduce at step 84 for rank 1, which was paused at 17:35:20 (p resumes)"
+    # paused after its report, before the collective: at the same step as its peers, still the cause
+    ws[1]["step"] = 84
+    assert straggler.analyze(ws)["culprits"] == [1]
+    # before its peers stall there is no finding, only lags
+    assert straggler.analyze([W(0, 84, "running"), W(1, 83, "paused", paused_at=at)])["text"] is None
 
 
 def test_no_culprit_when_nothing_tells_them_apart():
@@ -162,3 +197,17 @@ def test_flight_not_joined_names_missing_ranks(tmp_path):
     assert flight.read_trace(path) == traces[0]
     path.write_bytes(pickle.dumps(range(3)))  # names a class: refused, never built
     assert flight.read_trace(path) is None
+
+
+# ------------------------------------------------------------------ steps/s ----
+def test_steps_per_second_of_a_silent_worker_decays_toward_zero():
+    from mpwatch.supervisor.workers.worker import Attempt
+
+    a = Attempt(None, 1)
+    for i in range(33):  # 25 steps/s, a batch every 0.25 s, for 8 s
+        a.rate.append((100.0 + 0.25 * i, 6 * i + (i // 4)))
+    fresh = a.steps_per_second(108.1)
+    assert fresh == a.steps_per_second() and 24 < fresh < 26
+    later = [a.steps_per_second(t) for t in (110.0, 120.0, 138.0, 400.0)]
+    assert later == sorted(later, reverse=True) and later[0] < fresh
+    assert later[2] < 6.0 and later[3] < 0.7  # 30 s silent: a fifth of it; minutes: nearly 0

@@ -136,10 +136,75 @@ def test_a_worker_row_has_every_key_of_the_schema_and_no_other(proc, log):
     (0, None, [], (State.EXITED, 0, None, "exit 0")),
     (3, None, ["Traceback (most recent call last):", '  File "x.py", line 1', "ValueError: bad"],
      (State.FAILED, 3, None, "exit 3: ValueError: bad")),
-    (-9, None, [], (State.FAILED, None, "SIGKILL", "signal SIGKILL")),
-    (-15, "kill", [], (State.KILLED, None, "SIGTERM", "kill by mpwatch (SIGTERM)")),
-    (0, "stop", [], (State.KILLED, 0, None, "stop by mpwatch (exit 0)")),
+    (-9, None, [], (State.FAILED, None, "SIGKILL", "signal SIGKILL: sent from outside mpwatch (a user, a scheduler, "
+                                                   "or the kernel's out-of-memory killer)")),
+    (-11, None, ["step 3", "--- mpwatch: rank 0 restarted at 17:35:20 ---"], (State.FAILED, None, "SIGSEGV",
+                                                                               "signal SIGSEGV")),
+    (-15, "kill", [], (State.KILLED, None, "SIGTERM", "killed on request (SIGTERM)")),
+    (0, "stop", [], (State.KILLED, 0, None, "stopped with the run (exit 0)")),
     (-200, None, [], (State.FAILED, None, "signal 200", "signal 200")),  # no name: "signal" said once
 ])
 def test_exit_verdicts(rc, reason, tail, want):
     assert tuple(exits.judge(rc, reason, tail)) == want
+
+
+def test_the_loss_tail_is_the_whole_run_smoothed(proc, log):
+    # 31 losses with a tail of 32: every one (it once got only the last); 1000: the run in at most
+    # 32 means of its stretches, oldest first, and a narrower tail merges neighbours
+    w = worker_in(State.RUNNING, proc, log)
+    for x in range(31):
+        w.reports.trend.add(float(x))
+    assert worker_status(w, 0.0, TAIL, None)["loss_tail"] == [float(x) for x in range(31)]
+    for x in range(31, 1000):
+        w.reports.trend.add(float(x))
+    tail = worker_status(w, 0.0, TAIL, None)["loss_tail"]
+    assert len(tail) <= TAIL and tail == sorted(tail) and tail[0] < 40 and tail[-1] > 960
+    assert len(worker_status(w, 0.0, 8, None)["loss_tail"]) <= 8
+    w.reports.trend.add(float("nan"))  # a NaN loss is shown as such in LOSS, never averaged into the trend
+    assert all(x == x for x in worker_status(w, 0.0, TAIL, None)["loss_tail"])
+
+
+def test_a_syntax_errors_cause_says_its_file_and_line():
+    tail = ['  File "/home/ana/train.py", line 12', "    def f(:", "          ^", "SyntaxError: invalid syntax"]
+    assert exits.judge(1, None, tail).cause == "exit 1: SyntaxError: invalid syntax (train.py:12)"
+    tail = ["Traceback (most recent call last):", '  File "/x/main.py", line 3, in <module>', "    import m",
+            '  File "/x/m.py", line 7', "    if x", "        ^", "IndentationError: expected an indented block"]
+    assert exits.judge(1, None, tail).cause == "exit 1: IndentationError: expected an indented block (m.py:7)"
+
+
+def test_a_cause_never_quotes_mpwatchs_own_markers():
+    # After a resize, a rank that wrote nothing of its own before it ended: the marker is no cause,
+    # nor is the last attempt's error before it.
+    tail = ["ValueError: the last attempt's", "", "--- mpwatch: rank 0 resized at 17:35:20 ---"]
+    assert exits.judge(75, None, tail).cause == "exit 75"
+    assert exits.judge(1, None, tail + ["OSError: mine"]).cause == "exit 1: OSError: mine"
+
+
+def test_a_rank_whose_peer_ended_first_says_its_collectives_failed():
+    gloo = ("[rank1]: RuntimeError: [/__w/pytorch/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:545] Read "
+            "error [127.0.0.1]:46721: Connection reset by peer. This is typically caused by a remote worker hanging "
+            "or bugs in the application. Check the logs of the remote worker before reporting an error. GLHF!")
+    peer = exits.PeerEnd(2, "was killed", 1.5)
+    end = exits.judge(1, None, ["Traceback (most recent call last):", gloo], peer, dist=True)
+    assert end.cause == ("exit 1: its collectives failed after rank 2 was killed "
+                         "(RuntimeError: Read error [127.0.0.1]:46721: Connection reset by peer)")
+    # no process group, an error of its own, or a peer that ended long before: its own cause
+    assert exits.judge(1, None, [gloo], peer, dist=False).cause.startswith("exit 1: RuntimeError: Read error")
+    assert exits.judge(1, None, ["ValueError: bad"], peer, dist=True).cause == "exit 1: ValueError: bad"
+    late = exits.PeerEnd(2, "was killed", 3600.0)
+    assert exits.judge(1, None, [gloo], late, dist=True).cause.startswith("exit 1: RuntimeError: Read error")
+    assert exits.ended_how(State.KILLED, "kill", "SIGTERM") == "was killed"
+    assert exits.ended_how(State.FAILED, None, "SIGSEGV") == "died of SIGSEGV"
+
+
+def test_nccls_watchdog_line_is_said_in_words():
+    # torch's ProcessGroupNCCL watchdog, as it writes it before it aborts the process
+    tail = ["[rank1]:[E1203 17:45:20.1 ProcessGroupNCCL.cpp:685] [Rank 1] Watchdog caught collective operation "
+            "timeout: WorkNCCL(SeqNum=5, OpType=ALLREDUCE, NumelIn=1, NumelOut=1, Timeout(ms)=600000) ran for "
+            "600027 milliseconds before timing out.",
+            "terminate called after throwing an instance of 'c10::DistBackendError'",
+            "Fatal Python error: Aborted"]
+    assert exits.judge(-6, None, tail).cause == "signal SIGABRT: NCCL timeout in ALLREDUCE #5 after 600 s"
+    peer = exits.PeerEnd(0, "died of SIGKILL", 601.0)
+    assert exits.judge(-6, None, tail, peer, dist=True).cause == (
+        "signal SIGABRT: its collectives failed after rank 0 died of SIGKILL (NCCL timeout in ALLREDUCE #5 after 600 s)")

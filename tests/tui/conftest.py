@@ -36,14 +36,25 @@ def said(app, fragment: str) -> bool:
     return any(fragment in text for text, _ in app.messages)
 
 
+@pytest.fixture(autouse=True)
+def utc(monkeypatch):
+    """Wall-clock times in the screens ("paused at 00:00:08") read the same on every machine:
+    the recordings' times are shifted to 2026-01-01 UTC (tests/record.py)."""
+    monkeypatch.setenv("TZ", "UTC")
+    time.tzset()
+    yield
+    monkeypatch.undo()
+    time.tzset()
+
+
 @pytest.fixture
 def tui(headless):
     """tui(n=2, env={...}, opts=[...]) -> async context manager yielding (app, pilot, run)."""
 
     @contextlib.asynccontextmanager
-    async def make(n=2, env=None, opts=(), size=(120, 40), wait_running=True):
+    async def make(n=2, env=None, opts=(), size=(120, 40), wait_running=True, script=WORKER, args=()):
         full_env = dict(os.environ, **(env or {}))
-        run = headless(WORKER, n=n, opts=opts, env=full_env)
+        run = headless(script, *args, n=n, opts=opts, env=full_env)
         client = Client.connect(str(run.run_dir))
         app = MpwatchApp(client, run.run_dir, glyphs=glyphs.UNICODE, notices=False)
         try:

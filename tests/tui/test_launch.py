@@ -11,17 +11,17 @@ from tests.helpers import FIXTURES, mpwatch
 
 def test_supervisor_gets_the_same_options():
     ns = cli.run_parser().parse_args(["-n", "3", "--max-restarts", "2", "--stall-timeout", "7.5", "--grace", "0",
-                                      "--resize-mode", "independent", "--gpu-interval", "2", "train.py",
-                                      "--lr", "0.1"])
+                                      "--startup-timeout", "90", "--resize-mode", "independent",
+                                      "--gpu-interval", "2", "train.py", "--lr", "0.1"])
     opts = Options(script=ns.script, args=list(ns.args), nprocs=ns.nprocs, max_restarts=ns.max_restarts,
-                   stall_timeout=ns.stall_timeout, grace=ns.grace, resize_mode=ns.resize_mode,
-                   gpu_interval=ns.gpu_interval)
+                   stall_timeout=ns.stall_timeout, startup_timeout=ns.startup_timeout, grace=ns.grace,
+                   resize_mode=ns.resize_mode, gpu_interval=ns.gpu_interval)
     argv = supervisor_argv(ns, opts, "RID", Path("/tmp/rd"))
     assert argv[1:3] == ["-m", "mpwatch"]
     back = cli.run_parser().parse_args(argv[3:])
     assert back.supervise_only and back.headless and back.run_id == "RID" and back.run_dir == "/tmp/rd"
-    assert (back.nprocs, back.max_restarts, back.stall_timeout, back.grace, back.resize_mode,
-            back.gpu_interval) == (3, 2, 7.5, 0.0, "independent", 2.0)
+    assert (back.nprocs, back.max_restarts, back.stall_timeout, back.startup_timeout, back.grace, back.resize_mode,
+            back.gpu_interval) == (3, 2, 7.5, 90.0, 0.0, "independent", 2.0)
     assert back.script == "train.py" and back.args == ["--lr", "0.1"]
 
 

@@ -1,7 +1,8 @@
 """SVG snapshots of the screens at 80x24 and 160x48, fed statuses recorded from real runs
 (tests/data/statuses, made by `python -m tests.record`): the main screen and the GPU screen
-with 2 and with 8 GPUs, every worker state, the detail view with a stalled worker's stacks,
-the quit dialog, and the ASCII fallback. After re-recording or a change of the screens:
+with 2 and with 8 GPUs, every worker state, a paused rank named as the cause of its peers'
+stall, a slow start, the detail view with a stalled worker's stacks, the restart dialog of a
+rank in a process group, the quit dialog, and the ASCII fallback. After re-recording or a change of the screens:
 pytest tests/tui/test_snapshots.py --snapshot-update, then look at every one of them."""
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import pytest
 
 from mpwatch.tui.render import glyphs
 from mpwatch.tui.app import MpwatchApp
+from mpwatch.tui.screens.confirm import ChoiceDialog
 from mpwatch.tui.screens.detail import DetailScreen
 from mpwatch.tui.screens.gpu import GpuScreen
 from tests.tui.conftest import until
@@ -48,8 +50,14 @@ async def quit_dialog(pilot):
     await pilot.press("q")
 
 
+async def restart_dialog(pilot):
+    await first_snapshot(pilot)
+    await pilot.press("down", "r")  # rank 1 of three in one process group
+    await until(pilot, lambda: isinstance(pilot.app.screen, ChoiceDialog), what="the restart dialog")
+
+
 @size_id
-@pytest.mark.parametrize("name", ["gpu2", "gpu8", "states"])
+@pytest.mark.parametrize("name", ["gpu2", "gpu8", "states", "paused", "slow", "container", "mnist"])
 def test_main_screen(snap_compare, tmp_path, size, name):
     assert snap_compare(recorded_app(name, tmp_path), terminal_size=size, run_before=first_snapshot)
 
@@ -65,6 +73,12 @@ def test_detail_view_of_a_stalled_worker(snap_compare, tmp_path, size):
     assert snap_compare(recorded_app("states", tmp_path), terminal_size=size, run_before=stalled_detail)
 
 
+@size_id
+def test_restart_dialog_of_a_rank_in_a_process_group(snap_compare, tmp_path, size):
+    """The warning before the choice: rank 1 shares a process group; restart all, or only it."""
+    assert snap_compare(recorded_app("ddp", tmp_path), terminal_size=size, run_before=restart_dialog)
+
+
 def test_quit_dialog(snap_compare, tmp_path):
     assert snap_compare(recorded_app("gpu2", tmp_path), terminal_size=(80, 24), run_before=quit_dialog)
 
@@ -73,3 +87,14 @@ def test_main_screen_ascii(snap_compare, tmp_path):
     """A non-UTF-8 locale: the same screen with ASCII states, sparklines and bars."""
     assert snap_compare(recorded_app("gpu2", tmp_path, glyphs.ASCII), terminal_size=(80, 24),
                         run_before=first_snapshot)
+
+
+@pytest.mark.parametrize(("name", "keys"), [("gpu2", ()), ("gpu2", ("q",)), ("ddp", ("down", "r"))],
+                         ids=["main", "quit", "restart"])
+def test_a_60x15_terminal_keeps_help_quit_and_whole_dialogs(snap_compare, tmp_path, name, keys):
+    """Issue 20: at 60x15 the footer keeps `? Help q Quit`, the table its rows, dialogs their text."""
+    async def before(pilot):
+        await first_snapshot(pilot)
+        await pilot.press(*keys)
+        await pilot.pause()
+    assert snap_compare(recorded_app(name, tmp_path), terminal_size=(60, 15), run_before=before)

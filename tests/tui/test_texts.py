@@ -111,3 +111,13 @@ def test_recorded_statuses_have_every_key_of_the_schema_and_no_other(name):
     problems: list[str] = []
     _conforms(recording(name)["status"], status.Status, "status", problems)
     assert problems == []
+
+
+def test_ranks_that_end_together_are_one_notice_and_a_cause_is_not_said_twice():
+    from mpwatch.text import eventtext
+    exits = [e for e in recording("states")["events"] if e["event"] == "worker_exited"]
+    text, sev = eventtext.exits_notice(exits[:2])
+    assert (text, sev) == ("ranks 3,4 failed (their causes in the table)", "error")
+    # a failure whose cause holds its own words adds no raw stderr line under it
+    note, _ = eventtext.notice(exits[0])
+    assert note == "rank 3 failed: exit 1: RuntimeError: CUDA error: an illegal memory access was encountered"

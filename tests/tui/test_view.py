@@ -43,9 +43,11 @@ def test_ascii_glyphs_are_ascii_and_tell_shapes_apart():
         assert len(set(group.values())) == len(group)
 
 
-def test_sparkline_scales_and_keeps_the_tail():
+def test_sparkline_scales_and_shows_the_whole_series():
     assert bars.sparkline([1, 2, 3, 4], 8, "abcd") == "abcd"
-    assert bars.sparkline(range(100), 5, "ab") == "aaabb"  # only the last 5: 95..99
+    assert bars.sparkline(range(1, 101), 5, "abcde") == "abcde"  # 100 values in 5 cells: each their mean
+    assert bars.sparkline([1, 10, 100, 1000], 4, "abcd") == "abcd"  # a span of 10x or more: a log scale
+    assert bars.sparkline([5, 6, 7, 8, 9, 10, 11, 12], 4, "ab") == "aabb"  # linear within a factor of 10
     assert bars.sparkline([2.0, 2.0], 4, "abc") == "bb"
     assert bars.sparkline([], 4, "ab") == ""
     assert bars.sparkline([float("nan"), 1.0, float("inf"), 3.0], 4, "ab") == "ab"
@@ -257,3 +259,14 @@ def test_a_small_loss_fits_its_column_at_80():
     at = [c.key for c in cols].index("loss")
     cell = view.worker_cells(w, cols, G, folded=False)[at]
     assert cell == "0.000326" and len(cell) <= cols[at].width
+
+
+def test_a_noisy_falling_loss_reads_falling():
+    """Issue 20: mnist's loss (2.3 down to hundredths, noisy batch to batch) in the TREND of a
+    real run's status: the supervisor smooths the run's loss, the sparkline goes down."""
+    for w in status("mnist")["workers"]:
+        for width in (8, 10):
+            s = bars.sparkline(w["loss_tail"], width, glyphs.UNICODE.spark)
+            levels = [glyphs.UNICODE.spark.index(c) for c in s]
+            assert levels[0] == 7 and levels[-1] <= 1, s
+            assert sum(max(0, b - a) for a, b in zip(levels, levels[1:])) <= 1, s  # at most one small rise

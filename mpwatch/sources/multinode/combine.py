@@ -160,39 +160,29 @@ def _where(rs: Sequence[int], node_of: dict[int, int]) -> str:
     return f"node {nodes[0]}" if len(nodes) == 1 else "nodes " + ",".join(map(str, nodes))
 
 
-def culprit_text(s: Straggler, workers: Sequence[WorkerStatus]) -> str | None:
-    """'rank 13 on node 1 is at step 118; the 15 others wait in all_reduce at step 119'."""
-    if not s["culprits"]:
-        return s["text"]
-    by_rank = {w["rank"]: w for w in workers}
+def analyze(workers: Sequence[WorkerStatus]) -> Straggler | None:
+    """contract.straggler's analysis with each rank's node named, and the waiting ranks as
+    'the 15 others' when every other rank waits: 'the 15 others wait in all_reduce at step 119
+    for rank 13 on node 1, which is at step 118'."""
     node_of = {w["rank"]: w.get("node", 0) for w in workers}
-    step = {lag["rank"]: lag["step"] for lag in s["lags"]}
-    parts = []
-    for st in sorted({step[r] for r in s["culprits"]}):
-        rs = [r for r in s["culprits"] if step[r] == st]
-        stall = by_rank[rs[0]]["stall"]
-        where = stall.get("where") if stall is not None and len(rs) == 1 else None
-        verb = "is" if len(rs) == 1 else "are"
-        parts.append(f"{_ranks(rs)} on {_where(rs, node_of)} {verb} at step {st}" + (f" (in {where})" if where else ""))
-    waiting = s["waiting"]
-    colls = sorted({str(c) for r in waiting if (si := by_rank[r]["stall"]) is not None and (c := si.get("collective"))})
-    wsteps = sorted({step[r] for r in waiting})
-    at = f"step {wsteps[0]}" if len(wsteps) == 1 else f"steps {wsteps[0]}..{wsteps[-1]}"
-    others = len(by_rank) - len(s["culprits"])
-    who = (f"the {len(waiting)} others" if len(waiting) == others and others > 1
-           else f"{_ranks(waiting)} on {_where(waiting, node_of)}")
-    verb = "waits" if len(waiting) == 1 and who.startswith("rank ") else "wait"
-    return "; ".join(parts) + f"; {who} {verb}" + (f" in {colls[0]}" if len(colls) == 1 else "") + f" at {at}"
+    def label(rs: Sequence[int]) -> str:
+        return f"{_ranks(rs)} on {_where(rs, node_of)}"
+    s = straggler.analyze(workers, label)
+    if s is None or not s["culprits"] or s["text"] is None:
+        return s
+    waiting, others = s["waiting"], len(workers) - len(s["culprits"])
+    if len(waiting) == others and others > 1 and s["text"].startswith(label(waiting)):
+        s["text"] = f"the {others} others" + s["text"][len(label(waiting)):]
+    return s
 
 
 def hang(workers: Sequence[WorkerStatus]) -> tuple[Straggler | None, RunAlert | None]:
     """The merged straggler analysis, over the ranks of the nodes that can be reached (an
     unreachable node's rows are old: never evidence of a hang), and its alert."""
     live = [w for w in workers if "node_error" not in w]
-    s = straggler.analyze(live)
+    s = analyze(live)
     if s is None:
         return None, None
-    s["text"] = culprit_text(s, live)
     if not s["culprits"] or s["text"] is None:
         return s, None
     return s, RunAlert(ts=time.time(), kind="hang", message=s["text"], rank=s["culprits"][0],

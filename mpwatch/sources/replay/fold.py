@@ -30,6 +30,8 @@ class RankFold:
     signal: str | None = None
     cause: str | None = None
     stall: StallInfo | None = None
+    slow_start: StallInfo | None = None  # this attempt's slow start (shown until its first report)
+    paused_at: float | None = None  # wall clock of the pause in force
     last_dump: str | None = None
     bad_frames: int = 0
     unkillable: list[dict[str, Any]] | None = None
@@ -89,7 +91,7 @@ def _rank_event(run: RunFold, k: RankFold, e: EventFields, restarting: bool, run
     if name == Event.WORKER_STARTED:
         k.pid, k.state, k.started = as_int(e.get("pid")), State.STARTING, e["ts"]
         k.exit_code = k.signal = k.cause = None
-        k.stall, k.unkillable = None, None
+        k.stall, k.slow_start, k.unkillable = None, None, None
         k.world = as_int(e.get("world_size")) or k.world
         run.world = k.world or run.world
     elif name == Event.WORKER_EXITED:
@@ -102,10 +104,17 @@ def _rank_event(run: RunFold, k: RankFold, e: EventFields, restarting: bool, run
         silent = as_float(e.get("silent_for")) or 0.0
         k.stall = StallInfo(since=e["ts"] - silent, step=as_int(e.get("step")), kind=as_str(e.get("kind")) or "",
                             detail=as_str(e.get("detail")), wchan=as_str(e.get("wchan")))
+    elif name == Event.SLOW_START:
+        k.slow_start = StallInfo(since=k.started if k.started is not None else e["ts"], step=None,
+                                 kind=as_str(e.get("kind")) or "", detail=as_str(e.get("detail")),
+                                 wchan=as_str(e.get("wchan")))
+        limit = as_float(e.get("limit"))
+        if limit is not None:
+            k.slow_start["limit"] = limit
     elif name in (Event.RECOVERED, Event.RESUMED):
-        k.state, k.stall = State.RUNNING, None
+        k.state, k.stall, k.paused_at = State.RUNNING, None, None
     elif name == Event.PAUSED:
-        k.state = State.PAUSED
+        k.state, k.paused_at = State.PAUSED, e["ts"]
     elif name == Event.RESTARTED:
         k.restarts += 1
         run.restarts += 1
@@ -113,11 +122,13 @@ def _rank_event(run: RunFold, k: RankFold, e: EventFields, restarting: bool, run
         path = as_str(e.get("path"))
         if path:
             k.last_dump = str(run_dir / path)
-        if e.get("reason") == "stall" and k.state == State.STALLED and k.stall is not None:
-            k.stall["where"], k.stall["innermost"] = as_str(e.get("where")), as_str(e.get("innermost"))
-            k.stall["collective"] = as_str(e.get("collective"))
+        info = k.stall if e.get("reason") == "stall" and k.state == State.STALLED else \
+            k.slow_start if e.get("reason") == "slow start" else None
+        if info is not None:
+            info["where"], info["innermost"] = as_str(e.get("where")), as_str(e.get("innermost"))
+            info["collective"] = as_str(e.get("collective"))
             if path:
-                k.stall["dump"] = path
+                info["dump"] = path
     elif name == Event.BAD_FRAME:
         k.bad_frames = as_int(e.get("count")) or k.bad_frames + 1
 
@@ -135,18 +146,38 @@ def _run_event(run: RunFold, e: EventFields) -> None:
             for r in [r for r in run.ranks if r >= to]:
                 del run.ranks[r]
     elif name == Event.ALERT:
-        a = RunAlert(ts=e["ts"], kind=as_str(e.get("kind")) or "?", message=as_str(e.get("message")) or "",
-                     rank=e["rank"])
-        culprits, waiting = e.get("culprits"), e.get("waiting")
-        if isinstance(culprits, list):
-            a["culprits"] = [x for x in culprits if isinstance(x, int)]
-        if isinstance(waiting, list):
-            a["waiting"] = [x for x in waiting if isinstance(x, int)]
-        run.alerts = (run.alerts + [a])[-ALERTS_KEPT:]
-        if a["kind"] == "hang":
-            run.hang = e
+        _alert(run, e)
     elif name == Event.GPU_ALERT:
         _gpu_alert(run, e)
+
+
+def _alert(run: RunFold, e: EventFields) -> None:
+    """A run alert as the supervisor kept it (supervisor.eventlog): one of a standing key
+    replaces it in place; an `ended` one takes it away."""
+    key = as_str(e.get("key"))
+    at = next((i for i, a in enumerate(run.alerts) if key is not None and a.get("key") == key), None)
+    if e.get("ended"):
+        if at is not None:
+            del run.alerts[at]
+        if key is not None and run.hang is not None and run.hang.get("key") == key:
+            run.hang = None
+        return
+    a = RunAlert(ts=e["ts"], kind=as_str(e.get("kind")) or "?", message=as_str(e.get("message")) or "",
+                 rank=e["rank"])
+    if key is not None:
+        a["key"] = key
+    culprits, waiting = e.get("culprits"), e.get("waiting")
+    if isinstance(culprits, list):
+        a["culprits"] = [x for x in culprits if isinstance(x, int)]
+    if isinstance(waiting, list):
+        a["waiting"] = [x for x in waiting if isinstance(x, int)]
+    if at is None:
+        run.alerts = (run.alerts + [a])[-ALERTS_KEPT:]
+    else:
+        a["ts"] = run.alerts[at]["ts"]
+        run.alerts[at] = a
+    if a["kind"] == "hang":
+        run.hang = e
 
 
 def _gpu_alert(run: RunFold, e: EventFields) -> None:

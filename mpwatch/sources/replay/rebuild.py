@@ -78,16 +78,24 @@ def worker_row(k: RankFold, reps: list[ReportRow], t: float, tail: int, gpu: Wor
         loss_tail=losses[-tail:] if tail else [], world_size=k.world or 0,
         uptime=round(t - k.started, 1) if k.started is not None and alive else None,
         stall=k.stall.copy() if k.stall is not None and state == State.STALLED else None,
+        paused_at=k.paused_at if state == State.PAUSED else None,
+        slow_start=k.slow_start.copy() if k.slow_start is not None and not heard and alive else None,
         last_dump=k.last_dump, unkillable=k.unkillable, foreign_groups=[], children=[],
         gpu=gpu if alive else None)
 
 
 def _rate(reps: list[ReportRow], t: float, started: float | None) -> float | None:
+    """Steps/s over the window up to t; a rank silent past its usual gap decays toward 0
+    (the supervisor's rule, supervisor.workers.worker's steps_per_second)."""
     since = max(t - RATE_WINDOW_S, started or 0.0)
     pts = [r for r in reps if r.ts >= since and r.step is not None]
+    if not pts and t - since >= RATE_WINDOW_S and any(r.step is not None and r.ts >= (started or 0.0) for r in reps):
+        return 0.0  # it stepped in this attempt, and not once in the whole window
     if len(pts) < 2 or pts[-1].ts <= pts[0].ts:
         return None
-    return max(0.0, ((pts[-1].step or 0) - (pts[0].step or 0)) / (pts[-1].ts - pts[0].ts))
+    t0, t1 = pts[0].ts, pts[-1].ts
+    end = max(t1, t - (t1 - t0) / (len(pts) - 1))
+    return max(0.0, ((pts[-1].step or 0) - (pts[0].step or 0)) / (end - t0))
 
 
 # -------------------------------------------------------------------- GPUs ----
@@ -143,7 +151,9 @@ def gpus_at(gpu: GpuFile, t: float, facts: RunFacts, run: RunFold) -> tuple[list
                                                                            str | None]:
     """The GPU views, each rank's GPU, and the GPU status line, at t."""
     if not gpu.present:
-        return [], {}, facts.gpu_status or f"no GPU data recorded (no {layout.GPU_JSONL} in the run directory)"
+        if facts.gpu_status:  # the run's own words, of the machine it ran on
+            return [], {}, f"no GPU data recorded ({facts.gpu_status})"
+        return [], {}, f"no GPU data recorded (no {layout.GPU_JSONL} in the run directory)"
     i = gpu.at(t)
     tick = gpu.tick(i) if i >= 0 else None
     if tick is None or t - tick["ts"] > TICK_STALE_S:

@@ -48,6 +48,8 @@ def _facts(rd: reader.RunDir, first: EventFields | None) -> RunFacts:
 
     options = RunOptions(max_restarts=int(num("max_restarts", 0)), stall_timeout=num("stall_timeout", 60.0),
                          grace=num("grace", 10.0), resize_mode=str(opts.get("resize_mode", "restart")))
+    if isinstance(opts.get("startup_timeout"), (int, float)):
+        options["startup_timeout"] = num("startup_timeout", 600.0)
     names: dict[int, dict[str, Any]] = {}
     for g in final["gpus"] if final is not None else []:
         names[g["index"]] = {"name": g.get("name"), "uuid": g.get("uuid"), "mem_total": g.get("mem_total")}

@@ -19,7 +19,7 @@ from mpwatch.supervisor import errors
 from mpwatch.supervisor.diagnose import flight
 from mpwatch.supervisor.eventlog import EventLog
 from mpwatch.supervisor.workers.worker import Worker
-from mpwatch.text.stackfmt import DumpSummary, summarize
+from mpwatch.text.stackfmt import DumpSummary, native_collective, summarize
 
 
 class Dumper:
@@ -73,13 +73,30 @@ class Dumper:
         rel = str(path.relative_to(self.store.dir))
         with self.lock:
             w.last_dump = str(path)
-            stall = w.attempt.stall
-            if w.pid == pid and w.state is State.STALLED and stall is not None:
-                stall["where"], stall["innermost"] = where.get("where"), where.get("innermost")
-                stall["collective"], stall["dump"] = where.get("collective"), rel
+            a = w.attempt
+            # Where a stalled worker (or a slow start) is stuck, for the status and the culprit.
+            info = a.stall if w.state is State.STALLED else a.slow_start if reason == "slow start" else None
+            if w.pid == pid and info is not None:
+                info["where"], info["innermost"] = where.get("where"), where.get("innermost")
+                info["collective"], info["dump"] = where.get("collective"), rel
         self.log.event(Event.DUMP, w.rank, path=rel, pid=pid, pids=pids, reason=reason, notes=notes,
                        where=where.get("where"), innermost=where.get("innermost"),
                        collective=where.get("collective"), native=native)
         if native:  # announced first: py-spy takes seconds on a process with torch loaded
             stacks.add_native(path, pids)
+            self._native_collective(w, pid, path)
         return path
+
+    def _native_collective(self, w: Worker, pid: int, path: Path) -> None:
+        """The native stack may name the collective the Python stack could not (DDP's
+        all-reduce inside backward()): the stall learns it, and the culprit finding with it."""
+        if w.attempt.stall is None or w.attempt.stall.get("collective"):
+            return
+        try:
+            coll = native_collective(path.read_text(errors="replace"), pid)
+        except OSError:
+            return
+        with self.lock:
+            stall = w.attempt.stall
+            if coll is not None and w.pid == pid and w.state is State.STALLED and stall is not None:
+                stall["collective"] = coll

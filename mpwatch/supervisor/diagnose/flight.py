@@ -14,7 +14,11 @@ With the switch on, each worker gets (unless the user set them already):
   rank is appended -> rank-N/nccl_trace_rank_N (a pickle).
 - TORCH_NCCL_DEBUG_INFO_PIPE_FILE: each rank creates the FIFO <prefix><rank>.pipe; a
   write to it asks for a dump on demand. mpwatch writes it on every stack dump.
-From the dumps, `not_joined` names the ranks that did not reach the last collective.
+- TORCH_NCCL_ASYNC_ERROR_HANDLING=3 (not torchrun's 1): 1 aborts a rank before its dump is
+  written (pytorch#121055, PR #137375); torchtitan sets 3 whenever the recorder is on.
+From the dumps, torch's own analyzer (torch.distributed.flight_recorder, the torchfrtrace
+command), else `not_joined`, names the ranks that did not join the last collective
+(supervisor.diagnose.flight_join joins that to the hang finding).
 """
 from __future__ import annotations
 
@@ -28,6 +32,12 @@ from typing import Any
 BUFFER = "2000"
 TRACE_PREFIX = "nccl_trace_rank_"
 PIPE_PREFIX = "nccl_pipe_"
+
+
+def async_error_handling(on: bool) -> str:
+    """TORCH_NCCL_ASYNC_ERROR_HANDLING for the workers (unless the user set it): 3 with the
+    recorder on (its dumps survive an abort), else torchrun's 1."""
+    return "3" if on else "1"
 
 
 def worker_vars(rank_dir: Path) -> dict[str, str]:

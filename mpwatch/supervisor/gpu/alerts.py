@@ -189,13 +189,15 @@ def idle(view: GpuView, kind: IdleKind | None, since: float | None, now: float, 
 
 
 def evaluate(view: GpuView, forced: bool, growth: Mapping[int, float], rate: float | None,
-             idle_alert: GpuAlert | None, cfg: AlertConfig) -> list[GpuAlert]:
-    """Every standing alert about one GPU (the idle one decided with its clock, above)."""
+             idle_alert: GpuAlert | None, cfg: AlertConfig, pids_hidden: bool = False) -> list[GpuAlert]:
+    """Every standing alert about one GPU (the idle one decided with its clock, above). With
+    `pids_hidden` (a container: NVML's pids are the host's) nobody is called an outsider."""
     out: list[GpuAlert] = []
     c = contention(view, forced)
     if c:
         out.append(c)
-    out.extend(outsiders(view, cfg))
+    if not pids_hidden:
+        out.extend(outsiders(view, cfg))
     m = memory_high(view, growth, rate, cfg)
     if m:
         out.append(m)

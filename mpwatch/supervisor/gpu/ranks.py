@@ -52,6 +52,20 @@ def held(views: Sequence[GpuView]) -> dict[int, dict[int, int]]:
     return out
 
 
+HIDDEN_PIDS = "GPU pids not visible from this container: ranks placed by their CUDA view"
+
+
+def pids_hidden(views: Sequence[GpuView], infos: Sequence[RankInfo]) -> bool:
+    """NVML lists processes on the GPUs, none of them ours, while the ranks' own CUDA views
+    say they hold memory: NVML speaks of the host's pids, and this supervisor runs in a PID
+    namespace (a container) where none of them is a rank. Its memory per process tells
+    nothing then: not ours, not outsiders'."""
+    listed = any(v["processes"] for v in views)
+    ours = any(owner(p) is not None for v in views for p in v["processes"])
+    holding = any(i.cuda is not None and i.cuda["reserved"] > 0 for i in infos)
+    return listed and holding and not ours
+
+
 def place(infos: Sequence[RankInfo], holdings: Mapping[int, Mapping[int, int]],
           uuid_index: Mapping[str, int], uuids: Mapping[int, str | None]) -> dict[int, Placement]:
     """{rank: its own GPU}; ranks neither named by UUID nor seen on a GPU are left out."""

@@ -52,9 +52,11 @@ class AlertTracker:
         self._announced: dict[str, float] = {}  # key -> when its event was last emitted
 
     def decide(self, views: list[GpuView], alive: list[RankInfo], wgpus: Mapping[int, WorkerGpu],
-               visible: set[int] | None, with_procs: bool, now: float) -> list[GpuAlert]:
+               visible: set[int] | None, with_procs: bool, now: float, pids_hidden: bool = False) -> list[GpuAlert]:
         """Fill each view's alerts; returns the rank alerts that name no GPU. `visible`: the
-        GPUs the workers may use (None: all); with_procs: the process lists are new."""
+        GPUs the workers may use (None: all); with_procs: the process lists are new;
+        pids_hidden: NVML's pids are not this namespace's (supervisor.gpu.ranks.pids_hidden),
+        so no process on a GPU can be called an outsider."""
         cfg, window = self.cfg, self.cfg.growth_window_s
         by_index = {v["index"]: v for v in views}
         running = {i.rank for i in alive if i.running}
@@ -75,14 +77,9 @@ class AlertTracker:
                     _trimmed(hist.setdefault(r, deque()), (now, mem), window)
             growth = {r: s for r, d in self._rank_mem.get(g, {}).items() if (s := alerts.slope(d, 1.0)) is not None}
             kind = alerts.idle_kind(v, running, busy, visible is None or g in visible, cfg)
-            prev = self._idle.get(g)
-            since = prev[1] if prev is not None and prev[0] == kind else now
-            if kind is None:
-                self._idle.pop(g, None)
-            else:
-                self._idle[g] = (kind, since)
+            since = self._idle_since(g, kind, now)
             idle = alerts.idle(v, kind, since, now, busy, cfg)
-            v["alerts"] = alerts.evaluate(v, len(alive) > n_gpus, growth, rate, idle, cfg)
+            v["alerts"] = alerts.evaluate(v, len(alive) > n_gpus, growth, rate, idle, cfg, pids_hidden)
         loose: list[GpuAlert] = []
         for i in alive:
             wg = wgpus.get(i.rank)
@@ -101,6 +98,16 @@ class AlertTracker:
                 target = by_index.get(a["gpu"]) if a["gpu"] is not None else None
                 (target["alerts"] if target is not None else loose).append(a)
         return loose
+
+    def _idle_since(self, g: int, kind: alerts.IdleKind | None, now: float) -> float:
+        """Since when GPU g has been idle of this kind (now, when it just became so); forgotten when not idle."""
+        prev = self._idle.get(g)
+        since = prev[1] if prev is not None and prev[0] == kind else now
+        if kind is None:
+            self._idle.pop(g, None)
+        else:
+            self._idle[g] = (kind, since)
+        return since
 
     def _rises(self, info: RankInfo, now: float) -> tuple[int, int]:
         """How much the rank's allocator retries and OOMs rose within the growth window."""

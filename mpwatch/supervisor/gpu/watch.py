@@ -129,6 +129,7 @@ class GpuWatch:
         self.ticks = 0
         self.last_tick_s: float | None = None
         self.visible: set[int] | None = None  # GPUs the workers may use (CUDA_VISIBLE_DEVICES); None: all
+        self.pids_hidden = False  # NVML's pids are the host's: none is a rank (a container)
         self.labels = ProcessLabeler()
         self.timeline_store = GpuTimeline(timeline, cap_bytes(self.settings.gpu_timeline_mb))
         self._views: list[GpuView] = []
@@ -232,6 +233,7 @@ class GpuWatch:
         alive = [i for i in infos if i.alive]
         by_index = {v["index"]: v for v in views}
         holdings = ranks.held(views)
+        hidden = ranks.pids_hidden(views, alive)
         uuids = {d.index: d.uuid for d in self.probe.devices}
         placement = ranks.place(alive, holdings, self.probe.uuid_index, uuids)
         mates = ranks.ranks_by_gpu(placement)
@@ -244,19 +246,16 @@ class GpuWatch:
             g = v["index"]
             own = [i for i in alive if i.rank in mates.get(g, ())]
             v["ranks"] = mates.get(g, [])
-            known = g in self._raw_procs and "processes" not in self._procs_error.get(g, {})
+            known = g in self._raw_procs and "processes" not in self._procs_error.get(g, {}) and not hidden
             v["breakdown"] = ranks.breakdown(v, own, known)
             v["history"] = self._history(v)
-        loose = self.tracker.decide(views, alive, wgpus, self.visible, with_procs, now)
+        loose = self.tracker.decide(views, alive, wgpus, self.visible, with_procs, now, hidden)
         started = self.tracker.standing([a for v in views for a in v["alerts"]] + loose, now)
         with self._lock:
             for v in views:
                 v["alerts"] = v["alerts"] + list(self._ooms.get(v["index"], ()))
-            self._views = views
-            self._wgpu = wgpus
-            for rank, p in placement.items():
-                if p.index is not None:
-                    self._last_gpu[rank] = p.index
+            self._views, self._wgpu, self.pids_hidden = views, wgpus, hidden
+            self._last_gpu.update({rank: p.index for rank, p in placement.items() if p.index is not None})
         for a in started:
             marks.append({"ts": wall, "gpu": a["gpu"], "kind": "alert", "rank": a["rank"], "text": a["message"]})
             self._announce(a)
@@ -336,7 +335,10 @@ class GpuWatch:
             c["processes"] = [p.copy() for p in v["processes"]]
             c["alerts"] = [a.copy() for a in v["alerts"]]
             out.append(c)
-        return {"gpus": out, "gpu_status": self.status}
+        status = self.status
+        if self.pids_hidden:  # said with whatever else is partial
+            status = ranks.HIDDEN_PIDS + (f"; {status}" if status else "")
+        return {"gpus": out, "gpu_status": status}
 
     def worker_gpu(self, rank: int) -> WorkerGpu | None:
         """A live rank's GPU as the last tick resolved it; None when it has none."""

@@ -17,6 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from mpwatch.contract import straggler
 from mpwatch.contract.status import RunState, State, Status
 from mpwatch.rundir import layout, textfiles, writer
 from mpwatch.supervisor import errors
@@ -31,6 +32,7 @@ from mpwatch.supervisor.workers.worker import TAIL, Worker
 Reply = dict[str, Any]
 RANK_COMMANDS = ("pause", "resume", "kill", "restart", "dump")
 REPLY_S = 30.0  # a command the main thread has not answered by then gets an error reply
+STOP_ASKED = "asked with ctl stop or the TUI"  # the `why` of a stop a client asked for
 
 
 class Lifecycle(Protocol):
@@ -174,10 +176,12 @@ class Commands:
         if not done:
             raise CommandError("; ".join(skipped))
         text = "; ".join(done) + ("" if not skipped else " (" + "; ".join(skipped) + ")")
-        if cmd == "restart" and len(ws) == 1 and self.opts.resize_mode == "restart" and len(self.workers) > 1:
-            # Restart mode assumes the ranks share collectives: a rank restarted alone cannot
-            # rejoin its peers' process group, so say how to restart them together.
-            text += "; note: its peers may not take it back into their collectives (use 'restart all')"
+        peers = [r for r, p in sorted(self.workers.items()) if p.alive and ws[0].rank != r]
+        if cmd == "restart" and len(ws) == 1 and ws[0].attempt.dist and peers:
+            # The worker side said torch.distributed is initialised: a rank restarted alone
+            # cannot rejoin its peers' process group, so say how to restart them together.
+            text += (f"; note: {straggler.ranks_text(peers)} share its process group: their collectives fail "
+                     "('restart all' starts the group anew)")
         return {"ok": True, "message": text}
 
     def _pause(self, w: Worker) -> tuple[bool, str]:
@@ -187,6 +191,7 @@ class Commands:
             return False, f"rank {w.rank} is already paused"
         groups.send(w.pid, signal.SIGSTOP)
         with self.lock:
+            w.attempt.paused_at = time.time()
             w.transition(State.PAUSED, "SIGSTOP on request", pid=w.pid)
         return True, f"paused rank {w.rank} (pid {w.pid})"
 
@@ -197,7 +202,8 @@ class Commands:
             return False, f"rank {w.rank} is not paused"
         groups.send(w.pid, signal.SIGCONT)
         with self.lock:
-            w.attempt.resumed = time.monotonic()
+            w.attempt.resumed, w.attempt.paused_at = time.monotonic(), None
+            w.attempt.rate.clear()  # steps/s from the resume on: the pause is no slowness of its own
             w.transition(State.RUNNING, "SIGCONT on request", pid=w.pid)
         return True, f"resumed rank {w.rank} (pid {w.pid})"
 
@@ -222,6 +228,6 @@ class Commands:
     def _stop(self) -> Reply:
         if self.run.state in (RunState.STOPPING, RunState.FINISHED):
             return {"ok": True, "message": f"the run is already {self.run.state}"}
-        alive = self.run.stop("requested")
+        alive = self.run.stop(STOP_ASKED)
         return {"ok": True, "message": f"stopping the run: SIGTERM sent to {alive} worker(s), "
                                        f"SIGKILL after {self.opts.grace:g}s"}

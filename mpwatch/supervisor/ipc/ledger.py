@@ -5,7 +5,8 @@ threads; each applies what it got to the worker's row under the run's lock and r
 quickly. A worker's reports go to events.jsonl at most once per REPORT_EVENT_S (the
 latest step and loss, every metric since, and n, the report() calls it stands for); the
 main loop writes those held back once their slot comes (`flush`), and a worker's last
-report is written before its exit (`write_report`).
+report is written before its exit (`write_report`). The ledger owns a worker's "first report"
+(`Attempt.first_report`: its first progress, whatever sent it), where its stall clock starts.
 """
 from __future__ import annotations
 
@@ -80,7 +81,9 @@ class ReportLedger:
             raise protocol.BadFrame(f"unknown message type {t!r}")
         reports: list[Report] = protocol.validate_batch(msg)
         dropped, phases, cuda = msg.get("dropped", 0), msg.get("phases"), msg.get("cuda")
-        if type(dropped) is not int or (phases is not None and not isinstance(phases, dict)):
+        dist = msg.get("dist", False)
+        if type(dropped) is not int or (phases is not None and not isinstance(phases, dict)) \
+                or type(dist) is not bool:
             raise protocol.BadFrame("batch fields of the wrong type")
         now = time.monotonic()
         write = False
@@ -98,6 +101,7 @@ class ReportLedger:
                 if reports:
                     c.step, c.loss, c.last_report = reports[-1].step, reports[-1].loss, now
             else:
+                w.attempt.dist = w.attempt.dist or dist
                 self._apply(w, reports, dropped, phases, cuda, now)
                 if reports:
                     self._hold(w, reports, dropped)
@@ -121,6 +125,7 @@ class ReportLedger:
             if rep.loss is not None:
                 r.loss = rep.loss
                 r.tail.append(rep.loss)
+                r.trend.add(rep.loss)
                 r.curve.add(rep.step if rep.step is not None else r.count, rep.loss)
             if rep.metrics:
                 r.metrics.update(rep.metrics)
@@ -133,6 +138,9 @@ class ReportLedger:
         a.connected = True
         if not reports:
             return
+        if a.first_report is None:
+            a.first_report = now
+            a.slow_start = None  # it reports now: a slow start is over
         a.last_report = now
         if r.step is not None:
             a.rate.append((now, r.step))

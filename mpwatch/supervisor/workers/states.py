@@ -8,6 +8,9 @@ A move the table lacks is a bug in the supervisor: it is recorded as an `interna
 then, with MPWATCH_STRICT_STATES=1 (settings.Settings.strict_states; the supervisor's own tests
 set it), IllegalTransition is raised; in production the move is applied, so a bug never takes
 a run down with it.
+
+A slow start (no first report within --startup-timeout: a `slow_start` event) moves no state:
+the worker runs on, and is never stalled before its first report.
 """
 from __future__ import annotations
 
@@ -25,8 +28,7 @@ TRANSITIONS: dict[tuple[State | None, State], Event | None] = {
     **{(s, S.STARTING): Event.WORKER_STARTED for s in _BETWEEN},  # started again
     **{(s, S.FAILED): Event.WORKER_EXITED for s in _BETWEEN},  # ... and could not start
     (S.STARTING, S.RUNNING): None,  # its hello, its first report, or NO_HELLO_S of silence
-    (S.RUNNING, S.STALLED): Event.STALLED,  # no report for --stall-timeout
-    (S.STARTING, S.STALLED): Event.STALLED,  # ... after a hello that raced its start, and no report since
+    (S.RUNNING, S.STALLED): Event.STALLED,  # no report for --stall-timeout since its last (never before its first)
     (S.STALLED, S.RUNNING): Event.RECOVERED,  # a report again
     (S.PAUSED, S.RUNNING): Event.RESUMED,  # SIGCONT by request
     **{(s, S.PAUSED): Event.PAUSED for s in (S.STARTING, S.RUNNING, S.STALLED)},  # SIGSTOP by request

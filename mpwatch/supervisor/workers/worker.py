@@ -13,6 +13,7 @@ changed under the run's lock; see supervisor.core for who holds what.
 """
 from __future__ import annotations
 
+import math
 import subprocess
 import time
 from collections import deque
@@ -67,7 +68,11 @@ class Attempt:
     # its channel (the hub's threads)
     connected: bool = False  # it said hello or reported
     chan_open: bool = False  # its own connection is open
+    # Its first progress, as the ledger heard it (supervisor.ipc.ledger): the stall clock starts
+    # there; before it only the start-up limit applies (supervisor.diagnose.stall).
+    first_report: float | None = None  # monotonic
     last_report: float | None = None  # monotonic
+    dist: bool = False  # torch.distributed is initialised in it: its ranks share a process group
     rate: deque[tuple[float, int]] = field(default_factory=lambda: deque(maxlen=RATE_WINDOW))
     children: dict[int, ChildReport] = field(default_factory=dict)  # pid -> its own reports
     proc_info: ProcInfo | None = None  # the sampler's view of its process tree
@@ -78,20 +83,26 @@ class Attempt:
     unkillable: list[dict[str, Any]] | None = None
     # pauses and stalls
     resumed: float | None = None
+    paused_at: float | None = None  # wall clock of the pause in force (None when not paused)
     stall: StallInfo | None = None
+    slow_start: StallInfo | None = None  # no first report within --startup-timeout (said once)
     stall_probed: float = 0.0  # last hang probe while stalled
 
     def __post_init__(self) -> None:
         self.pid = None if self.proc is None else self.proc.pid
 
-    def steps_per_second(self) -> float | None:
-        """From the rate window, oldest to newest; None until two samples differ in time."""
+    def steps_per_second(self, now: float | None = None) -> float | None:
+        """Steps over the rate window, oldest to `now`; None until two samples differ in time.
+        A worker silent for longer than its usual gap between reports decays toward 0: the
+        window's end moves on with `now` (it never shows the last rate of a silent worker)."""
         if len(self.rate) < 2:
             return None
         (t0, s0), (t1, s1) = self.rate[0], self.rate[-1]
         if t1 - t0 <= 0:
             return None
-        return max(0.0, (s1 - s0) / (t1 - t0))
+        gap = (t1 - t0) / (len(self.rate) - 1)  # the usual time between two reports
+        end = t1 if now is None else max(t1, now - gap)
+        return max(0.0, (s1 - s0) / (end - t0))
 
 
 class LossHistory:
@@ -113,6 +124,45 @@ class LossHistory:
         if len(self.points) >= self.limit:
             self.points = self.points[::2]
             self._stride *= 2
+
+
+class LossTrend:
+    """The whole run's loss in at most 2*TAIL points, each the mean of a stretch of reports,
+    oldest first: what the TREND sparkline draws (a falling loss reads falling, whatever the
+    noise of single batches). O(1) a report: when full, neighbours merge and stretches double."""
+
+    def __init__(self, limit: int = 2 * TAIL):
+        self.limit = limit
+        self.stride = 1  # reports a closed stretch stands for
+        self.means: list[float] = []  # closed stretches
+        self._sum = 0.0
+        self._n = 0  # finite losses in the open stretch
+        self._seen = 0  # reports in the open stretch
+
+    def add(self, loss: float) -> None:
+        self._seen += 1
+        if math.isfinite(loss):
+            self._sum += loss
+            self._n += 1
+        if self._seen < self.stride:
+            return
+        if self._n:
+            self.means.append(self._sum / self._n)
+        self._sum, self._n, self._seen = 0.0, 0, 0
+        if len(self.means) >= self.limit:
+            self.means = [(a + b) / 2 for a, b in zip(self.means[::2], self.means[1::2], strict=False)]
+            self.stride *= 2
+
+    def points(self, n: int) -> list[float]:
+        """n points over the whole run (fewer while it has fewer): each the mean of its share
+        of the stretches, in order; the open stretch last."""
+        pts = self.means + ([self._sum / self._n] if self._n else [])
+        if n <= 0:
+            return []
+        k = len(pts)
+        if k <= n:
+            return pts
+        return [sum(part) / len(part) for i in range(n) if (part := pts[i * k // n:(i + 1) * k // n])]
 
 
 @dataclass(eq=False)
@@ -140,7 +190,8 @@ class Reports:
     phases: dict[str, float] = field(default_factory=dict)
     cuda: CudaView | None = None
     curve: LossHistory = field(default_factory=LossHistory)
-    tail: deque[float] = field(default_factory=lambda: deque(maxlen=TAIL))
+    tail: deque[float] = field(default_factory=lambda: deque(maxlen=TAIL))  # the latest losses, as sent
+    trend: LossTrend = field(default_factory=LossTrend)  # the run's loss, smoothed (the TREND sparkline)
     pending: PendingReport | None = None
     next_event: float = 0.0  # monotonic time the next report event may be written
 

@@ -11,18 +11,32 @@ from collections.abc import Iterable, Mapping, Sequence
 PHASES = ("data", "compute", "sync", "other")
 
 
+LOG_SPAN = 10.0  # positive values spanning this factor or more are drawn on a log scale
+
+
 def sparkline(values: Sequence[float | None], width: int, levels: str) -> str:
-    """The last `width` finite values scaled between their min and max."""
-    nums = [v for v in values[-width:] if v is not None and math.isfinite(v)]
-    if len(nums) < min(width, len(values)):  # a gap in the tail: the finite values before it
-        nums = [v for v in values if v is not None and math.isfinite(v)][-width:]
-    if not nums:
+    """The finite values in at most `width` cells (neighbours averaged, so the whole series
+    shows), scaled between their min and max; on a log scale when all are positive and span
+    LOG_SPAN or more (a loss from 2.3 to 8e-5 reads falling, not flat then a drop)."""
+    nums = [float(v) for v in values if v is not None and math.isfinite(v)]
+    if not nums or width <= 0:
         return ""
+    nums = _fit(nums, width)
     lo, hi = min(nums), max(nums)
+    if lo > 0 and hi / lo >= LOG_SPAN:
+        nums, lo, hi = [math.log(v) for v in nums], math.log(lo), math.log(hi)
     top = len(levels) - 1
     if hi == lo:
         return levels[top // 2] * len(nums)
     return "".join(levels[round((v - lo) / (hi - lo) * top)] for v in nums)
+
+
+def _fit(nums: list[float], width: int) -> list[float]:
+    """`width` values at most: each cell the mean of its share of the series, in order."""
+    n = len(nums)
+    if n <= width:
+        return nums
+    return [sum(part) / len(part) for i in range(width) if (part := nums[i * n // width:(i + 1) * n // width])]
 
 
 def sparkline_scaled(values: Iterable[float | None], width: int, levels: str, lo: float, hi: float) -> str:

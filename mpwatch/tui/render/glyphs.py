@@ -53,6 +53,9 @@ class Glyphs:
     capacity: str  # the capacity line of the memory chart
     stack: str  # fills of the memory chart's ranks, in turn (neighbours differ)
     outside: str  # the memory chart's fill for processes outside the run
+    sep: str  # between the parts of a line: " · "
+    ellipsis: str  # where a text was cut
+    rule: str  # a horizontal line
 
 
 UNICODE = Glyphs(
@@ -71,6 +74,9 @@ UNICODE = Glyphs(
     capacity="─",
     stack="█▓",
     outside="▚",
+    sep=" · ",
+    ellipsis="…",
+    rule="─",
 )
 
 ASCII = Glyphs(
@@ -89,6 +95,9 @@ ASCII = Glyphs(
     capacity="-",
     stack="#%",
     outside="x",
+    sep=" | ",
+    ellipsis="~",
+    rule="-",
 )
 
 

@@ -165,8 +165,8 @@ def title(status: Status, g: Glyphs, width: int, rows: int) -> str:
     head = (f"{n} GPU{'s' if n > 1 else ''}" + (f" on {nodes} nodes" if nodes > 1 else "")
             + (f" ({rows} shown, scroll)" if rows < n else ""))
     if width >= WIDE:
-        return f"{head} · {legend} · sparklines: memory, utilization (2 min) · g: GPU screen"
-    return f"{head} · {legend} · g: GPU screen" if width >= 70 else f"{head} · g: GPU screen"
+        return g.sep.join((head, legend, "sparklines: memory, utilization (2 min)", "g: GPU screen"))
+    return g.sep.join((head, legend, "g: GPU screen") if width >= 70 else (head, "g: GPU screen"))
 
 
 def _as_on_node(gpu: GpuView) -> GpuView:

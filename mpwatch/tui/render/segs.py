@@ -9,6 +9,13 @@ from rich.cells import cell_len, set_cell_size
 Seg = tuple[str, str]  # (text, Rich style; "" for the widget's own)
 Line = tuple[Seg, ...]
 Cell = str | Line
+# Where a text was cut: "…", or the ASCII glyph set's "~" (one TUI a process: its App sets it).
+ELLIPSIS = {"mark": "…"}
+
+
+def use_ellipsis(mark: str) -> None:
+    """The App's glyph set's ellipsis, for every cut from now on (tui.render.glyphs)."""
+    ELLIPSIS["mark"] = mark
 
 
 def plain(line: Cell) -> str:
@@ -19,10 +26,11 @@ def width(line: Line) -> int:
     return sum(cell_len(t) for t, _ in line)
 
 
-def cut(line: Line, room: int, ellipsis: str = "…") -> Line:
+def cut(line: Line, room: int, ellipsis: str | None = None) -> Line:
     """The line cut to `room` cells, an ellipsis where something was cut."""
     if width(line) <= room:
         return line
+    ellipsis = ELLIPSIS["mark"] if ellipsis is None else ellipsis
     out: list[Seg] = []
     left = max(room - cell_len(ellipsis), 0)
     for text, style in line:

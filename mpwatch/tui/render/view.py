@@ -1,5 +1,5 @@
 """The main screen's formatting layer: a Status in (typed by contract.status), the worker
-table's columns and rows of cells, the header and the one-line texts out. Pure: nothing
+table's rows of cells (its columns: tui.render.columns), the header and the one-line texts out. Pure: nothing
 here reads a clock or a process, so every screen is a function of the status it is fed.
 Runs on the UI thread. The GPU panel's rows are in tui.render.gpu_rows.
 """
@@ -7,21 +7,32 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Collection
-from dataclasses import dataclass
 from typing import Literal
 
+from mpwatch.contract import straggler
 from mpwatch.contract.status import (
     ENDED_STATES,
     UNREACHABLE,
     ChildStatus,
     RunState,
+    StallInfo,
     State,
     Status,
     WorkerGpu,
     WorkerStatus,
 )
-from mpwatch.text import fmt
+from mpwatch.text import eventtext, fmt
 from mpwatch.tui.render import bars, node_rows
+
+# The columns live in tui.render.columns; re-exported for the table and the tests.
+from mpwatch.tui.render.columns import ORDER as ORDER
+from mpwatch.tui.render.columns import PAD as PAD
+from mpwatch.tui.render.columns import PRIORITY as PRIORITY
+from mpwatch.tui.render.columns import RIGHT as RIGHT
+from mpwatch.tui.render.columns import SCROLLBAR as SCROLLBAR
+from mpwatch.tui.render.columns import WIDE_COLS as WIDE_COLS
+from mpwatch.tui.render.columns import Column as Column
+from mpwatch.tui.render.columns import columns as columns
 from mpwatch.tui.render.glyphs import Glyphs
 from mpwatch.tui.render.segs import Cell, Line
 
@@ -32,62 +43,6 @@ STATE_STYLE: dict[str, str] = {
 PHASE_STYLE = {"data": "cyan", "compute": "green", "sync": "yellow", "other": "bright_black"}
 ALIVE = (State.STARTING, State.RUNNING, State.STALLED, State.PAUSED)
 HEADER_STATES = (State.RUNNING, State.STALLED, State.PAUSED, State.FAILED)
-WIDE_COLS = 120
-
-
-@dataclass(frozen=True)
-class Column:
-    key: str
-    label: str
-    width: int
-
-    @property
-    def right(self) -> bool:
-        return self.key in RIGHT
-
-
-RIGHT = {"step", "speed", "loss", "hb", "cpu", "rss"}
-# key -> (label, width at 80 columns, width on a wide terminal)
-_COLS: dict[str, tuple[str, int, int]] = {
-    "rank": ("RANK", 5, 5), "pid": ("PID", 7, 7), "state": ("STATE", 11, 11), "step": ("STEP", 7, 8),
-    "speed": ("STEP/S", 6, 6), "loss": ("LOSS", 8, 9), "trend": ("TREND", 8, 10), "hb": ("HB", 5, 5),
-    "gpu": ("GPU", 9, 9), "cpu": ("CPU%", 4, 5), "rss": ("RSS", 5, 6), "phases": ("TIME d/c/s/o", 12, 12),
-    "note": ("NOTE", 40, 30), "node": ("NODE", 4, 4),
-}
-ORDER = ("rank", "pid", "state", "step", "speed", "loss", "trend", "hb", "gpu", "cpu", "rss", "phases", "note")
-# What stays on screen when columns must go, most wanted first; the rest scroll into view.
-PRIORITY = ("rank", "state", "step", "loss", "gpu", "hb", "trend", "speed", "cpu", "rss", "pid", "phases", "note")
-SCROLLBAR = 2  # the table's vertical scrollbar, when the rows overflow
-PAD = 2  # a cell's padding, both sides
-
-
-def _width(key: str, wide: bool) -> int:
-    _, narrow, broad = _COLS[key]
-    return broad if wide else narrow
-
-
-def columns(width: int, nodes: bool = False) -> list[Column]:
-    """The columns that fit `width` in ORDER, chosen by PRIORITY; on a wide terminal the
-    NOTE column takes the room left; the columns that did not fit follow (scrolled to).
-    NODE only with `nodes` (a merged view of several nodes)."""
-    wide = width >= WIDE_COLS
-    room = width - SCROLLBAR
-    shown: list[str] = []
-    order, priority = ((ORDER[0], "node", *ORDER[1:]), (PRIORITY[0], "node", *PRIORITY[1:])) if nodes \
-        else (ORDER, PRIORITY)
-    for key in priority:
-        if key == "note" and wide:
-            continue
-        need = _width(key, wide) + PAD
-        if need > room:
-            break
-        shown.append(key)
-        room -= need
-    cols = [Column(k, _COLS[k][0], _width(k, wide)) for k in order if k in shown]
-    if wide:
-        cols.append(Column("note", "NOTE", max(_width("note", True), room - PAD)))
-    rest = [k for k in priority if k not in shown and not (wide and k == "note")]
-    return cols + [Column(k, _COLS[k][0], _width(k, False)) for k in rest]
 
 
 # ------------------------------------------------------------------- cells ----
@@ -96,10 +51,11 @@ def state_cell(state: str, g: Glyphs) -> Line:
 
 
 def gpu_text(gpu: WorkerGpu | None) -> str:
-    """`0 19.6G`: NVML's index of the rank's own GPU and the memory its processes hold there."""
+    """`0 19.6G`: NVML's index of the rank's own GPU and the memory its processes hold there
+    (torch's reserved memory where NVML cannot tell: its pids not visible from a container)."""
     if gpu is None or gpu.get("index") is None:
         return ""
-    mem = fmt.size(gpu.get("mem_bytes"))
+    mem = fmt.size(gpu.get("mem_bytes") if gpu.get("mem_bytes") is not None else gpu.get("reserved"))
     return f"{gpu['index']} {mem}" if mem else str(gpu["index"])
 
 
@@ -111,20 +67,26 @@ def gpu_cell(w: WorkerStatus, g: Glyphs) -> Cell:
     return text
 
 
+def _doing(info: StallInfo, at: str = "stuck in") -> list[str]:
+    """What a stuck process does (from /proc; the kernel wait is the short way to say it), and
+    where its last dump found it: the innermost frame of the user's own code (a slow start is
+    "in" it, not stuck)."""
+    parts = []
+    kind, wchan = info.get("kind"), info.get("wchan")
+    if kind:
+        parts.append(f"{kind} in {wchan}" if wchan else eventtext.doing(kind, info.get("detail")))
+    where = info.get("where")
+    if where:
+        coll = info.get("collective")
+        parts.append(f"{at} {where}" + (f", waiting in {coll}" if coll else ""))
+    return parts
+
+
 def _stall_note(w: WorkerStatus) -> list[str]:
     stall = w["stall"] or {"since": 0.0, "step": w["step"]}
     age = w["heartbeat_age"]
-    parts = [f"stalled at step {fmt.num(stall.get('step', w['step']), na='-')}"
-             + (f", silent {fmt.age(age)}" if age is not None else "")]
-    kind = stall.get("kind")
-    if kind:  # what the process does, from /proc; the kernel wait is the short way to say it
-        wchan, detail = stall.get("wchan"), stall.get("detail")
-        parts.append(f"{kind} in {wchan}" if wchan else kind + (f" ({detail})" if detail else ""))
-    where = stall.get("where")
-    if where:  # the innermost frame of the user's own code in the last dump
-        coll = stall.get("collective")
-        parts.append(f"stuck in {where}" + (f", waiting in {coll}" if coll else ""))
-    return parts
+    return [f"stalled at step {fmt.num(stall.get('step', w['step']), na='-')}"
+            + (f", silent {fmt.age(age)}" if age is not None else "")] + _doing(stall)
 
 
 def note_text(w: WorkerStatus) -> str:
@@ -136,6 +98,12 @@ def note_text(w: WorkerStatus) -> str:
         parts.append(w["cause"])
     if st == State.STALLED:
         parts += _stall_note(w)
+    paused = w.get("paused_at")
+    if st == State.PAUSED and paused is not None:
+        parts.append(f"paused at {straggler.clock(paused)} (p resumes)")
+    slow = w.get("slow_start")
+    if slow is not None and st in ALIVE:
+        parts += [eventtext.slow_start_text(slow.get("limit"))] + _doing(slow, at="in")
     if w["restarts"]:
         parts.append(f"restarted {w['restarts']}x")
     if w["unkillable"]:
@@ -301,7 +269,8 @@ def header_lines(status: Status, g: Glyphs, *, sort: str = "rank", filter_text: 
     line1: Line = (("mpwatch ", "bold"), (r["id"], "bold cyan"),
                    (f"  [{state}]", "bold red" if state in (RunState.STOPPING, RunState.FINISHED) else "bold"),
                    (f"  up {fmt.duration(r['uptime'])}", ""), (f"  {script}", ""))
-    parts: list[tuple[str, str]] = [(f"{len(status['workers'])} workers: ", "")]
+    n = len(status["workers"])
+    parts: list[tuple[str, str]] = [(f"{n} worker{'' if n == 1 else 's'}: ", "")]
     for s in HEADER_STATES:
         n = counts.get(s, 0)
         style = STATE_STYLE[s] if n and s in (State.STALLED, State.FAILED, State.PAUSED) else ""
@@ -314,7 +283,7 @@ def header_lines(status: Status, g: Glyphs, *, sort: str = "rank", filter_text: 
             parts.append((f"{g.state.get(name, '?')} {n} {name}  ", ""))
     parts.append((f"restarts {r['restarts']}", "bold magenta" if r["restarts"] else ""))
     extra = [f"sort: {sort}"] + ([f"filter: {filter_text}"] if filter_text else [])
-    return [line1, tuple(parts), *node_rows.header_lines(status, g), ((" · ".join(extra), "bright_black"),)]
+    return [line1, tuple(parts), *node_rows.header_lines(status, g), ((g.sep.join(extra), "bright_black"),)]
 
 
 def selected_line(w: WorkerStatus | None, g: Glyphs) -> Line:
@@ -325,29 +294,31 @@ def selected_line(w: WorkerStatus | None, g: Glyphs) -> Line:
     segs: list[tuple[str, str]] = [(f"rank {w['rank']} ", "bold")]
     if "node" in w:
         segs.append((f"(node {w['node']}, local {w.get('local_rank')}) ", "cyan"))
-    segs += [(f"{g.state.get(st, '?')} {st}", STATE_STYLE.get(st, "")), (f" · pid {w['pid']}", "")]
+    segs += [(f"{g.state.get(st, '?')} {st}", STATE_STYLE.get(st, "")), (f"{g.sep}pid {w['pid']}", "")]
     if w["steps_per_s"] is not None:
-        segs.append((f" · {fmt.speed(w['steps_per_s'])} steps/s", ""))
+        segs.append((f"{g.sep}{fmt.speed(w['steps_per_s'])} steps/s", ""))
     wg = w["gpu"]
     gpu = gpu_text(wg)
     if wg is not None and gpu:
         shared = wg.get("shared_with") or []
-        segs.append((f" · GPU {gpu}", ""))
+        segs.append((f"{g.sep}GPU {gpu}", ""))
         if shared:
             segs.append((f" shared with rank {', '.join(map(str, shared))}", "bold yellow"))
+    if w.get("dist"):  # the worker side said so: restarting it alone fails its peers' collectives
+        segs.append((f"{g.sep}in a process group", ""))
     kids = len(w["children"])
     if kids:
-        segs.append((f" · {kids} child process(es)", ""))
+        segs.append((f"{g.sep}{kids} child process(es)", ""))
     note = note_text(w)
     if note:
-        segs.append((f" · {note}", "bold red" if st == State.FAILED else "yellow"))
+        segs.append((f"{g.sep}{note}", "bold red" if st == State.FAILED else "yellow"))
     return tuple(segs)
 
 
 def ending_lines(status: Status) -> list[str]:
     """How each worker ended, for the banner shown once the run has finished."""
     code = status["run"]["exit_code"]
-    out = [f"run finished, exit code {code if code is not None else '?'} — press q to leave"]
+    out = [f"run finished, exit code {code if code is not None else '?'}; press q to leave"]
     for w in status["workers"]:
         out.append(f"rank {w['rank']}: {w['state']} ({w['cause'] or 'no cause recorded'})")
     return out

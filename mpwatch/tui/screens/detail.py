@@ -41,12 +41,14 @@ class DetailLoaded(Message):
     data: DetailData
 
 
-def dump_text(dump: str) -> Text:
+def dump_text(dump: str, can_act: bool = True) -> Text:
     """The stack dump, one line a frame, function first: the main thread first, mpwatch's own
     threads folded to one line, the user's frames bright and library frames dim, each thread's
-    innermost frame of the user's own code marked with `>` (readable without colour)."""
+    innermost frame of the user's own code marked with `>` (readable without colour). `d`
+    is offered only where it can act (a live run)."""
     if not dump.strip():
-        return Text("no stack dump yet (press d to take one)", style="bright_black")
+        return Text("no stack dump yet (press d to take one)" if can_act else "no stack dump at this moment",
+                    style="bright_black")
     procs = stackfmt.stack_view(dump)
     if not procs:  # not a faulthandler dump: as written
         return Text(dump, no_wrap=True, overflow="ellipsis")
@@ -77,8 +79,8 @@ def _plain(lines: list[str], empty: str) -> Text:
 
 class DetailScreen(RunScreen):
     BINDINGS = [Binding("escape,q,enter", "close", "Back"), Binding("y", "log_scale", "Log/linear"),
-                Binding("p", "app.pause", "Pause/resume"), Binding("d", "app.dump", "Dump stacks"),
-                Binding("k", "app.kill", "Kill"), Binding("r", "app.restart", "Restart"),
+                Binding("p", "act('pause')", "Pause/resume"), Binding("d", "act('dump')", "Dump stacks"),
+                Binding("k", "act('kill')", "Kill"), Binding("r", "act('restart')", "Restart"),
                 Binding("l", "app.logs", "Logs")]
 
     def __init__(self, rank: int):
@@ -166,7 +168,15 @@ class DetailScreen(RunScreen):
         self.query_one(LossPlot).set_data(d.series, self.rank)
         self.query_one("#detail-stdout", Static).update(_plain(d.stdout, "(empty)"))
         self.query_one("#detail-stderr", Static).update(_plain(d.stderr, "(empty)"))
-        self.query_one("#detail-dump", Static).update(dump_text(d.dump))
+        self.query_one("#detail-dump", Static).update(dump_text(d.dump, self.run.can_act))
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        """The keys that act leave the footer where nothing can act (a replay, an ended run)."""
+        return self.run.can_act or action != "act"
+
+    def action_act(self, name: str) -> None:
+        """A key that acts on this worker: the App's action of that name (it asks first where it must)."""
+        getattr(self.run, f"action_{name}")()
 
     def action_log_scale(self) -> None:
         log = self.query_one(LossPlot).toggle_log()

@@ -103,7 +103,7 @@ class GpuScreen(RunScreen):
         g = self.run.glyphs
         name = gpu_charts.window_name(self.window)
         others = ", ".join(gpu_charts.window_name(w) for w in gpu_charts.WINDOWS if w != self.window)
-        self.title_bar.update(Text(f"GPUs over the last {name} (w: {others}) · Esc: back", style="bold"))
+        self.title_bar.update(Text(f"GPUs over the last {name} (w: {others}){g.sep}Esc: back", style="bold"))
         if st is None:
             return
         tall = self.size.height >= 40

@@ -16,8 +16,9 @@ KEYS = [
     ("p", "pause or resume the selected worker"),
     ("P", "pause or resume all workers"),
     ("k", "kill the selected worker (asks first)"),
-    ("r", "restart the selected worker (asks first)"),
-    ("+ / -", "resize the run by one worker"),
+    ("r", "restart the selected worker (asks first; in a process group, offers to restart all)"),
+    ("R", "restart all workers (asks first)"),
+    ("+ / -", "resize the run by one worker (asks first when every worker restarts: --resize-mode restart)"),
     ("d", "dump the stacks of the selected worker"),
     ("l", "logs of the selected worker (stdout and stderr)"),
     ("e", "events: every event of the run, from the first"),
@@ -32,15 +33,22 @@ KEYS = [
 ]
 
 
+ACTING_KEYS = frozenset({"p", "P", "k", "r", "R", "+ / -", "d"})  # they act on the run's processes
+
+
 class HelpScreen(ModalScreen[None]):
     BINDINGS = [Binding("escape,q,question_mark", "close", "Close")]
 
-    def __init__(self, glyphs: Glyphs) -> None:
+    def __init__(self, glyphs: Glyphs, can_act: bool = True) -> None:
         super().__init__()
         self.glyphs = glyphs
+        self.can_act = can_act  # a live run: the keys that act are listed
 
     def compose(self) -> ComposeResult:
-        lines = ["[b]mpwatch keys[/b]", ""] + [f"  [b]{k:<11}[/b] {v}" for k, v in KEYS]
+        keys = [(k, v) for k, v in KEYS if self.can_act or k not in ACTING_KEYS]
+        lines = ["[b]mpwatch keys[/b]", ""] + [f"  [b]{k:<11}[/b] {v}" for k, v in keys]
+        if not self.can_act:
+            lines += ["", "Read-only: nothing here acts on a process (pause, kill, restart, resize, dump)."]
         g = self.glyphs
         lines += ["", "States: " + "  ".join(f"{sym} {name}" for name, sym in g.state.items()),
                   "TIME bar (mpwatch.phase()): " + "  ".join(f"{ch} {name}" for name, ch in g.phase.items()),

@@ -19,9 +19,9 @@ class QuitDialog(ModalScreen[str]):
 
     def compose(self) -> ComposeResult:
         with Vertical(classes="dialog"):
-            yield Label(f"Leave run {self.run_id}?", classes="dialog-title")
-            yield Label("detach: the run goes on; 'mpwatch attach' shows it again.")
-            yield Label("stop: stop every worker and end the run.")
+            yield Label(f"Leave run {self.run_id}?", classes="dialog-title", markup=False)
+            yield Label("detach: the run goes on; 'mpwatch attach' shows it again.", classes="dialog-detail")
+            yield Label("stop: stop every worker and end the run.", classes="dialog-detail")
             with Horizontal(classes="dialog-buttons"):
                 yield Button(Content("[d] Detach"), id="detach", variant="primary")
                 yield Button(Content("[s] Stop the run"), id="stop", variant="error")

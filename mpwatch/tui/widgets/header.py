@@ -10,7 +10,7 @@ class RunHeader(Lines):
     DEFAULT_CSS = "RunHeader { height: 3; padding: 0 1; background: $boost; }"
 
     def __init__(self, id: str | None = None) -> None:
-        super().__init__("mpwatch: connecting…", id=id)
+        super().__init__("mpwatch: connecting", id=id)
 
     def paint(self, lines: list[Line], old: list[Line] | None) -> None:
         if old is None or len(lines) != len(old):

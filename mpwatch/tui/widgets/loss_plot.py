@@ -69,7 +69,7 @@ def plot_lines(series: Mapping[int, Points], selected: int | None, width: int, h
             else:
                 segs.append((ch, st))
         out.append(tuple(segs))
-    legend = f"rank {selected} {g.dot_selected}, others {g.dot_other} · " if selected is not None else ""
+    legend = f"rank {selected} {g.dot_selected}, others {g.dot_other}{g.sep}" if selected is not None else ""
     left, right = f"step {x0:g}  {legend}{scale}", f"{x1:g}"
     pad = max(cols - len(left) - len(right), 1)
     out.append(((" " * AXIS_W + left + " " * pad + right, "bright_black"),))

@@ -26,7 +26,7 @@ from textual.scroll_view import ScrollView
 from textual.strip import Strip
 
 from mpwatch.tui.render import diff
-from mpwatch.tui.render.segs import Cell
+from mpwatch.tui.render.segs import ELLIPSIS, Cell
 from mpwatch.tui.render.view import Column, RowSource, rank_of_key
 from mpwatch.tui.widgets.cell_cache import CellCache
 from mpwatch.tui.widgets.cells import to_text
@@ -58,22 +58,22 @@ def _fit(segments: list[tuple[str, Style | None]], width: int, right: bool) -> l
                 if room > 0:
                     out.append(Segment(set_cell_size(text, room), style))
                 break
-        out.append(Segment("…"))
+        out.append(Segment(ELLIPSIS["mark"]))
         return out
     pad = Segment(" " * (width - total))
     body = [Segment(t, s) for t, s in segments]
     return ([pad] + body) if right else (body + [pad])
 
 
-# (cell, width, right) -> its segments; 1024 a generation: the ~40 rows on screen times their
-# columns repeat well within it, and it holds at most ~1.5 MiB.
-_FITTED: CellCache[tuple[Cell, int, bool], list[Segment]] = CellCache(1024)
+# (cell, width, right, ellipsis) -> its segments; 1024 a generation: the ~40 rows on screen times
+# their columns repeat well within it, and it holds at most ~1.5 MiB.
+_FITTED: CellCache[tuple[Cell, int, bool, str], list[Segment]] = CellCache(1024)
 
 
 def _fitted(cell: Cell, width: int, right: bool) -> list[Segment]:
     """A cell's segments with its padding, cached: most cells (state, pid, rss, blanks...)
     repeat across rows and snapshots, so a redrawn row mostly costs dict lookups."""
-    key = (cell, width, right)
+    key = (cell, width, right, ELLIPSIS["mark"])
     segs = _FITTED.young.get(key) or _FITTED.get(key)
     if segs is None:
         parts: list[tuple[str, Style | None]] = (

@@ -1,0 +1,60 @@
+"""Which run a command without --run means, when several are live: a command that acts on
+processes (ctl pause|resume|kill|restart|dump|resize|stop) refuses, with exit code 2 and the
+list of live runs, rather than act on whichever happened to start last; a read-only one (ctl
+status, ctl logs) takes the newest and says so on stderr; `attach` asks (tui.picker).
+Pure text here and a look at the registry; main thread."""
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Sequence
+
+from mpwatch.rundir import registry
+from mpwatch.text import fmt
+
+ACTING = ("pause", "resume", "kill", "restart", "dump", "resize", "stop")  # ctl's actions that touch processes
+
+
+def when(ts: float) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(ts))
+
+
+def runs_table(entries: Sequence[registry.RegistryEntry]) -> list[str]:
+    """One line a live run: its id, script, start and directory (newest first)."""
+    width = max([len(e["run_id"]) for e in entries] + [3])
+    script_w = max([len(e["script"]) for e in entries] + [6])
+    out = [f"  {'RUN':{width}}  {'SCRIPT':{script_w}}  {'STARTED':19}  DIRECTORY"]
+    out += [f"  {e['run_id']:{width}}  {e['script']:{script_w}}  {when(e['started']):19}  {e['run_dir']}"
+            for e in entries]
+    return out
+
+
+def refusal(entries: Sequence[registry.RegistryEntry], action: str, where: str = "", how: str | None = None) -> str:
+    """The error of an acting command without --run among several live runs: what to do, and the list."""
+    how = how or f"with --run RUN (e.g. mpwatch ctl --run {entries[0]['run_id']} {action} ...)"
+    head = f"mpwatch: error: {len(entries)} live runs{where}: say which one to {action} {how}"
+    return "\n".join([head, *runs_table(entries)])
+
+
+def newest_note(entries: Sequence[registry.RegistryEntry], where: str = "") -> str:
+    """The stderr line of a read-only command that took the newest of several live runs."""
+    e = entries[0]
+    others = ", ".join(x["run_id"] for x in entries[1:])
+    return (f"mpwatch: {len(entries)} live runs{where}; this is the newest, {e['run_id']} ({e['script']}, started "
+            f"{fmt.duration(max(0.0, time.time() - e['started']))} ago); --run picks another ({others})")
+
+
+class SeveralRuns(Exception):
+    """An acting command without --run among several live runs: its text is what to print."""
+
+
+def choose(action: str, entries: Sequence[registry.RegistryEntry], where: str = "") -> str | None:
+    """For a command given no --run: the run to use (its id; None when there is no live run:
+    the command says so itself). Raises SeveralRuns for an acting command among several live
+    runs; a read-only one takes the newest and says so on stderr."""
+    if len(entries) <= 1:
+        return entries[0]["run_id"] if entries else None
+    if action in ACTING:
+        raise SeveralRuns(refusal(entries, action, where))
+    print(newest_note(entries, where), file=sys.stderr)
+    return entries[0]["run_id"]

@@ -1,0 +1,62 @@
+"""`mpwatch attach` with several live runs and no RUN: pick the one to watch, never the newest
+by chance. One option a run (its id and script; when it started and its directory), Enter
+attaches, q or Escape leaves without attaching. UI thread; the App is tui.picker's."""
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.screen import Screen
+from textual.widgets import Footer, OptionList, Static
+from textual.widgets.option_list import Option
+
+from mpwatch.rundir.registry import RegistryEntry
+from mpwatch.text import fmt
+from mpwatch.tui.render import glyphs
+
+
+def option_text(e: RegistryEntry, now: float, sep: str = " · ") -> Text:
+    """Three lines: the run and its workers; its script; when it started and where its files are."""
+    t = Text(no_wrap=True, overflow="ellipsis")
+    t.append(e["run_id"], style="bold cyan")
+    t.append(f"  {e['nprocs']} worker{'s' if e['nprocs'] != 1 else ''}")
+    t.append(f"\n  {e['script']}")
+    t.append(f"\n  started {time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(e['started']))} "
+             f"({fmt.duration(max(0.0, now - e['started']))} ago){sep}{e['run_dir']}", style="bright_black")
+    return t
+
+
+class RunList(OptionList):
+    """The runs; Enter (the list's own select, after any key before it) attaches."""
+
+    BINDINGS = [Binding("enter", "select", "Attach")]
+
+
+class PickRunScreen(Screen[str | None]):
+    BINDINGS = [Binding("escape,q", "leave", "Leave")]
+
+    def __init__(self, entries: Sequence[RegistryEntry]):
+        super().__init__()
+        self.entries = list(entries)
+
+    def compose(self) -> ComposeResult:
+        yield Static(Text(f"{len(self.entries)} live runs: which one to attach to? (Enter attaches, q leaves)",
+                          style="bold"), id="pick-title")
+        now = time.time()
+        sep = glyphs.pick().sep
+        yield RunList(*[Option(option_text(e, now, sep), id=e["run_id"]) for e in self.entries], id="pick-runs")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        ol = self.query_one(OptionList)
+        ol.highlighted = 0  # the newest first, as listed: a key moves from there
+        ol.focus()
+
+    def on_option_list_option_selected(self, event: OptionList.OptionSelected) -> None:
+        self.dismiss(event.option.id)
+
+    def action_leave(self) -> None:
+        self.dismiss(None)

@@ -1,0 +1,62 @@
+"""With two live runs and no --run (issue 20, item 5): the ctl commands that act refuse, with
+exit code 2 and the list of live runs (id, script, started, directory), and act on neither;
+the read-only ones take the newest and say so on stderr. Real supervisors, real workers."""
+import json
+
+import pytest
+
+from tests.helpers import FIXTURES, mpwatch, wait_for
+
+WORKER = FIXTURES / "tui_worker.py"
+FLOOD = FIXTURES / "forever.py"
+
+
+@pytest.fixture
+def two_runs(headless):
+    """An older run of tui_worker.py, then a newer one of forever.py, both live."""
+    older = headless(WORKER, n=1, opts=["--grace", "1"])
+    wait_for(lambda: (older.run_dir / "control.json").exists(), 60, what="the first run")
+    newer = headless(FLOOD, n=1, opts=["--grace", "1"])
+    for run in (older, newer):
+        wait_for(lambda run=run: run.worker(0)["state"] == "running", 60, what="a running worker")
+    return older, newer
+
+
+def ids(*runs) -> list[str]:
+    return [json.loads((r.run_dir / "run.json").read_text())["run_id"] for r in runs]
+
+
+@pytest.mark.parametrize("action", [["pause", "0"], ["resume", "0"], ["kill", "0"], ["restart", "all"],
+                                    ["dump", "0"], ["resize", "2"], ["stop"]])
+def test_an_acting_command_without_run_refuses_among_several_live_runs(two_runs, action):
+    older, newer = two_runs
+    res = mpwatch("ctl", *action)
+    assert res.returncode == 2 and res.stdout == "", (res.returncode, res.stdout, res.stderr)
+    lines = res.stderr.splitlines()
+    assert lines[0].startswith(f"mpwatch: error: 2 live runs: say which one to {action[0]} with --run RUN")
+    assert "Traceback" not in res.stderr
+    new_id, old_id = ids(newer, older)
+    assert lines[1].split() == ["RUN", "SCRIPT", "STARTED", "DIRECTORY"]
+    assert lines[2].split()[0] == new_id and lines[3].split()[0] == old_id  # newest first
+    assert str(FLOOD) in lines[2] and str(newer.run_dir) in lines[2]
+    assert str(WORKER) in lines[3] and str(older.run_dir) in lines[3]
+    for run in (older, newer):  # neither was touched
+        assert not [e for e in run.events() if e["event"] in ("paused", "worker_exited", "dump", "stopping",
+                                                               "resized", "restarted")]
+        assert run.worker(0)["state"] == "running"
+
+
+def test_read_only_commands_take_the_newest_and_say_so(two_runs):
+    older, newer = two_runs
+    new_id, old_id = ids(newer, older)
+    res = mpwatch("ctl", "status")
+    assert res.returncode == 0 and f"run {new_id} " in res.stdout.splitlines()[0]
+    assert res.stderr.startswith(f"mpwatch: 2 live runs; this is the newest, {new_id} ({FLOOD}, started ")
+    assert f"--run picks another ({old_id})" in res.stderr
+    res = mpwatch("ctl", "logs", "0")
+    assert res.returncode == 0 and f"this is the newest, {new_id}" in res.stderr
+    # with --run, the older one, silently
+    res = mpwatch("ctl", "--run", old_id, "pause", "0")
+    assert res.returncode == 0 and res.stderr == "" and "paused rank 0" in res.stdout
+    older.wait_event("paused")
+    assert not newer.events("paused")

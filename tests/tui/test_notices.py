@@ -1,0 +1,53 @@
+"""Toasts and the end of a run (issue 20, item 9), on a real run whose rank 1 fails and which
+then ends: at 80x24 no toast covers the table (the status line says each thing), at 160x48 the
+failure is a toast; the run's end is said once (the banner, the status line), never as a toast."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from mpwatch.sources.local import Client
+from mpwatch.tui import app as app_module
+from mpwatch.tui.app import MpwatchApp
+from mpwatch.tui.render import glyphs
+from tests.tui.conftest import WORKER, until
+
+
+class Watched(MpwatchApp):
+    """The App, with the toasts it shows written down (Textual's own notify still shows them)."""
+
+    CSS_PATH = Path(app_module.__file__).parent / "app.tcss"
+
+    def __init__(self, *args, **kw):
+        super().__init__(*args, **kw)
+        self.toasts: list[str] = []
+
+    def notify(self, message, **kw):
+        self.toasts.append(str(message))
+        super().notify(message, **kw)
+
+
+@pytest.mark.parametrize("size", [(80, 24), (160, 48)], ids=lambda s: f"{s[0]}x{s[1]}")
+async def test_toasts_leave_the_table_in_view_and_the_end_is_said_once(headless, size):
+    # a cause that reads as markup (gloo's source location): shown as it is, never parsed
+    env = dict(os.environ, STEPS="60", FAIL_RANK="1", FAIL_AT="30", FAIL_MSG="[/w/gloo/pair.cc:545] Read error [x]")
+    run = headless(WORKER, n=2, env=env)
+    client = Client.connect(str(run.run_dir))
+    app = Watched(client, run.run_dir, glyphs=glyphs.UNICODE, notices=True)
+    try:
+        async with app.run_test(size=size) as pilot:
+            await until(pilot, lambda: not app.live, 60, what="the run to end")
+            await pilot.pause(0.3)
+            ends = [text for text, _ in app.messages if text.startswith("run finished")]
+            assert len(ends) == 1, app.messages
+            assert "run finished, exit code 1" in str(app.query_one("#banner").render())
+            assert app.messages[-1][0].startswith("run finished, exit code 1")  # the status line's last word
+    finally:
+        client.close()
+    assert not any("run finished" in t for t in app.toasts)
+    if size == (80, 24):
+        assert app.toasts == []
+    else:
+        assert any("rank 1 failed: exit 1: RuntimeError: Read error [x]" in t for t in app.toasts), app.toasts
