@@ -82,7 +82,7 @@ def main_thread(proc: ProcDump) -> ThreadDump | None:
 
 _LIBRARY_DIRS = tuple({p for p in (sysconfig.get_paths().get(k) for k in ("stdlib", "platstdlib",
                                                                            "purelib", "platlib")) if p})
-_MPWATCH_DIR = str(Path(__file__).resolve().parent.parent)  # this file is mpwatch/text/stackfmt.py
+_MPWATCH_DIR = str(Path(__file__).resolve().parent.parent)  # the package: this module is text.stackfmt
 
 
 def is_mpwatch_file(path: str) -> bool:

@@ -1,6 +1,6 @@
 """Several nodes as one Source (the TUI's sources.source protocol): every rank of
 every node by global rank, actions routed to the rank's node, and each node's reachability.
-No textual here: the merge itself is mpwatch/combine.py (pure).
+No textual here: the merge itself is sources.multinode.combine (pure).
 
 Each node has a thread of its own (NodePoller) that polls it when the screen asks, so a slow
 or lost node never holds up the others: `status()` asks every node, waits a moment for the

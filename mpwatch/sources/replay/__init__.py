@@ -3,7 +3,7 @@
 - sources.replay.files: events.jsonl and gpu.jsonl indexed for the cursor (mapped, parsed where read)
 - sources.replay.fold: the notable events folded into each rank's state up to a moment
 - sources.replay.rebuild: a status.Status of that moment; sources.replay.cursor: the moments and the jumps
-- logs.py: a rank's log as it stood then; source.py: ReplaySource, the TUI's Source
+- sources.replay.logs: a rank's log as it stood then; sources.replay.source: ReplaySource, the TUI's Source
 A core package: no textual, no supervisor; `mpwatch show` and `attach` on an ended run
 hand a ReplaySource to the TUI (tui.replay_app).
 """

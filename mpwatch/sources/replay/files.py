@@ -9,7 +9,7 @@ before the cursor (`reports_before`). The GPU timeline is indexed by time; a tic
 when shown, and a GPU's history reads only its ticks' heads. A child process's report (it
 carries `child_of`) is never part of its rank's curve.
 
-Tolerant as reader.py: lines that are no event are counted into a note, a torn last line
+Tolerant as rundir.reader: lines that are no event are counted into a note, a torn last line
 too, a thinned file says so. `refresh` picks up what a live run appended (or reindexes
 after a thinning pass replaced the file). Called from the replay source's callers' threads
 under its lock (but `curve`, which may wait for the index); the report index is built,
