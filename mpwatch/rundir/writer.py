@@ -119,9 +119,7 @@ class RunStore:
         for stream in layout.STREAMS:
             try:
                 with self.open_log(rank, stream) as f:
-                    f.write(f"\
-{layout.LOG_MARK}{text}{layout.LOG_MARK_END}\
-".encode())
+                    f.write(f"\n{layout.LOG_MARK}{text}{layout.LOG_MARK_END}\n".encode())
             except OSError as exc:  # a full disk costs the marker, nothing else
                 self.failed(exc)
 
