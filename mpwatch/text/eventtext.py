@@ -7,14 +7,18 @@ from __future__ import annotations
 
 from typing import Literal
 
+from mpwatch.contract.live import shown
 from mpwatch.contract.status import Event, EventFields, State
+from mpwatch.text import fmt
 
 Severity = Literal["information", "warning", "error"]  # Textual's notification severities
 
 # Events the TUI pops up as a notice; the others show in the table or the action's reply.
 NOTICE_EVENTS = frozenset({Event.WORKER_EXITED, Event.STALLED, Event.RECOVERED, Event.RESTARTED,
                            Event.RESIZED, Event.ALERT, Event.GPU_ALERT, Event.STOPPING, Event.DUMP,
-                           Event.RUN_FINISHED})
+                           Event.RUN_FINISHED, Event.CHECKPOINT_MISSED})
+# a rank that took a request past its step is news too (contract.live: `late`)
+LATE_NOTICES = frozenset({Event.CHECKPOINT_TAKEN, Event.TUNABLE_APPLIED})
 _ALERT_SEVERITY: dict[str, Severity] = {"error": "error", "warning": "warning", "info": "information"}
 _EXIT_SEVERITY: dict[str, Severity] = {State.FAILED: "error", State.KILLED: "warning"}
 
@@ -36,6 +40,33 @@ def _stalled(rec: EventFields) -> str:
         detail = rec.get("detail")
         what = f"; {kind}" + (f" ({detail})" if detail else "")
     return f"{_who(rec)} stalled: no report for {rec.get('silent_for')}s (step {rec.get('step')}){what}"
+
+
+def _at(step: object) -> str:
+    return f"at step {step}" if step is not None else "at its next call"
+
+
+def _live(rec: EventFields) -> str | None:
+    """The live control's events (supervisor.live.control)."""
+    e, who = rec.get("event"), _who(rec)
+    late = f" (late: asked for step {rec.get('at')})" if rec.get("late") else ""
+    if e == Event.CHECKPOINT_REQUESTED:
+        return f"checkpoint asked of {fmt.ranks(rec.get('ranks') or [])} {_at(rec.get('step'))} by {rec.get('by')}"
+    if e == Event.CHECKPOINT_TAKEN:
+        return f"{who} took a checkpoint at step {fmt.num(rec.get('step'), na='-')}{late}"
+    if e == Event.CHECKPOINT_MISSED:
+        return f"{who} ended before its checkpoint ({rec.get('why')})"
+    if e == Event.TUNABLE_DECLARED:
+        return f"{who} declared tunable {rec.get('tunable')} ({rec.get('type')}, default {shown(rec.get('value'))})"
+    if e == Event.TUNABLE_SET:
+        return (f"{rec.get('tunable')} = {shown(rec.get('value'))} (was {shown(rec.get('old'))}) "
+                f"{_at(rec.get('step'))} by {rec.get('by')}")
+    if e == Event.TUNABLE_APPLIED:
+        return f"{who} took {rec.get('tunable')} = {shown(rec.get('value'))} at step {rec.get('step')}{late}"
+    if e == Event.STOP_SIGNAL:
+        return f"{who}: {rec.get('signal')} sent to pid {rec.get('pid')} ({rec.get('reason')}; SIGKILL after " \
+               f"{rec.get('grace')}s)"
+    return None
 
 
 def line(rec: EventFields) -> str | None:
@@ -75,7 +106,7 @@ def line(rec: EventFields) -> str | None:
                 f"{first}-{last} of {rec.get('world_size')} ({rec.get('why')})")
     if e == Event.BAD_FRAME:
         return f"{who}: dropped a bad frame ({rec.get('why')}), {rec.get('count')} so far"
-    return None
+    return _live(rec)
 
 
 def severity(rec: EventFields) -> Severity:
@@ -86,7 +117,8 @@ def severity(rec: EventFields) -> Severity:
         return "information" if rec.get("exit_code") == 0 else "error"
     if e == Event.GPU_ALERT:
         return _ALERT_SEVERITY.get(rec.get("severity") or "warning", "warning")
-    if e in (Event.STALLED, Event.RESTARTED, Event.ALERT, Event.STOPPING, Event.BAD_FRAME):
+    if e in (Event.STALLED, Event.RESTARTED, Event.ALERT, Event.STOPPING, Event.BAD_FRAME,
+             Event.CHECKPOINT_MISSED) or rec.get("late"):
         return "warning"
     return "information"
 
@@ -94,7 +126,7 @@ def severity(rec: EventFields) -> Severity:
 def notice(rec: EventFields) -> tuple[str, Severity] | None:
     """(text, severity) of an event worth a notice in the TUI, else None. A failed worker's
     notice adds the last line of its stderr when the cause does not already hold it."""
-    if rec.get("event") not in NOTICE_EVENTS:
+    if rec.get("event") not in NOTICE_EVENTS and not (rec.get("event") in LATE_NOTICES and rec.get("late")):
         return None
     text = line(rec)
     if text is None:

@@ -38,12 +38,13 @@ def said(app, fragment: str) -> bool:
 
 @pytest.fixture
 def tui(headless):
-    """tui(n=2, env={...}, opts=[...]) -> async context manager yielding (app, pilot, run)."""
+    """tui(n=2, env={...}, opts=[...], script=..., args=[...]) -> async context manager yielding
+    (app, pilot, run)."""
 
     @contextlib.asynccontextmanager
-    async def make(n=2, env=None, opts=(), size=(120, 40), wait_running=True):
+    async def make(n=2, env=None, opts=(), size=(120, 40), wait_running=True, script=WORKER, args=()):
         full_env = dict(os.environ, **(env or {}))
-        run = headless(WORKER, n=n, opts=opts, env=full_env)
+        run = headless(script, *args, n=n, opts=opts, env=full_env)
         client = Client.connect(str(run.run_dir))
         app = MpwatchApp(client, run.run_dir, glyphs=glyphs.UNICODE, notices=False)
         try:

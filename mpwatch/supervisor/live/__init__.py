@@ -1,0 +1,1 @@
+"""Live control: checkpoint requests and tunables, sent down the workers' channels."""
