@@ -36,7 +36,7 @@ class TunableChange(TypedDict):
     step: int | None  # the step it takes effect at on every rank; None: at each rank's next call
     by: str  # who asked: "ctl", "tui", with the user and host
     answers: list[RankAnswer]
-    waiting: list[int]  # ranks that declared it and have not applied it yet
+    waiting: list[int]  # ranks asked that have not applied it yet
 
 
 class TunableStatus(TypedDict):

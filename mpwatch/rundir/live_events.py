@@ -60,9 +60,9 @@ def _tunable(live: LiveFold, e: EventFields, raw: dict[str, Any]) -> None:
             return
         t["changes"] = (t["changes"] + [TunableChange(
             id=rid, ts=e["ts"], value=value, old=t["value"] if old is None else old, step=as_int(e.get("step")),
-            by=as_str(raw.get("by")) or "?", answers=[],
-            waiting=[r for r in _ranks(raw.get("ranks")) if r in t["ranks"]])])[-CHANGES_KEPT:]
+            by=as_str(raw.get("by")) or "?", answers=[], waiting=_ranks(raw.get("ranks")))])[-CHANGES_KEPT:]
         t["value"] = value
+        t["ranks"] = sorted(set(t["ranks"]) | set(_ranks(raw.get("ranks"))))  # the events name the first only
     elif e["event"] == Event.TUNABLE_APPLIED and t is not None:
         c = next((c for c in t["changes"] if c["id"] == as_int(e.get("id"))), None)
         if c is not None:

@@ -215,6 +215,10 @@ class RunActions(App[Outcome]):
                           lambda: self._actions().checkpoint(target, by=who("tui"))["message"])
         self.push_screen(CheckpointDialog(rank, ranks, w.get("polls_checkpoint", False)), chosen)
 
+    def may_act(self, verb: str) -> bool:
+        """Whether the keys that act work here (a live run, connected); says why not."""
+        return self._can_act(verb) is not None
+
     def set_tunable(self, name: str, text: str) -> None:
         """A tunable's new value on every rank (the tunables screen's Enter)."""
         if self._can_act(f"set {name}") is None:

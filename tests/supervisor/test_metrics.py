@@ -13,6 +13,7 @@ import urllib.error
 import urllib.request
 
 import psutil
+from prometheus_client.openmetrics.parser import text_string_to_metric_families as openmetrics_families
 from prometheus_client.parser import text_string_to_metric_families
 
 from mpwatch.supervisor.metrics.server import MetricsServer
@@ -33,9 +34,10 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def get(url: str, timeout: float = 10) -> tuple[int, str]:
+def get(url: str, timeout: float = 10, accept: str | None = None) -> tuple[int, str]:
+    req = urllib.request.Request(url, headers={"Accept": accept} if accept else {})
     try:
-        with urllib.request.urlopen(url, timeout=timeout) as r:
+        with urllib.request.urlopen(req, timeout=timeout) as r:
             return r.status, r.read().decode()
     except urllib.error.HTTPError as e:
         return e.code, e.read().decode()
@@ -98,6 +100,11 @@ def test_a_real_scrape_parses_and_holds_every_metric_with_the_run_and_dcgm_label
     assert {s.labels["gpu"]: s.value for s in got["mpwatch_gpu_utilization_ratio"]} == {"0": 0.6, "1": 0.93}
     assert all(s.value == 0 for s in got["mpwatch_worker_restarts_total"])
     assert {s.labels["kind"] for s in got["mpwatch_alerts"]} >= {"contention", "oom", "idle"}
+    code, om = get(f"http://127.0.0.1:{port}/metrics", accept="application/openmetrics-text; version=1.0.0")
+    assert code == 200 and om.endswith("# EOF\n")  # prometheus_client's own OpenMetrics, when asked for
+    fams = {f.name: f for f in openmetrics_families(om)}
+    assert {s.labels["rank"] for s in fams["mpwatch_worker_restarts"].samples} == {"0", "1"}
+    assert fams["mpwatch_worker_restarts"].type == "counter" and fams["mpwatch_run_info"].type == "gauge"
     assert get(f"http://127.0.0.1:{port}/healthz") == (200, "ok\n")
     assert get(f"http://127.0.0.1:{port}/other")[0] == 404
     assert listening(run.proc.pid, port) == ["127.0.0.1"]  # loopback only, by default

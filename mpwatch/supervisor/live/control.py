@@ -59,7 +59,7 @@ class LiveControl:
             reach, away = self._reachable(ws)
             if not reach:
                 raise CommandError(f"cannot ask {fmt.ranks(away)} to checkpoint: " + self._away(away))
-            step = self._step(reach, every and len(reach) > 1, at)
+            step = self._step(reach, every, at)
             if plan_only:
                 return {"ok": True, "step": step}
             req = Request(self.book.next_id(), by, step, {w.rank for w in reach})
@@ -87,7 +87,7 @@ class LiveControl:
             except ValueError as exc:
                 raise CommandError(f"{name} is {'an' if t.type == 'int' else 'a'} {t.type}: {exc}") from None
             reach, _ = self._reachable([self.workers[r] for r in sorted(self.workers)])
-            step = self._step(reach, len(reach) > 1, at)
+            step = self._step(reach, True, at)
             if plan_only:
                 return {"ok": True, "step": step}
             change = Change(self.book.next_id(), by, step, {w.rank for w in reach}, value=value, old=t.value)

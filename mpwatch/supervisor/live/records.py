@@ -35,9 +35,9 @@ class Request:
     answers: dict[int, RankAnswer] = field(default_factory=dict)
     missed: set[int] = field(default_factory=set)  # ended before answering
 
-    def waiting(self, among: set[int] | None = None) -> list[int]:
-        who = self.asked if among is None else self.asked & among
-        return sorted(who - set(self.answers) - self.missed)
+    def waiting(self) -> list[int]:
+        """Ranks asked that have not answered (nor ended first)."""
+        return sorted(self.asked - set(self.answers) - self.missed)
 
     def answers_list(self) -> list[RankAnswer]:
         return [self.answers[r].copy() for r in sorted(self.answers)]
@@ -62,7 +62,7 @@ class Tunable:
         return TunableStatus(
             name=self.name, type=self.type, default=self.default, value=self.value, ranks=sorted(self.ranks),
             changes=[TunableChange(id=c.id, ts=c.ts, value=c.value, old=c.old, step=c.step, by=c.by,
-                                   answers=c.answers_list(), waiting=c.waiting(self.ranks))
+                                   answers=c.answers_list(), waiting=c.waiting())
                      for c in self.changes])
 
 

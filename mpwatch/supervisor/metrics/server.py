@@ -1,6 +1,7 @@
 """`--metrics-port`: an HTTP server for Prometheus on this node (127.0.0.1 unless --metrics-addr
 says otherwise): `/metrics` (and `/`) the run's metrics (supervisor.metrics.collector, built
-at each scrape), `/healthz` 200 while the supervisor's main loop ticks, 503 once it has not
+at each scrape) in Prometheus' text format, or OpenMetrics through prometheus_client when the
+scraper asks for it; `/healthz` 200 while the supervisor's main loop ticks, 503 once it has not
 for STALE_S. Loaded only when the flag is given: prometheus_client is imported here alone.
 
 Threads: `start()` binds on the caller's (the main thread's, at set-up: a port in use is the
@@ -17,11 +18,13 @@ from typing import Any
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 from prometheus_client import CollectorRegistry, make_wsgi_app
+from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
 
 from mpwatch.contract.status import Status
-from mpwatch.supervisor.metrics.collector import RunCollector
+from mpwatch.supervisor.metrics import collector
 
 STALE_S = 10.0  # the main loop ticks every 0.1 s; a command may hold it a few seconds
+CPU_HEADER = "X-Mpwatch-Cpu-Seconds"  # what building the page cost (the bench reads it)
 Environ = dict[str, Any]
 StartResponse = Callable[..., Any]
 
@@ -50,9 +53,11 @@ class MetricsServer:
         self.addr = addr
         self.port = port
         self.ticked = ticked
+        self.status = status
+        self.host = socket.gethostname()
         self.registry = CollectorRegistry(auto_describe=False)
-        self.registry.register(RunCollector(status))
-        self._metrics = make_wsgi_app(self.registry)
+        self.registry.register(collector.RunCollector(status, self.host))
+        self._openmetrics = make_wsgi_app(self.registry)
         self._httpd: WSGIServer | None = None
 
     @property
@@ -82,7 +87,14 @@ class MetricsServer:
             start_response("200 OK" if ok else "503 Service Unavailable", [("Content-Type", "text/plain")])
             return [body]
         if path in ("/", "/metrics"):
-            out: Iterable[bytes] = self._metrics(environ, start_response)
-            return out
+            if "openmetrics" in environ.get("HTTP_ACCEPT", ""):
+                out: Iterable[bytes] = self._openmetrics(environ, start_response)
+                return out
+            cpu = time.thread_time()
+            body = collector.text(collector.families(self.status(), self.host))
+            took = f"{time.thread_time() - cpu:.6f}"  # this thread's CPU for the status, families and text
+            start_response("200 OK", [("Content-Type", CONTENT_TYPE_PLAIN_0_0_4), ("Content-Length", str(len(body))),
+                                      (CPU_HEADER, took)])
+            return [body]
         start_response("404 Not Found", [("Content-Type", "text/plain")])
         return [b"mpwatch serves /metrics and /healthz\n"]

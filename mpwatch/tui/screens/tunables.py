@@ -80,6 +80,8 @@ class TunablesScreen(RunScreen):
             self.run.say("no tunable to change yet", "warning")
             return
         t = ts[self.table.cursor_row]
+        if not self.run.may_act(f"change {t['name']}"):
+            return
 
         def chosen(text: str | None) -> None:
             if text is not None:
