@@ -142,3 +142,14 @@ def test_a_default_of_no_tunable_type_is_an_error_under_mpwatch(tmp_path):
     assert res.returncode == 0, res.stderr
     assert res.stdout.split("\n")[:3] == ["TypeError mpwatch.tunable('x', ...)"] * 2 + ["ValueError"]
     sup.close()
+
+
+def test_readme_lists_every_event_and_state():
+    from mpwatch.contract.status import Event, State
+    from tests.helpers import ROOT
+
+    text = (ROOT / "README.md").read_text()
+    said = text[text.index("The events (`mpwatch/contract/names.py`"):]
+    said = said[:said.index("\n\n")]
+    for name in [*Event, *State]:
+        assert f"`{name}`" in said, f"README's list of events and states lacks {name}"

@@ -34,7 +34,7 @@ def test_checkpoint_and_set_take_effect_at_one_step_on_every_rank(headless):
     assert req["ranks"] == [0, 1, 2] and req["step"] == s and req["by"].startswith("ctl ")
 
     said = run.ctl("set", "lr", "0.5").stdout
-    m = re.match(r"lr = 0.5 \(was 0.1\) for ranks 0-2 at step (\d+)", said)
+    m = re.match(r"lr = 0.5 \(was 0.1\) on ranks 0-2 from step (\d+)", said)
     assert m, said
     at = int(m.group(1))
     applied = _answers(run, "tunable_applied", 2, 3)
@@ -51,6 +51,9 @@ def test_checkpoint_and_set_take_effect_at_one_step_on_every_rank(headless):
                                                               "batch": "int"}
     assert st["checkpoints"][-1]["answers"][0]["step"] == s and st["checkpoints"][-1]["waiting"] == []
     assert all(w["polls_checkpoint"] for w in st["workers"])
+    text = run.ctl("status").stdout
+    assert re.search(rf"^tunable lr = 0.5 \(float\) \(set by ctl \S+ from step {at}\)$", text, re.M), text
+    assert "tunable batch = 32 (int)" in text
 
 
 def test_a_bad_value_a_name_nobody_declared_or_a_step_already_past_is_one_line(headless):
@@ -74,7 +77,7 @@ def test_one_rank_takes_it_at_its_next_call_and_one_that_never_asks_misses_it_wh
     run = headless(LOOP, "0", "0.05", "nocheck", n=2)
     run.wait_event("tunable_declared", count=4)
     said = run.ctl("checkpoint", "1").stdout
-    assert said.startswith("checkpoint asked of rank 1 (its should_checkpoint() returns True at its next call)")
+    assert said.startswith("checkpoint asked of rank 1 at its next call")
     assert "rank 1 never called mpwatch.should_checkpoint() yet" in said
     run.ctl("kill", "1")
     missed = run.wait_event("checkpoint_missed", timeout=60)[0]
@@ -103,7 +106,7 @@ def test_a_worker_of_the_older_protocol_is_never_sent_a_frame(headless, tmp_path
     wait_for(lambda: (run.worker(1)["step"] or 0) > 2, what="the old worker's reports")
     said = run.ctl("checkpoint", "all").stdout
     assert said.startswith("checkpoint asked of rank 0 ") and "rank 1 cannot be asked: not connected" in said
-    assert "lr = 0.5 (was 0.1) for rank 0 " in run.ctl("set", "lr", "0.5").stdout
+    assert "lr = 0.5 (was 0.1) on rank 0 " in run.ctl("set", "lr", "0.5").stdout
     one_line_error(run.ctl("checkpoint", "1", check=False), "cannot ask rank 1 to checkpoint: not connected")
     flag.write_text("now")
     wait_for(lambda: "sent to me:" in run.log(1), timeout=60, what="the old worker's verdict")

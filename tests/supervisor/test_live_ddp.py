@@ -28,7 +28,7 @@ def test_checkpoint_and_lr_change_at_one_step_on_every_ddp_rank(headless, tmp_pa
     taken = run.wait_event("checkpoint_taken", timeout=120, count=n)
     assert {(e["step"], e["late"]) for e in taken} == {(s, False)}, taken
     said = run.ctl("set", "lr", "0.02").stdout
-    at = int(re.search(r"for ranks 0-2 at step (\d+)", said).group(1))
+    at = int(re.search(r"on ranks 0-2 from step (\d+)", said).group(1))
     applied = run.wait_event("tunable_applied", timeout=120, count=n)
     assert {(e["step"], e["late"]) for e in applied} == {(at, False)}, applied
     wait_for(lambda: all(len(_lines(run, r, "D")) > at + 5 for r in range(n)), timeout=120,

@@ -59,7 +59,7 @@ async def test_t_lists_the_tunables_and_changes_one_on_every_rank(tui):
         await pilot.press("enter")
         await until(pilot, lambda: isinstance(app.screen, SetTunableDialog), what="the value dialog again")
         await pilot.press(*["backspace"] * 5, *"0.02", "enter")
-        await until(pilot, lambda: said(app, "lr = 0.02 (was 0.1) for ranks 0-1 at step "), what="the reply")
+        await until(pilot, lambda: said(app, "lr = 0.02 (was 0.1) on ranks 0-1 from step "), what="the reply")
         applied = run.wait_event("tunable_applied", timeout=60, count=2)
         step = applied[0]["step"]
         assert {e["step"] for e in applied} == {step} and run.events("tunable_set")[0]["by"].startswith("tui ")

@@ -72,7 +72,7 @@ class LiveControl:
         notes += [f"{fmt.ranks(away)} cannot be asked: {self._away(away)}"] if away else []
         notes += [f"{fmt.ranks(lost)}: its channel is full (it does not read)"] if lost else []
         return {"ok": True, "id": req.id, "step": step, "message": f"checkpoint asked of {fmt.ranks(req.asked)} "
-                + _when(step, "should_checkpoint() returns True") + "".join(f"; {n}" for n in notes)}
+                + (f"at step {step}" if step is not None else "at its next call") + "".join(f"; {n}" for n in notes)}
 
     def set(self, name: str, text: str, at: int | None, by: str, plan_only: bool) -> Reply:
         """Change a tunable on every rank, at one step."""
@@ -97,8 +97,8 @@ class LiveControl:
         self._send(reach, frame, change)
         self.log.event(Event.TUNABLE_SET, None, id=change.id, tunable=name, value=value, old=change.old, step=step,
                        by=by, ranks=sorted(change.asked))
-        text = f"{name} = {shown(value)} (was {shown(change.old)}) for {fmt.ranks(change.asked)} " \
-            + _when(step, "tunable() returns it")
+        text = f"{name} = {shown(value)} (was {shown(change.old)}) on {fmt.ranks(change.asked)} " \
+            + (f"from step {step}" if step is not None else "at each one's next call")
         if not reach:
             text = f"{name} = {shown(value)} (was {shown(change.old)}): no rank runs now; the next ones start with it"
         return {"ok": True, "id": change.id, "step": step, "message": text}
@@ -226,6 +226,3 @@ class LiveControl:
         for name, rank, fields in events:
             self.log.event(name, rank, **fields)
 
-
-def _when(step: int | None, what: str) -> str:
-    return f"at step {step} (its {what} then)" if step is not None else f"(its {what} at its next call)"

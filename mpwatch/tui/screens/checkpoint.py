@@ -23,8 +23,8 @@ class CheckpointDialog(ModalScreen[str | None]):
     def compose(self) -> ComposeResult:
         with Vertical(classes="dialog"):
             yield Label("Checkpoint now?", classes="dialog-title")
-            yield Label("mpwatch.should_checkpoint() returns True once in the training loop; for all ranks, "
-                        "at the same step on every one.")
+            yield Label("mpwatch.should_checkpoint() returns True once in the training loop;")
+            yield Label("asked of all ranks, at the same step on every one.")
             if not self.polls:
                 yield Label(f"Rank {self.rank} has not called mpwatch.should_checkpoint() yet: it answers when "
                             "it does.", classes="warning")

@@ -109,7 +109,7 @@ class SetTunableDialog(ModalScreen[str | None]):
         with Vertical(classes="dialog"):
             yield Label(f"{t['name']} ({t['type']}): now {shown(value)}, default {shown(t['default'])}",
                         classes="dialog-title")
-            yield Label("Every rank takes the new value at one step. Enter sends it, Esc cancels.")
+            yield Label("Every rank takes it at one step. Enter: send it; Esc: cancel.")
             yield Input(value=text, id="tunable-input")
 
     def on_input_submitted(self, event: Input.Submitted) -> None:
