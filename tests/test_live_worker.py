@@ -112,6 +112,22 @@ def test_a_worker_starts_with_the_values_it_is_given_and_takes_a_request_without
     sup.close()
 
 
+def test_a_loop_declaring_thousands_of_names_keeps_its_channel_and_its_frames_small(tmp_path):
+    sup = FakeSupervisor(tmp_path)
+    res = run_worker("""
+        import mpwatch
+        for i in range(5000):
+            assert mpwatch.tunable(f"name-{i}-" + "x" * 40, i) == i
+        mpwatch.report(step=1)
+    """, dict(channel_env(sup.address), MPWATCH_FLUSH_S="0.05"))
+    assert res.returncode == 0, res.stderr
+    wait_for(lambda: sup.frames and sup.frames[-1]["t"] == "bye", what="the channel's end")
+    assert len(sup.live("declare")) == 256  # what the supervisor keeps; the rest work in the worker alone
+    batches = [f for f in sup.frames if f["t"] == "batch"]
+    assert [r[1] for b in batches for r in b["reports"]] == [1]
+    sup.close()
+
+
 def test_outside_mpwatch_nothing_loads_runs_or_changes():
     res = run_worker("""
         import sys, threading, mpwatch

@@ -29,6 +29,8 @@ if TYPE_CHECKING:
 NEVER = 1 << 62  # `due` when nothing is pending
 NOW = -(1 << 62)  # `due` when the slow path must run at the next call
 SEEN_MAX = 4096  # request ids remembered (a request resent after a reconnect is applied once)
+DECLARED_MAX = 256  # tunables the supervisor is told of (it keeps as many); more still work here
+TAKE_MAX = 1024  # outbox entries a batch carries (the rest go with the next): frames stay small
 _MISSING = object()
 
 
@@ -100,7 +102,7 @@ class Live:
         """The answers and declarations for the next batch."""
         out: list[list[object]] = []
         box = self.outbox
-        while box:
+        while box and len(out) < TAKE_MAX:
             try:
                 out.append(box.popleft())
             except IndexError:
@@ -177,8 +179,9 @@ class Live:
             v = coerce(early, kind)
             value = default if v is _MISSING else v
         self.values[name] = value
-        shown = default if kind is not str else str(default)[:protocol.TUNABLE_STR_MAX]
-        self.outbox.append([protocol.LIVE_DECLARE, name, kind.__name__, shown])
+        if len(self.values) <= DECLARED_MAX:
+            shown = default if kind is not str else str(default)[:protocol.TUNABLE_STR_MAX]
+            self.outbox.append([protocol.LIVE_DECLARE, name, kind.__name__, shown])
         if not self.started:
             self.started = True
             self.chan.start()

@@ -153,3 +153,17 @@ def test_a_supervisor_without_the_flag_never_loads_prometheus_client():
             "assert 'prometheus_client' not in sys.modules, 'loaded'; print('ok')")
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert res.returncode == 0 and res.stdout.strip() == "ok", res.stderr
+
+
+def test_each_node_of_a_multi_node_run_labels_its_own_ranks_globally():
+    """The `nodes` recording: two real supervisors of one run (tests/record_nodes.py); each
+    serves its own, labelled with its node rank and its workers' global ranks."""
+    from mpwatch.supervisor.metrics import collector
+    from tests.tui.recorded import recording
+
+    for node, st in enumerate(recording("nodes")["node_statuses"]):
+        got = samples(collector.text(collector.families(st, "host")).decode())
+        ranks = {s.labels["rank"] for s in got["mpwatch_worker_step"]}
+        assert ranks == {str(r) for r in range(4 * node, 4 * node + 4)}
+        assert {s.labels["node"] for fam in got.values() for s in fam} == {str(node)}
+        assert got["mpwatch_run_info"][0].labels["world_size"] == "8"

@@ -63,3 +63,23 @@ def test_a_stop_signal_that_cannot_serve_is_one_line(sig, words):
 def test_metrics_addr_without_a_port_is_one_line(tmp_path):
     one_line_error(mpwatch("--headless", "--metrics-addr", "0.0.0.0", FIXTURES / "ticker.py", cwd=tmp_path),
                    "--metrics-addr goes with --metrics-port")
+
+
+def test_the_tuis_supervisor_gets_the_stop_signal_and_the_metrics_flags(tmp_path):
+    """`mpwatch SCRIPT` starts its supervisor as a process of its own (cli.tui_launch): the new
+    flags reach it as typed, checked again there."""
+    from pathlib import Path
+
+    from mpwatch import cli
+    from mpwatch.cli.launch import options
+    from mpwatch.cli.tui_launch import supervisor_argv
+
+    script = FIXTURES / "ticker.py"
+    ns = cli.run_parser().parse_args(["--stop-signal", "usr2", "--metrics-port", "9400", "--metrics-addr", "::1",
+                                      str(script)])
+    opts = options(ns, {})
+    back = cli.run_parser().parse_args(supervisor_argv(ns, opts, "RID", Path(tmp_path))[3:])
+    assert (back.stop_signal, back.metrics_port, back.metrics_addr) == ("SIGUSR2", 9400, "::1")
+    plain = cli.run_parser().parse_args([str(script)])
+    again = cli.run_parser().parse_args(supervisor_argv(plain, options(plain, {}), "RID", Path(tmp_path))[3:])
+    assert (again.stop_signal, again.metrics_port, again.metrics_addr) == ("SIGTERM", None, None)

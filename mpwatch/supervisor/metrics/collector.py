@@ -67,7 +67,7 @@ def families(st: Status, host: str) -> list[Family]:
     node = str(node_info["node_rank"]) if node_info else "0"
     run_id = run["id"]
     info = {"run_id": run_id, "node": node, "host": host, "script": run["script"], "state": run["state"],
-            "world_size": str(run["world_size"]), "version": __version__,
+            "world_size": str(node_info["world_size"] if node_info else run["world_size"]), "version": __version__,
             "stop_signal": run["options"].get("stop_signal", "SIGTERM")}
     out = [Family("mpwatch_run_info", "gauge", "The run this supervisor watches (one per node).",
                   [(*_one(info), 1.0)])]
