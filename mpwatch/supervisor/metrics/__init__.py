@@ -1,6 +1,6 @@
 """Prometheus metrics of the run (`--metrics-port`): the collector and its HTTP server. This
 module alone is imported by the supervisor; prometheus_client loads only when a port is given
-(a supervisor's start-up stays as cheap as it was)."""
+(a supervisor's start-up stays as cheap as it was). `serve` runs on the main thread, at set-up."""
 from __future__ import annotations
 
 from collections.abc import Callable

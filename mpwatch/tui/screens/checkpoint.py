@@ -1,5 +1,5 @@
 """"Checkpoint now" (`c`): for the selected rank or for every rank, asked first. The answer is
-"rank", "all" or None (cancelled); tui.actions sends the request."""
+"rank", "all" or None (cancelled); tui.actions sends the request. UI thread."""
 from __future__ import annotations
 
 from textual.app import ComposeResult
