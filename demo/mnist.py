@@ -8,7 +8,9 @@ Runs the same three ways:
 torchrun's environment contract (RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR/PORT) picks the
 process group: nccl with one GPU per rank (torch.cuda.set_device(LOCAL_RANK)), gloo on CPU.
 A DistributedSampler shards each epoch; `mpwatch.report()` and `mpwatch.phase()` feed the
-watcher and are no-ops outside it.
+watcher, `mpwatch.tunable("lr", ...)` lets `t` (or `mpwatch ctl set lr 0.01`) change the
+learning rate at one step on every rank, and `mpwatch.should_checkpoint()` takes `c`'s
+"checkpoint now"; all are no-ops outside it.
 
 The gradient all-reduce is explicit: the backward pass runs under DDP's `no_sync()`, then
 one all-reduce of all gradients, flattened, is timed as the "sync" phase. (DDP's own
@@ -273,6 +275,9 @@ def main(argv=None) -> int:
                         offset += n
                     stop_vote = float(flat[-1].item())
             with mpwatch.phase("optimizer"):
+                lr = mpwatch.tunable("lr", args.lr)  # the same step on every rank when changed
+                for group in opt.param_groups:
+                    group["lr"] = lr
                 opt.step()
             step += 1
             seen_in_epoch = (i + 1) * global_batch
@@ -292,7 +297,9 @@ def main(argv=None) -> int:
                 done_reason = (f"stopped by {signal.Signals(stop.signal).name}" if stop.signal is not None
                                else "stopped because another rank was stopped")
                 break
-            if args.checkpoint_every and step % args.checkpoint_every == 0:
+            if mpwatch.should_checkpoint():  # `c` in mpwatch: True at the same step on every rank
+                checkpoint("asked")
+            elif args.checkpoint_every and step % args.checkpoint_every == 0:
                 checkpoint("periodic")
         else:
             epoch, seen_in_epoch = epoch + 1, 0

@@ -7,11 +7,31 @@ supervisor, the TUI, or torch:
     import mpwatch
     for step, batch in enumerate(loader):
         with mpwatch.phase("data"): ...
+        lr = mpwatch.tunable("lr", 0.1)
         mpwatch.report(step=step, loss=loss)
+        if mpwatch.should_checkpoint(): ...
 
-Outside mpwatch both calls are no-ops.
+Outside mpwatch every call is a no-op (should_checkpoint() is False, tunable() returns its
+default). should_checkpoint and tunable (mpwatch.live) load on first use.
 """
 from mpwatch.worker import active, phase, report
 
-__all__ = ["active", "phase", "report"]
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from mpwatch.live import should_checkpoint, tunable
+
+__all__ = ["active", "phase", "report", "should_checkpoint", "tunable"]
 __version__ = "0.1.0"
+
+_LAZY = ("should_checkpoint", "tunable")
+
+
+def __getattr__(name: str) -> object:
+    """mpwatch.live's functions, loaded when first asked for, then plain attributes."""
+    if name in _LAZY:
+        from mpwatch import live
+
+        value = getattr(live, name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'mpwatch' has no attribute {name!r}")

@@ -82,6 +82,8 @@ class Settings:
     """MPWATCH_TMPDIR (/tmp): where the runtime directory goes when XDG_RUNTIME_DIR is unusable."""
     strict_states: bool = False
     """MPWATCH_STRICT_STATES (0): a state change the table lacks raises (the supervisor's tests)."""
+    metrics_port: int | None = None
+    """MPWATCH_METRICS_PORT (none): serve Prometheus metrics on this port, as --metrics-port does."""
     fake_nvml: str | None = None
     """MPWATCH_FAKE_NVML (none): TEST-ONLY, a scripted NVML scenario (testing.scripted_nvml)."""
 
@@ -184,6 +186,16 @@ def _command(text: str) -> tuple[str, ...]:
     return words
 
 
+def _port(text: str) -> int:
+    try:
+        v = int(text)
+    except ValueError:
+        raise ValueError("a port number") from None
+    if not 0 < v < 65536:
+        raise ValueError("a port from 1 to 65535")
+    return v
+
+
 def _absolute(text: str) -> Path:
     path = Path(text)
     if not path.is_absolute():
@@ -207,6 +219,7 @@ SWITCHES: dict[str, tuple[str, Parser]] = {
     "MPWATCH_ASCII": ("ascii", _switch),
     "MPWATCH_TMPDIR": ("tmpdir", _absolute),
     "MPWATCH_STRICT_STATES": ("strict_states", _switch),
+    "MPWATCH_METRICS_PORT": ("metrics_port", _port),
     FAKE_NVML_ENV: ("fake_nvml", str),
     "MPWATCH_GPU_MEM_ALERT": ("gpu.mem_high", _share),
     "MPWATCH_GPU_FILL_S": ("gpu.fill_s", _above(0, SECONDS_MAX, "a number of seconds")),

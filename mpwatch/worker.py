@@ -35,6 +35,7 @@ if TYPE_CHECKING:
     from typing import Literal
 
     from mpwatch.contract.status import CudaView
+    from mpwatch.live.state import Live
 
     Entry = tuple[int, float, int | None, object, dict[str, object]]  # seq, wall time, step, loss, metrics
     CudaSource = Callable[[], CudaView | None]
@@ -102,6 +103,10 @@ class _Channel:
         self.rank = rank
         self.cuda_source: CudaSource | None = cuda_source  # None: torch's, made when first needed
         self.pid = os.getpid()
+        # This process's current step: the last one reported. Every source of steps sets it
+        # (report() here; the automatic steps too): mpwatch.live compares it with a request's.
+        self.step = -1
+        self.live: Live | None = None  # mpwatch.live's state, once used or once a request came
         self.buf: deque[Entry] = deque(maxlen=BUFFER)
         self.seq = itertools.count()
         self.phases: dict[str, float] = {}
@@ -171,9 +176,15 @@ class _Channel:
 
     def flush(self) -> None:
         buf = self.buf
-        if not buf and self.phases == self.last_phases:
+        if self.conn is not None:
+            self._read_requests()
+        lv = self.live
+        live = lv.take() if lv is not None else None
+        if not buf and self.phases == self.last_phases and not live:
             return
         if self.conn is None and not self._connect():
+            if live and lv is not None:
+                lv.give_back(live)
             return
         conn = self.conn
         assert conn is not None  # _connect() succeeded
@@ -201,16 +212,38 @@ class _Channel:
         cuda = self._cuda_view()
         if cuda:
             msg["cuda"] = cuda
+        if live:
+            msg["live"] = live
         try:
             conn.send_bytes(protocol.encode_lossy(msg))
             self.last_phases = phases
         except (OSError, EOFError, ValueError):
-            try:
-                conn.close()
-            except OSError:
-                pass
-            self.conn = None
-            self.retry_at = time.monotonic() + 1.0
+            if live and lv is not None:
+                lv.give_back(live)
+            self._lost()
+
+    def _lost(self) -> None:
+        try:
+            if self.conn is not None:
+                self.conn.close()
+        except OSError:
+            pass
+        self.conn = None
+        self.retry_at = time.monotonic() + 1.0
+
+    def _read_requests(self) -> None:
+        """The supervisor's requests (protocol 2), read without waiting, for mpwatch.live."""
+        conn = self.conn
+        try:
+            while conn is not None and conn.poll(0):
+                msg = protocol.decode(conn.recv_bytes(protocol.MAX_FRAME))
+                from mpwatch.live.state import attach  # stdlib; loaded by the first request
+
+                attach(self).receive(msg)
+        except protocol.BadFrame:
+            pass  # the supervisor's own frame: never expected, never worth ending training for
+        except (OSError, EOFError, ValueError):
+            self._lost()
 
     def _cuda_view(self) -> CudaView | None:
         """The allocator's counters, at most once every CUDA_EVERY_S."""
@@ -297,6 +330,8 @@ def _make_api(chan: _Channel) -> tuple[Callable[..., None], Callable[[str], _Pha
             if callable(detach):
                 loss = detach()  # do not keep the autograd graph alive
         c = buf_holder
+        if type(step) is int:
+            c.step = step
         c.buf.append((next(c.seq), clock(), step, loss, metrics))
         if c.thread is None:
             c.start()

@@ -45,6 +45,10 @@ other commands:
   mpwatch ctl [--run RUN] pause|resume|kill|restart|dump RANK|all
   mpwatch ctl [--run RUN] resize N
   mpwatch ctl [--run RUN] stop            stop every worker and end the run
+  mpwatch ctl [--run RUN] checkpoint RANK|all [--at-step S]
+                                          mpwatch.should_checkpoint() is True once, at one step
+  mpwatch ctl [--run RUN] set NAME VALUE [--at-step S]
+                                          change mpwatch.tunable(NAME) on every rank at one step
   mpwatch ctl [--run RUN] logs RANK [--stderr] [--lines N] [--follow]
 RUN is a run id (see 'mpwatch ls --all') or a run directory.
 """
@@ -157,6 +161,30 @@ def port(text: str) -> int:
     return v
 
 
+# Signals --stop-signal refuses: they cannot be caught (KILL, STOP), do not stop (CONT, CHLD...),
+# or are mpwatch's own in the workers (USR1: the stack dumps' faulthandler).
+NOT_STOP_SIGNALS = {"SIGKILL": "it cannot be caught: the grace period would be lost",
+                    "SIGSTOP": "it cannot be caught", "SIGCONT": "it does not stop a process",
+                    "SIGCHLD": "it does not stop a process", "SIGWINCH": "it does not stop a process",
+                    "SIGURG": "it does not stop a process",
+                    "SIGUSR1": "mpwatch's stack dumps use it in every worker; USR2 is free"}
+
+
+def stop_signal(text: str) -> str:
+    """--stop-signal: a signal's name (TERM, SIGUSR2) or number, as its full name."""
+    import signal
+
+    word = text.strip().upper()
+    try:
+        sig = signal.Signals(int(word)) if word.isdigit() else signal.Signals[word if word.startswith("SIG")
+                                                                              else "SIG" + word]
+    except (KeyError, ValueError):
+        raise argparse.ArgumentTypeError(f"not a signal: {text!r} (TERM, INT, USR2, HUP, ...)") from None
+    if sig.name in NOT_STOP_SIGNALS:
+        raise argparse.ArgumentTypeError(f"{sig.name}: {NOT_STOP_SIGNALS[sig.name]}")
+    return sig.name
+
+
 def conf(text: str) -> dict[str, str]:
     """torchrun's --rdzv-conf: key=value,key=value."""
     out: dict[str, str] = {}
@@ -206,7 +234,15 @@ def run_parser() -> Parser:
                    help="a worker that imported mpwatch and has not reported this long after its start is "
                         "a slow start: said once, its stacks dumped once; never stalled (default 600)")
     p.add_argument("--grace", type=seconds_or_zero, default=10.0, metavar="SECONDS",
-                   help="time between SIGTERM and SIGKILL when stopping a worker (default 10)")
+                   help="time between the stop signal and SIGKILL when stopping a worker (default 10)")
+    p.add_argument("--stop-signal", type=stop_signal, default="SIGTERM", metavar="SIG",
+                   help="what a worker's own process gets first when it is stopped, so that a handler "
+                        "can save before its children die (default TERM; then SIGKILL to all of the rank "
+                        "after --grace)")
+    p.add_argument("--metrics-port", type=port, default=None, metavar="PORT",
+                   help="serve Prometheus metrics (and /healthz) on PORT (or MPWATCH_METRICS_PORT)")
+    p.add_argument("--metrics-addr", default=None, metavar="ADDR",
+                   help="the address --metrics-port listens on (default 127.0.0.1: this machine only)")
     p.add_argument("--resize-mode", choices=("restart", "independent"), default="restart",
                    help="restart: stop all and start N (collectives); independent: add/remove ranks")
     p.add_argument("--gpu-interval", type=seconds, default=1.0, metavar="SECONDS",
@@ -296,6 +332,14 @@ def ctl_parser() -> Parser:
     rs = sub.add_parser("resize", help="change the number of workers")
     rs.add_argument("n", type=positive_int, metavar="N")
     sub.add_parser("stop", help="stop every worker and end the run")
+    ck = sub.add_parser("checkpoint", help="ask a rank or all to checkpoint: mpwatch.should_checkpoint() "
+                                           "returns True once there, at the same step on every rank")
+    ck.add_argument("target", type=rank_target, metavar="RANK|all")
+    ck.add_argument("--at-step", type=count, metavar="S", help="at step S (default: soon, picked from the pace)")
+    tn = sub.add_parser("set", help="change a tunable (mpwatch.tunable) on every rank, at one step")
+    tn.add_argument("name", metavar="NAME")
+    tn.add_argument("value", metavar="VALUE", help="of the type the workers declared (int, float, str, bool)")
+    tn.add_argument("--at-step", type=count, metavar="S", help="from step S on (default: soon)")
     lg = sub.add_parser("logs", help="a rank's stdout (or stderr) from the run directory; finished runs too")
     lg.add_argument("rank", type=rank, metavar="RANK")
     lg.add_argument("--stderr", action="store_true", help="stderr instead of stdout")

@@ -164,6 +164,7 @@ def options(ns: argparse.Namespace, env: Mapping[str, str]) -> Options:
         max_restarts=ns.max_restarts, stall_timeout=ns.stall_timeout, startup_timeout=ns.startup_timeout,
         grace=ns.shutdown_timeout if ns.shutdown_timeout is not None else ns.grace,
         resize_mode=ns.resize_mode, gpu_interval=ns.gpu_interval, run_id=ns.run_id, launch=launch,
+        stop_signal=ns.stop_signal, metrics_port=ns.metrics_port, metrics_addr=ns.metrics_addr or "127.0.0.1",
         role=ns.role, master_addr=ns.master_addr or "127.0.0.1", master_port=ns.master_port,
         rdzv_id=ns.rdzv_id, virtual_local_rank=ns.virtual_local_rank, nodes=nodes,
         supervisor_flags=relayed_flags(ns))
@@ -171,6 +172,10 @@ def options(ns: argparse.Namespace, env: Mapping[str, str]) -> Options:
 
 def cmd_run(ns: argparse.Namespace, settings: Settings) -> int:
     opts = options(ns, os.environ)
+    if opts.metrics_port is None:
+        opts.metrics_port = settings.metrics_port
+    if ns.metrics_addr is not None and opts.metrics_port is None:
+        raise UsageError("--metrics-addr goes with --metrics-port (or MPWATCH_METRICS_PORT)")
     from mpwatch.rundir import registry
 
     if ns.run_dir is None and ns.log_dir is not None:  # torchrun's --log-dir: a folder of runs

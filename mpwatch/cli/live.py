@@ -156,6 +156,8 @@ def cmd_ctl(argv: list[str], settings: Settings) -> int:
 
 
 def _ctl_action(client: Requests, ns: argparse.Namespace) -> None:
+    from mpwatch.sources.local import who
+
     if ns.action == "status":
         st = client.status()
         if ns.json:
@@ -170,6 +172,10 @@ def _ctl_action(client: Requests, ns: argparse.Namespace) -> None:
         print(client.resize(ns.n))
     elif ns.action == "stop":
         print(client.stop())
+    elif ns.action == "checkpoint":
+        print(client.checkpoint(ns.target, ns.at_step, who("ctl"))["message"])
+    elif ns.action == "set":
+        print(client.set_tunable(ns.name, ns.value, ns.at_step, who("ctl"))["message"])
     elif ns.action == "logs":
         from mpwatch.rundir.textfiles import printable
 

@@ -2,6 +2,7 @@
 first, then the hang diagnosis, the GPUs and the run's alerts. Pure; the caller prints."""
 from __future__ import annotations
 
+from mpwatch.contract.live import shown
 from mpwatch.contract.status import GpuProcess, GpuView, State, Status, WorkerStatus
 from mpwatch.text import eventtext, fmt
 
@@ -60,6 +61,25 @@ def _worker_lines(w: WorkerStatus, st: Status) -> list[str]:
         out.append(f"{'':>4} {'stuck in' if stl else 'in'} {where}" + (f", waiting in {coll}" if coll else ""))
     if w["last_dump"]:
         out.append(f"{'':>4} last dump: {w['last_dump']}")
+    stop = w.get("stop")
+    if stop and w["state"] in (State.RUNNING, State.STALLED, State.PAUSED, State.STARTING):
+        out.append(f"{'':>4} {stop['signal']} sent, SIGKILL in {_v(stop['kill_in'], 's')}")
+    return out
+
+
+def live_lines(st: Status) -> list[str]:
+    """The tunables' values (and who changed them), and the checkpoint requests still waiting."""
+    out = []
+    for t in st.get("tunables") or []:
+        c = t["changes"][-1] if t["changes"] else None
+        how = f" (set by {c['by']}" + (f" from step {c['step']}" if c["step"] is not None else "") \
+            + (f"; waiting: {fmt.ranks(c['waiting'])}" if c["waiting"] else "") + ")" if c else ""
+        out.append(f"tunable {t['name']} = {shown(t['value'])} ({t['type']}){how}")
+    for r in st.get("checkpoints") or []:
+        if r["waiting"]:
+            out.append(f"checkpoint asked of {fmt.ranks(r['ranks'])}"
+                       + (f" at step {r['step']}" if r["step"] is not None else "")
+                       + f": waiting for {fmt.ranks(r['waiting'])}")
     return out
 
 
@@ -85,6 +105,7 @@ def status_lines(st: Status) -> list[str]:
             out.append(f"  ! {a['message']}")
             if a.get("hint"):
                 out.append(f"    what to do: {a.get('hint')}")
+    out += live_lines(st)
     for ra in st["alerts"][-5:]:
         out.append(f"alert: {ra['message']}")
     return out

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from mpwatch.cli.args import Parser, die
 from mpwatch.cli.listing import ended_text
+from mpwatch.contract.live import shown
 from mpwatch.contract.status import ALIVE_STATES
 from mpwatch.rundir import layout, postmortem, reader, registry
 from mpwatch.settings import Settings
@@ -93,6 +94,31 @@ def _alerts(s: postmortem.Summary) -> list[str]:
     return out
 
 
+def _live(s: postmortem.Summary) -> list[str]:
+    """Tunables changed and checkpoints asked, when and by whom, and how the ranks took them."""
+    started = s["listing"]["started"]
+    out: list[str] = []
+    changes = sorted(((c["ts"], t["name"], c) for t in s["tunables"] for c in t["changes"]), key=lambda x: x[0])
+    if changes:
+        out.append("tunables changed:")
+    for ts, name, c in changes:
+        late = [a["rank"] for a in c["answers"] if a["late"]]
+        out.append(f"  {_at(ts, started)} {name} = {shown(c['value'])} (was {shown(c['old'])}) "
+                   f"{'from step ' + str(c['step']) if c['step'] is not None else 'at once'}, by {c['by']}: "
+                   f"{len(c['answers'])} rank(s) took it" + (f", late: {fmt.ranks(late)}" if late else ""))
+    if s["checkpoints"]:
+        out.append("checkpoints asked:")
+    for r in s["checkpoints"]:
+        steps = sorted({a["step"] for a in r["answers"] if a["step"] is not None})
+        late = [a["rank"] for a in r["answers"] if a["late"]]
+        out.append(f"  {_at(r['ts'], started)} {fmt.ranks(r['ranks'])}"
+                   f"{' at step ' + str(r['step']) if r['step'] is not None else ''}, by {r['by']}: "
+                   + (f"taken at step {', '.join(map(str, steps))}" if steps else "none taken")
+                   + "".join(f"; {w}: {fmt.ranks(rs)}" for w, rs in (("late", late), ("missed", r["missed"]),
+                                                                      ("never answered", r["waiting"])) if rs))
+    return out
+
+
 def _files(files: list[str]) -> list[str]:
     """The run's files, the rank folders' folded into one line."""
     top = [f for f in files if not f.startswith("rank-")]
@@ -112,7 +138,7 @@ def _span(ranks: list[int]) -> str:
 
 def summary_lines(s: postmortem.Summary) -> list[str]:
     out = _head(s) + [""] + _ranks(s)
-    for part in (_stalls(s), _alerts(s)):
+    for part in (_stalls(s), _alerts(s), _live(s)):
         if part:
             out += [""] + part
     out += ["", f"files in {s['listing']['run_dir']}:"] + _files(s["files"])

@@ -34,6 +34,9 @@ class LaunchOptions(Protocol):
     grace: float
     resize_mode: str
     gpu_interval: float
+    stop_signal: str
+    metrics_port: int | None
+    metrics_addr: str
     run_id: str | None
     cwd: str
     supervisor_flags: list[str]  # torchrun's flags (-m, --nnodes...), as the supervisor takes them
@@ -53,6 +56,9 @@ def supervisor_argv(ns: argparse.Namespace, opts: LaunchOptions, run_id: str, ru
             "--stall-timeout", repr(float(opts.stall_timeout)),
             "--startup-timeout", repr(float(opts.startup_timeout)), "--grace", repr(float(opts.grace)),
             "--resize-mode", opts.resize_mode, "--gpu-interval", repr(float(opts.gpu_interval)),
+            "--stop-signal", opts.stop_signal,
+            *(["--metrics-port", str(opts.metrics_port), "--metrics-addr", opts.metrics_addr]
+              if opts.metrics_port is not None else []),
             *opts.supervisor_flags, opts.script, *opts.args]
 
 

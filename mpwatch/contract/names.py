@@ -78,6 +78,14 @@ class Event(_Name):
     ROUND = "round"  # several nodes: this node joined a rendezvous round (its workers start in it)
     NODE_LOST = "node_lost"  # several nodes: another node's supervisor stopped answering
     THINNED = "thinned"  # a note: older report events were thinned to keep events.jsonl under its cap
+    # live control (supervisor.live): a request, then each rank's answer
+    CHECKPOINT_REQUESTED = "checkpoint_requested"  # `ctl checkpoint`, `c`: the ranks asked and the step
+    CHECKPOINT_TAKEN = "checkpoint_taken"  # a rank's should_checkpoint() returned True (late: past the step)
+    CHECKPOINT_MISSED = "checkpoint_missed"  # a rank's process ended before it answered
+    TUNABLE_DECLARED = "tunable_declared"  # the first mpwatch.tunable() call of a name in the run
+    TUNABLE_SET = "tunable_set"  # `ctl set`, `t`: the new value and the step it takes effect at
+    TUNABLE_APPLIED = "tunable_applied"  # a rank took the new value (late: past the step)
+    STOP_SIGNAL = "stop_signal"  # --stop-signal sent to a rank's process (kill, restart, resize, stop)
 
 
 class EventRecord(TypedDict):
@@ -105,7 +113,7 @@ class EventFields(EventRecord, total=False):
     to: int  # resized: workers after
     mode: str  # resized: independent | restart
     silent_for: float  # stalled: seconds without a report; slow_start: seconds since its start
-    step: int | None  # stalled, recovered, report
+    step: int | None  # stalled, recovered, report; checkpoint_*, tunable_*: the step asked for, or taken at
     kind: str | None  # stalled, slow_start: what the process does; alert, gpu_alert: the alert's kind
     detail: str | None  # stalled, slow_start: the kind's detail (kernel wait)
     limit: float  # slow_start: the --startup-timeout it went past
@@ -141,6 +149,17 @@ class EventFields(EventRecord, total=False):
     update: bool  # alert: it replaces the standing alert of its key (the finding learnt more)
     ended: bool  # alert: the condition of its key is over; the alert leaves the status
     gpu: int | None  # gpu_alert: the GPU
+    id: int  # checkpoint_*, tunable_set, tunable_applied: the request
+    at: int | None  # checkpoint_taken, tunable_applied: the step asked for (None: the next call)
+    late: bool  # checkpoint_taken, tunable_applied: it took effect past `at` (it learnt of it too late)
+    ranks: list[int]  # checkpoint_requested, tunable_set: the ranks asked
+    by: str  # checkpoint_requested, tunable_set: who asked
+    tunable: str  # tunable_*: its name
+    value: Any  # tunable_set, tunable_applied: the new value; tunable_declared: its default
+    old: Any  # tunable_set: the value before
+    type: str  # tunable_declared: int | float | str | bool
+    signal: str  # stop_signal: SIGTERM, SIGUSR2, ...
+    grace: float  # stop_signal: seconds before SIGKILL
     thinned_from: float  # thinned: report events between these wall times...
     thinned_to: float
     reports_before: int  # ...went from reports_before to reports_after

@@ -16,7 +16,10 @@ from mpwatch.contract.coerce import as_float, as_number
 if TYPE_CHECKING:  # the worker side imports this module: the schema only for the checker
     from mpwatch.contract.status import CudaView
 
-VERSION = 1
+# 1: worker -> supervisor only. 2: the supervisor also sends requests down the channel
+# (CHECKPOINT, SET); a worker whose hello says 1 is never sent a frame.
+VERSION = 2
+DOWN_VERSION = 2  # the first version whose workers read frames from the supervisor
 
 # Largest frame either end accepts; a worker batch is far below this.
 MAX_FRAME = 1 << 20
@@ -32,6 +35,7 @@ ENV_RUN = "MPWATCH_RUN_ID"
 ENV_STACK_FILE = "MPWATCH_STACK_FILE"
 ENV_SUPERVISOR_PID = "MPWATCH_SUPERVISOR_PID"
 ENV_FLUSH = "MPWATCH_FLUSH_S"  # how often the worker's sender ships a batch
+ENV_TUNABLES = "MPWATCH_TUNABLES"  # JSON {name: value}: the tunables' values when the worker was started
 
 
 def flush_interval(workers: int, stall_timeout: float) -> float:
@@ -47,6 +51,18 @@ BATCH = "batch"  # {t, reports: [[ts, step, loss, metrics(, n)]], dropped, phase
 # A report entry with a fifth element n stands for n consecutive report() calls folded into
 # one by the sender (the last step and loss among them, their metrics merged).
 BYE = "bye"  # {t} the process is exiting normally
+# A BATCH may carry `live`: entries of mpwatch.live (protocol 2), each a list led by its kind:
+LIVE_POLLS = "polls"  # ["polls"]: the process calls mpwatch.should_checkpoint()
+LIVE_DECLARE = "declare"  # ["declare", name, type, default]: mpwatch.tunable()'s first call (type: TUNABLE_TYPES)
+LIVE_DONE = "done"  # ["done", id, step, late]: request `id` took effect at `step` (late: past its step)
+
+# Supervisor -> worker message types (protocol 2), read by the worker's sender thread:
+CHECKPOINT = "checkpoint"  # {t, id, step}: should_checkpoint() is True once, when the step reaches `step`
+SET = "set"  # {t, id, name, value, step}: tunable(name) is `value` from `step` on
+# `step` None: at the process's next call. Request ids grow through a run; a resent one is one request.
+TUNABLE_TYPES = ("int", "float", "str", "bool")
+TUNABLE_NAME_MAX = 64
+TUNABLE_STR_MAX = 256
 
 
 class BadFrame(ValueError):

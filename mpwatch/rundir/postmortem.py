@@ -7,11 +7,11 @@ Runs on the caller's thread.
 from __future__ import annotations
 
 import time
-from typing import Literal, TypedDict
+from typing import Literal, TypedDict, cast
 
 from mpwatch.contract.coerce import as_float, as_int, as_str
-from mpwatch.contract.status import Event, EventRecord
-from mpwatch.rundir import eventlines, layout
+from mpwatch.contract.status import CheckpointRequest, Event, EventFields, EventRecord, TunableStatus
+from mpwatch.rundir import eventlines, layout, live_events
 from mpwatch.rundir.reader import RunDir
 
 Ending = Literal["live", "finished", "cut short"]  # cut short: the supervisor died mid-run
@@ -85,6 +85,8 @@ class Summary(TypedDict):
     slow_starts: list[StallEnd]  # no first report within --startup-timeout (never stalls: step is None)
     culprit: str | None  # the last hang alert: who the others wait for, and where
     alerts: list[AlertEnd]
+    tunables: list[TunableStatus]  # mpwatch.tunable()'s values, each with its last changes and the ranks' answers
+    checkpoints: list[CheckpointRequest]  # "checkpoint now" requests and what each rank did
     files: list[str]  # what the directory holds, relative to it
     notes: list[str]  # what could not be read
 
@@ -257,9 +259,14 @@ def summarize(rd: RunDir, now: float | None = None) -> Summary:
     hangs = [e for e in hangs if e["ts"] <= until] or hangs
     restarts = rd.final["run"].get("restarts") if rd.final is not None else None
     files = _files(rd)
+    live = live_events.LiveFold()
+    for e in evs:
+        if e["event"] in live_events.LIVE_EVENTS:
+            live_events.apply(live, cast(EventFields, e))
+    tunables, checkpoints = live.status()
     return {"listing": listing(rd, exits, now), "args": rd.run.args,
             "restarts": restarts if isinstance(restarts, int) else sum(r["restarts"] for r in ranks),
             "stopped": as_str(stops[0].get("why")) if stops else None, "ranks": ranks, "stalls": _stalls(evs),
             "slow_starts": _stalls(evs, Event.SLOW_START, "slow start"),
             "culprit": as_str(hangs[-1].get("message")) if hangs else None, "alerts": _alerts(evs),
-            "files": files, "notes": list(rd.notes)}
+            "tunables": tunables, "checkpoints": checkpoints, "files": files, "notes": list(rd.notes)}

@@ -26,6 +26,31 @@ class EventsReply(TypedDict):
     seq: int
 
 
+class LiveReply(TypedDict):
+    """The `checkpoint` and `set` commands' reply: the step every rank takes it at (None: each
+    at its next call), and what was done (none for a plan)."""
+
+    step: int | None
+    message: str
+
+
+def _live_reply(reply: dict[str, Any]) -> LiveReply:
+    step = reply.get("step")
+    return {"step": step if type(step) is int else None, "message": str(reply.get("message", ""))}
+
+
+def who(kind: str) -> str:
+    """Who asks, for the supervisor's records: `ctl alice@gpu-node-3`."""
+    import getpass
+    import socket
+
+    try:
+        user = getpass.getuser()
+    except (KeyError, OSError):
+        user = "?"
+    return f"{kind} {user}@{socket.gethostname()}"
+
+
 class ClientError(Exception):
     """A refused or failed request; the message is meant for the user."""
 
@@ -85,6 +110,17 @@ class Requests:
 
     def stop(self) -> str:
         return str(self.request("stop")["message"])
+
+    def checkpoint(self, target: int | str, step: int | None = None, by: str = "?", plan: bool = False) -> LiveReply:
+        """Ask a rank (or "all") to checkpoint (supervisor.live.control); with `plan`, only the
+        step it would be taken at. `step` given: that step, on every rank asked."""
+        return _live_reply(self.request("checkpoint", target=target, step=step, by=by, plan=plan))
+
+    def set_tunable(self, name: str, value: str, step: int | None = None, by: str = "?",
+                    plan: bool = False) -> LiveReply:
+        """Change a tunable on every rank; `value` as typed (the supervisor reads it by the type
+        the workers declared)."""
+        return _live_reply(self.request("set", name=name, value=value, step=step, by=by, plan=plan))
 
     def another(self) -> Requests:
         """This connection, where requests may be in flight at once (Client has its own)."""

@@ -7,7 +7,7 @@ import threading
 from typing import Any, Protocol
 
 from mpwatch.contract.status import GpuTimelineReply, Status
-from mpwatch.sources.local import EventsReply
+from mpwatch.sources.local import EventsReply, LiveReply
 
 
 class Source(Protocol):
@@ -26,6 +26,15 @@ class Source(Protocol):
     def resize(self, n: int) -> str: ...
 
     def stop(self) -> str: ...
+
+    def checkpoint(self, target: int | str, step: int | None = None, by: str = "?", plan: bool = False) -> LiveReply:
+        """A "checkpoint now" (supervisor.live.control); `plan`: only the step it would be at."""
+        ...
+
+    def set_tunable(self, name: str, value: str, step: int | None = None, by: str = "?",
+                    plan: bool = False) -> LiveReply:
+        """A tunable's new value, typed as text, on every rank at one step."""
+        ...
 
     def another(self) -> Source:
         """A connection of its own for the TUI's actions (a key never waits behind a status

@@ -9,6 +9,7 @@ The rooms it drives, each with one job:
 - supervisor.eventlog: events.jsonl, the recent events and the run alerts;
 - supervisor.diagnose.stall_watch: stalled workers, what they do, and the rank the others wait for;
 - supervisor.resize: the `resize` command, stopping and starting ranks over the ticks;
+- supervisor.live.control: "checkpoint now" and tunables, sent down the workers' channels;
 - supervisor.diagnose.sampler, supervisor.diagnose.dumps, supervisor.gpu.watch: the process sampler,
   stack dumps, the GPU watcher.
 
@@ -30,13 +31,13 @@ import threading
 import time
 from pathlib import Path
 from types import FrameType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from mpwatch.contract import protocol
 from mpwatch.contract.status import Event, RunState, State, Status
 from mpwatch.rundir import layout, records, registry, textfiles, thinning, writer
 from mpwatch.settings import Settings
-from mpwatch.supervisor import errors, snapshot, spawn
+from mpwatch.supervisor import errors, metrics, snapshot, spawn
 from mpwatch.supervisor.diagnose.dumps import Dumper
 from mpwatch.supervisor.diagnose.sampler import Sampler
 from mpwatch.supervisor.diagnose.stall_watch import StallWatch
@@ -47,12 +48,16 @@ from mpwatch.supervisor.ipc.channels import ChannelHub
 from mpwatch.supervisor.ipc.commands import Commands
 from mpwatch.supervisor.ipc.control import ControlServer
 from mpwatch.supervisor.ipc.ledger import ReportLedger
+from mpwatch.supervisor.live.control import LiveControl
 from mpwatch.supervisor.nodes.cluster import Nodes
 from mpwatch.supervisor.options import Options as Options  # re-exported: the CLI builds one
 from mpwatch.supervisor.resize import Resize
 from mpwatch.supervisor.workers import exits
 from mpwatch.supervisor.workers.groups import ProcessGroups
 from mpwatch.supervisor.workers.worker import TAIL, Attempt, Worker
+
+if TYPE_CHECKING:
+    from mpwatch.supervisor.metrics.server import MetricsServer
 
 TICK_S = 0.1
 FLUSH_S = 0.5  # events.jsonl flushed, the disk checked, the headless summary considered
@@ -89,18 +94,23 @@ class Run:
         rt = registry.runtime_dir(self.settings.tmpdir)
         self.store = writer.RunStore(self.run_dir, thinning.cap_bytes(self.settings.events_mb))
         self.log = EventLog(self.store, status_out)
-        self.groups = ProcessGroups(self.workers, self.lock, self.log)
-        self.ledger = ReportLedger(self.workers, self.lock, self.log)
+        self.groups = ProcessGroups(self.workers, self.lock, self.log, opts.stop_signal)
+        self.live = LiveControl(self.workers, self.lock, self.log, self.flush_interval)
+        self.ledger = ReportLedger(self.workers, self.lock, self.log, self.live)
         self.hub = ChannelHub(str(rt / f"{self.run_id}.chan"), self.authkey, self.ledger)
         self.dumper = Dumper(self.store, self.lock, self.log, self.settings)
         self.gpu = GpuWatch.for_run(self)  # NVML starts on its own thread (setup): never waited on
-        self.commands = Commands(self, self.workers, self.lock, opts, self.store, self.log, self.dumper, self.gpu)
+        self.commands = Commands(self, self.workers, self.lock, opts, self.store, self.log, self.dumper, self.gpu,
+                                 self.live)
         self.control = ControlServer(str(rt / f"{self.run_id}.ctl"), self.authkey, self.commands.dispatch)
         self.sampler = Sampler(self.workers, self.lock, self.groups)
         self.stalls = StallWatch(self.workers, self.lock, self.log, self.dumper, opts.stall_timeout,
                                  opts.startup_timeout)
         self.nodes = Nodes(opts.nodes, self, self.start) if opts.nodes is not None else None  # several nodes
         self.resizing = Resize(self)
+        self.metrics: MetricsServer | None = None  # --metrics-port (supervisor.metrics)
+        self.metrics_at: str | None = None  # host:port Prometheus scrapes, once serving
+        self.ticked = time.monotonic()  # the serve loop's last turn (the metrics' /healthz)
 
     # ----------------------------------------------------------------- setup ----
     def setup(self) -> None:
@@ -126,6 +136,9 @@ class Run:
         self.groups.start_watchdog()
         self.hub.start()
         self.control.start()
+        self.metrics = metrics.serve(o.metrics_addr, o.metrics_port, lambda: snapshot.build(self, 0),
+                                     lambda: self.ticked)
+        self.metrics_at = self.metrics.where if self.metrics is not None else None
         me = (self.opts, self.run_id, self.run_dir, self.started_wall)
         self.store.write_json(layout.RUN_JSON, records.run_json(*me))
         self.store.write_json(layout.CONTROL_JSON, {
@@ -154,8 +167,9 @@ class Run:
             o, rank, self.world, self.master_port, self.run_id, restarts=0 if w is None else w.restarts)
         env = spawn.worker_env(os.environ, place, channel=self.hub.address, authkey=self.authkey, run_id=self.run_id,
                                rank_dir=paths.dir, stack_file=paths.stack_file, virtual_local_rank=o.virtual_local_rank,
-                               flush_s=protocol.flush_interval(self.world, o.stall_timeout),
+                               flush_s=self.flush_interval(),
                                nccl_flight=self.settings.nccl_flight)
+        live_from = self.live.spawn_env(env)
         try:
             with self.store.open_log(rank, "stdout") as out, self.store.open_log(rank, "stderr") as err:
                 proc = spawn.start_worker(spawn.command(o.launch, o.script, o.args), env, out, err, cwd=o.cwd)
@@ -165,7 +179,7 @@ class Run:
                         pid=None, exit_code=None, signal=None, cause=cause, reason=None, stderr_tail=[])
             return
         self.groups.watch(proc.pid, rank)
-        self._begin(rank, Attempt(proc, place.world), State.STARTING, reason or "first start",
+        self._begin(rank, Attempt(proc, place.world, live_from=live_from), State.STARTING, reason or "first start",
                     pid=proc.pid, world_size=place.world, master_port=place.master_port, global_rank=place.rank,
                     attempt=0 if w is None else w.restarts)
 
@@ -222,6 +236,7 @@ class Run:
         a.exit_seen = None
         now = time.monotonic()
         self.ledger.write_report(w, now)  # the curve's last point comes before the exit
+        self.live.on_exit(w)  # the requests it never answered are missed
         # The process's own lines (after mpwatch's last marker), enough to find NCCL's watchdog line.
         tail = exits.own_output(textfiles.tail_lines(layout.log_path(self.run_dir, w.rank, "stderr"), CAUSE_LINES))
         end = exits.judge(returncode, a.kill_reason, tail, self._first_peer_end(w, now), a.dist)
@@ -265,14 +280,18 @@ class Run:
 
     # ------------------------------------------------------------ the loop ----
     def serve(self) -> int:
-        for sig in (signal.SIGTERM, signal.SIGINT):
+        # USR1 and USR2 stop the run too: a batch system's warning (Slurm's --signal) must not
+        # kill the supervisor by their default action, and a stop is what such a warning means.
+        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1, signal.SIGUSR2):
             signal.signal(sig, self._on_signal)
         signal.signal(signal.SIGHUP, signal.SIG_IGN)  # a closed terminal never ends the run
         next_flush = 0.0
         while self.state is not RunState.FINISHED:
+            self.ticked = time.monotonic()
             self.commands.run_next(timeout=TICK_S)
             self._handle_signals()
             self.ledger.flush(time.monotonic())
+            self.live.push()
             self._poll()
             if self.nodes is not None:
                 self.nodes.tick()  # a round joined, a stop or a lost node found by the node thread
@@ -340,6 +359,8 @@ class Run:
         self.sampler.close()
         self.hub.close()
         self.control.close()
+        if self.metrics is not None:
+            self.metrics.close()
         self.gpu.close()
         if self.nodes is not None:
             self.nodes.close()
@@ -358,6 +379,10 @@ class Run:
     def event(self, name: Event | str, rank: int | None = None, **fields: Any) -> dict[str, Any]:
         """Record an event (the GPU watcher's way in: supervisor.gpu.watch's for_run)."""
         return self.log.event(Event(name), rank, **fields)
+
+    def flush_interval(self) -> float:
+        """How often the workers' senders ship a batch (protocol.flush_interval, by the run's size)."""
+        return protocol.flush_interval(self.world, self.opts.stall_timeout)
 
     def snapshot(self, tail: int = TAIL) -> Status:
         return snapshot.build(self, tail)

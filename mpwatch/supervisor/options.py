@@ -38,6 +38,9 @@ class Options:
     grace: float = 10.0
     resize_mode: str = "restart"  # restart | independent
     gpu_interval: float = 1.0
+    stop_signal: str = "SIGTERM"  # --stop-signal: a rank's process gets it first, its process group SIGKILL later
+    metrics_port: int | None = None  # --metrics-port (or MPWATCH_METRICS_PORT): serve Prometheus text there
+    metrics_addr: str = "127.0.0.1"  # --metrics-addr
     run_id: str | None = None  # given by a launcher that chose the run directory itself
     cwd: str = field(default_factory=os.getcwd)
     argv: list[str] = field(default_factory=lambda: list(sys.argv))

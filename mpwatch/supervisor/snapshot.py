@@ -14,13 +14,14 @@ from pathlib import Path
 from typing import Any, Protocol, cast
 
 from mpwatch.contract import straggler
-from mpwatch.contract.status import ChildStatus, GpuView, RunInfo, RunState, State, Status, WorkerStatus
+from mpwatch.contract.status import ChildStatus, GpuView, RunInfo, RunState, State, Status, StopInfo, WorkerStatus
 from mpwatch.probes.procs import ProcInfo
 from mpwatch.supervisor.eventlog import EventLog
 from mpwatch.supervisor.gpu.watch import GpuWatch
+from mpwatch.supervisor.live.control import LiveControl
 from mpwatch.supervisor.nodes.cluster import Nodes
 from mpwatch.supervisor.options import Options
-from mpwatch.supervisor.workers.worker import TAIL, ChildReport, Worker
+from mpwatch.supervisor.workers.worker import TAIL, Attempt, ChildReport, Worker
 
 
 class RunView(Protocol):
@@ -39,7 +40,9 @@ class RunView(Protocol):
     exit_code: int | None
     log: EventLog
     gpu: GpuWatch
+    live: LiveControl
     nodes: Nodes | None  # several nodes
+    metrics_at: str | None  # where Prometheus scrapes this node (supervisor.metrics), or None
 
     def refused_connections(self) -> int: ...
 
@@ -62,14 +65,17 @@ def build(run: RunView, tail: int = TAIL) -> Status:
             world_size=run.world, nprocs=len(run.workers), counts=counts, restarts=run.restarts_total,
             exit_code=run.exit_code,
             options={"max_restarts": o.max_restarts, "stall_timeout": o.stall_timeout,
-                     "startup_timeout": o.startup_timeout, "grace": o.grace, "resize_mode": o.resize_mode},
+                     "startup_timeout": o.startup_timeout, "grace": o.grace, "resize_mode": o.resize_mode,
+                     "stop_signal": o.stop_signal, "metrics": run.metrics_at},
             refused_connections=run.refused_connections(), node=None if run.nodes is None else run.nodes.info())
+        tunables, checkpoints = run.live.status()
         return Status(
             run=info, workers=workers,
             gpus=cast(list[GpuView], panel.get("gpus", [])),  # GpuWatch builds them as contract.status says
             gpu_status=panel.get("gpu_status"),
             alerts=run.log.alerts(), events_seq=run.log.seq,
-            straggler=straggler.analyze(workers))  # lags, and the likely culprit of a hang
+            straggler=straggler.analyze(workers),  # lags, and the likely culprit of a hang
+            tunables=tunables, checkpoints=checkpoints)
 
 
 def worker_status(w: Worker, now: float, tail: int, gpu: GpuWatch | None,
@@ -98,7 +104,17 @@ def worker_status(w: Worker, now: float, tail: int, gpu: GpuWatch | None,
         last_dump=w.last_dump, unkillable=a.unkillable,
         foreign_groups=sorted(w.foreign_groups),
         children=children,
-        gpu=gpu.worker_gpu(w.rank) if gpu is not None and alive else None)
+        gpu=gpu.worker_gpu(w.rank) if gpu is not None and alive else None,
+        stop=stop_info(a, now) if alive else None, polls_checkpoint=a.polls)
+
+
+def stop_info(a: Attempt, now: float) -> StopInfo | None:
+    """The stop signal sent to the attempt's process, and how long until SIGKILL."""
+    if a.stop_signal is None or a.stop_sent is None:
+        return None
+    kill_in = 0.0 if a.hard_killed is not None else (
+        None if a.kill_deadline is None else round(max(0.0, a.kill_deadline - now), 1))
+    return StopInfo(signal=a.stop_signal, sent=a.stop_sent, kill_in=kill_in)
 
 
 def child_status(c: ProcInfo, rep: ChildReport | None, now: float) -> ChildStatus:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import Literal
 
+from mpwatch.contract.live import shown
 from mpwatch.contract.status import Event, EventFields, State
 from mpwatch.text import fmt
 
@@ -15,7 +16,10 @@ Severity = Literal["information", "warning", "error"]  # Textual's notification 
 # Events the TUI pops up as a notice; the others show in the table or the action's reply.
 # (The run's end is no notice: the banner says it, once.)
 NOTICE_EVENTS = frozenset({Event.WORKER_EXITED, Event.STALLED, Event.SLOW_START, Event.RECOVERED, Event.RESTARTED,
-                           Event.RESIZED, Event.ALERT, Event.GPU_ALERT, Event.STOPPING, Event.DUMP})
+                           Event.RESIZED, Event.ALERT, Event.GPU_ALERT, Event.STOPPING, Event.DUMP,
+                           Event.CHECKPOINT_MISSED})
+# a rank that took a request past its step is news too (contract.live: `late`)
+LATE_NOTICES = frozenset({Event.CHECKPOINT_TAKEN, Event.TUNABLE_APPLIED})
 _ALERT_SEVERITY: dict[str, Severity] = {"error": "error", "warning": "warning", "info": "information"}
 _EXIT_SEVERITY: dict[str, Severity] = {State.FAILED: "error", State.KILLED: "warning"}
 
@@ -52,6 +56,33 @@ def slow_start_text(limit: float | None) -> str:
 def _slow_start(rec: EventFields) -> str:
     what = doing(rec.get("kind"), rec.get("detail"))
     return f"{_who(rec)} {slow_start_text(rec.get('limit'))}" + (f"; {what}" if what else "")
+
+
+def _at(step: object) -> str:
+    return f"at step {step}" if step is not None else "at its next call"
+
+
+def _live(rec: EventFields) -> str | None:
+    """The live control's events (supervisor.live.control)."""
+    e, who = rec.get("event"), _who(rec)
+    late = f" (late: asked for step {rec.get('at')})" if rec.get("late") else ""
+    if e == Event.CHECKPOINT_REQUESTED:
+        return f"checkpoint asked of {fmt.ranks(rec.get('ranks') or [])} {_at(rec.get('step'))} by {rec.get('by')}"
+    if e == Event.CHECKPOINT_TAKEN:
+        return f"{who} took a checkpoint at step {fmt.num(rec.get('step'), na='-')}{late}"
+    if e == Event.CHECKPOINT_MISSED:
+        return f"{who} ended before its checkpoint ({rec.get('why')})"
+    if e == Event.TUNABLE_DECLARED:
+        return f"{who} declared tunable {rec.get('tunable')} ({rec.get('type')}, default {shown(rec.get('value'))})"
+    if e == Event.TUNABLE_SET:
+        return (f"{rec.get('tunable')} = {shown(rec.get('value'))} (was {shown(rec.get('old'))}) "
+                f"{_at(rec.get('step'))} by {rec.get('by')}")
+    if e == Event.TUNABLE_APPLIED:
+        return f"{who} took {rec.get('tunable')} = {shown(rec.get('value'))} at step {rec.get('step')}{late}"
+    if e == Event.STOP_SIGNAL:
+        return f"{who}: {rec.get('signal')} sent to pid {rec.get('pid')} ({rec.get('reason')}; SIGKILL after " \
+               f"{rec.get('grace')}s)"
+    return None
 
 
 def line(rec: EventFields) -> str | None:
@@ -98,7 +129,7 @@ def line(rec: EventFields) -> str | None:
                 f"{first}-{last} of {rec.get('world_size')} ({rec.get('why')})")
     if e == Event.BAD_FRAME:
         return f"{who}: dropped a bad frame ({rec.get('why')}), {rec.get('count')} so far"
-    return None
+    return _live(rec)
 
 
 def exits_notice(recs: list[EventFields]) -> tuple[str, Severity]:
@@ -122,7 +153,8 @@ def severity(rec: EventFields) -> Severity:
         return "information" if rec.get("exit_code") == 0 else "error"
     if e == Event.GPU_ALERT:
         return _ALERT_SEVERITY.get(rec.get("severity") or "warning", "warning")
-    if e in (Event.STALLED, Event.SLOW_START, Event.RESTARTED, Event.ALERT, Event.STOPPING, Event.BAD_FRAME):
+    if e in (Event.STALLED, Event.SLOW_START, Event.RESTARTED, Event.ALERT, Event.STOPPING, Event.BAD_FRAME,
+             Event.CHECKPOINT_MISSED) or rec.get("late"):
         return "warning"
     return "information"
 
@@ -130,7 +162,9 @@ def severity(rec: EventFields) -> Severity:
 def notice(rec: EventFields) -> tuple[str, Severity] | None:
     """(text, severity) of an event worth a notice in the TUI, else None. A failed worker's
     notice adds the last line of its stderr when the cause says no words of the process's own."""
-    if rec.get("event") not in NOTICE_EVENTS or rec.get("update"):  # an update shows in place, not as news
+    if rec.get("update"):  # an update shows in place, not as news
+        return None
+    if rec.get("event") not in NOTICE_EVENTS and not (rec.get("event") in LATE_NOTICES and rec.get("late")):
         return None
     text = line(rec)
     if text is None:

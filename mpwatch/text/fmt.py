@@ -96,3 +96,15 @@ def pct(v: float | None, na: str = NA) -> str:
     if not isinstance(v, (int, float)) or not math.isfinite(v):
         return na
     return f"{v:.0f}%"
+
+
+def ranks(rs: list[int] | set[int]) -> str:
+    """`ranks 0-3`, `rank 2`, `ranks 0,2,5`: a set of ranks in words."""
+    got = sorted(rs)
+    if not got:
+        return "no rank"
+    if len(got) == 1:
+        return f"rank {got[0]}"
+    if got == list(range(got[0], got[-1] + 1)):
+        return f"ranks {got[0]}-{got[-1]}"
+    return "ranks " + ",".join(map(str, got))

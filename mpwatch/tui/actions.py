@@ -1,4 +1,5 @@
-"""The keys that act on the run (pause, kill, restart, resize, dump, stop) and the ones that
+"""The keys that act on the run (pause, kill, restart, resize, dump, stop, checkpoint, a
+tunable's value) and the ones that
 only change the view (filter, sort, fold), as the base class of the App. Every control
 request runs on a worker thread and reports back with ActionDone, so the UI thread never
 waits on the socket, and every action says what happened (the supervisor's reply, or why
@@ -20,11 +21,12 @@ from textual.scrollbar import ScrollBar, ScrollBarRender
 from mpwatch.contract.status import State, Status, WorkerStatus
 from mpwatch.contract.straggler import ranks_text
 from mpwatch.settings import Settings
-from mpwatch.sources.local import ClientError
+from mpwatch.sources.local import ClientError, who
 from mpwatch.sources.source import Source
 from mpwatch.tui.poller import Poller
 from mpwatch.tui.render import segs, view
 from mpwatch.tui.render.glyphs import Glyphs, pick
+from mpwatch.tui.screens.checkpoint import CheckpointDialog
 from mpwatch.tui.screens.confirm import Choice, ChoiceDialog, ConfirmDialog
 from mpwatch.tui.screens.filter import FilterDialog
 from mpwatch.tui.screens.quit import QuitDialog
@@ -263,6 +265,32 @@ class RunActions(App[Outcome]):
         if w is not None:
             rank = w["rank"]
             self._request(f"dump rank {rank}", lambda: self._actions().act("dump", rank))
+
+    def action_checkpoint(self) -> None:
+        """`c`: the selected rank or every rank, asked first (supervisor.live.control picks the step)."""
+        w = self._selected("checkpoint")
+        if w is None or self.status is None:
+            return
+        rank, ranks = w["rank"], len(self.status["workers"])
+
+        def chosen(choice: str | None) -> None:
+            if choice is None:
+                self.say("checkpoint cancelled", notify=False)
+                return
+            target: int | str = rank if choice == "rank" else "all"
+            self._request(f"checkpoint {target}",
+                          lambda: self._actions().checkpoint(target, by=who("tui"))["message"])
+        self.push_screen(CheckpointDialog(rank, ranks, w.get("polls_checkpoint", False)), chosen)
+
+    def may_act(self, verb: str) -> bool:
+        """Whether the keys that act work here (a live run, connected); says why not."""
+        return self._can_act(verb) is not None
+
+    def set_tunable(self, name: str, text: str) -> None:
+        """A tunable's new value on every rank (the tunables screen's Enter)."""
+        if self._can_act(f"set {name}") is None:
+            return
+        self._request(f"set {name}", lambda: self._actions().set_tunable(name, text, by=who("tui"))["message"])
 
     def action_quit_dialog(self) -> None:
         if not self.live:

@@ -21,7 +21,7 @@ from mpwatch.sources.source import Source
 from mpwatch.text import eventtext
 from mpwatch.tui.actions import Outcome, RunActions
 from mpwatch.tui.poller import INTERVAL_S, Poller, PollFailed, RunGone, SnapshotReady
-from mpwatch.tui.render import gpu_rows, node_rows, view
+from mpwatch.tui.render import gpu_rows, live_rows, node_rows, view
 from mpwatch.tui.render.glyphs import Glyphs
 from mpwatch.tui.render.segs import Line
 from mpwatch.tui.screens.detail import DetailScreen
@@ -29,6 +29,7 @@ from mpwatch.tui.screens.events import EventsScreen
 from mpwatch.tui.screens.gpu import GpuScreen
 from mpwatch.tui.screens.help import HelpScreen
 from mpwatch.tui.screens.logs import LogsScreen
+from mpwatch.tui.screens.tunables import TunablesScreen
 from mpwatch.tui.widgets.cells import to_text
 from mpwatch.tui.widgets.gpu_panel import AlertLines, GpuPanel
 from mpwatch.tui.widgets.header import RunHeader
@@ -54,6 +55,8 @@ COMMANDS = [
     ("grow", "Add one worker", "Resize the run by +1; asks first when every worker restarts (+)"),
     ("shrink", "Remove one worker", "Resize the run by -1; asks first when every worker restarts (-)"),
     ("dump", "Dump stacks of the selected worker", "faulthandler / py-spy (d)"),
+    ("checkpoint", "Checkpoint now", "mpwatch.should_checkpoint() is True once: this rank or all, at one step (c)"),
+    ("tunables", "Tunables", "Values of mpwatch.tunable(), who changed them, checkpoints asked; change one (t)"),
     ("logs", "Logs of the selected worker", "stdout and stderr (l)"),
     ("events", "Events", "Every event of the run the TUI has, from the first (e)"),
     ("filter", "Filter rows", "By rank, pid, state or cause (/)"),
@@ -85,6 +88,8 @@ class MpwatchApp(RunActions):
         Binding("plus", "grow", "+1", show=False),
         Binding("minus", "shrink", "-1", show=False),
         Binding("d", "dump", "Dump"),
+        Binding("c", "checkpoint", "Checkpoint", show=False),
+        Binding("t", "tunables", "Tunables", show=False),
         Binding("l", "logs", "Logs"),
         Binding("e", "events", "Events", show=False),
         Binding("slash", "filter", "Filter"),
@@ -167,7 +172,7 @@ class MpwatchApp(RunActions):
     def apply_status(self, status: Status) -> None:
         old, self.status = self.status, status
         self.snapshots += 1
-        for text, severity in node_rows.changes(old, status):
+        for text, severity in node_rows.changes(old, status) + (live_rows.news(old, status) if old else []):
             self.say(text, severity)
         if node_rows.multi(status) != self._multi_node or bool(status["gpus"]) != self._has_gpus:
             self._multi_node, self._has_gpus = node_rows.multi(status), bool(status["gpus"])
@@ -190,7 +195,7 @@ class MpwatchApp(RunActions):
             self.gpu_panel.show(gpu_rows.gpu_rows(st, g, gpu_width), gpu_rows.title(st, g, width, gpu_fit), gpu_fit)
             self.alert_lines.show(gpu_rows.alert_lines(st, g, width - 2, 1 if small else 2 if height < 30 else 4))
             self._show_selected()
-        if isinstance(self.screen, (DetailScreen, GpuScreen)):
+        if isinstance(self.screen, (DetailScreen, GpuScreen, TunablesScreen)):
             self.screen.show_status()
 
     def keep_events(self, recs: Iterable[EventFields]) -> None:
@@ -309,6 +314,9 @@ class MpwatchApp(RunActions):
             self.say(f"no GPU to show: {self.status['gpu_status'] or 'no NVIDIA GPU found'}", "warning")
             return
         self.push_screen(GpuScreen())
+
+    def action_tunables(self) -> None:
+        self.push_screen(TunablesScreen())
 
     def action_help(self) -> None:
         self.push_screen(HelpScreen(self.glyphs, can_act=self.can_act))

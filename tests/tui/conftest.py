@@ -49,7 +49,8 @@ def utc(monkeypatch):
 
 @pytest.fixture
 def tui(headless):
-    """tui(n=2, env={...}, opts=[...]) -> async context manager yielding (app, pilot, run)."""
+    """tui(n=2, env={...}, opts=[...], script=..., args=[...]) -> async context manager yielding
+    (app, pilot, run)."""
 
     @contextlib.asynccontextmanager
     async def make(n=2, env=None, opts=(), size=(120, 40), wait_running=True, script=WORKER, args=()):

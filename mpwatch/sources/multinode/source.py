@@ -24,7 +24,7 @@ from typing import Any, cast
 from mpwatch.contract.status import EventFields, GpuTimelineReply, RunState, Status
 from mpwatch.rundir import layout, registry
 from mpwatch.rundir.textfiles import read_json
-from mpwatch.sources.local import Client, ClientError, EventsReply, Requests
+from mpwatch.sources.local import Client, ClientError, EventsReply, LiveReply, Requests
 from mpwatch.sources.multinode import combine
 from mpwatch.sources.remote.client import LinkLost, RemoteClient, RunEnded, Target, Transport
 
@@ -311,6 +311,31 @@ class MergedSource:
 
     def stop(self) -> str:
         return self._every(lambda link: link.stop())
+
+    def checkpoint(self, target: int | str, step: int | None = None, by: str = "?", plan: bool = False) -> LiveReply:
+        if target != "all":
+            if not isinstance(target, int):
+                raise ClientError(f"bad target {target!r}")
+            n, local = self._route(target)
+            got = self._link(n).checkpoint(local, step, by, plan)
+            return {"step": got["step"], "message": f"node {n.node}: {got['message']}"}
+        return self._everywhere(lambda link, s, p: link.checkpoint("all", s, by, p), step, plan)
+
+    def set_tunable(self, name: str, value: str, step: int | None = None, by: str = "?",
+                    plan: bool = False) -> LiveReply:
+        return self._everywhere(lambda link, s, p: link.set_tunable(name, value, s, by, p), step, plan)
+
+    def _everywhere(self, call: Callable[[Requests, int | None, bool], LiveReply], step: int | None,
+                    plan: bool) -> LiveReply:
+        """A request every node takes at one step: each node's supervisor says the step it
+        would pick, the latest wins (None if one has ranks without steps), then all get it."""
+        if step is None and len(self.nodes) > 1:
+            links = [self._link(n) for n in self.nodes if n.link is not None and n.ended is None]
+            steps = [call(link, None, True)["step"] for link in links]
+            step = None if not steps or None in steps else max(s for s in steps if s is not None)
+        if plan:
+            return {"step": step, "message": ""}
+        return {"step": step, "message": self._every(lambda link: call(link, step, False)["message"])}
 
     def _every(self, call: Callable[[Requests], str]) -> str:
         """The call on every node that can take it; what each said, or why not."""

@@ -13,6 +13,7 @@ from typing import Any, cast
 
 from mpwatch.contract.coerce import as_float, as_int, as_str
 from mpwatch.contract.status import Event, EventFields, GpuAlert, RunAlert, RunState, StallInfo, State, alert_kind
+from mpwatch.rundir import live_events
 from mpwatch.text import eventtext
 
 ALERTS_KEPT = 50  # as the supervisor's status keeps (supervisor.eventlog)
@@ -47,6 +48,7 @@ class RunFold:
     alerts: list[RunAlert] = field(default_factory=list)
     gpu_alerts: dict[str, GpuAlert] = field(default_factory=dict)  # key -> the alert, as it started last
     hang: EventFields | None = None  # the last culprit finding (an `alert` of kind hang)
+    live: live_events.LiveFold = field(default_factory=live_events.LiveFold)  # tunables and checkpoint requests
 
 
 def restarting_exits(events: Sequence[EventFields]) -> set[int]:
@@ -77,7 +79,9 @@ def fold(events: Sequence[EventFields], upto: int, run_dir: Path, restarting: se
         e = events[i]
         r = e["rank"]
         name = e["event"]
-        if r is not None and name != Event.GPU_ALERT and name != Event.ALERT:
+        if name in live_events.LIVE_EVENTS:
+            live_events.apply(run.live, e)
+        elif r is not None and name != Event.GPU_ALERT and name != Event.ALERT:
             _rank_event(run, run.ranks.setdefault(r, RankFold(r)), e, i in restarting, run_dir)
         elif name in (Event.ALERT, Event.GPU_ALERT) or r is None:
             _run_event(run, e)

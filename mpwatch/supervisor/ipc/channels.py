@@ -7,6 +7,11 @@ frames to the report ledger (supervisor.ipc.ledger). Reads are non-blocking into
 mid-frame holds up nobody. A frame that does not decode is counted (by the ledger) and
 dropped; an oversized frame desynchronises the stream, so that connection is closed
 (the worker reconnects on its next batch).
+
+Frames go down too (protocol 2: the live requests of supervisor.live), from any thread
+through `Peer.send`: written without blocking, what the socket does not take now waits in
+the peer's own buffer for `Peer.push` (the main loop's tick), and a peer that stops reading
+loses frames past OUT_MAX rather than holding anyone up.
 """
 from __future__ import annotations
 
@@ -25,16 +30,51 @@ from mpwatch.supervisor.ipc import sockets
 
 COALESCE_S = 0.025
 COALESCE_MIN = 8  # fewer ready peers than this: wait COALESCE_S for more before reading
+OUT_MAX = 1 << 16  # bytes waiting for a peer that does not read; past it, frames are dropped
 
 
 class Peer:
-    __slots__ = ("buf", "conn", "pid", "rank")
+    __slots__ = ("buf", "conn", "dropped", "out", "out_lock", "pid", "rank", "version")
 
-    def __init__(self, conn: Connection, rank: int, pid: int):
+    def __init__(self, conn: Connection, rank: int, pid: int, version: int = 1):
         self.conn = conn
         self.rank = rank
         self.pid = pid
+        self.version = version  # its hello's: below protocol.DOWN_VERSION it is sent nothing
         self.buf = bytearray()
+        self.out = bytearray()  # frames (or their rest) the socket has not taken yet
+        self.out_lock = threading.Lock()
+        self.dropped = 0  # frames dropped because `out` was full
+
+    def send(self, payload: bytes) -> bool:
+        """Frame `payload` as multiprocessing.connection does and write it without blocking;
+        False when it was dropped (the peer does not read, or reads an older protocol)."""
+        if self.version < protocol.DOWN_VERSION:
+            return False
+        frame = struct.pack("!i", len(payload)) + payload
+        with self.out_lock:
+            if len(self.out) + len(frame) > OUT_MAX:
+                self.dropped += 1
+                return False
+            self.out += frame
+            self._write()
+        return True
+
+    def push(self) -> None:
+        """Write what waits (the main loop, each tick)."""
+        if self.out:
+            with self.out_lock:
+                self._write()
+
+    def _write(self) -> None:
+        try:
+            n = os.write(self.conn.fileno(), self.out)
+        except BlockingIOError:
+            return
+        except OSError:
+            self.out.clear()  # gone: the reader sees the end of its stream and closes it
+            return
+        del self.out[:n]
 
 
 class FrameHandler(Protocol):
@@ -77,7 +117,8 @@ class ChannelHub(sockets.Listener[dict[str, Any]]):
         # From here on the reader never blocks on this peer: a half-sent frame waits in
         # the peer's buffer instead of holding up every other worker.
         os.set_blocking(conn.fileno(), False)
-        peer = Peer(conn, hello["rank"], hello["pid"])
+        v = hello.get("v")
+        peer = Peer(conn, hello["rank"], hello["pid"], v if type(v) is int else 1)
         self.handler.on_hello(peer, hello)
         with self._lock:
             self._new.append(peer)

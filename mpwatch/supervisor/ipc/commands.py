@@ -25,6 +25,7 @@ from mpwatch.supervisor.diagnose.dumps import Dumper
 from mpwatch.supervisor.errors import CommandError
 from mpwatch.supervisor.eventlog import EventLog
 from mpwatch.supervisor.gpu.watch import GpuWatch
+from mpwatch.supervisor.live.control import LiveControl
 from mpwatch.supervisor.options import Options
 from mpwatch.supervisor.workers import groups
 from mpwatch.supervisor.workers.worker import TAIL, Worker
@@ -60,8 +61,9 @@ class _Job:
 
 class Commands:
     def __init__(self, run: Lifecycle, workers: dict[int, Worker], lock: threading.RLock, opts: Options,
-                 store: writer.RunStore, log: EventLog, dumper: Dumper, gpu: GpuWatch):
+                 store: writer.RunStore, log: EventLog, dumper: Dumper, gpu: GpuWatch, live: LiveControl):
         self.run = run
+        self.live = live
         self.gpu = gpu
         self.workers = workers
         self.lock = lock
@@ -125,6 +127,8 @@ class Commands:
             return self.submit(lambda: {"ok": True, "message": self.run.resize(n)}, cmd)
         if cmd == "stop":
             return self.submit(self._stop, cmd)
+        if cmd in ("checkpoint", "set"):  # {target | name, value; step, by, plan}: supervisor.live.control
+            return self.submit(lambda: self._live(cmd, req), cmd)
         if cmd == "gpu_timeline":  # {"window": SECONDS} -> {"ticks": [GpuTick], "marks": [GpuMark]}
             return {"ok": True, **self.gpu.timeline(req.get("window", 120))}
         raise CommandError(f"unknown command {cmd!r}")
@@ -210,7 +214,8 @@ class Commands:
     def _kill(self, w: Worker) -> tuple[bool, str]:
         if not self.run.kill(w, "kill"):
             return False, f"rank {w.rank} is not running ({w.state})"
-        return True, f"killing rank {w.rank} (pid {w.pid}): SIGTERM sent, SIGKILL after {self.opts.grace:g}s"
+        return True, (f"killing rank {w.rank} (pid {w.pid}): {self.opts.stop_signal} sent to it, SIGKILL to all "
+                      f"of it after {self.opts.grace:g}s")
 
     def _restart(self, w: Worker) -> tuple[bool, str]:
         if w.alive:
@@ -225,9 +230,24 @@ class Commands:
         self.dumper.dump_async([w], reason="request")
         return True, f"dumping rank {w.rank} (pid {w.pid}) to {layout.rank_paths(self.store.dir, w.rank).stacks}"
 
+    def _live(self, cmd: str, req: dict[str, Any]) -> Reply:
+        if self.run.state in (RunState.STOPPING, RunState.FINISHED):
+            raise CommandError(f"the run is {self.run.state}")
+        step, by, plan = req.get("step"), req.get("by", "?"), req.get("plan", False)
+        if step is not None and (type(step) is not int or step < 0):
+            raise CommandError("'step' must be a step number (0 or more)")
+        by = "".join(c if c.isprintable() else "?" for c in str(by))[:80]
+        if cmd == "set":
+            name, value = req.get("name"), req.get("value")
+            if not isinstance(name, str) or not isinstance(value, str):
+                raise CommandError("set needs a tunable's name and its value, as text")
+            return self.live.set(name, value, step, by, plan is True)
+        target = req.get("target")
+        return self.live.checkpoint(self._targets(target), target == "all", step, by, plan is True)
+
     def _stop(self) -> Reply:
         if self.run.state in (RunState.STOPPING, RunState.FINISHED):
             return {"ok": True, "message": f"the run is already {self.run.state}"}
         alive = self.run.stop(STOP_ASKED)
-        return {"ok": True, "message": f"stopping the run: SIGTERM sent to {alive} worker(s), "
+        return {"ok": True, "message": f"stopping the run: {self.opts.stop_signal} sent to {alive} worker(s), "
                                        f"SIGKILL after {self.opts.grace:g}s"}

@@ -6,7 +6,9 @@ quickly. A worker's reports go to events.jsonl at most once per REPORT_EVENT_S (
 latest step and loss, every metric since, and n, the report() calls it stands for); the
 main loop writes those held back once their slot comes (`flush`), and a worker's last
 report is written before its exit (`write_report`). The ledger owns a worker's "first report"
-(`Attempt.first_report`: its first progress, whatever sent it), where its stall clock starts.
+(`Attempt.first_report`: its first progress, whatever sent it), where its stall clock starts. A
+batch's `live` entries (declarations, answers) and a hello of protocol 2 go on to the live room
+(supervisor.live.control).
 """
 from __future__ import annotations
 
@@ -16,11 +18,12 @@ from typing import Any, Protocol
 
 from mpwatch.contract import protocol
 from mpwatch.contract.coerce import as_number
+from mpwatch.contract.live import LiveEntry, validate_live
 from mpwatch.contract.protocol import Report
 from mpwatch.contract.status import Event, State
 from mpwatch.rundir import eventlines
 from mpwatch.supervisor.eventlog import EventLog
-from mpwatch.supervisor.workers.worker import ChildReport, PendingReport, Worker
+from mpwatch.supervisor.workers.worker import ChildReport, Downlink, PendingReport, Worker
 
 # events.jsonl gets a rank's latest report at most this often; a point a second per rank
 # draws the curve of a finished run (a live run's curves come from the in-memory history).
@@ -28,18 +31,28 @@ REPORT_EVENT_S = 1.0
 BAD_FRAME_EVENTS = (1, 10, 100, 1000)  # a worker's bad frames that get an event (counted all)
 
 
-class Peer(Protocol):
-    """What the hub knows of a connection: its rank and pid (from its hello)."""
+class Peer(Downlink, Protocol):
+    """What the hub knows of a connection: its rank, pid and protocol version (from its
+    hello), and how to send it a frame."""
 
     rank: int
-    pid: int
+    version: int
+
+
+class Live(Protocol):
+    """Where live entries and a rank's channel go (supervisor.live.control's LiveControl)."""
+
+    def on_hello(self, w: Worker, peer: Downlink, version: int) -> None: ...
+
+    def on_entries(self, w: Worker, entries: list[LiveEntry]) -> None: ...
 
 
 class ReportLedger:
-    def __init__(self, workers: dict[int, Worker], lock: threading.RLock, log: EventLog):
+    def __init__(self, workers: dict[int, Worker], lock: threading.RLock, log: EventLog, live: Live | None = None):
         self.workers = workers
         self.lock = lock
         self.log = log
+        self.live = live
 
     # ---------------------------------------------------------- hub callbacks ----
     def on_hello(self, peer: Peer, msg: dict[str, Any]) -> None:
@@ -55,12 +68,17 @@ class ReportLedger:
             else:
                 ppid = msg.get("ppid")
                 a.children.setdefault(peer.pid, ChildReport(peer.pid, ppid if type(ppid) is int else None))
+                return
+        if self.live is not None:
+            self.live.on_hello(w, peer, peer.version)
 
     def on_close(self, peer: Peer) -> None:
         with self.lock:
             w = self.workers.get(peer.rank)
             if w is not None and peer.pid == w.pid:
                 w.attempt.chan_open = False
+                if w.attempt.peer is peer:
+                    w.attempt.peer = None
 
     def on_bad(self, peer: Peer, why: str) -> None:
         with self.lock:
@@ -85,6 +103,7 @@ class ReportLedger:
         if type(dropped) is not int or (phases is not None and not isinstance(phases, dict)) \
                 or type(dist) is not bool:
             raise protocol.BadFrame("batch fields of the wrong type")
+        live = validate_live(msg["live"]) if "live" in msg else None
         now = time.monotonic()
         write = False
         with self.lock:
@@ -113,6 +132,8 @@ class ReportLedger:
                 child=(peer.pid, child_of)))
         elif write:
             self.write_report(w, now)
+        if live and child_of == peer.pid and self.live is not None:
+            self.live.on_entries(w, live)
 
     # ----------------------------------------------------------------- applying ----
     def _apply(self, w: Worker, reports: list[Report], dropped: int, phases: dict[str, Any] | None,

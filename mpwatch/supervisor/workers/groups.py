@@ -3,9 +3,12 @@ whole process tree.
 
 Each worker leads its own process group (supervisor.spawn starts it in a new session); groups that
 descendants made for themselves (setsid) are found by the sampler and tracked too. A kill
-is SIGTERM (and SIGCONT, so a paused group sees it) now and SIGKILL at a deadline checked
-each tick: nothing here ever blocks on a process. A group is forgotten once empty; one that
-outlives its SIGKILL by UNKILLABLE_S is reported, never waited for.
+is the stop signal (--stop-signal, SIGTERM by default) to the worker's own process alone, so
+its handler can save while its DataLoader workers still run (and SIGCONT to its group, so a
+paused one sees it), then SIGKILL to every group of the rank at a deadline checked each
+tick; should the worker end first, what is left of its groups gets SIGTERM then. Nothing here
+ever blocks on a process. A group is forgotten once empty; one that outlives its SIGKILL by
+UNKILLABLE_S is reported, never waited for.
 
 The watchdog (supervisor.workers.watchdog, its own session) hears of every group: should the supervisor
 die, even by SIGKILL, it kills those still listed.
@@ -26,6 +29,7 @@ from typing import Any
 
 import psutil
 
+from mpwatch.contract.status import Event
 from mpwatch.probes import procs
 from mpwatch.supervisor.eventlog import EventLog
 from mpwatch.supervisor.workers.worker import Worker
@@ -38,7 +42,8 @@ LEFTOVER_GRACE_S = 2.0  # a worker that ended by itself: its leftover children g
 class Group:
     rank: int  # whose process tree it belongs to
     foreign: bool  # made by a descendant (setsid), not the worker's own
-    active: bool = False  # being ended: TERMed, forgotten once empty
+    active: bool = False  # being ended: forgotten once empty
+    termed: bool = False  # SIGTERM sent
     deadline: float | None = None  # SIGKILL then (monotonic)
     killed: float | None = None
     reported: bool = False  # survivors of the SIGKILL were reported
@@ -49,6 +54,17 @@ def send(pgid: int | None, sig: int) -> bool:
         return False
     try:
         os.killpg(pgid, sig)
+        return True
+    except (ProcessLookupError, PermissionError):
+        return False
+
+
+def signal_process(pid: int | None, sig: int) -> bool:
+    """`sig` to one process, not its group."""
+    if pid is None:
+        return False
+    try:
+        os.kill(pid, sig)
         return True
     except (ProcessLookupError, PermissionError):
         return False
@@ -66,10 +82,12 @@ def group_alive(pgid: int) -> bool:
 
 
 class ProcessGroups:
-    def __init__(self, workers: dict[int, Worker], lock: threading.RLock, log: EventLog):
+    def __init__(self, workers: dict[int, Worker], lock: threading.RLock, log: EventLog,
+                 stop_signal: str = "SIGTERM"):
         self.workers = workers
         self.lock = lock
         self.log = log
+        self.stop_signal = signal.Signals[stop_signal]  # what a worker's own process gets first
         self._groups: dict[int, Group] = {}
         self._wd_lock = threading.Lock()
         self._watchdog: subprocess.Popen[bytes] | None = None
@@ -125,15 +143,20 @@ class ProcessGroups:
         """Some group is being ended and not given up on yet."""
         return any(g.active and not g.reported for g in self._groups.values())
 
-    def end(self, pgid: int, deadline: float) -> None:
-        """TERM (and CONT) a group now, KILL it at the deadline."""
+    def end(self, pgid: int, deadline: float, term: bool = True) -> None:
+        """KILL a group at the deadline (an earlier one stands); TERM (and CONT) it now unless
+        `term` is False (its worker has its stop signal and its grace first)."""
         g = self._groups.get(pgid)
-        if g is None or g.active:
+        if g is None:
             return
-        g.active = True
-        g.deadline = deadline
-        send(pgid, signal.SIGTERM)
-        send(pgid, signal.SIGCONT)
+        if not g.active:
+            g.active = True
+            g.deadline = deadline
+            send(pgid, signal.SIGCONT)
+        if term and not g.termed:
+            g.termed = True
+            send(pgid, signal.SIGTERM)
+            send(pgid, signal.SIGCONT)
 
     def adopt_foreign(self) -> None:
         """Track the groups the sampler found under a worker; end them if it is going."""
@@ -145,22 +168,26 @@ class ProcessGroups:
             for pgid in new:
                 self.watch(pgid, w.rank, foreign=True)
                 if w.attempt.kill_deadline is not None or not w.alive:
-                    self.end(pgid, w.attempt.kill_deadline or time.monotonic())
+                    self.end(pgid, w.attempt.kill_deadline or time.monotonic(), term=not w.alive)
 
     # ------------------------------------------------------------------- kills ----
     def kill(self, w: Worker, reason: str, grace: float) -> bool:
-        """TERM the worker's groups (then CONT, so a paused one sees it), KILL after grace."""
+        """The stop signal to the worker's own process (then CONT to its group, so a paused
+        one sees it), KILL to all of the rank's groups after grace."""
         if not w.alive:
             return False
         a = w.attempt
+        name = self.stop_signal.name
         with self.lock:
             a.kill_reason = reason
             a.kill_deadline = deadline = time.monotonic() + grace
+            a.stop_signal, a.stop_sent = name, time.time()
             foreign = list(w.foreign_groups)
-        send(a.pid, signal.SIGTERM)
+        signal_process(a.pid, self.stop_signal)
         send(a.pid, signal.SIGCONT)
         for pgid in foreign:
-            self.end(pgid, deadline)
+            self.end(pgid, deadline, term=False)
+        self.log.event(Event.STOP_SIGNAL, w.rank, pid=a.pid, signal=name, reason=reason, grace=grace)
         return True
 
     def kill_now(self, w: Worker) -> None:
@@ -189,9 +216,11 @@ class ProcessGroups:
         g = self._groups.get(a.pid) if a.pid is not None else None
         if g is not None:
             g.active = True
-            if g.deadline is None:
+            if not g.termed:  # the worker got its stop signal alone: now its leftovers get theirs
+                g.termed = True
                 send(a.pid, signal.SIGTERM)
                 send(a.pid, signal.SIGCONT)
+            if g.deadline is None:
                 g.deadline = deadline
         with self.lock:
             foreign = list(w.foreign_groups)

@@ -32,6 +32,16 @@ RATE_WINDOW = 32  # (time, step) samples behind steps/s
 RestartKind = Literal["restart", "auto"]  # by request | after a failure (counted against --max-restarts)
 
 
+class Downlink(Protocol):
+    """A rank's channel for requests down (supervisor.ipc.channels' Peer, protocol 2)."""
+
+    pid: int
+
+    def send(self, payload: bytes) -> bool: ...
+
+    def push(self) -> None: ...
+
+
 class Recorder(Protocol):
     """Where a state change is recorded (supervisor.eventlog's EventLog)."""
 
@@ -81,6 +91,12 @@ class Attempt:
     kill_deadline: float | None = None  # SIGKILL then (monotonic)
     hard_killed: float | None = None
     unkillable: list[dict[str, Any]] | None = None
+    stop_signal: str | None = None  # the --stop-signal sent to its process ("SIGTERM"), when killed
+    stop_sent: float | None = None  # wall clock
+    # live control (supervisor.live)
+    peer: Downlink | None = None  # its own process's channel, once its hello said protocol 2
+    polls: bool = False  # its process calls mpwatch.should_checkpoint()
+    live_from: int = 0  # the requests up to this id reached it through its environment
     # pauses and stalls
     resumed: float | None = None
     paused_at: float | None = None  # wall clock of the pause in force (None when not paused)

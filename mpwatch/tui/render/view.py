@@ -94,6 +94,10 @@ def note_text(w: WorkerStatus) -> str:
     if "node_error" in w:  # what follows is its last known state
         parts.append(f"node {w.get('node')} unreachable: {w['node_error']}")
     st = w["state"]
+    stop = w.get("stop")
+    if stop and st not in ENDED_STATES:  # mpwatch asked it to stop: its handler may be saving
+        kill_in = stop["kill_in"]
+        parts.append(f"{stop['signal']} sent" + (f", SIGKILL in {fmt.age(kill_in)}" if kill_in else ""))
     if st in ENDED_STATES and w["cause"]:
         parts.append(w["cause"])
     if st == State.STALLED:

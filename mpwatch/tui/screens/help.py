@@ -20,6 +20,8 @@ KEYS = [
     ("R", "restart all workers (asks first)"),
     ("+ / -", "resize the run by one worker (asks first when every worker restarts: --resize-mode restart)"),
     ("d", "dump the stacks of the selected worker"),
+    ("c", "checkpoint now: the selected rank or all (asks first); should_checkpoint() is True at one step"),
+    ("t", "tunables: mpwatch.tunable() values, who changed them when; Enter changes one on every rank"),
     ("l", "logs of the selected worker (stdout and stderr)"),
     ("e", "events: every event of the run, from the first"),
     (", . [ ]", "replay (mpwatch show): step an event back/on, jump to the last/next failure, stall, restart, alert"),
