@@ -9,7 +9,7 @@ import json
 import time
 from pathlib import Path
 
-from mpwatch.cli.args import Parser, die
+from mpwatch.cli.args import Parser, die, note
 from mpwatch.rundir import layout, postmortem, reader, registry
 from mpwatch.settings import Settings
 from mpwatch.text import fmt
@@ -25,9 +25,12 @@ def all_runs(folders: list[Path]) -> list[postmortem.RunListing]:
     dirs: dict[Path, Path] = {}
     for e in registry.live_runs():
         dirs.setdefault(Path(e["run_dir"]).resolve(), Path(e["run_dir"]))
+    unreadable: list[Path] = []
     for folder in folders:
-        for d in [folder] if reader.looks_like_run(folder) else registry.run_dirs(folder):
+        for d in [folder] if reader.looks_like_run(folder) else registry.run_dirs(folder, unreadable):
             dirs.setdefault(d.resolve(), d)
+    if unreadable:
+        note(registry.unreadable_note(unreadable))
     out: list[postmortem.RunListing] = []
     for d in dirs.values():
         try:

@@ -118,7 +118,7 @@ def _ctl_action(client: Requests, ns: argparse.Namespace) -> None:
     elif ns.action == "stop":
         print(client.stop())
     elif ns.action == "logs":
-        from mpwatch.rundir.textfiles import printable
+        from mpwatch.text.safe import printable
 
         lines = client.logs(ns.rank, "stderr" if ns.stderr else "stdout", ns.lines)
         sys.stdout.write("".join(printable(ln) + "\n" for ln in lines))

@@ -10,7 +10,8 @@ from pathlib import Path
 
 from mpwatch.cli.args import die
 from mpwatch.rundir import reader, registry
-from mpwatch.rundir.textfiles import printable, tail_lines
+from mpwatch.rundir.textfiles import tail_lines
+from mpwatch.text.safe import printable
 
 POLL_S = 0.2  # how often --follow looks for new bytes
 ENDED_POLL_S = 1.0  # and whether the run has ended

@@ -14,6 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from mpwatch.text.safe import printable
+
 
 @dataclass
 class Skipped:
@@ -101,9 +103,3 @@ def tail_lines(path: Path, n: int = 20, max_bytes: int = 64 * 1024, end: int | N
     if start > 0 and lines:
         lines = lines[1:]  # the first line was cut by the seek
     return [printable(line) for line in lines[-n:]]
-
-
-def printable(line: str, width: int = 400) -> str:
-    """Control bytes and binary garbage shown as '?' so a terminal stays sane."""
-    out = "".join(c if (c.isprintable() or c == "\t") else "?" for c in line)
-    return out if len(out) <= width else out[: width - 1] + "…"

@@ -34,7 +34,7 @@ from typing import Any
 
 from mpwatch.contract import protocol
 from mpwatch.contract.status import Event, RunState, State, Status
-from mpwatch.rundir import layout, records, registry, textfiles, thinning, writer
+from mpwatch.rundir import claim, layout, records, registry, textfiles, thinning, writer
 from mpwatch.settings import Settings
 from mpwatch.supervisor import errors, snapshot, spawn
 from mpwatch.supervisor.diagnose.dumps import Dumper
@@ -63,10 +63,13 @@ DRAIN_S = 0.5
 
 
 class Run:
-    def __init__(self, opts: Options, status_out: Reporter | None = None, settings: Settings | None = None):
-        """Names the run and builds its rooms; starts nothing. settings: the MPWATCH_* switches
-        the CLI read (None: read them now). Raises registry.RunError when there is no usable
-        runtime directory."""
+    def __init__(self, opts: Options, status_out: Reporter | None = None, settings: Settings | None = None,
+                 taken: claim.Claim | None = None):
+        """Names the run and builds its rooms; starts nothing but the claim on its id and
+        directory (rundir.claim): `taken`, the CLI's, or one taken here, unless a launcher made
+        the directory (opts.made_run_dir: the supervisor's own process then checks it is that
+        one). settings: the MPWATCH_* switches the CLI read (None: read them now). Raises
+        registry.RunError when the run cannot be claimed or there is no usable runtime directory."""
         self.opts = opts
         self.settings = settings or Settings.from_env()
         self.status_out = status_out  # a headless Reporter, or None
@@ -82,9 +85,16 @@ class Run:
         self._signals: list[int] = []
         self._registered = False
         self._log_file: logging.Handler | None = None  # supervisor.log (supervisor.errors)
-        self.run_id = opts.run_id or registry.new_run_id(opts.script)
-        self.run_dir = Path(opts.run_dir) if opts.run_dir else layout.default_run_dir(opts.cwd, self.run_id)
         rt = registry.runtime_dir(self.settings.tmpdir)
+        if taken is None and opts.made_run_dir is None:
+            taken = claim.claim(opts.script, opts.nprocs, opts.cwd, opts.run_dir, opts.run_id)
+        self.claim = taken
+        if taken is not None:
+            self.run_id, self.run_dir = taken.run_id, taken.run_dir
+        elif opts.run_id is None or opts.run_dir is None:
+            raise registry.RunError("a run directory made by a launcher comes with its run id and path")
+        else:
+            self.run_id, self.run_dir = opts.run_id, Path(opts.run_dir)
         self.store = writer.RunStore(self.run_dir, thinning.cap_bytes(self.settings.events_mb))
         self.log = EventLog(self.store, status_out)
         self.groups = ProcessGroups(self.workers, self.lock, self.log)
@@ -111,13 +121,11 @@ class Run:
 
     def _setup(self) -> None:
         o, run_dir = self.opts, self.run_dir
-        if (run_dir / layout.RUN_JSON).exists():
-            raise registry.RunError(f"run directory {run_dir} already holds a run; choose another --run-dir")
         try:
-            self.store.create()
+            self.store.create(self.claim.fd if self.claim is not None else None, o.made_run_dir)
         except OSError as exc:
-            raise registry.RunError(f"cannot create run directory {run_dir}: {exc.strerror}") from None
-        self._log_file = errors.attach(run_dir)
+            raise registry.RunError(f"cannot use run directory {run_dir}: {exc.strerror or exc}") from None
+        self._log_file = errors.attach(self.store)
         errors.LOG.info("run %s: supervisor pid %d, %d worker(s) of %s", self.run_id, os.getpid(), o.nprocs,
                         o.script)
         self.groups.start_watchdog()
@@ -127,7 +135,7 @@ class Run:
         self.store.write_json(layout.RUN_JSON, records.run_json(*me))
         self.store.write_json(layout.CONTROL_JSON, {
             "run_id": self.run_id, "address": self.control.address, "authkey": self.authkey.hex(),
-            "pid": os.getpid()}, private=True)
+            "pid": os.getpid()})
         self.gpu.start()
         registry.register(self.run_id, records.registry_entry(*me))
         self._registered = True
@@ -327,9 +335,10 @@ class Run:
         self.gpu.close()
         if self.nodes is not None:
             self.nodes.close()
-        if self._registered:
+        if self._registered or self.claim is not None:  # the entry, or the claim's reservation of it
             registry.unregister(self.run_id)
             self._registered = False
+            self.claim = None
         self.groups.close()
         self.store.flush()
         self.store.close()

@@ -37,7 +37,8 @@ class Options:
     grace: float = 10.0
     resize_mode: str = "restart"  # restart | independent
     gpu_interval: float = 1.0
-    run_id: str | None = None  # given by a launcher that chose the run directory itself
+    run_id: str | None = None  # given by a launcher that claimed the run (rundir.claim)
+    made_run_dir: tuple[int, int] | None = None  # (dev, inode) of the run directory that launcher made
     cwd: str = field(default_factory=os.getcwd)
     argv: list[str] = field(default_factory=lambda: list(sys.argv))
     # torchrun's side of the launch (cli.args)

@@ -7,9 +7,10 @@ from pathlib import Path
 
 from mpwatch.rundir import layout, reader
 from mpwatch.rundir.reader import Curves
-from mpwatch.rundir.textfiles import printable, tail_lines
+from mpwatch.rundir.textfiles import tail_lines
 from mpwatch.sources.local import ClientError
 from mpwatch.sources.source import Source
+from mpwatch.text.safe import printable
 
 MAX_DUMP_CHARS = 20000
 

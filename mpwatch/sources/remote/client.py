@@ -27,10 +27,10 @@ from mpwatch.contract import protocol
 from mpwatch.contract.status import Status
 from mpwatch.rundir import reader
 from mpwatch.rundir.registry import RegistryEntry
-from mpwatch.rundir.textfiles import printable
 from mpwatch.settings import Settings
 from mpwatch.sources.local import ClientError, Requests, check_reply
 from mpwatch.sources.remote import wire
+from mpwatch.text.safe import printable
 
 SSH_OPTIONS = ("-T", "-o", "BatchMode=yes", "-o", "ConnectTimeout=10",
                # A host that went away silently is noticed within 15 s, not at TCP's pace.
