@@ -11,6 +11,7 @@ from typing import Any, Literal, NoReturn, Protocol
 
 from mpwatch.rundir import layout
 from mpwatch.text.safe import printable
+from mpwatch.text.safe import text as safe_text
 
 ERROR_WIDTH = 2000  # an error line is cut past this (a path or a cause can be long, never a screenful)
 
@@ -67,6 +68,11 @@ class Parser(argparse.ArgumentParser):
 def die(msg: str, code: int = 2) -> int:
     print(f"mpwatch: error: {printable(msg, ERROR_WIDTH)}", file=sys.stderr)
     return code
+
+
+def say(line: str) -> None:
+    """A line of a command's output, made printable (text.safe: the one sanitiser)."""
+    print(safe_text(line))
 
 
 def note(msg: str) -> None:

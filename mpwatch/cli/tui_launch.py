@@ -20,6 +20,7 @@ from mpwatch.rundir import layout, registry, writer
 from mpwatch.rundir.claim import Claim
 from mpwatch.rundir.textfiles import read_json, tail_lines
 from mpwatch.settings import Settings
+from mpwatch.text import safe
 
 if TYPE_CHECKING:
     from mpwatch.sources.local import Client
@@ -108,8 +109,8 @@ def attach_tui(client: Client, settings: Settings, mouse: bool = True,
         client.close()
     if outcome is None or outcome.kind == "detach":
         if outcome is not None:
-            print(f"mpwatch: detached from run {handle.run_id}; it goes on "
-                  f"('mpwatch attach {handle.run_id}' shows it again)", file=sys.stderr)
+            print(safe.text(f"mpwatch: detached from run {handle.run_id}; it goes on "
+                            f"('mpwatch attach {handle.run_id}' shows it again)"), file=sys.stderr)
         return 0
     code = outcome.exit_code
     if code is None:
@@ -128,7 +129,7 @@ def wait_finished(handle: registry.RunHandle, supervisor: subprocess.Popen[bytes
     info = read_json(handle.run_dir, layout.RUN_JSON) or {}
     grace = float(info.get("options", {}).get("grace", 10.0))
     deadline = time.monotonic() + (timeout if timeout is not None else grace + 30.0)
-    print(f"mpwatch: waiting for run {handle.run_id} to stop…", file=sys.stderr)
+    print(safe.text(f"mpwatch: waiting for run {handle.run_id} to stop…"), file=sys.stderr)
     while time.monotonic() < deadline:
         info = read_json(handle.run_dir, layout.RUN_JSON) or {}
         if info.get("finished"):
@@ -138,5 +139,5 @@ def wait_finished(handle: registry.RunHandle, supervisor: subprocess.Popen[bytes
         if supervisor is None and not registry.pid_alive(handle.pid):
             return _code(read_json(handle.run_dir, layout.RUN_JSON) or {})
         time.sleep(0.1)
-    print(f"mpwatch: run {handle.run_id} is still stopping; see 'mpwatch ls'", file=sys.stderr)
+    print(safe.text(f"mpwatch: run {handle.run_id} is still stopping; see 'mpwatch ls'"), file=sys.stderr)
     return None

@@ -9,13 +9,23 @@ markup; what it shows of logs and dumps goes through `printable` too (tui.rundat
 """
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 WIDTH = 400  # a line longer than this is cut with an ellipsis
+LINE_WIDTH = 4000  # a whole CLI line (a table row, a summary line) is cut only past this
 
 
 def printable(line: str, width: int = WIDTH) -> str:
     """Control bytes and binary garbage shown as '?' so a terminal stays sane; cut at width."""
     out = line if line.isprintable() else "".join(c if (c.isprintable() or c == "\t") else "?" for c in line)
     return out if len(out) <= width else out[: width - 1] + "…"
+
+
+def text(lines: str | Iterable[str], width: int = LINE_WIDTH) -> str:
+    """Lines for a terminal (a CLI's output), each made printable: one string, newline-joined."""
+    if isinstance(lines, str):
+        lines = lines.split("\n")
+    return "\n".join(printable(line, width) for line in lines)
 
 
 def printable_tree(value: object, width: int = WIDTH) -> object:

@@ -19,7 +19,7 @@ from mpwatch.cli.args import run_parser
 from mpwatch.cli.launch import options
 from mpwatch.cli.tui_launch import supervisor_argv
 from mpwatch.rundir import claim, writer
-from tests.faults.conftest import NOBODY, as_user, run_cli
+from tests.faults.conftest import NOBODY, as_user
 from tests.faults.hostile import as_nobody, needs_root, no_traceback, nobody_env, shared_folder
 from tests.helpers import FIXTURES, MPWATCH, mpwatch, one_line_error
 
@@ -122,7 +122,10 @@ def test_links_planted_by_another_user_are_never_followed():
 @needs_root
 def test_a_runs_folder_of_another_user_is_refused():
     with shared_folder() as d:
-        as_user(lambda: (os.mkdir(d / "mpwatch-runs"), os.chmod(d / "mpwatch-runs", 0o777)) and None)
+        def theirs():
+            os.mkdir(d / "mpwatch-runs")
+            os.chmod(d / "mpwatch-runs", 0o777)
+        as_user(theirs)
         res = mpwatch("--headless", "-n", "1", REPORTER, "3", cwd=d)
         one_line_error(res, f"belongs to another user (uid {NOBODY})")
         assert os.listdir(d / "mpwatch-runs") == []
