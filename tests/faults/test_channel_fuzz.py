@@ -11,6 +11,7 @@ import socket
 import struct
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import types
@@ -138,8 +139,9 @@ def sleeper():
 
 
 def bare_ledger(tmp_path, proc) -> ReportLedger:
-    """The report ledger alone, with one worker that said hello: for driving its frame handler."""
-    store = RunStore(tmp_path)
+    """The report ledger alone, with one worker that said hello: for driving its frame handler.
+    Each call gets a run directory of its own (hypothesis calls a test many times)."""
+    store = RunStore(tempfile.mkdtemp(dir=tmp_path))
     store.create()
     log = EventLog(store)
     workers = {0: Worker(0, Attempt(proc, 1), State.STARTING, "fuzz", log, strict=True)}

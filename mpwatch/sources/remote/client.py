@@ -263,7 +263,7 @@ class RemoteClient(Requests):
             except (OSError, ValueError):
                 raise LinkLost(self._lost or f"lost the ssh connection to {self.host}") from None
 
-    def request(self, cmd: str, **args: object) -> dict[str, Any]:
+    def request(self, cmd: str, /, **args: object) -> dict[str, Any]:
         slot = _Slot()
         with self._lock:
             if self._lost is not None:
