@@ -55,6 +55,9 @@ def _worker_lines(w: WorkerStatus, st: Status) -> list[str]:
             out.append(f"{'':>4} stuck in {where}" + (f", waiting in {coll}" if coll else ""))
     if w["last_dump"]:
         out.append(f"{'':>4} last dump: {w['last_dump']}")
+    rejected = w.get("rejected")
+    if rejected:
+        out.append(f"{'':>4} {rejected['count']} reports rejected: {rejected['why']}")
     return out
 
 

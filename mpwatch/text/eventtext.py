@@ -75,6 +75,8 @@ def line(rec: EventFields) -> str | None:
                 f"{first}-{last} of {rec.get('world_size')} ({rec.get('why')})")
     if e == Event.BAD_FRAME:
         return f"{who}: dropped a bad frame ({rec.get('why')}), {rec.get('count')} so far"
+    if e == Event.REPORTS_REJECTED:
+        return f"{who}: {rec.get('count')} report(s) rejected so far: {rec.get('why')}"
     return None
 
 
@@ -86,7 +88,7 @@ def severity(rec: EventFields) -> Severity:
         return "information" if rec.get("exit_code") == 0 else "error"
     if e == Event.GPU_ALERT:
         return _ALERT_SEVERITY.get(rec.get("severity") or "warning", "warning")
-    if e in (Event.STALLED, Event.RESTARTED, Event.ALERT, Event.STOPPING, Event.BAD_FRAME):
+    if e in (Event.STALLED, Event.RESTARTED, Event.ALERT, Event.STOPPING, Event.BAD_FRAME, Event.REPORTS_REJECTED):
         return "warning"
     return "information"
 

@@ -9,6 +9,8 @@ import json
 import select
 import socket
 import subprocess
+import time
+from multiprocessing.connection import Client as Connect
 
 import psutil
 import pytest
@@ -143,3 +145,52 @@ def test_one_connection_that_never_speaks_holds_nothing_up(headless):
     assert run.wait_exit(60) == 1
 
 
+
+
+def test_reports_too_big_or_too_large_for_a_float_are_bounded_by_the_worker(headless):
+    """A 1 MB metric in every report, a loss of 10**400, 300 metrics: every batch used to go
+    past the frame limit (no step shown for the whole run) or fail whole. The worker cuts the
+    text (saying so), sends the number as inf, keeps 64 metrics and notes the rest: each report
+    arrives and none is rejected."""
+    run = headless(FAULTS / "hostile_reports.py", n=1)
+    st = wait_for(lambda: (lambda s: s if (s["workers"][0]["step"] or 0) >= 20 else None)(run.status()), 60,
+                  what="rank 0 at step 20")
+    w = st["workers"][0]
+    blob = w["metrics"]["blob"]
+    assert blob.startswith("x" * 256) and blob.endswith("(cut: 1000000 characters)") and len(blob) < 300
+    assert w["metrics"]["huge"] in ("inf", float("inf")) and w["loss"] in ("inf", float("inf"))
+    assert w["metrics"]["…"] == "238 more metric(s) not sent" and len(w["metrics"]) == 65  # 302 given
+    assert w["bad_frames"] == 0 and "rejected" not in w
+    run.ctl("stop")
+    assert run.wait_exit(60) == 1
+
+
+def test_a_bad_report_is_rejected_alone_counted_and_said(headless):
+    """A peer (here: speaking for the rank's worker) sends a batch of three reports, the middle
+    one past the bounds: the other two are applied, the bad one is counted with its reason in
+    the status, `ctl status`, the TUI's row note, and an event."""
+    from mpwatch.contract import protocol
+    from mpwatch.tui.render import view
+
+    run = headless(FIXTURES / "no_report.py", n=1)
+    pid = wait_for(lambda: run.status()["workers"][0]["pid"], 60, what="rank 0 started")
+    conn = Connect(control(run)["address"][:-4] + ".chan", family="AF_UNIX",
+                   authkey=bytes.fromhex(control(run)["authkey"]))
+    try:
+        conn.send_bytes(protocol.encode({"t": "hello", "v": 1, "rank": 0, "pid": pid, "ppid": 1}))
+        now = time.time()
+        conn.send_bytes(protocol.encode({"t": "batch", "dropped": 0, "reports": [
+            [now, 5, 0.5, {}], [now, 6, 10 ** 400, {}], [now, 7, 0.25, {"x" * 300: 1}], [now, 8, 0.125, {}]]}))
+        st = wait_for(lambda: (lambda s: s if s["workers"][0]["step"] == 8 else None)(run.status()), 30,
+                      what="the good reports applied")
+        w = st["workers"][0]
+        assert w["rejected"] == {"count": 2, "why": "a metric name of 300 characters (at most 200)"}
+        assert w["loss"] == 0.125 and w["bad_frames"] == 0 and w["reports"] == 2
+        assert "2 reports rejected: a metric name of 300 characters" in view.note_text(w)
+        assert "2 reports rejected: a metric name of 300" in run.ctl("status").stdout
+        ev = run.wait_event("reports_rejected")
+        assert ev[0]["rank"] == 0 and ev[0]["count"] == 2
+    finally:
+        conn.close()
+    run.ctl("stop")
+    assert run.wait_exit(60) == 1
