@@ -51,7 +51,8 @@ from mpwatch.supervisor.nodes.cluster import Nodes
 from mpwatch.supervisor.options import Options as Options  # re-exported: the CLI builds one
 from mpwatch.supervisor.resize import Resize
 from mpwatch.supervisor.workers import exits
-from mpwatch.supervisor.workers.groups import ProcessGroups
+from mpwatch.supervisor.workers.groups import LEFTOVER_GRACE_S, ProcessGroups
+from mpwatch.supervisor.workers.marks import Marks
 from mpwatch.supervisor.workers.worker import TAIL, Attempt, Worker
 
 TICK_S = 0.1
@@ -97,7 +98,8 @@ class Run:
             self.run_id, self.run_dir = opts.run_id, Path(opts.run_dir)
         self.store = writer.RunStore(self.run_dir, thinning.cap_bytes(self.settings.events_mb))
         self.log = EventLog(self.store, status_out)
-        self.groups = ProcessGroups(self.workers, self.lock, self.log)
+        self.marks = Marks(self.run_id, os.getpid())  # every process of the run (supervisor.workers.marks)
+        self.groups = ProcessGroups(self.workers, self.lock, self.log, self.marks)
         self.ledger = ReportLedger(self.workers, self.lock, self.log)
         self.hub = ChannelHub(str(rt / f"{self.run_id}.chan"), self.authkey, self.ledger)
         self.dumper = Dumper(self.store, self.lock, self.log, self.settings)
@@ -128,6 +130,7 @@ class Run:
         self._log_file = errors.attach(self.store)
         errors.LOG.info("run %s: supervisor pid %d, %d worker(s) of %s", self.run_id, os.getpid(), o.nprocs,
                         o.script)
+        self.marks.open()
         self.groups.start_watchdog()
         self.hub.start()
         self.control.start()
@@ -170,6 +173,7 @@ class Run:
                         pid=None, exit_code=None, signal=None, cause=cause, reason=None, stderr_tail=[])
             return
         self.groups.watch(proc.pid, rank)
+        self.marks.join(proc.pid, rank)
         self._begin(rank, Attempt(proc, place.world), State.STARTING, reason or "first start",
                     pid=proc.pid, world_size=place.world, master_port=place.master_port, global_rank=place.rank,
                     attempt=0 if w is None else w.restarts)
@@ -298,12 +302,16 @@ class Run:
         """Stop every worker (TERM, grace, KILL); the number that were running."""
         with self.lock:
             self.state = RunState.STOPPING
+        self.resizing.cancel()  # ranks a resize has yet to start are never started
         for w in self.workers.values():
             w.pending_restart = None
         self.log.event(Event.STOPPING, why=why)
         if self.nodes is not None:
             self.nodes.on_stop(why)  # through the rendezvous store to every other node
-        return sum(1 for w in list(self.workers.values()) if self.kill(w, "stop"))
+        grace = self.opts.grace
+        running = sum(1 for w in list(self.workers.values()) if self.groups.kill(w, "stop", grace, sweep=False))
+        self.groups.adopt_marked(None, time.monotonic() + grace)  # what left its worker's tree
+        return running
 
     def _check_finished(self) -> None:
         if self.state is RunState.FINISHED:
@@ -311,10 +319,12 @@ class Run:
         # A worker we gave up on (unkillable, already reported) must not hold the run open forever.
         if any((w.alive and w.attempt.unkillable is None) or w.pending_restart for w in self.workers.values()):
             return
-        if self.state is RunState.RESIZING or self.resizing.to is not None or self.groups.ending():
+        if self.state is RunState.RESIZING or self.resizing.busy() or self.groups.ending():
             return
         if self.nodes is not None and (self.nodes.busy() or not self.nodes.may_finish()):
             return  # between two rounds, or waiting for the other nodes to end (torchrun's exit barrier)
+        if self.groups.adopt_marked(None, time.monotonic() + LEFTOVER_GRACE_S):
+            return  # a process of the run outlived its worker (a daemon): ended first
         self._finish()
 
     def _finish(self) -> None:

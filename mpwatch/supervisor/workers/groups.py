@@ -7,8 +7,11 @@ is SIGTERM (and SIGCONT, so a paused group sees it) now and SIGKILL at a deadlin
 each tick: nothing here ever blocks on a process. A group is forgotten once empty; one that
 outlives its SIGKILL by UNKILLABLE_S is reported, never waited for.
 
-The watchdog (supervisor.workers.watchdog, its own session) hears of every group: should the supervisor
-die, even by SIGKILL, it kills those still listed.
+A process that left its worker's tree and group (a classic daemon) is found by the run's
+marks (supervisor.workers.marks) at `kill`, `stop` and a worker's end, and adopted as a foreign
+group (`adopt_marked`). The watchdog (supervisor.workers.watchdog, its own session) hears of
+every group: should the supervisor die, even by SIGKILL, it kills those still listed and
+sweeps the run's marks.
 
 Main thread only, except `tell_watchdog` (the sampler tells it of a foreign group first).
 """
@@ -28,6 +31,7 @@ import psutil
 
 from mpwatch.probes import procs
 from mpwatch.supervisor.eventlog import EventLog
+from mpwatch.supervisor.workers.marks import Marks, env_mark
 from mpwatch.supervisor.workers.worker import Worker
 
 UNKILLABLE_S = 5.0  # after SIGKILL, this long before a survivor is reported
@@ -54,6 +58,13 @@ def send(pgid: int | None, sig: int) -> bool:
         return False
 
 
+def send_pid(pid: int, sig: int) -> None:
+    try:
+        os.kill(pid, sig)
+    except OSError:
+        pass
+
+
 def group_alive(pgid: int) -> bool:
     try:
         os.killpg(pgid, 0)
@@ -66,18 +77,23 @@ def group_alive(pgid: int) -> bool:
 
 
 class ProcessGroups:
-    def __init__(self, workers: dict[int, Worker], lock: threading.RLock, log: EventLog):
+    def __init__(self, workers: dict[int, Worker], lock: threading.RLock, log: EventLog,
+                 marks: Marks | None = None):
         self.workers = workers
         self.lock = lock
         self.log = log
+        self.marks = marks  # every process of the run, by its marks (supervisor.workers.marks)
         self._groups: dict[int, Group] = {}
         self._wd_lock = threading.Lock()
         self._watchdog: subprocess.Popen[bytes] | None = None
 
     # ---------------------------------------------------------------- watchdog ----
     def start_watchdog(self) -> None:
+        m = self.marks
+        marks = [*(e.decode() for e in env_mark(m.run_id, m.supervisor_pid)), *([str(m.cgroup)] if m.cgroup else [])] \
+            if m else []
         self._watchdog = subprocess.Popen(
-            [sys.executable, "-I", "-S", str(Path(__file__).with_name("watchdog.py"))],
+            [sys.executable, "-I", "-S", str(Path(__file__).with_name("watchdog.py")), *marks],
             stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
             start_new_session=True, close_fds=True,
         )
@@ -93,19 +109,21 @@ class ProcessGroups:
                 pass
 
     def close(self) -> None:
-        """End the watchdog: groups still listed are ones we could not kill; it tries too."""
+        """End the watchdog: groups still listed are ones we could not kill; it tries too,
+        and sweeps the run's marks once more. Then the run's cgroup goes, once empty."""
         wd = self._watchdog
-        if wd is None:
-            return
-        try:
-            if wd.stdin is not None:
-                wd.stdin.close()
-        except OSError:
-            pass
-        try:
-            wd.wait(timeout=2)
-        except subprocess.TimeoutExpired:
-            pass
+        if wd is not None:
+            try:
+                if wd.stdin is not None:
+                    wd.stdin.close()
+            except OSError:
+                pass
+            try:
+                wd.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                pass
+        if self.marks is not None:
+            self.marks.close()
 
     # ------------------------------------------------------------------ groups ----
     def watch(self, pgid: int, rank: int, foreign: bool = False) -> None:
@@ -147,9 +165,34 @@ class ProcessGroups:
                 if w.attempt.kill_deadline is not None or not w.alive:
                     self.end(pgid, w.attempt.kill_deadline or time.monotonic())
 
+    def adopt_marked(self, rank: int | None, deadline: float) -> int:
+        """End, as foreign groups, the run's processes (of one rank when given) that no tracked
+        group holds: a daemon that left its worker's tree and group. How many were found."""
+        if self.marks is None:
+            return 0
+        found = 0
+        mine = os.getpgrp()
+        for pid, owner in self.marks.processes(rank).items():
+            try:
+                pgid = os.getpgid(pid)
+            except OSError:
+                continue
+            if pgid == mine:  # never our own group: that one process alone
+                send_pid(pid, signal.SIGKILL)
+                continue
+            g = self._groups.get(pgid)
+            if g is not None and (g.active or g.reported):
+                continue
+            found += 1
+            if g is None:
+                self.watch(pgid, owner if owner is not None else -1, foreign=True)
+            self.end(pgid, deadline)
+        return found
+
     # ------------------------------------------------------------------- kills ----
-    def kill(self, w: Worker, reason: str, grace: float) -> bool:
-        """TERM the worker's groups (then CONT, so a paused one sees it), KILL after grace."""
+    def kill(self, w: Worker, reason: str, grace: float, sweep: bool = True) -> bool:
+        """TERM the worker's groups (then CONT, so a paused one sees it), KILL after grace;
+        with sweep, the rank's processes that left them too (adopt_marked)."""
         if not w.alive:
             return False
         a = w.attempt
@@ -161,6 +204,8 @@ class ProcessGroups:
         send(a.pid, signal.SIGCONT)
         for pgid in foreign:
             self.end(pgid, deadline)
+        if sweep:
+            self.adopt_marked(w.rank, deadline)
         return True
 
     def kill_now(self, w: Worker) -> None:
@@ -197,6 +242,7 @@ class ProcessGroups:
             foreign = list(w.foreign_groups)
         for pgid in foreign:
             self.end(pgid, deadline)
+        self.adopt_marked(w.rank, deadline)
 
     def reap(self, now: float) -> None:
         """Forget emptied groups, SIGKILL those past their deadline, report survivors."""
