@@ -91,7 +91,7 @@ def _wait_settled(path: Path, start_size: int, max_wait: float = MAX_WAIT_S, set
 def _open_file(path: Path | str, flags: int) -> int:
     """A dump's file (the worker's stack file, the dump itself): never through a link, never
     blocking on a FIFO a worker put there, a regular file only. Raises OSError."""
-    fd = os.open(path, flags | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    fd = os.open(path, flags | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, 0o600)
     if not stat.S_ISREG(os.fstat(fd).st_mode):
         os.close(fd)
         raise OSError(errno.EINVAL, "not a regular file", str(path))
@@ -100,7 +100,7 @@ def _open_file(path: Path | str, flags: int) -> int:
 
 
 def _append(path: Path | str) -> TextIO:
-    return os.fdopen(_open_file(path, os.O_WRONLY | os.O_APPEND), "a")
+    return os.fdopen(_open_file(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT), "a")
 
 
 def _read_span(path: Path, start: int, end: int) -> str:
