@@ -188,3 +188,21 @@ def test_a_supervisor_killed_in_the_middle_of_a_resize_leaves_nothing(headless):
     run.wait_exit(30)
     wait_for(lambda: not marks.scan(run_id, run.proc.pid), 30,
              what=f"every process of the run gone: {marks.scan(run_id, run.proc.pid)}")
+
+
+def test_an_empty_cgroup_left_by_a_dead_supervisor_is_removed_by_the_next_run():
+    why = cgroups_here()
+    if why:
+        pytest.skip(why)
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    probe = marks.cgroup_for(f"left-{os.getpid()}")
+    assert probe is not None
+    stale = probe.parent / f"{marks.CGROUP_PREFIX}left-{gone.pid}"
+    probe.rename(stale)
+    (stale / "rank-0").mkdir()
+    again = marks.cgroup_for(f"next-{os.getpid()}")
+    try:
+        assert again is not None and not stale.exists()
+    finally:
+        again.rmdir()

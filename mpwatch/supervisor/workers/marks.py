@@ -92,12 +92,44 @@ def cgroup_for(run_id: str) -> Path | None:
     mount, own = _cgroup2_mount(), _own_cgroup()
     if mount is None or own is None:
         return None
-    path = mount / own.lstrip("/") / f"{CGROUP_PREFIX}{run_id}-{os.getpid()}"
+    parent = mount / own.lstrip("/")
+    _remove_stale(parent)
+    path = parent / f"{CGROUP_PREFIX}{run_id}-{os.getpid()}"
     try:
         path.mkdir()
     except OSError:
         return None
     return path
+
+
+def _remove_stale(parent: Path) -> None:
+    """Empty cgroups of runs whose supervisor is gone (one its watchdog could not remove in
+    time, the last process slow to go) are removed; a cgroup with a process in it stays."""
+    try:
+        stale = [d for d in parent.iterdir() if d.name.startswith(CGROUP_PREFIX)]
+    except OSError:
+        return
+    for d in stale:
+        pid = d.name.rsplit("-", 1)[-1]
+        if not pid.isdigit() or _alive(int(pid)):
+            continue
+        try:
+            for sub in d.iterdir():
+                if sub.is_dir():
+                    _rmdir(sub)
+        except OSError:
+            continue
+        _rmdir(d)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:
+        return True
+    return True
 
 
 class Marks:

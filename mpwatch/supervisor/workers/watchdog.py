@@ -114,8 +114,9 @@ def in_cgroup(cgroup: str | None) -> set[int]:
 
 
 def remove_cgroup(cgroup: str) -> None:
-    """The run's cgroup and its ranks', once their last process is gone (at most a second)."""
-    deadline = time.monotonic() + 1.0
+    """The run's cgroup and its ranks', once their last process is gone (at most 3 s; the next
+    run's supervisor removes one left empty later)."""
+    deadline = time.monotonic() + 3.0
     while True:
         try:
             for d in os.listdir(cgroup):
