@@ -196,10 +196,11 @@ def test_an_empty_cgroup_left_by_a_dead_supervisor_is_removed_by_the_next_run():
         pytest.skip(why)
     gone = subprocess.Popen([sys.executable, "-c", "pass"])
     gone.wait()
-    probe = marks.cgroup_for(f"left-{os.getpid()}")
+    probe = marks.cgroup_for(f"probe-{os.getpid()}")
     assert probe is not None
+    probe.rmdir()
     stale = probe.parent / f"{marks.CGROUP_PREFIX}left-{gone.pid}"
-    probe.rename(stale)
+    stale.mkdir()
     (stale / "rank-0").mkdir()
     again = marks.cgroup_for(f"next-{os.getpid()}")
     try:
