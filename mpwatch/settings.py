@@ -86,6 +86,8 @@ class Settings:
     """MPWATCH_METRICS_PORT (none): serve Prometheus metrics on this port, as --metrics-port does."""
     fake_nvml: str | None = None
     """MPWATCH_FAKE_NVML (none): TEST-ONLY, a scripted NVML scenario (testing.scripted_nvml)."""
+    max_workers: int | None = None
+    """MPWATCH_MAX_WORKERS (64, or 4 per CPU or GPU if more): the most workers `resize` may ask for."""
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
@@ -196,6 +198,19 @@ def _port(text: str) -> int:
     return v
 
 
+def _count(lo: int, hi: int, what: str) -> Parser:
+    """A whole number in [lo, hi]."""
+    def parse(text: str) -> int:
+        try:
+            v = int(text)
+        except ValueError:
+            raise ValueError(f"not a whole number ({what})") from None
+        if not lo <= v <= hi:
+            raise ValueError(f"{what}, from {lo} to {hi}")
+        return v
+    return parse
+
+
 def _absolute(text: str) -> Path:
     path = Path(text)
     if not path.is_absolute():
@@ -221,6 +236,7 @@ SWITCHES: dict[str, tuple[str, Parser]] = {
     "MPWATCH_STRICT_STATES": ("strict_states", _switch),
     "MPWATCH_METRICS_PORT": ("metrics_port", _port),
     FAKE_NVML_ENV: ("fake_nvml", str),
+    "MPWATCH_MAX_WORKERS": ("max_workers", _count(1, 1 << 20, "a number of workers")),
     "MPWATCH_GPU_MEM_ALERT": ("gpu.mem_high", _share),
     "MPWATCH_GPU_FILL_S": ("gpu.fill_s", _above(0, SECONDS_MAX, "a number of seconds")),
     "MPWATCH_GPU_IDLE_S": ("gpu.idle_s", _above(0, SECONDS_MAX, "a number of seconds")),

@@ -4,7 +4,9 @@
 supervisor every flush interval (0.25 s; longer in wide runs, as the supervisor sets). The
 training loop therefore never waits on the supervisor: if it is slow or gone, the deque
 drops its oldest entries and the gaps in the sequence numbers tell the supervisor how many
-were dropped.
+were dropped. Each batch's reports are bounded and coerced there, on the sender thread
+(mpwatch.sender.bounds: a 1 MB metric is cut, 10**400 goes as a float), so that no report
+costs the batch it travels in.
 
 The sender starts when mpwatch is imported and says hello at once: the supervisor then
 knows the process will report, and its start-up limit (a slow start, never a stall) applies
@@ -205,8 +207,11 @@ class _Channel:
             reports = [[ts, step, _as_number(loss), metrics] for _, ts, step, loss, metrics in items]
         else:
             reports = _fold(items)
+        from mpwatch.sender import bounds  # each report bounded here, never in report()
+
         phases = dict(self.phases)
-        msg: dict[str, object] = {"t": protocol.BATCH, "reports": reports, "dropped": dropped, "phases": phases}
+        msg: dict[str, object] = {"t": protocol.BATCH, "reports": bounds.reports(reports), "dropped": dropped,
+                                  "phases": bounds.phases(phases)}
         if _dist_initialized():
             msg["dist"] = True
         cuda = self._cuda_view()

@@ -187,3 +187,24 @@ def keep_run_dir(run_dir: Path, dest: Path) -> None:
     supervisor's crash file, which are of that machine only)."""
     shutil.rmtree(dest, ignore_errors=True)
     shutil.copytree(run_dir, dest, ignore=shutil.ignore_patterns("control.json", "faulthandler.out"))
+
+
+def mount_tmpfs(path: Path, size: str = "1m") -> str | None:
+    """Mount a small tmpfs at path (a real file system that fills up); None when done, else
+    why it could not be. Undo it with umount()."""
+    if os.geteuid() != 0:
+        return "mounting a small tmpfs needs root (CI runs the tests as root)"
+    if shutil.which("mount") is None:
+        return "no mount command"
+    path.mkdir()
+    res = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size},mode=0755",
+                          f"mpwatch-test-{os.urandom(4).hex()}", str(path)], capture_output=True, text=True)
+    if res.returncode != 0:
+        return f"cannot mount a tmpfs here (no CAP_SYS_ADMIN?): {res.stderr.strip()}"
+    return None
+
+
+def umount(path: Path) -> None:
+    subprocess.run(["umount", str(path)], capture_output=True)
+    if os.path.ismount(path):
+        subprocess.run(["umount", "-l", str(path)], capture_output=True)

@@ -3,7 +3,8 @@
 It does the two things a worker must have even when its script never imports mpwatch:
 - a faulthandler on SIGUSR1 writing all threads' stacks to this rank's stack file, which
   works from C without the GIL (a blocked or spinning main thread still dumps);
-- for a direct worker, a parent-death signal, so a SIGKILLed supervisor takes it along.
+- for a direct worker, a parent-death signal, so a SIGKILLed supervisor takes it along;
+  any process of a run that starts when its supervisor is already gone exits at once.
 Then it hands over to any other sitecustomize further down sys.path. Runs at interpreter
 start-up, on the main thread, before the script.
 """
@@ -30,7 +31,11 @@ def _mpwatch_boot() -> None:
             pass
     sup = env.get("MPWATCH_SUPERVISOR_PID")
     if sup and sys.platform.startswith("linux"):
-        if os.getppid() == int(sup):
+        try:
+            sup_pid = int(sup)
+        except ValueError:
+            return
+        if os.getppid() == sup_pid:
             try:
                 import ctypes
                 import signal
@@ -40,9 +45,25 @@ def _mpwatch_boot() -> None:
             except (OSError, AttributeError):
                 pass
             # The supervisor may have died before prctl took effect: then we are orphaned.
-            if os.getppid() != int(sup):
+            if os.getppid() != sup_pid:
                 os._exit(1)
             # Children of this worker see another parent and skip this block.
+        elif not _alive(sup_pid):
+            # Started after its supervisor died (it was being started as the supervisor was
+            # killed, or by a worker that outlived it): a run without its supervisor has no one
+            # to stop it, so nothing of it starts. Its own children, whose parent is the
+            # worker, pass here while the supervisor lives.
+            os._exit(1)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # another user's: alive
+        return True
+    return True
 
 
 def _chain() -> None:

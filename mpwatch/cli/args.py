@@ -10,6 +10,10 @@ import textwrap
 from typing import Any, Literal, NoReturn, Protocol
 
 from mpwatch.rundir import layout
+from mpwatch.text.safe import printable
+from mpwatch.text.safe import text as safe_text
+
+ERROR_WIDTH = 2000  # an error line is cut past this (a path or a cause can be long, never a screenful)
 
 ACTIONS = ("pause", "resume", "kill", "restart", "dump")
 NPROC_WORDS = ("auto", "cpu", "gpu")
@@ -68,8 +72,18 @@ class Parser(argparse.ArgumentParser):
 
 
 def die(msg: str, code: int = 2) -> int:
-    print(f"mpwatch: error: {msg}", file=sys.stderr)
+    print(f"mpwatch: error: {printable(msg, ERROR_WIDTH)}", file=sys.stderr)
     return code
+
+
+def say(line: str) -> None:
+    """A line of a command's output, made printable (text.safe: the one sanitiser)."""
+    print(safe_text(line))
+
+
+def note(msg: str) -> None:
+    """A line on stderr about something a command skipped; it goes on."""
+    print(f"mpwatch: note: {printable(msg, ERROR_WIDTH)}", file=sys.stderr)
 
 
 def _whole(text: str) -> int:
@@ -77,6 +91,15 @@ def _whole(text: str) -> int:
         return int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+
+
+def dir_id(text: str) -> tuple[int, int]:
+    """DEV:INODE: the run directory a launcher made (rundir.writer.open_run_dir checks it)."""
+    dev, _, ino = text.partition(":")
+    try:
+        return int(dev), int(ino)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected DEV:INODE, got {text!r}") from None
 
 
 def positive_int(text: str) -> int:
@@ -223,7 +246,8 @@ def run_parser() -> Parser:
                    metavar="N", help="workers on this node: a number, auto, cpu or gpu "
                                      "(default: visible NVIDIA GPUs, or 2 without any)")
     p.add_argument("--headless", action="store_true", help="no TUI: status lines on stderr")
-    p.add_argument("--run-dir", metavar="DIR", help=f"run directory (default ./{layout.RUNS_FOLDER}/<time>-<script>/)")
+    p.add_argument("--run-dir", metavar="DIR", help=f"run directory (default ./{layout.RUNS_FOLDER}/<time>-<script>-"
+                                                    "<random>/); made when missing, else it must be empty")
     _add(p, "--max-restarts", type=count, default=0, metavar="K",
                    help="restart a worker that exits non-zero up to K times (default 0); on several nodes "
                         "with c10d: K new rounds of every node's workers")
@@ -250,6 +274,7 @@ def run_parser() -> Parser:
     p.add_argument("--no-mouse", action="store_true", help="TUI: do not capture the mouse")
     p.add_argument("--supervise-only", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--run-id", help=argparse.SUPPRESS)
+    p.add_argument("--made-run-dir", type=dir_id, help=argparse.SUPPRESS)  # DEV:INODE (cli.tui_launch)
     _torchrun_flags(p)
     p.add_argument("script", metavar="SCRIPT", help="the training script (a module with -m, "
                                                     "an executable with --no-python)")

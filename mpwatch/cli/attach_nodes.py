@@ -16,6 +16,7 @@ from mpwatch.settings import Settings
 from mpwatch.sources.local import Client, ClientError, Requests
 from mpwatch.sources.multinode.source import LocalLink, MergedSource, NoNodeYet
 from mpwatch.sources.remote.client import RemoteClient, Transport, parse_target
+from mpwatch.text import safe
 
 STOP_WAIT_S = 60.0  # after "stop the run": how long to wait for every node to end
 
@@ -86,8 +87,8 @@ def attach_nodes(targets: list[str], remote_mpwatch: str | None, settings: Setti
     if outcome is None or outcome.kind == "detach":
         if outcome is not None:
             again = " ".join(targets) or "RUN"
-            print(f"mpwatch: detached; the run goes on on every node ('mpwatch attach {again}' "
-                  f"shows it again)", file=sys.stderr)
+            print(safe.text(f"mpwatch: detached; the run goes on on every node ('mpwatch attach {again}' "
+                            "shows it again)"), file=sys.stderr)
         return 0
     return 1 if outcome.exit_code is None else int(outcome.exit_code)
 

@@ -20,6 +20,7 @@ import select
 import socket
 import sys
 import threading
+import time
 from typing import Any, BinaryIO
 
 from mpwatch import __version__
@@ -32,6 +33,7 @@ from mpwatch.sources.remote import wire
 
 HELLO_WAIT_S = 30.0  # the client speaks first; a bridge nobody talks to goes away
 MAX_INFLIGHT = 8
+DRAIN_S = 40.0  # after its input closes, how long the requests in flight may take (a Client's timeout is 30 s)
 
 
 class Bridge:
@@ -48,15 +50,25 @@ class Bridge:
         self.broken = False  # the output is gone: stop
 
     def serve(self, inp: BinaryIO) -> None:
+        """Relay each request line until the input closes; the requests still in flight then
+        are answered before it returns (a piped `pause 0` happens)."""
         while not self.broken:
             line = inp.readline(wire.MAX_REQUEST + 1)
             if not line:
+                self._drain()
                 return
             if not line.endswith(b"\n"):
                 self._write(wire.encode({"id": None, "reply": {"ok": False, "error": "request too long"}}))
                 return
             self._slots.acquire()
             threading.Thread(target=self._handle, args=(line,), name="mpwatch-bridge-req", daemon=True).start()
+
+    def _drain(self) -> None:
+        """Wait (at most DRAIN_S) until no request is in flight."""
+        deadline = time.monotonic() + DRAIN_S
+        for _ in range(MAX_INFLIGHT):
+            if not self._slots.acquire(timeout=max(0.0, deadline - time.monotonic())):
+                return
 
     def close(self) -> None:
         with self._pool_lock:
@@ -76,7 +88,12 @@ class Bridge:
             if not isinstance(cmd, str):
                 self._write(wire.encode({"id": req_id, "reply": {"ok": False, "error": "bad request: no cmd"}}))
                 return
-            self._write(self._relay(req_id, cmd, req))
+            try:
+                reply = self._relay(req_id, cmd, req)
+            except Exception as exc:  # noqa: BLE001 - every request gets its answer; the relay goes on
+                reply = wire.encode({"id": _plain_id(req_id), "reply": {
+                    "ok": False, "error": f"bad request: {type(exc).__name__}: {str(exc)[:200]}"}})
+            self._write(reply)
         finally:
             self._slots.release()
 
@@ -124,6 +141,11 @@ class Bridge:
                 self.out.flush()
             except (OSError, ValueError):
                 self.broken = True
+
+
+def _plain_id(req_id: object) -> object:
+    """A request id as it can be sent back (an id nested too deep to encode is none)."""
+    return req_id if req_id is None or isinstance(req_id, (int, str)) else None
 
 
 def _read_hello(inp: BinaryIO) -> dict[str, Any] | str:

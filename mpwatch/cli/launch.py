@@ -10,7 +10,6 @@ import shutil
 import socket
 import sys
 from collections.abc import Callable, Mapping
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from mpwatch.cli import slurm
@@ -18,9 +17,10 @@ from mpwatch.cli.args import UsageError, die, no_effect, relayed_flags
 from mpwatch.settings import Settings
 
 if TYPE_CHECKING:
+    from mpwatch.rundir.claim import Claim
     from mpwatch.supervisor.options import Launch, NodesOptions, Options
 
-Launcher = Callable[[argparse.Namespace, "Options", Settings], int]
+Launcher = Callable[[argparse.Namespace, "Options", Settings, "Claim"], int]
 
 STATIC_PORT = 29500  # torchrun's --master-port default
 C10D_PORT = 29400  # torch's c10d rendezvous backend's default port
@@ -167,7 +167,7 @@ def options(ns: argparse.Namespace, env: Mapping[str, str]) -> Options:
         stop_signal=ns.stop_signal, metrics_port=ns.metrics_port, metrics_addr=ns.metrics_addr or "127.0.0.1",
         role=ns.role, master_addr=ns.master_addr or "127.0.0.1", master_port=ns.master_port,
         rdzv_id=ns.rdzv_id, virtual_local_rank=ns.virtual_local_rank, nodes=nodes,
-        supervisor_flags=relayed_flags(ns))
+        supervisor_flags=relayed_flags(ns), made_run_dir=ns.made_run_dir)
 
 
 def cmd_run(ns: argparse.Namespace, settings: Settings) -> int:
@@ -176,25 +176,35 @@ def cmd_run(ns: argparse.Namespace, settings: Settings) -> int:
         opts.metrics_port = settings.metrics_port
     if ns.metrics_addr is not None and opts.metrics_port is None:
         raise UsageError("--metrics-addr goes with --metrics-port (or MPWATCH_METRICS_PORT)")
-    from mpwatch.rundir import registry
+    from mpwatch.rundir import claim, registry
 
-    if ns.run_dir is None and ns.log_dir is not None:  # torchrun's --log-dir: a folder of runs
-        try:
-            opts.run_id = opts.run_id or registry.new_run_id(opts.script)
-        except registry.RunError as exc:
-            return die(str(exc))
-        ns.run_dir = opts.run_dir = str(Path(ns.log_dir) / opts.run_id)
     if ns.run_dir is not None and os.path.exists(ns.run_dir) and not os.path.isdir(ns.run_dir):
         raise UsageError(f"--run-dir {ns.run_dir} exists and is not a directory")
+    taken: Claim | None = None
+    if opts.made_run_dir is None:
+        # The run's id and directory are claimed here, before anything starts (rundir.claim);
+        # torchrun's --log-dir is a folder of runs: the run's directory goes inside.
+        folder = ns.log_dir if ns.run_dir is None else None
+        try:
+            taken = claim.claim(opts.script, opts.nprocs, opts.cwd, ns.run_dir, opts.run_id, folder)
+        except registry.RunError as exc:
+            return die(str(exc))
+        opts.run_id, opts.run_dir = taken.run_id, str(taken.run_dir)
+    if taken is not None and not ns.headless and not ns.supervise_only:
+        tui = _tui_launcher()
+        if tui is not None:
+            return tui(ns, opts, settings, taken)
+    return _supervise(opts, settings, taken)
+
+
+def _supervise(opts: Options, settings: Settings, taken: Claim | None) -> int:
+    """This process is the supervisor: the run is served here until it ends."""
+    from mpwatch.rundir import registry
     from mpwatch.supervisor.core import Run
     from mpwatch.supervisor.headless import Reporter
 
-    if not ns.headless and not ns.supervise_only:
-        tui = _tui_launcher()
-        if tui is not None:
-            return tui(ns, opts, settings)
     try:
-        run = Run(opts, status_out=Reporter(), settings=settings)
+        run = Run(opts, status_out=Reporter(), settings=settings, taken=taken)
         run.setup()  # every RunError comes before it holds anything (the supervisor branch: it releases)
     except registry.RunError as exc:
         return die(str(exc))

@@ -9,7 +9,7 @@ import json
 import time
 from pathlib import Path
 
-from mpwatch.cli.args import Parser, die
+from mpwatch.cli.args import Parser, die, note, say
 from mpwatch.rundir import layout, postmortem, reader, registry
 from mpwatch.settings import Settings
 from mpwatch.text import fmt
@@ -25,9 +25,12 @@ def all_runs(folders: list[Path]) -> list[postmortem.RunListing]:
     dirs: dict[Path, Path] = {}
     for e in registry.live_runs():
         dirs.setdefault(Path(e["run_dir"]).resolve(), Path(e["run_dir"]))
+    unreadable: list[Path] = []
     for folder in folders:
-        for d in [folder] if reader.looks_like_run(folder) else registry.run_dirs(folder):
+        for d in [folder] if reader.looks_like_run(folder) else registry.run_dirs(folder, unreadable):
             dirs.setdefault(d.resolve(), d)
+    if unreadable:
+        note(registry.unreadable_note(unreadable))
     out: list[postmortem.RunListing] = []
     for d in dirs.values():
         try:
@@ -62,7 +65,7 @@ def _print_all(rows: list[postmortem.RunListing]) -> None:
         return
     print(f"{'RUN':36} {'STARTED':19}  {'TOOK':>9}  {'WORKERS':>7}  {'ENDED':40}  DIR")
     for r in rows:
-        print(f"{r['run_id']:36} {_when(r['started']):19}  {fmt.duration(r['duration']):>9}  "
+        say(f"{r['run_id']:36} {_when(r['started']):19}  {fmt.duration(r['duration']):>9}  "
               f"{r['nprocs'] if r['nprocs'] is not None else '?':>7}  {cut(ended_text(r), 40):40}  {r['run_dir']}")
 
 
@@ -122,9 +125,9 @@ def _print_live(entries: list[registry.RegistryEntry], as_json: bool, where: str
         print(json.dumps(entries, indent=1))
         return 0
     if not entries:
-        print(f"no live runs{where}")
+        say(f"no live runs{where}")
         return 0
     print(f"{'RUN':40} {'PID':>7} {'WORKERS':>7}  {'STARTED':19}  DIR")
     for e in entries:
-        print(f"{e['run_id']:40} {e['pid']:>7} {e['nprocs']:>7}  {_when(e['started']):19}  {e['run_dir']}")
+        say(f"{e['run_id']:40} {e['pid']:>7} {e['nprocs']:>7}  {_when(e['started']):19}  {e['run_dir']}")
     return 0

@@ -10,6 +10,7 @@ import sys
 from typing import TYPE_CHECKING
 
 from mpwatch.cli.args import ACTIONS, Parser, ctl_parser, die
+from mpwatch.text import safe
 
 if TYPE_CHECKING:  # the client modules load lazily: `ctl logs` needs none of them
     from mpwatch.settings import Settings
@@ -165,19 +166,17 @@ def _ctl_action(client: Requests, ns: argparse.Namespace) -> None:
         else:
             from mpwatch.cli.status_text import status_lines
 
-            print("\n".join(status_lines(st)))
+            print(safe.text(status_lines(st)))
     elif ns.action in ACTIONS:
-        print(client.act(ns.action, ns.target))
+        print(safe.text(client.act(ns.action, ns.target)))
     elif ns.action == "resize":
-        print(client.resize(ns.n))
+        print(safe.text(client.resize(ns.n)))
     elif ns.action == "stop":
-        print(client.stop())
+        print(safe.text(client.stop()))
     elif ns.action == "checkpoint":
-        print(client.checkpoint(ns.target, ns.at_step, who("ctl"))["message"])
+        print(safe.text(client.checkpoint(ns.target, ns.at_step, who("ctl"))["message"]))
     elif ns.action == "set":
-        print(client.set_tunable(ns.name, ns.value, ns.at_step, who("ctl"))["message"])
+        print(safe.text(client.set_tunable(ns.name, ns.value, ns.at_step, who("ctl"))["message"]))
     elif ns.action == "logs":
-        from mpwatch.rundir.textfiles import printable
-
         lines = client.logs(ns.rank, "stderr" if ns.stderr else "stdout", ns.lines)
-        sys.stdout.write("".join(printable(ln) + "\n" for ln in lines))
+        sys.stdout.write("".join(safe.printable(ln) + "\n" for ln in lines))

@@ -11,7 +11,7 @@ import sys
 import time
 from pathlib import Path
 
-from mpwatch.cli.args import Parser, UsageError, count, days, die
+from mpwatch.cli.args import Parser, UsageError, count, days, die, note, say
 from mpwatch.rundir import layout, postmortem, reader, registry
 from mpwatch.settings import Settings
 from mpwatch.text import fmt
@@ -34,13 +34,16 @@ def _candidates(folder: Path) -> list[postmortem.RunListing]:
     """This user's runs in a folder, newest first (live ones included: they count in --keep)."""
     uid = os.getuid()
     out: list[postmortem.RunListing] = []
-    for d in registry.run_dirs(folder):
+    unreadable: list[Path] = []
+    for d in registry.run_dirs(folder, unreadable):
         try:
             if d.stat().st_uid != uid:
                 continue
             out.append(postmortem.listing(reader.read(d), exits=[]))
         except (OSError, reader.NotARunDir):
             continue
+    if unreadable:
+        note(registry.unreadable_note(unreadable))
     out.sort(key=lambda r: r["started"] or 0.0, reverse=True)
     return out
 
@@ -100,10 +103,10 @@ def cmd_prune(argv: list[str], settings: Settings) -> int:
                 errors = _remove(path)
                 if errors:
                     failed += 1
-                    print(f"could not remove all of {path}: {errors[0]}")
+                    say(f"could not remove all of {path}: {errors[0]}")
                     continue
             removed += 1
             freed += size
-            print(f"{verb} {path} (run {r['run_id']}, started {age}, {fmt.size_long(size)})")
+            say(f"{verb} {path} (run {r['run_id']}, started {age}, {fmt.size_long(size)})")
     print(f"{verb} {removed} run(s), {fmt.size_long(freed)}" + (f"; {failed} could not be removed" if failed else ""))
     return 1 if failed else 0

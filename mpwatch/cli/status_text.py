@@ -64,6 +64,9 @@ def _worker_lines(w: WorkerStatus, st: Status) -> list[str]:
     stop = w.get("stop")
     if stop and w["state"] in (State.RUNNING, State.STALLED, State.PAUSED, State.STARTING):
         out.append(f"{'':>4} {stop['signal']} sent, SIGKILL in {_v(stop['kill_in'], 's')}")
+    rejected = w.get("rejected")
+    if rejected:
+        out.append(f"{'':>4} {rejected['count']} reports rejected: {rejected['why']}")
     return out
 
 

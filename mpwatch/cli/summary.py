@@ -13,7 +13,7 @@ from mpwatch.contract.live import shown
 from mpwatch.contract.status import ALIVE_STATES
 from mpwatch.rundir import layout, postmortem, reader, registry
 from mpwatch.settings import Settings
-from mpwatch.text import fmt
+from mpwatch.text import fmt, safe
 
 MAX_STALLS = 8  # one screen: the rest are counted
 MAX_ALERTS = 10
@@ -156,5 +156,5 @@ def cmd_summary(argv: list[str], settings: Settings) -> int:
         s = postmortem.summarize(reader.read(registry.find_run_dir(ns.run)))
     except (registry.RunError, reader.NotARunDir) as exc:
         return die(str(exc))
-    print(json.dumps(s, indent=1) if ns.json else "\n".join(summary_lines(s)))
+    print(json.dumps(s, indent=1) if ns.json else safe.text(summary_lines(s)))  # JSON escapes control bytes
     return 0

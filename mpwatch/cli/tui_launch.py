@@ -8,15 +8,19 @@ the terminal ends only the TUI, never the run.
 from __future__ import annotations
 
 import argparse
+import os
 import subprocess
 import sys
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
+from mpwatch.cli.args import die as _die
 from mpwatch.rundir import layout, registry, writer
+from mpwatch.rundir.claim import Claim
 from mpwatch.rundir.textfiles import read_json, tail_lines
 from mpwatch.settings import Settings
+from mpwatch.text import safe
 
 if TYPE_CHECKING:
     from mpwatch.sources.local import Client
@@ -44,14 +48,12 @@ class LaunchOptions(Protocol):
 START_TIMEOUT_S = 30.0
 
 
-def _die(msg: str, code: int = 2) -> int:
-    print(f"mpwatch: error: {msg}", file=sys.stderr)
-    return code
-
-
-def supervisor_argv(ns: argparse.Namespace, opts: LaunchOptions, run_id: str, run_dir: Path) -> list[str]:
+def supervisor_argv(ns: argparse.Namespace, opts: LaunchOptions, taken: Claim) -> list[str]:
+    """The supervisor's command line: the run claimed here (its id, its directory, made here:
+    the supervisor checks it is that one, by its device and inode) and the run's options."""
+    st = os.fstat(taken.fd)
     return [sys.executable, "-m", "mpwatch", "--supervise-only", "--headless",
-            "--run-id", run_id, "--run-dir", str(run_dir),
+            "--run-id", taken.run_id, "--run-dir", str(taken.run_dir), "--made-run-dir", f"{st.st_dev}:{st.st_ino}",
             "-n", str(opts.nprocs), "--max-restarts", str(opts.max_restarts),
             "--stall-timeout", repr(float(opts.stall_timeout)),
             "--startup-timeout", repr(float(opts.startup_timeout)), "--grace", repr(float(opts.grace)),
@@ -67,26 +69,23 @@ def _tail(path: Path, n: int = 8) -> str:
     return ("; last lines of " + str(path) + ":\n  " + "\n  ".join(lines)) if lines else ""
 
 
-def launch_with_tui(ns: argparse.Namespace, opts: LaunchOptions, settings: Settings) -> int:
-    try:
-        run_id = opts.run_id or registry.new_run_id(opts.script)
-    except registry.RunError as exc:
-        return _die(str(exc))
-    run_dir = Path(ns.run_dir if ns.run_dir else layout.default_run_dir(opts.cwd, run_id)).absolute()
-    if (run_dir / layout.RUN_JSON).exists():
-        return _die(f"run directory {run_dir} already holds a run; choose another --run-dir")
+def launch_with_tui(ns: argparse.Namespace, opts: LaunchOptions, settings: Settings, taken: Claim) -> int:
+    """Start the supervisor of the run claimed here (cli.launch) and show it."""
+    run_dir = taken.run_dir
     sup_log = run_dir / layout.SUPERVISOR_LOG
     try:
-        writer.make_run_dir(run_dir)
-        log = writer.open_supervisor_log(run_dir)  # closed below, once the child has it
+        log = writer.open_supervisor_log(taken.fd)  # closed below, once the child has it
     except OSError as exc:
-        return _die(f"cannot create run directory {run_dir}: {exc.strerror}")
+        taken.release()
+        return _die(f"cannot create {sup_log}: {exc.strerror}")
     with log:
         try:
-            sup = subprocess.Popen(supervisor_argv(ns, opts, run_id, run_dir), stdin=subprocess.DEVNULL,
+            sup = subprocess.Popen(supervisor_argv(ns, opts, taken), stdin=subprocess.DEVNULL,
                                    stdout=log, stderr=log, start_new_session=True, close_fds=True)
         except OSError as exc:
+            taken.release()
             return _die(f"cannot start the supervisor: {exc.strerror}")
+    os.close(taken.fd)  # the supervisor holds its own; the registry entry is its to replace
     deadline = time.monotonic() + START_TIMEOUT_S
     while not (run_dir / layout.CONTROL_JSON).exists():
         if sup.poll() is not None:
@@ -118,8 +117,8 @@ def attach_tui(client: Client, settings: Settings, mouse: bool = True,
         client.close()
     if outcome is None or outcome.kind == "detach":
         if outcome is not None:
-            print(f"mpwatch: detached from run {handle.run_id}; it goes on "
-                  f"('mpwatch attach {handle.run_id}' shows it again)", file=sys.stderr)
+            print(safe.text(f"mpwatch: detached from run {handle.run_id}; it goes on "
+                            f"('mpwatch attach {handle.run_id}' shows it again)"), file=sys.stderr)
         return 0
     code = outcome.exit_code
     if code is None:
@@ -138,7 +137,7 @@ def wait_finished(handle: registry.RunHandle, supervisor: subprocess.Popen[bytes
     info = read_json(handle.run_dir, layout.RUN_JSON) or {}
     grace = float(info.get("options", {}).get("grace", 10.0))
     deadline = time.monotonic() + (timeout if timeout is not None else grace + 30.0)
-    print(f"mpwatch: waiting for run {handle.run_id} to stop…", file=sys.stderr)
+    print(safe.text(f"mpwatch: waiting for run {handle.run_id} to stop…"), file=sys.stderr)
     while time.monotonic() < deadline:
         info = read_json(handle.run_dir, layout.RUN_JSON) or {}
         if info.get("finished"):
@@ -148,5 +147,5 @@ def wait_finished(handle: registry.RunHandle, supervisor: subprocess.Popen[bytes
         if supervisor is None and not registry.pid_alive(handle.pid):
             return _code(read_json(handle.run_dir, layout.RUN_JSON) or {})
         time.sleep(0.1)
-    print(f"mpwatch: run {handle.run_id} is still stopping; see 'mpwatch ls'", file=sys.stderr)
+    print(safe.text(f"mpwatch: run {handle.run_id} is still stopping; see 'mpwatch ls'"), file=sys.stderr)
     return None

@@ -73,6 +73,7 @@ class Event(_Name):
     ALERT = "alert"  # a run alert: disk, hang (culprit), unkillable
     GPU_ALERT = "gpu_alert"  # a GPU alert that starts (one event per start, not per tick)
     BAD_FRAME = "bad_frame"
+    REPORTS_REJECTED = "reports_rejected"  # a worker's reports refused alone (past the protocol's bounds)
     STOPPING = "stopping"
     RUN_FINISHED = "run_finished"
     ROUND = "round"  # several nodes: this node joined a rendezvous round (its workers start in it)
@@ -108,7 +109,7 @@ class EventFields(EventRecord, total=False):
     cause: str | None  # worker_exited: "exit 1: <last stderr line>", "signal SIGKILL"
     exit_code: int | None  # worker_exited, run_finished
     stderr_tail: list[str]  # worker_exited: the last lines of its stderr
-    why: str  # restarted, stopping, bad_frame
+    why: str  # restarted, stopping, bad_frame, reports_rejected
     frm: int  # resized: workers before
     to: int  # resized: workers after
     mode: str  # resized: independent | restart
@@ -124,7 +125,7 @@ class EventFields(EventRecord, total=False):
     script: str  # run_started
     nprocs: int  # run_started
     run_dir: str  # run_started
-    count: int  # bad_frame: bad frames of the worker so far
+    count: int  # bad_frame: bad frames of the worker so far; reports_rejected: its rejected reports so far
     global_rank: int  # worker_started: RANK (on several nodes it differs from rank)
     round: int  # round: the rendezvous round
     node_rank: int  # round: this node's rank in it; node_lost: the lost node's

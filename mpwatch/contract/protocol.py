@@ -26,6 +26,12 @@ MAX_FRAME = 1 << 20
 # Largest reply a client accepts from its (authenticated) supervisor: a status of a few
 # thousand workers is several MiB.
 MAX_REPLY = 1 << 28
+# A report past these is rejected alone by the supervisor (counted in the worker's status);
+# the worker side keeps its reports well inside them (mpwatch.sender.bounds).
+MAX_METRICS = 256  # metrics a report may carry
+MAX_METRIC_NAME = 200
+MAX_METRIC_TEXT = 4096  # characters of a text metric
+MAX_EXACT = 1 << 63  # an integer metric past this is refused: no reader could show it
 
 # Environment a worker sees (torchrun's contract plus ours).
 ENV_ADDRESS = "MPWATCH_CHANNEL"
@@ -116,36 +122,73 @@ def decode(data: bytes) -> dict[str, Any]:
     return msg
 
 
-def validate_batch(msg: dict[str, Any]) -> list[Report]:
+def validate_batch(msg: dict[str, Any], rejected: list[str] | None = None) -> list[Report]:
     """Checked reports of a BATCH frame: a list of (ts, step, loss, metrics, n), n being how
     many report() calls the entry stands for. On the supervisor's hot path, so exact type
-    checks (bool is not int here) and one pass; anything unexpected is a BadFrame."""
+    checks (bool is not int here) and one pass. A frame that is no batch is a BadFrame; a
+    report that is not one, or past the bounds (MAX_METRICS...), too, unless `rejected` is
+    given: then it alone is left out and why is added there."""
     reports = msg.get("reports")
     if type(reports) is not list:
         raise BadFrame("batch without a reports list")
     out = []
     for item in reports:
-        if type(item) is not list:
-            raise BadFrame("report is not [ts, step, loss, metrics]")
-        if len(item) == 4:
-            ts, step, loss, metrics = item
-            n = 1
-        elif len(item) == 5:
-            ts, step, loss, metrics, n = item
-            if type(n) is not int or n < 1:
-                raise BadFrame("report count is not a positive integer")
-        else:
-            raise BadFrame("report is not [ts, step, loss, metrics]")
-        if type(ts) is not float and (type(ts) is not int or (ts := as_float(ts)) is None):
-            raise BadFrame("report timestamp is not a number")
-        if step is not None and type(step) is not int:
-            raise BadFrame("report step is not an integer")
-        if loss is not None and type(loss) is not float and (loss := as_number(loss)) is None:
-            raise BadFrame("report loss is not a number")
-        if type(metrics) is not dict:
-            raise BadFrame("report metrics is not an object")
-        out.append(Report._make((ts, step, loss, metrics, n)))  # faster than Report(...) on this hot path
+        try:
+            out.append(_report(item))
+        except BadFrame as exc:
+            if rejected is None:
+                raise
+            rejected.append(str(exc))
     return out
+
+
+def _report(item: object) -> Report:
+    if type(item) is not list:
+        raise BadFrame("report is not [ts, step, loss, metrics]")
+    if len(item) == 4:
+        ts, step, loss, metrics = item
+        n = 1
+    elif len(item) == 5:
+        ts, step, loss, metrics, n = item
+        if type(n) is not int or n < 1:
+            raise BadFrame("report count is not a positive integer")
+    else:
+        raise BadFrame("report is not [ts, step, loss, metrics]")
+    if type(ts) is not float and (type(ts) is not int or (ts := as_float(ts)) is None):
+        raise BadFrame("report timestamp is not a number")
+    if step is not None and type(step) is not int:
+        raise BadFrame("report step is not an integer")
+    if loss is not None and type(loss) is not float and (loss := as_number(loss)) is None:
+        raise BadFrame("report loss is not a number")
+    if type(metrics) is not dict:
+        raise BadFrame("report metrics is not an object")
+    if metrics and (len(metrics) > MAX_METRICS or not all(map(_fair_metric, metrics.items()))):
+        raise BadFrame(_unfair(metrics))
+    return Report._make((ts, step, loss, metrics, n))  # faster than Report(...) on this hot path
+
+
+def _fair_metric(kv: tuple[str, object]) -> bool:
+    k, v = kv
+    if len(k) > MAX_METRIC_NAME:
+        return False
+    if isinstance(v, int):
+        return -MAX_EXACT <= v <= MAX_EXACT
+    return not isinstance(v, str) or len(v) <= MAX_METRIC_TEXT
+
+
+def _unfair(metrics: dict[str, Any]) -> str:
+    """Why a report's metrics are past the bounds (the slow path, for the rejected only)."""
+    if len(metrics) > MAX_METRICS:
+        return f"report has {len(metrics)} metrics (at most {MAX_METRICS})"
+    for k, v in metrics.items():
+        if _fair_metric((k, v)):
+            continue
+        if len(k) > MAX_METRIC_NAME:
+            return f"a metric name of {len(k)} characters (at most {MAX_METRIC_NAME})"
+        if isinstance(v, int):
+            return f"metric {k[:40]}: an integer too large for a float"
+        return f"metric {k[:40]}: a text of {len(v)} characters (at most {MAX_METRIC_TEXT})"
+    return "report metrics past the bounds"
 
 
 def validate_cuda(raw: object) -> CudaView | None:

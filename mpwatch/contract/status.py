@@ -125,6 +125,13 @@ class WorkerGpu(TypedDict):
     shared_with: list[int]  # other ranks whose own GPU is the same one (a collision)
 
 
+class RejectedReports(TypedDict):
+    """A rank's reports refused by the supervisor (contract.protocol's bounds), each alone."""
+
+    count: int
+    why: str  # the latest reason
+
+
 class WorkerStatus(TypedDict):
     rank: int  # the supervisor's own key for the worker: its local rank on this node
     global_rank: NotRequired[int]  # RANK in the worker's environment (multi-node: differs from rank)
@@ -146,6 +153,7 @@ class WorkerStatus(TypedDict):
     reports: int
     dropped: int
     bad_frames: int
+    rejected: NotRequired[RejectedReports]  # present once a report of the rank was rejected
     phases: dict[str, float]
     cuda: CudaView | None
     loss_tail: list[float]  # the run's loss smoothed: its mean over stretches of reports, oldest first (TREND)

@@ -13,11 +13,14 @@ dump threads (mpwatch-dump), one per dump; a lock per rank keeps two dumps of on
 """
 from __future__ import annotations
 
+import errno
 import os
 import signal
+import stat
 import threading
 import time
 from pathlib import Path
+from typing import TextIO
 
 from mpwatch.probes import pyspy
 from mpwatch.text.stackfmt import (  # noqa: F401 - re-exported
@@ -85,8 +88,23 @@ def _wait_settled(path: Path, start_size: int, max_wait: float = MAX_WAIT_S, set
     return last
 
 
+def _open_file(path: Path | str, flags: int) -> int:
+    """A dump's file (the worker's stack file, the dump itself): never through a link, never
+    blocking on a FIFO a worker put there, a regular file only. Raises OSError."""
+    fd = os.open(path, flags | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, 0o600)
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise OSError(errno.EINVAL, "not a regular file", str(path))
+    os.set_blocking(fd, True)
+    return fd
+
+
+def _append(path: Path | str) -> TextIO:
+    return os.fdopen(_open_file(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT), "a")
+
+
 def _read_span(path: Path, start: int, end: int) -> str:
-    with open(path, "rb") as f:
+    with os.fdopen(_open_file(path, os.O_RDONLY), "rb") as f:
         f.seek(start)
         return f.read(end - start).decode("utf-8", errors="replace")
 
@@ -104,8 +122,8 @@ def _looks_whole(chunk: str) -> bool:
 
 def _faulthandler_dump(pid: int, stack_file: Path, label: str) -> tuple[str, str | None]:
     """(text, note) for one process through its SIGUSR1 handler."""
-    with open(stack_file, "a") as f:
-        start = f.tell()
+    with _append(stack_file) as f:
+        start = f.seek(0, os.SEEK_END)
         f.write(f"{HEADER}{pid} at {time.strftime('%H:%M:%S')} {label}\n")
         header_end = f.tell()
     os.kill(pid, signal.SIGUSR1)
@@ -156,10 +174,11 @@ def capture(pids: list[int], stack_file: Path, out: Path, label: str = "",
             parts.append(chunk)
             if note:
                 notes.append(note)
-    out.write_text("".join(parts) or "# no Python stack could be dumped\n")
+    with _append(out) as f:
+        f.write("".join(parts) or "# no Python stack could be dumped\n")
     extra = _read_stopped(stopped, notes)
     if extra or notes:
-        with open(out, "a") as f:
+        with _append(out) as f:
             f.write("".join(extra) + "".join(f"# {n}\n" for n in notes))
     if native:
         notes += add_native(out, [p for p in pids if p not in stopped])
@@ -201,6 +220,6 @@ def add_native(out: Path, pids: list[int]) -> list[str]:
             notes.append(f"pid {pid}: {text}")
             if exe is None or "not permitted" in text:
                 break  # the same answer for every process
-    with open(out, "a") as f:
+    with _append(out) as f:
         f.write("".join(parts) + "".join(f"# {n}\n" for n in notes))
     return notes

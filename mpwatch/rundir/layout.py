@@ -2,7 +2,8 @@
 default, spelled here once. rundir.writer creates these files (no other module does);
 rundir.reader and the others only read them. Pure names and paths; no I/O.
 
-    <cwd>/<RUNS_FOLDER>/<run id>/  (unless --run-dir says otherwise; 0700)
+    <cwd>/<RUNS_FOLDER>/<run id>/  (unless --run-dir says otherwise; 0700; every file 0600)
+    (a run id is <time>-<script>-<random suffix>: rundir.registry.new_run_id)
         run.json               command, options, start time; finish time and exit code at the end
         events.jsonl           one JSON object a line: ts, event, rank, fields of its own
         control.json           how to reach the control socket (0600: it holds the authkey)

@@ -6,6 +6,7 @@ Runs on the caller's thread.
 """
 from __future__ import annotations
 
+import os
 import time
 from typing import Literal, TypedDict, cast
 
@@ -241,9 +242,9 @@ def _alerts(evs: list[EventRecord]) -> list[AlertEnd]:
 
 
 def _files(rd: RunDir) -> list[str]:
-    out = [n for n in layout.RUN_FILES if (rd.path / n).exists()]
+    out = [n for n in layout.RUN_FILES if os.path.lexists(rd.path / n)]
     for f in rd.ranks().values():
-        out += [str(p.relative_to(rd.path)) for p in (f.stdout, f.stderr, *f.stacks) if p.exists()]
+        out += [str(p.relative_to(rd.path)) for p in (f.stdout, f.stderr, *f.stacks) if os.path.lexists(p)]
     return out
 
 

@@ -11,8 +11,8 @@ on the caller's thread; imports neither textual nor the supervisor.
 """
 from __future__ import annotations
 
-import json
 import os
+import stat
 import threading
 import time
 from collections.abc import Collection, Iterator
@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, cast
 
+from mpwatch.contract import shape
 from mpwatch.contract.coerce import as_float, as_int, as_number, as_str
 from mpwatch.contract.status import Event, EventFields, EventRecord, GpuMark, GpuTick, Status
 from mpwatch.rundir import eventlines, layout, registry, textfiles
@@ -75,14 +76,9 @@ def as_event(rec: object) -> EventRecord | None:
 
 
 def as_status(raw: object) -> Status | None:
-    """final.json when it has a status's shape (its run and workers); else None."""
-    if not isinstance(raw, dict) or not isinstance(raw.get("run"), dict):
-        return None
-    workers = raw.get("workers")
-    if not isinstance(workers, list) or not all(isinstance(w, dict) and as_int(w.get("rank")) is not None
-                                                for w in workers):
-        return None
-    return cast(Status, raw)
+    """final.json when it has a status's shape (contract.shape: every key of the schema, each
+    of its type); else None."""
+    return cast(Status, raw) if shape.problem(raw, Status) is None else None
 
 
 class RunDir:
@@ -123,6 +119,8 @@ class RunDir:
             self._note(f"{name} is unreadable ({exc.strerror})")
         if skipped.bad:
             self._note(f"{name}: {skipped.bad} unreadable line(s) skipped")
+        if skipped.long:
+            self._note(f"{name}: {skipped.long} line(s) longer than {textfiles.MAX_LINE >> 20} MiB skipped unread")
         if skipped.torn:
             self.note_torn(name)
 
@@ -184,15 +182,12 @@ class RunDir:
     def last_event(self, max_bytes: int = 64 * 1024) -> EventRecord | None:
         """The last readable event, read from the file's end (a big file is not read whole)."""
         try:
-            with open(self.path / layout.EVENTS, "rb") as f:
-                f.seek(0, os.SEEK_END)
-                f.seek(max(0, f.tell() - max_bytes))
-                tail = f.read().decode("utf-8", errors="replace")
+            data, _ = textfiles.tail_bytes(self.path / layout.EVENTS, max_bytes)
         except OSError:
             return None
-        for line in reversed(tail.splitlines()):
+        for line in reversed(data.decode("utf-8", errors="replace").splitlines()):
             try:
-                ev = as_event(json.loads(line))
+                ev = as_event(textfiles.loads(line))
             except ValueError:
                 continue
             if ev is not None:
@@ -201,7 +196,7 @@ class RunDir:
 
     def gpu_timeline(self) -> GpuTimeline | None:
         """gpu.jsonl split into ticks and marks; None when the run has none."""
-        if not (self.path / layout.GPU_JSONL).exists():
+        if not os.path.lexists(self.path / layout.GPU_JSONL):
             return None
         ticks: list[GpuTick] = []
         marks: list[GpuMark] = []
@@ -233,7 +228,7 @@ class RunDir:
             names = []
         for name in names:
             m = layout.RANK_DIR.match(name)
-            if m and (self.path / name).is_dir():
+            if m and _real_dir(self.path / name):
                 p = layout.rank_paths(self.path, int(m.group(1)))
                 found[int(m.group(1))] = RankFiles(int(m.group(1)), p.dir, p.stdout, p.stderr, _stack_files(p.stacks))
         for rank in self.known_ranks():
@@ -256,16 +251,30 @@ class RunDir:
         return isinstance(ctl, dict) and ctl.get("pid") == self.run.pid and registry.pid_alive(self.run.pid)
 
 
-def _stack_files(d: Path) -> list[Path]:
+def _real_dir(path: Path) -> bool:
+    """A folder itself, never a link to one (a link in a run directory is not the run's)."""
     try:
-        return sorted(p for p in d.iterdir() if p.suffix == layout.STACK_SUFFIX)
+        return stat.S_ISDIR(os.lstat(path).st_mode)
+    except OSError:
+        return False
+
+
+def _stack_files(d: Path) -> list[Path]:
+    """A rank's stack dumps: regular files only (a FIFO there would hang whoever reads it)."""
+    if not _real_dir(d):
+        return []
+    try:
+        return sorted(p for p in d.iterdir() if p.suffix == layout.STACK_SUFFIX and textfiles.is_regular(p))
     except OSError:
         return []
 
 
 def looks_like_run(path: Path) -> bool:
     """A directory holding any of the files a run writes first or last."""
-    return path.is_dir() and any((path / m).exists() for m in layout.MARKERS)
+    try:
+        return path.is_dir() and any(os.path.lexists(path / m) for m in layout.MARKERS)
+    except OSError:  # a folder this user may not enter
+        return False
 
 
 def _record(raw: object, first: EventRecord | None, final: Status | None, fallback_id: str) -> RunRecord:
@@ -291,9 +300,8 @@ def _record(raw: object, first: EventRecord | None, final: Status | None, fallba
 
 def _first_event(path: Path) -> EventRecord | None:
     try:
-        with open(path / layout.EVENTS, encoding="utf-8", errors="replace") as f:
-            return as_event(json.loads(f.readline()))
-    except (OSError, ValueError):
+        return as_event(textfiles.loads(textfiles.first_line(path / layout.EVENTS)))
+    except (ValueError, RecursionError):
         return None
 
 
@@ -315,14 +323,16 @@ def read(path: str | Path) -> RunDir:
         notes.append(f"{layout.RUN_JSON} is {why or 'not a JSON object'}: the run's facts come from the other files")
     final_raw, fwhy = textfiles.read_json_file(p / layout.FINAL_JSON)
     final = as_status(final_raw)
-    if fwhy not in (None, "missing") or (fwhy is None and final is None):
-        notes.append(f"{layout.FINAL_JSON} is {fwhy or 'not a status'}: the last status is lost")
+    if fwhy is None and final is None:
+        fwhy = f"not a status ({shape.problem(final_raw, Status, layout.FINAL_JSON)})"
+    if fwhy not in (None, "missing"):
+        notes.append(f"{layout.FINAL_JSON} is {fwhy}: the last status is lost")
     first = _first_event(p)
     rd = RunDir(p, _record(raw, first, final, p.name), final, notes)
     if fwhy == "missing" and not rd.live():
         notes.append(f"{layout.FINAL_JSON} is missing: the supervisor ended without finishing the run (killed?); "
                      f"what follows comes from {layout.EVENTS}")
-    if not (p / layout.EVENTS).exists():
+    if not os.path.lexists(p / layout.EVENTS):
         notes.append(f"{layout.EVENTS} is missing: no history of the run")
     return rd
 

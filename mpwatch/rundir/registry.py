@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import secrets
 import stat
 import time
 from collections.abc import Iterable
@@ -26,6 +27,7 @@ from mpwatch.rundir import layout, textfiles
 from mpwatch.settings import Settings
 
 DEFAULT_RUNS = Path(layout.RUNS_FOLDER)  # where a run's directory goes, relative to its cwd
+SUFFIX_CHARS = 8  # the random end of a run id
 
 
 class RunError(Exception):
@@ -33,33 +35,49 @@ class RunError(Exception):
 
 
 def runtime_dir(tmpdir: Path | None = None) -> Path:
-    """tmpdir: where it goes without a usable XDG_RUNTIME_DIR (None: the settings' MPWATCH_TMPDIR)."""
+    """tmpdir: where it goes without a usable XDG_RUNTIME_DIR (None: the settings' MPWATCH_TMPDIR).
+    The directory is checked (a real directory of this user's, 0700, never through a symlink)
+    before anything is made inside it: another user may have made it first."""
     base = os.environ.get("XDG_RUNTIME_DIR")
     uid = os.getuid()
     if base and os.path.isdir(base) and os.access(base, os.W_OK):
         path = Path(base) / "mpwatch"
     else:
         path = (Settings.from_env().tmpdir if tmpdir is None else tmpdir) / f"mpwatch-{uid}"
-    try:
-        path.mkdir(mode=0o700, exist_ok=True)
-        (path / "runs").mkdir(mode=0o700, exist_ok=True)
-        st = os.lstat(path)
-    except OSError as exc:
-        raise RunError(f"cannot use runtime directory {path}: {exc.strerror}") from None
-    if not stat.S_ISDIR(st.st_mode) or st.st_uid != uid or st.st_mode & 0o077:
-        raise RunError(f"runtime directory {path} is not a private directory of this user")
+    for d in (path, path / "runs"):
+        try:
+            d.mkdir(mode=0o700, exist_ok=True)
+            st = os.lstat(d)
+        except OSError as exc:
+            raise RunError(f"cannot use runtime directory {path}: {exc.strerror}") from None
+        if not stat.S_ISDIR(st.st_mode) or st.st_uid != uid or st.st_mode & 0o077:
+            raise RunError(f"runtime directory {d} is not a private directory of this user")
     return path
 
 
-def new_run_id(script: str) -> str:
+def run_id_base(script: str, when: float | None = None) -> str:
+    """A run id's readable part: the start time and the script's name."""
     stem = re.sub(r"[^A-Za-z0-9_.-]", "_", Path(script).stem)[:32] or "run"
-    base = time.strftime("%Y%m%d-%H%M%S") + "-" + stem
-    reg = runtime_dir() / "runs"
-    run_id, n = base, 1
-    while (reg / f"{run_id}.json").exists():
-        n += 1
-        run_id = f"{base}-{n}"
-    return run_id
+    return time.strftime("%Y%m%d-%H%M%S", time.localtime(when)) + "-" + stem
+
+
+def new_run_id(script: str) -> str:
+    """`<time>-<script>-<suffix>`: the suffix is random (SUFFIX_CHARS hex digits), so nobody can
+    know a run's id, or its directory's name, before it starts. Not reserved: see claim()."""
+    return f"{run_id_base(script)}-{secrets.token_hex(SUFFIX_CHARS // 2)}"
+
+
+def reserve(run_id: str, entry: RegistryEntry) -> bool:
+    """Take run_id in the registry (runs/<id>.json made with O_EXCL); False when it is taken.
+    The entry names this process until the supervisor registers itself in its place."""
+    path = runtime_dir() / "runs" / f"{run_id}.json"
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    except FileExistsError:
+        return False
+    with os.fdopen(fd, "w") as f:
+        json.dump(entry, f)
+    return True
 
 
 class RegistryEntry(TypedDict):
@@ -74,10 +92,13 @@ class RegistryEntry(TypedDict):
 
 
 def register(run_id: str, entry: RegistryEntry) -> None:
-    path = runtime_dir() / "runs" / f"{run_id}.json"
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    """The run's entry, written whole (a reader never sees half of it)."""
+    reg = runtime_dir() / "runs"
+    tmp = reg / f".{run_id}.{os.getpid()}.tmp"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
     with os.fdopen(fd, "w") as f:
         json.dump(entry, f)
+    os.replace(tmp, reg / f"{run_id}.json")
 
 
 def unregister(run_id: str) -> None:
@@ -142,27 +163,61 @@ class RunHandle:
     pid: int
 
 
-def run_dirs(folder: Path) -> list[Path]:
-    """The run directories in a runs folder (each holds run.json or events.jsonl)."""
+def _lexists(path: Path) -> bool:
+    """Something is at path (a link counts as itself); False where this user may not look."""
+    try:
+        os.lstat(path)
+        return True
+    except OSError:
+        return False
+
+
+def _real_dir(path: Path) -> bool:
+    """A directory itself, not a link to one; False where this user may not look."""
+    try:
+        return stat.S_ISDIR(os.lstat(path).st_mode)
+    except OSError:
+        return False
+
+
+def run_dirs(folder: Path, unreadable: list[Path] | None = None) -> list[Path]:
+    """The run directories in a runs folder (each holds run.json or events.jsonl). A folder
+    this user may not enter (another user's run) is left out, and added to `unreadable`."""
     try:
         subs = sorted(folder.iterdir())
     except OSError:
         return []
-    return [d for d in subs if d.is_dir() and not d.is_symlink()
-            and ((d / layout.RUN_JSON).exists() or (d / layout.EVENTS).exists())]
+    out = []
+    for d in subs:
+        if not _real_dir(d):
+            continue
+        if not os.access(d, os.R_OK | os.X_OK):
+            if unreadable is not None:
+                unreadable.append(d)
+            continue
+        if _lexists(d / layout.RUN_JSON) or _lexists(d / layout.EVENTS):
+            out.append(d)
+    return out
+
+
+def unreadable_note(dirs: list[Path]) -> str:
+    """What a listing says of the folders it could not read."""
+    shown = ", ".join(str(d) for d in dirs[:3]) + (f" and {len(dirs) - 3} more" if len(dirs) > 3 else "")
+    return f"skipped {len(dirs)} folder(s) this user may not read (another user's runs?): {shown}"
 
 
 def _is_id(run: str) -> bool:
     return "/" not in run and run not in (".", "..")
 
 
-def _finished_by_id(run_id: str, folders: Iterable[Path]) -> Path | None:
-    """A run directory named run_id (the default name), or whose run.json says run_id."""
+def _finished_by_id(run_id: str, folders: Iterable[Path], unreadable: list[Path]) -> Path | None:
+    """A run directory named run_id (the default name), or whose run.json says run_id;
+    folders this user may not read are skipped (into `unreadable`)."""
     for folder in folders:
         d = folder / run_id
-        if d.is_dir() and not d.is_symlink():
+        if _real_dir(d):
             return d
-        for d in run_dirs(folder):
+        for d in run_dirs(folder, unreadable):
             info = textfiles.read_json(d, layout.RUN_JSON)
             if info is not None and info.get("run_id") == run_id:
                 return d
@@ -189,10 +244,13 @@ def find_run_dir(run: str | None, folders: Iterable[Path] = (DEFAULT_RUNS,)) -> 
         return Path(run)
     if os.path.exists(run):
         raise RunError(f"{run} is not a run directory (not a directory)")
-    d = _finished_by_id(run, folders) if _is_id(run) else None
+    unreadable: list[Path] = []
+    d = _finished_by_id(run, folders, unreadable) if _is_id(run) else None
     if d is None:
         where = ", ".join(f"./{f}" for f in folders)
-        raise RunError(f"no such run: {run} (see 'mpwatch ls --all'; finished runs are looked for in {where})")
+        skipped = f"; {len(unreadable)} folder(s) there this user may not read" if unreadable else ""
+        raise RunError(f"no such run: {run} (see 'mpwatch ls --all'; finished runs are looked for in {where}"
+                       f"{skipped})")
     return d
 
 

@@ -1,18 +1,78 @@
-"""The run's files read back, whatever state a run left them in: a JSON file (None when it is
-missing or garbled), a .jsonl file line by line (the one way: a torn last line, written half
-when read, is skipped and counted apart from garbled ones), a log's tail made printable.
+"""The run's files read back, whatever state a run (or someone else) left them in: a JSON file
+(None when it is missing or garbled), a .jsonl file line by line (the one way: a torn last
+line, written half when read, is skipped and counted apart from garbled ones), a log's tail
+made printable.
+
+Hostile by default: a run file is opened never through a link and without blocking
+(`open_regular`: O_NOFOLLOW | O_NONBLOCK, then only a regular file is read), so a FIFO, a
+device or a directory where a file should be is "unreadable", never a hang; every read is
+bounded (a .jsonl line past MAX_LINE is skipped unread and counted, a JSON file past
+MAX_JSON is not read); JSON is read strictly (NaN, Infinity and numbers too big for a float
+read as null: a timestamp or a count is then unknown, never infinite).
 
 The primitives of rundir.reader and of every module that reads a run file; they never
 write. Run on the caller's thread.
 """
 from __future__ import annotations
 
+import errno
 import json
+import math
 import os
-from collections.abc import Collection, Iterable, Iterator
+import stat
+from collections.abc import Collection, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
+
+from mpwatch.text.safe import printable
+
+MAX_LINE = 4 << 20  # a .jsonl line longer than this is skipped unread (an event is well under 64 KiB)
+MAX_JSON = 256 << 20  # a JSON file longer than this is not read (a status of thousands of workers is a few MiB)
+_SKIP_CHUNK = 1 << 20  # how an over-long line is read past
+
+
+def _finite_or_none(text: str) -> float | None:
+    f = float(text)
+    return f if math.isfinite(f) else None
+
+
+_DECODER = json.JSONDecoder(parse_float=_finite_or_none, parse_constant=lambda _name: None)
+
+
+def loads(text: str | bytes) -> Any:
+    """A run file's JSON value, read strictly: NaN, Infinity and 1e999 are null. Raises ValueError."""
+    if isinstance(text, (bytes, bytearray)):
+        text = bytes(text).decode("utf-8", errors="replace")
+    return _DECODER.decode(text)
+
+
+def open_regular(path: Path | str) -> BinaryIO:
+    """A run file opened to read: never through a link, never blocking (a FIFO is refused
+    before anyone could wait on it), only a regular file. Raises OSError: FileNotFoundError
+    when missing; otherwise its strerror says why ("not a regular file", "a link")."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise OSError(errno.ELOOP, "a link (never followed)", str(path)) from None
+        raise
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(errno.EINVAL, "not a regular file", str(path))
+        os.set_blocking(fd, True)
+    except OSError:
+        os.close(fd)
+        raise
+    return os.fdopen(fd, "rb")
+
+
+def is_regular(path: Path | str) -> bool:
+    """A regular file is there itself (not a link, a FIFO, a folder); False where this user may not look."""
+    try:
+        return stat.S_ISREG(os.lstat(path).st_mode)
+    except OSError:
+        return False
 
 
 @dataclass
@@ -21,37 +81,51 @@ class Skipped:
 
     bad: int = 0  # whole lines that are no JSON
     torn: bool = False  # the last line, cut mid-write (a run still writing, or killed while it wrote)
+    long: int = 0  # lines past MAX_LINE, skipped unread
 
 
-def parse_lines(lines: Iterable[str], needles: Collection[str] | None = None,
-                skipped: Skipped | None = None) -> Iterator[object]:
-    """The JSON value of each line; lines that are no JSON are skipped (and counted into
-    `skipped`). With needles, lines holding none of them are skipped unparsed (a cheap
-    prefilter)."""
-    for line in lines:
-        if needles is not None and not any(n in line for n in needles):
+def bounded_lines(f: BinaryIO, skipped: Skipped | None = None, limit: int = MAX_LINE) -> Iterator[bytes]:
+    """A file's lines (each with its newline, the last maybe without), none longer than
+    `limit`: a longer one is read past, never held, and counted into skipped.long."""
+    while True:
+        line = f.readline(limit + 1)
+        if not line:
+            return
+        if len(line) > limit and not line.endswith(b"\n"):
+            while True:
+                rest = f.readline(_SKIP_CHUNK)
+                if not rest or rest.endswith(b"\n"):
+                    break
+            if skipped is not None:
+                skipped.long += 1
             continue
-        try:
-            yield json.loads(line)
-        except ValueError:
-            if skipped is None:
-                continue
-            if line.endswith("\n"):
-                skipped.bad += 1
-            else:
-                skipped.torn = True
+        yield line
 
 
 def jsonl_values(path: Path | str, needles: Collection[str] | None = None,
                  skipped: Skipped | None = None) -> Iterator[object]:
-    """The JSON values of a .jsonl file's lines, oldest first (parse_lines); no file is
-    none, a file that cannot be read raises OSError."""
+    """The JSON values of a .jsonl file's lines, oldest first; lines that are no JSON are
+    skipped (and counted into `skipped`). With needles, lines holding none of them are
+    skipped unparsed (a cheap prefilter). No file is none; a file that cannot be read (or
+    is no regular file) raises OSError."""
     try:
-        f = open(path, encoding="utf-8", errors="replace")  # noqa: SIM115 - closed below
+        f = open_regular(path)
     except FileNotFoundError:
         return
+    marks = None if needles is None else [n.encode() for n in needles]
     with f:
-        yield from parse_lines(f, needles, skipped)
+        for line in bounded_lines(f, skipped):
+            if marks is not None and not any(m in line for m in marks):
+                continue
+            try:
+                yield loads(line)
+            except ValueError:
+                if skipped is None:
+                    continue
+                if line.endswith(b"\n"):
+                    skipped.bad += 1
+                else:
+                    skipped.torn = True
 
 
 def read_jsonl(path: Path | str, kinds: Collection[str] | None = None, needles: Collection[str] | None = None,
@@ -65,16 +139,30 @@ def read_jsonl(path: Path | str, kinds: Collection[str] | None = None, needles: 
             yield rec
 
 
-def read_json_file(path: Path) -> tuple[object, str | None]:
-    """(value, None), or (None, why) for a file missing, unreadable or not JSON."""
+def first_line(path: Path | str, limit: int = MAX_LINE) -> bytes:
+    """A file's first line (b"" when it is missing, unreadable or longer than limit)."""
     try:
-        with open(path, encoding="utf-8", errors="replace") as f:
-            return json.load(f), None
+        with open_regular(path) as f:
+            line = f.readline(limit + 1)
+    except OSError:
+        return b""
+    return b"" if len(line) > limit else line
+
+
+def read_json_file(path: Path) -> tuple[object, str | None]:
+    """(value, None), or (None, why) for a file missing, unreadable, too big or not JSON."""
+    try:
+        with open_regular(path) as f:
+            data = f.read(MAX_JSON + 1)
     except FileNotFoundError:
         return None, "missing"
     except OSError as exc:
         return None, f"unreadable ({exc.strerror})"
-    except ValueError:
+    if len(data) > MAX_JSON:
+        return None, f"unreadable (larger than {MAX_JSON >> 20} MiB)"
+    try:
+        return loads(data), None
+    except (ValueError, RecursionError):
         return None, "not JSON (cut short or garbled)"
 
 
@@ -85,16 +173,23 @@ def read_json(run_dir: Path | str, name: str) -> dict[str, Any] | None:
     return data if isinstance(data, dict) else None
 
 
+def tail_bytes(path: Path, max_bytes: int, end: int | None = None) -> tuple[bytes, int]:
+    """(at most max_bytes of a file before byte `end` (its end when None), where they
+    start). Raises OSError."""
+    with open_regular(path) as f:
+        if end is None:
+            end = f.seek(0, os.SEEK_END)
+        start = max(0, end - max_bytes)
+        f.seek(start)
+        return f.read(end - start), start
+
+
 def tail_lines(path: Path, n: int = 20, max_bytes: int = 64 * 1024, end: int | None = None) -> list[str]:
     """The last n lines of a log before byte `end` (its end when None), made printable; at most
-    max_bytes are read back from there (logs can be huge)."""
+    max_bytes are read back from there (logs can be huge). A log that is no regular file
+    (a FIFO a worker left) reads as empty, at once."""
     try:
-        with open(path, "rb") as f:
-            if end is None:
-                end = f.seek(0, os.SEEK_END)
-            start = max(0, end - max_bytes)
-            f.seek(start)
-            data = f.read(end - start)
+        data, start = tail_bytes(path, max_bytes, end)
     except OSError:
         return []
     lines = data.decode("utf-8", errors="replace").split("\n")
@@ -115,9 +210,3 @@ def as_shown(line: str) -> str:
     for part in line.split("\r"):
         shown = part + shown[len(part):]
     return shown
-
-
-def printable(line: str, width: int = 400) -> str:
-    """Control bytes and binary garbage shown as '?' so a terminal stays sane."""
-    out = "".join(c if (c.isprintable() or c == "\t") else "?" for c in line)
-    return out if len(out) <= width else out[: width - 1] + "…"

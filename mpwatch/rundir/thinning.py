@@ -19,12 +19,11 @@ from __future__ import annotations
 import json
 import time
 from array import array
-from collections.abc import Iterator
-from pathlib import Path
+from collections.abc import Callable, Iterator
 from typing import BinaryIO
 
 from mpwatch.contract.status import Event
-from mpwatch.rundir import eventlines
+from mpwatch.rundir import eventlines, layout
 
 MIN_CAP = 16 * 1024
 TARGET = 0.75  # a pass leaves the file under this share of the cap
@@ -93,22 +92,22 @@ def _plan(idx: _Index, target: int) -> tuple[bytearray, float, float, int, int]:
     return keep, t_from, t_to, before, len(reports)
 
 
-def thin_file(path: Path, w: BinaryIO, cut: int, target: int) -> None:
-    """Write to `w` the first `cut` bytes of events.jsonl thinned to about `target` bytes,
-    then a `thinned` event saying what went."""
+def thin_file(open_events: Callable[[], BinaryIO], w: BinaryIO, cut: int, target: int) -> None:
+    """Write to `w` the first `cut` bytes of events.jsonl (read twice, each time through
+    open_events) thinned to about `target` bytes, then a `thinned` event saying what went."""
     idx = _Index()
     last_report: dict[int, int] = {}
-    with open(path, "rb") as f:
+    with open_events() as f:
         for line in _lines(f, cut):
             idx.add(line, last_report)
     keep, t_from, t_to, before, after = _plan(idx, target)
-    with open(path, "rb") as f:
+    with open_events() as f:
         for i, line in enumerate(_lines(f, cut)):
             if i >= len(keep) or keep[i]:
                 w.write(line)
         if after < before:
             note = eventlines.record(Event.THINNED.value, None, time.time(), {
-                "file": path.name, "thinned_from": t_from, "thinned_to": t_to, "reports_before": before,
+                "file": layout.EVENTS, "thinned_from": t_from, "thinned_to": t_to, "reports_before": before,
                 "reports_after": after})
             w.write(json.dumps(note).encode() + b"\n")
 
@@ -126,9 +125,10 @@ def _lines(f: BinaryIO, cut: int) -> Iterator[bytes]:
         yield line
 
 
-def append_rest(path: Path, w: BinaryIO, cut: int) -> None:
-    """Append to `w` what was written to events.jsonl after byte `cut` (under the store's lock)."""
-    with open(path, "rb") as f:
+def append_rest(events: BinaryIO, w: BinaryIO, cut: int) -> None:
+    """Append to `w` what was written to events.jsonl (opened, closed here) after byte `cut`
+    (under the store's lock)."""
+    with events as f:
         f.seek(cut)
         while True:
             chunk = f.read(1 << 20)

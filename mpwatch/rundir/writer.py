@@ -1,11 +1,17 @@
 """The run directory's one writer: every file of a run is made here (rundir.layout names
-them), by the supervisor's RunStore, and before it by the TUI's launch (make_run_dir,
-open_supervisor_log). No other module creates a run file: the GPU timeline appends to
-gpu.jsonl and rewrites it through RunStore, a rank's logs and stack dumps are opened here and
-written by their owners. Every file is opened through `_create` and every folder made
-through `_mkdir`, so how a run's files are made (their modes, what an existing one means)
-is decided in one place. The directory is 0700: another user can neither list it nor read
-the logs.
+them), by the supervisor's RunStore, and before it by the run's claim (rundir.claim: the
+directory itself, and supervisor.log for the TUI's launch). No other module creates a run
+file: the GPU timeline appends to gpu.jsonl and rewrites it through RunStore, a rank's logs
+and stack dumps are opened here and written by their owners.
+
+Hostile by default. A run directory is made fresh (`mkdir`, which fails when anything is
+there, a planted link included), 0700, in a runs folder of this user or root that others
+cannot rename it out of (`check_runs_folder`); an existing `--run-dir` is taken only when
+it is a real, empty directory of this user that nobody else may write in, and its mode is
+left as it was (`open_run_dir`). RunStore then holds the directory open and makes every file
+relative to it, never through a link (O_NOFOLLOW), never a FIFO or device (each is checked
+to be a regular file after a non-blocking open), each 0600; a file that must be new is made
+with O_EXCL. So another user can neither point the run's writes elsewhere nor read them.
 
 Report events are downsampled (supervisor.ipc.ledger): a rank's latest report at most once
 a second, with `n` (the reports it stands for) and `dropped`; a worker's last report is
@@ -22,11 +28,15 @@ readers are rundir.reader and rundir.textfiles.
 """
 from __future__ import annotations
 
+import contextlib
+import errno
 import json
 import os
+import secrets
+import stat
 import threading
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import IO, Any, BinaryIO, TextIO
 
@@ -36,44 +46,120 @@ from mpwatch.settings import Settings
 
 APPEND = os.O_WRONLY | os.O_APPEND
 TRUNCATE = os.O_WRONLY | os.O_TRUNC
+NEW = os.O_WRONLY | os.O_EXCL  # a file that must not be there yet
+FILE_MODE = 0o600  # every file of a run: the owner's alone, whatever the folder's mode
+DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+DirId = tuple[int, int]  # (st_dev, st_ino) of a directory: the one a launcher made (cli.tui_launch)
 
 
-def _create(path: Path, flags: int, mode: int = 0o644) -> int:
-    """The one place a file of a run is opened for writing, made when missing: its fd."""
-    return os.open(path, flags | os.O_CREAT | os.O_CLOEXEC, mode)
+def refused(why: str) -> OSError:
+    """An OSError whose strerror says why a path is not used (callers print strerror)."""
+    return OSError(errno.EPERM, why)
 
 
-def _mkdir(path: Path) -> None:
-    """The one place a folder of a run is made (the run's own, a rank's, its stacks/)."""
-    path.mkdir(parents=True, exist_ok=True)
+def _regular(fd: int, name: str) -> int:
+    """fd when it is a regular file (opened O_NONBLOCK, now blocking again); else closed and refused."""
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode):
+        os.close(fd)
+        raise refused(f"{name} is not a regular file")
+    os.set_blocking(fd, True)
+    return fd
 
 
-def make_run_dir(path: Path) -> None:
-    """The run's directory, private to this user (0700)."""
-    _mkdir(path)
-    os.chmod(path, 0o700)
+def _create(dir_fd: int, name: str, flags: int, mode: int = FILE_MODE) -> int:
+    """The one place a file of a run is opened for writing, made when missing: its fd. name is
+    relative to the run directory (dir_fd); its last part is never a link, and a FIFO or device
+    there is refused before anything could block on it."""
+    fd = os.open(name, flags | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK, mode, dir_fd=dir_fd)
+    return _regular(fd, name)
 
 
-def open_supervisor_log(run_dir: Path) -> BinaryIO:
-    """supervisor.log, appended to: where the TUI's launch sends a supervisor's output."""
-    return os.fdopen(_create(run_dir / layout.SUPERVISOR_LOG, APPEND | os.O_NOFOLLOW, 0o600), "ab")
-
-
-def _replace(path: Path, lines: Iterable[str], mode: int = 0o644) -> None:
-    """Write a file whole through a temporary one swapped in: a reader sees the old or the
-    new, never half. Raises OSError."""
-    tmp = path.with_name(path.name + ".tmp")
+def _mkdir(dir_fd: int, name: str) -> None:
+    """The one place a folder inside a run is made (a rank's, its stacks/), 0700; one already
+    there must be a real directory."""
     try:
-        with os.fdopen(_create(tmp, TRUNCATE, mode), "w", encoding="utf-8") as f:
-            f.writelines(lines)
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
+        os.mkdir(name, 0o700, dir_fd=dir_fd)
+    except FileExistsError:
+        os.close(os.open(name, DIR_FLAGS, dir_fd=dir_fd))  # ELOOP/ENOTDIR when it is not one
+
+
+def check_runs_folder(folder: Path) -> None:
+    """The folder a run directory is made in: this user's or root's, and sticky when every
+    user may write in it (else another user could rename the run away). Raises OSError."""
+    st = os.stat(folder)
+    if st.st_uid not in (os.getuid(), 0):
+        raise refused(f"{folder} belongs to another user (uid {st.st_uid})")
+    if st.st_mode & stat.S_IWOTH and not st.st_mode & stat.S_ISVTX:
+        raise refused(f"every user may write in {folder} and it is not sticky")
+
+
+def make_run_dir(path: Path) -> int:
+    """A fresh run directory, 0700, and its fd: FileExistsError when anything is at path."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    check_runs_folder(path.parent)
+    os.mkdir(path, 0o700)
+    fd = os.open(path, DIR_FLAGS)
+    try:
+        os.fchmod(fd, 0o700)  # whatever the umask
+        _check_own(fd, path)
+    except OSError:
+        os.close(fd)
+        raise
+    return fd
+
+
+def _check_own(fd: int, path: Path) -> os.stat_result:
+    st = os.fstat(fd)
+    if st.st_uid != os.getuid():
+        raise refused(f"{path} belongs to another user (uid {st.st_uid})")
+    return st
+
+
+def open_run_dir(path: Path, made: DirId | None = None) -> int:
+    """The run directory at path, open: made fresh when missing; an existing one only when it
+    is a real, empty directory of this user that no one else may write in (its mode is left
+    alone); with `made`, the very directory a launcher made for this run (same inode, 0700,
+    holding nothing but supervisor.log). Raises OSError; its strerror says why."""
+    if made is None:
+        try:
+            return make_run_dir(path)
+        except FileExistsError:
+            pass
+    try:
+        fd = os.open(path, DIR_FLAGS)
+    except OSError as exc:
+        if exc.errno in (errno.ELOOP, errno.ENOTDIR):
+            raise refused("it is a link or not a directory") from None
+        raise
+    try:
+        st = _check_own(fd, path)
+        names = set(os.listdir(fd))
+        if made is not None:
+            if (st.st_dev, st.st_ino) != made or stat.S_IMODE(st.st_mode) != 0o700 \
+                    or not names <= {layout.SUPERVISOR_LOG}:
+                raise refused("it is not the directory its launcher made")
+        elif names & {layout.RUN_JSON, layout.EVENTS}:
+            raise refused("it already holds a run; choose another --run-dir")
+        elif names:
+            raise refused("it is not empty; give a new or empty folder")
+        elif st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+            raise refused("other users may write in it")
+    except OSError:
+        os.close(fd)
+        raise
+    return fd
+
+
+def open_supervisor_log(run_fd: int) -> BinaryIO:
+    """supervisor.log, appended to: where the TUI's launch sends a supervisor's output."""
+    return os.fdopen(_create(run_fd, layout.SUPERVISOR_LOG, APPEND), "ab")
 
 
 class RunStore:
     def __init__(self, run_dir: Path | str, events_cap: int | None = None):
         self.dir = Path(run_dir)
+        self._fd: int | None = None  # the run directory, held open from create() on
         self._lock = threading.Lock()
         self._events: IO[str] | None = None
         self.disk_error: str | None = None
@@ -87,31 +173,59 @@ class RunStore:
         self._thin_at = self.events_cap  # the size that starts the next pass
         self._thinner: threading.Thread | None = None
 
-    def create(self) -> None:
-        make_run_dir(self.dir)
-        self._open_events()
+    def create(self, fd: int | None = None, made: DirId | None = None) -> None:
+        """Take the run directory (writer.open_run_dir; fd: one already taken, rundir.claim's)
+        and start events.jsonl, new. Raises OSError."""
+        if self._fd is None:
+            self._fd = fd if fd is not None else open_run_dir(self.dir, made)
+        self._open_events(new=True)
 
-    def _open_events(self) -> None:
+    @contextlib.contextmanager
+    def _at(self) -> Iterator[int]:
+        """The run directory's fd: the one held, else (a store never created: tests, a
+        timeline alone) the directory opened by its path for this call."""
+        if self._fd is not None:
+            yield self._fd
+            return
+        fd = os.open(self.dir, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        try:
+            yield fd
+        finally:
+            os.close(fd)
+
+    def _open(self, name: str, flags: int) -> int:
+        with self._at() as d:
+            return _create(d, name, flags)
+
+    def _open_events(self, new: bool = False) -> None:
         # open for the run's whole life (a thinning pass reopens it); close() closes it
-        fd = _create(self.dir / layout.EVENTS, APPEND)
+        fd = self._open(layout.EVENTS, NEW | os.O_APPEND if new else APPEND)
         self._events = os.fdopen(fd, "a", buffering=1 << 16, encoding="utf-8")
         self.events_size = self._events.tell()
+
+    def open_supervisor_log(self) -> BinaryIO:
+        """supervisor.log, appended to (supervisor.errors writes the supervisor's log there)."""
+        return os.fdopen(self._open(layout.SUPERVISOR_LOG, APPEND), "ab")
 
     # ------------------------------------------------------------ rank files ----
     def rank_paths(self, rank: int) -> layout.RankPaths:
         """A rank's paths, its folders made and its stack file (where the worker's faulthandler
         and the dumper write) there."""
         paths = layout.rank_paths(self.dir, rank)
+        rank_dir = paths.dir.name
         try:
-            _mkdir(paths.stacks)
-            os.close(_create(paths.stack_file, APPEND))
+            with self._at() as d:
+                _mkdir(d, rank_dir)
+                _mkdir(d, f"{rank_dir}/{layout.STACKS}")
+                os.close(_create(d, f"{rank_dir}/{layout.STACK_FILE}", APPEND))
         except OSError as exc:  # a full disk: the caller's open() fails and says so
             self.failed(exc)
         return paths
 
     def open_log(self, rank: int, stream: str) -> BinaryIO:
         """A rank's log ("stdout" or "stderr"), appended to. Raises OSError."""
-        return os.fdopen(_create(layout.log_path(self.dir, rank, stream), APPEND), "ab")
+        name = layout.log_path(self.dir, rank, stream).relative_to(self.dir)
+        return os.fdopen(self._open(str(name), APPEND), "ab")
 
     def mark_logs(self, rank: int, text: str) -> None:
         """A line in both of a rank's logs (append-only), e.g. where a restart begins."""
@@ -131,7 +245,7 @@ class RunStore:
         while True:
             path = stacks / (stamp + (f"-{n}" if n else "") + layout.STACK_SUFFIX)
             try:
-                os.close(_create(path, os.O_WRONLY | os.O_EXCL))
+                os.close(self._open(str(path.relative_to(self.dir)), NEW))
                 return path
             except FileExistsError:  # two dumps in the same millisecond
                 n += 1
@@ -139,15 +253,34 @@ class RunStore:
     # ------------------------------------------------------------ run files ----
     def open_append(self, name: str) -> TextIO:
         """A .jsonl file of the run (gpu.jsonl) opened to append lines to. Raises OSError."""
-        return os.fdopen(_create(self.dir / name, APPEND), "a", encoding="utf-8")
+        return os.fdopen(self._open(name, APPEND), "a", encoding="utf-8")
+
+    def open_read(self, name: str) -> BinaryIO:
+        """A file of the run read back by its writer (events.jsonl, to thin it). Raises OSError."""
+        with self._at() as d:
+            fd = os.open(name, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK, dir_fd=d)
+        return os.fdopen(_regular(fd, name), "rb")
+
+    def _replace(self, name: str, lines: Iterable[str]) -> None:
+        """Write a file whole through a new temporary one swapped in: a reader sees the old or
+        the new, never half. Raises OSError."""
+        tmp = f".{name}.{secrets.token_hex(4)}.tmp"
+        with self._at() as d:
+            try:
+                with os.fdopen(_create(d, tmp, NEW), "w", encoding="utf-8") as f:
+                    f.writelines(lines)
+                os.replace(tmp, name, src_dir_fd=d, dst_dir_fd=d)
+            finally:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(tmp, dir_fd=d)
 
     def replace(self, name: str, lines: Iterable[str]) -> None:
         """A file of the run rewritten whole (gpu.jsonl thinned). Raises OSError."""
-        _replace(self.dir / name, lines)
+        self._replace(name, lines)
 
-    def write_json(self, name: str, data: Any, private: bool = False) -> None:
+    def write_json(self, name: str, data: Any) -> None:
         try:
-            _replace(self.dir / name, [json.dumps(data, indent=1, default=str)], 0o600 if private else 0o644)
+            self._replace(name, [json.dumps(data, indent=1, default=str)])
         except OSError as exc:
             self.failed(exc)
 
@@ -189,23 +322,25 @@ class RunStore:
     def _thin(self) -> None:
         """Thinning thread: the file up to now is rewritten thinned outside the lock; then,
         under it, the lines written meanwhile are copied after it and the file is swapped."""
-        path, tmp = self.dir / layout.EVENTS, self.dir / (layout.EVENTS + ".thin")
+        tmp = f".{layout.EVENTS}.{secrets.token_hex(4)}.thin"
         try:
             with self._lock:
                 if self._events is None:
                     return
                 self._events.flush()
                 cut = self.events_size
-            with os.fdopen(_create(tmp, TRUNCATE, 0o644), "wb") as out:
-                thinning.thin_file(path, out, cut, int(self.events_cap * thinning.TARGET))
+            with os.fdopen(self._open(tmp, NEW), "wb") as out:
+                thinning.thin_file(lambda: self.open_read(layout.EVENTS), out, cut,
+                                   int(self.events_cap * thinning.TARGET))
                 with self._lock:
                     if self._events is None:  # the run closed meanwhile: leave the file whole
                         return
                     self._events.flush()
-                    thinning.append_rest(path, out, cut)
+                    thinning.append_rest(self.open_read(layout.EVENTS), out, cut)
                     out.close()
                     self._events.close()
-                    os.replace(tmp, path)
+                    with self._at() as d:
+                        os.replace(tmp, layout.EVENTS, src_dir_fd=d, dst_dir_fd=d)
                     self._open_events()
                     self.thinned += 1
                     # Thinning that freed little (a file of notable events) is not retried at once.
@@ -220,7 +355,8 @@ class RunStore:
                     except OSError:
                         self._events = None
         finally:
-            tmp.unlink(missing_ok=True)
+            with contextlib.suppress(OSError), self._at() as d:
+                os.unlink(tmp, dir_fd=d)
             self._thinner = None
 
     def flush(self) -> None:
@@ -243,6 +379,9 @@ class RunStore:
                 except OSError as exc:
                     self.failed(exc)
                 self._events = None
+            if self._fd is not None:
+                os.close(self._fd)
+                self._fd = None
 
     def failed(self, exc: OSError) -> None:
         """Remember the first disk error (the supervisor raises it as an alert)."""

@@ -76,7 +76,8 @@ def check_reply(reply: object, who: str) -> dict[str, Any]:
 class Requests:
     """The control commands as typed calls over `request`, which a transport provides."""
 
-    def request(self, cmd: str, **args: object) -> dict[str, Any]:
+    def request(self, cmd: str, /, **args: object) -> dict[str, Any]:
+        """cmd's reply; args are the request's fields (any name: `self` too)."""
         raise NotImplementedError
 
     def close(self) -> None:
@@ -182,7 +183,7 @@ class Client(Requests):
                  tb: TracebackType | None) -> None:
         self.close()
 
-    def request_raw(self, cmd: str, **args: object) -> bytes:
+    def request_raw(self, cmd: str, /, **args: object) -> bytes:
         """The reply frame as the supervisor sent it (one line of JSON), not decoded: the
         bridge relays it as it is."""
         with self._lock:
@@ -194,5 +195,5 @@ class Client(Requests):
             except (OSError, EOFError):
                 raise ClientError(f"lost the connection to run {self.handle.run_id} (it may have finished)") from None
 
-    def request(self, cmd: str, **args: object) -> dict[str, Any]:
+    def request(self, cmd: str, /, **args: object) -> dict[str, Any]:
         return parse_reply(self.request_raw(cmd, **args), f"run {self.handle.run_id}")

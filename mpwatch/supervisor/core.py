@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any
 
 from mpwatch.contract import protocol
 from mpwatch.contract.status import Event, RunState, State, Status
-from mpwatch.rundir import layout, records, registry, textfiles, thinning, writer
+from mpwatch.rundir import claim, layout, records, registry, textfiles, thinning, writer
 from mpwatch.settings import Settings
 from mpwatch.supervisor import errors, metrics, snapshot, spawn
 from mpwatch.supervisor.diagnose.dumps import Dumper
@@ -53,7 +53,8 @@ from mpwatch.supervisor.nodes.cluster import Nodes
 from mpwatch.supervisor.options import Options as Options  # re-exported: the CLI builds one
 from mpwatch.supervisor.resize import Resize
 from mpwatch.supervisor.workers import exits
-from mpwatch.supervisor.workers.groups import ProcessGroups
+from mpwatch.supervisor.workers.groups import LEFTOVER_GRACE_S, ProcessGroups
+from mpwatch.supervisor.workers.marks import Marks
 from mpwatch.supervisor.workers.worker import TAIL, Attempt, Worker
 
 if TYPE_CHECKING:
@@ -69,10 +70,13 @@ CAUSE_LINES = 60  # lines of a failed rank's stderr searched for its cause
 
 
 class Run:
-    def __init__(self, opts: Options, status_out: Reporter | None = None, settings: Settings | None = None):
-        """Names the run and builds its rooms; starts nothing. settings: the MPWATCH_* switches
-        the CLI read (None: read them now). Raises registry.RunError when there is no usable
-        runtime directory."""
+    def __init__(self, opts: Options, status_out: Reporter | None = None, settings: Settings | None = None,
+                 taken: claim.Claim | None = None):
+        """Names the run and builds its rooms; starts nothing but the claim on its id and
+        directory (rundir.claim): `taken`, the CLI's, or one taken here, unless a launcher made
+        the directory (opts.made_run_dir: the supervisor's own process then checks it is that
+        one). settings: the MPWATCH_* switches the CLI read (None: read them now). Raises
+        registry.RunError when the run cannot be claimed or there is no usable runtime directory."""
         self.opts = opts
         self.settings = settings or Settings.from_env()
         self.status_out = status_out  # a headless Reporter, or None
@@ -89,12 +93,20 @@ class Run:
         self._signals: list[int] = []
         self._registered = False
         self._log_file: logging.Handler | None = None  # supervisor.log (supervisor.errors)
-        self.run_id = opts.run_id or registry.new_run_id(opts.script)
-        self.run_dir = Path(opts.run_dir) if opts.run_dir else layout.default_run_dir(opts.cwd, self.run_id)
         rt = registry.runtime_dir(self.settings.tmpdir)
+        if taken is None and opts.made_run_dir is None:
+            taken = claim.claim(opts.script, opts.nprocs, opts.cwd, opts.run_dir, opts.run_id)
+        self.claim = taken
+        if taken is not None:
+            self.run_id, self.run_dir = taken.run_id, taken.run_dir
+        elif opts.run_id is None or opts.run_dir is None:
+            raise registry.RunError("a run directory made by a launcher comes with its run id and path")
+        else:
+            self.run_id, self.run_dir = opts.run_id, Path(opts.run_dir)
         self.store = writer.RunStore(self.run_dir, thinning.cap_bytes(self.settings.events_mb))
         self.log = EventLog(self.store, status_out)
-        self.groups = ProcessGroups(self.workers, self.lock, self.log, opts.stop_signal)
+        self.marks = Marks(self.run_id, os.getpid())  # every process of the run (supervisor.workers.marks)
+        self.groups = ProcessGroups(self.workers, self.lock, self.log, opts.stop_signal, self.marks)
         self.live = LiveControl(self.workers, self.lock, self.log, self.flush_interval)
         self.ledger = ReportLedger(self.workers, self.lock, self.log, self.live)
         self.hub = ChannelHub(str(rt / f"{self.run_id}.chan"), self.authkey, self.ledger)
@@ -124,15 +136,14 @@ class Run:
 
     def _setup(self) -> None:
         o, run_dir = self.opts, self.run_dir
-        if (run_dir / layout.RUN_JSON).exists():
-            raise registry.RunError(f"run directory {run_dir} already holds a run; choose another --run-dir")
         try:
-            self.store.create()
+            self.store.create(self.claim.fd if self.claim is not None else None, o.made_run_dir)
         except OSError as exc:
-            raise registry.RunError(f"cannot create run directory {run_dir}: {exc.strerror}") from None
-        self._log_file = errors.attach(run_dir)
+            raise registry.RunError(f"cannot use run directory {run_dir}: {exc.strerror or exc}") from None
+        self._log_file = errors.attach(self.store)
         errors.LOG.info("run %s: supervisor pid %d, %d worker(s) of %s", self.run_id, os.getpid(), o.nprocs,
                         o.script)
+        self.marks.open()
         self.groups.start_watchdog()
         self.hub.start()
         self.control.start()
@@ -143,7 +154,7 @@ class Run:
         self.store.write_json(layout.RUN_JSON, records.run_json(*me))
         self.store.write_json(layout.CONTROL_JSON, {
             "run_id": self.run_id, "address": self.control.address, "authkey": self.authkey.hex(),
-            "pid": os.getpid()}, private=True)
+            "pid": os.getpid()})
         self.gpu.start()
         registry.register(self.run_id, records.registry_entry(*me))
         self._registered = True
@@ -179,6 +190,7 @@ class Run:
                         pid=None, exit_code=None, signal=None, cause=cause, reason=None, stderr_tail=[])
             return
         self.groups.watch(proc.pid, rank)
+        self.marks.join(proc.pid, rank)
         self._begin(rank, Attempt(proc, place.world, live_from=live_from), State.STARTING, reason or "first start",
                     pid=proc.pid, world_size=place.world, master_port=place.master_port, global_rank=place.rank,
                     attempt=0 if w is None else w.restarts)
@@ -325,12 +337,16 @@ class Run:
         """Stop every worker (TERM, grace, KILL); the number that were running."""
         with self.lock:
             self.state = RunState.STOPPING
+        self.resizing.cancel()  # ranks a resize has yet to start are never started
         for w in self.workers.values():
             w.pending_restart = None
         self.log.event(Event.STOPPING, why=why)
         if self.nodes is not None:
             self.nodes.on_stop(why)  # through the rendezvous store to every other node
-        return sum(1 for w in list(self.workers.values()) if self.kill(w, "stop"))
+        grace = self.opts.grace
+        running = sum(1 for w in list(self.workers.values()) if self.groups.kill(w, "stop", grace, sweep=False))
+        self.groups.adopt_marked(None, time.monotonic() + grace)  # what left its worker's tree
+        return running
 
     def _check_finished(self) -> None:
         if self.state is RunState.FINISHED:
@@ -338,10 +354,12 @@ class Run:
         # A worker we gave up on (unkillable, already reported) must not hold the run open forever.
         if any((w.alive and w.attempt.unkillable is None) or w.pending_restart for w in self.workers.values()):
             return
-        if self.state is RunState.RESIZING or self.resizing.to is not None or self.groups.ending():
+        if self.state is RunState.RESIZING or self.resizing.busy() or self.groups.ending():
             return
         if self.nodes is not None and (self.nodes.busy() or not self.nodes.may_finish()):
             return  # between two rounds, or waiting for the other nodes to end (torchrun's exit barrier)
+        if self.groups.adopt_marked(None, time.monotonic() + LEFTOVER_GRACE_S):
+            return  # a process of the run outlived its worker (a daemon): ended first
         self._finish()
 
     def _finish(self) -> None:
@@ -364,9 +382,10 @@ class Run:
         self.gpu.close()
         if self.nodes is not None:
             self.nodes.close()
-        if self._registered:
+        if self._registered or self.claim is not None:  # the entry, or the claim's reservation of it
             registry.unregister(self.run_id)
             self._registered = False
+            self.claim = None
         self.groups.close()
         self.store.flush()
         self.store.close()

@@ -21,7 +21,6 @@ from __future__ import annotations
 import io
 import logging
 import threading
-from pathlib import Path
 
 from mpwatch.rundir import layout, writer
 
@@ -84,12 +83,12 @@ def note(where: str, exc: BaseException) -> None:
     _log(logging.WARNING, where, exc)
 
 
-def attach(run_dir: Path) -> logging.Handler | None:
+def attach(store: writer.RunStore) -> logging.Handler | None:
     """Send the logger's records to run_dir/supervisor.log (created 0600, never through a
     symlink, appended to); None when it cannot be opened (the records then go to stderr)."""
     global _budget
     try:
-        raw = writer.open_supervisor_log(Path(run_dir))
+        raw = store.open_supervisor_log()
     except OSError:
         return None
     handler = logging.StreamHandler(io.TextIOWrapper(raw, encoding="utf-8", errors="replace", line_buffering=True))

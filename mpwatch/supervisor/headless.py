@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from typing import Any, Protocol, TextIO, cast
 
 from mpwatch.contract.status import EventFields, RunState, Status
-from mpwatch.text import eventtext, fmt
+from mpwatch.text import eventtext, fmt, safe
 
 SUMMARY_S = 10.0
 
@@ -36,7 +36,7 @@ class Reporter:
 
     def _print(self, text: str) -> None:
         try:
-            self.stream.write(f"[mpwatch {time.strftime('%H:%M:%S')}] {text}\n")
+            self.stream.write(f"[mpwatch {time.strftime('%H:%M:%S')}] {safe.text(text)}\n")
             self.stream.flush()
         except (OSError, ValueError):
             pass  # a closed terminal must not stop the run

@@ -41,7 +41,8 @@ class Options:
     stop_signal: str = "SIGTERM"  # --stop-signal: a rank's process gets it first, its process group SIGKILL later
     metrics_port: int | None = None  # --metrics-port (or MPWATCH_METRICS_PORT): serve Prometheus text there
     metrics_addr: str = "127.0.0.1"  # --metrics-addr
-    run_id: str | None = None  # given by a launcher that chose the run directory itself
+    run_id: str | None = None  # given by a launcher that claimed the run (rundir.claim)
+    made_run_dir: tuple[int, int] | None = None  # (dev, inode) of the run directory that launcher made
     cwd: str = field(default_factory=os.getcwd)
     argv: list[str] = field(default_factory=lambda: list(sys.argv))
     # torchrun's side of the launch (cli.args)

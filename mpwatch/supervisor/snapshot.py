@@ -84,7 +84,7 @@ def worker_status(w: Worker, now: float, tail: int, gpu: GpuWatch | None,
     alive = w.alive
     info = a.proc_info if alive else None
     children = [child_status(c, a.children.get(c["pid"]), now) for c in (info.get("children", []) if info else [])]
-    return WorkerStatus(
+    row = WorkerStatus(
         rank=w.rank, global_rank=w.rank if global_rank is None else global_rank,  # RANK: on one node, rank
         pid=a.pid, state=w.state, step=r.step, loss=r.loss,
         # A paused, stalled or ended worker makes no progress, whatever its last window says.
@@ -106,6 +106,9 @@ def worker_status(w: Worker, now: float, tail: int, gpu: GpuWatch | None,
         children=children,
         gpu=gpu.worker_gpu(w.rank) if gpu is not None and alive else None,
         stop=stop_info(a, now) if alive else None, polls_checkpoint=a.polls)
+    if r.rejected:
+        row["rejected"] = {"count": r.rejected, "why": r.rejected_why or "?"}
+    return row
 
 
 def stop_info(a: Attempt, now: float) -> StopInfo | None:

@@ -129,6 +129,8 @@ def line(rec: EventFields) -> str | None:
                 f"{first}-{last} of {rec.get('world_size')} ({rec.get('why')})")
     if e == Event.BAD_FRAME:
         return f"{who}: dropped a bad frame ({rec.get('why')}), {rec.get('count')} so far"
+    if e == Event.REPORTS_REJECTED:
+        return f"{who}: {rec.get('count')} report(s) rejected so far: {rec.get('why')}"
     return _live(rec)
 
 
@@ -154,7 +156,7 @@ def severity(rec: EventFields) -> Severity:
     if e == Event.GPU_ALERT:
         return _ALERT_SEVERITY.get(rec.get("severity") or "warning", "warning")
     if e in (Event.STALLED, Event.SLOW_START, Event.RESTARTED, Event.ALERT, Event.STOPPING, Event.BAD_FRAME,
-             Event.CHECKPOINT_MISSED) or rec.get("late"):
+             Event.CHECKPOINT_MISSED, Event.REPORTS_REJECTED) or rec.get("late"):
         return "warning"
     return "information"
 

@@ -7,9 +7,10 @@ from pathlib import Path
 
 from mpwatch.rundir import layout, reader
 from mpwatch.rundir.reader import Curves
-from mpwatch.rundir.textfiles import printable, tail_lines
+from mpwatch.rundir.textfiles import open_regular, tail_lines
 from mpwatch.sources.local import ClientError
 from mpwatch.sources.source import Source
+from mpwatch.text.safe import printable
 
 MAX_DUMP_CHARS = 20000
 
@@ -45,8 +46,8 @@ def read_dump(path: str | None, run_dir: Path | None = None) -> str:
     if not p.is_absolute() and run_dir is not None:
         p = Path(run_dir) / p
     try:
-        with open(p, encoding="utf-8", errors="replace") as f:
-            text = f.read(MAX_DUMP_CHARS + 1)
+        with open_regular(p) as f:
+            text = f.read(4 * MAX_DUMP_CHARS + 4).decode("utf-8", errors="replace")[:MAX_DUMP_CHARS + 1]
     except OSError as exc:
         return f"(cannot read {p}: {exc.strerror})"
     cut = len(text) > MAX_DUMP_CHARS

@@ -35,7 +35,7 @@ def write(name, data: bytes):
     return lambda d: (d / name).write_bytes(data)
 
 
-GARBAGE = bytes(range(256)) * 3  # 3 newlines and 3 carriage returns: 7 lines
+GARBAGE = bytes(range(256)) * 3  # 3 newlines (and 3 carriage returns): 4 lines
 
 # (case, how to cut the copy, a note the summary must carry)
 CASES = [
@@ -51,7 +51,8 @@ CASES = [
     ("run.json deleted", lambda d: (d / "run.json").unlink(), "run.json is missing"),
     ("events.jsonl deleted", lambda d: (d / "events.jsonl").unlink(), "events.jsonl is missing"),
     ("events.jsonl garbage", write("events.jsonl", GARBAGE), "events.jsonl: the last line is cut short"),
-    ("gpu.jsonl garbage", write("gpu.jsonl", GARBAGE + b"\n{}\n"), "gpu.jsonl: 7 unreadable line(s) skipped"),
+    # a line ends at a newline only, as the writer ends each (a carriage return is no line's end)
+    ("gpu.jsonl garbage", write("gpu.jsonl", GARBAGE + b"\n{}\n"), "gpu.jsonl: 4 unreadable line(s) skipped"),
 ]
 
 

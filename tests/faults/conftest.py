@@ -8,6 +8,7 @@ import psutil
 import pytest
 
 from tests.helpers import FIXTURES, wait_for
+from tests.remote.conftest import sshd  # noqa: F401 - the test's own sshd (test_hostile_remote.py)
 from tests.supervisor.conftest import strict_states  # noqa: F401 - autouse here too
 
 FAULTS = FIXTURES / "faults"

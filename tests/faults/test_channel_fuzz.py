@@ -11,6 +11,7 @@ import socket
 import struct
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import types
@@ -88,8 +89,6 @@ def test_batch_validation_accepts_only_well_typed_reports(value):
 
 @pytest.mark.parametrize("data", [
     b"[" * 100_000,  # nesting past the recursion limit
-    b'{"t":"batch","reports":[[' + b"1" + b"0" * 400 + b',1,1.0,{}]]}',  # a timestamp too big for a float
-    b'{"t":"batch","reports":[[1,1,' + b"1" + b"0" * 400 + b',{}]]}',  # a loss too big for a float
     b"\xff\xfe\x00garbage",
 ])
 def test_nasty_frames_are_bad_frames(tmp_path, data, sleeper):
@@ -97,6 +96,19 @@ def test_nasty_frames_are_bad_frames(tmp_path, data, sleeper):
     peer = types.SimpleNamespace(rank=0, pid=sleeper.pid)
     with pytest.raises(protocol.BadFrame):
         ledger.on_frame(peer, protocol.decode(data))
+
+
+@pytest.mark.parametrize("data", [
+    b'{"t":"batch","reports":[[' + b"1" + b"0" * 400 + b',1,1.0,{}],[1,2,1.0,{}]]}',  # a timestamp too big for a float
+    b'{"t":"batch","reports":[[1,1,' + b"1" + b"0" * 400 + b',{}],[1,2,1.0,{}]]}',  # a loss too big for a float
+])
+def test_a_report_past_the_bounds_is_rejected_alone(tmp_path, data, sleeper):
+    """The other reports of its batch are applied (issue 22: one bad report cost the batch)."""
+    ledger = bare_ledger(tmp_path, sleeper)
+    peer = types.SimpleNamespace(rank=0, pid=sleeper.pid)
+    ledger.on_frame(peer, protocol.decode(data))
+    r = ledger.workers[0].reports
+    assert (r.step, r.rejected, r.bad_frames) == (2, 1, 0) and r.rejected_why
     protocol.encode_lossy(status_of(ledger))
 
 
@@ -138,8 +150,9 @@ def sleeper():
 
 
 def bare_ledger(tmp_path, proc) -> ReportLedger:
-    """The report ledger alone, with one worker that said hello: for driving its frame handler."""
-    store = RunStore(tmp_path)
+    """The report ledger alone, with one worker that said hello: for driving its frame handler.
+    Each call gets a run directory of its own (hypothesis calls a test many times)."""
+    store = RunStore(tempfile.mkdtemp(dir=tmp_path))
     store.create()
     log = EventLog(store)
     workers = {0: Worker(0, Attempt(proc, 1), State.STARTING, "fuzz", log, strict=True)}
@@ -191,13 +204,20 @@ BAD_IN_STREAM = [
     b"[1, 2, 3]",
     b'{"no": "type"}',
     b'{"t": "batch", "reports": "x"}',
+    b'{"t": "batch"}',
+    b'{"t": "batch", "reports": [], "phases": 3}',
+    b'{"t": 5}',
+    b"null",
+    b'{"t": "batch", "reports": [], "dropped": "x"}',
+    b'{"t": "surprise"}',
+    b"[" * 200_000,
+]
+# Reports that are no report, in frames that are batches: each rejected alone (not a bad frame).
+REJECTED_IN_STREAM = [
     b'{"t": "batch", "reports": [[1, "step", 1.0, {}]]}',
     b'{"t": "batch", "reports": [[1, 1, "abc", {}]]}',
     b'{"t": "batch", "reports": [[1, 1, 1.0, []]]}',
-    b'{"t": "batch", "reports": [], "dropped": "x"}',
-    b'{"t": "surprise"}',
     b'{"t": "batch", "reports": [[1' + b"0" * 400 + b', 1, 1.0, {}]]}',
-    b"[" * 200_000,
 ]
 
 
@@ -211,13 +231,15 @@ def test_live_bad_frames_are_dropped_counted_and_shown(headless):
     wait_for(lambda: reporting(run, 1), what="rank 0 reporting")
     refused0 = run.status()["run"]["refused_connections"]
     conn = fake_peer(run)
-    for frame in BAD_IN_STREAM:
+    for frame in BAD_IN_STREAM + REJECTED_IN_STREAM:
         conn.send_bytes(frame)
     # the connection survives frames that decode badly: a good one from it still counts
     conn.send_bytes(protocol.encode_lossy({"t": "batch", "reports": [[time.time(), 7, float("nan"), {}]],
                                            "dropped": 0}))
     n = len(BAD_IN_STREAM)
     wait_for(lambda: run.status()["workers"][0]["bad_frames"] >= n, what=f"{n} bad frames counted")
+    rejected = run.status()["workers"][0]["rejected"]
+    assert rejected["count"] == len(REJECTED_IN_STREAM) and rejected["why"] == "report timestamp is not a number"
     # an oversized frame breaks the stream: counted, and that connection is closed
     raw_send(conn, struct.pack("!i", protocol.MAX_FRAME + 1) + b"x" * 100)
     wait_for(lambda: conn.poll(0.1) and _closed(conn), what="the hub to close the oversized sender")

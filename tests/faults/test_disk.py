@@ -1,29 +1,12 @@
 """The run directory's file system fills up: a clear alert, and the run goes on (issue 8)."""
-import os
 import shutil
-import subprocess
-import uuid
 
 import pytest
 
 from tests.faults.conftest import FAULTS
-from tests.helpers import assert_gone, wait_for
+from tests.helpers import assert_gone, mount_tmpfs, umount, wait_for
 
 pytestmark = pytest.mark.timeout(180)
-
-
-def mount_tmpfs(path, size="1m") -> str | None:
-    """Mount a small tmpfs at path; None when done, else why it could not be."""
-    if os.geteuid() != 0:
-        return "mounting a small tmpfs needs root (CI runs the tests as root)"
-    if shutil.which("mount") is None:
-        return "no mount command"
-    path.mkdir()
-    res = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size},mode=0755", f"mpwatch-test-{uuid.uuid4().hex[:8]}",
-                          str(path)], capture_output=True, text=True)
-    if res.returncode != 0:
-        return f"cannot mount a tmpfs here (no CAP_SYS_ADMIN?): {res.stderr.strip()}"
-    return None
 
 
 @pytest.mark.slow
@@ -58,6 +41,4 @@ def test_full_disk_raises_an_alert_and_the_run_goes_on(headless, tmp_path):
         assert_gone(run.all_pids())
     finally:
         run.cleanup()
-        subprocess.run(["umount", str(disk)], capture_output=True)
-        if os.path.ismount(disk):
-            subprocess.run(["umount", "-l", str(disk)], capture_output=True)
+        umount(disk)

@@ -155,15 +155,19 @@ def check_other_user_is_kept_out(run, d, xdg):
         for p in (ctl_addr, chan_addr):
             os.chmod(p, 0o600)
         rt.chmod(0o700)
-    # Layer 4: a run directory opened up still keeps control.json (the key) private.
+    # Layer 4: a run directory opened up still keeps every file private: the key, and the logs.
     run.run_dir.chmod(0o755)
+    (run.run_dir / "rank-0").chmod(0o755)
     try:
         got = as_user(lambda: {"ctl": run_cli(["ctl", "--run", str(run.run_dir), "stop"]),
-                               "key": try_(lambda: open(run.run_dir / "control.json").read())}, env=nobody_env)
-        assert got["ctl"]["code"] == 2 and "no readable control.json" in got["ctl"]["stderr"]
-        assert got["key"] == "PermissionError"
+                               "key": try_(lambda: open(run.run_dir / "control.json").read()),
+                               "log": try_(lambda: open(logs, "rb").read()),
+                               "run": try_(lambda: open(run.run_dir / "run.json").read())}, env=nobody_env)
+        assert got["ctl"]["code"] == 2 and "no readable run.json" in got["ctl"]["stderr"]
+        assert got["key"] == got["log"] == got["run"] == "PermissionError"
     finally:
         run.run_dir.chmod(0o700)
+        (run.run_dir / "rank-0").chmod(0o700)
 
     # Every attempt was refused, and the run never noticed otherwise.
     st = wait_for(lambda: (lambda s: s if s["run"]["refused_connections"] >= refused0 + 3 else None)(run.status()),

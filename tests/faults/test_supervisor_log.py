@@ -15,6 +15,8 @@ import pytest
 from mpwatch.cli import launch
 from mpwatch.cli.args import run_parser
 from mpwatch.cli.tui_launch import supervisor_argv
+from mpwatch.rundir import claim, writer
+from mpwatch.rundir.writer import RunStore
 from mpwatch.settings import Settings
 from mpwatch.sources.local import Client, ClientError
 from mpwatch.supervisor import errors
@@ -95,7 +97,7 @@ def test_a_bug_in_a_handler_is_logged_with_its_traceback_and_answered_as_interna
 
 @pytest.mark.injects_bugs
 def test_the_same_bug_again_and_again_is_counted_not_written_in_full(tmp_path):
-    handler = errors.attach(tmp_path)
+    handler = errors.attach(RunStore(tmp_path))
     try:
         for _ in range(50):
             try:
@@ -114,7 +116,7 @@ def test_a_planted_symlink_is_not_followed(tmp_path):
     target = tmp_path / "elsewhere"
     target.write_text("")
     (tmp_path / errors.FILE_NAME).symlink_to(target)
-    assert errors.attach(tmp_path) is None
+    assert errors.attach(RunStore(tmp_path)) is None
     assert target.read_text() == ""
 
 
@@ -135,10 +137,11 @@ def test_the_tuis_launch_and_the_logger_share_supervisor_log(tmp_path):
     ns = run_parser().parse_args(["-n", "1", str(FIXTURES / "reporter.py"), "3"])
     opts = launch.options(ns, os.environ)
     run_dir = tmp_path / "run"
-    run_dir.mkdir()
-    with open(run_dir / errors.FILE_NAME, "ab") as out:  # as launch_with_tui opens it
-        sup = subprocess.run(supervisor_argv(ns, opts, "launched", run_dir), stdin=subprocess.DEVNULL,
+    taken = claim.claim(opts.script, 1, str(tmp_path), run_dir, "launched")
+    with writer.open_supervisor_log(taken.fd) as out:  # as launch_with_tui opens it
+        sup = subprocess.run(supervisor_argv(ns, opts, taken), stdin=subprocess.DEVNULL,
                              stdout=out, stderr=out, timeout=60, cwd=tmp_path)
+    os.close(taken.fd)
     assert sup.returncode == 0
     lines = log_lines(run_dir)
     assert "] run launched: supervisor pid " in lines[0] and lines[-1].endswith("ended with exit code 0")

@@ -49,7 +49,7 @@ def test_a_thinning_pass_under_a_live_reader(tmp_path, monkeypatch):
     store = writer.RunStore(tmp_path / "run")
     store.create()
     store.write_json(layout.RUN_JSON, {"run_id": "live", "started": T0, "pid": os.getpid()})
-    store.write_json(layout.CONTROL_JSON, {"pid": os.getpid()}, private=True)
+    store.write_json(layout.CONTROL_JSON, {"pid": os.getpid()})
     write_run(store, 100)
     store.flush()
     src = ReplaySource(tmp_path / "run")

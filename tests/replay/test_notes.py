@@ -40,7 +40,7 @@ async def test_the_banner_shows_a_note_replaced_by_a_later_one(tmp_path, monkeyp
     store = RunStore(d)
     store.create()
     store.write_json(layout.RUN_JSON, {"run_id": "live", "started": T0, "pid": os.getpid()})
-    store.write_json(layout.CONTROL_JSON, {"pid": os.getpid()}, private=True)
+    store.write_json(layout.CONTROL_JSON, {"pid": os.getpid()})
     try:
         write_thinned(store, 700)
         src = ReplaySource(d)

@@ -199,7 +199,7 @@ def live_run(d) -> RunStore:
     store = RunStore(d)
     store.create()
     store.write_json(layout.RUN_JSON, {"run_id": "live", "started": T0, "pid": os.getpid()})
-    store.write_json(layout.CONTROL_JSON, {"pid": os.getpid()}, private=True)
+    store.write_json(layout.CONTROL_JSON, {"pid": os.getpid()})
     store.event("run_started", ts=T0, script="train.py", args=[], nprocs=2, run_dir=str(d), pid=os.getpid())
     for r in (0, 1):
         store.event("worker_started", r, ts=T0, pid=100 + r, world_size=2, attempt=0)

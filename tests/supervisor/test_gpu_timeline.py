@@ -1,12 +1,16 @@
 """The GPU timeline: the in-memory hour behind `gpu_timeline`, and gpu.jsonl kept under its
 cap by thinning (said in the file), with disk errors that never raise."""
+import contextlib
 import json
 from itertools import pairwise
 from pathlib import Path
 
+import pytest
+
 from mpwatch.rundir.layout import GPU_JSONL
 from mpwatch.rundir.writer import RunStore
 from mpwatch.supervisor.gpu.timeline import MAX_TICKS, GpuTimeline
+from tests.helpers import mount_tmpfs, umount
 
 T0 = 1_800_000_000.0
 
@@ -77,15 +81,24 @@ def test_a_flood_of_marks_drops_the_oldest_and_counts_them(tmp_path):
 
 
 def test_disk_errors_never_raise_and_memory_goes_on(tmp_path):
-    (tmp_path / "full").mkdir()
-    (tmp_path / "full" / GPU_JSONL).symlink_to("/dev/full")  # a full disk
-    for run_dir in (tmp_path / "no" / "such" / "dir", tmp_path / "full"):
-        path = run_dir / GPU_JSONL
-        tl = GpuTimeline(RunStore(run_dir), 1 << 20)
-        for i in range(5):
-            tl.tick(tick(T0 + i))
-            tl.mark(mark(T0 + i))
-        assert tl.error and str(path) in tl.error
-        ticks, marks = tl.window(60, now=T0 + 5)
-        assert len(ticks) == 5 and len(marks) == 5
-
+    """A run directory that is gone, and one on a full file system (a 1 MiB tmpfs filled up;
+    a link to /dev/full would be refused as a link, never written through)."""
+    full = tmp_path / "full"
+    why = mount_tmpfs(full)
+    if why:
+        pytest.skip(why)
+    try:
+        with open(full / "filler", "wb", buffering=0) as f, contextlib.suppress(OSError):
+            while True:
+                f.write(b"x" * 65536)
+        for run_dir in (tmp_path / "no" / "such" / "dir", full):
+            path = run_dir / GPU_JSONL
+            tl = GpuTimeline(RunStore(run_dir), 1 << 20)
+            for i in range(200):  # past what the file system's last blocks hold
+                tl.tick(tick(T0 + i))
+                tl.mark(mark(T0 + i))
+            assert tl.error and str(path) in tl.error
+            ticks, marks = tl.window(600, now=T0 + 200)
+            assert len(ticks) == 200 and len(marks) == 200
+    finally:
+        umount(full)

@@ -73,13 +73,19 @@ def test_the_tuis_supervisor_gets_the_stop_signal_and_the_metrics_flags(tmp_path
     from mpwatch import cli
     from mpwatch.cli.launch import options
     from mpwatch.cli.tui_launch import supervisor_argv
+    from mpwatch.rundir.claim import Claim
 
     script = FIXTURES / "ticker.py"
     ns = cli.run_parser().parse_args(["--stop-signal", "usr2", "--metrics-port", "9400", "--metrics-addr", "::1",
                                       str(script)])
     opts = options(ns, {})
-    back = cli.run_parser().parse_args(supervisor_argv(ns, opts, "RID", Path(tmp_path))[3:])
+    fd = os.open(tmp_path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        taken = Claim("RID", Path(tmp_path), fd)
+        back = cli.run_parser().parse_args(supervisor_argv(ns, opts, taken)[3:])
+        plain = cli.run_parser().parse_args([str(script)])
+        again = cli.run_parser().parse_args(supervisor_argv(plain, options(plain, {}), taken)[3:])
+    finally:
+        os.close(fd)
     assert (back.stop_signal, back.metrics_port, back.metrics_addr) == ("SIGUSR2", 9400, "::1")
-    plain = cli.run_parser().parse_args([str(script)])
-    again = cli.run_parser().parse_args(supervisor_argv(plain, options(plain, {}), "RID", Path(tmp_path))[3:])
     assert (again.stop_signal, again.metrics_port, again.metrics_addr) == ("SIGTERM", None, None)

@@ -42,7 +42,7 @@ class LocalLink(Client):
     """A run on this machine, as a node: a lost socket is the run's end when its run.json
     says so (with its final.json), else a lost link."""
 
-    def request(self, cmd: str, **args: object) -> dict[str, Any]:
+    def request(self, cmd: str, /, **args: object) -> dict[str, Any]:
         try:
             return super().request(cmd, **args)
         except ClientError as exc:

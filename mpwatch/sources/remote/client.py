@@ -23,14 +23,14 @@ import time
 from dataclasses import dataclass, field
 from typing import IO, Any, cast
 
-from mpwatch.contract import protocol
+from mpwatch.contract import protocol, shape
 from mpwatch.contract.status import Status
 from mpwatch.rundir import reader
 from mpwatch.rundir.registry import RegistryEntry
-from mpwatch.rundir.textfiles import printable
 from mpwatch.settings import Settings
 from mpwatch.sources.local import ClientError, Requests, check_reply
 from mpwatch.sources.remote import wire
+from mpwatch.text.safe import printable
 
 SSH_OPTIONS = ("-T", "-o", "BatchMode=yes", "-o", "ConnectTimeout=10",
                # A host that went away silently is noticed within 15 s, not at TCP's pace.
@@ -86,8 +86,14 @@ class Transport:
 
     @classmethod
     def from_settings(cls, settings: Settings | None = None, remote_mpwatch: str | None = None) -> Transport:
-        """settings: the CLI's (None: read them now)."""
+        """settings: the CLI's (None: read them now). Raises ClientError for a --remote-mpwatch
+        that is no command line (an unclosed quote)."""
         ssh = (settings or Settings.from_env()).ssh
+        try:
+            if not shlex.split(remote_mpwatch or "mpwatch"):
+                raise ValueError("empty")
+        except ValueError as exc:
+            raise ClientError(f"--remote-mpwatch {remote_mpwatch!r} is no command: {exc}") from None
         return cls(ssh=ssh, remote_mpwatch=remote_mpwatch or "mpwatch")
 
     def argv(self, host: str, bridge_args: list[str]) -> list[str]:
@@ -131,7 +137,7 @@ class RemoteClient(Requests):
         self._stderr: collections.deque[str] = collections.deque(maxlen=STDERR_LINES)
         self._hello: queue.Queue[dict[str, Any] | None] = queue.Queue()
         self._noise: list[str] = []
-        args = ["--ls"] if ls else ([target.run] if target.run else [])
+        args = ["--ls"] if ls else (["--", target.run] if target.run else [])  # a RUN may start with "-"
         try:
             self.proc = subprocess.Popen(self.transport.argv(target.host, args), stdin=subprocess.PIPE,
                                          stdout=subprocess.PIPE, stderr=subprocess.PIPE,
@@ -162,7 +168,9 @@ class RemoteClient(Requests):
             self.close()
             raise ClientError(f"{self.host}: {bad or hello['error']}")
         if ls:
-            self.runs = cast("list[RegistryEntry]", hello.get("runs") or [])
+            runs = hello.get("runs")
+            self.runs = [cast(RegistryEntry, e) for e in runs if shape.problem(e, RegistryEntry) is None] \
+                if isinstance(runs, list) else []
             return
         run = hello.get("run") or {}
         self.run_id, self.run_dir = str(run.get("run_id", "?")), str(run.get("run_dir", ""))
@@ -255,7 +263,7 @@ class RemoteClient(Requests):
             except (OSError, ValueError):
                 raise LinkLost(self._lost or f"lost the ssh connection to {self.host}") from None
 
-    def request(self, cmd: str, **args: object) -> dict[str, Any]:
+    def request(self, cmd: str, /, **args: object) -> dict[str, Any]:
         slot = _Slot()
         with self._lock:
             if self._lost is not None:
@@ -276,6 +284,16 @@ class RemoteClient(Requests):
             self._ended = (reader.as_status(gone.get("final")), info if isinstance(info, dict) else None)
             raise RunEnded(f"run {self.run_id} on {self.host} has ended", *self._ended)
         return check_reply(msg.get("reply"), self.host)
+
+    def status(self, tail: int | None = None) -> Status:
+        """The run's snapshot, refused whole when it lacks what this mpwatch reads (a status
+        from another version of mpwatch there, or from something that is not mpwatch)."""
+        st = super().status(tail)
+        why = shape.problem(st, Status)
+        if why is not None:
+            raise ClientError(f"{self.host}: the run there sent a status this mpwatch cannot read ({why}); "
+                              "install the same mpwatch on both machines")
+        return st
 
     @property
     def lost(self) -> str | None:

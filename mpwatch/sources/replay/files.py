@@ -19,7 +19,7 @@ view's curve may take in a live run's new lines at once); no textual, no supervi
 from __future__ import annotations
 
 import bisect
-import json
+import math
 import mmap
 import os
 import re
@@ -31,7 +31,7 @@ from typing import cast
 
 from mpwatch.contract.coerce import as_float
 from mpwatch.contract.status import Event, EventFields, GpuMark, GpuTick
-from mpwatch.rundir import eventlines, layout, reader
+from mpwatch.rundir import eventlines, layout, reader, textfiles
 from mpwatch.sources.replay.reports import SLICE, Data, ReportIndex, ReportRow, last_report, window
 
 # A gpu.jsonl line's head (found by its literal start, fast; checked to begin a line).
@@ -45,23 +45,36 @@ BUILD_WAIT_S = 60.0
 STEP_BYTES = 128 * 1024  # the index built a step at a time in the TUI's idle time: ~3 ms each
 
 
+def _line(data: Data, start: int, end: int) -> object:
+    """The JSON value of the line data[start:end], read strictly (rundir.textfiles.loads);
+    a line past rundir.textfiles.MAX_LINE is never copied out of the mapping (ValueError)."""
+    if end - start > textfiles.MAX_LINE:
+        raise ValueError("line too long")
+    return textfiles.loads(data[start:end])
+
+
 class _Mapped:
     """A file mapped read-only (empty bytes for an empty or missing file)."""
 
-    def __init__(self, path: Path):
+    def __init__(self, path: Path, rd: reader.RunDir):
         self.path = path
+        self.rd = rd  # where a note says the file could not be read
         self.data: mmap.mmap | bytes = b""
         self.ino: int | None = None
 
     def map(self) -> bool:
         """Map the file as it is now; False when it is missing."""
         try:
-            with open(self.path, "rb") as f:
+            with textfiles.open_regular(self.path) as f:
                 st = os.fstat(f.fileno())
                 self.ino = st.st_ino
                 self.data = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) if st.st_size else b""
         except FileNotFoundError:
             self.data, self.ino = b"", None
+            return False
+        except OSError as exc:  # no regular file (a FIFO, a folder, a link): read as empty, and said
+            self.data, self.ino = b"", None
+            self.rd.note(f"{self.path.name} is unreadable ({exc.strerror or exc})")
             return False
         return True
 
@@ -82,7 +95,7 @@ class _Mapped:
 
 class EventsFile(_Mapped):
     def __init__(self, rd: reader.RunDir):
-        super().__init__(rd.path / layout.EVENTS)
+        super().__init__(rd.path / layout.EVENTS, rd)
         self.rd = rd
         self.events: list[EventFields] = []  # notable events, oldest first, with seq
         self.ends: array[int] = array("q")  # where each one's line ends in the file
@@ -163,7 +176,7 @@ class EventsFile(_Mapped):
             s = data.rfind(b"\n", 0, m.start()) + 1
             e = data.find(b"\n", m.end(), end)
             try:
-                ev = reader.as_event(json.loads(data[s:e]))
+                ev = reader.as_event(_line(data, s, e))
             except ValueError:
                 ev = None
             if ev is None:
@@ -241,7 +254,7 @@ class GpuFile(_Mapped):
     """gpu.jsonl: ticks by time (parsed when shown), marks, the thinning notes."""
 
     def __init__(self, rd: reader.RunDir):
-        super().__init__(rd.path / layout.GPU_JSONL)
+        super().__init__(rd.path / layout.GPU_JSONL, rd)
         self.rd = rd
         self.ts: array[float] = array("d")
         self.starts: array[int] = array("q")
@@ -287,6 +300,8 @@ class GpuFile(_Mapped):
                 ts = float(m.group(1))
             except ValueError:
                 continue
+            if not math.isfinite(ts):
+                continue
             kind = m.group(2)
             if kind == b"gpus":
                 if self.ts and ts < self.ts[-1]:
@@ -296,10 +311,12 @@ class GpuFile(_Mapped):
                 continue
             e = data.find(b"\n", m.end(), end)
             try:
-                rec = json.loads(data[m.start():e])
+                rec = _line(data, m.start(), e)
             except ValueError:
                 continue
-            if kind == b"gpu" and isinstance(rec, dict) and isinstance(rec.get("kind"), str):
+            if not isinstance(rec, dict) or as_float(rec.get("ts")) is None:
+                continue
+            if kind == b"gpu" and isinstance(rec.get("kind"), str):
                 self.marks.append(cast(GpuMark, rec))
             elif kind == b"thinned" and isinstance(rec.get("thinned"), dict) \
                     and (upto := as_float(rec["thinned"].get("to"))) is not None:
@@ -322,7 +339,7 @@ class GpuFile(_Mapped):
             s = self.starts[i]
             e = self.data.find(b"\n", s)
             try:
-                raw = json.loads(self.data[s:e if e >= 0 else len(self.data)])
+                raw = _line(self.data, s, e if e >= 0 else len(self.data))
             except ValueError:
                 return None
             if not isinstance(raw, dict) or not isinstance(raw.get("gpus"), list) \

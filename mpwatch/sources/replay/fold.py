@@ -35,6 +35,8 @@ class RankFold:
     paused_at: float | None = None  # wall clock of the pause in force
     last_dump: str | None = None
     bad_frames: int = 0
+    rejected: int = 0  # reports refused by the supervisor (reports_rejected), and the latest why
+    rejected_why: str | None = None
     unkillable: list[dict[str, Any]] | None = None
 
 
@@ -135,6 +137,9 @@ def _rank_event(run: RunFold, k: RankFold, e: EventFields, restarting: bool, run
                 info["dump"] = path
     elif name == Event.BAD_FRAME:
         k.bad_frames = as_int(e.get("count")) or k.bad_frames + 1
+    elif name == Event.REPORTS_REJECTED:
+        k.rejected = as_int(e.get("count")) or k.rejected + 1
+        k.rejected_why = as_str(e.get("why")) or k.rejected_why
 
 
 def _run_event(run: RunFold, e: EventFields) -> None:

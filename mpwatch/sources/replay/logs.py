@@ -14,7 +14,7 @@ import os
 from pathlib import Path
 
 from mpwatch.rundir import layout
-from mpwatch.rundir.textfiles import tail_lines
+from mpwatch.rundir.textfiles import open_regular, tail_lines
 
 MARKER = ("\n" + layout.LOG_MARK).encode()
 TAIL_BYTES = 64 * 1024
@@ -36,7 +36,7 @@ class AttemptLogs:
         offsets: list[int] = []
         if st.st_size:
             try:
-                with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mm:
+                with open_regular(path) as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mm:
                     i = mm.find(MARKER)
                     while i >= 0:
                         offsets.append(i + 1)

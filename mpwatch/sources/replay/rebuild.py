@@ -66,7 +66,7 @@ def worker_row(k: RankFold, reps: list[ReportRow], t: float, tail: int, gpu: Wor
         state = State.RUNNING
     alive = state in ALIVE_STATES
     losses = [r.loss for r in reps if r.loss is not None]
-    return WorkerStatus(
+    row = WorkerStatus(
         rank=k.rank, pid=k.pid, state=state,
         step=next((r.step for r in reversed(reps) if r.step is not None), None),
         loss=last.loss if last is not None else None,
@@ -82,6 +82,9 @@ def worker_row(k: RankFold, reps: list[ReportRow], t: float, tail: int, gpu: Wor
         slow_start=k.slow_start.copy() if k.slow_start is not None and not heard and alive else None,
         last_dump=k.last_dump, unkillable=k.unkillable, foreign_groups=[], children=[],
         gpu=gpu if alive else None)
+    if k.rejected:
+        row["rejected"] = {"count": k.rejected, "why": k.rejected_why or "?"}
+    return row
 
 
 def _rate(reps: list[ReportRow], t: float, started: float | None) -> float | None:

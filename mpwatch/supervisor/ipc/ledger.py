@@ -90,6 +90,19 @@ class ReportLedger:
         if count in BAD_FRAME_EVENTS:
             self.log.event(Event.BAD_FRAME, w.rank, pid=peer.pid, why=why, count=count)
 
+    def on_rejected(self, peer: Peer, reasons: list[str]) -> None:
+        """Reports of a batch refused alone: counted on the rank, said by an event now and then."""
+        with self.lock:
+            w = self.workers.get(peer.rank)
+            if w is None:
+                return
+            before = w.reports.rejected
+            w.reports.rejected += len(reasons)
+            w.reports.rejected_why = reasons[-1]
+            count = w.reports.rejected
+        if any(before < n <= count for n in BAD_FRAME_EVENTS):
+            self.log.event(Event.REPORTS_REJECTED, w.rank, pid=peer.pid, why=reasons[-1], count=count)
+
     def on_frame(self, peer: Peer, msg: dict[str, Any]) -> None:
         """Apply one frame; anything malformed raises protocol.BadFrame (counted by the hub)."""
         t = msg.get("t")
@@ -97,7 +110,10 @@ class ReportLedger:
             return
         if t != protocol.BATCH:
             raise protocol.BadFrame(f"unknown message type {t!r}")
-        reports: list[Report] = protocol.validate_batch(msg)
+        rejected: list[str] = []  # reports refused alone: the rest of the batch is applied
+        reports: list[Report] = protocol.validate_batch(msg, rejected)
+        if rejected:
+            self.on_rejected(peer, rejected)
         dropped, phases, cuda = msg.get("dropped", 0), msg.get("phases"), msg.get("cuda")
         dist = msg.get("dist", False)
         if type(dropped) is not int or (phases is not None and not isinstance(phases, dict)) \

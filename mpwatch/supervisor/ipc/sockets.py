@@ -45,13 +45,17 @@ def authenticate(s: socket.socket, authkey: bytes,
     """Prove the key both ways (multiprocessing's HMAC challenge) within HANDSHAKE_S.
     `first(conn)`, if given, runs inside the same deadline (the hub reads the hello there).
     Returns (conn, first's result); raises Refused after closing the connection."""
+    waker = s.dup()  # the same socket: shutting it down ends a read blocked on conn
     conn = Connection(s.detach())
-    timer = threading.Timer(HANDSHAKE_S, conn.close)  # a silent peer is cut off
+    cut = _Cutoff(waker)
+    timer = threading.Timer(HANDSHAKE_S, cut.fire)  # a silent peer is cut off, its thread freed
     timer.start()
     try:
         deliver_challenge(conn, authkey)
         answer_challenge(conn, authkey)
         result = first(conn) if first is not None else None
+        if not cut.disarm():
+            raise EOFError("the handshake took too long")
     except (AuthenticationError, OSError, EOFError, ValueError, TypeError) as exc:
         try:
             conn.close()
@@ -60,7 +64,36 @@ def authenticate(s: socket.socket, authkey: bytes,
         raise Refused(str(exc) or type(exc).__name__) from None
     finally:
         timer.cancel()
+        waker.close()
     return conn, result
+
+
+class _Cutoff:
+    """The handshake's deadline: `fire` shuts the socket down (closing the fd alone would
+    leave the thread that reads it blocked for as long as the peer keeps it open), unless
+    the handshake was done first (`disarm`)."""
+
+    def __init__(self, sock: socket.socket):
+        self.sock = sock
+        self.lock = threading.Lock()
+        self.state: bool | None = None  # None: running; True: done in time; False: cut off
+
+    def fire(self) -> None:
+        with self.lock:
+            if self.state is not None:
+                return
+            self.state = False
+            try:
+                self.sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
+    def disarm(self) -> bool:
+        """True when the handshake ended before its deadline (then it never fires)."""
+        with self.lock:
+            if self.state is None:
+                self.state = True
+            return self.state
 
 
 class Listener(Generic[T]):

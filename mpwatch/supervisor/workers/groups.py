@@ -10,8 +10,11 @@ tick; should the worker end first, what is left of its groups gets SIGTERM then.
 ever blocks on a process. A group is forgotten once empty; one that outlives its SIGKILL by
 UNKILLABLE_S is reported, never waited for.
 
-The watchdog (supervisor.workers.watchdog, its own session) hears of every group: should the supervisor
-die, even by SIGKILL, it kills those still listed.
+A process that left its worker's tree and group (a classic daemon) is found by the run's
+marks (supervisor.workers.marks) at `kill`, `stop` and a worker's end, and adopted as a foreign
+group (`adopt_marked`). The watchdog (supervisor.workers.watchdog, its own session) hears of
+every group: should the supervisor die, even by SIGKILL, it kills those still listed and
+sweeps the run's marks.
 
 Main thread only, except `tell_watchdog` (the sampler tells it of a foreign group first).
 """
@@ -32,6 +35,7 @@ import psutil
 from mpwatch.contract.status import Event
 from mpwatch.probes import procs
 from mpwatch.supervisor.eventlog import EventLog
+from mpwatch.supervisor.workers.marks import Marks, env_mark
 from mpwatch.supervisor.workers.worker import Worker
 
 UNKILLABLE_S = 5.0  # after SIGKILL, this long before a survivor is reported
@@ -70,6 +74,13 @@ def signal_process(pid: int | None, sig: int) -> bool:
         return False
 
 
+def send_pid(pid: int, sig: int) -> None:
+    try:
+        os.kill(pid, sig)
+    except OSError:
+        pass
+
+
 def group_alive(pgid: int) -> bool:
     try:
         os.killpg(pgid, 0)
@@ -83,19 +94,23 @@ def group_alive(pgid: int) -> bool:
 
 class ProcessGroups:
     def __init__(self, workers: dict[int, Worker], lock: threading.RLock, log: EventLog,
-                 stop_signal: str = "SIGTERM"):
+                 stop_signal: str = "SIGTERM", marks: Marks | None = None):
         self.workers = workers
         self.lock = lock
         self.log = log
         self.stop_signal = signal.Signals[stop_signal]  # what a worker's own process gets first
+        self.marks = marks  # every process of the run, by its marks (supervisor.workers.marks)
         self._groups: dict[int, Group] = {}
         self._wd_lock = threading.Lock()
         self._watchdog: subprocess.Popen[bytes] | None = None
 
     # ---------------------------------------------------------------- watchdog ----
     def start_watchdog(self) -> None:
+        m = self.marks
+        marks = [*(e.decode() for e in env_mark(m.run_id, m.supervisor_pid)), *([str(m.cgroup)] if m.cgroup else [])] \
+            if m else []
         self._watchdog = subprocess.Popen(
-            [sys.executable, "-I", "-S", str(Path(__file__).with_name("watchdog.py"))],
+            [sys.executable, "-I", "-S", str(Path(__file__).with_name("watchdog.py")), *marks],
             stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
             start_new_session=True, close_fds=True,
         )
@@ -111,19 +126,21 @@ class ProcessGroups:
                 pass
 
     def close(self) -> None:
-        """End the watchdog: groups still listed are ones we could not kill; it tries too."""
+        """End the watchdog: groups still listed are ones we could not kill; it tries too,
+        and sweeps the run's marks once more. Then the run's cgroup goes, once empty."""
         wd = self._watchdog
-        if wd is None:
-            return
-        try:
-            if wd.stdin is not None:
-                wd.stdin.close()
-        except OSError:
-            pass
-        try:
-            wd.wait(timeout=2)
-        except subprocess.TimeoutExpired:
-            pass
+        if wd is not None:
+            try:
+                if wd.stdin is not None:
+                    wd.stdin.close()
+            except OSError:
+                pass
+            try:
+                wd.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                pass
+        if self.marks is not None:
+            self.marks.close()
 
     # ------------------------------------------------------------------ groups ----
     def watch(self, pgid: int, rank: int, foreign: bool = False) -> None:
@@ -170,10 +187,37 @@ class ProcessGroups:
                 if w.attempt.kill_deadline is not None or not w.alive:
                     self.end(pgid, w.attempt.kill_deadline or time.monotonic(), term=not w.alive)
 
+    def adopt_marked(self, rank: int | None, deadline: float) -> int:
+        """End, as foreign groups, the run's processes (of one rank when given) that no tracked
+        group holds: a daemon that left its worker's tree and group. How many were found."""
+        if self.marks is None:
+            return 0
+        found = 0
+        mine = os.getpgrp()
+        for pid, owner in self.marks.processes(rank).items():
+            try:
+                pgid = os.getpgid(pid)
+            except OSError:
+                continue
+            if pgid == mine:  # never our own group: that one process alone
+                send_pid(pid, signal.SIGKILL)
+                continue
+            g = self._groups.get(pgid)
+            # A worker's own group is the kill's (SIGKILL at its deadline, its children keep
+            # the grace to finish a save); one being ended or given up on is handled.
+            if g is not None and (g.active or g.reported or not g.foreign):
+                continue
+            found += 1
+            if g is None:
+                self.watch(pgid, owner if owner is not None else -1, foreign=True)
+            self.end(pgid, deadline)
+        return found
+
     # ------------------------------------------------------------------- kills ----
-    def kill(self, w: Worker, reason: str, grace: float) -> bool:
+    def kill(self, w: Worker, reason: str, grace: float, sweep: bool = True) -> bool:
         """The stop signal to the worker's own process (then CONT to its group, so a paused
-        one sees it), KILL to all of the rank's groups after grace."""
+        one sees it), KILL to all of the rank's groups after grace; with sweep, the rank's
+        processes that left them get TERM now and KILL then too (adopt_marked)."""
         if not w.alive:
             return False
         a = w.attempt
@@ -188,6 +232,8 @@ class ProcessGroups:
         for pgid in foreign:
             self.end(pgid, deadline, term=False)
         self.log.event(Event.STOP_SIGNAL, w.rank, pid=a.pid, signal=name, reason=reason, grace=grace)
+        if sweep:
+            self.adopt_marked(w.rank, deadline)
         return True
 
     def kill_now(self, w: Worker) -> None:
@@ -226,6 +272,7 @@ class ProcessGroups:
             foreign = list(w.foreign_groups)
         for pgid in foreign:
             self.end(pgid, deadline)
+        self.adopt_marked(w.rank, deadline)
 
     def reap(self, now: float) -> None:
         """Forget emptied groups, SIGKILL those past their deadline, report survivors."""

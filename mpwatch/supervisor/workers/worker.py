@@ -203,6 +203,8 @@ class Reports:
     count: int = 0  # report() calls
     dropped: int = 0  # declared lost by the worker's buffer
     bad_frames: int = 0
+    rejected: int = 0  # reports refused alone (contract.protocol.validate_batch)
+    rejected_why: str | None = None  # the latest reason
     phases: dict[str, float] = field(default_factory=dict)
     cuda: CudaView | None = None
     curve: LossHistory = field(default_factory=LossHistory)

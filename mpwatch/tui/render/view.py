@@ -114,6 +114,9 @@ def note_text(w: WorkerStatus) -> str:
         parts.append("could not kill: " + ", ".join(str(p.get("pid")) for p in w["unkillable"]))
     if w["dropped"]:
         parts.append(f"{w['dropped']} reports dropped")
+    rejected = w.get("rejected")
+    if rejected:
+        parts.append(f"{rejected['count']} reports rejected: {rejected['why']}")
     return "; ".join(parts)
 
 
