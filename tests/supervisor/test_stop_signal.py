@@ -34,7 +34,7 @@ def test_the_stop_signal_reaches_the_rank_alone_and_its_children_live_through_th
     assert run.wait_exit(timeout=60) == 1  # a stopped run
     assert "SAVED child_alive=True" in run.log(0)
     assert_gone(pids | {child})
-    assert run.events("worker_exited")[0]["cause"] == "stop by mpwatch (exit 0)"
+    assert run.events("worker_exited")[0]["cause"] == "stopped with the run (exit 0)"
 
 
 def test_a_batch_systems_usr1_to_mpwatch_stops_the_run_gracefully(headless, tmp_path):
