@@ -2,7 +2,7 @@ import pytest
 
 from tests.helpers import HeadlessRun
 from tests.libnvml import libnvml, libnvml_no_v3  # noqa: F401 - session fixtures, built once
-from tests.recorded_runs import crashed, hung, killed, oom, record  # noqa: F401 - session fixtures, recorded once
+from tests.recorded_runs import crashed, hung, killed, oom, record, stored_hang  # noqa: F401 - session fixtures, recorded once
 
 
 @pytest.fixture
