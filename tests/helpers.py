@@ -140,6 +140,7 @@ class HeadlessRun:
         self.n = n
         self.opts = [str(o) for o in opts]
         self.env = dict(os.environ if env is None else env)
+        self.env.setdefault("MPWATCH_STRICT_STATES", "1")  # a state change its table lacks raises: a bug
         self.proc: subprocess.Popen | None = None
         self.seen_pids: set[int] = set()
         self.helpers: set[int] = set()  # the supervisor's watchdog, once seen

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from tests.faults.conftest import FAULTS, as_user, reporting, run_cli
-from tests.helpers import FIXTURES, assert_gone, mpwatch, one_line_error, wait_for
+from tests.helpers import FIXTURES, mpwatch, one_line_error, wait_for
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -156,5 +156,5 @@ def test_ctl_against_a_run_whose_supervisor_was_killed(headless):
     pids = run.all_pids()
     os.kill(run.proc.pid, signal.SIGKILL)
     run.wait_exit()
-    assert_gone(pids)
+    run.assert_gone(*pids)
     one_line_error(mpwatch("ctl", "--run", run.run_dir, "status"), "is not running (its supervisor is gone)")
