@@ -7,6 +7,8 @@
 - The supervisors it starts are strict (MPWATCH_STRICT_STATES=1), and it fails when a run under
   its tmp_path recorded an `internal` alert or logged a bug's traceback to its supervisor.log,
   unless it is marked `injects_bugs`.
+- `nobody`: mpwatch's CLI run as uid 65534 through setpriv (tests/users.py), for the permission
+  cases where the suite runs as root; skipped, with the reason, where it cannot be.
 - A test that reads the runs recorded once per session (tests/recorded_runs.py: record,
   crashed, killed, hung, oom) runs in the lane that recorded them (xdist group `recorded`).
 - At the end, the time spent per folder (setup, call and teardown of its tests, summed).
@@ -26,6 +28,7 @@ from mpwatch.supervisor import errors
 from tests.helpers import HeadlessRun
 from tests.libnvml import libnvml, libnvml_no_v3  # noqa: F401 - session fixtures, built once
 from tests.recorded_runs import crashed, hung, killed, oom, record, stored_hang  # noqa: F401 - recorded once
+from tests.users import Nobody, why_not
 
 RECORDED = frozenset({"record", "crashed", "hung", "killed", "oom"})  # session fixtures: one lane records them
 _RUNTIME: list[str] = []
@@ -74,16 +77,43 @@ def strict_supervisor(monkeypatch, tmp_path, request):
 
 
 @pytest.fixture
-def headless(tmp_path):
-    """Factory: headless(script, *args, n=2, opts=[...]) -> a started HeadlessRun, cleaned up after."""
-    runs = []
+def nobody():
+    """Uid 65534, to run mpwatch's CLI as another user (tests/users.py)."""
+    why = why_not()
+    if why is not None:
+        pytest.skip(why)
+    user = Nobody()
+    yield user
+    user.close()
+
+
+def _headless(folder):
+    runs: list[HeadlessRun] = []
 
     def make(script, *args, n=2, opts=(), env=None, start=True):
-        run = HeadlessRun(tmp_path / f"r{len(runs)}", script, *args, n=n, opts=opts, env=env)
+        run = HeadlessRun(folder / f"r{len(runs)}", script, *args, n=n, opts=opts, env=env)
         run.tmp.mkdir(parents=True, exist_ok=True)
         runs.append(run)
         return run.start() if start else run
+    return make, runs
 
+
+@pytest.fixture
+def headless(tmp_path):
+    """Factory: headless(script, *args, n=2, opts=[...]) -> a started HeadlessRun, cleaned up after."""
+    make, runs = _headless(tmp_path)
+    yield make
+    for run in runs:
+        run.cleanup()
+
+
+@pytest.fixture(scope="module")
+def headless_module(tmp_path_factory):
+    """headless for the runs a module's tests only read (started once, cleaned up after its
+    last test). Pytest ends it before another module's test runs in the same lane, so its runs
+    are never live beside another module's; mark the module with an xdist_group of its own to
+    keep its tests in one lane, else each lane starts them."""
+    make, runs = _headless(tmp_path_factory.mktemp("module-runs"))
     yield make
     for run in runs:
         run.cleanup()
