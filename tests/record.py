@@ -46,8 +46,8 @@ TIMELINE_WINDOWS = (120, 600, 3600)  # the GPU screen's 2 min, 10 min and 1 h
 PID_KEYS = {"pid", "ppid", "pgid", "pids", "foreign_groups"}
 TIME_KEYS = {"ts", "since", "started", "processes_ts", "paused_at"}
 # Where a text names a pid: "pid 4242", "pids 1, 2", py-spy's "Process 4242" and "Thread 4242".
-# Where a text names a wall-clock time: "paused at 17:35:20" (a finding, a note).
-_CLOCK_IN_TEXT = re.compile(r"(\bpaused at )(\d\d:\d\d:\d\d)\b")
+# Where a text names a wall-clock time: "paused at 17:35:20" (a finding, a note), "restarted at" (a log's marker).
+_CLOCK_IN_TEXT = re.compile(r"(\bpaused at |\brestarted at )(\d\d:\d\d:\d\d)\b")
 _PID_IN_TEXT = re.compile(r"(\bpids? |pid=|could not kill: |\bProcess |\bThread )(\d+(?:, \d+)*)")
 
 
@@ -199,7 +199,7 @@ class Scenario:
     def __init__(self, name: str, n: int, env: dict[str, str], opts: list[str], expect: dict[str, Check],
                  nvml: Callable[[], dict[str, Any]] | None = None, cuda: Callable[[], dict[str, Any]] | None = None,
                  setup: Callable[[HeadlessRun], None] | None = None, script: Path = WORKER,
-                 args: tuple[str, ...] = (), workdir: bool = False):
+                 args: tuple[str, ...] = (), workdir: bool = False, details: bool = True, final: bool = False):
         self.name = name
         self.script = script  # the workers' script (a real torch job for the process-group scenarios)
         self.args = args
@@ -211,6 +211,8 @@ class Scenario:
         self.cuda = cuda  # the scripted allocator views of the ranks (MPWATCH_FAKE_CUDA)
         self.setup = setup  # what to do to the run once it runs (pause a rank...)
         self.workdir = workdir  # the workers start in an empty folder of their own, not the recorder's
+        self.details = details  # each rank's loss history and log tails too (not for 256 ranks)
+        self.final = final  # then stop the run and keep its final.json (`final`: a finished run's last status)
 
     def unmet(self, st: dict[str, Any]) -> list[str]:
         """The conditions this status does not meet (none: the scenario is ready)."""
@@ -302,6 +304,8 @@ def scenarios(ghost: int) -> dict[str, Scenario]:
                   a["message"] for a in st["alerts"] if a["kind"] == "hang"),
               "ranks 0 and 2 stuck in their collective": lambda st: all(
                   (_w(st, r)["stall"] or {}).get("collective") for r in (0, 2))}
+    wide = {"256 ranks, every one stepping": lambda st: len(st["workers"]) == 256 and all(
+        w["state"] == "running" and (w["step"] or 0) >= 3 for w in st["workers"])}
     ended = {**states(r0="running", r1="exited", r2="killed", r3="failed"),
              "rank 3 could not start": lambda st: (_w(st, 3)["cause"] or "").startswith("could not start")
              and _w(st, 3)["pid"] is None}
@@ -316,7 +320,9 @@ def scenarios(ghost: int) -> dict[str, Scenario]:
         # Ranks that ended every other way: exited by itself, killed on request, could not start
         # (rank 3's first attempt removes the folder the workers start in: its restart cannot start).
         Scenario("ended", 4, {"EXIT": "1", "LEAVE_CWD": "3", "SLEEP": "0.05"}, ["--max-restarts", "1", "--grace", "2"],
-                 ended, setup=_kill_rank_2, workdir=True),
+                 ended, setup=_kill_rank_2, workdir=True, final=True),
+        # 256 ranks on one node (a big machine's worth): the table, the header and the counts at scale.
+        Scenario("wide", 256, {"SLEEP": "1.0"}, [], wide, details=False),
         # Issue #20: the mnist demo (torch, offline digits), its loss from 2.3 down: the TREND reads falling.
         Scenario("mnist", 2, {}, [], {"both ranks past step 150": lambda st: all(
             w["state"] == "running" and (w["step"] or 0) >= 150 for w in st["workers"])},
@@ -475,7 +481,7 @@ def record(sc: Scenario, tmp: Path) -> dict[str, Any]:
             timeline = None
             if hasattr(client, "gpu_timeline") and status["gpus"]:
                 timeline = {str(w): client.gpu_timeline(w) for w in TIMELINE_WINDOWS}
-            ranks = [w["rank"] for w in status["workers"]]
+            ranks = [w["rank"] for w in status["workers"]] if sc.details else []
             history = {str(r): [list(p) for p in client.history(r)] for r in ranks}
             logs = {str(r): {s: client.logs(r, s, 12) for s in ("stdout", "stderr")} for r in ranks}
         from mpwatch.text import eventtext
@@ -490,11 +496,18 @@ def record(sc: Scenario, tmp: Path) -> dict[str, Any]:
         for w in status["workers"]:
             if w["last_dump"]:
                 dumps[w["last_dump"]] = Path(w["last_dump"]).read_text(errors="replace")
+        final = None
+        if sc.final:
+            run.ctl("stop")
+            run.wait_exit(60)
+            final = json.loads((run.run_dir / "final.json").read_text())
         norm = Normaliser(sc.name, run.run_dir, status["run"]["started"], status["run"]["id"])
         norm.assign(dict(status), events)
         data = {"scenario": sc.name, "recorded_with": f"python -m tests.record {sc.name}",
                 "conditions": list(sc.expect), "status": status, "events": events, "lines": lines, "history": history, "logs": logs,
                 "dumps": dumps, "timeline": timeline}
+        if final is not None:
+            data["final"] = final
         norm.collect(data)
         return norm(data)
     finally:

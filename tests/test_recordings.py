@@ -41,6 +41,8 @@ def test_a_recording_fits_the_schema(name):
         found += problems(st, status.Status, f"node_statuses[{i}]")
     if "lost" in rec:
         found += problems(rec["lost"]["status"], status.Status, "lost.status")
+    if "final" in rec:
+        found += problems(rec["final"], status.Status, "final")
     assert found == [], again(name)
 
 
