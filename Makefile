@@ -22,7 +22,7 @@ lint: $(STAMP)
 	$(BIN)/mypy
 
 # Two lanes (pytest-xdist): the tests wait on real processes far more than they compute. The
-# runs recorded once per session stay in one lane (xdist group `recorded`); LANES=1 runs them in one.
+# runs recorded once per session stay in one lane (xdist group `recorded`); LANES=0: no lanes, one process.
 LANES ?= 2
 test: lint
 	$(BIN)/python -m pytest -q -rs -n $(LANES) --dist loadgroup

@@ -122,6 +122,7 @@ def headless_module(tmp_path_factory):
 # ------------------------------------------------------------ time per folder ----
 _SPENT: collections.Counter[str] = collections.Counter()
 _TESTS: collections.Counter[str] = collections.Counter()
+_LANES: collections.Counter[str] = collections.Counter()  # xdist worker -> its tests' time: how even the lanes are
 
 
 def _folder(nodeid: str) -> str:
@@ -133,6 +134,8 @@ def pytest_runtest_logreport(report):
     """Runs where the reports arrive: in the one process, or in xdist's controller."""
     folder = _folder(report.nodeid)
     _SPENT[folder] += report.duration
+    node = getattr(report, "node", None)
+    _LANES[getattr(getattr(node, "gateway", None), "id", "main")] += report.duration
     if report.when == "call":
         _TESTS[folder] += 1
 
@@ -147,5 +150,7 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
     for folder, spent in sorted(_SPENT.items(), key=lambda kv: -kv[1]):
         tr.write_line(f"{folder:<18} {spent:7.1f}s  {_TESTS[folder]:4d} tests")
     total = sum(_SPENT.values())
-    both = f" ({total / wall:.2f}x: the lanes overlap)" if lanes > 1 and wall > 0 else ""
+    both = f" (the tests' time is {total / wall:.2f}x it: the lanes overlap)" if lanes > 1 and wall > 0 else ""
     tr.write_line(f"{'all':<18} {total:7.1f}s; the run took {wall:.1f}s of wall time{both}")
+    if len(_LANES) > 1:
+        tr.write_line("lanes: " + ", ".join(f"{lane} {spent:.1f}s" for lane, spent in sorted(_LANES.items())))
