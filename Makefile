@@ -21,8 +21,11 @@ lint: $(STAMP)
 	$(BIN)/ruff check mpwatch
 	$(BIN)/mypy
 
+# Two lanes (pytest-xdist): the tests wait on real processes far more than they compute. The
+# runs recorded once per session stay in one lane (xdist group `recorded`); LANES=0: no lanes, one process.
+LANES ?= 2
 test: lint
-	$(BIN)/python -m pytest -q -rs
+	$(BIN)/python -m pytest -q -rs -n $(LANES) --dist loadgroup
 
 bench: $(STAMP)
 	$(BIN)/python -m bench

@@ -1,21 +1,158 @@
+"""The harness every test gets for free:
+
+- Its own runtime directory (XDG_RUNTIME_DIR) per pytest process: `make test` runs two lanes
+  (pytest-xdist, `-n 2 --dist loadgroup`), and a lane never sees the other's runs in
+  `mpwatch ls`, nor the user's own. Ports come from the OS, tmux sockets and sshd folders are
+  made unique by the tests themselves.
+- The supervisors it starts are strict (MPWATCH_STRICT_STATES=1), and it fails when a run under
+  its tmp_path recorded an `internal` alert or logged a bug's traceback to its supervisor.log,
+  unless it is marked `injects_bugs`.
+- `nobody`: mpwatch's CLI run as uid 65534 through setpriv (tests/users.py), for the permission
+  cases where the suite runs as root; skipped, with the reason, where it cannot be.
+- A test that reads the runs recorded once per session (tests/recorded_runs.py: record,
+  crashed, killed, hung, oom) runs in the lane that recorded them (xdist group `recorded`).
+- At the end, the time spent per folder (setup, call and teardown of its tests, summed).
+"""
+from __future__ import annotations
+
+import collections
+import json
+import os
+import shutil
+import tempfile
+import time
+
 import pytest
 
+from mpwatch.supervisor import errors
 from tests.helpers import HeadlessRun
 from tests.libnvml import libnvml, libnvml_no_v3  # noqa: F401 - session fixtures, built once
-from tests.recorded_runs import crashed, hung, killed, oom, record  # noqa: F401 - session fixtures, recorded once
+from tests.recorded_runs import crashed, hung, killed, oom, record, stored_hang  # noqa: F401 - recorded once
+from tests.users import Nobody, why_not
+
+RECORDED = frozenset({"record", "crashed", "hung", "killed", "oom"})  # session fixtures: one lane records them
+_RUNTIME: list[str] = []
+
+
+def pytest_configure(config):
+    """Before any test starts a process: this pytest process's own runtime directory."""
+    lane = os.environ.get("PYTEST_XDIST_WORKER", "main")
+    rt = tempfile.mkdtemp(prefix=f"mpw-rt-{lane}-")  # short: the runs' sockets live under it
+    os.chmod(rt, 0o700)
+    os.environ["XDG_RUNTIME_DIR"] = rt
+    _RUNTIME.append(rt)
+    config._mpwatch_started = time.monotonic()  # the suite's wall time, for the summary
+
+
+def pytest_unconfigure(config):
+    for rt in _RUNTIME:
+        shutil.rmtree(rt, ignore_errors=True)
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if RECORDED & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.xdist_group("recorded"))
+
+
+@pytest.fixture(autouse=True)
+def strict_supervisor(monkeypatch, tmp_path, request):
+    """Every supervisor a test starts is strict; its internal alerts and logged bugs fail the test."""
+    monkeypatch.setenv("MPWATCH_STRICT_STATES", "1")
+    yield
+    internal = []
+    for path in tmp_path.rglob("events.jsonl"):
+        if not path.is_file() or path.is_symlink():  # a FIFO or a link a hostile test left: never read
+            continue
+        for line in path.read_text(errors="replace").splitlines():
+            try:
+                rec = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(rec, dict) and rec.get("event") == "alert" and rec.get("kind") == "internal":
+                internal.append(rec["message"])
+    assert not internal, f"the supervisor recorded internal errors: {internal}"
+    if request.node.get_closest_marker("injects_bugs") is None:
+        bugs = [line for path in tmp_path.rglob(errors.FILE_NAME) if path.is_file() and not path.is_symlink()
+                for line in path.read_text(errors="replace").splitlines() if " ERROR [" in line]
+        assert not bugs, f"the supervisor logged bugs (see its supervisor.log): {bugs}"
+
+
+@pytest.fixture
+def nobody():
+    """Uid 65534, to run mpwatch's CLI as another user (tests/users.py)."""
+    why = why_not()
+    if why is not None:
+        pytest.skip(why)
+    user = Nobody()
+    yield user
+    user.close()
+
+
+def _headless(folder):
+    runs: list[HeadlessRun] = []
+
+    def make(script, *args, n=2, opts=(), env=None, start=True):
+        run = HeadlessRun(folder / f"r{len(runs)}", script, *args, n=n, opts=opts, env=env)
+        run.tmp.mkdir(parents=True, exist_ok=True)
+        runs.append(run)
+        return run.start() if start else run
+    return make, runs
 
 
 @pytest.fixture
 def headless(tmp_path):
     """Factory: headless(script, *args, n=2, opts=[...]) -> a started HeadlessRun, cleaned up after."""
-    runs = []
-
-    def make(script, *args, n=2, opts=(), env=None, start=True):
-        run = HeadlessRun(tmp_path / f"r{len(runs)}", script, *args, n=n, opts=opts, env=env)
-        run.tmp.mkdir(parents=True, exist_ok=True)
-        runs.append(run)
-        return run.start() if start else run
-
+    make, runs = _headless(tmp_path)
     yield make
     for run in runs:
         run.cleanup()
+
+
+@pytest.fixture(scope="module")
+def headless_module(tmp_path_factory):
+    """headless for the runs a module's tests only read (started once, cleaned up after its
+    last test). Pytest ends it before another module's test runs in the same lane, so its runs
+    are never live beside another module's; mark the module with an xdist_group of its own to
+    keep its tests in one lane, else each lane starts them."""
+    make, runs = _headless(tmp_path_factory.mktemp("module-runs"))
+    yield make
+    for run in runs:
+        run.cleanup()
+
+
+# ------------------------------------------------------------ time per folder ----
+_SPENT: collections.Counter[str] = collections.Counter()
+_TESTS: collections.Counter[str] = collections.Counter()
+_LANES: collections.Counter[str] = collections.Counter()  # xdist worker -> its tests' time: how even the lanes are
+
+
+def _folder(nodeid: str) -> str:
+    parts = nodeid.split("::", 1)[0].split("/")
+    return "/".join(parts[:2]) + "/" if len(parts) > 2 else "tests/*.py"
+
+
+def pytest_runtest_logreport(report):
+    """Runs where the reports arrive: in the one process, or in xdist's controller."""
+    folder = _folder(report.nodeid)
+    _SPENT[folder] += report.duration
+    node = getattr(report, "node", None)
+    _LANES[getattr(getattr(node, "gateway", None), "id", "main")] += report.duration
+    if report.when == "call":
+        _TESTS[folder] += 1
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    if not _SPENT or hasattr(config, "workerinput"):  # an xdist worker: the controller says it
+        return
+    tr = terminalreporter
+    lanes = getattr(config.option, "numprocesses", None) or 1
+    wall = time.monotonic() - getattr(config, "_mpwatch_started", time.monotonic())
+    tr.section(f"time per folder (setup + call + teardown, summed over {lanes} lane(s))")
+    for folder, spent in sorted(_SPENT.items(), key=lambda kv: -kv[1]):
+        tr.write_line(f"{folder:<18} {spent:7.1f}s  {_TESTS[folder]:4d} tests")
+    total = sum(_SPENT.values())
+    both = f" (the tests' time is {total / wall:.2f}x it: the lanes overlap)" if lanes > 1 and wall > 0 else ""
+    tr.write_line(f"{'all':<18} {total:7.1f}s; the run took {wall:.1f}s of wall time{both}")
+    if len(_LANES) > 1:
+        tr.write_line("lanes: " + ", ".join(f"{lane} {spent:.1f}s" for lane, spent in sorted(_LANES.items())))

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import psutil
 
+from mpwatch.contract.protocol import ENV_RUN
 from mpwatch.rundir import reader
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -56,6 +57,51 @@ def descendants(pid: int) -> list[int]:
         return []
 
 
+def of_run(run_id: str) -> set[int]:
+    """Every live process in the whole process table whose environment carries the run's id
+    (MPWATCH_RUN_ID: the supervisor gives it to each worker, their children inherit it): a
+    grandchild re-parented to init, or one in a session of its own, is found too."""
+    found = set()
+    for p in psutil.process_iter():
+        try:
+            if p.environ().get(ENV_RUN) == run_id and p.status() != psutil.STATUS_ZOMBIE:
+                found.add(p.pid)
+        except psutil.Error:  # gone meanwhile, or another user's we may not read
+            continue
+    return found
+
+
+def helpers_of(sup_pid: int) -> list[int]:
+    """The supervisor's own helper processes (its watchdog)."""
+    try:
+        return [c.pid for c in psutil.Process(sup_pid).children()
+                if any("watchdog.py" in part for part in c.cmdline())]
+    except psutil.Error:
+        return []
+
+
+def assert_run_gone(run_id: str, pids=(), timeout: float = 30.0):
+    """Nothing of the run is left: no process in the table with its run id, and none of the
+    pids (its supervisor, its watchdog...); fails naming the survivors and what they are."""
+    def left() -> set[int]:
+        return of_run(run_id) | {p for p in pids if alive(p)}
+    try:
+        wait_for(lambda: not left(), timeout, what="the run's processes to end")
+    except WaitTimeout:
+        raise WaitTimeout(f"still alive after {timeout:g}s: {describe(left())}") from None
+
+
+def describe(pids) -> str:
+    out = []
+    for pid in sorted(pids):
+        try:
+            p = psutil.Process(pid)
+            out.append(f"{pid} ({p.status()}, ppid {p.ppid()}: {' '.join(p.cmdline())[:80]})")
+        except psutil.Error:
+            out.append(f"{pid} (gone)")
+    return ", ".join(out)
+
+
 def kill_all(pids):
     """SIGKILL each pid and its process group (each worker leads its own); for cleanups."""
     for pid in set(pids):
@@ -85,16 +131,19 @@ def mpwatch(*args, env=None, timeout=60, cwd=None, input=None) -> subprocess.Com
 class HeadlessRun:
     """`mpwatch --headless` as a subprocess, with its run directory under tmp_path."""
 
-    def __init__(self, tmp_path: Path, script, *args, n: int = 2, opts=(), env=None):
+    def __init__(self, tmp_path: Path, script, *args, n: int = 2, opts=(), env=None, cwd: Path | None = None):
         self.tmp = Path(tmp_path)
+        self.cwd = self.tmp if cwd is None else Path(cwd)  # where the supervisor (and so its workers) start
         self.run_dir = self.tmp / "run"
         self.script = str(script)
         self.args = [str(a) for a in args]
         self.n = n
         self.opts = [str(o) for o in opts]
         self.env = dict(os.environ if env is None else env)
+        self.env.setdefault("MPWATCH_STRICT_STATES", "1")  # a state change its table lacks raises: a bug
         self.proc: subprocess.Popen | None = None
         self.seen_pids: set[int] = set()
+        self.helpers: set[int] = set()  # the supervisor's watchdog, once seen
 
     def start(self) -> HeadlessRun:
         self.out = open(self.tmp / "mpwatch.out", "wb")  # noqa: SIM115 - closed in cleanup()
@@ -102,7 +151,7 @@ class HeadlessRun:
         cmd = [*MPWATCH, "--headless", "-n", str(self.n), "--run-dir", str(self.run_dir),
                *self.opts, self.script, *self.args]
         self.proc = subprocess.Popen(cmd, stdout=self.out, stderr=self.err, env=self.env,
-                                     cwd=self.tmp, start_new_session=True)
+                                     cwd=self.cwd, start_new_session=True)
         wait_for(lambda: (self.run_dir / "control.json").exists() or self.proc.poll() is not None,
                  what="the supervisor to start")
         return self
@@ -152,13 +201,28 @@ class HeadlessRun:
     def wait_exit(self, timeout: float = 60.0) -> int:
         return self.proc.wait(timeout=timeout)
 
+    @property
+    def run_id(self) -> str:
+        return json.loads((self.run_dir / "run.json").read_text())["run_id"]
+
     def all_pids(self) -> set[int]:
         """Every worker pid this run started, plus their live descendants now."""
         self.events()
         pids = set(self.seen_pids)
         for pid in list(pids):
             pids.update(descendants(pid))
+        if self.proc is not None and self.proc.poll() is None:
+            self.helpers.update(helpers_of(self.proc.pid))
         return pids
+
+    def assert_gone(self, *extra: int, timeout: float = 30.0):
+        """The end of a fault case: the supervisor has exited, and nothing of the run is left
+        in the whole process table (by its run id, tests.helpers.of_run), nor any worker pid
+        it started, nor its watchdog, nor the `extra` pids."""
+        pids = self.all_pids() | self.helpers | set(extra)
+        if self.proc is not None:
+            pids.add(self.proc.pid)
+        assert_run_gone(self.run_id, pids, timeout)
 
     def cleanup(self):
         """Never leak processes from a test, whatever happened in it."""

@@ -6,7 +6,9 @@ the producer sends, never dictionaries written by hand). One command regenerates
 Each scenario starts a real headless supervisor (tests/helpers.HeadlessRun) on real workers
 (tests/record_worker.py), with a scripted NVML (MPWATCH_FAKE_NVML) and scripted allocator
 views of the workers' torch (MPWATCH_FAKE_CUDA: CI has no GPU) where it has GPUs; waits
-until the run shows what the scenario is for; and writes tests/data/statuses/<scenario>.json
+until the run meets the scenario's named conditions (`Scenario.expect`: each alert kind and
+state it is for; it fails naming those that never held, so re-recording never loses one
+quietly); and writes tests/data/statuses/<scenario>.json
 (see `record`): the status (`ctl status --json`), the events the TUI received, the
 --headless lines the supervisor printed for them, each rank's loss history and log tails,
 the stack dumps the status points to, and the GPU timeline (`gpu_timeline`, per window).
@@ -44,8 +46,8 @@ TIMELINE_WINDOWS = (120, 600, 3600)  # the GPU screen's 2 min, 10 min and 1 h
 PID_KEYS = {"pid", "ppid", "pgid", "pids", "foreign_groups"}
 TIME_KEYS = {"ts", "since", "started", "processes_ts", "paused_at"}
 # Where a text names a pid: "pid 4242", "pids 1, 2", py-spy's "Process 4242" and "Thread 4242".
-# Where a text names a wall-clock time: "paused at 17:35:20" (a finding, a note).
-_CLOCK_IN_TEXT = re.compile(r"(\bpaused at )(\d\d:\d\d:\d\d)\b")
+# Where a text names a wall-clock time: "paused at 17:35:20" (a finding, a note), "restarted at" (a log's marker).
+_CLOCK_IN_TEXT = re.compile(r"(\bpaused at |\brestarted at )(\d\d:\d\d:\d\d)\b")
 _PID_IN_TEXT = re.compile(r"(\bpids? |pid=|could not kill: |\bProcess |\bThread )(\d+(?:, \d+)*)")
 
 
@@ -73,33 +75,49 @@ def _cuda(at: float, gpu: int, alloc: float, reserved: float, peak: float, **ext
             "reserved": int(reserved * GiB), "max_allocated": int(peak * GiB), **extra}
 
 
-def nvml_two_gpus(ghost: int) -> dict[str, Any]:
+GROW_FROM, GROW_TO = 6, 100  # the recorder's gpu2: memory and allocator retries keep rising over these seconds
+GROW_GIB_S = 0.15  # a rank, a second
+
+
+def nvml_two_gpus(ghost: int, outside: float = 2.1, grow: bool = False) -> dict[str, Any]:
     """Issue #12's scenario: ranks 0 and 1 both on GPU 0 at 93%, rank 0's child (a
     DataLoader-like worker) holding memory there too, a process outside the run (the
-    recorder, which is the supervisor's parent) and one in another PID namespace; GPU 1 idle.
-    Memory ramps up over the first seconds, so the history has a shape."""
-    def gpu0(util: int, r0: float, r1: float, child: float, outside: float) -> dict[str, Any]:
+    recorder, which is the supervisor's parent; `outside` GiB) and one in another PID
+    namespace; GPU 1 idle. Memory ramps up over the first seconds, so the history has a
+    shape; then it stays (what the end-to-end tests compare the screen with), or, with
+    `grow` (the recorder's), the ranks' memory keeps rising until GROW_TO s (a leak)."""
+    def gpu0(util: int, r0: float, r1: float, child: float) -> dict[str, Any]:
         return {"util_gpu": util, "util_mem": util // 2, "temperature": 45 + util // 4, "power_w": 120 + 5 * util,
                 "extra_used": 600 * MiB,
                 "processes": [_proc("rank:0", r0, util // 2), _proc("rank:1", r1, util // 2 - 4),
                               _proc("rank:0/child", child, 0), _proc("parent", outside, 3), _proc(ghost, 0.3)]}
     idle = {"util_gpu": 0, "util_mem": 0, "temperature": 33, "power_w": 61.0, "extra_used": 0, "processes": []}
+    frames = [{"at": 0, "gpus": [gpu0(35, 4.0, 3.5, 0.5), idle]},
+              {"at": 2, "gpus": [gpu0(71, 11.0, 10.2, 1.0), idle]},
+              {"at": 4, "gpus": [gpu0(88, 16.4, 15.1, 1.5), idle]},
+              {"at": 6, "gpus": [gpu0(93, 19.6, 18.2, 1.5), idle]}]
+    if grow:
+        frames += [{"at": t, "gpus": [gpu0(93, 19.6 + GROW_GIB_S * (t - GROW_FROM), 18.2 + GROW_GIB_S * (t - GROW_FROM),
+                                           1.5), idle]} for t in range(GROW_FROM + 2, GROW_TO + 1, 2)]
     return {"gpus": [{"name": "NVIDIA H100 80GB HBM3", "mem_total": 80 * GiB, "uuid": uuid(0)},
                      {"name": "NVIDIA H100 80GB HBM3", "mem_total": 80 * GiB, "uuid": uuid(1)}],
-            "frames": [{"at": 0, "gpus": [gpu0(35, 4.0, 3.5, 0.5, 2.1), idle]},
-                       {"at": 2, "gpus": [gpu0(71, 11.0, 10.2, 1.0, 2.1), idle]},
-                       {"at": 4, "gpus": [gpu0(88, 16.4, 15.1, 1.5, 2.1), idle]},
-                       {"at": 6, "gpus": [gpu0(93, 19.6, 18.2, 1.5, 2.1), idle]}]}
+            "frames": frames}
 
 
-def cuda_two_gpus() -> dict[str, Any]:
+def cuda_two_gpus(grow: bool = False) -> dict[str, Any]:
     """Both ranks' torch says device 0, the same GPU: the collision; rank 1's allocator
-    starts to retry."""
-    return {"ranks": {
+    starts to retry (with `grow`: its tensors keep growing, and it retries every 2 s)."""
+    ranks = {
         "0": [_cuda(0, 0, 2.1, 3.0, 2.4), _cuda(2, 0, 8.2, 9.6, 8.9), _cuda(4, 0, 12.5, 14.6, 13.1),
               _cuda(6, 0, 14.2, 17.8, 16.9)],
         "1": [_cuda(0, 0, 1.9, 2.6, 2.2), _cuda(2, 0, 7.6, 8.8, 8.0), _cuda(4, 0, 11.3, 13.4, 12.0),
-              _cuda(6, 0, 13.1, 16.4, 15.0, alloc_retries=2)]}}
+              _cuda(6, 0, 13.1, 16.4, 15.0, alloc_retries=2)]}
+    if grow:
+        for t in range(GROW_FROM + 2, GROW_TO + 1, 2):
+            more = GROW_GIB_S * (t - GROW_FROM)
+            ranks["0"].append(_cuda(t, 0, 14.2 + more, 17.8 + more, 16.9 + more))
+            ranks["1"].append(_cuda(t, 0, 13.1 + more, 16.4 + more, 15.0 + more, alloc_retries=2 + (t - GROW_FROM) // 2))
+    return {"ranks": ranks}
 
 
 def nvml_container(host: int) -> dict[str, Any]:
@@ -170,42 +188,74 @@ def nvml_node(node: int) -> dict[str, Any]:
                      for i in range(2)], "frames": frames}
 
 
+Check = Callable[[dict[str, Any]], bool]
+
+
 class Scenario:
-    def __init__(self, name: str, n: int, env: dict[str, str], opts: list[str],
-                 ready: Callable[[dict[str, Any]], bool], nvml: Callable[[], dict[str, Any]] | None = None,
-                 cuda: Callable[[], dict[str, Any]] | None = None, setup: Callable[[HeadlessRun], None] | None = None,
-                 script: Path = WORKER, args: tuple[str, ...] = ()):
+    """A recorded scenario: the run to start, and the named conditions its status must meet
+    (`expect`: what the scenario is for; the recorder waits for all of them, and fails naming
+    those that never held; tests/test_recordings.py checks the stored status still meets them)."""
+
+    def __init__(self, name: str, n: int, env: dict[str, str], opts: list[str], expect: dict[str, Check],
+                 nvml: Callable[[], dict[str, Any]] | None = None, cuda: Callable[[], dict[str, Any]] | None = None,
+                 setup: Callable[[HeadlessRun], None] | None = None, script: Path = WORKER,
+                 args: tuple[str, ...] = (), workdir: bool = False, details: bool = True, final: bool = False):
         self.name = name
         self.script = script  # the workers' script (a real torch job for the process-group scenarios)
         self.args = args
         self.n = n
         self.env = env
         self.opts = opts
-        self.ready = ready  # the status shows what the scenario is for
+        self.expect = expect
         self.nvml = nvml  # the scripted NVML (MPWATCH_FAKE_NVML)
         self.cuda = cuda  # the scripted allocator views of the ranks (MPWATCH_FAKE_CUDA)
         self.setup = setup  # what to do to the run once it runs (pause a rank...)
+        self.workdir = workdir  # the workers start in an empty folder of their own, not the recorder's
+        self.details = details  # each rank's loss history and log tails too (not for 256 ranks)
+        self.final = final  # then stop the run and keep its final.json (`final`: a finished run's last status)
+
+    def unmet(self, st: dict[str, Any]) -> list[str]:
+        """The conditions this status does not meet (none: the scenario is ready)."""
+        out = []
+        for what, check in self.expect.items():
+            try:
+                ok = check(st)
+            except (KeyError, IndexError, TypeError, StopIteration):  # a rank or a GPU not there yet
+                ok = False
+            if not ok:
+                out.append(what)
+        return out
 
 
 def _w(st: dict[str, Any], rank: int) -> dict[str, Any]:
     return next(w for w in st["workers"] if w["rank"] == rank)
 
 
-def _gpus_ready(st: dict[str, Any], n_gpus: int, procs_on_0: int) -> bool:
-    gpus = st["gpus"]
-    return (len(gpus) == n_gpus and len(gpus[0]["processes"]) >= procs_on_0
-            and all(w["gpu"] is not None and w["gpu"]["allocated"] is not None and w["step"] is not None
-                    for w in st["workers"])
-            and st["run"]["uptime"] >= 10)
+def gpu_alerts(*kinds: str) -> dict[str, Check]:
+    return {f"GPU alert {k}": (lambda st, k=k: any(a["kind"] == k for g in st["gpus"] for a in g["alerts"]))
+            for k in kinds}
 
 
-def _states_ready(st: dict[str, Any]) -> bool:
-    w = {r: _w(st, r) for r in range(5)}
-    return (w[0]["state"] == "running" and bool(w[0]["children"]) and (w[0]["step"] or 0) > 200  # loss < 0.01
-            and w[1]["state"] == "stalled" and bool((w[1]["stall"] or {}).get("where"))
-            and w[2]["state"] == "paused"
-            and w[3]["state"] == "failed" and w[3]["restarts"] == 1
-            and w[4]["state"] == "running" and w[4]["restarts"] == 1 and (w[4]["step"] or 0) > 45)
+def run_alerts(*kinds: str) -> dict[str, Check]:
+    return {f"run alert {k}": (lambda st, k=k: any(a["kind"] == k for a in st["alerts"])) for k in kinds}
+
+
+def states(**by_rank: str) -> dict[str, Check]:
+    """r0="running", r3="failed": each rank reached its state."""
+    return {f"rank {r[1:]} {state}": (lambda st, r=int(r[1:]), state=state: _w(st, r)["state"] == state)
+            for r, state in by_rank.items()}
+
+
+def gpu_history(points: int) -> dict[str, Check]:
+    return {f"{points} points of GPU history": lambda st: all(len(g["history"]["mem_used"]) >= points
+                                                               for g in st["gpus"])}
+
+
+def on_gpus(n_gpus: int) -> dict[str, Check]:
+    return {f"{n_gpus} GPUs": lambda st: len(st["gpus"]) == n_gpus,
+            "every rank stepping on its GPU, with its torch view": lambda st: all(
+                w["gpu"] is not None and w["gpu"]["index"] is not None and w["gpu"]["allocated"] is not None
+                and w["step"] is not None for w in st["workers"])}
 
 
 def _pause_rank_2(run: HeadlessRun) -> None:
@@ -218,54 +268,80 @@ def _pause_rank_1(run: HeadlessRun) -> None:
     run.ctl("pause", "1")
 
 
-def _paused_ready(st: dict[str, Any]) -> bool:
-    """Issue #20's paused rank: ranks 0 and 2 stalled in their collective, the finding names rank 1."""
-    hang = [a for a in st["alerts"] if a["kind"] == "hang"]
-    return (bool(hang) and "for rank 1, which was paused at" in hang[0]["message"] and " wait in " in hang[0]["message"]
-            and all((_w(st, r)["stall"] or {}).get("where") for r in (0, 2)))
+def _kill_rank_2(run: HeadlessRun) -> None:
+    wait_for(lambda: (_w(run.status(), 2)["step"] or 0) >= 5, 60, what="rank 2 reporting")
+    run.ctl("kill", "2")
 
 
-def _ddp_ready(st: dict[str, Any]) -> bool:
-    return all(w["state"] == "running" and w.get("dist") and (w["step"] or 0) >= 20 for w in st["workers"])
-
-
-def _slow_ready(st: dict[str, Any]) -> bool:
-    slow = _w(st, 1)["slow_start"] or {}
-    return bool(slow.get("where")) and (_w(st, 0)["step"] or 0) >= 20
-
-
-def _mnist_ready(st: dict[str, Any]) -> bool:
-    return all(w["state"] == "running" and (w["step"] or 0) >= 150 for w in st["workers"])
-
-
-def _container_ready(st: dict[str, Any]) -> bool:
-    return (len(st["gpus"]) == 2 and all(g["processes"] for g in st["gpus"]) and st["run"]["uptime"] >= 6
-            and all(w["gpu"] is not None and w["gpu"]["index"] is not None and w["gpu"]["reserved"] is not None
-                    and w["step"] is not None for w in st["workers"]))
+def _gpu2(st: dict[str, Any]) -> dict[str, Any]:
+    procs = st["gpus"][0]["processes"]
+    return {p: [x for x in procs if f(x)] for p, f in (
+        ("child", lambda x: x["child_of"] == 0), ("hidden", lambda x: not x["visible"]),
+        ("outside", lambda x: x["visible"] and x["rank"] is None and x["child_of"] is None))}
 
 
 def scenarios(ghost: int) -> dict[str, Scenario]:
+    gpu2 = {**on_gpus(2), **gpu_history(20), **gpu_alerts("contention", "outside", "memory_high", "alloc_retries"),
+            "rank 0's child on GPU 0": lambda st: bool(_gpu2(st)["child"]),
+            "a process of another PID namespace on GPU 0": lambda st: bool(_gpu2(st)["hidden"]),
+            "a process outside the run on GPU 0": lambda st: bool(_gpu2(st)["outside"])}
+    gpu8 = {**on_gpus(8), **gpu_history(20),
+            **gpu_alerts("stray_context", "memory_high", "fragmentation", "alloc_retries", "idle"),
+            "every rank's stray context on GPU 0": lambda st: len(st["gpus"][0]["processes"]) >= 8}
+    state_ranks = {**states(r0="running", r1="stalled", r2="paused", r3="failed", r4="running"),
+                   "rank 0 with a child": lambda st: bool(_w(st, 0)["children"]),
+                   "rank 0's loss below 0.01 (step 200)": lambda st: (_w(st, 0)["step"] or 0) > 200,
+                   "rank 1 stuck in its frame": lambda st: bool((_w(st, 1)["stall"] or {}).get("where")),
+                   "rank 3 restarted once": lambda st: _w(st, 3)["restarts"] == 1,
+                   "rank 4 back after its restart": lambda st: _w(st, 4)["restarts"] == 1 and (_w(st, 4)["step"] or 0) > 45}
+    container = {**on_gpus(2), "6 s of GPU data": lambda st: st["run"]["uptime"] >= 6,
+                 "each GPU lists its rank's process": lambda st: all(g["processes"] for g in st["gpus"]),
+                 "the GPU line says the pids are not visible": lambda st: "not visible" in (st["gpu_status"] or ""),
+                 "nobody is an outsider": lambda st: not any(a["kind"] == "outside" for g in st["gpus"]
+                                                             for a in g["alerts"])}
+    paused = {**states(r0="stalled", r1="paused", r2="stalled"), **run_alerts("hang"),
+              "the finding names the paused rank 1": lambda st: "for rank 1, which was paused at" in next(
+                  a["message"] for a in st["alerts"] if a["kind"] == "hang"),
+              "ranks 0 and 2 stuck in their collective": lambda st: all(
+                  (_w(st, r)["stall"] or {}).get("collective") for r in (0, 2))}
+    wide = {"256 ranks, every one stepping": lambda st: len(st["workers"]) == 256 and all(
+        w["state"] == "running" and (w["step"] or 0) >= 3 for w in st["workers"])}
+    ended = {**states(r0="running", r1="exited", r2="killed", r3="failed"),
+             "rank 3 could not start": lambda st: (_w(st, 3)["cause"] or "").startswith("could not start")
+             and _w(st, 3)["pid"] is None}
     return {s.name: s for s in [
-        Scenario("gpu2", 2, {"CHILD": "0", "SLEEP": "0.1"}, ["--gpu-interval", "0.5"],
-                 lambda st: _gpus_ready(st, 2, 5), lambda: nvml_two_gpus(ghost), cuda_two_gpus),
-        Scenario("gpu8", 8, {"SLEEP": "0.2", "MPWATCH_GPU_IDLE_S": "3"}, ["--gpu-interval", "0.5"],
-                 lambda st: _gpus_ready(st, 8, 8), nvml_eight_gpus, cuda_eight_gpus),
+        Scenario("gpu2", 2, {"CHILD": "0", "SLEEP": "0.1", "MPWATCH_GPU_GROWTH_WINDOW_S": "8"},
+                 ["--gpu-interval", "0.5"], gpu2, lambda: nvml_two_gpus(ghost, outside=6.0, grow=True),
+                 lambda: cuda_two_gpus(grow=True)),
+        Scenario("gpu8", 8, {"SLEEP": "0.2", "MPWATCH_GPU_IDLE_S": "3"}, ["--gpu-interval", "0.5"], gpu8,
+                 nvml_eight_gpus, cuda_eight_gpus),
         Scenario("states", 5, {"CHILD": "0", "STALL": "1", "FAIL": "3", "FAIL_ONCE": "4", "SLEEP": "0.05"},
-                 ["--stall-timeout", "2", "--max-restarts", "1", "--grace", "2"], _states_ready,
-                 setup=_pause_rank_2),
+                 ["--stall-timeout", "2", "--max-restarts", "1", "--grace", "2"], state_ranks, setup=_pause_rank_2),
+        # Ranks that ended every other way: exited by itself, killed on request, could not start
+        # (rank 3's first attempt removes the folder the workers start in: its restart cannot start).
+        Scenario("ended", 4, {"EXIT": "1", "LEAVE_CWD": "3", "SLEEP": "0.05"}, ["--max-restarts", "1", "--grace", "2"],
+                 ended, setup=_kill_rank_2, workdir=True, final=True),
+        # 256 ranks on one node (a big machine's worth): the table, the header and the counts at scale.
+        Scenario("wide", 256, {"SLEEP": "1.0"}, [], wide, details=False),
         # Issue #20: the mnist demo (torch, offline digits), its loss from 2.3 down: the TREND reads falling.
-        Scenario("mnist", 2, {}, [], _mnist_ready, script=ROOT / "demo" / "mnist.py", args=("--max-steps", "100000")),
+        Scenario("mnist", 2, {}, [], {"both ranks past step 150": lambda st: all(
+            w["state"] == "running" and (w["step"] or 0) >= 150 for w in st["workers"])},
+                 script=ROOT / "demo" / "mnist.py", args=("--max-steps", "100000")),
         # Issue #20: a container: NVML's pids are the host's, none of them a rank here.
-        Scenario("container", 2, {"SLEEP": "0.1"}, ["--gpu-interval", "0.5"], _container_ready,
+        Scenario("container", 2, {"SLEEP": "0.1"}, ["--gpu-interval", "0.5"], container,
                  lambda: nvml_container(ghost + 100), cuda_container),
         # Issue #20: rank 1 of a 3-rank gloo run (torch) paused, its peers waiting for it.
-        Scenario("paused", 3, {}, ["--stall-timeout", "3"], _paused_ready, setup=_pause_rank_1,
+        Scenario("paused", 3, {}, ["--stall-timeout", "3"], paused, setup=_pause_rank_1,
                  script=ROOT / "demo" / "hang.py", args=("--steps", "100000", "--step-time", "0.02")),
         # Issue #20: three ranks of one process group (torch.distributed), for the restart dialog.
-        Scenario("ddp", 3, {}, [], _ddp_ready, script=ROOT / "tests" / "fixtures" / "ddp_steps.py", args=("100000",)),
+        Scenario("ddp", 3, {}, [], {"three ranks of one process group past step 20": lambda st: all(
+            w["state"] == "running" and w["dist"] and (w["step"] or 0) >= 20 for w in st["workers"])},
+                 script=ROOT / "tests" / "fixtures" / "ddp_steps.py", args=("100000",)),
         # Issue #20: rank 1 past its start-up limit (--startup-timeout 3) without a first report.
         Scenario("slow", 2, {"SLOW_RANKS": "1", "SLOW_S": "600", "SLEEP": "0.05", "STEPS": "1000000"},
-                 ["--startup-timeout", "3", "--stall-timeout", "2"], _slow_ready,
+                 ["--startup-timeout", "3", "--stall-timeout", "2"],
+                 {"rank 1 a slow start, in its frame": lambda st: bool((_w(st, 1)["slow_start"] or {}).get("where")),
+                  "rank 0 past step 20": lambda st: (_w(st, 0)["step"] or 0) >= 20},
                  script=ROOT / "tests" / "fixtures" / "slow_start.py"),
     ]}
 
@@ -364,6 +440,24 @@ def headless_lines(run: HeadlessRun) -> list[str]:
     return [_PREFIX.sub("", ln) for ln in run.stderr_text.splitlines() if _PREFIX.match(ln)]
 
 
+READY_S = 180.0  # how long a scenario may take to meet its conditions (a busy 2-core box)
+
+
+def until_met(sc: Scenario, client: Client, timeout: float = READY_S) -> Any:
+    """The first status that meets every condition of the scenario; fails naming the ones
+    that never held."""
+    unmet: list[str] = []
+
+    def met() -> Any:
+        st = client.status()
+        unmet[:] = sc.unmet(dict(st))
+        return None if unmet else st
+    try:
+        return wait_for(met, timeout, interval=0.2, what=f"scenario {sc.name}'s conditions")
+    except AssertionError:
+        raise AssertionError(f"scenario {sc.name}: never met within {timeout:g}s: {'; '.join(unmet)}") from None
+
+
 def record(sc: Scenario, tmp: Path) -> dict[str, Any]:
     env = dict(os.environ, **sc.env)
     if sc.nvml is not None:
@@ -374,19 +468,20 @@ def record(sc: Scenario, tmp: Path) -> dict[str, Any]:
         path = tmp / "cuda.json"
         path.write_text(json.dumps(sc.cuda()))
         env["MPWATCH_FAKE_CUDA"] = str(path)
-    run = HeadlessRun(tmp, sc.script, *sc.args, n=sc.n, opts=sc.opts, env=env)
+    work = tmp / "work"
+    work.mkdir()
+    run = HeadlessRun(tmp, sc.script, *sc.args, n=sc.n, opts=sc.opts, env=env, cwd=work if sc.workdir else None)
     try:
         run.start()
         if sc.setup is not None:
             sc.setup(run)
         with Client.connect(str(run.run_dir)) as client:
-            status = wait_for(lambda: (lambda st: st if sc.ready(dict(st)) else None)(client.status()),
-                              120, interval=0.2, what=f"scenario {sc.name} to be ready")
+            status = until_met(sc, client)
             events = [dict(e) for e in client.events(0)["events"]]
             timeline = None
             if hasattr(client, "gpu_timeline") and status["gpus"]:
                 timeline = {str(w): client.gpu_timeline(w) for w in TIMELINE_WINDOWS}
-            ranks = [w["rank"] for w in status["workers"]]
+            ranks = [w["rank"] for w in status["workers"]] if sc.details else []
             history = {str(r): [list(p) for p in client.history(r)] for r in ranks}
             logs = {str(r): {s: client.logs(r, s, 12) for s in ("stdout", "stderr")} for r in ranks}
         from mpwatch.text import eventtext
@@ -401,11 +496,18 @@ def record(sc: Scenario, tmp: Path) -> dict[str, Any]:
         for w in status["workers"]:
             if w["last_dump"]:
                 dumps[w["last_dump"]] = Path(w["last_dump"]).read_text(errors="replace")
+        final = None
+        if sc.final:
+            run.ctl("stop")
+            run.wait_exit(60)
+            final = json.loads((run.run_dir / "final.json").read_text())
         norm = Normaliser(sc.name, run.run_dir, status["run"]["started"], status["run"]["id"])
         norm.assign(dict(status), events)
         data = {"scenario": sc.name, "recorded_with": f"python -m tests.record {sc.name}",
-                "status": status, "events": events, "lines": lines, "history": history, "logs": logs,
+                "conditions": list(sc.expect), "status": status, "events": events, "lines": lines, "history": history, "logs": logs,
                 "dumps": dumps, "timeline": timeline}
+        if final is not None:
+            data["final"] = final
         norm.collect(data)
         return norm(data)
     finally:

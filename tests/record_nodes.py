@@ -7,13 +7,18 @@ wait for it in all_reduce: the merged analysis names it, which node 0 alone cann
 
 Written like the other scenarios (tests/record.py's `record`): the merged status, its events,
 each global rank's history and logs, the stack dumps, the merged GPU timeline; and, for the
-merge's own tests, `node_statuses`: each supervisor's own status, as `ctl status --json`
-printed it, normalised the same way.
+merge's own tests, what each supervisor sent itself: `node_statuses` (as `ctl status --json`
+printed it), `node_events` and `node_timelines` (its GPU timeline of the last 2 min); and
+`lost`: node 1's supervisor then stops answering (SIGSTOPped, as a host that hangs), and the
+merged view marks its ranks unreachable (`status`: the merged status then; `nodes`: what
+MergedSource knew of each node: its last status, its error and for how long it has been down).
 """
 from __future__ import annotations
 
 import json
 import os
+import signal
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -26,15 +31,22 @@ WORKER = ROOT / "tests" / "remote" / "fixtures" / "ddp_hang.py"
 
 HOSTS = ("127.0.0.1", "127.0.0.2")  # how the tests' sshd reaches the two "machines"
 CULPRIT = 5  # global rank: node 1's rank 1
+LOST_TIMEOUT_S = 3.0  # how long the merged view waits for node 1's answer once it hangs
+
+
+EXPECT: dict[str, Callable[[dict[str, Any]], bool]] = {
+    "8 ranks on 4 GPUs": lambda st: len(st["workers"]) == 8 and len(st["gpus"]) == 4,
+    "every rank stalled, in its frame": lambda st: all(
+        w["state"] == "stalled" and (w["stall"] or {}).get("where") for w in st["workers"]),
+    "the 7 others in their collective": lambda st: sum(bool((w["stall"] or {}).get("collective"))
+                                                       for w in st["workers"]) == 7,
+    f"rank {CULPRIT} named the culprit": lambda st: (st["straggler"] or {}).get("culprits") == [CULPRIT],
+    "both nodes reachable": lambda st: all(n["reachable"] for n in st["nodes"]),
+}
 
 
 def _ready(st: dict[str, Any]) -> bool:
-    ws = st["workers"]
-    s = st["straggler"] or {}
-    return (len(ws) == 8 and len(st["gpus"]) == 4 and all(w["state"] == "stalled" for w in ws)
-            and all((w["stall"] or {}).get("where") for w in ws) and s.get("culprits") == [CULPRIT]
-            and sum(bool((w["stall"] or {}).get("collective")) for w in ws) == 7
-            and all(n["reachable"] for n in st["nodes"]))
+    return all(check(st) for check in EXPECT.values())
 
 
 def record_nodes(tmp: Path) -> dict[str, Any]:
@@ -66,11 +78,22 @@ def record_nodes(tmp: Path) -> dict[str, Any]:
         history = {str(r): [list(p) for p in source.history(r)] for r in ranks}
         logs = {str(r): {s: source.logs(r, s, 12) for s in ("stdout", "stderr")} for r in ranks}
         node_statuses = [run.status() for run in runs]
+        node_events, node_timelines = [], []
+        for run in runs:
+            with LocalLink.connect(str(run.run_dir)) as link:
+                node_events.append([dict(e) for e in link.events(0)["events"]])
+                node_timelines.append(link.gpu_timeline(120))
         dumps = {w["last_dump"]: Path(w["last_dump"]).read_text(errors="replace")
                  for w in status["workers"] if w["last_dump"]}
+        lost = _lose_node_1(source, runs[1])
     finally:
         source.close()
         for run in runs:
+            if run.proc is not None:
+                try:
+                    os.kill(run.proc.pid, signal.SIGCONT)
+                except OSError:
+                    pass
             run.cleanup()
     ids = [st["run"]["id"] for st in node_statuses]
     more = {str(runs[1].run_dir): "/srv/runs/nodes-b"}
@@ -80,6 +103,26 @@ def record_nodes(tmp: Path) -> dict[str, Any]:
     norm.assign(dict(status), events)
     data = {"scenario": "nodes", "recorded_with": "python -m tests.record nodes", "status": status,
             "events": events, "lines": [], "history": history, "logs": logs, "dumps": dumps,
-            "timeline": timeline, "node_statuses": node_statuses}
+            "timeline": timeline, "node_statuses": node_statuses, "node_events": node_events,
+            "node_timelines": node_timelines, "lost": lost}
     norm.collect(data)
     return norm(data)
+
+
+def _lose_node_1(source: MergedSource, run: HeadlessRun) -> dict[str, Any]:
+    """Node 1's supervisor stops answering: the merged view, once it says node 1 is
+    unreachable (with the reason its link gave), and what it knew of each node then."""
+    poller = source.nodes[1]
+    assert poller.link is not None
+    poller.link.timeout = LOST_TIMEOUT_S  # a LocalLink: a Client's timeout
+    assert run.proc is not None
+    os.kill(run.proc.pid, signal.SIGSTOP)
+
+    def lost() -> Any:
+        st = source.status()
+        n1 = next(n for n in st["nodes"] if n["node"] == 1)
+        return st if not n1["reachable"] and (n1["down_for"] or 0) >= 1.0 else None
+    status = wait_for(lost, 60, interval=0.3, what="node 1 unreachable in the merged view")
+    nodes = [{"node": p.node, "host": p.host, "status": p.status, "error": p.error, "down_for": p.down_for}
+             for p in source._parts()]
+    return {"status": status, "nodes": nodes}

@@ -5,7 +5,9 @@ ranks its environment names spawns a child, gets stuck, or fails.
 Env (each a comma list of ranks): CHILD (a sleeping child process, as a DataLoader worker
 would be), STALL (reports STALL_AT steps, then waits in wait_for_batch()), FAIL (raises a
 CUDA-like error at FAIL_AT on every attempt), FAIL_ONCE (raises at FAIL_AT on its first
-attempt only: a marker file in the working directory remembers it). SLEEP: seconds a step.
+attempt only: a marker file in the working directory remembers it), EXIT (exits 0 at
+EXIT_AT), LEAVE_CWD (at FAIL_AT removes the folder it was started in, the supervisor's too,
+and exits 3: its restart cannot start). SLEEP: seconds a step.
 """
 import math
 import os
@@ -26,6 +28,7 @@ def ranks(name: str) -> set[int]:
 sleep = float(os.environ.get("SLEEP", "0.05"))
 stall_at = int(os.environ.get("STALL_AT", "40"))
 fail_at = int(os.environ.get("FAIL_AT", "30"))
+exit_at = int(os.environ.get("EXIT_AT", "20"))
 marker = f"failed-once-rank-{rank}"
 
 
@@ -48,6 +51,13 @@ for step in range(10**9):
     if step == fail_at and (rank in ranks("FAIL") or (rank in ranks("FAIL_ONCE") and not os.path.exists(marker))):
         open(marker, "w").close()
         raise RuntimeError("CUDA error: an illegal memory access was encountered")
+    if step == fail_at and rank in ranks("LEAVE_CWD"):
+        os.rmdir(os.getcwd())
+        print("removed the folder the workers start in", file=sys.stderr, flush=True)
+        sys.exit(3)
+    if step == exit_at and rank in ranks("EXIT"):
+        print(f"rank {rank} done at step {step}", flush=True)
+        sys.exit(0)
     with mpwatch.phase("data"):
         time.sleep(sleep / 4)
     with mpwatch.phase("compute"):

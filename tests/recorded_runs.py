@@ -21,10 +21,10 @@ GiB = 1 << 30
 class Recorded:
     """A run directory left by a real run, and the folder that holds it."""
 
-    def __init__(self, run: HeadlessRun):
-        self.dir = run.run_dir
-        self.folder = run.tmp
-        self.run_id = json.loads((run.run_dir / "run.json").read_text())["run_id"]
+    def __init__(self, run_dir: Path, folder: Path):
+        self.dir = run_dir
+        self.folder = folder
+        self.run_id = json.loads((run_dir / "run.json").read_text())["run_id"]
 
     def copy(self, to: Path, name: str = "run") -> Path:
         """A copy to cut short or move (the recording itself stays whole)."""
@@ -46,7 +46,7 @@ def record(tmp_path_factory):
         if until is not None:
             until(run)
         assert run.proc.poll() is not None, "a recorded run must have ended"
-        return Recorded(run)
+        return Recorded(run.run_dir, run.tmp)
 
     yield make
     for run in runs:
@@ -76,16 +76,32 @@ def killed(record) -> Recorded:
 @pytest.fixture(scope="session")
 def hung(record) -> Recorded:
     """demo/hang.py: rank 1 stops before its all_reduce at step 5; ranks 0 and 2 wait in it.
-    Stopped (ctl stop) once mpwatch has named the culprit with its frame."""
+    Stopped (ctl stop) once mpwatch has named the culprit with its frame and every rank's
+    stall dump is in (they land in any order, and a busy box makes them late)."""
     pytest.importorskip("torch", reason="demo/hang.py needs torch (pip install -e '.[demo]')")
 
     def until(run):
         run.wait_event("alert", lambda r: r.get("kind") == "hang" and "in all_reduce" in r["message"]
                        and "(in " in r["message"], 240)  # the peers' collective and the culprit's frame
+        wait_for(lambda: {d["rank"] for d in run.events("dump") if d["reason"] == "stall"} == {0, 1, 2}, 120,
+                 what="every rank's stall dump")
         run.ctl("stop")
         run.wait_exit(60)
     return record("hung", ROOT / "demo" / "hang.py", "--hang-rank", "1", "--hang-step", "5", "--step-time", "0.02",
                   n=3, opts=["--stall-timeout", "6"], until=until)  # a busy box once slowed a step past 3 s
+
+
+STORED = ROOT / "tests" / "replay" / "data"
+
+
+@pytest.fixture(scope="session")
+def stored_hang(tmp_path_factory) -> Recorded:
+    """A copy of the stored hang recording (tests/replay/data/hang: demo/hang.py as `hung`
+    runs it, recorded by tests/replay/record_runs.py): the same files every run, for the
+    post-mortem commands' tests."""
+    folder = tmp_path_factory.mktemp("stored-hang")
+    shutil.copytree(STORED / "hang", folder / "run")
+    return Recorded(folder / "run", folder)
 
 
 @pytest.fixture(scope="session")
@@ -103,30 +119,14 @@ def oom(record, tmp_path_factory) -> Recorded:
 
 
 def oom_run_until(run: HeadlessRun, go: Path) -> None:
-    """Let rank 0 die of OOM once both ranks are on the GPU (and in the GPU timeline's
-    ticks, where the supervisor keeps one), then stop the run."""
+    """Let rank 0 die of OOM once both ranks are on the GPU and in the GPU timeline's ticks,
+    then stop the run."""
     wait_for(lambda: run.worker(0)["gpu"] and run.worker(1)["gpu"], 60, what="ranks 0 and 1 seen on GPU 0")
-    if writes_gpu_timeline(run):
-        wait_for(lambda: ranks_ticked(run.run_dir / "gpu.jsonl") >= {0, 1}, 60,
-                 what="gpu.jsonl ticks with ranks 0 and 1")
+    wait_for(lambda: ranks_ticked(run.run_dir / "gpu.jsonl") >= {0, 1}, 60, what="gpu.jsonl ticks with ranks 0 and 1")
     go.write_text("")
     run.wait_event("gpu_alert", lambda e: e["kind"] == "oom", timeout=60)
     run.ctl("stop")
     run.wait_exit(60)
-
-
-def writes_gpu_timeline(run: HeadlessRun) -> bool:
-    """Whether this supervisor keeps a GPU timeline (and so writes gpu.jsonl)."""
-    from mpwatch.sources.local import Client, ClientError
-
-    with Client.connect(str(run.run_dir)) as c:
-        try:
-            c.request("gpu_timeline")
-        except ClientError as exc:
-            if "unknown command" in str(exc):
-                return False
-            raise
-    return True
 
 
 def ranks_ticked(path: Path) -> set[int]:

@@ -4,15 +4,18 @@ the TUI, the replay of a finished run).
 
 The status travels as JSON (control socket, final.json), so it is described with
 TypedDicts: a reader indexes plain dicts, and the type checker (mypy, run by `make test`)
-refuses a key the schema lacks. Keys marked NotRequired may be missing from statuses
-written by an older mpwatch (final.json of an old run); every other key is always there,
-its value possibly None ("N/A": unknown, never zero).
+refuses a key the schema lacks. A key marked NotRequired is one that only some statuses
+carry (an alert kind's own fields, a stall's frame once its dump is read, a merged view's
+node keys); every other key the supervisor always sends, its value possibly None ("N/A":
+unknown, never zero). A final.json written by an older mpwatch may lack keys added since:
+readers of finished runs read those with `.get`.
 
 Rules of the house:
 - The supervisor builds these dicts (supervisor.snapshot) and nothing else invents a key.
 - A reader never spells a status key that is not declared here.
 - Tests of the readers are fed statuses recorded from real runs (tests/data/statuses/),
-  never dictionaries written by hand.
+  never dictionaries written by hand; tests/test_recordings.py checks them against this
+  schema and against the shape of a status the supervisor sends now.
 - Adding a key is fine; renaming or removing one breaks `ctl status --json` users.
 """
 from __future__ import annotations
@@ -75,10 +78,10 @@ class StallInfo(TypedDict):
     since: float  # wall clock
     step: int | None
     limit: NotRequired[float]  # a slow start: the --startup-timeout it went past
-    kind: NotRequired[str]  # busy | blocked | stopped | zombie | uninterruptible | gone
-    detail: NotRequired[str | None]
-    wchan: NotRequired[str | None]
-    gpu: NotRequired[bool]
+    kind: str  # busy | blocked | stopped | zombie | uninterruptible | gone
+    detail: str | None
+    wchan: str | None
+    gpu: bool
     where: NotRequired[str | None]  # the innermost frame of the user's own code
     innermost: NotRequired[str | None]
     collective: NotRequired[str | None]
@@ -134,7 +137,7 @@ class RejectedReports(TypedDict):
 
 class WorkerStatus(TypedDict):
     rank: int  # the supervisor's own key for the worker: its local rank on this node
-    global_rank: NotRequired[int]  # RANK in the worker's environment (multi-node: differs from rank)
+    global_rank: int  # RANK in the worker's environment (multi-node: differs from rank)
     pid: int | None
     state: State  # JSON carries its value; a str of it compares, hashes and formats as the member
     step: int | None
@@ -160,13 +163,13 @@ class WorkerStatus(TypedDict):
     world_size: int
     # torch.distributed is initialised in its process (the worker side tells, with its reports):
     # its ranks share a process group, and restarting one alone fails the others' collectives
-    dist: NotRequired[bool]
+    dist: bool
     uptime: float | None
     stall: StallInfo | None
-    paused_at: NotRequired[float | None]  # wall clock of the pause in force (paused by the user); else None
+    paused_at: float | None  # wall clock of the pause in force (paused by the user); else None
     # No first report within --startup-timeout (it said hello, it has not reported): what it
     # does and where, as a stall's; None once it reports. Never a stall: the state stays.
-    slow_start: NotRequired[StallInfo | None]
+    slow_start: StallInfo | None
     last_dump: str | None
     unkillable: list[dict[str, Any]] | None
     foreign_groups: list[int]
@@ -194,7 +197,7 @@ class GpuProcess(TypedDict):
     cmd: str | None
     mem_bytes: int | None  # None where the driver cannot tell (WDDM, some vGPUs)
     visible: bool  # False: the pid is in another PID namespace (a container)
-    sm_util: NotRequired[int | None]  # % SM of this process (NVML process samples); None: N/A
+    sm_util: int | None  # % SM of this process (NVML process samples); None: N/A
     since: NotRequired[float]  # wall clock it was first seen on this GPU
 
 
@@ -262,7 +265,7 @@ class GpuHistory(TypedDict):
 class GpuView(TypedDict):
     index: int
     name: str | None
-    uuid: NotRequired[str | None]
+    uuid: str | None
     mem_used: int | None
     mem_total: int | None
     util_gpu: int | None  # %
@@ -274,9 +277,9 @@ class GpuView(TypedDict):
     ts: float
     processes_ts: float | None
     alerts: list[GpuAlert]
-    ranks: NotRequired[list[int]]  # ranks whose own GPU this is
-    breakdown: NotRequired[MemoryBreakdown]
-    history: NotRequired[GpuHistory]
+    ranks: list[int]  # ranks whose own GPU this is
+    breakdown: MemoryBreakdown
+    history: GpuHistory
     node: NotRequired[int]  # a merged view: the node rank of the GPU's machine
     node_index: NotRequired[int]  # a merged view: NVML's index there (`index` numbers every node's GPUs apart)
 
@@ -285,7 +288,7 @@ class GpuView(TypedDict):
 class RunOptions(TypedDict):
     max_restarts: int
     stall_timeout: float
-    startup_timeout: NotRequired[float]  # no first report this long after a start: a slow start
+    startup_timeout: float  # no first report this long after a start: a slow start
     grace: float
     resize_mode: str
     stop_signal: NotRequired[str]  # --stop-signal: what a rank's process gets first ("SIGTERM")
@@ -308,7 +311,7 @@ class RunInfo(TypedDict):
     exit_code: int | None
     options: RunOptions
     refused_connections: int
-    node: NotRequired[NodeInfo | None]  # a multi-node run: this node and its peers; None on one node
+    node: NodeInfo | None  # a multi-node run: this node and its peers; None on one node
 
 
 class NodePeer(TypedDict):
@@ -338,8 +341,8 @@ class NodeInfo(TypedDict):
     peers: list[NodePeer]  # every node of the run, this one included
     # starting (loading torch) | joining (in torch's rendezvous; round -1 before the first) | running |
     # new_round (stopping its workers to join the next) | finishing (its workers ended; waiting for the others)
-    state: NotRequired[str]
-    slurm: NotRequired[str | None]  # "job 123 step 0, node 1" when Slurm said where it runs
+    state: str
+    slurm: str | None  # "job 123 step 0, node 1" when Slurm said where it runs
 
 
 class RunAlert(TypedDict):

@@ -1,6 +1,6 @@
 """Records the run directories tests/cli/data/ holds, with a real supervisor:
 
-    PYTHONPATH=<a checkout whose supervisor writes gpu.jsonl> python -m tests.cli.record_runs
+    PYTHONPATH=$PWD .venv/bin/python -m tests.cli.record_runs
 
 oom-gpu/: tests/fixtures/gpu_oom.py on a scripted NVML (rank 0 holds 6 GiB, rank 1 1 GiB of
 10 GiB), rank 0 dies of CUDA OOM, then the run is stopped. Its gpu.jsonl is the GPU timeline
@@ -8,7 +8,8 @@ that supervisor wrote; tests/cli/test_summary.py reads it for the per-rank GPU p
 same test on a live run runs too, once the supervisor under test writes gpu.jsonl itself).
 thinned-gpu/: tests/fixtures/reporter.py on a scripted NVML with the GPU timeline capped at
 4 KiB (MPWATCH_GPU_TIMELINE_MB), run until the supervisor has thinned gpu.jsonl, then stopped.
-Paths and pids in the files are those of the recording machine.
+The checkout's and the run directory's paths are replaced by fixed ones (the replay's snapshot
+of the OOM draws oom-gpu/); pids are those of the recording machine.
 """
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ from pathlib import Path
 
 from tests.helpers import FIXTURES, HeadlessRun, keep_run_dir, wait_for
 from tests.recorded_runs import oom_run_until
+from tests.replay.record_runs import normalise
 
 DATA = Path(__file__).resolve().parent / "data"
 GiB = 1 << 30
@@ -37,9 +39,8 @@ def record_oom(dest: Path) -> None:
             oom_run_until(run, go)
         finally:
             run.cleanup()
-        if not (run.run_dir / "gpu.jsonl").exists():
-            raise SystemExit("this supervisor writes no gpu.jsonl: record with one that does")
         keep_run_dir(run.run_dir, dest)
+        normalise(dest, run.run_dir, f"/home/user/mpwatch-runs/{dest.name}")
 
 
 def record_thinned(dest: Path) -> None:
@@ -57,6 +58,7 @@ def record_thinned(dest: Path) -> None:
         finally:
             run.cleanup()
         keep_run_dir(run.run_dir, dest)
+        normalise(dest, run.run_dir, f"/home/user/mpwatch-runs/{dest.name}")
 
 
 def _text(path: Path) -> str:

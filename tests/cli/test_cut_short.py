@@ -5,11 +5,7 @@ copy of a real run (tests/recorded_runs.py)."""
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import tempfile
-import types
-from pathlib import Path
 
 import pytest
 
@@ -121,23 +117,9 @@ def test_a_directory_with_nothing_of_a_run_is_refused(crashed, tmp_path):
     assert "not-a-run" not in mpwatch("ls", "--all", tmp_path).stdout
 
 
-def test_another_users_run_directory_is_one_line(crashed):
-    """The run directory is 0700: another user reading it gets one line, exit code 2."""
-    import mpwatch.cli.summary  # noqa: F401 - imported before dropping privileges
-    from tests.faults.conftest import as_user, run_cli
-
-    shared = Path(tempfile.mkdtemp(prefix="mpwatch-unreadable-"))
-    try:
-        shared.chmod(0o755)
-        d = crashed.copy(shared)
-        assert d.stat().st_mode & 0o777 == 0o700
-        if os.geteuid() == 0:
-            res = as_user(lambda: run_cli(["summary", str(d)]))
-        elif os.access(d, os.R_OK):
-            pytest.skip("this user reads a mode-0700 directory of its own and cannot become another user")
-        else:  # pragma: no cover - an unprivileged user with a directory it cannot read
-            res = run_cli(["summary", str(d)])
-    finally:
-        shutil.rmtree(shared)
-    one_line_error(types.SimpleNamespace(returncode=res["code"], stdout=res["stdout"], stderr=res["stderr"]),
-                   f"run directory {d} is not readable by this user")
+def test_another_users_run_directory_is_one_line(crashed, nobody):
+    """The run directory is 0700: another user (uid 65534) reading it gets one line, exit code 2."""
+    d = crashed.copy(nobody.shared("runs"))
+    assert d.stat().st_mode & 0o777 == 0o700
+    for args in (["summary", d], ["ctl", "--run", d, "logs", "0"]):
+        one_line_error(nobody.mpwatch(*args), f"run directory {d} is not readable by this user")

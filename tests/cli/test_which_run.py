@@ -7,16 +7,19 @@ import pytest
 
 from tests.helpers import FIXTURES, mpwatch, wait_for
 
+pytestmark = pytest.mark.xdist_group("which_run")  # the two runs are started once, in one lane
 WORKER = FIXTURES / "tui_worker.py"
 FLOOD = FIXTURES / "forever.py"
+ACTING = ("paused", "resumed", "worker_exited", "dump", "stopping", "resized", "restarted")
 
 
-@pytest.fixture
-def two_runs(headless):
-    """An older run of tui_worker.py, then a newer one of forever.py, both live."""
-    older = headless(WORKER, n=1, opts=["--grace", "1"])
+@pytest.fixture(scope="module")
+def two_runs(headless_module):
+    """An older run of tui_worker.py, then a newer one of forever.py, both live (each test
+    leaves them as it found them)."""
+    older = headless_module(WORKER, n=1, opts=["--grace", "1"])
     wait_for(lambda: (older.run_dir / "control.json").exists(), 60, what="the first run")
-    newer = headless(FLOOD, n=1, opts=["--grace", "1"])
+    newer = headless_module(FLOOD, n=1, opts=["--grace", "1"])
     for run in (older, newer):
         wait_for(lambda run=run: run.worker(0)["state"] == "running", 60, what="a running worker")
     return older, newer
@@ -30,6 +33,7 @@ def ids(*runs) -> list[str]:
                                     ["dump", "0"], ["resize", "2"], ["stop"]])
 def test_an_acting_command_without_run_refuses_among_several_live_runs(two_runs, action):
     older, newer = two_runs
+    before = {run: len(run.events()) for run in two_runs}
     res = mpwatch("ctl", *action)
     assert res.returncode == 2 and res.stdout == "", (res.returncode, res.stdout, res.stderr)
     lines = res.stderr.splitlines()
@@ -41,8 +45,7 @@ def test_an_acting_command_without_run_refuses_among_several_live_runs(two_runs,
     assert str(FLOOD) in lines[2] and str(newer.run_dir) in lines[2]
     assert str(WORKER) in lines[3] and str(older.run_dir) in lines[3]
     for run in (older, newer):  # neither was touched
-        assert not [e for e in run.events() if e["event"] in ("paused", "worker_exited", "dump", "stopping",
-                                                               "resized", "restarted")]
+        assert not [e for e in run.events()[before[run]:] if e["event"] in ACTING]
         assert run.worker(0)["state"] == "running"
 
 
@@ -56,7 +59,10 @@ def test_read_only_commands_take_the_newest_and_say_so(two_runs):
     res = mpwatch("ctl", "logs", "0")
     assert res.returncode == 0 and f"this is the newest, {new_id}" in res.stderr
     # with --run, the older one, silently
+    paused = len(older.events("paused"))
     res = mpwatch("ctl", "--run", old_id, "pause", "0")
     assert res.returncode == 0 and res.stderr == "" and "paused rank 0" in res.stdout
-    older.wait_event("paused")
+    older.wait_event("paused", count=paused + 1)
     assert not newer.events("paused")
+    older.ctl("resume", "0")  # as it was found (the runs are the module's)
+    older.wait_state(0, "running")

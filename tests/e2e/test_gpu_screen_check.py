@@ -16,7 +16,7 @@ from tests.helpers import ROOT, wait_for
 from tests.libnvml import nvml_env
 from tests.record import WORKER, cuda_two_gpus, nvml_two_gpus, unused_pid
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.xdist_group("gpu_screen_check")]  # one contended run, one lane
 
 _spec = importlib.util.spec_from_file_location("gpu_screen", ROOT / "scripts" / "gpu_screen.py")
 assert _spec is not None and _spec.loader is not None
@@ -24,13 +24,15 @@ gpu_screen = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(gpu_screen)
 
 
-@pytest.fixture
-def contended_run(headless, tmp_path, libnvml):
+@pytest.fixture(scope="module")
+def contended_run(headless_module, tmp_path_factory, libnvml):
+    """One run the three tests only read."""
+    tmp_path = tmp_path_factory.mktemp("contended")
     cuda = tmp_path / "cuda.json"
     cuda.write_text(json.dumps(cuda_two_gpus()))
     env = nvml_env(libnvml, tmp_path, nvml_two_gpus(unused_pid()),
                    base=dict(os.environ, MPWATCH_FAKE_CUDA=str(cuda), SLEEP="0.1", CHILD="0"))
-    run = headless(WORKER, n=2, opts=["--gpu-interval", "0.5"], env=env)
+    run = headless_module(WORKER, n=2, opts=["--gpu-interval", "0.5"], env=env)
     # The scenario's memory ramps up for its first 6 s (its last frame: GPU 0 at 93%): a screen
     # read during the ramp would be compared with a later status. The process list (each rank's
     # memory) is queried less often than the device: wait for one taken after the last frame.

@@ -4,12 +4,10 @@ import os
 import re
 from pathlib import Path
 
-import psutil
 import pytest
 
-from tests.helpers import FIXTURES, wait_for
+from tests.helpers import FIXTURES, helpers_of, wait_for  # noqa: F401 - helpers_of: the tests import it from here
 from tests.remote.conftest import sshd  # noqa: F401 - the test's own sshd (test_hostile_remote.py)
-from tests.supervisor.conftest import strict_states  # noqa: F401 - autouse here too
 
 FAULTS = FIXTURES / "faults"
 
@@ -25,15 +23,6 @@ def pid_lines(run, rank: int, n: int) -> list[int]:
             return None
         return pids if len(pids) >= n else None
     return wait_for(found, what=f"{n} PID lines from rank {rank}")
-
-
-def helpers_of(sup_pid: int) -> list[int]:
-    """The supervisor's own helper processes (its watchdog)."""
-    try:
-        return [c.pid for c in psutil.Process(sup_pid).children()
-                if any("watchdog.py" in part for part in c.cmdline())]
-    except psutil.Error:
-        return []
 
 
 def reporting(run, n: int, min_step: int = 2):

@@ -4,7 +4,6 @@ import json
 import os
 import socket
 import struct
-import time
 from multiprocessing.connection import AuthenticationError
 from multiprocessing.connection import Client as Connect
 
@@ -12,7 +11,7 @@ import pytest
 
 from mpwatch.contract import protocol
 from tests.faults.conftest import FAULTS, control, reporting
-from tests.helpers import assert_gone, mpwatch, wait_for
+from tests.helpers import mpwatch, wait_for
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -74,7 +73,7 @@ def test_garbage_and_impossible_commands_are_refused_with_a_reason(headless):
     assert not run.events("paused") and not run.events("stopping")
     run.ctl("stop")
     assert run.wait_exit(timeout=60) == 1
-    assert_gone(run.all_pids())
+    run.assert_gone()
 
 
 def test_unauthenticated_and_wrong_key_connections_get_nothing(headless):
@@ -101,9 +100,7 @@ def test_unauthenticated_and_wrong_key_connections_get_nothing(headless):
     try:
         for s in silent:
             s.connect(address)
-        t0 = time.monotonic()
-        st = run.status()
-        assert time.monotonic() - t0 < 10
+        st = run.status()  # answered: a server held up by them would fail the client's own timeout
     finally:
         for s in silent:
             s.close()
@@ -111,4 +108,4 @@ def test_unauthenticated_and_wrong_key_connections_get_nothing(headless):
     assert run.proc.poll() is None
     run.ctl("stop")
     assert run.wait_exit(timeout=60) == 1
-    assert_gone(run.all_pids())
+    run.assert_gone()

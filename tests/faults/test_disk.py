@@ -3,8 +3,9 @@ import shutil
 
 import pytest
 
+from mpwatch.sources.local import Client
 from tests.faults.conftest import FAULTS
-from tests.helpers import assert_gone, mount_tmpfs, umount, wait_for
+from tests.helpers import mount_tmpfs, umount, wait_for
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -36,9 +37,15 @@ def test_full_disk_raises_an_alert_and_the_run_goes_on(headless, tmp_path):
         wait_for(lambda: (lambda w: w["restarts"] == 1 and w["pid"] != pid1 and w["state"] == "running"
                           and (w["step"] or 0) >= 5)(run.worker(1)), what="rank 1 back after its restart")
         assert run.proc.poll() is None
+        # one alert for the whole time the disk was full (every write failed since: none said twice)
+        assert [a["kind"] for a in run.status()["alerts"]].count("disk") == 1
+        with Client.connect(str(run.run_dir)) as c:  # the events clients got (events.jsonl is on that disk)
+            said = [e for e in c.events(0)["events"] if e["event"] == "alert" and e.get("kind") == "disk"]
+        assert len(said) == 1, said
+        assert run.stderr_text.count("alert: cannot write the run directory") == 1, run.stderr_text
         run.ctl("stop")
         assert run.wait_exit(timeout=60) == 1
-        assert_gone(run.all_pids())
+        run.assert_gone()
     finally:
         run.cleanup()
         umount(disk)

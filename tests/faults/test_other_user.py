@@ -13,7 +13,6 @@ import socket
 import stat
 import struct
 import tempfile
-from multiprocessing.connection import AuthenticationError
 from multiprocessing.connection import Client as Connect
 from pathlib import Path
 
@@ -21,7 +20,7 @@ import pytest
 
 from mpwatch.contract import protocol
 from tests.faults.conftest import FAULTS, NOBODY, as_user, control, reporting, requires_root, run_cli
-from tests.helpers import assert_gone, wait_for
+from tests.helpers import wait_for
 
 pytestmark = [pytest.mark.timeout(180), requires_root]
 
@@ -177,4 +176,4 @@ def check_other_user_is_kept_out(run, d, xdg):
     assert run.proc.poll() is None
     run.ctl("stop")
     assert run.wait_exit(timeout=60) == 1
-    assert_gone(run.all_pids())
+    run.assert_gone()

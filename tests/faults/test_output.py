@@ -4,14 +4,13 @@ import hashlib
 import json
 import random
 import re
-import time
 
 import psutil
 import pytest
 
 from mpwatch.sources.local import Client
 from tests.faults.conftest import FAULTS, final, printable
-from tests.helpers import assert_gone, wait_for
+from tests.helpers import wait_for
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -60,7 +59,7 @@ def test_100mb_of_stdout_is_all_in_the_log_and_supervisor_memory_stays_bounded(h
     assert len(tail) == 50 and all(re.fullmatch(r"line \d{9} x{80}", line) for line in tail)
     run.ctl("stop")
     assert run.wait_exit(timeout=60) == 1
-    assert_gone(run.all_pids())
+    run.assert_gone()
 
 
 def test_binary_garbage_is_kept_byte_for_byte_and_shown_sanitised(headless):
@@ -77,9 +76,15 @@ def test_binary_garbage_is_kept_byte_for_byte_and_shown_sanitised(headless):
         assert c.logs(0, "stderr", 1)[0].endswith(SHOWN)
     human = run.ctl("status").stdout
     assert printable(human)
+    # the command a user types: `mpwatch ctl logs`, on both streams
+    for args in (["--lines", "200"], ["--stderr", "--lines", "200"]):
+        out = run.ctl("logs", "0", *args).stdout
+        assert out and printable(out) and "\x1b" not in out
+        assert all(len(line) <= 400 for line in out.splitlines())
+    assert run.ctl("logs", "0", "--stderr", "--lines", "1").stdout.rstrip("\n").endswith(SHOWN)
     run.ctl("stop")
     assert run.wait_exit(timeout=60) == 1
-    assert_gone(run.all_pids())
+    run.assert_gone()
 
 
 def test_a_crash_after_binary_garbage_has_a_readable_cause(headless):
@@ -94,4 +99,4 @@ def test_a_crash_after_binary_garbage_has_a_readable_cause(headless):
     assert printable(run.stderr_text) and "\x1b" not in run.stderr_text
     for line in (run.run_dir / "events.jsonl").read_text().splitlines():
         json.loads(line)
-    assert_gone(run.all_pids())
+    run.assert_gone()

@@ -7,7 +7,7 @@ import time
 import pytest
 
 from tests.faults.conftest import FAULTS, final, helpers_of, pid_lines, reporting
-from tests.helpers import alive, assert_gone, mpwatch, wait_for
+from tests.helpers import alive, mpwatch, wait_for
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -21,11 +21,10 @@ def test_sigkilled_supervisor_leaves_no_worker_or_grandchild(headless):
     assert len(everything) >= 2 + 6 + 1 and all(alive(p) for p in everything)
     t0 = time.monotonic()
     os.kill(run.proc.pid, signal.SIGKILL)
-    assert_gone(everything, timeout=10)
-    took = time.monotonic() - t0
-    print(f"{len(everything)} processes gone {took:.2f}s after the supervisor's SIGKILL")
-    # parent-death signal + the watchdog's killpg: well within "a second or two" on an idle box
-    assert took < 5, f"took {took:.1f}s"
+    # parent-death signal + the watchdog's killpg: a second or two on an idle box (how fast is a
+    # benchmark's business: a busy box may take longer, and only "all gone" is the guarantee)
+    run.assert_gone(*everything)
+    print(f"{len(everything)} processes gone {time.monotonic() - t0:.2f}s after the supervisor's SIGKILL")
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
@@ -43,7 +42,7 @@ def test_sigterm_or_sigint_stops_the_run_cleanly(headless, sig):
         assert w["state"] == "killed" and w["cause"] == "stopped with the run (SIGTERM)"
     info = json.loads((run.run_dir / "run.json").read_text())
     assert info["exit_code"] == 1 and info["finished"]
-    assert_gone(everything)
+    run.assert_gone(*everything)
     live = json.loads(mpwatch("ls", "--json").stdout)
     assert run.run_dir.name not in {e["run_id"] for e in live}
     assert str(run.run_dir.resolve()) not in {e["run_dir"] for e in live}
@@ -57,7 +56,7 @@ def test_second_sigint_does_not_wait_for_the_grace_period(headless):
     run.wait_event("stopping")
     os.kill(run.proc.pid, signal.SIGINT)
     assert run.wait_exit(timeout=60) == 1  # far inside the 120 s grace
-    assert_gone(everything)
+    run.assert_gone(*everything)
 
 
 def test_sighup_never_ends_the_run(headless):
@@ -75,4 +74,4 @@ def test_sighup_never_ends_the_run(headless):
     assert not run.events("stopping") and all(alive(p) for p in watchdog)
     run.ctl("stop")
     assert run.wait_exit(timeout=60) == 1
-    assert_gone(run.all_pids() | set(watchdog))
+    run.assert_gone(*watchdog)

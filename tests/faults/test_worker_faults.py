@@ -12,8 +12,9 @@ from pathlib import Path
 import psutil
 import pytest
 
+from mpwatch.tui.render import glyphs, view
 from tests.faults.conftest import FAULTS, final, helpers_of, pid_lines, reporting
-from tests.helpers import MPWATCH, alive, assert_gone, wait_for
+from tests.helpers import MPWATCH, alive, assert_gone, assert_run_gone, of_run, wait_for
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -49,7 +50,7 @@ def test_crash_is_shown_with_its_cause_and_restarts_are_capped(headless, mode):
     assert final(run)["run"]["restarts"] == 2
     log = (run.run_dir / "rank-0" / "stderr.log").read_text()
     assert log.count(f"last words of {mode}") == 3 and log.count("rank 0 restarted") == 2
-    assert_gone(run.all_pids())
+    run.assert_gone()
 
 
 LEAVE_CWD = """import os, sys
@@ -85,7 +86,8 @@ def test_a_worker_that_cannot_start_is_failed_and_said_so(tmp_path):
     w = json.loads((run_dir / "final.json").read_text())["workers"][0]
     assert (w["state"], w["pid"], w["restarts"]) == ("failed", None, 1)
     assert w["cause"].startswith("could not start")
-    assert_gone({e["pid"] for e in events if e["event"] == "worker_started"})
+    assert_run_gone(json.loads((run_dir / "run.json").read_text())["run_id"],
+                    {sup.pid} | {e["pid"] for e in events if e["event"] == "worker_started"})
 
 
 def test_early_clean_exit_is_shown_and_not_restarted(headless):
@@ -95,7 +97,7 @@ def test_early_clean_exit_is_shown_and_not_restarted(headless):
     for w in final(run)["workers"]:
         assert (w["state"], w["exit_code"], w["cause"], w["restarts"]) == ("exited", 0, "exit 0", 0)
         assert w["step"] == 2
-    assert_gone(run.all_pids())
+    run.assert_gone()
 
 
 def test_kill_reaches_children_and_grandchildren_that_ignore_sigterm(headless):
@@ -104,6 +106,7 @@ def test_kill_reaches_children_and_grandchildren_that_ignore_sigterm(headless):
     made = pid_lines(run, 0, 4)
     worker = run.worker(0)["pid"]
     assert all(alive(p) for p in made)
+    assert {worker, *made} <= of_run(run.run_id)  # the table walk that ends each case sees them all
     out = run.ctl("kill", "0").stdout
     assert "SIGTERM sent" in out
     w = run.wait_state(0, "killed")
@@ -115,7 +118,7 @@ def test_kill_reaches_children_and_grandchildren_that_ignore_sigterm(headless):
     assert all(alive(p) for p in others)
     run.ctl("stop")
     assert run.wait_exit(timeout=60) == 1
-    assert_gone(run.all_pids() | set(others))
+    run.assert_gone(*others)
 
 
 def test_worker_with_twenty_children_is_shown_and_stopped_whole(headless):
@@ -125,10 +128,16 @@ def test_worker_with_twenty_children_is_shown_and_stopped_whole(headless):
                   what="20 children in the worker's row")
     kids = [c["pid"] for c in st["workers"][0]["children"]]
     assert all(c["ppid"] == st["workers"][0]["pid"] for c in st["workers"][0]["children"])
+    # the TUI's table (its pure layer, fed this status): the worker's row, then a row per child
+    rows = view.table_rows(st)
+    assert [key for key, _ in rows[:1]] == ["w0"] and {key for key, _ in rows[1:]} == {f"w0.{p}" for p in kids}
+    cols = view.columns(160)
+    pid_at = [c.key for c in cols].index("pid")
+    assert sorted(int(view.row_cells(src, cols, glyphs.ASCII)[pid_at]) for _, src in rows[1:]) == sorted(kids)
     watchdog = helpers_of(sup)
     run.ctl("stop")
     assert run.wait_exit(timeout=60) == 1
-    assert_gone(run.all_pids() | set(kids) | set(watchdog))
+    run.assert_gone(*kids, *watchdog)
 
 
 # ---------------------------------------------------------------- D state ----
@@ -190,9 +199,12 @@ def test_stop_ends_and_names_a_process_it_could_not_kill(headless):
         assert run.wait_exit(timeout=60) == 1
         alerts = [a for a in final(run)["alerts"] if a["kind"] == "unkillable"]
         assert alerts, final(run)["alerts"]
-        named = {p["pid"] for a in alerts for p in a["processes"]}
-        assert set(stuck) <= named
-        assert all(f"pid {p}" in " ".join(a["message"] for a in alerts) for p in stuck)
+        named = {p["pid"]: p for a in alerts for p in a["processes"]}
+        assert set(stuck) <= set(named)
+        said = " ".join(a["message"] for a in alerts)
+        for pid in stuck:  # each with its state: uninterruptible sleep, as psutil names it
+            assert named[pid]["status"] == psutil.STATUS_DISK_SLEEP, named[pid]
+            assert f"pid {pid} (" in said and f"state {psutil.STATUS_DISK_SLEEP})" in said, said
         assert "could not kill" in run.stderr_text and str(stuck[0]) in run.stderr_text
         # rank 1 went normally; nothing else lingers
         w1 = final(run)["workers"][1]

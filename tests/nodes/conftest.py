@@ -12,7 +12,6 @@ from pathlib import Path
 import pytest
 
 from tests.helpers import HeadlessRun, mpwatch, wait_for
-from tests.supervisor.conftest import strict_states  # noqa: F401 - autouse here too
 
 ADDRS = ("127.0.0.1", "127.0.0.2")
 

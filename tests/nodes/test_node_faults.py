@@ -3,6 +3,8 @@ across them that learns and hangs on purpose, a c10d restart round of every node
 node whose supervisor is SIGKILLed, seen lost from the other."""
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from tests.helpers import FIXTURES, ROOT, assert_gone, wait_for
@@ -77,8 +79,9 @@ def test_c10d_failure_on_one_node_restarts_every_node_in_round_1(two_nodes, tmp_
 
 @pytest.mark.parametrize("backend,victim", [("static", 1), ("c10d", 0)])
 def test_a_node_whose_supervisor_is_sigkilled_is_lost_on_the_other(two_nodes, backend, victim):
+    # a node is lost after MPWATCH_NODE_LOST_S without a beat (10 s by default: 3 here)
     a, b = two_nodes(ROOT / "demo" / "hang.py", "--steps", "100000", "--step-time", "0.05", backend=backend,
-                     opts=["--stall-timeout", "30"])
+                     opts=["--stall-timeout", "30"], env=dict(os.environ, MPWATCH_NODE_LOST_S="3"))
     for run in (a, b):
         wait_reporting(run)
     dead, alive = (a, b) if victim == 0 else (b, a)

@@ -74,7 +74,8 @@ async def test_attach_two_nodes_shows_every_rank_and_routes_actions(two_nodes, s
             await until(pilot, lambda: rows(app)[3]["state"] == "paused", what="rank 3 paused on screen")
             assert not runs[0].events("paused") and rows(app)[1]["state"] == "running"
             # the detail view's curve comes from the rank's own node
-            assert source.history(3) and source.logs(3, "stdout", 5)[0].startswith("tui worker rank 1")
+            # (its first line: the worker prints a line every 20 steps, so ask for more than there are)
+            assert source.history(3) and source.logs(3, "stdout", 1000)[0].startswith("tui worker rank 1")
             await pilot.press("P")  # rank 3 paused, others running: pause all, on every node
             for run, n in zip(runs, (2, 3), strict=True):
                 run.wait_event("paused", count=n if run is runs[0] else 3)

@@ -10,6 +10,7 @@ import copy
 import pytest
 
 from mpwatch.sources.multinode import combine
+from mpwatch.text import fmt
 from mpwatch.contract.status import UNREACHABLE, State
 from mpwatch.tui.render import glyphs
 from mpwatch.tui.render import gpu_rows
@@ -25,12 +26,28 @@ G = glyphs.UNICODE
 HOSTS = ("127.0.0.1", "127.0.0.2")
 
 
-def parts(error: str | None = None) -> list[combine.NodePart]:
-    """The two recorded supervisors' own statuses as the merge sees them; node 1 lost with
-    `error` when given."""
-    statuses = recording("nodes")["node_statuses"]
-    return [combine.NodePart(i, HOSTS[i], st, error if i == 1 else None, 12.0 if error and i == 1 else None)
-            for i, st in enumerate(statuses)]
+def parts(lost: bool = False) -> list[combine.NodePart]:
+    """The two recorded supervisors' own statuses as the merge sees them; with `lost`, as the
+    recorded merged view saw them once node 1 stopped answering (its error, how long down)."""
+    rec = recording("nodes")
+    if lost:
+        return [combine.NodePart(n["node"], n["host"], n["status"], n["error"], n["down_for"])
+                for n in rec["lost"]["nodes"]]
+    return [combine.NodePart(i, HOSTS[i], st) for i, st in enumerate(rec["node_statuses"])]
+
+
+def lost_node() -> dict:
+    """Node 1 as the recorded merged view knew it once it stopped answering."""
+    return next(n for n in recording("nodes")["lost"]["nodes"] if n["node"] == 1)
+
+
+def at_rest(st: dict) -> dict:
+    """A merged status without the one value that moves while nothing happens: how long a
+    node has been down."""
+    st = copy.deepcopy(st)
+    for n in st["nodes"]:
+        n["down_for"] = None
+    return st
 
 
 def text(lines) -> str:
@@ -77,19 +94,22 @@ def test_the_culprit_is_named_across_nodes_where_no_node_alone_could():
 
 
 def test_an_unreachable_node_keeps_its_rows_marked_and_is_never_a_hang():
-    st = combine.merge(parts("ssh: connect to host 127.0.0.2 port 22: Connection refused"))
+    why = lost_node()["error"]
+    st = combine.merge(parts(lost=True))
+    made = recording("nodes")["lost"]["status"]  # what MergedSource made of the same parts (a moment apart)
+    assert at_rest(st) == at_rest(made) | {"events_seq": st["events_seq"]}
     lost = [w for w in st["workers"] if w["node"] == 1]
-    assert lost and all("Connection refused" in w["node_error"] for w in lost)
+    assert lost and all(w["node_error"] == why for w in lost)
     assert all("node_error" not in w for w in st["workers"] if w["node"] == 0)
     # node 0's ranks are all stalled at one step, nobody behind among those reached: no culprit
     assert st["straggler"]["culprits"] == [] and not [a for a in st["alerts"] if a["kind"] == "hang"]
     n1 = st["nodes"][1]
-    assert not n1["reachable"] and n1["down_for"] == 12.0 and "refused" in n1["error"]
+    assert not n1["reachable"] and n1["down_for"] == lost_node()["down_for"] and n1["error"] == why
     cols = view.columns(160, nodes=True)
     cells = view.worker_cells(lost[0], cols, G, False)
     at = {c.key: i for i, c in enumerate(cols)}
     assert lines_to_text([cells[at["state"]]]).plain == "unreachable" and cells[at["hb"]] == ""
-    assert cells[at["node"]] == "1" and "node 1 unreachable: ssh: connect" in cells[at["note"]]
+    assert cells[at["node"]] == "1" and cells[at["note"]].startswith(f"node 1 unreachable: {why}")
     # the run's counts take node 1's ranks as unreachable, not as their last known states
     counts = st["run"]["counts"]
     assert counts[UNREACHABLE] == len(lost) and sum(counts.values()) == len(st["workers"])
@@ -99,28 +119,30 @@ def test_an_unreachable_node_keeps_its_rows_marked_and_is_never_a_hang():
 def test_events_take_global_ranks_and_their_node():
     rec = recording("nodes")
     m = combine.maps(parts())
-    ev = {"ts": 1.0, "event": "stalled", "rank": 1, "seq": 9, "silent_for": 3.0}
+    ev = next(e for e in rec["node_events"][1] if e["event"] == "stalled" and e["rank"] == 1)  # node 1's own
     out = combine.event(ev, m[1])
     assert out["rank"] == 5 and out["node"] == 1 and ev["rank"] == 1
+    assert {k: v for k, v in out.items() if k not in ("rank", "node")} == {k: v for k, v in ev.items() if k != "rank"}
     started = [e for e in rec["events"] if e["event"] == "worker_started"]
     assert sorted((e["node"], e["rank"]) for e in started) == [(r // 4, r) for r in range(8)]
     assert [e["seq"] for e in rec["events"]] == list(range(1, len(rec["events"]) + 1))
 
 
 def test_timelines_of_nodes_whose_clocks_disagree_line_up():
-    tl = recording("gpu2")["timeline"]["120"]
-    skewed = copy.deepcopy(tl)
+    """The two recorded nodes' own GPU timelines, node 1's clock set 1000 s ahead."""
+    tl0, tl1 = recording("nodes")["node_timelines"]
+    skewed = copy.deepcopy(tl1)
     for t in skewed["ticks"]:
-        t["ts"] += 1000.0  # node 1's clock runs 1000 s ahead
+        t["ts"] += 1000.0
     for k in skewed["marks"]:
         k["ts"] += 1000.0
-    m0, m1 = combine.NodeMap(0, 0, {0: 0, 1: 1}, 0), combine.NodeMap(1, 2, {0: 2, 1: 3}, 2)
-    now = tl["ticks"][-1]["ts"] + 5
-    out = combine.timeline([(m0, tl), (m1, skewed)], now)
-    assert len(out["ticks"]) == len(tl["ticks"]) and out["ticks"][-1]["ts"] == now
+    m = combine.maps(parts())
+    now = max(tl0["ticks"][-1]["ts"], tl1["ticks"][-1]["ts"]) + 5
+    out = combine.timeline([(m[0], tl0), (m[1], skewed)], now)
+    assert len(out["ticks"]) == max(len(tl0["ticks"]), len(tl1["ticks"])) and out["ticks"][-1]["ts"] == now
     last = out["ticks"][-1]
     assert sorted(g["index"] for g in last["gpus"]) == [0, 1, 2, 3]
-    assert sorted(r["rank"] for r in last["ranks"]) == [0, 1, 2, 3]
+    assert sorted(r["rank"] for r in last["ranks"]) == list(range(8))
     assert max(k["ts"] for k in out["marks"]) <= now
 
 
@@ -130,20 +152,24 @@ def test_header_has_a_line_per_node_and_says_why_one_is_unreachable():
     t = text(lines)
     assert "node 0 127.0.0.1  4 workers: ● 0 running  ◆ 4 stalled" in t
     assert "node 1 127.0.0.2  4 workers" in t and "ranks from 4" in t
-    t = text(view.header_lines(combine.merge(parts("ssh: connect to host 127.0.0.2 port 22: Connection refused")), G))
-    assert "node 1 127.0.0.2  ✗ unreachable for 12s: ssh: connect to host 127.0.0.2 port 22: Connection refused" in t
+    n1 = lost_node()
+    t = text(view.header_lines(combine.merge(parts(lost=True)), G))
+    assert f"node 1 127.0.0.2  ✗ unreachable for {fmt.age(round(n1['down_for']))}: {n1['error']}" in t
     assert "8 workers: ● 0 running  ◆ 4 stalled" in t and "✗ 4 unreachable" in t
     plain = recording("gpu2")["status"]
     assert len(view.header_lines(plain, G)) == 3 and not node_rows.header_lines(plain, G)
 
 
 def test_many_nodes_fold_into_a_summary_line():
-    st = combine.merge(parts())
-    st["nodes"] = [dict(st["nodes"][i % 2], node=i) for i in range(6)]
-    st["nodes"][3].update(reachable=False, error="ssh: Connection timed out", down_for=40.0)
+    """Six nodes: the recorded two, node 1 as recorded unreachable, the others like node 0."""
+    st = combine.merge(parts(lost=True))
+    lost = st["nodes"][1]
+    st["nodes"] = [dict(st["nodes"][0], node=i) for i in range(6)]
+    st["nodes"][3] = dict(lost, node=3)
     lines = node_rows.header_lines(st, G)
-    assert text(lines).splitlines() == ["6 nodes: 5 reachable, 1 unreachable",
-                                        "node 3 127.0.0.2  ✗ unreachable for 40s: ssh: Connection timed out (retrying)"]
+    assert text(lines).splitlines() == [
+        "6 nodes: 5 reachable, 1 unreachable",
+        f"node 3 127.0.0.2  ✗ unreachable for {fmt.age(round(lost['down_for']))}: {lost['error']} (retrying)"]
 
 
 def test_gpu_rows_are_grouped_and_labelled_by_node():
@@ -155,8 +181,8 @@ def test_gpu_rows_are_grouped_and_labelled_by_node():
 
 
 def test_node_changes_are_told_once():
-    up, down = combine.merge(parts()), combine.merge(parts("ssh: Connection refused"))
-    assert node_rows.changes(up, down) == [("node 1 (127.0.0.2) unreachable: ssh: Connection refused; retrying",
+    up, down = combine.merge(parts()), combine.merge(parts(lost=True))
+    assert node_rows.changes(up, down) == [(f"node 1 (127.0.0.2) unreachable: {lost_node()['error']}; retrying",
                                             "error")]
     assert node_rows.changes(down, down) == []
     assert node_rows.changes(down, up) == [("node 1 (127.0.0.2) is back", "information")]
@@ -171,10 +197,11 @@ async def test_app_shows_every_rank_with_its_node():
         assert [k for k in app.table.order if "." not in k] == [f"w{r}" for r in range(8)]
         row5 = [c.plain.strip() for c in app.table.get_row("w5")]
         assert (row5[0], row5[1], row5[keys.index("state")]) == ("5", "1", "◆ stalled")
-        assert app.header.size.height == 5
+        # the header grows to its node lines on the layout after the snapshot: wait for it
+        await until(pilot, lambda: app.header.size.height == 5, 10, what="the header's five lines")
         app.table.select_key("w5")
-        await pilot.pause()
-        assert "rank 5 (node 1, local 1)" in str(app.selected_line.render())
+        await until(pilot, lambda: "rank 5 (node 1, local 1)" in str(app.selected_line.render()), 10,
+                    what="rank 5's line")
         alerts = str(app.alert_lines.render())
         assert "for rank 5 on node 1, which is at step 39" in alerts
 

@@ -25,9 +25,9 @@ RUN_DIR = "/home/user/mpwatch-runs/hang"
 PYTHON = "/usr/lib/python3"
 
 
-def normalise(d: Path, run_dir: Path) -> None:
-    """Paths of this machine out of every text file of the copy."""
-    subs = [(str(run_dir), RUN_DIR), (str(run_dir.parent), "/home/user"), (str(ROOT), CHECKOUT),
+def normalise(d: Path, run_dir: Path, as_dir: str = RUN_DIR) -> None:
+    """Paths of this machine out of every text file of the copy (the run directory's: as_dir)."""
+    subs = [(str(run_dir), as_dir), (str(run_dir.parent), "/home/user"), (str(ROOT), CHECKOUT),
             (f"on {socket.gethostname()}", "on gpu-node-1"),
             (sys.prefix, PYTHON), (sys.base_prefix, PYTHON)]
     for p in d.rglob("*"):

@@ -4,6 +4,8 @@ screen show; the keys that act are refused; `q` leaves. And SVG snapshots of the
 screen at 80x24 and 160x48 (after a change: --snapshot-update, then look at each)."""
 from __future__ import annotations
 
+import shutil
+
 import pytest
 from textual.widgets import Input
 
@@ -186,3 +188,25 @@ async def first_screen(pilot):
 @pytest.mark.parametrize("size", SIZES, ids=lambda s: f"{s[0]}x{s[1]}")
 def test_snapshot_a_failed_run_at_its_first_screen(snap_compare, size):
     assert snap_compare(app_on(STORED_FAILED), terminal_size=size, run_before=first_screen)
+
+
+def test_snapshot_the_events_screen_at_the_culprit(snap_compare):
+    """The replay's events screen with the cursor at the finding: the events after it dim."""
+    async def before(pilot):
+        await ready(pilot)
+        await key(pilot, "left_square_bracket")
+        await pilot.press("e")
+        await until(pilot, lambda: isinstance(pilot.app.screen, EventsScreen), what="the events screen")
+        await pilot.pause()
+    assert snap_compare(app_on(STORED_HANG), terminal_size=(120, 40), run_before=before)
+
+
+def test_snapshot_the_notes_banner_of_a_run_cut_short(snap_compare, tmp_path):
+    """The stored hang as a killed supervisor leaves it: no final.json, a torn last event."""
+    d = shutil.copytree(STORED_HANG, tmp_path / "hang")
+    (d / "final.json").unlink()
+    events = d / "events.jsonl"
+    events.write_bytes(events.read_bytes()[:-40])
+    app = app_on(d)
+    assert len(app.replay.notes) == 2
+    assert snap_compare(app, terminal_size=(100, 30), run_before=ready)

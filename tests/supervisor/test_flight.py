@@ -47,7 +47,7 @@ def test_torchs_analyzer_output_is_read():
 def test_the_flight_recorder_names_the_rank_that_did_not_join(headless):
     pytest.importorskip("torch", reason="a flight recorder needs torch (the demo extra)")
     env = dict(os.environ, MPWATCH_NCCL_FLIGHT="1", HANG_RANK="1", HANG_STEP="5")
-    run = headless(FIXTURES / "flight_hang.py", n=3, opts=["--stall-timeout", "3"], env=env)
+    run = headless(FIXTURES / "flight_hang.py", n=3, opts=["--stall-timeout", "6"], env=env)
     alert = run.wait_event("alert", lambda r: r.get("kind") == "hang" and "flight recorder" in r["message"], 180)[0]
     # the stacks alone cannot tell (every rank at step 4, the peers waiting in a Work's wait()): the dumps can
     assert alert["message"].startswith("ranks 0,2 wait in all_reduce #") and alert["message"].endswith(

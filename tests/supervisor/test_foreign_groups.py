@@ -1,6 +1,11 @@
-"""No orphans even when a worker's child leaves the worker's process group (setsid)."""
+"""No orphans even when a worker's child leaves the worker's process group (setsid): found by
+the process sampler within the two seconds the README says, and ended on kill, on stop and
+with a SIGKILLed supervisor."""
 import re
 import signal
+import time
+
+import psutil
 
 import pytest
 
@@ -34,3 +39,22 @@ def test_sigkilled_supervisor_takes_a_setsid_child_along(headless):
     run.proc.send_signal(signal.SIGKILL)
     run.proc.wait()
     assert_gone(pids, timeout=10)
+
+
+def test_kill_ends_a_child_in_its_own_session_once_it_has_lived_two_seconds(headless):
+    """No waiting for the status to show the group: `kill` comes as soon as the child has
+    lived the two seconds (by its own start time), which is all the README promises."""
+    run = headless(FIXTURES / "setsid_grandchild.py", n=2, opts=["--grace", "1"])  # rank 1 keeps the run going
+    pid = int(wait_for(lambda: re.search(r"SETSID (\d+)", run.log(0)), what="the setsid child's pid").group(1))
+    born = psutil.Process(pid).create_time()
+    wait_for(lambda: time.time() >= born + 2.0, what="the child to have lived two seconds")
+    worker = run.worker(0)["pid"]
+    run.ctl("kill", "0")
+    run.wait_state(0, "killed")
+    assert_gone([worker, pid])
+    other = int(re.search(r"SETSID (\d+)", run.log(1)).group(1))
+    assert alive(other) and run.worker(1)["state"] == "running"  # rank 1's own stays
+    run.ctl("stop")
+    run.wait_exit()
+    run.assert_gone(pid, other)
+

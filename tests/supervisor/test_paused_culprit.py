@@ -23,7 +23,7 @@ FINDING = re.compile(rf"^ranks 0,2 wait{NEED_IN}(all_reduce|DDP's gradient all-r
 
 def test_a_paused_rank_is_the_named_cause_in_one_finding(headless):
     run = headless(ROOT / "demo" / "hang.py", "--steps", "100000", "--step-time", "0.02", n=3,
-                   opts=["--stall-timeout", "3"])
+                   opts=["--stall-timeout", "6"])
     wait_for(lambda: all((w["step"] or 0) >= 10 for w in run.status()["workers"]), 180, what="three ranks stepping")
     before = time.time()
     run.ctl("pause", "1")

@@ -29,16 +29,31 @@ def status(name: str) -> Status:
 
 
 class RecordedSource:
-    """Answers status/events/history/logs/gpu_timeline from a recording; refuses every action."""
+    """Answers status/events/history/logs/gpu_timeline from a recording; refuses every action.
 
-    def __init__(self, name: str):
+    events: hand out the recorded events (else none: the screens as a TUI attached at that
+    moment draws them). lost: the nodes recording's merged status once node 1 stopped
+    answering. ends_after: that many statuses, then the run is gone (`ended`: the recorded
+    status is its last, and it finished with exit code 1)."""
+
+    def __init__(self, name: str, *, events: bool = False, lost: bool = False, ends_after: int | None = None):
         self.data = recording(name)
+        self.recorded = self.data["lost"]["status"] if lost else self.data["status"]
+        self.give_events = events
+        self.ends_after = ends_after
+        self.asked = 0
 
     def status(self, tail: int | None = None) -> Status:
-        return copy.deepcopy(self.data["status"])
+        self.asked += 1
+        if self.ends_after is not None and self.asked > self.ends_after:
+            raise ClientError("lost the connection to the run (it may have finished)")
+        return copy.deepcopy(self.recorded)
 
     def events(self, since: int = 0) -> EventsReply:
-        return {"events": [], "seq": self.data["status"]["events_seq"]}
+        seq = self.recorded["events_seq"]
+        if not self.give_events:
+            return {"events": [], "seq": seq}
+        return {"events": [e for e in copy.deepcopy(self.data["events"]) if e.get("seq", 0) > since], "seq": seq}
 
     def history(self, rank: int) -> list[tuple[float, float]]:
         return [(s, v) for s, v in self.data["history"].get(str(rank), [])]
@@ -65,13 +80,18 @@ class RecordedSource:
         return self
 
     def ended(self, stop: object = None) -> tuple[Status | None, dict[str, Any] | None]:
-        return self.status(), None  # the recorded status is the run's last
+        """The recorded run's final.json when it has one (it was stopped), else its status."""
+        final = self.data.get("final", self.recorded)
+        info = {"finished": True, "exit_code": final["run"]["exit_code"]} if self.ends_after is not None else None
+        return copy.deepcopy(final), info
 
     def materialise(self, run_dir: Path) -> None:
         """Write the recording's stack dumps where the status points, under run_dir (the
         detail view reads a dump from the run directory)."""
-        root = self.data["status"]["run"]["dir"]
+        root = Path(self.data["status"]["run"]["dir"])
         for path, text in self.data["dumps"].items():
+            if not Path(path).is_relative_to(root):  # another node's (a merged view): not here
+                continue
             rel = Path(path).relative_to(root)
             (run_dir / rel).parent.mkdir(parents=True, exist_ok=True)
             (run_dir / rel).write_text(text)

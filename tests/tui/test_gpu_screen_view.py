@@ -119,6 +119,9 @@ def test_columns_leave_a_gap_before_the_run_and_none_inside_it():
 
 
 def test_chart_lines_say_why_there_is_no_timeline():
-    lines = plain(chart_lines(status("gpu2"), None, "the run has ended", 120, 80, False, G))
+    st = status("gpu2")
+    g0 = st["gpus"][0]
+    lines = plain(chart_lines(st, None, "the run has ended", 120, 80, False, G))
     assert lines.count("  no timeline: the run has ended") == 2  # one per GPU
-    assert any(line.startswith("GPU 0  memory 42.3G / 80.0G  util 93%") and "NVIDIA H100" in line for line in lines)
+    head = f"GPU 0  memory {fmt.size(g0['mem_used'])} / {fmt.size(g0['mem_total'])}  util {g0['util_gpu']}%"
+    assert any(line.startswith(head) and "NVIDIA H100" in line for line in lines), lines

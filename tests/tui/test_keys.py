@@ -165,7 +165,7 @@ async def test_l_shows_logs_and_tab_switches_stream(tui):
 
 
 async def test_filter_sort_fold_help_and_children(tui):
-    async with tui(n=2, env={"CHILD": "1"}) as (app, pilot, _run):
+    async with tui(n=2, env={"CHILD": "1"}) as (app, pilot, run):
         await until(pilot, lambda: any("." in k for k in app.table.order), timeout=30,
                     what="child rows (the sampler runs once a second)")
         child_keys = [k for k in app.table.order if k.startswith("w0.")]
@@ -185,11 +185,18 @@ async def test_filter_sort_fold_help_and_children(tui):
         assert said(app, "filter '1': 1 worker(s) shown")
         await pilot.press("escape")
         await until(pilot, lambda: app.table.order == ["w0", "w1"], what="the filter cleared")
-        # s sorts by the next key; the order follows it
+        # s sorts by the next key; the rows follow it. Rank 1 paused: by state it comes first
+        # (paused before running), by step last (rank 0 steps on past it).
+        run.ctl("pause", "1")
+        await until(pilot, lambda: (worker_of(app, 1) or {}).get("state") == "paused"
+                    and (worker_of(app, 0)["step"] or 0) > (worker_of(app, 1)["step"] or 0), what="rank 1 paused, behind")
+        assert app.table.order == ["w0", "w1"]  # by rank
         await pilot.press("s")
         assert app.sort == "state" and said(app, "sorted by state")
+        await until(pilot, lambda: app.table.order == ["w1", "w0"], 10, what="rows by state: paused first")
         await pilot.press("s")
         assert app.sort == "step"
+        await until(pilot, lambda: app.table.order == ["w0", "w1"], 10, what="rows by step: rank 0 first")
         await pilot.press("question_mark")
         assert isinstance(app.screen, HelpScreen)
         await pilot.press("escape")

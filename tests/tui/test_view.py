@@ -146,9 +146,18 @@ def test_worker_gpu_cell_shows_index_and_the_memory_its_processes_hold():
     assert st["workers"][0]["gpu"]["mem_bytes"] == rank0
 
 
-def test_row_sources_compare_equal_for_equal_data():
+def test_row_sources_compare_equal_for_equal_data_and_differ_where_it_differs():
+    """The table redraws a row when its source compares unequal (tui.render.diff): two copies
+    of one status give equal sources; a change of one rank's step changes its row's only."""
     a, b = dict(view.table_rows(status("states"))), dict(view.table_rows(status("states")))
-    assert a == b
+    assert a == b and a["w1"] is not b["w1"]  # equal data in distinct objects
+    st = status("states")
+    st["workers"][1]["step"] += 1
+    c = dict(view.table_rows(st))
+    assert [k for k in a if a[k] != c[k]] == ["w1"]
+    p = diff.plan({k: view.row_cells(v, view.columns(160), G) for k, v in a.items()}, list(a),
+                  [(k, view.row_cells(v, view.columns(160), G)) for k, v in c.items()])
+    assert [k for k, _ in p.update] == ["w1"] and not p.add and not p.remove and not p.rebuild
 
 
 # --------------------------------------------------------------- the GPUs ----
@@ -158,17 +167,17 @@ def test_gpu_rows_one_per_gpu_within_the_width(name, width):
     st = status(name)
     rows = gpu_rows.gpu_rows(st, G, width)
     assert len(rows) == len(st["gpus"])
-    for gpu, row in zip(st["gpus"], rows, strict=True):
+    worst = [gpu_rows.worst(gpu["alerts"]) for gpu in st["gpus"]]
+    assert any(worst) and not all(worst)  # GPUs with alerts and GPUs without
+    wide = width > 120  # temperature, power and the history sparklines
+    for gpu, row, bad in zip(st["gpus"], rows, worst, strict=True):
         text = segs.plain(row)
         assert segs.width(row) <= width and text.isascii()
         assert text.lstrip().startswith(f"{gpu['index']} ")
         assert fmt.pct(gpu["util_gpu"]) in text  # never "util N/A" when NVML has it
         assert f"{fmt.size(gpu['mem_used'])}/{fmt.size(gpu['mem_total'])}" in text
-        worst = gpu_rows.worst(gpu["alerts"])
-        if worst is not None and width > 100:
-            assert worst["short"] in text
-        if width > 120:  # wide: temperature, power and the history sparklines
-            assert f"{gpu['temperature']}C" in text and f"{gpu['power_w']:.0f}W" in text
+        assert bad is None or bad["short"] in text  # the worst alert's few words, at every width
+        assert (f"{gpu['temperature']}C" in text, f"{gpu['power_w']:.0f}W" in text) == (wide, wide), text
 
 
 def test_gpu_row_of_the_issue_scenario():

@@ -23,6 +23,7 @@ ALERTS_KEPT = 50  # as the supervisor's status keeps (supervisor.eventlog)
 class RankFold:
     rank: int
     pid: int | None = None
+    global_rank: int | None = None  # RANK, from worker_started (several nodes: not rank)
     state: State = State.STARTING
     started: float | None = None  # this attempt's start (wall clock)
     world: int | None = None
@@ -96,6 +97,7 @@ def _rank_event(run: RunFold, k: RankFold, e: EventFields, restarting: bool, run
     name = e["event"]
     if name == Event.WORKER_STARTED:
         k.pid, k.state, k.started = as_int(e.get("pid")), State.STARTING, e["ts"]
+        k.global_rank = as_int(e.get("global_rank"))
         k.exit_code = k.signal = k.cause = None
         k.stall, k.slow_start, k.unkillable = None, None, None
         k.world = as_int(e.get("world_size")) or k.world
@@ -109,11 +111,11 @@ def _rank_event(run: RunFold, k: RankFold, e: EventFields, restarting: bool, run
         k.state = State.STALLED
         silent = as_float(e.get("silent_for")) or 0.0
         k.stall = StallInfo(since=e["ts"] - silent, step=as_int(e.get("step")), kind=as_str(e.get("kind")) or "",
-                            detail=as_str(e.get("detail")), wchan=as_str(e.get("wchan")))
+                            detail=as_str(e.get("detail")), wchan=as_str(e.get("wchan")), gpu=e.get("gpu") is True)
     elif name == Event.SLOW_START:
         k.slow_start = StallInfo(since=k.started if k.started is not None else e["ts"], step=None,
                                  kind=as_str(e.get("kind")) or "", detail=as_str(e.get("detail")),
-                                 wchan=as_str(e.get("wchan")))
+                                 wchan=as_str(e.get("wchan")), gpu=e.get("gpu") is True)
         limit = as_float(e.get("limit"))
         if limit is not None:
             k.slow_start["limit"] = limit

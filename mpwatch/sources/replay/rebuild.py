@@ -67,7 +67,7 @@ def worker_row(k: RankFold, reps: list[ReportRow], t: float, tail: int, gpu: Wor
     alive = state in ALIVE_STATES
     losses = [r.loss for r in reps if r.loss is not None]
     row = WorkerStatus(
-        rank=k.rank, pid=k.pid, state=state,
+        rank=k.rank, global_rank=k.rank if k.global_rank is None else k.global_rank, pid=k.pid, state=state,
         step=next((r.step for r in reversed(reps) if r.step is not None), None),
         loss=last.loss if last is not None else None,
         steps_per_s=_rate(reps, t, k.started) if state == State.RUNNING else (0.0 if alive else None),
@@ -75,7 +75,7 @@ def worker_row(k: RankFold, reps: list[ReportRow], t: float, tail: int, gpu: Wor
         heartbeat="ok" if heard else "none", cpu_percent=None, rss_bytes=None, proc_status=None,
         restarts=k.restarts, exit_code=k.exit_code, signal=k.signal, cause=k.cause,
         reports=0, dropped=0, bad_frames=k.bad_frames, phases={}, cuda=None,
-        loss_tail=losses[-tail:] if tail else [], world_size=k.world or 0,
+        loss_tail=losses[-tail:] if tail else [], world_size=k.world or 0, dist=False,  # the events do not say
         uptime=round(t - k.started, 1) if k.started is not None and alive else None,
         stall=k.stall.copy() if k.stall is not None and state == State.STALLED else None,
         paused_at=k.paused_at if state == State.PAUSED else None,
@@ -129,7 +129,7 @@ def _gpu_view(g: GpuTickGpu, tick: GpuTick, facts: RunFacts, ranks: list[GpuTick
     a, rv, n = _sum(alloc), _sum(res), _sum(nvml)
     names = facts.gpu_names.get(i, {})
     procs = [GpuProcess(pid=pid, rank=tr["rank"], child_of=None, user=None, cmd=None, mem_bytes=tr.get("nvml"),
-                        visible=True) for tr in mine if (pid := pids.get(tr["rank"])) is not None]
+                        visible=True, sm_util=None) for tr in mine if (pid := pids.get(tr["rank"])) is not None]
     return GpuView(
         index=i, name=names.get("name"), uuid=names.get("uuid"), mem_used=g.get("mem_used"),
         mem_total=g.get("mem_total") or names.get("mem_total"), util_gpu=g.get("util_gpu"), util_mem=None,
@@ -208,7 +208,7 @@ def status_at(events: EventsFile, gpu: GpuFile, facts: RunFacts, run: RunFold, p
     info = RunInfo(id=facts.run_id, dir=str(facts.dir), script=facts.script, args=list(facts.args), state=run.state,
                    pid=facts.pid, started=facts.started, uptime=round(max(0.0, t - facts.started), 1),
                    world_size=run.world or len(workers), nprocs=len(workers), counts=counts, restarts=run.restarts,
-                   exit_code=run.exit_code, options=facts.options, refused_connections=0)
+                   exit_code=run.exit_code, options=facts.options, refused_connections=0, node=None)
     tunables, checkpoints = run.live.status()
     return Status(run=info, workers=workers, gpus=views, gpu_status=gpu_status, alerts=list(run.alerts),
                   events_seq=min(pos + 1, len(events.events)), straggler=straggler(workers, run),

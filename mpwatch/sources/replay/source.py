@@ -47,9 +47,8 @@ def _facts(rd: reader.RunDir, first: EventFields | None) -> RunFacts:
         return default if v is None else v
 
     options = RunOptions(max_restarts=int(num("max_restarts", 0)), stall_timeout=num("stall_timeout", 60.0),
-                         grace=num("grace", 10.0), resize_mode=str(opts.get("resize_mode", "restart")))
-    if isinstance(opts.get("startup_timeout"), (int, float)):
-        options["startup_timeout"] = num("startup_timeout", 600.0)
+                         startup_timeout=num("startup_timeout", 600.0), grace=num("grace", 10.0),
+                         resize_mode=str(opts.get("resize_mode", "restart")))
     names: dict[int, dict[str, Any]] = {}
     for g in final["gpus"] if final is not None else []:
         names[g["index"]] = {"name": g.get("name"), "uuid": g.get("uuid"), "mem_total": g.get("mem_total")}

@@ -52,9 +52,9 @@ class ProcessLabeler:
             child_of = by_pid[ancestor]  # a child the process sampler has not seen yet
         if who is None:
             return {"pid": pid, "rank": rank, "child_of": child_of, "user": None, "cmd": None, "mem_bytes": mem,
-                    "visible": False}
+                    "visible": False, "sm_util": None}
         return {"pid": pid, "rank": rank, "child_of": child_of, "user": who.user, "cmd": who.cmd, "mem_bytes": mem,
-                "visible": who.visible}
+                "visible": who.visible, "sm_util": None}
 
 
 def _whois(pid: int, worker_pids: Collection[int], cached: Who | None, now: float) -> Who:

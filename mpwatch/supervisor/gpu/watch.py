@@ -300,7 +300,8 @@ class GpuWatch:
         return {"index": s.index, "name": s.name, "uuid": s.uuid, "mem_used": s.mem_used, "mem_total": s.mem_total,
                 "util_gpu": s.util_gpu, "util_mem": s.util_mem, "temperature": s.temperature, "power_w": s.power_w,
                 "processes": procs, "errors": errors, "ts": s.ts, "processes_ts": self._procs_ts.get(s.index),
-                "alerts": []}
+                "alerts": [], "ranks": [], "history": {"mem_used": [], "util_gpu": []},  # both filled by tick
+                "breakdown": {"allocated": None, "cached": None, "other": None, "outside": None}}
 
     def _history(self, v: GpuView) -> GpuHistory:
         mem, util = self._spark.setdefault(v["index"], (deque(maxlen=HISTORY_POINTS), deque(maxlen=HISTORY_POINTS)))

@@ -83,10 +83,10 @@ def _doing(info: StallInfo, at: str = "stuck in") -> list[str]:
 
 
 def _stall_note(w: WorkerStatus) -> list[str]:
-    stall = w["stall"] or {"since": 0.0, "step": w["step"]}
+    stall = w["stall"]
     age = w["heartbeat_age"]
-    return [f"stalled at step {fmt.num(stall.get('step', w['step']), na='-')}"
-            + (f", silent {fmt.age(age)}" if age is not None else "")] + _doing(stall)
+    return [f"stalled at step {fmt.num(w['step'] if stall is None else stall['step'], na='-')}"
+            + (f", silent {fmt.age(age)}" if age is not None else "")] + ([] if stall is None else _doing(stall))
 
 
 def note_text(w: WorkerStatus) -> str:

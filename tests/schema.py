@@ -1,0 +1,138 @@
+"""A JSON value checked against contract.status's TypedDicts, and the shape of one (its keys and
+the kinds of its values, recursively), for the tests that keep recorded data from drifting
+(tests/test_recordings.py).
+
+Works from Python 3.10 (the README's floor): there NotRequired and the evaluation of the
+schema's string annotations come from typing_extensions (a dependency below 3.11).
+"""
+from __future__ import annotations
+
+import enum
+import sys
+import types
+import typing
+from typing import Any
+
+from mpwatch.contract.coerce import NON_FINITE
+
+if sys.version_info >= (3, 11):
+    from typing import NotRequired, Required, get_args, get_origin, get_type_hints, is_typeddict
+else:  # pragma: no cover - Python 3.10
+    from typing_extensions import NotRequired, Required, get_args, get_origin, get_type_hints, is_typeddict
+
+_UNIONS = (typing.Union, types.UnionType)
+
+
+def fields(tp: Any) -> dict[str, tuple[Any, bool]]:
+    """A TypedDict's keys: key -> (its type, whether every status carries it)."""
+    out = {}
+    for key, hint in get_type_hints(tp, include_extras=True).items():
+        required = get_origin(hint) is not NotRequired
+        if get_origin(hint) in (NotRequired, Required):
+            hint = get_args(hint)[0]
+        out[key] = (hint, required)
+    return out
+
+
+def problems(value: Any, tp: Any, path: str = "status") -> list[str]:
+    """What of value does not fit tp (a contract.status type), one line each; [] when it fits."""
+    if tp is Any:
+        return []
+    if is_typeddict(tp):
+        if not isinstance(value, dict):
+            return [f"{path}: {type(value).__name__}, not an object ({tp.__name__})"]
+        out = []
+        schema = fields(tp)
+        for key, (hint, required) in schema.items():
+            if key in value:
+                out += problems(value[key], hint, f"{path}.{key}")
+            elif required:
+                out.append(f"{path}.{key}: missing ({tp.__name__} always has it)")
+        out += [f"{path}.{key}: not in contract.status ({tp.__name__})" for key in value if key not in schema]
+        return out
+    origin, args = get_origin(tp), get_args(tp)
+    if origin in _UNIONS:
+        tries = [problems(value, arg, path) for arg in args]
+        return [] if any(not t for t in tries) else min(tries, key=len)
+    if origin is typing.Literal:
+        return [] if value in args else [f"{path}: {value!r} is none of {args}"]
+    if origin is list:
+        if not isinstance(value, list):
+            return [f"{path}: {type(value).__name__}, not a list"]
+        return [p for i, v in enumerate(value) for p in problems(v, args[0], f"{path}[{i}]")]
+    if origin is dict:
+        if not isinstance(value, dict):
+            return [f"{path}: {type(value).__name__}, not an object"]
+        return [p for k, v in value.items() for p in problems(v, args[1], f"{path}[{k!r}]")]
+    return _leaf(value, tp, path)
+
+
+def _leaf(value: Any, tp: Any, path: str) -> list[str]:
+    if isinstance(tp, type) and issubclass(tp, enum.Enum):  # a State travels as its value
+        ok = value in {m.value for m in tp}
+    elif tp is type(None):
+        ok = value is None
+    elif tp is bool:
+        ok = isinstance(value, bool)
+    elif tp is int:
+        ok = isinstance(value, int) and not isinstance(value, bool)
+    elif tp is float:  # JSON has no float type of its own; a non-finite one is spelled out
+        ok = (isinstance(value, (int, float)) and not isinstance(value, bool)) or value in NON_FINITE
+    elif isinstance(tp, type):
+        ok = isinstance(value, tp)
+    else:
+        return [f"{path}: the checker does not know the type {tp!r}"]
+    return [] if ok else [f"{path}: {value!r} is not {getattr(tp, '__name__', tp)}"]
+
+
+# ------------------------------------------------------------------- shapes ----
+def kind(value: Any) -> str:
+    """A value's kind as JSON has it (int and float are one: a number)."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "bool"
+    if isinstance(value, (int, float)) or value in NON_FINITE:
+        return "number"
+    return {str: "str", list: "list", dict: "object"}.get(type(value), type(value).__name__)
+
+
+def shape(value: Any, path: str = "", out: dict[str, set[str]] | None = None) -> dict[str, set[str]]:
+    """Every path in value -> the kinds of value seen there. A list's items share one path
+    (`workers[]`); items of a list that carry a `kind` or an `event` are told apart by it
+    (`alerts[kind=hang]`), so each kind of alert has its own keys. The keys of a dict that maps
+    data (states, metric names, values N/A: DATA_KEYED) are one path (`run.counts{}`)."""
+    out = {} if out is None else out
+    out.setdefault(path, set()).add(kind(value))
+    if isinstance(value, dict):
+        data = path.rsplit(".", 1)[-1] in DATA_KEYED
+        for k, v in value.items():
+            shape(v, f"{path}{{}}" if data else f"{path}.{k}" if path else k, out)
+    elif isinstance(value, list):
+        for v in value:
+            tag = next((f"{name}={v[name]}" for name in ("kind", "event")
+                        if isinstance(v, dict) and isinstance(v.get(name), str)), "")
+            shape(v, f"{path}[{tag}]", out)
+    return out
+
+
+DATA_KEYED = frozenset({"counts", "metrics", "phases", "errors"})  # contract.status's dict[str, ...] fields
+
+
+def drift(fresh: dict[str, set[str]], stored: dict[str, set[str]]) -> list[str]:
+    """Paths one shape has and the other lacks (the topmost of each: not every key under a
+    missing object), and paths whose kinds disagree (null aside: a value unknown in one run
+    may be known in another)."""
+    out = [f"+ {p}: {sorted(fresh[p])} (the supervisor sends it, the recording lacks it)"
+           for p in _topmost(fresh.keys() - stored.keys())]
+    out += [f"- {p}: {sorted(stored[p])} (the recording has it, the supervisor no longer sends it)"
+            for p in _topmost(stored.keys() - fresh.keys())]
+    for p in sorted(fresh.keys() & stored.keys()):
+        a, b = fresh[p] - {"null"}, stored[p] - {"null"}
+        if a and b and not a & b:
+            out.append(f"~ {p}: {sorted(b)} recorded, {sorted(a)} now")
+    return out
+
+
+def _topmost(paths: set[str]) -> list[str]:
+    return [p for p in sorted(paths) if not any(p != q and p.startswith(q) and p[len(q)] in ".[{" for q in paths)]
