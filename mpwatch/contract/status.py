@@ -175,8 +175,8 @@ class WorkerStatus(TypedDict):
     foreign_groups: list[int]
     children: list[ChildStatus]
     gpu: WorkerGpu | None
-    stop: NotRequired[StopInfo | None]  # the stop signal mpwatch sent it (--stop-signal), until it ends
-    polls_checkpoint: NotRequired[bool]  # its process calls mpwatch.should_checkpoint()
+    stop: StopInfo | None  # the stop signal mpwatch sent it (--stop-signal), until it ends
+    polls_checkpoint: bool  # its process calls mpwatch.should_checkpoint()
     # A merged view of several nodes (sources.multinode.source) sets these three; `rank` is then the global rank.
     node: NotRequired[int]  # the node rank of the worker's node
     local_rank: NotRequired[int]  # its rank on that node (that supervisor's `rank`)
@@ -291,8 +291,8 @@ class RunOptions(TypedDict):
     startup_timeout: float  # no first report this long after a start: a slow start
     grace: float
     resize_mode: str
-    stop_signal: NotRequired[str]  # --stop-signal: what a rank's process gets first ("SIGTERM")
-    metrics: NotRequired[str | None]  # --metrics-port: where Prometheus scrapes this node ("127.0.0.1:9400")
+    stop_signal: str  # --stop-signal: what a rank's process gets first ("SIGTERM")
+    metrics: str | None  # --metrics-port: where Prometheus scrapes this node ("127.0.0.1:9400")
 
 
 class RunInfo(TypedDict):
@@ -380,8 +380,8 @@ class Status(TypedDict):
     alerts: list[RunAlert]
     events_seq: int
     straggler: Straggler | None
-    tunables: NotRequired[list[TunableStatus]]  # mpwatch.tunable()'s values, by name (contract.live)
-    checkpoints: NotRequired[list[CheckpointRequest]]  # the last "checkpoint now" requests
+    tunables: list[TunableStatus]  # mpwatch.tunable()'s values, by name (contract.live)
+    checkpoints: list[CheckpointRequest]  # the last "checkpoint now" requests
     nodes: NotRequired[list[NodeStatus]]  # a merged view of several nodes (sources.multinode.source): each one's state
 
 

@@ -20,7 +20,7 @@ def run_json(o: Options, run_id: str, run_dir: Path, started: float) -> dict[str
             "options": {"nprocs": o.nprocs, "max_restarts": o.max_restarts, "stall_timeout": o.stall_timeout,
                         "startup_timeout": o.startup_timeout,
                         "grace": o.grace, "resize_mode": o.resize_mode, "gpu_interval": o.gpu_interval,
-                        "run_dir": str(run_dir)}}
+                        "stop_signal": o.stop_signal, "run_dir": str(run_dir)}}
 
 
 def registry_entry(o: Options, run_id: str, run_dir: Path, started: float) -> registry.RegistryEntry:

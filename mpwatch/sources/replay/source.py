@@ -48,7 +48,9 @@ def _facts(rd: reader.RunDir, first: EventFields | None) -> RunFacts:
 
     options = RunOptions(max_restarts=int(num("max_restarts", 0)), stall_timeout=num("stall_timeout", 60.0),
                          startup_timeout=num("startup_timeout", 600.0), grace=num("grace", 10.0),
-                         resize_mode=str(opts.get("resize_mode", "restart")))
+                         resize_mode=str(opts.get("resize_mode", "restart")),
+                         stop_signal=str(opts.get("stop_signal", "SIGTERM")),
+                         metrics=None)  # a replay serves no metrics
     names: dict[int, dict[str, Any]] = {}
     for g in final["gpus"] if final is not None else []:
         names[g["index"]] = {"name": g.get("name"), "uuid": g.get("uuid"), "mem_total": g.get("mem_total")}
