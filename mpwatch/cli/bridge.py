@@ -33,7 +33,8 @@ from mpwatch.sources.remote import wire
 
 HELLO_WAIT_S = 30.0  # the client speaks first; a bridge nobody talks to goes away
 MAX_INFLIGHT = 8
-DRAIN_S = 40.0  # after its input closes, how long the requests in flight may take (a Client's timeout is 30 s)
+# After its input closes, how long the requests in flight may take (a Client's timeout is 30 s).
+DRAIN_S = 40.0
 
 
 class Bridge:
@@ -61,7 +62,8 @@ class Bridge:
                 self._write(wire.encode({"id": None, "reply": {"ok": False, "error": "request too long"}}))
                 return
             self._slots.acquire()
-            threading.Thread(target=self._handle, args=(line,), name="mpwatch-bridge-req", daemon=True).start()
+            threading.Thread(target=self._handle, args=(line,), name="mpwatch-bridge-req",
+                             daemon=True).start()
 
     def _drain(self) -> None:
         """Wait (at most DRAIN_S) until no request is in flight."""
@@ -86,7 +88,8 @@ class Bridge:
             req_id = req.pop("id", None)
             cmd = req.pop("cmd", None)
             if not isinstance(cmd, str):
-                self._write(wire.encode({"id": req_id, "reply": {"ok": False, "error": "bad request: no cmd"}}))
+                self._write(wire.encode({"id": req_id,
+                                         "reply": {"ok": False, "error": "bad request: no cmd"}}))
                 return
             try:
                 reply = self._relay(req_id, cmd, req)

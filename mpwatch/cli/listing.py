@@ -66,7 +66,8 @@ def _print_all(rows: list[postmortem.RunListing]) -> None:
     print(f"{'RUN':36} {'STARTED':19}  {'TOOK':>9}  {'WORKERS':>7}  {'ENDED':40}  DIR")
     for r in rows:
         say(f"{r['run_id']:36} {_when(r['started']):19}  {fmt.duration(r['duration']):>9}  "
-              f"{r['nprocs'] if r['nprocs'] is not None else '?':>7}  {cut(ended_text(r), 40):40}  {r['run_dir']}")
+              f"{r['nprocs'] if r['nprocs'] is not None else '?':>7}  {cut(ended_text(r), 40):40}  "
+              f"{r['run_dir']}")
 
 
 def cut(text: str, width: int) -> str:
@@ -109,7 +110,8 @@ def _ls_host(ns: argparse.Namespace, settings: Settings) -> int:
     if ns.host is None:
         return die("--remote-mpwatch goes with --host")
     if ns.all or ns.folders:
-        return die(f"--all reads run folders on this machine; for {ns.host}'s: ssh {ns.host} mpwatch ls --all")
+        return die(f"--all reads run folders on this machine; for {ns.host}'s: "
+                   f"ssh {ns.host} mpwatch ls --all")
     from mpwatch.sources.local import ClientError
     from mpwatch.sources.remote.client import Transport, remote_runs
 

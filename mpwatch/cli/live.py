@@ -79,7 +79,8 @@ def _pick(no_mouse: bool) -> str | int | None:
     except ImportError:
         from mpwatch.cli.which_run import refusal
 
-        print(refusal(entries, "attach to", how=f"(e.g. mpwatch attach {entries[0]['run_id']})"), file=sys.stderr)
+        print(refusal(entries, "attach to", how=f"(e.g. mpwatch attach {entries[0]['run_id']})"),
+              file=sys.stderr)
         return 2
     chosen = RunPicker(entries).run(mouse=not no_mouse)
     if chosen is None:
@@ -140,7 +141,8 @@ def cmd_ctl(argv: list[str], settings: Settings) -> int:
 
         return show_logs(ns.run, ns.rank, "stderr" if ns.stderr else "stdout", ns.lines, ns.follow)
     if ns.action == "logs" and ns.follow:
-        return die(f"--follow reads the run directory: run it there (ssh {ns.host} mpwatch ctl logs ... --follow)")
+        return die("--follow reads the run directory: run it there "
+                   f"(ssh {ns.host} mpwatch ctl logs ... --follow)")
     from mpwatch.sources.local import ClientError
 
     try:

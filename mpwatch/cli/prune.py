@@ -79,11 +79,14 @@ def doomed(runs: list[postmortem.RunListing], keep: int | None, older_than: floa
 
 
 def cmd_prune(argv: list[str], settings: Settings) -> int:
-    p = Parser(prog="mpwatch prune", description="Remove old run directories of this user (never a live one).")
+    p = Parser(prog="mpwatch prune",
+               description="Remove old run directories of this user (never a live one).")
     p.add_argument("--keep", type=count, metavar="N", help="keep the N newest runs of each folder")
-    p.add_argument("--older-than", type=days, metavar="DAYS", help="remove only runs started more than DAYS ago")
+    p.add_argument("--older-than", type=days, metavar="DAYS",
+                   help="remove only runs started more than DAYS ago")
     p.add_argument("--dry-run", action="store_true", help="say what would be removed, remove nothing")
-    p.add_argument("folders", nargs="*", metavar="DIR", help=f"runs folders (default: ./{layout.RUNS_FOLDER})")
+    p.add_argument("folders", nargs="*", metavar="DIR",
+                   help=f"runs folders (default: ./{layout.RUNS_FOLDER})")
     ns = p.parse_args(argv)
     if ns.keep is None and ns.older_than is None:
         raise UsageError("say what to remove: --keep N, --older-than DAYS, or both")
@@ -108,5 +111,6 @@ def cmd_prune(argv: list[str], settings: Settings) -> int:
             removed += 1
             freed += size
             say(f"{verb} {path} (run {r['run_id']}, started {age}, {fmt.size_long(size)})")
-    print(f"{verb} {removed} run(s), {fmt.size_long(freed)}" + (f"; {failed} could not be removed" if failed else ""))
+    print(f"{verb} {removed} run(s), {fmt.size_long(freed)}"
+          + (f"; {failed} could not be removed" if failed else ""))
     return 1 if failed else 0

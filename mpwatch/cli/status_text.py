@@ -20,7 +20,8 @@ def gpu_line(g: GpuView) -> str:
     """One GPU: N/A where NVML could not tell."""
     used, total = g["mem_used"], g["mem_total"]
     pct = f" ({used / total:.0%})" if used is not None and total else ""
-    return (f"GPU {g['index']}: {g['name'] or fmt.NA} · mem {fmt.size(used, fmt.NA)}/{fmt.size(total, fmt.NA)}{pct}"
+    return (f"GPU {g['index']}: {g['name'] or fmt.NA}"
+            f" · mem {fmt.size(used, fmt.NA)}/{fmt.size(total, fmt.NA)}{pct}"
             f" · util {_na(g['util_gpu'], '%')} (mem {_na(g['util_mem'], '%')})"
             f" · {_na(g['temperature'], 'C')} · {_na(g['power_w'], 'W')}")
 
@@ -58,7 +59,8 @@ def _worker_lines(w: WorkerStatus, st: Status) -> list[str]:
     where = info and (info.get("where") or info.get("innermost"))
     if info and where:
         coll = info.get("collective")
-        out.append(f"{'':>4} {'stuck in' if stl else 'in'} {where}" + (f", waiting in {coll}" if coll else ""))
+        out.append(f"{'':>4} {'stuck in' if stl else 'in'} {where}"
+                   + (f", waiting in {coll}" if coll else ""))
     if w["last_dump"]:
         out.append(f"{'':>4} last dump: {w['last_dump']}")
     stop = w.get("stop")

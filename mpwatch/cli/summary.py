@@ -36,7 +36,8 @@ def _head(s: postmortem.Summary) -> list[str]:
            f"started {started} · took {took} · {r['nprocs'] or '?'} workers · restarts {s['restarts']}"]
     f = r["first_failure"]
     if f is not None:
-        out.append(f"first failure: rank {f['rank']} at {_at(f['ts'], r['started'])}: {f['cause'] or 'failed'}")
+        out.append(f"first failure: rank {f['rank']} at {_at(f['ts'], r['started'])}: "
+                   f"{f['cause'] or 'failed'}")
         if f["error"] and f["error"] not in (f["cause"] or ""):
             out.append(f"  traceback ends: {f['error']}")
     return out
@@ -51,7 +52,8 @@ def _ranks(s: postmortem.Summary) -> list[str]:
         if cut and state in ALIVE_STATES:
             state += "?"  # its last known state: the supervisor died before it ended
         out.append(f"{k['rank']:>4}  {state:10} {fmt.num(k['step'], na='-'):>8} "
-                   f"{fmt.num(k['loss'], na='-'):>10} {k['restarts']:>8} {fmt.size(peak, '-'):>9}  {k['cause'] or ''}")
+                   f"{fmt.num(k['loss'], na='-'):>10} {k['restarts']:>8} {fmt.size(peak, '-'):>9}  "
+                   f"{k['cause'] or ''}")
     return out
 
 
@@ -73,7 +75,8 @@ def _stalls(s: postmortem.Summary) -> list[str]:
     if s["slow_starts"]:
         out.append("slow starts (no first report within --startup-timeout; never called stalled):")
     for st in s["slow_starts"][:MAX_STALLS]:
-        out.append(f"  rank {st['rank']} at {_at(st['ts'], started)}: {st['detail'] or st['kind'] or 'slow start'}")
+        out.append(f"  rank {st['rank']} at {_at(st['ts'], started)}: "
+                   f"{st['detail'] or st['kind'] or 'slow start'}")
         if st["where"] or st["dump"]:
             out.append("      " + " · ".join(([f"in {st['where']}"] if st["where"] else [])
                                            + ([f"dump {st['dump']}"] if st["dump"] else [])))
@@ -86,8 +89,8 @@ def _alerts(s: postmortem.Summary) -> list[str]:
     started = s["listing"]["started"]
     out = ["alerts:"] if s["alerts"] else []
     for a in s["alerts"][:MAX_ALERTS]:
-        on = (f" GPU {a['gpu']}" if a["gpu"] is not None else "") + (f" rank {a['rank']}" if a["rank"] is not None
-                                                                       else "")
+        on = ((f" GPU {a['gpu']}" if a["gpu"] is not None else "")
+              + (f" rank {a['rank']}" if a["rank"] is not None else ""))
         out.append(f"  {_at(a['ts'], started)} {a['kind']}{on}: {a['message']}")
     if len(s["alerts"]) > MAX_ALERTS:
         out.append(f"  ... and {len(s['alerts']) - MAX_ALERTS} more ({layout.EVENTS})")
@@ -98,7 +101,8 @@ def _live(s: postmortem.Summary) -> list[str]:
     """Tunables changed and checkpoints asked, when and by whom, and how the ranks took them."""
     started = s["listing"]["started"]
     out: list[str] = []
-    changes = sorted(((c["ts"], t["name"], c) for t in s["tunables"] for c in t["changes"]), key=lambda x: x[0])
+    changes = sorted(((c["ts"], t["name"], c) for t in s["tunables"] for c in t["changes"]),
+                     key=lambda x: x[0])
     if changes:
         out.append("tunables changed:")
     for ts, name, c in changes:
@@ -114,8 +118,9 @@ def _live(s: postmortem.Summary) -> list[str]:
         out.append(f"  {_at(r['ts'], started)} {fmt.ranks(r['ranks'])}"
                    f"{' at step ' + str(r['step']) if r['step'] is not None else ''}, by {r['by']}: "
                    + (f"taken at step {', '.join(map(str, steps))}" if steps else "none taken")
-                   + "".join(f"; {w}: {fmt.ranks(rs)}" for w, rs in (("late", late), ("missed", r["missed"]),
-                                                                      ("never answered", r["waiting"])) if rs))
+                   + "".join(f"; {w}: {fmt.ranks(rs)}"
+                             for w, rs in (("late", late), ("missed", r["missed"]),
+                                           ("never answered", r["waiting"])) if rs))
     return out
 
 

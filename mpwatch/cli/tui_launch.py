@@ -53,7 +53,8 @@ def supervisor_argv(ns: argparse.Namespace, opts: LaunchOptions, taken: Claim) -
     the supervisor checks it is that one, by its device and inode) and the run's options."""
     st = os.fstat(taken.fd)
     return [sys.executable, "-m", "mpwatch", "--supervise-only", "--headless",
-            "--run-id", taken.run_id, "--run-dir", str(taken.run_dir), "--made-run-dir", f"{st.st_dev}:{st.st_ino}",
+            "--run-id", taken.run_id, "--run-dir", str(taken.run_dir),
+            "--made-run-dir", f"{st.st_dev}:{st.st_ino}",
             "-n", str(opts.nprocs), "--max-restarts", str(opts.max_restarts),
             "--stall-timeout", repr(float(opts.stall_timeout)),
             "--startup-timeout", repr(float(opts.startup_timeout)), "--grace", repr(float(opts.grace)),

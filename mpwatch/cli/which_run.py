@@ -12,7 +12,8 @@ from collections.abc import Sequence
 from mpwatch.rundir import registry
 from mpwatch.text import fmt
 
-ACTING = ("pause", "resume", "kill", "restart", "dump", "resize", "stop")  # ctl's actions that touch processes
+# ctl's actions that touch processes
+ACTING = ("pause", "resume", "kill", "restart", "dump", "resize", "stop")
 
 
 def when(ts: float) -> str:
@@ -29,7 +30,8 @@ def runs_table(entries: Sequence[registry.RegistryEntry]) -> list[str]:
     return out
 
 
-def refusal(entries: Sequence[registry.RegistryEntry], action: str, where: str = "", how: str | None = None) -> str:
+def refusal(entries: Sequence[registry.RegistryEntry], action: str, where: str = "",
+            how: str | None = None) -> str:
     """The error of an acting command without --run among several live runs: what to do, and the list."""
     how = how or f"with --run RUN (e.g. mpwatch ctl --run {entries[0]['run_id']} {action} ...)"
     head = f"mpwatch: error: {len(entries)} live runs{where}: say which one to {action} {how}"
@@ -40,8 +42,9 @@ def newest_note(entries: Sequence[registry.RegistryEntry], where: str = "") -> s
     """The stderr line of a read-only command that took the newest of several live runs."""
     e = entries[0]
     others = ", ".join(x["run_id"] for x in entries[1:])
-    return (f"mpwatch: {len(entries)} live runs{where}; this is the newest, {e['run_id']} ({e['script']}, started "
-            f"{fmt.duration(max(0.0, time.time() - e['started']))} ago); --run picks another ({others})")
+    return (f"mpwatch: {len(entries)} live runs{where}; this is the newest, {e['run_id']} "
+            f"({e['script']}, started {fmt.duration(max(0.0, time.time() - e['started']))} ago); "
+            f"--run picks another ({others})")
 
 
 class SeveralRuns(Exception):

@@ -67,7 +67,8 @@ class Event(_Name):
     RESIZED = "resized"
     STALLED = "stalled"
     RECOVERED = "recovered"
-    SLOW_START = "slow_start"  # said hello, no first report within --startup-timeout (not a state: it still runs)
+    # said hello, no first report within --startup-timeout (not a state: it still runs)
+    SLOW_START = "slow_start"
     DUMP = "dump"
     REPORT = "report"
     ALERT = "alert"  # a run alert: disk, hang (culprit), unkillable

@@ -50,12 +50,14 @@ def problem(value: object, schema: Any, where: str = "status", depth: int = 0) -
         wrong = [problem(value, arm, where, depth + 1) for arm in get_args(schema)]
         return None if None in wrong else next(w for w in wrong if w is not None)
     if origin is Literal:
-        return None if value in get_args(schema) else f"{where}: {value!r} is none of {list(get_args(schema))}"
+        return (None if value in get_args(schema)
+                else f"{where}: {value!r} is none of {list(get_args(schema))}")
     if origin is list:
         if not isinstance(value, list):
             return f"{where}: not a list"
         (item,) = get_args(schema)
-        return next((p for i, v in enumerate(value) if (p := problem(v, item, f"{where}[{i}]", depth + 1))), None)
+        return next((p for i, v in enumerate(value)
+                     if (p := problem(v, item, f"{where}[{i}]", depth + 1))), None)
     if origin is dict:
         if not isinstance(value, dict):
             return f"{where}: not an object"

@@ -49,7 +49,8 @@ def analyze(workers: Sequence[Row], label: Label = ranks_text) -> Straggler | No
         return None
     lead = max(w["step"] for w in ws)
     lag = {w["rank"]: lead - w["step"] for w in ws}
-    out = Straggler(leader_step=lead, lags=[Lag(rank=w["rank"], step=w["step"], lag=lag[w["rank"]]) for w in ws],
+    out = Straggler(leader_step=lead,
+                    lags=[Lag(rank=w["rank"], step=w["step"], lag=lag[w["rank"]]) for w in ws],
                     culprits=[], waiting=[], text=None)
     stalled = [w for w in ws if w.get("state") == State.STALLED]
     if not stalled:
@@ -65,8 +66,10 @@ def analyze(workers: Sequence[Row], label: Label = ranks_text) -> Straggler | No
     return out
 
 
-def _culprits(ws: list[Row], stalled: list[Row], lag: Mapping[int, int]) -> tuple[list[Row], list[Row]] | None:
-    """(culprits, waiting), or None when nothing tells the culprit apart (or the ranks share no collective)."""
+def _culprits(ws: list[Row], stalled: list[Row],
+              lag: Mapping[int, int]) -> tuple[list[Row], list[Row]] | None:
+    """(culprits, waiting), or None when nothing tells the culprit apart (or the ranks share
+    no collective)."""
     stall = {w["rank"]: (w.get("stall") or {}) for w in ws}
     if not any(w.get("dist") for w in ws) and not any(stall[w["rank"]].get("collective") for w in stalled):
         return None

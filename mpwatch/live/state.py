@@ -24,7 +24,8 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from mpwatch.worker import _Channel
 
-    Item = tuple[int | None, int, str | None, object]  # step (None: now), id, tunable name (None: checkpoint), value
+    # step (None: now), id, tunable name (None: checkpoint), value
+    Item = tuple[int | None, int, str | None, object]
 
 NEVER = 1 << 62  # `due` when nothing is pending
 NOW = -(1 << 62)  # `due` when the slow path must run at the next call
@@ -52,8 +53,8 @@ def check_declaration(name: object, default: object) -> type:
         raise TypeError(f"mpwatch.tunable({name!r}, ...): the default must be an int, float, str or bool, "
                         f"not {kind.__name__}")
     if type(name) is not str or not 0 < len(name) <= protocol.TUNABLE_NAME_MAX or not name.isprintable():
-        raise ValueError(f"mpwatch.tunable(): a name is 1 to {protocol.TUNABLE_NAME_MAX} printable characters, "
-                         f"got {name!r}")
+        raise ValueError(f"mpwatch.tunable(): a name is 1 to {protocol.TUNABLE_NAME_MAX} printable "
+                         f"characters, got {name!r}")
     return kind
 
 

@@ -124,7 +124,8 @@ def read_facts(pid: int, reads: int = STATE_READS, scan_gpu: bool = True) -> Fac
     except OSError:
         pass
     return {"pid": pid, "states": states, "wchan": wchan if wchan not in ("", "0") else None,
-            "syscall": syscall, "threads": threads, "nvidia": _has_nvidia(pid) if states and scan_gpu else False}
+            "syscall": syscall, "threads": threads,
+            "nvidia": _has_nvidia(pid) if states and scan_gpu else False}
 
 
 def classify(facts: Facts, cpu_percent: float | None = None, cuda: bool = False) -> Diagnosis:
@@ -159,7 +160,8 @@ def classify(facts: Facts, cpu_percent: float | None = None, cuda: bool = False)
     busy = main == "R" or (cpu_percent is not None and cpu_percent >= BUSY_CPU)
     if busy:
         who = "the main thread spins" if main == "R" else f"{running_threads or 'some'} other thread(s) spin"
-        detail = f"busy: {who}" + (f" ({cpu})" if cpu else "") + " without progress: a loop or a spinning wait"
+        detail = (f"busy: {who}" + (f" ({cpu})" if cpu else "")
+                  + " without progress: a loop or a spinning wait")
         if gpu:
             detail += "; this worker has a CUDA context, so it may be waiting on a hung CUDA kernel " \
                       "(a host thread can spin at full CPU while it waits for the GPU)"
@@ -173,7 +175,8 @@ def classify(facts: Facts, cpu_percent: float | None = None, cuda: bool = False)
     return {"kind": "blocked", "detail": detail, "wchan": wchan, "syscall": sc, "state": main, "gpu": gpu}
 
 
-def probe(pid: int, cpu_percent: float | None = None, cuda: bool = False, reads: int = STATE_READS) -> Diagnosis:
+def probe(pid: int, cpu_percent: float | None = None, cuda: bool = False,
+          reads: int = STATE_READS) -> Diagnosis:
     """classify(read_facts(pid)): a few /proc reads (about a millisecond with reads=1);
     the look for NVIDIA files is skipped when `cuda` already says yes."""
     return classify(read_facts(pid, reads=reads, scan_gpu=not cuda), cpu_percent=cpu_percent, cuda=cuda)

@@ -25,7 +25,8 @@ class LiveFold:
     checkpoints: dict[int, CheckpointRequest] = field(default_factory=dict)  # by id, oldest first
 
     def status(self) -> tuple[list[TunableStatus], list[CheckpointRequest]]:
-        return [self.tunables[n] for n in sorted(self.tunables)], list(self.checkpoints.values())[-CHECKPOINTS_KEPT:]
+        return ([self.tunables[n] for n in sorted(self.tunables)],
+                list(self.checkpoints.values())[-CHECKPOINTS_KEPT:])
 
 
 def _ranks(raw: object) -> list[int]:
@@ -59,8 +60,9 @@ def _tunable(live: LiveFold, e: EventFields, raw: dict[str, Any]) -> None:
         if value is None or rid is None:
             return
         t["changes"] = (t["changes"] + [TunableChange(
-            id=rid, ts=e["ts"], value=value, old=t["value"] if old is None else old, step=as_int(e.get("step")),
-            by=as_str(raw.get("by")) or "?", answers=[], waiting=_ranks(raw.get("ranks")))])[-CHANGES_KEPT:]
+            id=rid, ts=e["ts"], value=value, old=t["value"] if old is None else old,
+            step=as_int(e.get("step")), by=as_str(raw.get("by")) or "?", answers=[],
+            waiting=_ranks(raw.get("ranks")))])[-CHANGES_KEPT:]
         t["value"] = value
         t["ranks"] = sorted(set(t["ranks"]) | set(_ranks(raw.get("ranks"))))  # the events name the first only
     elif e["event"] == Event.TUNABLE_APPLIED and t is not None:

@@ -86,7 +86,8 @@ class Summary(TypedDict):
     slow_starts: list[StallEnd]  # no first report within --startup-timeout (never stalls: step is None)
     culprit: str | None  # the last hang alert: who the others wait for, and where
     alerts: list[AlertEnd]
-    tunables: list[TunableStatus]  # mpwatch.tunable()'s values, each with its last changes and the ranks' answers
+    # mpwatch.tunable()'s values, each with its last changes and the ranks' answers
+    tunables: list[TunableStatus]
     checkpoints: list[CheckpointRequest]  # "checkpoint now" requests and what each rank did
     files: list[str]  # what the directory holds, relative to it
     notes: list[str]  # what could not be read
@@ -143,7 +144,8 @@ def listing(rd: RunDir, exits: list[EventRecord] | None = None, now: float | Non
     return {"run_id": rd.run.run_id, "run_dir": str(rd.path), "pid": rd.run.pid, "script": rd.run.script,
             "started": started, "nprocs": rd.run.nprocs, "live": end == "live", "ending": end,
             "stopped": next((as_str(e.get("why")) for e in exits if e["event"] == Event.STOPPING), None),
-            "exit_code": exit_code, "duration": None if started is None or last is None else max(0.0, last - started),
+            "exit_code": exit_code,
+            "duration": None if started is None or last is None else max(0.0, last - started),
             "first_failure": _first_failure(exits)}
 
 
@@ -208,8 +210,9 @@ def _stalls(evs: list[EventRecord], event: Event = Event.STALLED, reason: str = 
         if r is None:
             continue
         if e["event"] == event:
-            s: StallEnd = {"rank": r, "ts": e["ts"], "step": as_int(e.get("step")), "kind": as_str(e.get("kind")),
-                           "detail": as_str(e.get("detail")), "where": None, "collective": None, "dump": None}
+            s: StallEnd = {"rank": r, "ts": e["ts"], "step": as_int(e.get("step")),
+                           "kind": as_str(e.get("kind")), "detail": as_str(e.get("detail")),
+                           "where": None, "collective": None, "dump": None}
             stalls.append(s)
             open_[r] = s
         elif e["event"] == Event.DUMP and e.get("reason") == reason and r in open_:

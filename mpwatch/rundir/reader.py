@@ -120,7 +120,8 @@ class RunDir:
         if skipped.bad:
             self._note(f"{name}: {skipped.bad} unreadable line(s) skipped")
         if skipped.long:
-            self._note(f"{name}: {skipped.long} line(s) longer than {textfiles.MAX_LINE >> 20} MiB skipped unread")
+            self._note(f"{name}: {skipped.long} line(s) longer than {textfiles.MAX_LINE >> 20} MiB "
+                       "skipped unread")
         if skipped.torn:
             self.note_torn(name)
 
@@ -168,9 +169,10 @@ class RunDir:
         self._thinned_seen.add(key)
         self._thinned_to = max(self._thinned_to or upto, upto)
         self._thinned_reports += before - after
+        # one note for all passes
         self.note(f"{layout.EVENTS} was thinned to stay under its size cap: {self._thinned_reports} report "
                    f"event(s) up to {self.when(self._thinned_to)} went (the loss curves are coarser there; "
-                   "no other event was dropped)", (f"{layout.EVENTS} was thinned", ""))  # one note for all passes
+                   "no other event was dropped)", (f"{layout.EVENTS} was thinned", ""))
 
     def when(self, ts: float) -> str:
         """A moment of the run for a note: from its start when known (notes read the same in
@@ -215,8 +217,8 @@ class RunDir:
         return GpuTimeline(ticks, marks)
 
     def note_gpu_thinned(self, upto: float) -> None:
-        self._note(f"{layout.GPU_JSONL} was thinned to stay under its size cap: before {self.when(upto)} it keeps "
-                   "fewer samples, and a peak there may be missed")
+        self._note(f"{layout.GPU_JSONL} was thinned to stay under its size cap: before {self.when(upto)} "
+                   "it keeps fewer samples, and a peak there may be missed")
 
     # ---------------------------------------------------------------- ranks ----
     def ranks(self) -> dict[int, RankFiles]:
@@ -230,7 +232,8 @@ class RunDir:
             m = layout.RANK_DIR.match(name)
             if m and _real_dir(self.path / name):
                 p = layout.rank_paths(self.path, int(m.group(1)))
-                found[int(m.group(1))] = RankFiles(int(m.group(1)), p.dir, p.stdout, p.stderr, _stack_files(p.stacks))
+                found[int(m.group(1))] = RankFiles(int(m.group(1)), p.dir, p.stdout, p.stderr,
+                                                   _stack_files(p.stacks))
         for rank in self.known_ranks():
             if rank not in found:
                 self._note(f"rank-{rank}/ is missing: the logs and stack dumps of rank {rank} are gone")
@@ -285,14 +288,16 @@ def _record(raw: object, first: EventRecord | None, final: Status | None, fallba
     opts = info.get("options")
     nprocs = as_int(opts.get("nprocs")) if isinstance(opts, dict) else None
     return RunRecord(
-        run_id=as_str(info.get("run_id")) or (fin["id"] if fin and isinstance(fin.get("id"), str) else fallback_id),
+        run_id=as_str(info.get("run_id"))
+        or (fin["id"] if fin and isinstance(fin.get("id"), str) else fallback_id),
         script=as_str(info.get("script")) or as_str(ev.get("script")),
         args=[a for a in args if isinstance(a, str)] if isinstance(args, list) else [],
         nprocs=nprocs or as_int(ev.get("nprocs")),
         started=as_float(info.get("started")) or as_float(ev.get("ts"))
         or (as_float(fin.get("started")) if fin else None),
         finished=as_float(info.get("finished")),
-        exit_code=as_int(info.get("exit_code")) if "exit_code" in info else (fin.get("exit_code") if fin else None),
+        exit_code=as_int(info.get("exit_code")) if "exit_code" in info
+        else (fin.get("exit_code") if fin else None),
         pid=as_int(info.get("pid")) or as_int(ev.get("pid")),
         cwd=as_str(info.get("cwd")),
     )
@@ -320,7 +325,8 @@ def read(path: str | Path) -> RunDir:
     notes: list[str] = []
     raw, why = textfiles.read_json_file(p / layout.RUN_JSON)
     if why is not None or not isinstance(raw, dict):
-        notes.append(f"{layout.RUN_JSON} is {why or 'not a JSON object'}: the run's facts come from the other files")
+        notes.append(f"{layout.RUN_JSON} is {why or 'not a JSON object'}: "
+                     "the run's facts come from the other files")
     final_raw, fwhy = textfiles.read_json_file(p / layout.FINAL_JSON)
     final = as_status(final_raw)
     if fwhy is None and final is None:
@@ -330,8 +336,8 @@ def read(path: str | Path) -> RunDir:
     first = _first_event(p)
     rd = RunDir(p, _record(raw, first, final, p.name), final, notes)
     if fwhy == "missing" and not rd.live():
-        notes.append(f"{layout.FINAL_JSON} is missing: the supervisor ended without finishing the run (killed?); "
-                     f"what follows comes from {layout.EVENTS}")
+        notes.append(f"{layout.FINAL_JSON} is missing: the supervisor ended without finishing the run "
+                     f"(killed?); what follows comes from {layout.EVENTS}")
     if not os.path.lexists(p / layout.EVENTS):
         notes.append(f"{layout.EVENTS} is missing: no history of the run")
     return rd
@@ -370,7 +376,8 @@ def wait_final(run_dir: Path | str, stop: threading.Event | None = None,
     with final.json written, or as they are after `timeout` (or when `stop` is set)."""
     deadline = time.monotonic() + timeout
     while True:
-        info, final = textfiles.read_json(run_dir, layout.RUN_JSON), textfiles.read_json(run_dir, layout.FINAL_JSON)
+        info, final = (textfiles.read_json(run_dir, layout.RUN_JSON),
+                       textfiles.read_json(run_dir, layout.FINAL_JSON))
         if (final is not None and info and info.get("finished")) or time.monotonic() > deadline:
             return final, info
         if stop is None:

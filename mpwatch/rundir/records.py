@@ -31,5 +31,5 @@ def registry_entry(o: Options, run_id: str, run_dir: Path, started: float) -> re
 
 def ends(workers: Iterable[Worker]) -> dict[str, dict[str, Any]]:
     """How each rank ended, for run_finished."""
-    return {str(w.rank): {"state": w.state.value, "exit_code": w.attempt.exit_code, "signal": w.attempt.signal,
-                          "cause": w.attempt.cause} for w in workers}
+    return {str(w.rank): {"state": w.state.value, "exit_code": w.attempt.exit_code,
+                          "signal": w.attempt.signal, "cause": w.attempt.cause} for w in workers}

@@ -28,7 +28,8 @@ from typing import Any, BinaryIO
 from mpwatch.text.safe import printable
 
 MAX_LINE = 4 << 20  # a .jsonl line longer than this is skipped unread (an event is well under 64 KiB)
-MAX_JSON = 256 << 20  # a JSON file longer than this is not read (a status of thousands of workers is a few MiB)
+# a JSON file longer than this is not read (a status of thousands of workers is a few MiB)
+MAX_JSON = 256 << 20
 _SKIP_CHUNK = 1 << 20  # how an over-long line is read past
 
 

@@ -291,7 +291,8 @@ class RunStore:
         self.write_json(name, data)
 
     # ---------------------------------------------------------------- events ----
-    def event(self, event: str, rank: int | None = None, ts: float | None = None, **fields: Any) -> dict[str, Any]:
+    def event(self, event: str, rank: int | None = None, ts: float | None = None,
+              **fields: Any) -> dict[str, Any]:
         return self._write(eventlines.record(event, rank, time.time() if ts is None else ts, fields))
 
     def report(self, rank: int, ts: float, fields: Mapping[str, Any]) -> dict[str, Any]:

@@ -94,7 +94,8 @@ class Requests:
 
     def events(self, since: int = 0) -> EventsReply:
         reply = self.request("events", since=since)
-        return {"events": cast("list[EventFields]", reply.get("events", [])), "seq": int(reply.get("seq", since))}
+        return {"events": cast("list[EventFields]", reply.get("events", [])),
+                "seq": int(reply.get("seq", since))}
 
     def history(self, rank: int) -> list[tuple[float, float]]:
         """(step, loss) points of a rank's curve, oldest first."""
@@ -112,7 +113,8 @@ class Requests:
     def stop(self) -> str:
         return str(self.request("stop")["message"])
 
-    def checkpoint(self, target: int | str, step: int | None = None, by: str = "?", plan: bool = False) -> LiveReply:
+    def checkpoint(self, target: int | str, step: int | None = None, by: str = "?",
+                   plan: bool = False) -> LiveReply:
         """Ask a rank (or "all") to checkpoint (supervisor.live.control); with `plan`, only the
         step it would be taken at. `step` given: that step, on every rank asked."""
         return _live_reply(self.request("checkpoint", target=target, step=step, by=by, plan=plan))
@@ -151,7 +153,8 @@ class Client(Requests):
         except AuthenticationError:
             raise ClientError(f"run {handle.run_id} refused the connection: wrong key") from None
         except (OSError, EOFError) as exc:
-            raise ClientError(f"cannot reach run {handle.run_id}: {getattr(exc, 'strerror', None) or exc}") from None
+            raise ClientError(f"cannot reach run {handle.run_id}: "
+                              f"{getattr(exc, 'strerror', None) or exc}") from None
 
     @classmethod
     def connect(cls: type[_C], run: str | None = None) -> _C:
@@ -193,7 +196,8 @@ class Client(Requests):
                     raise ClientError(f"run {self.handle.run_id} did not answer within {self.timeout:g}s")
                 return self._conn.recv_bytes(protocol.MAX_REPLY)
             except (OSError, EOFError):
-                raise ClientError(f"lost the connection to run {self.handle.run_id} (it may have finished)") from None
+                raise ClientError(f"lost the connection to run {self.handle.run_id} "
+                                  "(it may have finished)") from None
 
     def request(self, cmd: str, /, **args: object) -> dict[str, Any]:
         return parse_reply(self.request_raw(cmd, **args), f"run {self.handle.run_id}")

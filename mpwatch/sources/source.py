@@ -27,7 +27,8 @@ class Source(Protocol):
 
     def stop(self) -> str: ...
 
-    def checkpoint(self, target: int | str, step: int | None = None, by: str = "?", plan: bool = False) -> LiveReply:
+    def checkpoint(self, target: int | str, step: int | None = None, by: str = "?",
+                   plan: bool = False) -> LiveReply:
         """A "checkpoint now" (supervisor.live.control); `plan`: only the step it would be at."""
         ...
 

@@ -91,7 +91,8 @@ def attach(store: writer.RunStore) -> logging.Handler | None:
         raw = store.open_supervisor_log()
     except OSError:
         return None
-    handler = logging.StreamHandler(io.TextIOWrapper(raw, encoding="utf-8", errors="replace", line_buffering=True))
+    handler = logging.StreamHandler(io.TextIOWrapper(raw, encoding="utf-8", errors="replace",
+                                                     line_buffering=True))
     handler.setFormatter(logging.Formatter(FORMAT))
     _budget = _Budget()
     LOG.setLevel(logging.INFO)

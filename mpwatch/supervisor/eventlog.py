@@ -69,7 +69,8 @@ class EventLog:
         if key is not None:
             rec["key"] = extra["key"] = key
         with self._lock:
-            at = next((i for i, a in enumerate(self._alerts) if key is not None and a.get("key") == key), None)
+            at = next((i for i, a in enumerate(self._alerts)
+                       if key is not None and a.get("key") == key), None)
             if at is None:
                 self._alerts.append(rec)
                 del self._alerts[:-ALERTS_KEPT]

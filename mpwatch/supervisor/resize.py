@@ -67,7 +67,8 @@ class Resize:
             raise CommandError(f"the run already has {n} workers")
         cap = self.cap()
         if n > max(cap, cur):
-            raise CommandError(f"cannot resize to {n} workers: at most {cap} on this machine (MPWATCH_MAX_WORKERS)")
+            raise CommandError(f"cannot resize to {n} workers: at most {cap} on this machine "
+                               "(MPWATCH_MAX_WORKERS)")
         if run.opts.resize_mode == "independent":
             self.mode = "independent"
             run.world = n

@@ -52,7 +52,8 @@ class FakeCuda:
             return None
         n = {k: int(v) if isinstance(v, (int, float)) else 0 for k, v in merged.items() if k in _INTS}
         uuid = merged.get("uuid")
-        return {"device": n.get("device", 0), "allocated": n.get("allocated", 0), "reserved": n.get("reserved", 0),
-                "max_allocated": n.get("max_allocated", 0), "uuid": uuid if isinstance(uuid, str) else None,
+        return {"device": n.get("device", 0), "allocated": n.get("allocated", 0),
+                "reserved": n.get("reserved", 0), "max_allocated": n.get("max_allocated", 0),
+                "uuid": uuid if isinstance(uuid, str) else None,
                 "alloc_retries": n.get("alloc_retries", 0), "num_ooms": n.get("num_ooms", 0),
                 "inactive_split": n.get("inactive_split", 0)}

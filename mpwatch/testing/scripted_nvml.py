@@ -96,7 +96,8 @@ class FakeBackend:
 
     def _value(self, h: object, key: str) -> Obj:
         g = self._frame(h)
-        if key in [str(f).partition(":")[0] for f in _list(g.get("fail"))]:  # "what:CODE": the C stand-in's code
+        # "what:CODE": the C stand-in's code
+        if key in [str(f).partition(":")[0] for f in _list(g.get("fail"))]:
             raise RuntimeError(f"scripted failure of {key}")
         return g
 
@@ -114,7 +115,8 @@ class FakeBackend:
         total = _int(self.gpus[_int(h)].get("mem_total"), 16 << 30)
         used = g.get("mem_used")
         if used is None:
-            return sum(_int(_obj(p).get("mem")) for p in _list(g.get("processes"))) + _int(g.get("extra_used")), total
+            return (sum(_int(_obj(p).get("mem")) for p in _list(g.get("processes")))
+                    + _int(g.get("extra_used")), total)
         return _int(used), total
 
     def utilization(self, h: object) -> tuple[int, int]:

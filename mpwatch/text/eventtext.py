@@ -15,9 +15,9 @@ Severity = Literal["information", "warning", "error"]  # Textual's notification 
 
 # Events the TUI pops up as a notice; the others show in the table or the action's reply.
 # (The run's end is no notice: the banner says it, once.)
-NOTICE_EVENTS = frozenset({Event.WORKER_EXITED, Event.STALLED, Event.SLOW_START, Event.RECOVERED, Event.RESTARTED,
-                           Event.RESIZED, Event.ALERT, Event.GPU_ALERT, Event.STOPPING, Event.DUMP,
-                           Event.CHECKPOINT_MISSED})
+NOTICE_EVENTS = frozenset({Event.WORKER_EXITED, Event.STALLED, Event.SLOW_START, Event.RECOVERED,
+                           Event.RESTARTED, Event.RESIZED, Event.ALERT, Event.GPU_ALERT, Event.STOPPING,
+                           Event.DUMP, Event.CHECKPOINT_MISSED})
 # a rank that took a request past its step is news too (contract.live: `late`)
 LATE_NOTICES = frozenset({Event.CHECKPOINT_TAKEN, Event.TUNABLE_APPLIED})
 _ALERT_SEVERITY: dict[str, Severity] = {"error": "error", "warning": "warning", "info": "information"}
@@ -45,7 +45,8 @@ def _stalled(rec: EventFields) -> str:
     what = doing(rec.get("kind"), rec.get("detail"))
     step = rec.get("step")
     at = f" (step {step})" if step is not None else ""
-    return f"{_who(rec)} stalled: no report for {fmt.age(rec.get('silent_for'))}{at}" + (f"; {what}" if what else "")
+    return (f"{_who(rec)} stalled: no report for {fmt.age(rec.get('silent_for'))}{at}"
+            + (f"; {what}" if what else ""))
 
 
 def slow_start_text(limit: float | None) -> str:
@@ -67,21 +68,23 @@ def _live(rec: EventFields) -> str | None:
     e, who = rec.get("event"), _who(rec)
     late = f" (late: asked for step {rec.get('at')})" if rec.get("late") else ""
     if e == Event.CHECKPOINT_REQUESTED:
-        return f"checkpoint asked of {fmt.ranks(rec.get('ranks') or [])} {_at(rec.get('step'))} by {rec.get('by')}"
+        return (f"checkpoint asked of {fmt.ranks(rec.get('ranks') or [])} {_at(rec.get('step'))} "
+                f"by {rec.get('by')}")
     if e == Event.CHECKPOINT_TAKEN:
         return f"{who} took a checkpoint at step {fmt.num(rec.get('step'), na='-')}{late}"
     if e == Event.CHECKPOINT_MISSED:
         return f"{who} ended before its checkpoint ({rec.get('why')})"
     if e == Event.TUNABLE_DECLARED:
-        return f"{who} declared tunable {rec.get('tunable')} ({rec.get('type')}, default {shown(rec.get('value'))})"
+        return (f"{who} declared tunable {rec.get('tunable')} ({rec.get('type')}, "
+                f"default {shown(rec.get('value'))})")
     if e == Event.TUNABLE_SET:
         return (f"{rec.get('tunable')} = {shown(rec.get('value'))} (was {shown(rec.get('old'))}) "
                 f"{_at(rec.get('step'))} by {rec.get('by')}")
     if e == Event.TUNABLE_APPLIED:
         return f"{who} took {rec.get('tunable')} = {shown(rec.get('value'))} at step {rec.get('step')}{late}"
     if e == Event.STOP_SIGNAL:
-        return f"{who}: {rec.get('signal')} sent to pid {rec.get('pid')} ({rec.get('reason')}; SIGKILL after " \
-               f"{rec.get('grace')}s)"
+        return f"{who}: {rec.get('signal')} sent to pid {rec.get('pid')} ({rec.get('reason')}; " \
+               f"SIGKILL after {rec.get('grace')}s)"
     return None
 
 
@@ -110,7 +113,8 @@ def line(rec: EventFields) -> str | None:
         return f"{who} recovered (step {rec.get('step')})"
     if e == Event.DUMP:  # only a stalled rank is stuck: a dump asked for finds a rank where it happens to be
         where, reason = rec.get("where"), rec.get("reason")
-        why = "" if reason == "stall" else " (asked for)" if reason == "request" else f" ({reason})" if reason else ""
+        why = ("" if reason == "stall" else " (asked for)" if reason == "request"
+               else f" ({reason})" if reason else "")
         at = "stuck in" if reason == "stall" else "in"
         return f"{who} stack dump{why}: {rec.get('path')}" + (f", {at} {where}" if where else "")
     if e == Event.ALERT:
@@ -143,7 +147,8 @@ def exits_notice(recs: list[EventFields]) -> tuple[str, Severity]:
             by_state.setdefault(exit_state(rec), []).append(rec["rank"])
     parts = [(f"rank {rs[0]}" if len(rs) == 1 else "ranks " + ",".join(map(str, sorted(rs)))) + f" {state}"
              for state, rs in by_state.items()]
-    worst: Severity = "error" if State.FAILED in by_state else "warning" if State.KILLED in by_state else "information"
+    worst: Severity = ("error" if State.FAILED in by_state
+                       else "warning" if State.KILLED in by_state else "information")
     return "; ".join(parts) + " (their causes in the table)", worst
 
 

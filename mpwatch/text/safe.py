@@ -34,7 +34,8 @@ def printable_tree(value: object, width: int = WIDTH) -> object:
     if isinstance(value, str):
         return printable(value, width)
     if isinstance(value, dict):
-        return {printable(k, width) if isinstance(k, str) else k: printable_tree(v, width) for k, v in value.items()}
+        return {printable(k, width) if isinstance(k, str) else k: printable_tree(v, width)
+                for k, v in value.items()}
     if isinstance(value, (list, tuple)):
         return [printable_tree(v, width) for v in value]
     return value

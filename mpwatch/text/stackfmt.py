@@ -260,7 +260,8 @@ def stack_view(text: str) -> list[ProcView]:
     for i, proc in enumerate(procs):
         main = main_thread(proc)
         # The user's files are named from the directory they share (the script's, usually).
-        files = {f for t in proc["threads"] for f, _, _ in t["frames"] if is_user_file(f) and f.startswith("/")}
+        files = {f for t in proc["threads"] for f, _, _ in t["frames"]
+                 if is_user_file(f) and f.startswith("/")}
         user_dir = os.path.commonpath([os.path.dirname(f) for f in files]) + "/" if files else ""
         views = [_thread_view(t, t is main, user_dir if user_dir != "/" else "") for t in proc["threads"]]
         views.sort(key=lambda v: (not v.main, v.mpwatch))

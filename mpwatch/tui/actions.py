@@ -57,7 +57,8 @@ class RunActions(App[Outcome]):
         self.run_dir = Path(run_dir) if run_dir else None
         # the CLI passes the glyphs its settings choose (MPWATCH_ASCII)
         self.glyphs = glyphs or pick(ascii_only=Settings.from_env().ascii)
-        # An ASCII terminal (LANG=C, MPWATCH_ASCII=1): ASCII cuts, scrollbars, borders (app.tcss) and keys too.
+        # An ASCII terminal (LANG=C, MPWATCH_ASCII=1): ASCII cuts, scrollbars, borders (app.tcss)
+        # and keys too.
         segs.use_ellipsis(self.glyphs.ellipsis)
         ScrollBar.renderer = ScrollBarRender if self.glyphs.unicode else AsciiScrollBarRender
         self.set_class(not self.glyphs.unicode, "ascii")
@@ -69,8 +70,8 @@ class RunActions(App[Outcome]):
         self.filter_text = ""
         self.folded: set[int] = set()
         self.poller: Poller | None = None
-        self.table = WorkerTable(formatter=lambda source: view.row_cells(source, self.table.cols, self.glyphs),
-                                 id="workers")
+        self.table = WorkerTable(
+            formatter=lambda source: view.row_cells(source, self.table.cols, self.glyphs), id="workers")
         self._act_source: Source | None = None
         self._act_lock = threading.Lock()
 
@@ -151,7 +152,8 @@ class RunActions(App[Outcome]):
         cmd = "resume" if w["state"] == State.PAUSED else "pause"
         rank = w["rank"]
         self._request(f"{cmd} rank {rank}", lambda: self._actions().act(cmd, rank),
-                      then=lambda: self._assume_state(rank, State.PAUSED if cmd == "pause" else State.RUNNING))
+                      then=lambda: self._assume_state(rank,
+                                                      State.PAUSED if cmd == "pause" else State.RUNNING))
 
     def _assume_state(self, rank: int, state: State) -> None:
         """Show what the supervisor just confirmed until the next snapshot says more, so a
@@ -213,9 +215,11 @@ class RunActions(App[Outcome]):
                 self.say(f"restart of rank {rank} cancelled", notify=False)
         self.push_screen(ChoiceDialog(
             f"Restart rank {rank} (pid {w['pid']})?",
-            f"Rank {rank} shares a process group with {ranks_text(peers)} (torch.distributed): restarted alone, "
-            f"it cannot rejoin them, and their collectives fail. Restart all {n} to start the group anew.",
-            [Choice("a", f"Restart all {n}", "all", "error"), Choice("o", f"Only rank {rank}", "one", "warning"),
+            f"Rank {rank} shares a process group with {ranks_text(peers)} (torch.distributed): "
+            f"restarted alone, it cannot rejoin them, and their collectives fail. Restart all {n} to start "
+            "the group anew.",
+            [Choice("a", f"Restart all {n}", "all", "error"),
+             Choice("o", f"Only rank {rank}", "one", "warning"),
              Choice("n", "Cancel", "cancel", "primary")]), chosen)
 
     def action_restart_all(self) -> None:
@@ -229,8 +233,9 @@ class RunActions(App[Outcome]):
                 self._request("restart all", lambda: self._actions().act("restart", "all"))
             else:
                 self.say("restart of all workers cancelled", notify=False)
-        self.push_screen(ConfirmDialog(f"Restart all {n} workers?", "Stop every worker (SIGTERM, then SIGKILL) and "
-                                       "start them again: a process group they share forms anew."), answer)
+        self.push_screen(ConfirmDialog(f"Restart all {n} workers?",
+                                       "Stop every worker (SIGTERM, then SIGKILL) and start them again: "
+                                       "a process group they share forms anew."), answer)
 
     def _resize(self, delta: int) -> None:
         st = self._can_act("resize")
@@ -251,8 +256,8 @@ class RunActions(App[Outcome]):
                 self.say(f"resize to {n} cancelled", notify=False)
         self.push_screen(ConfirmDialog(
             f"Resize to {n} workers, restarting every worker?",
-            f"Resize mode restart: all {len(st['workers'])} workers are stopped (SIGTERM, then SIGKILL) and {n} are "
-            "started (a process group they share forms anew at the new size)."), answer)
+            f"Resize mode restart: all {len(st['workers'])} workers are stopped (SIGTERM, then SIGKILL) "
+            f"and {n} are started (a process group they share forms anew at the new size)."), answer)
 
     def action_grow(self) -> None:
         self._resize(+1)
@@ -290,7 +295,8 @@ class RunActions(App[Outcome]):
         """A tunable's new value on every rank (the tunables screen's Enter)."""
         if self._can_act(f"set {name}") is None:
             return
-        self._request(f"set {name}", lambda: self._actions().set_tunable(name, text, by=who("tui"))["message"])
+        self._request(f"set {name}",
+                      lambda: self._actions().set_tunable(name, text, by=who("tui"))["message"])
 
     def action_quit_dialog(self) -> None:
         if not self.live:

@@ -55,8 +55,10 @@ COMMANDS = [
     ("grow", "Add one worker", "Resize the run by +1; asks first when every worker restarts (+)"),
     ("shrink", "Remove one worker", "Resize the run by -1; asks first when every worker restarts (-)"),
     ("dump", "Dump stacks of the selected worker", "faulthandler / py-spy (d)"),
-    ("checkpoint", "Checkpoint now", "mpwatch.should_checkpoint() is True once: this rank or all, at one step (c)"),
-    ("tunables", "Tunables", "Values of mpwatch.tunable(), who changed them, checkpoints asked; change one (t)"),
+    ("checkpoint", "Checkpoint now",
+     "mpwatch.should_checkpoint() is True once: this rank or all, at one step (c)"),
+    ("tunables", "Tunables",
+     "Values of mpwatch.tunable(), who changed them, checkpoints asked; change one (t)"),
     ("logs", "Logs of the selected worker", "stdout and stderr (l)"),
     ("events", "Events", "Every event of the run the TUI has, from the first (e)"),
     ("filter", "Filter rows", "By rank, pid, state or cause (/)"),
@@ -116,7 +118,8 @@ class MpwatchApp(RunActions):
         self._selected_shown: Line | None = None
         self._multi_node = False  # a merged view of several nodes: the NODE column
         self._has_gpus = True  # the status has GPU data (a replay without any has no GPU column)
-        self.event_log: list[EventFields] = []  # every event received, the first snapshot's too (events screen)
+        # every event received, the first snapshot's too (events screen)
+        self.event_log: list[EventFields] = []
 
     # ---------------------------------------------------------------- layout ----
     def compose(self) -> ComposeResult:
@@ -161,8 +164,8 @@ class MpwatchApp(RunActions):
             self.keep_events(msg.snapshot.events)
             self.apply_status(msg.snapshot.status)
             if first:
-                self.say(f"watching run {msg.snapshot.status['run']['id']}: ? for keys, g for GPUs, q to leave",
-                         "information", notify=False)
+                self.say(f"watching run {msg.snapshot.status['run']['id']}: "
+                         "? for keys, g for GPUs, q to leave", "information", notify=False)
             else:
                 self._notices(msg.snapshot.events)
         finally:
@@ -186,14 +189,19 @@ class MpwatchApp(RunActions):
         g = self.glyphs
         width, height = self.size.width, self.size.height
         small = height < SMALL_H  # the table keeps its rows: one GPU line, one alert, no sort line
-        gpu_fit = 1 if small else min(len(st["gpus"]) + bool(st["gpu_status"] and st["gpus"]), max(2, height // 5)) or 1
+        gpu_fit = 1 if small else min(len(st["gpus"]) + bool(st["gpu_status"] and st["gpus"]),
+                                      max(2, height // 5)) or 1
         gpu_width = width - 2 - (1 if len(st["gpus"]) > gpu_fit else 0)
         with self.batch_update():
-            head = view.header_lines(st, g, sort=self.sort, filter_text=self.filter_text, finished=not self.live)
+            head = view.header_lines(st, g, sort=self.sort, filter_text=self.filter_text,
+                                     finished=not self.live)
             self.header.show(head[:-1] if small and self.sort == "rank" and not self.filter_text else head)
-            self.table.apply(view.table_rows(st, folded=self.folded, filter_text=self.filter_text, sort=self.sort))
-            self.gpu_panel.show(gpu_rows.gpu_rows(st, g, gpu_width), gpu_rows.title(st, g, width, gpu_fit), gpu_fit)
-            self.alert_lines.show(gpu_rows.alert_lines(st, g, width - 2, 1 if small else 2 if height < 30 else 4))
+            self.table.apply(view.table_rows(st, folded=self.folded, filter_text=self.filter_text,
+                                             sort=self.sort))
+            self.gpu_panel.show(gpu_rows.gpu_rows(st, g, gpu_width), gpu_rows.title(st, g, width, gpu_fit),
+                                gpu_fit)
+            self.alert_lines.show(gpu_rows.alert_lines(st, g, width - 2,
+                                                       1 if small else 2 if height < 30 else 4))
             self._show_selected()
         if isinstance(self.screen, (DetailScreen, GpuScreen, TunablesScreen)):
             self.screen.show_status()
@@ -267,11 +275,13 @@ class MpwatchApp(RunActions):
         self.messages.append((text, severity))
         del self.messages[:-200]
         line = self.status_line
-        line.update(Text(text.splitlines()[0] if text else "", no_wrap=True, overflow="ellipsis"), layout=False)
+        line.update(Text(text.splitlines()[0] if text else "", no_wrap=True, overflow="ellipsis"),
+                    layout=False)
         line.set_class(severity == "error", "error")
         line.set_class(severity == "warning", "warning")
         if notify and self.notices and self.size.width >= TOAST_W and self.size.height >= TOAST_H:
-            self.notify(text, severity="error" if severity == "error" else  # plain text: a cause may hold "[/x]"
+            # plain text: a cause may hold "[/x]"
+            self.notify(text, severity="error" if severity == "error" else
                         "warning" if severity == "warning" else "information",
                         timeout=8 if severity == "error" else 4, markup=False)
 

@@ -67,7 +67,8 @@ class RunGone(Message):
 
 
 class Poller:
-    def __init__(self, source: Source | None, target: Target | None, interval: float = INTERVAL_S, since: int = 0):
+    def __init__(self, source: Source | None, target: Target | None, interval: float = INTERVAL_S,
+                 since: int = 0):
         self.source = source
         self.target = target  # anything with post_message (the App)
         self.interval = interval  # the shortest; `current` is stretched to fit CPU_BUDGET

@@ -30,9 +30,10 @@ from mpwatch.tui.widgets.replay_strip import TimelineStrip, strip_line, where_li
 
 INDEX_TICK_S = 0.01
 _CURSOR_SCREENS = (DetailScreen, LogsScreen, GpuScreen)  # they show the cursor's moment too
-_EDGE_SAID = {("step", -1): "at the run's start", ("step", 1): "at the end", ("jump", -1): "no failure, stall, "
-              "restart or alert before this moment", ("jump", 1): "no failure, stall, restart or alert after this "
-              "moment", ("start", 0): "at the run's start", ("end", 0): "at the end"}
+_EDGE_SAID = {("step", -1): "at the run's start", ("step", 1): "at the end",
+              ("jump", -1): "no failure, stall, restart or alert before this moment",
+              ("jump", 1): "no failure, stall, restart or alert after this moment",
+              ("start", 0): "at the run's start", ("end", 0): "at the end"}
 
 
 class ReplayApp(MpwatchApp):
@@ -43,8 +44,10 @@ class ReplayApp(MpwatchApp):
     BINDINGS = [
         Binding("comma", "cursor('step', -1)", "Back", key_display=",", priority=True, show=False),
         Binding("full_stop", "cursor('step', 1)", "On", key_display=".", priority=True, show=False),
-        Binding("left_square_bracket", "cursor('jump', -1)", "Prev", key_display="[", priority=True, show=False),
-        Binding("right_square_bracket", "cursor('jump', 1)", "Next", key_display="]", priority=True, show=False),
+        Binding("left_square_bracket", "cursor('jump', -1)", "Prev", key_display="[", priority=True,
+                show=False),
+        Binding("right_square_bracket", "cursor('jump', 1)", "Next", key_display="]", priority=True,
+                show=False),
         # Over the table's own Home/End (first/last row): here they are the run's start and end.
         Binding("home", "cursor('start', 0)", "Start", show=False, priority=True),
         Binding("end", "cursor('end', 0)", "End", show=False, priority=True),
@@ -95,7 +98,8 @@ class ReplayApp(MpwatchApp):
             self._select_first_failure()
             self._indexer = self.set_interval(INDEX_TICK_S, self._index_step)  # once the screen is drawn
             keys = self.glyphs.sep.join((", . step", "[ ] jump", "Home End", "e events", "q leave"))
-            self.call_later(self.say, f"replaying run {status['run']['id']} (read-only): {keys}", "information", False)
+            self.call_later(self.say, f"replaying run {status['run']['id']} (read-only): {keys}",
+                            "information", False)
 
     def _select_first_failure(self) -> None:
         """A failed run opens on why it failed: the row of the rank that failed first."""
@@ -139,7 +143,8 @@ class ReplayApp(MpwatchApp):
             self.say(_EDGE_SAID.get((how, arg), "the cursor cannot move there"), notify=False)
             return
         self.moves += 1
-        if self.poller is not None:  # the strip follows with the moment's status: the screen agrees with itself
+        # the strip follows with the moment's status: the screen agrees with itself
+        if self.poller is not None:
             self.poller.kick()
         if isinstance(self.screen, _CURSOR_SCREENS):
             self.screen.reload()

@@ -124,7 +124,8 @@ def _gpu(gpu: GpuView, m: NodeMap) -> GpuView:
 
 def _whose(m: NodeMap) -> str:
     """The prefix of a node's alert text, which names that node's own GPUs and ranks."""
-    return f"node {m.node}" if m.base == 0 and not m.gpu_offset else f"node {m.node} (its own GPU and rank numbers)"
+    return (f"node {m.node}" if m.base == 0 and not m.gpu_offset
+            else f"node {m.node} (its own GPU and rank numbers)")
 
 
 def _gpu_alert(a: GpuAlert, m: NodeMap) -> GpuAlert:
@@ -229,7 +230,8 @@ def node_status(p: NodePart, m: NodeMap) -> NodeStatus:
                       counts=dict(st["run"]["counts"]) if st else {})
 
 
-def merge(parts: Sequence[NodePart], events_seq: int = 0, ms: dict[int, NodeMap] | None = None) -> Status | None:
+def merge(parts: Sequence[NodePart], events_seq: int = 0,
+          ms: dict[int, NodeMap] | None = None) -> Status | None:
     """The merged status, None until some node has been reached (ms: maps(parts), when the
     caller has them already)."""
     parts = sorted(parts, key=lambda p: p.node)
@@ -272,7 +274,8 @@ def _shifted(m: NodeMap, tl: GpuTimelineReply, now: float) -> tuple[list[GpuTick
     ticks = [GpuTick(ts=t["ts"] + shift,
                      gpus=[{**g, "index": g["index"] + m.gpu_offset} for g in t["gpus"]],
                      ranks=[{**r, "rank": m.rank(r["rank"]) or 0,
-                             "gpu": None if r["gpu"] is None else r["gpu"] + m.gpu_offset} for r in t["ranks"]])
+                             "gpu": None if r["gpu"] is None else r["gpu"] + m.gpu_offset}
+                            for r in t["ranks"]])
              for t in tl["ticks"]]
     marks = []
     for k in tl["marks"]:

@@ -17,7 +17,8 @@ def _global(rs: list[int], rank: Rank) -> list[int]:
 
 
 def _answers(answers: list[RankAnswer], rank: Rank) -> list[RankAnswer]:
-    return [RankAnswer(rank=g, step=a["step"], late=a["late"]) for a in answers if (g := rank(a["rank"])) is not None]
+    return [RankAnswer(rank=g, step=a["step"], late=a["late"])
+            for a in answers if (g := rank(a["rank"])) is not None]
 
 
 def _join_change(into: list[TunableChange], c: TunableChange, rank: Rank) -> None:
@@ -25,8 +26,8 @@ def _join_change(into: list[TunableChange], c: TunableChange, rank: Rank) -> Non
                  and abs(x["ts"] - c["ts"]) < 60), None)
     answers, waiting = _answers(c["answers"], rank), _global(c["waiting"], rank)
     if same is None:
-        into.append(TunableChange(id=c["id"], ts=c["ts"], value=c["value"], old=c["old"], step=c["step"], by=c["by"],
-                                  answers=answers, waiting=waiting))
+        into.append(TunableChange(id=c["id"], ts=c["ts"], value=c["value"], old=c["old"], step=c["step"],
+                                  by=c["by"], answers=answers, waiting=waiting))
     else:
         same["answers"] = sorted(same["answers"] + answers, key=lambda a: a["rank"])
         same["waiting"] = sorted(same["waiting"] + waiting)
@@ -53,8 +54,8 @@ def checkpoints(parts: Sequence[tuple[Status, Rank]]) -> list[CheckpointRequest]
     out: list[CheckpointRequest] = []
     for st, rank in parts:
         for r in st.get("checkpoints") or []:
-            same = next((x for x in out if (x["step"], x["by"]) == (r["step"], r["by"]) and abs(x["ts"] - r["ts"]) < 60
-                         and r["step"] is not None), None)
+            same = next((x for x in out if (x["step"], x["by"]) == (r["step"], r["by"])
+                         and abs(x["ts"] - r["ts"]) < 60 and r["step"] is not None), None)
             mine = CheckpointRequest(id=r["id"], ts=r["ts"], by=r["by"], step=r["step"],
                                      ranks=_global(r["ranks"], rank), answers=_answers(r["answers"], rank),
                                      waiting=_global(r["waiting"], rank), missed=_global(r["missed"], rank))

@@ -90,7 +90,8 @@ class NodePoller:
     def part(self) -> combine.NodePart:
         with self.lock:
             down = None if self.down_since is None else time.monotonic() - self.down_since
-            return combine.NodePart(self.node or 0, self.host, self.status, self.error, down, self.ended is not None)
+            return combine.NodePart(self.node or 0, self.host, self.status, self.error, down,
+                                    self.ended is not None)
 
     def _loop(self) -> None:
         while not self._stop.is_set() and self.ended is None:
@@ -306,13 +307,15 @@ class MergedSource:
 
     def resize(self, n: int) -> str:
         if len(self.nodes) > 1:
-            raise ClientError("a run of several nodes is resized on each node (mpwatch ctl --host HOST resize N)")
+            raise ClientError("a run of several nodes is resized on each node "
+                              "(mpwatch ctl --host HOST resize N)")
         return self._link(self.nodes[0]).resize(n)
 
     def stop(self) -> str:
         return self._every(lambda link: link.stop())
 
-    def checkpoint(self, target: int | str, step: int | None = None, by: str = "?", plan: bool = False) -> LiveReply:
+    def checkpoint(self, target: int | str, step: int | None = None, by: str = "?",
+                   plan: bool = False) -> LiveReply:
         if target != "all":
             if not isinstance(target, int):
                 raise ClientError(f"bad target {target!r}")

@@ -155,7 +155,8 @@ class RemoteClient(Requests):
             hello = self._hello.get(timeout=CONNECT_S)
         except queue.Empty:
             self.close()
-            raise LinkLost(f"no answer from {self.host} within {CONNECT_S:g}s (ssh {self._last_stderr()})") from None
+            raise LinkLost(f"no answer from {self.host} within {CONNECT_S:g}s "
+                           f"(ssh {self._last_stderr()})") from None
         except LinkLost:
             hello = None
         if hello is None:

@@ -13,7 +13,8 @@ from mpwatch.contract.status import Event, EventFields, State
 from mpwatch.text import eventtext
 
 FAILURE, STALL, RESTART, ALERT = "failure", "stall", "restart", "alert"
-MARKED = (FAILURE, STALL, RESTART, ALERT)  # what the jump keys stop at and the strip shows, most telling first
+# What the jump keys stop at and the strip shows, most telling first.
+MARKED = (FAILURE, STALL, RESTART, ALERT)
 
 
 def kind_of(e: EventFields) -> str | None:

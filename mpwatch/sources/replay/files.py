@@ -39,7 +39,8 @@ _GPU_LINE = re.compile(rb'\{"ts":(-?[0-9.eE+-]+),"(gpus|gpu|thinned)"')
 WINDOW_START = 192  # bytes a rank per wanted report: a report line is ~150 bytes
 TICK_CACHE = 512
 # A tick's GPUs as supervisor.gpu.timeline writes them (compact): what a GPU's history needs.
-_GPU_SAMPLE = re.compile(rb'\{"index":(\d+),"mem_used":(\d+|null),"mem_total":(?:\d+|null),"util_gpu":(\d+|null)')
+_GPU_SAMPLE = re.compile(rb'\{"index":(\d+),"mem_used":(\d+|null),'
+                         rb'"mem_total":(?:\d+|null),"util_gpu":(\d+|null)')
 GpuSample = tuple[int, int | None, int | None]  # index, mem_used, util_gpu
 BUILD_WAIT_S = 60.0
 STEP_BYTES = 128 * 1024  # the index built a step at a time in the TUI's idle time: ~3 ms each
@@ -230,7 +231,8 @@ class EventsFile(_Mapped):
         with self._swap:
             idx = self._index_now()
             if idx is not None:
-                return {r: got for r in ranks if (s := idx.series.get(r)) is not None and (got := s.last(end, want))}
+                return {r: got for r in ranks
+                        if (s := idx.series.get(r)) is not None and (got := s.last(end, want))}
         if not ranks or end <= 0:
             return {}
         found, start = window(self.data, end, ranks, want, WINDOW_START * want * len(ranks))

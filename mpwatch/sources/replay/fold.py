@@ -12,7 +12,16 @@ from pathlib import Path
 from typing import Any, cast
 
 from mpwatch.contract.coerce import as_float, as_int, as_str
-from mpwatch.contract.status import Event, EventFields, GpuAlert, RunAlert, RunState, StallInfo, State, alert_kind
+from mpwatch.contract.status import (
+    Event,
+    EventFields,
+    GpuAlert,
+    RunAlert,
+    RunState,
+    StallInfo,
+    State,
+    alert_kind,
+)
 from mpwatch.rundir import live_events
 from mpwatch.text import eventtext
 
@@ -51,7 +60,8 @@ class RunFold:
     alerts: list[RunAlert] = field(default_factory=list)
     gpu_alerts: dict[str, GpuAlert] = field(default_factory=dict)  # key -> the alert, as it started last
     hang: EventFields | None = None  # the last culprit finding (an `alert` of kind hang)
-    live: live_events.LiveFold = field(default_factory=live_events.LiveFold)  # tunables and checkpoint requests
+    # tunables and checkpoint requests
+    live: live_events.LiveFold = field(default_factory=live_events.LiveFold)
 
 
 def restarting_exits(events: Sequence[EventFields]) -> set[int]:
@@ -89,7 +99,8 @@ def fold(events: Sequence[EventFields], upto: int, run_dir: Path, restarting: se
         elif name in (Event.ALERT, Event.GPU_ALERT) or r is None:
             _run_event(run, e)
         if name == Event.ALERT and r is not None and e.get("kind") == "unkillable" and r in run.ranks:
-            run.ranks[r].unkillable = [p for p in (cast(Any, e).get("processes") or []) if isinstance(p, dict)]
+            run.ranks[r].unkillable = [p for p in (cast(Any, e).get("processes") or [])
+                                       if isinstance(p, dict)]
     return run
 
 
@@ -104,14 +115,16 @@ def _rank_event(run: RunFold, k: RankFold, e: EventFields, restarting: bool, run
         run.world = k.world or run.world
     elif name == Event.WORKER_EXITED:
         k.state = State.RESTARTING if restarting else eventtext.exit_state(e)
-        k.exit_code, k.signal, k.cause = as_int(e.get("exit_code")), as_str(e.get("signal")), as_str(e.get("cause"))
+        k.exit_code, k.signal, k.cause = (as_int(e.get("exit_code")), as_str(e.get("signal")),
+                                          as_str(e.get("cause")))
         k.pid = as_int(e.get("pid")) or k.pid
         k.stall = None
     elif name == Event.STALLED:
         k.state = State.STALLED
         silent = as_float(e.get("silent_for")) or 0.0
-        k.stall = StallInfo(since=e["ts"] - silent, step=as_int(e.get("step")), kind=as_str(e.get("kind")) or "",
-                            detail=as_str(e.get("detail")), wchan=as_str(e.get("wchan")), gpu=e.get("gpu") is True)
+        k.stall = StallInfo(since=e["ts"] - silent, step=as_int(e.get("step")),
+                            kind=as_str(e.get("kind")) or "", detail=as_str(e.get("detail")),
+                            wchan=as_str(e.get("wchan")), gpu=e.get("gpu") is True)
     elif name == Event.SLOW_START:
         k.slow_start = StallInfo(since=k.started if k.started is not None else e["ts"], step=None,
                                  kind=as_str(e.get("kind")) or "", detail=as_str(e.get("detail")),
@@ -198,7 +211,8 @@ def _gpu_alert(run: RunFold, e: EventFields) -> None:
         return
     gpu = as_int(raw.get("gpu"))
     key = f"{kind}:{gpu}:{e['rank']}"
-    a = GpuAlert(kind=kind, key=key, gpu=gpu, rank=e["rank"], message=as_str(raw.get("message")) or "", since=e["ts"])
+    a = GpuAlert(kind=kind, key=key, gpu=gpu, rank=e["rank"], message=as_str(raw.get("message")) or "",
+                 since=e["ts"])
     sev = raw.get("severity")
     if sev in ("error", "warning", "info"):
         a["severity"] = sev

@@ -1,6 +1,6 @@
 """A status.Status rebuilt for one moment of a recorded run: the notable events folded up to
-it (sources.replay.fold), each rank's last reports before it and the GPU tick at it (sources.replay.files), over
-the facts that do not move (run.json, the GPUs' names from final.json).
+it (sources.replay.fold), each rank's last reports before it and the GPU tick at it
+(sources.replay.files), over the facts that do not move (run.json, the GPUs' names from final.json).
 
 What the files do not keep is N/A (None), never invented: CPU, RSS and children of the
 processes (the sampler's view is not recorded), phases, torch's allocator view (the GPU
@@ -58,7 +58,8 @@ class RunFacts:
     gpu_status: str | None = None  # final.json's, when the run had no GPU data
 
 
-def worker_row(k: RankFold, reps: list[ReportRow], t: float, tail: int, gpu: WorkerGpu | None) -> WorkerStatus:
+def worker_row(k: RankFold, reps: list[ReportRow], t: float, tail: int,
+               gpu: WorkerGpu | None) -> WorkerStatus:
     last = reps[-1] if reps else None
     state = k.state
     heard = last is not None and k.started is not None and last.ts >= k.started
@@ -71,11 +72,13 @@ def worker_row(k: RankFold, reps: list[ReportRow], t: float, tail: int, gpu: Wor
         step=next((r.step for r in reversed(reps) if r.step is not None), None),
         loss=last.loss if last is not None else None,
         steps_per_s=_rate(reps, t, k.started) if state == State.RUNNING else (0.0 if alive else None),
-        metrics={}, heartbeat_age=round(max(0.0, t - last.ts), 2) if heard and last is not None and alive else None,
+        metrics={},
+        heartbeat_age=round(max(0.0, t - last.ts), 2) if heard and last is not None and alive else None,
         heartbeat="ok" if heard else "none", cpu_percent=None, rss_bytes=None, proc_status=None,
         restarts=k.restarts, exit_code=k.exit_code, signal=k.signal, cause=k.cause,
         reports=0, dropped=0, bad_frames=k.bad_frames, phases={}, cuda=None,
-        loss_tail=losses[-tail:] if tail else [], world_size=k.world or 0, dist=False,  # the events do not say
+        loss_tail=losses[-tail:] if tail else [], world_size=k.world or 0,
+        dist=False,  # the events do not say
         uptime=round(t - k.started, 1) if k.started is not None and alive else None,
         stall=k.stall.copy() if k.stall is not None and state == State.STALLED else None,
         paused_at=k.paused_at if state == State.PAUSED else None,
@@ -93,7 +96,8 @@ def _rate(reps: list[ReportRow], t: float, started: float | None) -> float | Non
     (the supervisor's rule, supervisor.workers.worker's steps_per_second)."""
     since = max(t - RATE_WINDOW_S, started or 0.0)
     pts = [r for r in reps if r.ts >= since and r.step is not None]
-    if not pts and t - since >= RATE_WINDOW_S and any(r.step is not None and r.ts >= (started or 0.0) for r in reps):
+    if (not pts and t - since >= RATE_WINDOW_S
+            and any(r.step is not None and r.ts >= (started or 0.0) for r in reps)):
         return 0.0  # it stepped in this attempt, and not once in the whole window
     if len(pts) < 2 or pts[-1].ts <= pts[0].ts:
         return None
@@ -120,8 +124,8 @@ def _sum(values: list[int | None]) -> int | None:
     return None if not values or any(v is None for v in values) else sum(v for v in values if v is not None)
 
 
-def _gpu_view(g: GpuTickGpu, tick: GpuTick, facts: RunFacts, ranks: list[GpuTickRank], pids: dict[int, int | None],
-              alerts: list[GpuAlert], history: GpuHistory) -> GpuView:
+def _gpu_view(g: GpuTickGpu, tick: GpuTick, facts: RunFacts, ranks: list[GpuTickRank],
+              pids: dict[int, int | None], alerts: list[GpuAlert], history: GpuHistory) -> GpuView:
     i = g["index"]
     mine = [tr for tr in ranks if tr.get("gpu") == i]
     nvml = [tr.get("nvml") for tr in mine]
@@ -129,15 +133,17 @@ def _gpu_view(g: GpuTickGpu, tick: GpuTick, facts: RunFacts, ranks: list[GpuTick
     res = [tr.get("reserved") for tr in mine]
     a, rv, n = _sum(alloc), _sum(res), _sum(nvml)
     names = facts.gpu_names.get(i, {})
-    procs = [GpuProcess(pid=pid, rank=tr["rank"], child_of=None, user=None, cmd=None, mem_bytes=tr.get("nvml"),
-                        visible=True, sm_util=None) for tr in mine if (pid := pids.get(tr["rank"])) is not None]
+    procs = [GpuProcess(pid=pid, rank=tr["rank"], child_of=None, user=None, cmd=None,
+                        mem_bytes=tr.get("nvml"), visible=True, sm_util=None)
+             for tr in mine if (pid := pids.get(tr["rank"])) is not None]
     return GpuView(
         index=i, name=names.get("name"), uuid=names.get("uuid"), mem_used=g.get("mem_used"),
         mem_total=g.get("mem_total") or names.get("mem_total"), util_gpu=g.get("util_gpu"), util_mem=None,
         temperature=None, power_w=None, processes=procs, errors={}, ts=tick["ts"], processes_ts=tick["ts"],
         alerts=[x for x in alerts if x["gpu"] == i], ranks=sorted(tr["rank"] for tr in mine),
         breakdown={"allocated": a, "cached": rv - a if rv is not None and a is not None else None,
-                   "other": n - rv if n is not None and rv is not None else None, "outside": g.get("outside")},
+                   "other": n - rv if n is not None and rv is not None else None,
+                   "outside": g.get("outside")},
         history=history)
 
 
@@ -151,8 +157,8 @@ def _history(gpu: GpuFile, i: int) -> dict[int, GpuHistory]:
     return out
 
 
-def gpus_at(gpu: GpuFile, t: float, facts: RunFacts, run: RunFold) -> tuple[list[GpuView], dict[int, WorkerGpu],
-                                                                           str | None]:
+def gpus_at(gpu: GpuFile, t: float, facts: RunFacts,
+            run: RunFold) -> tuple[list[GpuView], dict[int, WorkerGpu], str | None]:
     """The GPU views, each rank's GPU, and the GPU status line, at t."""
     if not gpu.present:
         if facts.gpu_status:  # the run's own words, of the machine it ran on
@@ -173,7 +179,8 @@ def gpus_at(gpu: GpuFile, t: float, facts: RunFacts, run: RunFold) -> tuple[list
             a["gpu"] = first  # a run-wide GPU alert: shown with the first GPU
     hist = _history(gpu, i)
     pids = {r: k.pid for r, k in run.ranks.items()}
-    views = [_gpu_view(g, tick, facts, ranks, pids, alerts, hist.get(g["index"], {"mem_used": [], "util_gpu": []}))
+    views = [_gpu_view(g, tick, facts, ranks, pids, alerts,
+                       hist.get(g["index"], {"mem_used": [], "util_gpu": []}))
              for g in tick["gpus"] if isinstance(g, dict) and isinstance(g.get("index"), int)]
     return views, {tr["rank"]: _worker_gpu(tr, on_gpu) for tr in ranks}, None
 
@@ -186,10 +193,12 @@ def straggler(workers: list[WorkerStatus], run: RunFold) -> Straggler | None:
     if len(ws) < 2:
         return None
     lead = max(w["step"] or 0 for w in ws)
-    out = Straggler(leader_step=lead, lags=[Lag(rank=w["rank"], step=w["step"] or 0, lag=lead - (w["step"] or 0))
-                                            for w in ws], culprits=[], waiting=[], text=None)
+    out = Straggler(leader_step=lead,
+                    lags=[Lag(rank=w["rank"], step=w["step"] or 0, lag=lead - (w["step"] or 0)) for w in ws],
+                    culprits=[], waiting=[], text=None)
     if run.hang is not None and any(w["state"] == State.STALLED for w in workers):
-        culprits, waiting, msg = run.hang.get("culprits"), run.hang.get("waiting"), run.hang.get("message") or ""
+        culprits, waiting, msg = (run.hang.get("culprits"), run.hang.get("waiting"),
+                                  run.hang.get("message") or "")
         out["culprits"] = [x for x in culprits if isinstance(x, int)] if isinstance(culprits, list) else []
         out["waiting"] = [x for x in waiting if isinstance(x, int)] if isinstance(waiting, list) else []
         out["text"] = msg.removeprefix("likely culprit: ")
@@ -206,10 +215,11 @@ def status_at(events: EventsFile, gpu: GpuFile, facts: RunFacts, run: RunFold, p
     counts: dict[str, int] = {}
     for w in workers:
         counts[w["state"]] = counts.get(w["state"], 0) + 1
-    info = RunInfo(id=facts.run_id, dir=str(facts.dir), script=facts.script, args=list(facts.args), state=run.state,
-                   pid=facts.pid, started=facts.started, uptime=round(max(0.0, t - facts.started), 1),
-                   world_size=run.world or len(workers), nprocs=len(workers), counts=counts, restarts=run.restarts,
-                   exit_code=run.exit_code, options=facts.options, refused_connections=0, node=None)
+    info = RunInfo(id=facts.run_id, dir=str(facts.dir), script=facts.script, args=list(facts.args),
+                   state=run.state, pid=facts.pid, started=facts.started,
+                   uptime=round(max(0.0, t - facts.started), 1), world_size=run.world or len(workers),
+                   nprocs=len(workers), counts=counts, restarts=run.restarts, exit_code=run.exit_code,
+                   options=facts.options, refused_connections=0, node=None)
     tunables, checkpoints = run.live.status()
     return Status(run=info, workers=workers, gpus=views, gpu_status=gpu_status, alerts=list(run.alerts),
                   events_seq=min(pos + 1, len(events.events)), straggler=straggler(workers, run),

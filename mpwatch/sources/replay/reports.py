@@ -131,7 +131,8 @@ class ReportIndex:
         self.upto = max(self.upto, end)
 
 
-def window(data: Data, end: int, ranks: list[int], want: int, span: int) -> tuple[dict[int, list[ReportRow]], int]:
+def window(data: Data, end: int, ranks: list[int], want: int,
+           span: int) -> tuple[dict[int, list[ReportRow]], int]:
     """Each rank's last `want` reports among those of the `span` bytes before `end`, and
     where that stretch starts."""
     start = max(0, end - span)

@@ -155,7 +155,8 @@ class ReplaySource:
             if self.live and self.cursor.at_end:
                 self.reload()
             pos, n = self.cursor.pos, len(self.files.events)
-            key = (pos, n, self.files.indexed, self.gpu.indexed, want)  # a live run's end moves as its files grow
+            # a live run's end moves as its files grow
+            key = (pos, n, self.files.indexed, self.gpu.indexed, want)
             c = self._cache
             if c is not None and c[0] == key:
                 return c[1]
@@ -233,7 +234,8 @@ class ReplaySource:
     def stop(self) -> str:
         raise ClientError(READ_ONLY)
 
-    def checkpoint(self, target: int | str, step: int | None = None, by: str = "?", plan: bool = False) -> LiveReply:
+    def checkpoint(self, target: int | str, step: int | None = None, by: str = "?",
+                   plan: bool = False) -> LiveReply:
         raise ClientError(READ_ONLY)
 
     def set_tunable(self, name: str, value: str, step: int | None = None, by: str = "?",

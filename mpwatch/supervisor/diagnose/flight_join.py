@@ -87,7 +87,8 @@ def parse_torch(text: str, ranks: Collection[int]) -> Finding | None:
     return None
 
 
-def run_torch(files: Mapping[int, Path], python: str = sys.executable, timeout: float = ANALYZER_S) -> Finding | None:
+def run_torch(files: Mapping[int, Path], python: str = sys.executable,
+              timeout: float = ANALYZER_S) -> Finding | None:
     """torch's analyzer on copies of the dumps (in a directory of our own), or None when it
     fails (it needs every rank's dump, and some builds' dumps it cannot read)."""
     work = Path(tempfile.mkdtemp(prefix="mpwatch-flight-"))

@@ -35,10 +35,12 @@ class StallWatch:
         self.dumper = dumper
         self.timeout = timeout
         self.startup_timeout = startup_timeout
-        self._named: tuple[str, str] | None = None  # the standing finding (key, text): said again only when it changes
+        # the standing finding (key, text): said again only when it changes
+        self._named: tuple[str, str] | None = None
         self._paused: set[int] = set()  # the paused ranks the standing finding names
         self._quiet_until = 0.0  # a paused culprit was resumed: its peers get a stall timeout to report again
-        # MPWATCH_NCCL_FLIGHT=1: the flight recorder's dumps, read once per hang (supervisor.diagnose.flight_join)
+        # MPWATCH_NCCL_FLIGHT=1: the flight recorder's dumps, read once per hang
+        # (supervisor.diagnose.flight_join)
         self.flight = FlightJoin(dumper.store.dir) if dumper.settings.nccl_flight else None
 
     def check(self, now: float) -> None:
@@ -85,7 +87,8 @@ class StallWatch:
             a.stall = StallInfo(since=time.time() - silent, step=w.reports.step, kind=d["kind"],
                                 detail=d["detail"], wchan=d.get("wchan"), gpu=bool(d.get("gpu")))
             w.transition(State.STALLED, "no report for the stall timeout", silent_for=round(silent, 1),
-                         step=w.reports.step, pid=w.pid, kind=d["kind"], detail=d["detail"], wchan=d.get("wchan"))
+                         step=w.reports.step, pid=w.pid, kind=d["kind"], detail=d["detail"],
+                         wchan=d.get("wchan"))
         self.dumper.dump_async([w], reason="stall")
 
     def _slow_start(self, w: Worker, now: float) -> None:
@@ -105,8 +108,8 @@ class StallWatch:
         """Classify a stalled worker from /proc (one read: this runs on the main loop)."""
         a = w.attempt
         gpu = bool(w.reports.cuda) or bool(a.stall is not None and a.stall.get("gpu"))
-        d = hang.probe(a.pid or 0, cpu_percent=None if a.proc_info is None else a.proc_info["cpu_percent"], cuda=gpu,
-                       reads=1)
+        d = hang.probe(a.pid or 0, cpu_percent=None if a.proc_info is None else a.proc_info["cpu_percent"],
+                       cuda=gpu, reads=1)
         a.stall_probed = now
         with self.lock:
             if w.state is State.STALLED and a.stall is not None:
@@ -121,9 +124,11 @@ class StallWatch:
         finding: its peers report again within a flush, and until they do (a stall timeout
         at most) no rank is blamed for being behind them."""
         with self.lock:
-            resumed = {r for r in self._paused if r in self.workers and self.workers[r].state is not State.PAUSED}
-            views = [{"rank": w.rank, "step": w.reports.step, "state": w.state, "paused_at": w.attempt.paused_at,
-                      "dist": w.attempt.dist, "stall": dict(w.attempt.stall or {})} for w in self.workers.values()]
+            resumed = {r for r in self._paused
+                       if r in self.workers and self.workers[r].state is not State.PAUSED}
+            views = [{"rank": w.rank, "step": w.reports.step, "state": w.state,
+                      "paused_at": w.attempt.paused_at, "dist": w.attempt.dist,
+                      "stall": dict(w.attempt.stall or {})} for w in self.workers.values()]
         s = straggler.analyze(views)
         if self.flight is not None:
             self.flight.start([w.rank for w in list(self.workers.values()) if w.state in ALIVE_STATES])
@@ -136,7 +141,8 @@ class StallWatch:
         if not s or not s["culprits"] or s["text"] is None or now < self._quiet_until:
             return
         key = "hang:" + ",".join(map(str, s["culprits"]))
-        self._paused = {r for r in s["culprits"] if any(v["rank"] == r and v["state"] is State.PAUSED for v in views)}
+        self._paused = {r for r in s["culprits"]
+                        if any(v["rank"] == r and v["state"] is State.PAUSED for v in views)}
         if self._named == (key, s["text"]):
             return
         if self._named is not None and self._named[0] != key:

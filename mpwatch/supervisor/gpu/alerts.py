@@ -70,7 +70,8 @@ def contention(view: GpuView, forced: bool) -> GpuAlert | None:
     a = alert("contention", f"contention:{index}:{','.join(map(str, ranks))}", index, None,
               f"GPU {index}: {ranks_text(ranks)} share this GPU{util}" + (f" ({each})" if each else ""),
               "warning" if forced else "error",
-              f"give each rank its own GPU: {SET_DEVICE} before any CUDA call, and check CUDA_VISIBLE_DEVICES",
+              f"give each rank its own GPU: {SET_DEVICE} before any CUDA call, "
+              "and check CUDA_VISIBLE_DEVICES",
               f"{len(ranks)} ranks share")
     a["ranks"] = ranks
     return a
@@ -91,7 +92,8 @@ def outsiders(view: GpuView, cfg: AlertConfig) -> list[GpuAlert]:
         a = alert("outside", f"outside:{view['index']}:{p['pid']}", view["index"], None,
                   f"GPU {view['index']}: {describe_process(p)} outside this run holds {fmt.size_long(mem)} "
                   f"({mem / total:.0%}), next to {ranks_text(mine)}",
-                  "warning", "another job shares this GPU: ask its owner, or run on free GPUs (CUDA_VISIBLE_DEVICES)",
+                  "warning",
+                  "another job shares this GPU: ask its owner, or run on free GPUs (CUDA_VISIBLE_DEVICES)",
                   f"outside {fmt.size(mem)}")
         a.update({"ranks": mine, "pid": p["pid"], "user": p["user"], "mem_bytes": mem,
                   "fraction": round(mem / total, 3)})
@@ -106,7 +108,8 @@ def slope(points: Sequence[tuple[float, int]], min_span: float = MIN_SLOPE_S) ->
     return (points[-1][1] - points[0][1]) / (points[-1][0] - points[0][0])
 
 
-def memory_high(view: GpuView, growth: Mapping[int, float], rate: float | None, cfg: AlertConfig) -> GpuAlert | None:
+def memory_high(view: GpuView, growth: Mapping[int, float], rate: float | None,
+                cfg: AlertConfig) -> GpuAlert | None:
     """Above cfg.mem_high of its memory, or filling within cfg.fill_s at the current slope
     (`rate`, bytes/s); names the rank that grows fastest (`growth`: rank -> bytes/s)."""
     used, total, index = view["mem_used"], view["mem_total"], view["index"]
@@ -122,19 +125,23 @@ def memory_high(view: GpuView, growth: Mapping[int, float], rate: float | None, 
     rank, detail = None, ""
     if growing:
         rank = max(growing, key=lambda r: growing[r])
-        detail = f"; rank {rank} grows fastest (+{fmt.size_long(growing[rank])}/s, holds {fmt.size_long(held[rank])})"
+        detail = (f"; rank {rank} grows fastest (+{fmt.size_long(growing[rank])}/s, "
+                  f"holds {fmt.size_long(held[rank])})")
     elif held:
         rank = max(held, key=lambda r: held[r])
         detail = f"; rank {rank} holds the most ({fmt.size_long(held[rank])})"
-    when = f", full in ~{fmt.age(ttf)} at +{fmt.size_long(rate)}/s" if ttf is not None and rate is not None else ""
+    when = (f", full in ~{fmt.age(ttf)} at +{fmt.size_long(rate)}/s"
+            if ttf is not None and rate is not None else "")
     hint = ("memory keeps growing: look for tensors kept across steps (a loss summed without .item(), "
             "growing lists or caches), else lower the batch size" if soon else
             "little room is left: lower the batch size, use activation checkpointing or mixed precision")
     a = alert("memory_high", f"memory_high:{index}", index, rank,
-              f"GPU {index} memory at {frac:.0%} ({fmt.size_long(used)} of {fmt.size_long(total)}){when}{detail}",
+              f"GPU {index} memory at {frac:.0%} ({fmt.size_long(used)} of {fmt.size_long(total)})"
+              f"{when}{detail}",
               "error" if soon else "warning", hint,
               f"full in {fmt.age(ttf)}" if soon and ttf is not None else f"mem {frac:.0%}")
-    a.update({"fraction": round(frac, 3), "growth_bytes_per_s": growing.get(rank) if rank is not None else None,
+    a.update({"fraction": round(frac, 3),
+              "growth_bytes_per_s": growing.get(rank) if rank is not None else None,
               "time_to_full_s": round(ttf, 1) if ttf is not None else None})
     return a
 
@@ -171,20 +178,22 @@ def idle(view: GpuView, kind: IdleKind | None, since: float | None, now: float, 
         frac = (view["mem_used"] or 0) / (view["mem_total"] or 1)
         a = alert("idle", f"idle:{index}", index, None,
                   f"GPU {index}: memory at {frac:.0%} and utilization at {view['util_gpu']}% for {dur} while "
-                  f"{ranks_text(held)} {'runs' if len(held) == 1 else 'run'} on it: the batch size could probably grow",
+                  f"{ranks_text(held)} {'runs' if len(held) == 1 else 'run'} on it: "
+                  "the batch size could probably grow",
                   "info", "raise the batch size (or the DataLoader's num_workers if the ranks wait for data)",
                   f"idle {view['util_gpu']}%")
         a["ranks"] = held
         return a
     others = sorted(busy, key=lambda b: b["index"])
-    names = ", ".join(f"GPU {b['index']} at {b['util_gpu']}%" + (f" ({ranks_text(b['ranks'])})" if b.get("ranks")
-                                                                   else "") for b in others)
+    names = ", ".join(f"GPU {b['index']} at {b['util_gpu']}%"
+                      + (f" ({ranks_text(b['ranks'])})" if b.get("ranks") else "") for b in others)
     piled = any(len(b.get("ranks", [])) > 1 for b in others)
     return alert("idle", f"idle:{index}", index, None,
                  f"GPU {index} idle ({view['util_gpu']}% for {dur}) while {names} works",
                  "warning",
                  f"ranks share GPUs while this one idles: {SET_DEVICE}" if piled else
-                 "the run does not use this GPU: start one rank per GPU, or hide it with CUDA_VISIBLE_DEVICES",
+                 "the run does not use this GPU: start one rank per GPU, "
+                 "or hide it with CUDA_VISIBLE_DEVICES",
                  "idle")
 
 

@@ -42,7 +42,8 @@ class ProcessLabeler:
             live = set(pids) | set(keep)
             self._who = {pid: w for pid, w in self._who.items() if pid in live}
 
-    def label(self, pid: int, mem: int | None, by_pid: Mapping[int, int], children: Mapping[int, int]) -> GpuProcess:
+    def label(self, pid: int, mem: int | None, by_pid: Mapping[int, int],
+              children: Mapping[int, int]) -> GpuProcess:
         """The process as the status shows it (sm_util and since are the watcher's)."""
         rank = by_pid.get(pid)
         child_of = children.get(pid) if rank is None else None
@@ -51,10 +52,10 @@ class ProcessLabeler:
         if rank is None and child_of is None and ancestor is not None and ancestor in by_pid:
             child_of = by_pid[ancestor]  # a child the process sampler has not seen yet
         if who is None:
-            return {"pid": pid, "rank": rank, "child_of": child_of, "user": None, "cmd": None, "mem_bytes": mem,
-                    "visible": False, "sm_util": None}
-        return {"pid": pid, "rank": rank, "child_of": child_of, "user": who.user, "cmd": who.cmd, "mem_bytes": mem,
-                "visible": who.visible, "sm_util": None}
+            return {"pid": pid, "rank": rank, "child_of": child_of, "user": None, "cmd": None,
+                    "mem_bytes": mem, "visible": False, "sm_util": None}
+        return {"pid": pid, "rank": rank, "child_of": child_of, "user": who.user, "cmd": who.cmd,
+                "mem_bytes": mem, "visible": who.visible, "sm_util": None}
 
 
 def _whois(pid: int, worker_pids: Collection[int], cached: Who | None, now: float) -> Who:
@@ -106,8 +107,9 @@ def proc_marks(gpu: int, old: Mapping[int, float], new: Mapping[int, float],
     now = time.time()
     for pid in sorted(new.keys() - old.keys()):
         p = label(pid)
-        out.append({"ts": new[pid], "gpu": gpu, "kind": "proc_started", "rank": p["rank"] if p["rank"] is not None
-                    else p["child_of"], "pid": pid, "text": f"pid {pid} ({who_text(p)}) on GPU {gpu}"})
+        out.append({"ts": new[pid], "gpu": gpu, "kind": "proc_started",
+                    "rank": p["rank"] if p["rank"] is not None else p["child_of"], "pid": pid,
+                    "text": f"pid {pid} ({who_text(p)}) on GPU {gpu}"})
     for pid in sorted(old.keys() - new.keys()):
         p = label(pid)
         out.append({"ts": now, "gpu": gpu, "kind": "proc_exited", "rank": p["rank"] if p["rank"] is not None

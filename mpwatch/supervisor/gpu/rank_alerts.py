@@ -76,7 +76,8 @@ def fragmentation(rank: int, wg: WorkerGpu, view: GpuView | None, inactive_split
               f"rank {rank} reserves {fmt.size_long(reserved)} on GPU {view['index']} but allocates only "
               f"{fmt.size_long(wg['allocated'])}: {fmt.size_long(cached)} cached unused{split}, "
               f"with {fmt.size_long(total - used)} free on the GPU",
-              "warning", f"set {EXPANDABLE} (fewer, growable segments), or torch.cuda.empty_cache() between phases",
+              "warning",
+              f"set {EXPANDABLE} (fewer, growable segments), or torch.cuda.empty_cache() between phases",
               f"frag rank {rank}")
     a["fraction"] = round(cached / reserved, 3)
     return a

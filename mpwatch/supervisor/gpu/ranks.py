@@ -121,7 +121,8 @@ def worker_gpu(info: RankInfo, where: Placement | None, views: Mapping[int, GpuV
         "allocated": allocated, "reserved": reserved, "peak": cuda["max_allocated"] if cuda else None,
         # NVML counts the CUDA context and non-torch allocations (NCCL, cuBLAS workspaces) too.
         "other_bytes": max(0, mem - reserved) if mem is not None and reserved is not None else None,
-        "fragmentation": max(0, reserved - allocated) if reserved is not None and allocated is not None else None,
+        "fragmentation": (max(0, reserved - allocated)
+                          if reserved is not None and allocated is not None else None),
         "alloc_retries": cuda.get("alloc_retries") if cuda else None,
         "ooms": cuda.get("num_ooms") if cuda else None,
         "sm_util": min(sm, 100) if sm is not None else None,

@@ -166,8 +166,9 @@ class GpuTimeline:
             half = len(ticks) // 2
             t_to = ticks[half - 1][0]
             ticks = ticks[:half][::2] + ticks[half:]
-        note: GpuThinned = {"ts": time.time(), "thinned": {"from": t_from, "to": t_to, "ticks_before": before,
-                                                            "ticks_after": len(ticks), "marks_dropped": dropped}}
+        note: GpuThinned = {"ts": time.time(),
+                            "thinned": {"from": t_from, "to": t_to, "ticks_before": before,
+                                        "ticks_after": len(ticks), "marks_dropped": dropped}}
         out = sorted(ticks + marks + notes, key=lambda x: x[0]) + [(note["ts"], _line(note))]
         try:
             self.store.replace(GPU_JSONL, (ln for _, ln in out))

@@ -52,7 +52,8 @@ class AlertTracker:
         self._announced: dict[str, float] = {}  # key -> when its event was last emitted
 
     def decide(self, views: list[GpuView], alive: list[RankInfo], wgpus: Mapping[int, WorkerGpu],
-               visible: set[int] | None, with_procs: bool, now: float, pids_hidden: bool = False) -> list[GpuAlert]:
+               visible: set[int] | None, with_procs: bool, now: float,
+               pids_hidden: bool = False) -> list[GpuAlert]:
         """Fill each view's alerts; returns the rank alerts that name no GPU. `visible`: the
         GPUs the workers may use (None: all); with_procs: the process lists are new;
         pids_hidden: NVML's pids are not this namespace's (supervisor.gpu.ranks.pids_hidden),
@@ -66,8 +67,8 @@ class AlertTracker:
             g = v["index"]
             rate = None
             if v["mem_used"] is not None:
-                rate = sustained_growth(_trimmed(self._used.setdefault(g, deque()), (now, v["mem_used"]), window),
-                                        now, window)
+                rate = sustained_growth(_trimmed(self._used.setdefault(g, deque()), (now, v["mem_used"]),
+                                                 window), now, window)
             if with_procs:  # a rank's memory only moves when the process list does
                 hist = self._rank_mem.setdefault(g, {})
                 held = alerts.ranks_on(v)
@@ -75,7 +76,8 @@ class AlertTracker:
                     del hist[r]
                 for r, mem in held.items():
                     _trimmed(hist.setdefault(r, deque()), (now, mem), window)
-            growth = {r: s for r, d in self._rank_mem.get(g, {}).items() if (s := alerts.slope(d, 1.0)) is not None}
+            growth = {r: s for r, d in self._rank_mem.get(g, {}).items()
+                      if (s := alerts.slope(d, 1.0)) is not None}
             kind = alerts.idle_kind(v, running, busy, visible is None or g in visible, cfg)
             since = self._idle_since(g, kind, now)
             idle = alerts.idle(v, kind, since, now, busy, cfg)
@@ -100,7 +102,8 @@ class AlertTracker:
         return loose
 
     def _idle_since(self, g: int, kind: alerts.IdleKind | None, now: float) -> float:
-        """Since when GPU g has been idle of this kind (now, when it just became so); forgotten when not idle."""
+        """Since when GPU g has been idle of this kind (now, when it just became so); forgotten
+        when not idle."""
         prev = self._idle.get(g)
         since = prev[1] if prev is not None and prev[0] == kind else now
         if kind is None:
@@ -121,7 +124,8 @@ class AlertTracker:
         _trimmed(d, point, self.cfg.growth_window_s)
         return d[-1][1] - d[0][1], d[-1][2] - d[0][2]
 
-    def counter_marks(self, alive: Iterable[RankInfo], wgpus: Mapping[int, WorkerGpu], wall: float) -> list[GpuMark]:
+    def counter_marks(self, alive: Iterable[RankInfo], wgpus: Mapping[int, WorkerGpu],
+                      wall: float) -> list[GpuMark]:
         out: list[GpuMark] = []
         for i in alive:
             d = self._counters.get(i.rank)
@@ -131,7 +135,8 @@ class AlertTracker:
             g = wgpus[i.rank]["index"] if i.rank in wgpus else None
             if r1 > r0:
                 out.append({"ts": wall, "gpu": g, "kind": "alloc_retry", "rank": i.rank, "pid": i.pid,
-                            "text": f"rank {i.rank}: {r1 - r0} allocator retr{'ies' if r1 - r0 > 1 else 'y'}"})
+                            "text": f"rank {i.rank}: {r1 - r0} allocator "
+                                    f"retr{'ies' if r1 - r0 > 1 else 'y'}"})
             if o1 > o0:
                 out.append({"ts": wall, "gpu": g, "kind": "oom", "rank": i.rank, "pid": i.pid,
                             "text": f"rank {i.rank}: CUDA out of memory (caught)"})

@@ -155,8 +155,8 @@ class GpuWatch:
                     kids = w.proc_info.get("children") if w.proc_info else None
                     pids = [c["pid"] for c in kids if isinstance(c, dict) and isinstance(c.get("pid"), int)] \
                         if isinstance(kids, list) else []
-                    out.append(RankInfo(w.rank, w.pid, w.state == State.RUNNING, w.state in ALIVE_STATES, pids,
-                                        w.cuda))
+                    out.append(RankInfo(w.rank, w.pid, w.state == State.RUNNING, w.state in ALIVE_STATES,
+                                        pids, w.cuda))
             return out
 
         def emit(rank: int | None, **fields: object) -> object:
@@ -257,7 +257,8 @@ class GpuWatch:
             self._views, self._wgpu, self.pids_hidden = views, wgpus, hidden
             self._last_gpu.update({rank: p.index for rank, p in placement.items() if p.index is not None})
         for a in started:
-            marks.append({"ts": wall, "gpu": a["gpu"], "kind": "alert", "rank": a["rank"], "text": a["message"]})
+            marks.append({"ts": wall, "gpu": a["gpu"], "kind": "alert", "rank": a["rank"],
+                          "text": a["message"]})
             self._announce(a)
         marks.extend(self.tracker.counter_marks(alive, wgpus, wall))
         for m in marks:
@@ -297,14 +298,16 @@ class GpuWatch:
             if pid in seen:
                 p["since"] = seen[pid]
             procs.append(p)
-        return {"index": s.index, "name": s.name, "uuid": s.uuid, "mem_used": s.mem_used, "mem_total": s.mem_total,
-                "util_gpu": s.util_gpu, "util_mem": s.util_mem, "temperature": s.temperature, "power_w": s.power_w,
+        return {"index": s.index, "name": s.name, "uuid": s.uuid, "mem_used": s.mem_used,
+                "mem_total": s.mem_total, "util_gpu": s.util_gpu, "util_mem": s.util_mem,
+                "temperature": s.temperature, "power_w": s.power_w,
                 "processes": procs, "errors": errors, "ts": s.ts, "processes_ts": self._procs_ts.get(s.index),
                 "alerts": [], "ranks": [], "history": {"mem_used": [], "util_gpu": []},  # both filled by tick
                 "breakdown": {"allocated": None, "cached": None, "other": None, "outside": None}}
 
     def _history(self, v: GpuView) -> GpuHistory:
-        mem, util = self._spark.setdefault(v["index"], (deque(maxlen=HISTORY_POINTS), deque(maxlen=HISTORY_POINTS)))
+        mem, util = self._spark.setdefault(v["index"], (deque(maxlen=HISTORY_POINTS),
+                                                        deque(maxlen=HISTORY_POINTS)))
         mem.append(v["mem_used"])
         util.append(v["util_gpu"])
         return {"mem_used": list(mem), "util_gpu": list(util)}
@@ -320,10 +323,12 @@ class GpuWatch:
     def _tick_record(views: list[GpuView], wgpus: Mapping[int, WorkerGpu], wall: float) -> GpuTick:
         return {"ts": wall,
                 "gpus": [{"index": v["index"], "mem_used": v["mem_used"], "mem_total": v["mem_total"],
-                          "util_gpu": v["util_gpu"], "outside": v["breakdown"]["outside"] if "breakdown" in v else None}
+                          "util_gpu": v["util_gpu"],
+                          "outside": v["breakdown"]["outside"] if "breakdown" in v else None}
                          for v in views],
-                "ranks": [{"rank": r, "gpu": wg["index"], "nvml": wg["mem_bytes"], "allocated": wg["allocated"],
-                           "reserved": wg["reserved"]} for r, wg in sorted(wgpus.items())]}
+                "ranks": [{"rank": r, "gpu": wg["index"], "nvml": wg["mem_bytes"],
+                           "allocated": wg["allocated"], "reserved": wg["reserved"]}
+                          for r, wg in sorted(wgpus.items())]}
 
     # ------------------------------------------------------------- readers ----
     def snapshot(self) -> GpuPart:

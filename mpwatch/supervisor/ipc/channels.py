@@ -3,10 +3,10 @@
 Each connection proves the run's authkey (multiprocessing's HMAC challenge, both ways)
 on a short-lived thread, so a silent or hostile peer cannot hold up the others. One
 reader thread then waits on every connection with one epoll set and hands decoded
-frames to the report ledger (supervisor.ipc.ledger). Reads are non-blocking into a per-peer buffer, so a peer that stops
-mid-frame holds up nobody. A frame that does not decode is counted (by the ledger) and
-dropped; an oversized frame desynchronises the stream, so that connection is closed
-(the worker reconnects on its next batch).
+frames to the report ledger (supervisor.ipc.ledger). Reads are non-blocking into a per-peer
+buffer, so a peer that stops mid-frame holds up nobody. A frame that does not decode is
+counted (by the ledger) and dropped; an oversized frame desynchronises the stream, so that
+connection is closed (the worker reconnects on its next batch).
 
 Frames go down too (protocol 2: the live requests of supervisor.live), from any thread
 through `Peer.send`: written without blocking, what the socket does not take now waits in

@@ -214,8 +214,8 @@ class Commands:
     def _kill(self, w: Worker) -> tuple[bool, str]:
         if not self.run.kill(w, "kill"):
             return False, f"rank {w.rank} is not running ({w.state})"
-        return True, (f"killing rank {w.rank} (pid {w.pid}): {self.opts.stop_signal} sent to it, SIGKILL to all "
-                      f"of it after {self.opts.grace:g}s")
+        return True, (f"killing rank {w.rank} (pid {w.pid}): {self.opts.stop_signal} sent to it, "
+                      f"SIGKILL to all of it after {self.opts.grace:g}s")
 
     def _restart(self, w: Worker) -> tuple[bool, str]:
         if w.alive:
@@ -228,7 +228,8 @@ class Commands:
         if not w.alive:
             return False, f"rank {w.rank} is not running ({w.state})"
         self.dumper.dump_async([w], reason="request")
-        return True, f"dumping rank {w.rank} (pid {w.pid}) to {layout.rank_paths(self.store.dir, w.rank).stacks}"
+        return True, (f"dumping rank {w.rank} (pid {w.pid}) to "
+                      f"{layout.rank_paths(self.store.dir, w.rank).stacks}")
 
     def _live(self, cmd: str, req: dict[str, Any]) -> Reply:
         if self.run.state in (RunState.STOPPING, RunState.FINISHED):
@@ -249,5 +250,6 @@ class Commands:
         if self.run.state in (RunState.STOPPING, RunState.FINISHED):
             return {"ok": True, "message": f"the run is already {self.run.state}"}
         alive = self.run.stop(STOP_ASKED)
-        return {"ok": True, "message": f"stopping the run: {self.opts.stop_signal} sent to {alive} worker(s), "
-                                       f"SIGKILL after {self.opts.grace:g}s"}
+        return {"ok": True,
+                "message": f"stopping the run: {self.opts.stop_signal} sent to {alive} worker(s), "
+                           f"SIGKILL after {self.opts.grace:g}s"}

@@ -136,7 +136,8 @@ class Listener(Generic[T]):
                 s, _ = sock.accept()
             except OSError:
                 return
-            threading.Thread(target=self._accepted, args=(s,), name=f"{self.thread_name}-peer", daemon=True).start()
+            threading.Thread(target=self._accepted, args=(s,), name=f"{self.thread_name}-peer",
+                             daemon=True).start()
 
     def _accepted(self, s: socket.socket) -> None:
         try:

@@ -71,8 +71,10 @@ class LiveControl:
         notes = [f"{fmt.ranks(quiet)} never called mpwatch.should_checkpoint() yet"] if quiet else []
         notes += [f"{fmt.ranks(away)} cannot be asked: {self._away(away)}"] if away else []
         notes += [f"{fmt.ranks(lost)}: its channel is full (it does not read)"] if lost else []
-        return {"ok": True, "id": req.id, "step": step, "message": f"checkpoint asked of {fmt.ranks(req.asked)} "
-                + (f"at step {step}" if step is not None else "at its next call") + "".join(f"; {n}" for n in notes)}
+        return {"ok": True, "id": req.id, "step": step,
+                "message": f"checkpoint asked of {fmt.ranks(req.asked)} "
+                + (f"at step {step}" if step is not None else "at its next call")
+                + "".join(f"; {n}" for n in notes)}
 
     def set(self, name: str, text: str, at: int | None, by: str, plan_only: bool) -> Reply:
         """Change a tunable on every rank, at one step."""
@@ -93,14 +95,16 @@ class LiveControl:
             change = Change(self.book.next_id(), by, step, {w.rank for w in reach}, value=value, old=t.value)
             t.changes.append(change)
             t.value = value
-        frame = protocol.encode({"t": protocol.SET, "id": change.id, "name": name, "value": value, "step": step})
+        frame = protocol.encode({"t": protocol.SET, "id": change.id, "name": name, "value": value,
+                                 "step": step})
         self._send(reach, frame, change)
-        self.log.event(Event.TUNABLE_SET, None, id=change.id, tunable=name, value=value, old=change.old, step=step,
-                       by=by, ranks=sorted(change.asked))
+        self.log.event(Event.TUNABLE_SET, None, id=change.id, tunable=name, value=value, old=change.old,
+                       step=step, by=by, ranks=sorted(change.asked))
         text = f"{name} = {shown(value)} (was {shown(change.old)}) on {fmt.ranks(change.asked)} " \
             + (f"from step {step}" if step is not None else "at each one's next call")
         if not reach:
-            text = f"{name} = {shown(value)} (was {shown(change.old)}): no rank runs now; the next ones start with it"
+            text = (f"{name} = {shown(value)} (was {shown(change.old)}): no rank runs now; "
+                    "the next ones start with it")
         return {"ok": True, "id": change.id, "step": step, "message": text}
 
     def on_exit(self, w: Worker) -> None:
@@ -144,8 +148,8 @@ class LiveControl:
                 c = t.changes[-1] if t.changes else None
                 if c is not None and c.id > a.live_from and w.rank not in c.answers:
                     c.asked.add(w.rank)
-                    frames.append(protocol.encode({"t": protocol.SET, "id": c.id, "name": t.name, "value": c.value,
-                                                   "step": c.step}))
+                    frames.append(protocol.encode({"t": protocol.SET, "id": c.id, "name": t.name,
+                                                   "value": c.value, "step": c.step}))
         for f in frames:
             peer.send(f)
 

@@ -108,6 +108,7 @@ class Registry:
     def status(self) -> tuple[list[TunableStatus], list[CheckpointRequest]]:
         tunables = [self.tunables[n].status() for n in sorted(self.tunables)]
         checkpoints = [CheckpointRequest(id=r.id, ts=r.ts, by=r.by, step=r.step, ranks=sorted(r.asked),
-                                         answers=r.answers_list(), waiting=r.waiting(), missed=sorted(r.missed))
+                                         answers=r.answers_list(), waiting=r.waiting(),
+                                         missed=sorted(r.missed))
                        for r in self.checkpoints]
         return tunables, checkpoints

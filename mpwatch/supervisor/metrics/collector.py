@@ -41,8 +41,8 @@ def render(labels: Labels) -> str:
 
 
 def _escape(v: str) -> str:
-    return v.replace("\\", r"\\").replace("\n", r"\n").replace('"', r"\"") if ("\\" in v or "\n" in v or '"' in v) \
-        else v
+    return v.replace("\\", r"\\").replace("\n", r"\n").replace('"', r"\"") \
+        if ("\\" in v or "\n" in v or '"' in v) else v
 
 
 def _one(labels: Labels) -> tuple[Labels, str]:
@@ -55,7 +55,8 @@ WORKER_GAUGES: list[tuple[str, str, Callable[[WorkerStatus], float | int | None]
     ("mpwatch_worker_loss", "The last loss the worker reported.", lambda w: w["loss"]),
     ("mpwatch_worker_steps_per_second", "Steps per second over the worker's last reports.",
      lambda w: w["steps_per_s"]),
-    ("mpwatch_worker_heartbeat_age_seconds", "Seconds since the worker's last report.", lambda w: w["heartbeat_age"]),
+    ("mpwatch_worker_heartbeat_age_seconds", "Seconds since the worker's last report.",
+     lambda w: w["heartbeat_age"]),
     ("mpwatch_worker_gpu_memory_bytes", "GPU memory the worker's processes hold on its own GPU (NVML).",
      lambda w: None if w["gpu"] is None else w["gpu"]["mem_bytes"]),
 ]
@@ -67,7 +68,8 @@ def families(st: Status, host: str) -> list[Family]:
     node = str(node_info["node_rank"]) if node_info else "0"
     run_id = run["id"]
     info = {"run_id": run_id, "node": node, "host": host, "script": run["script"], "state": run["state"],
-            "world_size": str(node_info["world_size"] if node_info else run["world_size"]), "version": __version__,
+            "world_size": str(node_info["world_size"] if node_info else run["world_size"]),
+            "version": __version__,
             "stop_signal": run["options"].get("stop_signal", "SIGTERM")}
     out = [Family("mpwatch_run_info", "gauge", "The run this supervisor watches (one per node).",
                   [(*_one(info), 1.0)])]
@@ -94,13 +96,17 @@ def _workers(workers: list[WorkerStatus], run_id: str, node: str) -> list[Family
             if v is not None:
                 samples.append((lab, rendered, float(v)))
         out.append(Family(name, "gauge", text, samples))
-    restarts = [(lab, rendered, float(w["restarts"])) for w, (lab, rendered) in zip(workers, labels, strict=True)]
-    out.append(Family("mpwatch_worker_restarts_total", "counter", "Times the worker was started again.", restarts))
+    restarts = [(lab, rendered, float(w["restarts"]))
+                for w, (lab, rendered) in zip(workers, labels, strict=True)]
+    out.append(Family("mpwatch_worker_restarts_total", "counter", "Times the worker was started again.",
+                      restarts))
     states = []
     for w, (lab, rendered) in zip(workers, labels, strict=True):
         for s in STATES:
-            states.append(({**lab, "state": s}, f'{rendered[:-1]},state="{s}"}}', 1.0 if w["state"] == s else 0.0))
-    out.append(Family("mpwatch_worker_state", "gauge", "1 for the worker's state now, 0 for the others.", states))
+            states.append(({**lab, "state": s}, f'{rendered[:-1]},state="{s}"}}',
+                           1.0 if w["state"] == s else 0.0))
+    out.append(Family("mpwatch_worker_state", "gauge", "1 for the worker's state now, 0 for the others.",
+                      states))
     return out
 
 
@@ -117,7 +123,8 @@ def _gpus(st: Status, run_id: str, node: str) -> list[Family]:
             util.append((lab, rendered, g["util_gpu"] / 100.0))
     return [Family("mpwatch_gpu_memory_used_bytes", "gauge", "GPU memory in use (NVML).", used),
             Family("mpwatch_gpu_memory_total_bytes", "gauge", "GPU memory in all (NVML).", total),
-            Family("mpwatch_gpu_utilization_ratio", "gauge", "Share of time the GPU was busy, 0 to 1 (NVML).", util)]
+            Family("mpwatch_gpu_utilization_ratio", "gauge", "Share of time the GPU was busy, 0 to 1 (NVML).",
+                   util)]
 
 
 def _alerts(st: Status, run_id: str, node: str) -> Family:
@@ -164,6 +171,7 @@ class RunCollector(Collector):
     def collect(self) -> Iterator[Metric]:
         for f in families(self.status(), self.host):
             base = f.name.removesuffix("_total") if f.kind == "counter" else f.name
-            fam: Metric = CounterMetricFamily(base, f.help) if f.kind == "counter" else GaugeMetricFamily(base, f.help)
+            fam: Metric = (CounterMetricFamily(base, f.help) if f.kind == "counter"
+                           else GaugeMetricFamily(base, f.help))
             fam.samples = [Sample(f.name, lab, v) for lab, _, v in f.samples]
             yield fam

@@ -68,9 +68,10 @@ class MetricsServer:
     def start(self) -> None:
         """Bind and serve; OSError (a port in use, an address not here) when it cannot bind."""
         server_class = type("MetricsHTTP", (_Server,), {"address_family": _family(self.addr)})
-        self._httpd = make_server(self.addr, self.port, self._app, server_class=server_class, handler_class=_Quiet)
-        threading.Thread(target=self._httpd.serve_forever, kwargs={"poll_interval": 0.2}, name="mpwatch-metrics",
-                         daemon=True).start()
+        self._httpd = make_server(self.addr, self.port, self._app, server_class=server_class,
+                                  handler_class=_Quiet)
+        threading.Thread(target=self._httpd.serve_forever, kwargs={"poll_interval": 0.2},
+                         name="mpwatch-metrics", daemon=True).start()
 
     def close(self) -> None:
         httpd, self._httpd = self._httpd, None
@@ -93,8 +94,8 @@ class MetricsServer:
             cpu = time.thread_time()
             body = collector.text(collector.families(self.status(), self.host))
             took = f"{time.thread_time() - cpu:.6f}"  # this thread's CPU for the status, families and text
-            start_response("200 OK", [("Content-Type", CONTENT_TYPE_PLAIN_0_0_4), ("Content-Length", str(len(body))),
-                                      (CPU_HEADER, took)])
+            start_response("200 OK", [("Content-Type", CONTENT_TYPE_PLAIN_0_0_4),
+                                      ("Content-Length", str(len(body))), (CPU_HEADER, took)])
             return [body]
         start_response("404 Not Found", [("Content-Type", "text/plain")])
         return [b"mpwatch serves /metrics and /healthz\n"]

@@ -118,7 +118,8 @@ class Nodes:
             self._begin(joined)
         elif waiting and self.phase is Phase.RUNNING and running:
             self.new_round("another node started a new round")
-        elif self.phase is Phase.NEW_ROUND and running and not any(map(groups.lingers, self.run.workers.values())):
+        elif (self.phase is Phase.NEW_ROUND and running
+              and not any(map(groups.lingers, self.run.workers.values()))):
             self.phase = Phase.JOINING
             with b.lock:
                 b.waiting = False
@@ -138,7 +139,8 @@ class Nodes:
         with self.board.lock:
             self.board.round, self.board.state = r, "up"
         self.run.log.event(Event.ROUND, round=r.number, node_rank=r.group_rank, nnodes=r.group_world,
-                           base_rank=r.base_rank, nprocs=self.run.opts.nprocs, world_size=r.world, why=self._why)
+                           base_rank=r.base_rank, nprocs=self.run.opts.nprocs, world_size=r.world,
+                           why=self._why)
         self.run.store.update_json(layout.RUN_JSON, node=self.info())
         for rank in range(self.run.opts.nprocs):
             w = self.run.workers.get(rank)
@@ -199,7 +201,8 @@ class Nodes:
         # at close() closes the rendezvous and ends its wait, as torchrun's agent does.
         waiting = [s for s in others if s not in ("done", "lost", "round")]
         # After a stop every node ends within its grace period: no need to wait for the full barrier.
-        stopping = self.run.state is RunState.STOPPING and now >= self._barrier_started + self.run.opts.grace + STOP_S
+        stopping = (self.run.state is RunState.STOPPING
+                    and now >= self._barrier_started + self.run.opts.grace + STOP_S)
         return gone or not waiting or now >= self._barrier_until or stopping
 
     def close(self) -> None:
@@ -213,7 +216,8 @@ class Nodes:
         if not in_join:
             self._link.join(timeout=3.0)
         elif self.opts.backend == "c10d":  # the others in the same rendezvous hear it closed
-            closer = threading.Thread(target=self._link.close_rendezvous, name="mpwatch-nodes-close", daemon=True)
+            closer = threading.Thread(target=self._link.close_rendezvous, name="mpwatch-nodes-close",
+                                      daemon=True)
             closer.start()
             closer.join(timeout=3.0)
 

@@ -156,7 +156,8 @@ class NodeLink(threading.Thread):
         b = self.board
         host = self.opts.endpoint.rpartition(":")[0]
         others = [p for p in r.peers if p["node_rank"] != r.group_rank]
-        hosts = [p for p in others if (p["host"] == host if self.opts.backend == "c10d" else p["node_rank"] == 0)]
+        hosts = [p for p in others
+                 if (p["host"] == host if self.opts.backend == "c10d" else p["node_rank"] == 0)]
         with b.lock:
             b.store_gone = True
             if b.finishing or b.closing:

@@ -172,7 +172,8 @@ def join(handler: Handler, me: NodePeer, number: int) -> Round:
         mine["node_rank"] = rank  # c10d assigns the rank: the record says the one it got
         beat(store, rank, 0, "up")  # before the record: a node that reads every record finds every beat
         store.set(f"{KEY_NODE}{rank}", json.dumps(mine))
-        peers = [cast(NodePeer, json.loads(raw)) for raw in store.multi_get([f"{KEY_NODE}{i}" for i in range(n)])]
+        peers = [cast(NodePeer, json.loads(raw))
+                 for raw in store.multi_get([f"{KEY_NODE}{i}" for i in range(n)])]
         boot = info.bootstrap_store_info
         agent_store = bool(handler.use_agent_store)
     except RendezvousFailed:

@@ -132,7 +132,8 @@ def judge(returncode: int, kill_reason: str | None, stderr_tail: list[str], peer
     if peer_failure(peer, dist, err, sig):
         assert peer is not None  # peer_failure says so
         said = f" ({err})" if err else ""
-        return Exit(State.FAILED, code, sig, f"{how}: its collectives failed after rank {peer.rank} {peer.how}{said}")
+        return Exit(State.FAILED, code, sig,
+                    f"{how}: its collectives failed after rank {peer.rank} {peer.how}{said}")
     if sig == "SIGKILL" and err is None:
         err = "sent from outside mpwatch (a user, a scheduler, or the kernel's out-of-memory killer)"
     return Exit(State.FAILED, code, sig, how + (f": {err}" if err else ""))

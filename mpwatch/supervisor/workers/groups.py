@@ -107,8 +107,8 @@ class ProcessGroups:
     # ---------------------------------------------------------------- watchdog ----
     def start_watchdog(self) -> None:
         m = self.marks
-        marks = [*(e.decode() for e in env_mark(m.run_id, m.supervisor_pid)), *([str(m.cgroup)] if m.cgroup else [])] \
-            if m else []
+        marks = [*(e.decode() for e in env_mark(m.run_id, m.supervisor_pid)),
+                 *([str(m.cgroup)] if m.cgroup else [])] if m else []
         self._watchdog = subprocess.Popen(
             [sys.executable, "-I", "-S", str(Path(__file__).with_name("watchdog.py")), *marks],
             stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
@@ -248,7 +248,8 @@ class ProcessGroups:
         if a.kill_deadline is not None and now >= a.kill_deadline and a.hard_killed is None:
             send(a.pid, signal.SIGKILL)
             a.hard_killed = now
-        elif a.hard_killed is not None and now - a.hard_killed > UNKILLABLE_S and a.unkillable is None and a.pid:
+        elif (a.hard_killed is not None and now - a.hard_killed > UNKILLABLE_S
+              and a.unkillable is None and a.pid):
             # Name every member still there (a stuck child too), not just the worker.
             self._report_unkillable(w, [p.pid for p in procs.group_members(a.pid)] or [a.pid])
 
@@ -258,7 +259,8 @@ class ProcessGroups:
         now = time.monotonic()
         # Killed by mpwatch: its leftovers got SIGTERM with it and keep what is left of its
         # grace period. Ended by itself: they get a short one.
-        deadline = (a.kill_deadline or now) if a.kill_reason is not None else now + min(grace, LEFTOVER_GRACE_S)
+        deadline = ((a.kill_deadline or now) if a.kill_reason is not None
+                    else now + min(grace, LEFTOVER_GRACE_S))
         g = self._groups.get(a.pid) if a.pid is not None else None
         if g is not None:
             g.active = True

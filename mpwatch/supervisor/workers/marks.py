@@ -27,7 +27,8 @@ CGROUP_PREFIX = "mpwatch-"
 
 def env_mark(run_id: str, supervisor_pid: int) -> tuple[bytes, bytes]:
     """The two entries every process of the run has in its environment."""
-    return (f"{protocol.ENV_RUN}={run_id}".encode(), f"{protocol.ENV_SUPERVISOR_PID}={supervisor_pid}".encode())
+    return (f"{protocol.ENV_RUN}={run_id}".encode(),
+            f"{protocol.ENV_SUPERVISOR_PID}={supervisor_pid}".encode())
 
 
 def _environ(pid: int) -> list[bytes] | None:

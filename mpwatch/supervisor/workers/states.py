@@ -28,7 +28,8 @@ TRANSITIONS: dict[tuple[State | None, State], Event | None] = {
     **{(s, S.STARTING): Event.WORKER_STARTED for s in _BETWEEN},  # started again
     **{(s, S.FAILED): Event.WORKER_EXITED for s in _BETWEEN},  # ... and could not start
     (S.STARTING, S.RUNNING): None,  # its hello, its first report, or NO_HELLO_S of silence
-    (S.RUNNING, S.STALLED): Event.STALLED,  # no report for --stall-timeout since its last (never before its first)
+    # no report for --stall-timeout since its last (never before its first)
+    (S.RUNNING, S.STALLED): Event.STALLED,
     (S.STALLED, S.RUNNING): Event.RECOVERED,  # a report again
     (S.PAUSED, S.RUNNING): Event.RESUMED,  # SIGCONT by request
     **{(s, S.PAUSED): Event.PAUSED for s in (S.STARTING, S.RUNNING, S.STALLED)},  # SIGSTOP by request

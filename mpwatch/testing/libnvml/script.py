@@ -86,7 +86,8 @@ def script_text(data: object) -> str:
     if data.get("init_error"):
         lines.append(f"init\t{nvml_code(str(data['init_error']))}")
     for i, g in enumerate(_obj(x) for x in _list(data.get("gpus"))):
-        lines.append("\t".join(["gpu", _text(g.get("name", f"Fake GPU {i}")), _text(g.get("uuid", f"GPU-fake-{i}")),
+        lines.append("\t".join(["gpu", _text(g.get("name", f"Fake GPU {i}")),
+                                _text(g.get("uuid", f"GPU-fake-{i}")),
                                 str(_int(g.get("mem_total"), 16 << 30)), "1" if "mig" in g else "0"]))
         lines += [f"mig\t{_text(u)}" for u in _list(g.get("mig"))]
     for fr in (_obj(x) for x in _list(data.get("frames"))):

@@ -36,7 +36,8 @@ def _fit(nums: list[float], width: int) -> list[float]:
     n = len(nums)
     if n <= width:
         return nums
-    return [sum(part) / len(part) for i in range(width) if (part := nums[i * n // width:(i + 1) * n // width])]
+    return [sum(part) / len(part) for i in range(width)
+            if (part := nums[i * n // width:(i + 1) * n // width])]
 
 
 def sparkline_scaled(values: Iterable[float | None], width: int, levels: str, lo: float, hi: float) -> str:

@@ -27,9 +27,11 @@ _COLS: dict[str, tuple[str, int, int]] = {
     "gpu": ("GPU", 9, 9), "cpu": ("CPU%", 4, 5), "rss": ("RSS", 5, 6), "phases": ("TIME d/c/s/o", 12, 12),
     "note": ("NOTE", 40, 30), "node": ("NODE", 4, 4),
 }
-ORDER = ("rank", "pid", "state", "step", "speed", "loss", "trend", "hb", "gpu", "cpu", "rss", "phases", "note")
+ORDER = ("rank", "pid", "state", "step", "speed", "loss", "trend", "hb", "gpu", "cpu", "rss", "phases",
+         "note")
 # What stays on screen when columns must go, most wanted first; the rest scroll into view.
-PRIORITY = ("rank", "state", "step", "loss", "gpu", "hb", "trend", "speed", "cpu", "rss", "pid", "phases", "note")
+PRIORITY = ("rank", "state", "step", "loss", "gpu", "hb", "trend", "speed", "cpu", "rss", "pid", "phases",
+            "note")
 SCROLLBAR = 2  # the table's vertical scrollbar, when the rows overflow
 PAD = 2  # a cell's padding, both sides
 

@@ -16,7 +16,8 @@ from mpwatch.tui.render.segs import Line, Seg
 WINDOWS = (120.0, 600.0, 3600.0)  # the window keys: 2 min, 10 min, 1 h
 AXIS = 8  # the label column left of each chart
 GAP_S = 5.0  # no tick for this long: a gap in the chart (the supervisor was not sampling)
-RANK_STYLES = ("cyan", "green", "blue", "bright_magenta", "bright_cyan", "bright_green", "bright_blue", "white")
+RANK_STYLES = ("cyan", "green", "blue", "bright_magenta", "bright_cyan", "bright_green", "bright_blue",
+               "white")
 OUTSIDE_STYLE = "magenta"
 OTHER_STYLE = "bright_black"
 MARK_STYLE = {"proc_started": "green", "proc_exited": "bright_black", "alert": "yellow",
@@ -63,8 +64,8 @@ def _stack(tick: GpuTick | None, index: int) -> list[tuple[str, int, float]]:
     g = _gpu_of(tick, index)
     if g is None or tick is None:
         return []
-    parts = [("rank", r["rank"], float(r["nvml"] or 0)) for r in sorted(tick["ranks"], key=lambda r: r["rank"])
-             if r["gpu"] == index and r["nvml"]]
+    parts = [("rank", r["rank"], float(r["nvml"] or 0))
+             for r in sorted(tick["ranks"], key=lambda r: r["rank"]) if r["gpu"] == index and r["nvml"]]
     outside = float(g["outside"] or 0)
     rest = float(g["mem_used"] or 0) - sum(p[2] for p in parts) - outside
     if rest > 0:
@@ -82,7 +83,8 @@ def memory_chart(ticks: Sequence[GpuTick], index: int, now: float, window: float
     total = next((float(x["mem_total"]) for t in reversed(ticks) for x in t["gpus"]
                   if x["index"] == index and x["mem_total"]), 0.0)
     if not total:
-        total = max((float(x["mem_used"] or 0) for t in ticks for x in t["gpus"] if x["index"] == index), default=1.0)
+        total = max((float(x["mem_used"] or 0) for t in ticks for x in t["gpus"] if x["index"] == index),
+                    default=1.0)
     stacks = [_stack(t, index) for t in shown]
     fills = g.stack
     lines: list[Line] = [((segs.pad(fmt.size(total, "?"), AXIS - 1, right=True) + " ", "bright_black"),
@@ -135,7 +137,8 @@ def util_chart(ticks: Sequence[GpuTick], index: int, now: float, window: float, 
     return lines
 
 
-def marks_line(marks: Sequence[GpuMark], index: int, now: float, window: float, width: int, g: Glyphs) -> Line:
+def marks_line(marks: Sequence[GpuMark], index: int, now: float, window: float, width: int,
+               g: Glyphs) -> Line:
     """The markers of this GPU (and of the run, gpu None) on the time axis."""
     cols = max(width - AXIS, 4)
     cells: list[Seg] = [(" ", "")] * cols
@@ -160,7 +163,8 @@ def legend(g: Glyphs) -> list[Line]:
     fills: Line = ((g.mem["other"], OTHER_STYLE), (" memory no rank holds  ", ""),
                    (g.outside, OUTSIDE_STYLE), (" outside the run  ", ""),
                    (g.capacity * 2, "bright_black"), (" capacity", ""))
-    marks: Line = tuple((f"{sym} {kind.replace('_', ' ')}  ", MARK_STYLE.get(kind, "")) for kind, sym in g.mark.items())
+    marks: Line = tuple((f"{sym} {kind.replace('_', ' ')}  ", MARK_STYLE.get(kind, ""))
+                        for kind, sym in g.mark.items())
     return [fills, marks]
 
 

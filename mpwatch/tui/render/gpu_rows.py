@@ -132,7 +132,8 @@ def gpu_row(gpu: GpuView, g: Glyphs, width: int) -> Line:
     mem = f"{fmt.size(used, fmt.NA)}/{fmt.size(total, fmt.NA)}"
     out: list[Seg] = [(f"{gpu['index']:>2} ", "bold"), *mem_bar(gpu, bar_w, g),
                       (" " + segs.pad(mem, 11), ""),
-                      (" " + segs.pad(fmt.pct(gpu["util_gpu"]), 4, right=True), band(gpu["util_gpu"], UTIL_BANDS))]
+                      (" " + segs.pad(fmt.pct(gpu["util_gpu"]), 4, right=True),
+                       band(gpu["util_gpu"], UTIL_BANDS))]
     if wide:
         temp = "N/A" if gpu["temperature"] is None else f"{gpu['temperature']}C"
         power = "N/A" if gpu["power_w"] is None else f"{gpu['power_w']:.0f}W"
@@ -149,7 +150,8 @@ def gpu_row(gpu: GpuView, g: Glyphs, width: int) -> Line:
     out.append((" " + segs.pad(out_text, 8), "magenta"))
     a = worst(gpu["alerts"])
     if a is not None:
-        out.append((f" {g.alert.get(severity(a), '!')} {short(a)}", SEVERITY_STYLE.get(severity(a), "yellow")))
+        out.append((f" {g.alert.get(severity(a), '!')} {short(a)}",
+                    SEVERITY_STYLE.get(severity(a), "yellow")))
     return segs.cut(tuple(out), width)
 
 

@@ -10,7 +10,15 @@ from mpwatch.contract.status import GpuProcess, GpuView, Status, WorkerGpu, Work
 from mpwatch.text import fmt
 from mpwatch.tui.render import segs
 from mpwatch.tui.render.glyphs import Glyphs
-from mpwatch.tui.render.gpu_rows import MEM_BANDS, SEVERITY_ORDER, SEVERITY_STYLE, UTIL_BANDS, band, mem_pct, severity
+from mpwatch.tui.render.gpu_rows import (
+    MEM_BANDS,
+    SEVERITY_ORDER,
+    SEVERITY_STYLE,
+    UTIL_BANDS,
+    band,
+    mem_pct,
+    severity,
+)
 from mpwatch.tui.render.segs import Line, Seg
 
 NA = fmt.NA
@@ -71,14 +79,16 @@ def rank_cells(w: WorkerStatus) -> list[str]:
     if wg is None:
         return [str(w["rank"]), str(w["pid"] or ""), "no GPU memory"] + [""] * (len(RANK_COLS) - 3)
     sm = wg.get("sm_util")
-    return [str(w["rank"]), str(w["pid"] or ""), _gpu_name(wg), _size(wg.get("allocated")), _size(wg.get("reserved")),
-            _size(wg.get("peak")), _size(wg.get("mem_bytes")), _size(wg.get("other_bytes")),
+    return [str(w["rank"]), str(w["pid"] or ""), _gpu_name(wg), _size(wg.get("allocated")),
+            _size(wg.get("reserved")), _size(wg.get("peak")), _size(wg.get("mem_bytes")),
+            _size(wg.get("other_bytes")),
             _size(wg.get("fragmentation")), _count(wg.get("alloc_retries")), _count(wg.get("ooms")),
             NA if sm is None else f"{sm}%"]
 
 
 def _row(cells: list[str], style: str = "") -> Line:
-    text = " ".join(segs.pad(c, w, right=i >= 3) for i, (c, (_, w)) in enumerate(zip(cells, RANK_COLS, strict=True)))
+    text = " ".join(segs.pad(c, w, right=i >= 3)
+                    for i, (c, (_, w)) in enumerate(zip(cells, RANK_COLS, strict=True)))
     return ((text, style),)
 
 
@@ -101,7 +111,8 @@ def rank_table(status: Status, width: int) -> list[Line]:
     for gpu in status["gpus"]:
         ranks = gpu.get("ranks") or []
         if len(ranks) > 1:
-            out.append(((f"ranks {', '.join(map(str, ranks))} all have GPU {gpu['index']} as their own", "yellow"),))
+            out.append(((f"ranks {', '.join(map(str, ranks))} all have GPU {gpu['index']} as their own",
+                         "yellow"),))
     return out
 
 

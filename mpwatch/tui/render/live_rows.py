@@ -48,7 +48,8 @@ def checkpoint_line(r: CheckpointRequest, st: Status) -> Line:
     steps = sorted({a["step"] for a in r["answers"] if a["step"] is not None})
     took = f"taken at step {', '.join(map(str, steps))}" if steps else "none taken yet"
     line: Line = ((f"{at(r['ts'], st):>9} ", "bright_black"),
-                  (f"{fmt.ranks(r['ranks'])} {_when(r['step']).replace('from', 'at')}, by {r['by']}: {took}", ""))
+                  (f"{fmt.ranks(r['ranks'])} {_when(r['step']).replace('from', 'at')}, by {r['by']}: "
+                   f"{took}", ""))
     for what, ranks, style in (("waiting", r["waiting"], "yellow"), ("missed", r["missed"], "bold red"),
                                ("late", [a["rank"] for a in r["answers"] if a["late"]], "bold yellow")):
         if ranks:
@@ -81,12 +82,14 @@ def news(old: Status | None, new: Status) -> list[tuple[str, Severity]]:
             out.append((f"checkpoint taken by {fmt.ranks([a['rank'] for a in r['answers']])}"
                         + (f" at step {', '.join(map(str, steps))}" if steps else "")
                         + (" (some late: see t)" if late else ""), "warning" if late else "information"))
-    changes = {c["id"]: c for t in (old.get("tunables") or [] if old is not None else []) for c in t["changes"]}
+    changes = {c["id"]: c for t in (old.get("tunables") or [] if old is not None else [])
+               for c in t["changes"]}
     for t in new.get("tunables") or []:
         for c in t["changes"]:
             was_c: TunableChange | None = changes.get(c["id"])
             if _complete(len(c["answers"]), c["waiting"]) and (
                     was_c is None or not _complete(len(was_c["answers"]), was_c["waiting"])):
-                out.append((f"{t['name']} = {shown(c['value'])} on {fmt.ranks([a['rank'] for a in c['answers']])} "
+                out.append((f"{t['name']} = {shown(c['value'])} "
+                            f"on {fmt.ranks([a['rank'] for a in c['answers']])} "
                             + _when(c["step"]), "information"))
     return out

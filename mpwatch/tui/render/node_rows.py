@@ -29,7 +29,8 @@ def where(n: NodeStatus) -> str:
 
 
 def down_text(n: NodeStatus) -> str:
-    since = f" for {fmt.age(round(n['down_for']))}" if n["down_for"] is not None and n["down_for"] >= 1 else ""
+    since = (f" for {fmt.age(round(n['down_for']))}"
+             if n["down_for"] is not None and n["down_for"] >= 1 else "")
     return f"unreachable{since}: {n['error'] or 'no answer'} (retrying)"
 
 

@@ -26,8 +26,8 @@ class CheckpointDialog(ModalScreen[str | None]):
             yield Label("mpwatch.should_checkpoint() returns True once in the training loop;")
             yield Label("asked of all ranks, at the same step on every one.")
             if not self.polls:
-                yield Label(f"Rank {self.rank} has not called mpwatch.should_checkpoint() yet: it answers when "
-                            "it does.", classes="warning")
+                yield Label(f"Rank {self.rank} has not called mpwatch.should_checkpoint() yet: "
+                            "it answers when it does.", classes="warning")
             with Horizontal(classes="dialog-buttons"):
                 yield Button(Content(f"[r] Rank {self.rank}"), id="rank", variant="primary")
                 yield Button(Content(f"[a] All {self.ranks} ranks"), id="all", variant="warning")

@@ -149,8 +149,8 @@ class DetailScreen(RunScreen):
                 dump_path = str(Path(dump_path).relative_to(st["run"]["dir"]))
             except ValueError:
                 pass
-        self.run_worker(lambda: self._fetch(ranks[:OVERLAY_RANKS + 1], dump_path), thread=True, group="detail",
-                        exclusive=True)
+        self.run_worker(lambda: self._fetch(ranks[:OVERLAY_RANKS + 1], dump_path), thread=True,
+                        group="detail", exclusive=True)
 
     def _fetch(self, ranks: list[int], dump_path: str | None) -> None:
         app = self.run

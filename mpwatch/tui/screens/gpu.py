@@ -107,7 +107,8 @@ class GpuScreen(RunScreen):
         if st is None:
             return
         tall = self.size.height >= 40
-        self.charts.update(lines_to_text(chart_lines(st, self.timeline, self.why, self.window, width, tall, g)))
+        self.charts.update(lines_to_text(chart_lines(st, self.timeline, self.why, self.window, width,
+                                                     tall, g)))
         self.ranks.update(lines_to_text(gpu_tables.rank_table(st, width)))
         self.outside.update(lines_to_text(gpu_tables.outside_table(st, width)))
         self.alerts.update(lines_to_text(gpu_tables.alert_list(st, g)))

@@ -43,11 +43,12 @@ class PickRunScreen(Screen[str | None]):
         self.entries = list(entries)
 
     def compose(self) -> ComposeResult:
-        yield Static(Text(f"{len(self.entries)} live runs: which one to attach to? (Enter attaches, q leaves)",
-                          style="bold"), id="pick-title")
+        yield Static(Text(f"{len(self.entries)} live runs: which one to attach to? "
+                          "(Enter attaches, q leaves)", style="bold"), id="pick-title")
         now = time.time()
         sep = glyphs.pick().sep
-        yield RunList(*[Option(option_text(e, now, sep), id=e["run_id"]) for e in self.entries], id="pick-runs")
+        yield RunList(*[Option(option_text(e, now, sep), id=e["run_id"]) for e in self.entries],
+                      id="pick-runs")
         yield Footer()
 
     def on_mount(self) -> None:

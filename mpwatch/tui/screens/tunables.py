@@ -26,7 +26,8 @@ class TunablesScreen(RunScreen):
     def __init__(self) -> None:
         super().__init__()
         self.title_bar = Static(id="tunables-title")
-        self.table: DataTable[Text | str] = DataTable(id="tunables-table", cursor_type="row", zebra_stripes=True)
+        self.table: DataTable[Text | str] = DataTable(id="tunables-table", cursor_type="row",
+                                                      zebra_stripes=True)
         self.checkpoints = Static(id="tunables-checkpoints")
         self.shown: list[tuple[str, ...]] = []  # the rows on screen (to redraw only on change)
 
@@ -52,8 +53,8 @@ class TunablesScreen(RunScreen):
     def show_status(self) -> None:
         st = self.run.status
         ts = self.tunables()
-        self.title_bar.update(Text(f"tunables: {len(ts)} (Enter: change the selected one, on every rank at one "
-                                   "step) · Esc: back", style="bold"))
+        self.title_bar.update(Text(f"tunables: {len(ts)} (Enter: change the selected one, on every rank "
+                                   "at one step) · Esc: back", style="bold"))
         if st is None:
             return
         rows = [live_rows.tunable_cells(t, st) for t in ts]
@@ -65,8 +66,8 @@ class TunablesScreen(RunScreen):
             for t, r in zip(ts, rows, strict=True):
                 self.table.add_row(*(to_text(c) for c in r), key=t["name"])
             if not rows:
-                self.table.add_row(Text("none declared yet: mpwatch.tunable(NAME, DEFAULT) in the training loop "
-                                        "declares one", style="bright_black"), "", "", "", "")
+                self.table.add_row(Text("none declared yet: mpwatch.tunable(NAME, DEFAULT) in the training "
+                                        "loop declares one", style="bright_black"), "", "", "", "")
             self.table.move_cursor(row=min(at, max(len(rows) - 1, 0)))
         self.checkpoints.update(lines_to_text(live_rows.checkpoint_lines(st)))
 

@@ -202,7 +202,8 @@ class WorkerTable(ScrollView, can_focus=True):
             self._header = None
 
     def get_row(self, key: str) -> list[Text]:
-        return [to_text(c, col.right) for c, col in zip(self.formatter(self.cells[key]), self.cols, strict=True)]
+        return [to_text(c, col.right)
+                for c, col in zip(self.formatter(self.cells[key]), self.cols, strict=True)]
 
     def get_row_index(self, key: str) -> int:
         return self.order.index(key)
