@@ -82,6 +82,8 @@ class Settings:
     """MPWATCH_TMPDIR (/tmp): where the runtime directory goes when XDG_RUNTIME_DIR is unusable."""
     strict_states: bool = False
     """MPWATCH_STRICT_STATES (0): a state change the table lacks raises (the supervisor's tests)."""
+    auto: bool = True
+    """MPWATCH_AUTO (1): automatic steps, losses and time split in scripts that import torch."""
     fake_nvml: str | None = None
     """MPWATCH_FAKE_NVML (none): TEST-ONLY, a scripted NVML scenario (testing.scripted_nvml)."""
 
@@ -207,6 +209,7 @@ SWITCHES: dict[str, tuple[str, Parser]] = {
     "MPWATCH_ASCII": ("ascii", _switch),
     "MPWATCH_TMPDIR": ("tmpdir", _absolute),
     "MPWATCH_STRICT_STATES": ("strict_states", _switch),
+    "MPWATCH_AUTO": ("auto", _switch),
     FAKE_NVML_ENV: ("fake_nvml", str),
     "MPWATCH_GPU_MEM_ALERT": ("gpu.mem_high", _share),
     "MPWATCH_GPU_FILL_S": ("gpu.fill_s", _above(0, SECONDS_MAX, "a number of seconds")),

@@ -165,7 +165,7 @@ def options(ns: argparse.Namespace, env: Mapping[str, str]) -> Options:
         grace=ns.shutdown_timeout if ns.shutdown_timeout is not None else ns.grace,
         resize_mode=ns.resize_mode, gpu_interval=ns.gpu_interval, run_id=ns.run_id, launch=launch,
         role=ns.role, master_addr=ns.master_addr or "127.0.0.1", master_port=ns.master_port,
-        rdzv_id=ns.rdzv_id, virtual_local_rank=ns.virtual_local_rank, nodes=nodes,
+        rdzv_id=ns.rdzv_id, virtual_local_rank=ns.virtual_local_rank, nodes=nodes, auto=not ns.no_auto,
         supervisor_flags=relayed_flags(ns))
 
 

@@ -32,6 +32,7 @@ ENV_RUN = "MPWATCH_RUN_ID"
 ENV_STACK_FILE = "MPWATCH_STACK_FILE"
 ENV_SUPERVISOR_PID = "MPWATCH_SUPERVISOR_PID"
 ENV_FLUSH = "MPWATCH_FLUSH_S"  # how often the worker's sender ships a batch
+ENV_AUTO = "MPWATCH_AUTO_HOOKS"  # "1": automatic steps once torch is imported (mpwatch.auto); "0": none
 
 
 def flush_interval(workers: int, stall_timeout: float) -> float:
@@ -45,6 +46,7 @@ HELLO = "hello"  # {t, v, rank, pid, ppid}
 BATCH = "batch"  # {t, reports: [[ts, step, loss, metrics(, n)]], dropped, phases, cuda (validate_cuda)}
 # A report entry with a fifth element n stands for n consecutive report() calls folded into
 # one by the sender (the last step and loss among them, their metrics merged).
+# `auto`: true when the reports are automatic steps (mpwatch.auto); absent: the process's own.
 BYE = "bye"  # {t} the process is exiting normally
 
 

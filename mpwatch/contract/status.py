@@ -44,8 +44,10 @@ from mpwatch.contract.names import EventRecord as EventRecord
 from mpwatch.contract.names import RunState as RunState
 from mpwatch.contract.names import State as State
 
-
 # --------------------------------------------------------------------- workers ----
+StepsFrom = Literal["auto", "report"]  # where a worker's steps come from (WorkerStatus.steps_from)
+
+
 class ChildStatus(TypedDict):
     """A live descendant of a worker (a DataLoader worker, an mp.Process, a shell...)."""
 
@@ -150,6 +152,9 @@ class WorkerStatus(TypedDict):
     foreign_groups: list[int]
     children: list[ChildStatus]
     gpu: WorkerGpu | None
+    # Where its steps come from: "auto" (its optimizer steps, counted by mpwatch.auto), "report"
+    # (mpwatch.report() in the script); None before its first report.
+    steps_from: NotRequired[StepsFrom | None]
     # A merged view of several nodes (sources.multinode.source) sets these three; `rank` is then the global rank.
     node: NotRequired[int]  # the node rank of the worker's node
     local_rank: NotRequired[int]  # its rank on that node (that supervisor's `rank`)

@@ -96,7 +96,7 @@ def worker_status(w: Worker, now: float, tail: int, gpu: GpuWatch | None,
         last_dump=w.last_dump, unkillable=a.unkillable,
         foreign_groups=sorted(w.foreign_groups),
         children=children,
-        gpu=gpu.worker_gpu(w.rank) if gpu is not None and alive else None)
+        gpu=gpu.worker_gpu(w.rank) if gpu is not None and alive else None, steps_from=r.source)
 
 
 def child_status(c: ProcInfo, rep: ChildReport | None, now: float) -> ChildStatus:

@@ -100,6 +100,7 @@ class ReportLedger:
             else:
                 self._apply(w, reports, dropped, phases, cuda, now)
                 if reports:
+                    w.reports.source = "auto" if msg.get("auto") is True else "report"
                     self._hold(w, reports, dropped)
                     write = now >= w.reports.next_event
         if child_of != peer.pid and reports:

@@ -20,7 +20,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
-from mpwatch.contract.status import CudaView, Event, StallInfo, State
+from mpwatch.contract.status import CudaView, Event, StallInfo, State, StepsFrom
 from mpwatch.probes.procs import ProcInfo
 from mpwatch.supervisor.workers import states
 
@@ -138,6 +138,7 @@ class Reports:
     dropped: int = 0  # declared lost by the worker's buffer
     bad_frames: int = 0
     phases: dict[str, float] = field(default_factory=dict)
+    source: StepsFrom | None = None  # where its latest steps came from (the worker's batch says)
     cuda: CudaView | None = None
     curve: LossHistory = field(default_factory=LossHistory)
     tail: deque[float] = field(default_factory=lambda: deque(maxlen=TAIL))
