@@ -173,3 +173,12 @@ def test_without_auto_torch_is_left_as_it_is(tmp_path):
     out = run_loop(tmp_path, chan, "--steps", 5, auto="0")
     assert not out["hooked"]
     assert chan.by_pid == {}
+
+
+def test_the_losses_are_bit_identical_with_and_without_the_hooks(tmp_path):
+    chan = Channel(tmp_path)
+    args = ("--steps", 25, "--accum", 2, "--optimizers", 2, "--checkpoint", "--sleep", 0)
+    with_hooks = run_loop(tmp_path, chan, *args)
+    without = run_loop(tmp_path, chan, *args, auto="0")
+    assert with_hooks["hooked"] and not without["hooked"]
+    assert with_hooks["losses"] == without["losses"]  # exact: the same floats, step for step
