@@ -35,6 +35,7 @@ from tests.helpers import ROOT, HeadlessRun, wait_for
 
 DATA = ROOT / "tests" / "data" / "statuses"
 WORKER = ROOT / "tests" / "record_worker.py"
+AUTO_LOOP = ROOT / "tests" / "fixtures" / "auto_loop.py"
 EPOCH = 1767225600.0  # 2026-01-01 00:00 UTC: when every recorded run "started"
 GiB = 1 << 30
 MiB = 1 << 20
@@ -152,8 +153,10 @@ def nvml_node(node: int) -> dict[str, Any]:
 class Scenario:
     def __init__(self, name: str, n: int, env: dict[str, str], opts: list[str],
                  ready: Callable[[dict[str, Any]], bool], nvml: Callable[[], dict[str, Any]] | None = None,
-                 cuda: Callable[[], dict[str, Any]] | None = None, setup: Callable[[HeadlessRun], None] | None = None):
+                 cuda: Callable[[], dict[str, Any]] | None = None, setup: Callable[[HeadlessRun], None] | None = None,
+                 script: tuple[Path | str, ...] = (WORKER,)):
         self.name = name
+        self.script = script  # the worker's script and its arguments
         self.n = n
         self.env = env
         self.opts = opts
@@ -184,6 +187,11 @@ def _states_ready(st: dict[str, Any]) -> bool:
             and w[4]["state"] == "running" and w[4]["restarts"] == 1 and (w[4]["step"] or 0) > 45)
 
 
+def _auto_ready(st: dict[str, Any]) -> bool:
+    return all((w["step"] or 0) >= 60 and w["steps_per_s"] and w["phases"] and w["children"]
+               for w in st["workers"]) and st["run"]["uptime"] >= 10
+
+
 def _pause_rank_2(run: HeadlessRun) -> None:
     wait_for(lambda: _w(run.status(), 2)["step"] is not None, 60, what="rank 2 reporting")
     run.ctl("pause", "2")
@@ -198,6 +206,10 @@ def scenarios(ghost: int) -> dict[str, Scenario]:
         Scenario("states", 5, {"CHILD": "0", "STALL": "1", "FAIL": "3", "FAIL_ONCE": "4", "SLEEP": "0.05"},
                  ["--stall-timeout", "2", "--max-restarts", "1", "--grace", "2"], _states_ready,
                  setup=_pause_rank_2),
+        # A torch loop with no line of mpwatch's (automatic steps, issue 21), a DataLoader worker each.
+        Scenario("auto", 2, {}, [], _auto_ready,
+                 script=(AUTO_LOOP, "--steps", "100000", "--sleep", "0.05", "--loader-workers", "1",
+                         "--out", "/dev/null")),
     ]}
 
 
@@ -295,7 +307,7 @@ def record(sc: Scenario, tmp: Path) -> dict[str, Any]:
         path = tmp / "cuda.json"
         path.write_text(json.dumps(sc.cuda()))
         env["MPWATCH_FAKE_CUDA"] = str(path)
-    run = HeadlessRun(tmp, WORKER, n=sc.n, opts=sc.opts, env=env)
+    run = HeadlessRun(tmp, *sc.script, n=sc.n, opts=sc.opts, env=env)
     try:
         run.start()
         if sc.setup is not None:

@@ -49,7 +49,7 @@ async def quit_dialog(pilot):
 
 
 @size_id
-@pytest.mark.parametrize("name", ["gpu2", "gpu8", "states"])
+@pytest.mark.parametrize("name", ["gpu2", "gpu8", "states", "auto"])
 def test_main_screen(snap_compare, tmp_path, size, name):
     assert snap_compare(recorded_app(name, tmp_path), terminal_size=size, run_before=first_snapshot)
 

@@ -257,3 +257,18 @@ def test_a_small_loss_fits_its_column_at_80():
     at = [c.key for c in cols].index("loss")
     cell = view.worker_cells(w, cols, G, folded=False)[at]
     assert cell == "0.000326" and len(cell) <= cols[at].width
+
+
+def test_automatic_steps_are_marked_in_the_step_cell_and_said_in_the_selected_line():
+    """Issue 21: where a worker's steps come from (recorded: a torch loop with no report())."""
+    auto, reported = status("auto"), status("gpu2")
+    cols = view.columns(200)
+    at = [c.key for c in cols].index("step")
+    for g, mark in ((glyphs.ASCII, "a"), (glyphs.UNICODE, "ᵃ")):
+        for w in auto["workers"]:
+            assert w["steps_from"] == "auto"
+            assert segs.plain(view.worker_cells(w, cols, g, folded=False)[at]) == f"{w['step']}{mark}"
+            assert f"{mark} steps counted automatically" in segs.plain(view.selected_line(w, g))
+    for w in reported["workers"]:
+        assert segs.plain(view.worker_cells(w, cols, G, folded=False)[at]) == str(w["step"])
+        assert "automatically" not in segs.plain(view.selected_line(w, G))

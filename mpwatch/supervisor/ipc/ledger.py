@@ -84,6 +84,8 @@ class ReportLedger:
             raise protocol.BadFrame("batch fields of the wrong type")
         now = time.monotonic()
         write = False
+        child_step: int | None = None
+        child_loss: float | None = None
         with self.lock:
             w = self.workers.get(peer.rank)
             if w is None:
@@ -95,8 +97,9 @@ class ReportLedger:
                 c = w.attempt.children.get(peer.pid)
                 if c is None:
                     c = w.attempt.children[peer.pid] = ChildReport(peer.pid)
-                if reports:
-                    c.step, c.loss, c.last_report = reports[-1].step, reports[-1].loss, now
+                if reports:  # its latest step and loss: a report of metrics only keeps them
+                    c.step, c.loss, c.last_report = _latest(reports, c.step, c.loss) + (now,)
+                child_step, child_loss = c.step, c.loss
             else:
                 self._apply(w, reports, dropped, phases, cuda, now)
                 if reports:
@@ -104,9 +107,8 @@ class ReportLedger:
                     self._hold(w, reports, dropped)
                     write = now >= w.reports.next_event
         if child_of != peer.pid and reports:
-            last = reports[-1]
-            self.log.report(peer.rank, last.ts, eventlines.report_fields(
-                last.step, last.loss, _merged_metrics(reports, None), sum(x.n for x in reports), dropped,
+            self.log.report(peer.rank, reports[-1].ts, eventlines.report_fields(
+                child_step, child_loss, _merged_metrics(reports, None), sum(x.n for x in reports), dropped,
                 child=(peer.pid, child_of)))
         elif write:
             self.write_report(w, now)
@@ -167,6 +169,16 @@ class ReportLedger:
         for w in list(self.workers.values()):
             if w.reports.pending is not None and now >= w.reports.next_event:
                 self.write_report(w, now)
+
+
+def _latest(reports: list[Report], step: int | None, loss: float | None) -> tuple[int | None, float | None]:
+    """The last step and the last loss a batch gave, each kept from before when it gave none."""
+    for r in reports:
+        if r.step is not None:
+            step = r.step
+        if r.loss is not None:
+            loss = r.loss
+    return step, loss
 
 
 def _merged_metrics(reports: list[Report], into: dict[str, Any] | None) -> dict[str, Any]:
