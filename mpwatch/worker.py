@@ -382,9 +382,10 @@ def auto_wanted() -> bool:
     return c is not None and c.explicit < 0
 
 
-def auto_step(step: int, loss: object, data_s: float, compute_s: float) -> None:
-    """An automatic step: into the buffer as report() would put it, unless the process
-    reported itself; its time split goes to the phases unless the script times its own."""
+def auto_step(step: int | None, loss: object, data_s: float, compute_s: float) -> None:
+    """An automatic step (step None: a heartbeat between steps): into the buffer as report()
+    would put it, unless the process reported itself; its time split goes to the phases unless
+    the script times its own."""
     c = _channel
     if c is None:
         return

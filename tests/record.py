@@ -154,9 +154,10 @@ class Scenario:
     def __init__(self, name: str, n: int, env: dict[str, str], opts: list[str],
                  ready: Callable[[dict[str, Any]], bool], nvml: Callable[[], dict[str, Any]] | None = None,
                  cuda: Callable[[], dict[str, Any]] | None = None, setup: Callable[[HeadlessRun], None] | None = None,
-                 script: tuple[Path | str, ...] = (WORKER,)):
+                 script: Path = WORKER, args: tuple[str, ...] = ()):
         self.name = name
-        self.script = script  # the worker's script and its arguments
+        self.script = script  # the workers' script (a real torch job for the process-group scenarios)
+        self.args = args
         self.n = n
         self.env = env
         self.opts = opts
@@ -208,8 +209,8 @@ def scenarios(ghost: int) -> dict[str, Scenario]:
                  setup=_pause_rank_2),
         # A torch loop with no line of mpwatch's (automatic steps, issue 21), a DataLoader worker each.
         Scenario("auto", 2, {}, [], _auto_ready,
-                 script=(AUTO_LOOP, "--steps", "100000", "--sleep", "0.05", "--loader-workers", "1",
-                         "--out", "/dev/null")),
+                 script=AUTO_LOOP, args=("--steps", "100000", "--sleep", "0.05", "--loader-workers", "1",
+                                         "--out", "/dev/null")),
     ]}
 
 
@@ -307,7 +308,7 @@ def record(sc: Scenario, tmp: Path) -> dict[str, Any]:
         path = tmp / "cuda.json"
         path.write_text(json.dumps(sc.cuda()))
         env["MPWATCH_FAKE_CUDA"] = str(path)
-    run = HeadlessRun(tmp, *sc.script, n=sc.n, opts=sc.opts, env=env)
+    run = HeadlessRun(tmp, sc.script, *sc.args, n=sc.n, opts=sc.opts, env=env)
     try:
         run.start()
         if sc.setup is not None:

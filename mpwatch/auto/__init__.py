@@ -37,7 +37,7 @@ def install(torch: ModuleType) -> None:
     capture = Capture(torch)
     worker_info = torch.utils.data.get_worker_info
 
-    def emit(step: int, parts: list[object], data_s: float, compute_s: float) -> None:
+    def emit(step: int | None, parts: list[object], data_s: float, compute_s: float) -> None:
         if worker_info() is not None:
             return  # a DataLoader worker process: never a step of its own
         worker.auto_step(step, StepLoss(parts, capture.ring) if parts else None, data_s, compute_s)

@@ -14,6 +14,8 @@ thread and nothing else; it never touches torch itself, so its rules test withou
   times, then one optimizer step) is one step, its loss the mean of the accumulated ones.
 - Time inside a DataLoader iterator's __next__ is `data`; the rest of the step `compute`.
   A step starts where the last one ended (the first one at its first data or backward()).
+- Between steps (an evaluation loop, after the first step), a DataLoader batch is a heartbeat
+  without a step, at most once every BEAT_S: a long evaluation is progress, not a stall.
 """
 from __future__ import annotations
 
@@ -23,8 +25,11 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    # (step, the loss parts since the last step, data seconds, compute seconds)
-    Emit = Callable[[int, list[object], float, float], None]
+    # (step, the loss parts since the last step, data seconds, compute seconds); a heartbeat
+    # without a step is (None, [], 0.0, 0.0)
+    Emit = Callable[[int | None, list[object], float, float], None]
+
+BEAT_S = 1.0  # between steps, a DataLoader batch is a heartbeat at most this often
 
 
 class Steps:
@@ -42,6 +47,7 @@ class Steps:
         self.parts: list[object] = []  # this step's losses (mpwatch.auto.loss turns them into a number)
         self.data_s = 0.0  # this step's time in a DataLoader's __next__
         self.started: float | None = None  # when this step began
+        self.sent = 0.0  # when the last step or heartbeat was emitted
 
     def reset(self) -> None:
         """In a forked child (a Hogwild trainer): its own count from 0."""
@@ -51,6 +57,7 @@ class Steps:
         self.parts = []
         self.data_s = 0.0
         self.started = None
+        self.sent = 0.0
 
     # -- what the hooks say ----------------------------------------------------------
     def begin(self) -> None:
@@ -59,7 +66,13 @@ class Steps:
             self.started = self.clock()
 
     def data(self, seconds: float) -> None:
+        """A DataLoader batch came after `seconds` in its __next__."""
         self.data_s += seconds
+        if self.step:
+            now = self.clock()
+            if now - self.sent >= BEAT_S:
+                self.sent = now
+                self.emit(None, [], 0.0, 0.0)
 
     def backward_done(self) -> None:
         """A top-level backward() returned (its losses are in `parts` already)."""
@@ -86,5 +99,5 @@ class Steps:
         self.counted_since_backward = True
         self.parts = []
         self.data_s = 0.0
-        self.started = now
+        self.started = self.sent = now
         self.emit(self.step, parts, data, max(0.0, now - start - data))

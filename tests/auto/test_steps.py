@@ -104,3 +104,20 @@ def test_a_forked_child_counts_from_one():
     backward(steps, "c")
     steps.optimizer_stepped()
     assert [(s, p) for s, p, _, _ in sent] == [(1, ["l"]), (1, ["c"])]
+
+
+def test_between_steps_a_batch_is_a_heartbeat_at_most_once_a_second_and_never_before_the_first_step():
+    steps, clock, sent = make()
+    steps.has_optimizer = True
+    steps.data(0.1)  # before the first step: start-up, not progress
+    assert sent == []
+    backward(steps, "l")
+    steps.optimizer_stepped()
+    for _ in range(12):  # an evaluation loop: a batch every 0.25 s for 3 s
+        clock.t += 0.25
+        steps.data(0.01)
+    beats = [s for s in sent if s[0] is None]
+    assert len(beats) == 3 and all(s == (None, [], 0.0, 0.0) for s in beats)
+    backward(steps, "m")
+    steps.optimizer_stepped()
+    assert sent[-1][0] == 2  # the next step is step 2: heartbeats count no step
