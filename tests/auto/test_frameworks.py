@@ -43,7 +43,7 @@ def compare(shown_losses: dict[int, float], logged: dict[int, float]) -> None:
 
 
 def test_lightning_fit(headless, tmp_path):
-    pytest.importorskip("lightning")
+    pytest.importorskip("lightning", reason="the test extra installs lightning (pip install -e '.[test]')")
     script = FIXTURES / "lightning_fit.py"
     assert "mpwatch" not in script.read_text().split('"""', 2)[2]
     run = headless(script, "--hang-at", HANG_AT, "--csv-dir", tmp_path / "logs", n=1, opts=["--stall-timeout", "3"])
@@ -57,7 +57,8 @@ def test_lightning_fit(headless, tmp_path):
 
 
 def test_hugging_face_trainer(headless, tmp_path):
-    pytest.importorskip("transformers")
+    pytest.importorskip("transformers", reason="the test extra installs transformers (pip install -e '.[test]')")
+    pytest.importorskip("accelerate", reason="transformers' Trainer needs accelerate (the test extra)")
     script = FIXTURES / "hf_trainer.py"
     assert "mpwatch" not in script.read_text().split('"""', 2)[2]
     run = headless(script, "--hang-at", HANG_AT, "--out", tmp_path / "out", n=1, opts=["--stall-timeout", "3"],
