@@ -59,7 +59,7 @@ def test_lightning_fit(headless, tmp_path):
 def test_hugging_face_trainer(headless, tmp_path):
     pytest.importorskip("transformers", reason="the test extra installs transformers (pip install -e '.[test]')")
     pytest.importorskip("accelerate", reason="transformers' Trainer needs accelerate (the test extra)")
-    script = FIXTURES / "hf_trainer.py"
+    script = FIXTURES / "hf_trainer_fit.py"
     assert "mpwatch" not in script.read_text().split('"""', 2)[2]
     run = headless(script, "--hang-at", HANG_AT, "--out", tmp_path / "out", n=1, opts=["--stall-timeout", "3"],
                    env=dict(os.environ, HF_HUB_OFFLINE="1"))
