@@ -103,6 +103,9 @@ class _Channel:
         self.rank = rank
         self.cuda_source: CudaSource | None = cuda_source  # None: torch's, made when first needed
         self.pid = os.getpid()
+        # This process's current step: the last one reported. Every source of steps sets it
+        # (report() here; the automatic steps too): mpwatch.live compares it with a request's.
+        self.step = -1
         self.buf: deque[Entry] = deque(maxlen=BUFFER)
         self.seq = itertools.count()
         self.phases: dict[str, float] = {}
@@ -122,6 +125,7 @@ class _Channel:
     def reset(self) -> None:
         """In a forked child (register_at_fork): a fresh buffer and no connection."""
         self.pid = os.getpid()
+        self.step = -1  # a forked child counts its own steps (mpwatch.auto's from 0)
         self.buf = deque(maxlen=BUFFER)
         self.seq = itertools.count()
         self.phases = {}
@@ -308,6 +312,8 @@ def _make_api(chan: _Channel) -> tuple[Callable[..., None], Callable[[str], _Pha
                 loss = detach()  # do not keep the autograd graph alive
         c = buf_holder
         seq = next(c.seq)
+        if type(step) is int:
+            c.step = step
         if c.explicit < 0 and (step is not None or loss is not None):
             c.explicit = seq
         c.buf.append((seq, clock(), step, loss, metrics))
@@ -396,6 +402,8 @@ def auto_step(step: int | None, loss: object, data_s: float, compute_s: float) -
     if c.explicit >= 0:
         return
     c.auto = True
+    if step is not None:
+        c.step = step
     c.buf.append((next(c.seq), time.time(), step, loss, {}))
     if c.thread is None:
         c.start()

@@ -146,6 +146,14 @@ def test_explicit_report_wins_and_metrics_only_reports_merge(tmp_path):
             assert (b.get("auto") is True) == all(e[1] is None or e[1] < 1000 for e in b["reports"]), b
 
 
+def test_the_current_step_is_the_automatic_one_until_report_wins(tmp_path):
+    """mpwatch.worker's _channel.step, which mpwatch.live's should_checkpoint() and tunable()
+    compare with a request's step: automatic steps set it, then the script's own report()."""
+    chan = Channel(tmp_path)
+    out = run_loop(tmp_path, chan, "--steps", 9, "--report-from", 6)
+    assert out["current"] == [1, 2, 3, 4, 5, 1006, 1007, 1008, 1009], out["current"]
+
+
 def test_hogwild_children_send_their_own_steps(tmp_path):
     chan = Channel(tmp_path)
     out = run_loop(tmp_path, chan, "--steps", 10, "--children", 2)
