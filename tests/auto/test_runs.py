@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 
 import pytest
 
-from tests.helpers import FIXTURES, MPWATCH, wait_for
+from mpwatch.contract.names import Event
+from tests.helpers import FIXTURES, wait_for
 
 pytest.importorskip("torch", reason="automatic steps are torch's (pip install -e '.[demo]')")
 pytestmark = pytest.mark.torch
@@ -89,13 +89,12 @@ def test_a_blocked_ddp_rank_is_named_without_a_report_anywhere(headless):
     assert "rank 1" in text and "step 14" in text and "wait_for_a_lost_message" in text, text
 
 
-def startup_timeout_exists() -> bool:
-    res = subprocess.run([*MPWATCH, "--help"], capture_output=True, text=True, timeout=60)
-    return "--startup-timeout" in res.stdout
-
-
-@pytest.mark.skipif(not startup_timeout_exists(), reason="needs issue 20's start-up rule (--startup-timeout): "
-                    "holds once both branches are merged")
+# Issue 20's start-up rule (--startup-timeout, the slow_start event) lives on another branch
+# until the lead merges both; the skip below is exactly its absence. Merged, the worker side
+# says hello when mpwatch is imported, and mpwatch.auto imports it right after `import torch`:
+# from then on the process is one that will report, and its first optimizer step its first report.
+@pytest.mark.skipif(not hasattr(Event, "SLOW_START"), reason="issue 20's start-up rule (--startup-timeout, "
+                    "event slow_start) is not on this branch yet: holds once both are merged")
 def test_an_unmodified_script_slow_to_its_first_step_is_a_slow_start_never_a_stall(headless, tmp_path):
     script = tmp_path / "slow_first_step.py"
     script.write_text(
@@ -103,7 +102,10 @@ def test_an_unmodified_script_slow_to_its_first_step_is_a_slow_start_never_a_sta
         f"sys.argv = ['auto_loop.py', '--steps', '40', '--sleep', '0.05', '--out', {str(tmp_path / 'o.json')!r}]\n"
         f"runpy.run_path({str(LOOP)!r}, run_name='__main__')\n")
     run = headless(script, n=1, opts=["--stall-timeout", "6", "--startup-timeout", "3"])
-    run.wait_event("slow_start", timeout=60)
+    [slow] = run.wait_event("slow_start", timeout=60)
+    assert slow["rank"] == 0 and slow["limit"] == 3.0, slow
     assert run.wait_exit(180) == 0
     assert not run.events("stalled"), "the stall clock starts at the first optimizer step"
-    assert run.events("report")[-1]["step"] == 40
+    reports = run.events("report")
+    assert reports[0]["ts"] > slow["ts"] and reports[-1]["step"] == 40
+    assert len(run.events("slow_start")) == 1
