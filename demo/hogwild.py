@@ -3,9 +3,10 @@
 The classic torch.multiprocessing pattern: the parent builds the model, calls
 `model.share_memory()`, and starts --procs trainer processes itself; each runs its own SGD
 on the shared parameters. Under mpwatch (`mpwatch -n 1 demo/hogwild.py`) the trainers are
-children of rank 0: each reports its own step and loss over its own channel (the worker
-side reconnects in every forked child), and the parent reports the shared model's test
-loss as the trainers improve it.
+children of rank 0: each one's optimizer steps are its steps, and the losses it passes to
+backward() its loss, sent over its own channel with no report() in the trainers (mpwatch's
+automatic steps; `mpwatch.phase()` still splits their time); the parent, which trains
+nothing, reports the shared model's test loss as the trainers improve it.
 
 The trainers are forked on Linux (no second torch import: quick start) and spawned
 elsewhere, where fork is unsafe. The last line is machine-readable: samples/s: N
@@ -49,7 +50,6 @@ def train(i: int, args, model, images, labels, counter):
     torch.set_num_threads(1)  # the trainers share the cores
     torch.manual_seed(args.seed + 1 + i)
     opt = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.5)
-    t0 = time.perf_counter()
     for step in range(1, args.max_steps + 1):
         with mpwatch.phase("data"):
             idx = torch.randint(0, len(labels), (args.batch_size,))
@@ -62,8 +62,6 @@ def train(i: int, args, model, images, labels, counter):
             opt.step()
         with counter.get_lock():
             counter.value += 1
-        rate = step * args.batch_size / (time.perf_counter() - t0)
-        mpwatch.report(step=step, loss=loss, samples_per_s=round(rate, 1))
     print(f"trainer {i} (pid {os.getpid()}): {args.max_steps} steps, last loss {loss.item():.4f}", flush=True)
 
 

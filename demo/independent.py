@@ -6,7 +6,10 @@ WORLD_SIZE; a plain run is rank 0 of 1) starts --procs trainer processes with
 torch.multiprocessing; trainer p of rank r takes shard r * procs + p of WORLD_SIZE * procs.
 The trainers of a rank share a step counter (an `mp.Value`) and their latest losses (an
 `mp.Array`), and send their results back to the parent through a `Queue`; the parent
-reports the rank's total steps and mean loss, and prints a table of the results.
+reports the rank's total steps and mean loss, and prints a table of the results. A trainer's
+steps and loss are its optimizer steps and the losses it passes to backward() (mpwatch's
+automatic steps); what it adds itself is a metric, its samples/s (`mpwatch.report()` of
+metrics only merges them into the automatic steps).
 
 The last line is machine-readable: samples/s: N
 """
@@ -65,7 +68,7 @@ def train(p: int, shard: int, shards: int, args, data, counter, last_loss, resul
         last_loss[p] = value
         with counter.get_lock():
             counter.value += 1
-        mpwatch.report(step=step, loss=value, samples_per_s=round(step * args.batch_size / (time.perf_counter() - t0), 1))
+        mpwatch.report(samples_per_s=round(step * args.batch_size / (time.perf_counter() - t0), 1))
     test_loss, acc = evaluate(model, mnist_data.normalise(data.test.images[:500]), data.test.labels[:500],
                               torch.device("cpu"))
     results.put({"shard": shard, "pid": os.getpid(), "steps": args.max_steps, "train_loss": value,

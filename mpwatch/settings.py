@@ -84,6 +84,8 @@ class Settings:
     """MPWATCH_STRICT_STATES (0): a state change the table lacks raises (the supervisor's tests)."""
     metrics_port: int | None = None
     """MPWATCH_METRICS_PORT (none): serve Prometheus metrics on this port, as --metrics-port does."""
+    auto: bool = True
+    """MPWATCH_AUTO (1): automatic steps, losses and time split in scripts that import torch."""
     fake_nvml: str | None = None
     """MPWATCH_FAKE_NVML (none): TEST-ONLY, a scripted NVML scenario (testing.scripted_nvml)."""
     max_workers: int | None = None
@@ -235,6 +237,7 @@ SWITCHES: dict[str, tuple[str, Parser]] = {
     "MPWATCH_TMPDIR": ("tmpdir", _absolute),
     "MPWATCH_STRICT_STATES": ("strict_states", _switch),
     "MPWATCH_METRICS_PORT": ("metrics_port", _port),
+    "MPWATCH_AUTO": ("auto", _switch),
     FAKE_NVML_ENV: ("fake_nvml", str),
     "MPWATCH_MAX_WORKERS": ("max_workers", _count(1, 1 << 20, "a number of workers")),
     "MPWATCH_GPU_MEM_ALERT": ("gpu.mem_high", _share),

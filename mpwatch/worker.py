@@ -15,6 +15,13 @@ starts with a fresh buffer and opens its own channel on its first report; spawne
 import mpwatch afresh and connect the same way. The supervisor tells worker from child by pid.
 Each batch says whether torch.distributed is initialised in the process (read on the sender
 thread, only when the script already imported it): its ranks then share a process group.
+
+Scripts that never call report() get automatic steps from mpwatch.auto (its hooks call
+`auto_step` on the training thread: the same buffer, flagged `auto` in the batch) until the
+process reports a step or a loss itself, which wins. An automatic step's loss may be a tensor
+the sender reads when it flushes (mpwatch.auto.loss: never on the training thread). mpwatch.auto
+imports this module right after `import torch`, so a torch script's first optimizer step is
+its first report and the start-up limit holds until then.
 """
 from __future__ import annotations
 
@@ -121,10 +128,14 @@ class _Channel:
         self.last_phases: dict[str, float] | None = None
         self.next_cuda = 0.0
         self.retry_at = 0.0
+        self.explicit = -1  # seq of the first report() with a step or a loss: automatic steps stop there
+        self.auto = False  # mpwatch.auto sent steps
+        self.mp_exit = False  # multiprocessing's children flush at their exit (before_fork)
 
     def reset(self) -> None:
         """In a forked child (register_at_fork): a fresh buffer and no connection."""
         self.pid = os.getpid()
+        self.step = -1  # a forked child counts its own steps (mpwatch.auto's from 0)
         self.buf = deque(maxlen=BUFFER)
         self.seq = itertools.count()
         self.phases = {}
@@ -137,6 +148,19 @@ class _Channel:
         self.last_phases = None
         self.next_cuda = 0.0
         self.retry_at = 0.0
+        self.explicit = -1  # seq of the first report() with a step or a loss: automatic steps stop there
+        self.auto = False  # mpwatch.auto sent steps
+
+    def before_fork(self) -> None:
+        """A child of multiprocessing (a Hogwild trainer) ends with os._exit, without atexit:
+        its last reports are flushed by a finalizer of multiprocessing's, set in the child."""
+        util = sys.modules.get("multiprocessing.util")
+        if util is not None and not self.mp_exit:
+            self.mp_exit = True
+            util.register_after_fork(self, _Channel._in_mp_child)
+
+    def _in_mp_child(self) -> None:
+        sys.modules["multiprocessing.util"].Finalize(None, self.close, exitpriority=0)
 
     # -- sender thread -------------------------------------------------------------
     def start(self) -> None:
@@ -193,6 +217,8 @@ class _Channel:
         items: list[Entry] = []
         while buf:
             try:
+                if not _ready(buf[0][3]):
+                    break  # an automatic step whose loss the GPU has not written yet: next flush
                 items.append(buf.popleft())
             except IndexError:
                 break
@@ -219,6 +245,8 @@ class _Channel:
             msg["cuda"] = cuda
         if live:
             msg["live"] = live
+        if self.auto and items and (self.explicit < 0 or items[-1][0] < self.explicit):
+            msg["auto"] = True  # every report of the batch is an automatic step
         try:
             conn.send_bytes(protocol.encode_lossy(msg))
             self.last_phases = phases
@@ -294,6 +322,11 @@ def _dist_initialized() -> bool:
         return False
 
 
+def _ready(loss: object) -> bool:
+    ready = getattr(loss, "ready", None)  # mpwatch.auto.loss.StepLoss
+    return ready is None or bool(ready())
+
+
 def _as_number(loss: object) -> float | int | None:
     if loss is None or type(loss) is float or type(loss) is int:
         return loss
@@ -335,9 +368,12 @@ def _make_api(chan: _Channel) -> tuple[Callable[..., None], Callable[[str], _Pha
             if callable(detach):
                 loss = detach()  # do not keep the autograd graph alive
         c = buf_holder
+        seq = next(c.seq)
         if type(step) is int:
             c.step = step
-        c.buf.append((next(c.seq), clock(), step, loss, metrics))
+        if c.explicit < 0 and (step is not None or loss is not None):
+            c.explicit = seq
+        c.buf.append((seq, clock(), step, loss, metrics))
         if c.thread is None:
             c.start()
 
@@ -375,7 +411,8 @@ def _setup() -> _Channel | None:
 
         source = FakeCuda(fake, rank)
     chan = _Channel(address, authkey, rank, flush_s, source)
-    os.register_at_fork(after_in_child=chan.reset)
+    os.register_at_fork(before=chan.before_fork, after_in_child=chan.reset)
+    chan.before_fork()  # a spawned child of multiprocessing: it imports mpwatch before its run
     atexit.register(chan.close)
     chan.start()  # a daemon thread: it says hello at once, then ships batches
     return chan
@@ -399,3 +436,32 @@ else:
 def active() -> bool:
     """True when this process runs under an mpwatch supervisor."""
     return _channel is not None
+
+
+# -- automatic steps (mpwatch.auto, on the training thread) ------------------------------
+def auto_wanted() -> bool:
+    """Automatic steps and losses are wanted: this process runs under mpwatch and has not
+    reported a step or a loss itself."""
+    c = _channel
+    return c is not None and c.explicit < 0
+
+
+def auto_step(step: int | None, loss: object, data_s: float, compute_s: float) -> None:
+    """An automatic step (step None: a heartbeat between steps): into the buffer as report()
+    would put it, unless the process reported itself; its time split goes to the phases unless
+    the script times its own."""
+    c = _channel
+    if c is None:
+        return
+    if not c.phase_cache:
+        ph = c.phases
+        ph["data"] = ph.get("data", 0.0) + data_s
+        ph["compute"] = ph.get("compute", 0.0) + compute_s
+    if c.explicit >= 0:
+        return
+    c.auto = True
+    if step is not None:
+        c.step = step
+    c.buf.append((next(c.seq), time.time(), step, loss, {}))
+    if c.thread is None:
+        c.start()

@@ -38,6 +38,7 @@ from tests.helpers import ROOT, HeadlessRun, wait_for
 
 DATA = ROOT / "tests" / "data" / "statuses"
 WORKER = ROOT / "tests" / "record_worker.py"
+AUTO_LOOP = ROOT / "tests" / "fixtures" / "auto_loop.py"
 EPOCH = 1767225600.0  # 2026-01-01 00:00 UTC: when every recorded run "started"
 GiB = 1 << 30
 MiB = 1 << 20
@@ -258,6 +259,15 @@ def on_gpus(n_gpus: int) -> dict[str, Check]:
                 and w["step"] is not None for w in st["workers"])}
 
 
+AUTO: dict[str, Check] = {  # what the auto scenario is for: a torch loop's steps counted by mpwatch.auto
+    "every rank past step 60, automatically": lambda st: all(
+        (w["step"] or 0) >= 60 and w["steps_from"] == "auto" for w in st["workers"]),
+    "steps/s and the TIME split": lambda st: all(w["steps_per_s"] and w["phases"] for w in st["workers"]),
+    "a DataLoader worker each": lambda st: all(w["children"] for w in st["workers"]),
+    "a loss trend": lambda st: all(len(w["loss_tail"]) >= 4 for w in st["workers"]),
+}
+
+
 def _pause_rank_2(run: HeadlessRun) -> None:
     wait_for(lambda: _w(run.status(), 2)["step"] is not None, 60, what="rank 2 reporting")
     run.ctl("pause", "2")
@@ -343,6 +353,10 @@ def scenarios(ghost: int) -> dict[str, Scenario]:
                  {"rank 1 a slow start, in its frame": lambda st: bool((_w(st, 1)["slow_start"] or {}).get("where")),
                   "rank 0 past step 20": lambda st: (_w(st, 0)["step"] or 0) >= 20},
                  script=ROOT / "tests" / "fixtures" / "slow_start.py"),
+        # A torch loop with no line of mpwatch's (automatic steps, issue 21), a DataLoader worker each.
+        Scenario("auto", 2, {}, [], AUTO,
+                 script=AUTO_LOOP, args=("--steps", "100000", "--sleep", "0.05", "--loader-workers", "1",
+                                         "--out", "/dev/null")),
     ]}
 
 

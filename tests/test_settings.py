@@ -30,7 +30,7 @@ def test_defaults_are_the_contract():
     assert s == Settings()
     assert (s.events_mb, s.gpu_timeline_mb, s.node_lost_s) == (128, 64, 10)
     assert (s.pyspy, s.nccl_flight, s.ssh, s.ascii) == ("stall", False, ("ssh",), False)
-    assert (s.tmpdir, s.strict_states, s.fake_nvml) == (Path("/tmp"), False, None)
+    assert (s.tmpdir, s.strict_states, s.fake_nvml, s.auto) == (Path("/tmp"), False, None, True)
     assert s.gpu == GpuThresholds() and s.gpu.mem_high == 0.9 and s.gpu.frag_min == 1 << 30
 
 
@@ -42,7 +42,9 @@ def test_values_are_parsed():
         "MPWATCH_FAKE_NVML": "/no/such.json",  # a scenario that is missing is the GPU watcher's to say
         "MPWATCH_GPU_MEM_ALERT": "85", "MPWATCH_GPU_OUTSIDE": "0.1", "MPWATCH_GPU_IDLE_S": "5",
         "MPWATCH_GPU_IDLE_UTIL": "0", "MPWATCH_GPU_RETRIES": "3", "MPWATCH_GPU_COOLDOWN_S": "0",
+        "MPWATCH_AUTO": "off",
     })
+    assert s.auto is False
     assert (s.events_mb, s.gpu_timeline_mb, s.node_lost_s, s.pyspy) == (2, 0.004, 3.5, "always")
     assert s.nccl_flight is True
     assert s.ssh == ("ssh", "-F", "/my dir/cfg") and s.ascii and s.strict_states
@@ -74,6 +76,7 @@ BAD = [
     ("MPWATCH_PYSPY", "sometimes", "stall, always or off"),
     ("MPWATCH_NCCL_FLIGHT", "please", "1 or 0"),
     ("MPWATCH_ASCII", "x", "1 or 0"),
+    ("MPWATCH_AUTO", "maybe", "1 or 0"),
     ("MPWATCH_TMPDIR", "tmp", "an absolute path"),
     ("MPWATCH_GPU_MEM_ALERT", "lots", "not a number"),
     ("MPWATCH_GPU_MEM_ALERT", "250", "a fraction (0.9) or a percentage (90)"),
@@ -181,4 +184,4 @@ def test_mpwatch_variables_are_spelled_in_four_modules_at_most():
 def test_the_start_up_hook_reads_the_protocols_names():
     # sitecustomize imports nothing of mpwatch (it runs in every worker process): its names are copies
     hook = code_strings(PACKAGE / "_inject" / "sitecustomize.py")
-    assert hook == {protocol.ENV_STACK_FILE, protocol.ENV_SUPERVISOR_PID}
+    assert hook == {protocol.ENV_STACK_FILE, protocol.ENV_SUPERVISOR_PID, protocol.ENV_AUTO}

@@ -1,16 +1,25 @@
 """Loaded at start-up by every Python process of an mpwatch run (PYTHONPATH points here).
 
-It does the two things a worker must have even when its script never imports mpwatch:
+It does what a worker must have even when its script never imports mpwatch:
 - a faulthandler on SIGUSR1 writing all threads' stacks to this rank's stack file, which
   works from C without the GIL (a blocked or spinning main thread still dumps);
 - for a direct worker, a parent-death signal, so a SIGKILLed supervisor takes it along;
   any process of a run that starts when its supervisor is already gone exits at once.
+- unless the run said --no-auto: a finder on sys.meta_path that waits for `import torch` and,
+  right after torch's own import, puts in the hooks of automatic steps (mpwatch.auto). Until
+  then it costs one comparison per import; a process that never imports torch loads nothing.
 Then it hands over to any other sitecustomize further down sys.path. Runs at interpreter
 start-up, on the main thread, before the script.
 """
 import io  # already loaded at start-up: this hook imports nothing costly (typing) into every process
 import os
 import sys
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+    from importlib.machinery import ModuleSpec
+    from types import ModuleType
 
 _stack_file: "io.TextIOWrapper | None" = None  # kept open (and referenced) for faulthandler's C handler
 
@@ -66,6 +75,58 @@ def _alive(pid: int) -> bool:
     return True
 
 
+class _TorchFinder:
+    """Waits for `import torch` on sys.meta_path, then leaves it: the finders after it find
+    torch, and the loader they give runs mpwatch.auto once torch's own code has run."""
+
+    def find_spec(self, name: str, path: "Sequence[str] | None" = None,
+                  target: "ModuleType | None" = None) -> "ModuleSpec | None":
+        if name != "torch":
+            return None
+        try:
+            sys.meta_path.remove(self)
+        except ValueError:
+            pass
+        for finder in sys.meta_path:
+            spec = finder.find_spec(name, path, target) if hasattr(finder, "find_spec") else None
+            if spec is not None:
+                break
+        else:
+            return None
+        loader = spec.loader
+        real = getattr(loader, "exec_module", None)
+        if loader is None or real is None:
+            return spec
+
+        def exec_module(module: "ModuleType") -> None:
+            try:
+                del loader.exec_module  # the loader as it was: this runs once
+            except AttributeError:
+                pass
+            real(module)
+            _auto(module)
+
+        try:
+            loader.exec_module = exec_module  # type: ignore[method-assign]  # this loader only: torch's
+        except (AttributeError, TypeError):
+            pass
+        return spec
+
+
+def _auto(torch: "ModuleType") -> None:
+    try:
+        from mpwatch.auto import install
+
+        install(torch)
+    except Exception as exc:  # noqa: BLE001 - never fail the script's import of torch
+        sys.stderr.write(f"mpwatch: no automatic steps in this process: {type(exc).__name__}: {exc}\n")
+
+
+def _watch_torch() -> None:
+    if os.environ.get("MPWATCH_AUTO_HOOKS") == "1" and "torch" not in sys.modules:
+        sys.meta_path.insert(0, _TorchFinder())
+
+
 def _chain() -> None:
     # Let a sitecustomize of the user's environment run as it would have.
     here = os.path.dirname(os.path.abspath(__file__))
@@ -86,4 +147,5 @@ def _chain() -> None:
 
 
 _mpwatch_boot()
+_watch_torch()
 _chain()

@@ -272,6 +272,9 @@ def run_parser() -> Parser:
     p.add_argument("--gpu-interval", type=seconds, default=1.0, metavar="SECONDS",
                    help="GPU memory/utilization sampling interval (default 1)")
     p.add_argument("--no-mouse", action="store_true", help="TUI: do not capture the mouse")
+    p.add_argument("--no-auto", action="store_true",
+                   help="no automatic steps, losses and time split (what scripts that import torch and never "
+                        "call mpwatch.report() get; also MPWATCH_AUTO=0)")
     p.add_argument("--supervise-only", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--run-id", help=argparse.SUPPRESS)
     p.add_argument("--made-run-dir", type=dir_id, help=argparse.SUPPRESS)  # DEV:INODE (cli.tui_launch)
@@ -379,7 +382,8 @@ RELAYED = (("module", "-m"), ("no_python", "--no-python"), ("run_path", "--run-p
            ("virtual_local_rank", "--virtual-local-rank"), ("nnodes", "--nnodes"), ("node_rank", "--node-rank"),
            ("master_addr", "--master-addr"), ("master_port", "--master-port"),
            ("rdzv_backend", "--rdzv-backend"), ("rdzv_endpoint", "--rdzv-endpoint"), ("rdzv_id", "--rdzv-id"),
-           ("rdzv_conf", "--rdzv-conf"), ("local_addr", "--local-addr"), ("standalone", "--standalone"))
+           ("rdzv_conf", "--rdzv-conf"), ("local_addr", "--local-addr"), ("standalone", "--standalone"),
+           ("no_auto", "--no-auto"))
 
 
 def relayed_flags(ns: argparse.Namespace) -> list[str]:

@@ -42,6 +42,7 @@ ENV_STACK_FILE = "MPWATCH_STACK_FILE"
 ENV_SUPERVISOR_PID = "MPWATCH_SUPERVISOR_PID"
 ENV_FLUSH = "MPWATCH_FLUSH_S"  # how often the worker's sender ships a batch
 ENV_TUNABLES = "MPWATCH_TUNABLES"  # JSON {name: value}: the tunables' values when the worker was started
+ENV_AUTO = "MPWATCH_AUTO_HOOKS"  # "1": automatic steps once torch is imported (mpwatch.auto); "0": none
 
 
 def flush_interval(workers: int, stall_timeout: float) -> float:
@@ -56,6 +57,7 @@ BATCH = "batch"  # {t, reports: [[ts, step, loss, metrics(, n)]], dropped, phase
 # `dist`: true when torch.distributed is initialised in the process (absent otherwise).
 # A report entry with a fifth element n stands for n consecutive report() calls folded into
 # one by the sender (the last step and loss among them, their metrics merged).
+# `auto`: true when the reports are automatic steps (mpwatch.auto); absent: the process's own.
 BYE = "bye"  # {t} the process is exiting normally
 # A BATCH may carry `live`: entries of mpwatch.live (protocol 2), each a list led by its kind:
 LIVE_POLLS = "polls"  # ["polls"]: the process calls mpwatch.should_checkpoint()

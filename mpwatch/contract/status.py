@@ -52,8 +52,10 @@ from mpwatch.contract.names import EventRecord as EventRecord
 from mpwatch.contract.names import RunState as RunState
 from mpwatch.contract.names import State as State
 
-
 # --------------------------------------------------------------------- workers ----
+StepsFrom = Literal["auto", "report"]  # where a worker's steps come from (WorkerStatus.steps_from)
+
+
 class ChildStatus(TypedDict):
     """A live descendant of a worker (a DataLoader worker, an mp.Process, a shell...)."""
 
@@ -177,6 +179,9 @@ class WorkerStatus(TypedDict):
     gpu: WorkerGpu | None
     stop: StopInfo | None  # the stop signal mpwatch sent it (--stop-signal), until it ends
     polls_checkpoint: bool  # its process calls mpwatch.should_checkpoint()
+    # Where its steps come from: "auto" (its optimizer steps, counted by mpwatch.auto), "report"
+    # (mpwatch.report() in the script); None before its first report.
+    steps_from: StepsFrom | None
     # A merged view of several nodes (sources.multinode.source) sets these three; `rank` is then the global rank.
     node: NotRequired[int]  # the node rank of the worker's node
     local_rank: NotRequired[int]  # its rank on that node (that supervisor's `rank`)

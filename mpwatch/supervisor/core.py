@@ -179,7 +179,7 @@ class Run:
         env = spawn.worker_env(os.environ, place, channel=self.hub.address, authkey=self.authkey, run_id=self.run_id,
                                rank_dir=paths.dir, stack_file=paths.stack_file, virtual_local_rank=o.virtual_local_rank,
                                flush_s=self.flush_interval(),
-                               nccl_flight=self.settings.nccl_flight)
+                               nccl_flight=self.settings.nccl_flight, auto=o.auto and self.settings.auto)
         live_from = self.live.spawn_env(env)
         try:
             with self.store.open_log(rank, "stdout") as out, self.store.open_log(rank, "stderr") as err:

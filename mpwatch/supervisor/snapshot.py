@@ -105,7 +105,7 @@ def worker_status(w: Worker, now: float, tail: int, gpu: GpuWatch | None,
         foreign_groups=sorted(w.foreign_groups),
         children=children,
         gpu=gpu.worker_gpu(w.rank) if gpu is not None and alive else None,
-        stop=stop_info(a, now) if alive else None, polls_checkpoint=a.polls)
+        stop=stop_info(a, now) if alive else None, polls_checkpoint=a.polls, steps_from=r.source)
     if r.rejected:
         row["rejected"] = {"count": r.rejected, "why": r.rejected_why or "?"}
     return row

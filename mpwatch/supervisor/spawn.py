@@ -80,9 +80,9 @@ def visible_device(base: Mapping[str, str], local_rank: int) -> str:
 
 def worker_env(base: Mapping[str, str], place: Placement, *, channel: str, authkey: bytes, run_id: str,
                rank_dir: Path, stack_file: Path, flush_s: float, virtual_local_rank: bool = False,
-               nccl_flight: bool = False) -> dict[str, str]:
+               nccl_flight: bool = False, auto: bool = True) -> dict[str, str]:
     """torchrun's variables, ours, and the NCCL flight recorder's when it is switched on
-    (settings.Settings.nccl_flight).
+    (settings.Settings.nccl_flight). `auto`: the workers put in automatic steps (mpwatch.auto).
     MPWATCH_RANK is the supervisor's own key for the worker: its local rank."""
     env = dict(base)
     env.update(place.torchrun_env())
@@ -100,6 +100,7 @@ def worker_env(base: Mapping[str, str], place: Placement, *, channel: str, authk
         protocol.ENV_STACK_FILE: str(stack_file),
         protocol.ENV_SUPERVISOR_PID: str(os.getpid()),
         protocol.ENV_FLUSH: str(flush_s),
+        protocol.ENV_AUTO: "1" if auto else "0",
     })
     # Unbuffered so a crash's last words reach the log file; the user may override.
     env.setdefault("PYTHONUNBUFFERED", "1")

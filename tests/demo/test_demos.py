@@ -212,8 +212,15 @@ def test_hogwild_children_report_over_their_own_channels(headless, data_dir):
         kids = wait_for(trainers_reporting, timeout=120, interval=0.05, what="both trainers reporting")
     assert all(c["loss"] is not None for c in kids)
     assert run.wait_exit(timeout=180) == 0, explain(run, (0,))
-    parent = reports_by_rank(run)[0]
+    parent = [r for r in reports_by_rank(run)[0] if "child_of" not in r]
     assert parent[-1]["step"] == 500 and parent[-1]["loss"] < parent[0]["loss"]
+    # The trainers never call report(): their optimizer steps are their steps, each to the last
+    # (a multiprocessing child's last reports are flushed as it exits).
+    trainers: dict[int, list[dict]] = {}
+    for r in reports_by_rank(run)[0]:
+        if "child_of" in r:
+            trainers.setdefault(r["pid"], []).append(r)
+    assert len(trainers) == 2 and all(t[-1]["step"] == 250 and t[-1]["loss"] is not None for t in trainers.values())
     out = log(run, 0)
     assert out.count("steps, last loss") == 2 and "hogwild: 500 steps in all" in out
 
@@ -230,6 +237,13 @@ def test_independent_ranks_and_trainers_report_results(headless, data_dir):
         shards = re.findall(r"shard +(\d+) pid +\d+: 30 steps", out)
         assert sorted(map(int, shards)) == [2 * rank, 2 * rank + 1], out
         assert f"rank {rank}: 60 steps in all" in out and "samples/s: " in out
+    # Each trainer's steps are automatic; its own report() of a metric merges into them.
+    trainers = [r for rs in reports.values() for r in rs if "child_of" in r]
+    last: dict[int, dict] = {}
+    for r in trainers:
+        last[r["pid"]] = r
+    assert len(last) == 4 and all(r["step"] == 30 and r["loss"] is not None for r in last.values())
+    assert all("samples_per_s" in r["metrics"] for r in last.values())
 
 
 def test_contention_on_cpu_says_there_is_nothing_to_show(headless):

@@ -279,3 +279,18 @@ def test_a_noisy_falling_loss_reads_falling():
             levels = [glyphs.UNICODE.spark.index(c) for c in s]
             assert levels[0] == 7 and levels[-1] <= 1, s
             assert sum(max(0, b - a) for a, b in zip(levels, levels[1:])) <= 1, s  # at most one small rise
+
+
+def test_automatic_steps_are_marked_in_the_step_cell_and_said_in_the_selected_line():
+    """Issue 21: where a worker's steps come from (recorded: a torch loop with no report())."""
+    auto, reported = status("auto"), status("gpu2")
+    cols = view.columns(200)
+    at = [c.key for c in cols].index("step")
+    for g, mark in ((glyphs.ASCII, "a"), (glyphs.UNICODE, "ᵃ")):
+        for w in auto["workers"]:
+            assert w["steps_from"] == "auto"
+            assert segs.plain(view.worker_cells(w, cols, g, folded=False)[at]) == f"{w['step']}{mark}"
+            assert f"{mark} steps counted automatically" in segs.plain(view.selected_line(w, g))
+    for w in reported["workers"]:
+        assert segs.plain(view.worker_cells(w, cols, G, folded=False)[at]) == str(w["step"])
+        assert "automatically" not in segs.plain(view.selected_line(w, G))

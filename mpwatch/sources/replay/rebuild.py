@@ -85,7 +85,8 @@ def worker_row(k: RankFold, reps: list[ReportRow], t: float, tail: int,
         slow_start=k.slow_start.copy() if k.slow_start is not None and not heard and alive else None,
         last_dump=k.last_dump, unkillable=k.unkillable, foreign_groups=[], children=[],
         gpu=gpu if alive else None, stop=None,  # the events say when a stop signal went, not its deadline
-        polls_checkpoint=False)  # nor whether the rank's loop asks should_checkpoint()
+        polls_checkpoint=False,  # nor whether the rank's loop asks should_checkpoint()
+        steps_from=None)  # nor whether its steps were counted by mpwatch.auto
     if k.rejected:
         row["rejected"] = {"count": k.rejected, "why": k.rejected_why or "?"}
     return row

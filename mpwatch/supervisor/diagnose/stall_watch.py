@@ -64,7 +64,7 @@ class StallWatch:
                                 last_report=a.last_report, resumed=a.resumed):
                 self._stalled(w, now)
                 any_stalled = True
-            elif a.slow_start is None and stall.is_slow_start(
+            elif a.slow_start is None and not a.children and stall.is_slow_start(  # children report: started
                     now, limit=self.startup_timeout, started=a.started, connected=a.connected,
                     first_report=a.first_report, resumed=a.resumed):
                 self._slow_start(w, now)

@@ -122,6 +122,8 @@ class ReportLedger:
         live = validate_live(msg["live"]) if "live" in msg else None
         now = time.monotonic()
         write = False
+        child_step: int | None = None
+        child_loss: float | None = None
         with self.lock:
             w = self.workers.get(peer.rank)
             if w is None:
@@ -133,18 +135,20 @@ class ReportLedger:
                 c = w.attempt.children.get(peer.pid)
                 if c is None:
                     c = w.attempt.children[peer.pid] = ChildReport(peer.pid)
-                if reports:
-                    c.step, c.loss, c.last_report = reports[-1].step, reports[-1].loss, now
+                if reports:  # its latest step and loss: a report of metrics only keeps them
+                    c.step, c.loss, c.last_report = _latest(reports, c.step, c.loss) + (now,)
+                    w.attempt.slow_start = None  # the rank has started: its children train (Hogwild)
+                child_step, child_loss = c.step, c.loss
             else:
                 w.attempt.dist = w.attempt.dist or dist
                 self._apply(w, reports, dropped, phases, cuda, now)
                 if reports:
+                    w.reports.source = "auto" if msg.get("auto") is True else "report"
                     self._hold(w, reports, dropped)
                     write = now >= w.reports.next_event
         if child_of != peer.pid and reports:
-            last = reports[-1]
-            self.log.report(peer.rank, last.ts, eventlines.report_fields(
-                last.step, last.loss, _merged_metrics(reports, None), sum(x.n for x in reports), dropped,
+            self.log.report(peer.rank, reports[-1].ts, eventlines.report_fields(
+                child_step, child_loss, _merged_metrics(reports, None), sum(x.n for x in reports), dropped,
                 child=(peer.pid, child_of)))
         elif write:
             self.write_report(w, now)
@@ -211,6 +215,16 @@ class ReportLedger:
         for w in list(self.workers.values()):
             if w.reports.pending is not None and now >= w.reports.next_event:
                 self.write_report(w, now)
+
+
+def _latest(reports: list[Report], step: int | None, loss: float | None) -> tuple[int | None, float | None]:
+    """The last step and the last loss a batch gave, each kept from before when it gave none."""
+    for r in reports:
+        if r.step is not None:
+            step = r.step
+        if r.loss is not None:
+            loss = r.loss
+    return step, loss
 
 
 def _merged_metrics(reports: list[Report], into: dict[str, Any] | None) -> dict[str, Any]:

@@ -21,7 +21,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
-from mpwatch.contract.status import CudaView, Event, StallInfo, State
+from mpwatch.contract.status import CudaView, Event, StallInfo, State, StepsFrom
 from mpwatch.probes.procs import ProcInfo
 from mpwatch.supervisor.workers import states
 
@@ -206,6 +206,7 @@ class Reports:
     rejected: int = 0  # reports refused alone (contract.protocol.validate_batch)
     rejected_why: str | None = None  # the latest reason
     phases: dict[str, float] = field(default_factory=dict)
+    source: StepsFrom | None = None  # where its latest steps came from (the worker's batch says)
     cuda: CudaView | None = None
     curve: LossHistory = field(default_factory=LossHistory)
     tail: deque[float] = field(default_factory=lambda: deque(maxlen=TAIL))  # the latest losses, as sent

@@ -120,6 +120,18 @@ def note_text(w: WorkerStatus) -> str:
     return "; ".join(parts)
 
 
+def auto_mark(g: Glyphs) -> str:
+    """After the step of a worker whose steps mpwatch counts itself (contract.status's steps_from)."""
+    return "ᵃ" if g.unicode else "a"
+
+
+def step_cell(w: WorkerStatus, g: Glyphs) -> Cell:
+    step = fmt.num(w["step"])
+    if step and w.get("steps_from") == "auto":
+        return ((step, ""), (auto_mark(g), "bright_black"))
+    return step
+
+
 def phases_cell(w: WorkerStatus, width: int, g: Glyphs) -> Line:
     shares = bars.phase_shares(w["phases"], w["uptime"])
     return tuple((chars, PHASE_STYLE[p]) for p, chars in bars.stacked_bar(shares, width, g.phase))
@@ -157,7 +169,7 @@ def worker_cells(w: WorkerStatus, cols: list[Column], g: Glyphs, folded: bool) -
         elif k == "node":
             out.append(str(w.get("node", "")))
         elif k == "step":
-            out.append(fmt.num(w["step"]))
+            out.append(step_cell(w, g))
         elif k == "speed":
             out.append(fmt.speed(w["steps_per_s"]))
         elif k == "loss":
@@ -304,6 +316,8 @@ def selected_line(w: WorkerStatus | None, g: Glyphs) -> Line:
     segs += [(f"{g.state.get(st, '?')} {st}", STATE_STYLE.get(st, "")), (f"{g.sep}pid {w['pid']}", "")]
     if w["steps_per_s"] is not None:
         segs.append((f"{g.sep}{fmt.speed(w['steps_per_s'])} steps/s", ""))
+    if w.get("steps_from") == "auto":  # the script never reported: mpwatch.auto counted its optimizer steps
+        segs.append((f"{g.sep}{auto_mark(g)} steps counted automatically", ""))
     wg = w["gpu"]
     gpu = gpu_text(wg)
     if wg is not None and gpu:

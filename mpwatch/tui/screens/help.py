@@ -8,6 +8,7 @@ from textual.screen import ModalScreen
 from textual.widgets import Static
 
 from mpwatch.tui.render.glyphs import Glyphs
+from mpwatch.tui.render.view import auto_mark
 
 KEYS = [
     ("up/down, j", "select a worker (k is kill)"),
@@ -54,6 +55,8 @@ class HelpScreen(ModalScreen[None]):
         g = self.glyphs
         lines += ["", "States: " + "  ".join(f"{sym} {name}" for name, sym in g.state.items()),
                   "TIME bar (mpwatch.phase()): " + "  ".join(f"{ch} {name}" for name, ch in g.phase.items()),
+                  f"STEP {auto_mark(g)}: counted automatically (optimizer steps; the script "
+                  "never calls mpwatch.report())",
                   "", "Esc closes this help."]
         with VerticalScroll(classes="dialog wide"):
             yield Static("\n".join(lines).replace("[/b]", "[/]").replace("[b]", "[bold]"), markup=True)

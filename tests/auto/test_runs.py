@@ -1,0 +1,116 @@
+"""Issue 21 through a real supervisor: scripts with no line of mpwatch's show their steps,
+steps/s, loss, TIME split and hangs (`mpwatch --headless`, read with `ctl status --json` and the
+run's events.jsonl); --no-auto and MPWATCH_AUTO=0 leave them as they were."""
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+from mpwatch.contract.names import Event
+from tests.helpers import FIXTURES, wait_for
+
+pytest.importorskip("torch", reason="automatic steps are torch's (pip install -e '.[demo]')")
+pytestmark = pytest.mark.torch
+
+LOOP = FIXTURES / "auto_loop.py"
+DDP = FIXTURES / "ddp_plain.py"
+
+
+def test_an_unmodified_two_rank_script_shows_steps_rate_loss_and_time_split(headless, tmp_path):
+    run = headless(LOOP, "--steps", 150, "--sleep", 0.05, "--out", tmp_path / "out-{rank}.json", n=2)
+    ws = wait_for(lambda: (lambda s: s if all((w["step"] or 0) >= 20 and w["steps_per_s"] for w in s) else None)(
+        run.status()["workers"]), 120, what="both ranks past step 20 with a rate")
+    for w in ws:
+        assert w["steps_from"] == "auto" and w["heartbeat"] == "ok"
+        assert isinstance(w["loss"], float) and w["loss_tail"]
+        assert w["phases"]["data"] > 0 and w["phases"]["compute"] > 0
+    assert run.wait_exit(180) == 0
+    for rank in (0, 1):
+        out = json.loads((tmp_path / f"out-{rank}.json").read_text())
+        reports = [e for e in run.events("report") if e["rank"] == rank]
+        assert reports and reports[-1]["step"] == 150
+        for e in reports:  # each event is one step's exact (step, loss) pair
+            assert e["loss"] == out["losses"][e["step"] - 1], e
+
+
+@pytest.mark.parametrize("how", ["--no-auto", "MPWATCH_AUTO=0"])
+def test_opting_out_leaves_the_script_without_steps(headless, tmp_path, how):
+    env = dict(os.environ, MPWATCH_AUTO="0") if how.startswith("MPWATCH") else None
+    run = headless(LOOP, "--steps", 10, "--out", tmp_path / "out-{rank}.json", n=1,
+                   opts=[how] if how.startswith("--") else (), env=env)
+    assert run.wait_exit(180) == 0
+    out = json.loads((tmp_path / "out-0.json").read_text())
+    assert not out["hooked"] and len(out["losses"]) == 10
+    final = json.loads((run.run_dir / "final.json").read_text())
+    w = final["workers"][0]
+    assert w["step"] is None and w["reports"] == 0 and w["heartbeat"] == "none"
+    assert not run.events("report")
+
+
+def test_a_long_evaluation_between_steps_is_no_stall(headless, tmp_path):
+    run = headless(LOOP, "--steps", 10, "--eval-after", 5, "--eval-s", 9, "--out", tmp_path / "o.json", n=1,
+                   opts=["--stall-timeout", "3"])
+    assert run.wait_exit(180) == 0
+    reports = run.events("report")
+    # The evaluation runs at step 5, after the first report. The 3 s may also pass before it
+    # (torch's import under load: a stall from the start until issue 20's start-up rule; it is
+    # judged as the first batch lands, so it may name step 5) and after the last step (torch's
+    # teardown): neither is the evaluation. A stall's silence began at ts - silent_for.
+    in_eval = [e for e in run.events("stalled") if e["step"] == 5 and e["ts"] - e["silent_for"] >= reports[0]["ts"]]
+    assert not in_eval, "its DataLoader batches were heartbeats"
+    assert reports[-1]["step"] == 10
+    assert any(r["ts"] - reports[0]["ts"] > 5 and r["step"] == 5 for r in reports), "heartbeats at step 5"
+
+
+def test_the_tui_launcher_passes_no_auto_to_its_supervisor(tmp_path):
+    from mpwatch.cli import args as cli_args
+
+    ns = cli_args.run_parser().parse_args(["--no-auto", "train.py"])
+    assert "--no-auto" in cli_args.relayed_flags(ns)
+    assert "--no-auto" not in cli_args.relayed_flags(cli_args.run_parser().parse_args(["train.py"]))
+
+
+def test_a_blocked_ddp_rank_is_named_without_a_report_anywhere(headless):
+    assert "import mpwatch" not in DDP.read_text() and "report(" not in DDP.read_text()
+    run = headless(DDP, "--hang-rank", 1, "--hang-step", 15, n=2, opts=["--stall-timeout", "3"])
+
+    def named():
+        s = run.status()
+        by = {w["rank"]: w for w in s["workers"]}
+        culprit = (s["straggler"] or {}).get("culprits")
+        where = (by[1]["stall"] or {}).get("where") or ""
+        if all(w["state"] == "stalled" for w in by.values()) and culprit and "wait_for_a_lost_message" in where:
+            return s
+        return None
+
+    s = wait_for(named, 120, what="both ranks stalled, rank 1 named and where it waits")
+    by = {w["rank"]: w for w in s["workers"]}
+    assert by[0]["stall"]["step"] == 15 and by[1]["stall"]["step"] == 14
+    assert by[0]["steps_from"] == by[1]["steps_from"] == "auto"
+    assert s["straggler"]["culprits"] == [1] and s["straggler"]["waiting"] == [0]
+    text = s["straggler"]["text"]
+    assert "rank 1" in text and "step 14" in text and "wait_for_a_lost_message" in text, text
+
+
+# Issue 20's start-up rule (--startup-timeout, the slow_start event) lives on another branch
+# until the lead merges both; the skip below is exactly its absence. Merged, the worker side
+# says hello when mpwatch is imported, and mpwatch.auto imports it right after `import torch`:
+# from then on the process is one that will report, and its first optimizer step its first report.
+@pytest.mark.skipif(not hasattr(Event, "SLOW_START"), reason="issue 20's start-up rule (--startup-timeout, "
+                    "event slow_start) is not on this branch yet: holds once both are merged")
+def test_an_unmodified_script_slow_to_its_first_step_is_a_slow_start_never_a_stall(headless, tmp_path):
+    script = tmp_path / "slow_first_step.py"
+    script.write_text(
+        "import runpy, sys, time\nimport torch\ntime.sleep(8)  # loading data before the first step\n"
+        f"sys.argv = ['auto_loop.py', '--steps', '40', '--sleep', '0.05', '--out', {str(tmp_path / 'o.json')!r}]\n"
+        f"runpy.run_path({str(LOOP)!r}, run_name='__main__')\n")
+    run = headless(script, n=1, opts=["--stall-timeout", "6", "--startup-timeout", "3"])
+    [slow] = run.wait_event("slow_start", timeout=60)
+    assert slow["rank"] == 0 and slow["limit"] == 3.0, slow
+    assert run.wait_exit(180) == 0
+    assert not run.events("stalled"), "the stall clock starts at the first optimizer step"
+    reports = run.events("report")
+    assert reports[0]["ts"] > slow["ts"] and reports[-1]["step"] == 40
+    assert len(run.events("slow_start")) == 1

@@ -1,0 +1,123 @@
+"""Issue 21: what counts as an automatic step, and where its time went (mpwatch.auto.steps),
+as the hooks would call it, on a clock the test moves. No torch: the rules alone."""
+from __future__ import annotations
+
+from mpwatch.auto.steps import Steps
+
+
+class Clock:
+    def __init__(self):
+        self.t = 100.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def make():
+    clock, sent = Clock(), []
+    steps = Steps(lambda step, parts, data, compute: sent.append((step, list(parts), data, compute)), clock)
+    return steps, clock, sent
+
+
+def backward(steps: Steps, loss: object) -> None:
+    steps.begin()
+    steps.parts.append(loss)
+    steps.backward_done()
+
+
+def test_an_optimizer_step_after_backward_is_a_step_with_its_loss():
+    steps, _, sent = make()
+    steps.has_optimizer = True
+    for i in range(3):
+        backward(steps, f"l{i}")
+        steps.optimizer_stepped()
+    assert [(s, p) for s, p, _, _ in sent] == [(1, ["l0"]), (2, ["l1"]), (3, ["l2"])]
+
+
+def test_optimizers_stepped_after_one_backward_count_once():
+    steps, _, sent = make()
+    steps.has_optimizer = True
+    backward(steps, "l")
+    steps.optimizer_stepped()
+    steps.optimizer_stepped()  # the decoder's optimizer, same iteration
+    steps.scaler_stepped()  # and the scaler's step returning: the optimizer counted it already
+    assert [s for s, *_ in sent] == [1]
+
+
+def test_accumulated_backwards_are_one_step_holding_every_loss():
+    steps, _, sent = make()
+    steps.has_optimizer = True
+    for i in range(4):
+        backward(steps, i)
+    steps.optimizer_stepped()
+    assert sent == [(1, [0, 1, 2, 3], 0.0, 0.0)]
+
+
+def test_a_step_the_scaler_skipped_counts_when_its_step_returns():
+    steps, _, sent = make()
+    steps.has_optimizer = True
+    backward(steps, "l")
+    steps.scaler_stepped()  # no optimizer step ran: inf gradients
+    assert [s for s, *_ in sent] == [1]
+
+
+def test_without_an_optimizer_each_backward_is_a_step():
+    steps, _, sent = make()
+    backward(steps, "a")
+    backward(steps, "b")
+    assert [(s, p) for s, p, _, _ in sent] == [(1, ["a"]), (2, ["b"])]
+
+
+def test_without_any_backward_each_optimizer_step_counts():
+    steps, _, sent = make()
+    steps.has_optimizer = True
+    steps.optimizer_stepped()
+    steps.optimizer_stepped()
+    assert [(s, p) for s, p, _, _ in sent] == [(1, []), (2, [])]
+
+
+def test_time_in_data_is_data_the_rest_compute_from_the_first_work_on():
+    steps, clock, sent = make()
+    steps.has_optimizer = True
+    clock.t += 5.0  # imports, set-up: no step's time
+    steps.begin()  # the first batch is asked for
+    clock.t += 0.3
+    steps.data(0.3)
+    clock.t += 0.7  # forward and backward
+    backward(steps, "l")
+    steps.optimizer_stepped()
+    clock.t += 0.1
+    steps.data(0.1)
+    clock.t += 0.4
+    backward(steps, "m")
+    steps.optimizer_stepped()
+    assert [(round(d, 6), round(c, 6)) for _, _, d, c in sent] == [(0.3, 0.7), (0.1, 0.4)]
+
+
+def test_a_forked_child_counts_from_one():
+    steps, _, sent = make()
+    steps.has_optimizer = True
+    backward(steps, "l")
+    steps.optimizer_stepped()
+    steps.parts.append("half a step")
+    steps.reset()
+    backward(steps, "c")
+    steps.optimizer_stepped()
+    assert [(s, p) for s, p, _, _ in sent] == [(1, ["l"]), (1, ["c"])]
+
+
+def test_between_steps_a_batch_is_a_heartbeat_at_most_once_a_second_and_never_before_the_first_step():
+    steps, clock, sent = make()
+    steps.has_optimizer = True
+    steps.data(0.1)  # before the first step: start-up, not progress
+    assert sent == []
+    backward(steps, "l")
+    steps.optimizer_stepped()
+    for _ in range(12):  # an evaluation loop: a batch every 0.25 s for 3 s
+        clock.t += 0.25
+        steps.data(0.01)
+    beats = [s for s in sent if s[0] is None]
+    assert len(beats) == 3 and all(s == (None, [], 0.0, 0.0) for s in beats)
+    backward(steps, "m")
+    steps.optimizer_stepped()
+    assert sent[-1][0] == 2  # the next step is step 2: heartbeats count no step
