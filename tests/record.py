@@ -216,7 +216,10 @@ class Scenario:
         self.final = final  # then stop the run and keep its final.json (`final`: a finished run's last status)
 
     def unmet(self, st: dict[str, Any]) -> list[str]:
-        """The conditions this status does not meet (none: the scenario is ready)."""
+        """The conditions this status does not meet (none: the scenario is ready). Every rank
+        listed first: a condition over all workers holds vacuously before they are spawned."""
+        if len(st["workers"]) < self.n:
+            return [f"all {self.n} ranks listed ({len(st['workers'])} so far)"]
         out = []
         for what, check in self.expect.items():
             try:
