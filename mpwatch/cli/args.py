@@ -21,17 +21,19 @@ NPROC_WORDS = ("auto", "cpu", "gpu")
 # torchrun flags (each takes a value) that have no counterpart here: accepted, and said so once.
 NO_EFFECT: tuple[tuple[str, ...], ...] = (
     ("--monitor-interval",), ("--start-method",), ("--event-log-handler",), ("-r", "--redirects"),
-    ("-t", "--tee"), ("--log-line-prefix-template",), ("--local-ranks-filter",), ("--duplicate-stdout-filters",),
-    ("--duplicate-stderr-filters",), ("--logs-specs",), ("--numa-binding",), ("--signals-to-handle",),
+    ("-t", "--tee"), ("--log-line-prefix-template",), ("--local-ranks-filter",),
+    ("--duplicate-stdout-filters",), ("--duplicate-stderr-filters",), ("--logs-specs",), ("--numa-binding",),
+    ("--signals-to-handle",),
 )
 # dest -> torchrun's environment variable for its default
 PET = (("nprocs", "PET_NPROC_PER_NODE"), ("nnodes", "PET_NNODES"), ("node_rank", "PET_NODE_RANK"),
        ("master_addr", "PET_MASTER_ADDR"), ("master_port", "PET_MASTER_PORT"),
-       ("rdzv_backend", "PET_RDZV_BACKEND"), ("rdzv_endpoint", "PET_RDZV_ENDPOINT"), ("rdzv_id", "PET_RDZV_ID"),
-       ("rdzv_conf", "PET_RDZV_CONF"), ("local_addr", "PET_LOCAL_ADDR"), ("max_restarts", "PET_MAX_RESTARTS"),
-       ("role", "PET_ROLE"), ("log_dir", "PET_LOG_DIR"), ("standalone", "PET_STANDALONE"),
-       ("module", "PET_MODULE"), ("no_python", "PET_NO_PYTHON"), ("run_path", "PET_RUN_PATH"),
-       ("shutdown_timeout", "PET_SHUTDOWN_TIMEOUT"), ("virtual_local_rank", "PET_VIRTUAL_LOCAL_RANK"))
+       ("rdzv_backend", "PET_RDZV_BACKEND"), ("rdzv_endpoint", "PET_RDZV_ENDPOINT"),
+       ("rdzv_id", "PET_RDZV_ID"), ("rdzv_conf", "PET_RDZV_CONF"), ("local_addr", "PET_LOCAL_ADDR"),
+       ("max_restarts", "PET_MAX_RESTARTS"), ("role", "PET_ROLE"), ("log_dir", "PET_LOG_DIR"),
+       ("standalone", "PET_STANDALONE"), ("module", "PET_MODULE"), ("no_python", "PET_NO_PYTHON"),
+       ("run_path", "PET_RUN_PATH"), ("shutdown_timeout", "PET_SHUTDOWN_TIMEOUT"),
+       ("virtual_local_rank", "PET_VIRTUAL_LOCAL_RANK"))
 PET_SWITCHES = frozenset({"standalone", "module", "no_python", "run_path", "virtual_local_rank"})
 NO_EFFECT_WHY = ("mpwatch watches every worker itself and keeps each rank's whole output in its run "
                  "directory (rank-N/stdout.log, stderr.log)")
@@ -246,8 +248,9 @@ def run_parser() -> Parser:
                    metavar="N", help="workers on this node: a number, auto, cpu or gpu "
                                      "(default: visible NVIDIA GPUs, or 2 without any)")
     p.add_argument("--headless", action="store_true", help="no TUI: status lines on stderr")
-    p.add_argument("--run-dir", metavar="DIR", help=f"run directory (default ./{layout.RUNS_FOLDER}/<time>-<script>-"
-                                                    "<random>/); made when missing, else it must be empty")
+    p.add_argument("--run-dir", metavar="DIR",
+                   help=f"run directory (default ./{layout.RUNS_FOLDER}/<time>-<script>-<random>/); "
+                        "made when missing, else it must be empty")
     _add(p, "--max-restarts", type=count, default=0, metavar="K",
                    help="restart a worker that exits non-zero up to K times (default 0); on several nodes "
                         "with c10d: K new rounds of every node's workers")
@@ -363,7 +366,8 @@ def ctl_parser() -> Parser:
     ck = sub.add_parser("checkpoint", help="ask a rank or all to checkpoint: mpwatch.should_checkpoint() "
                                            "returns True once there, at the same step on every rank")
     ck.add_argument("target", type=rank_target, metavar="RANK|all")
-    ck.add_argument("--at-step", type=count, metavar="S", help="at step S (default: soon, picked from the pace)")
+    ck.add_argument("--at-step", type=count, metavar="S",
+                    help="at step S (default: soon, picked from the pace)")
     tn = sub.add_parser("set", help="change a tunable (mpwatch.tunable) on every rank, at one step")
     tn.add_argument("name", metavar="NAME")
     tn.add_argument("value", metavar="VALUE", help="of the type the workers declared (int, float, str, bool)")
@@ -379,8 +383,8 @@ def ctl_parser() -> Parser:
 # The flags a launcher passes on to a supervisor it starts in its own process (cli.tui_launch):
 # (dest, flag); the others reach it resolved (-n, --grace, --run-dir) or are the launcher's own.
 RELAYED = (("module", "-m"), ("no_python", "--no-python"), ("run_path", "--run-path"), ("role", "--role"),
-           ("virtual_local_rank", "--virtual-local-rank"), ("nnodes", "--nnodes"), ("node_rank", "--node-rank"),
-           ("master_addr", "--master-addr"), ("master_port", "--master-port"),
+           ("virtual_local_rank", "--virtual-local-rank"), ("nnodes", "--nnodes"),
+           ("node_rank", "--node-rank"), ("master_addr", "--master-addr"), ("master_port", "--master-port"),
            ("rdzv_backend", "--rdzv-backend"), ("rdzv_endpoint", "--rdzv-endpoint"), ("rdzv_id", "--rdzv-id"),
            ("rdzv_conf", "--rdzv-conf"), ("local_addr", "--local-addr"), ("standalone", "--standalone"),
            ("no_auto", "--no-auto"))

@@ -117,7 +117,8 @@ def nodes_options(ns: argparse.Namespace, env: Mapping[str, str]) -> NodesOption
         node_rank = ns.node_rank if ns.node_rank is not None else (step.node_rank if step else 0)
         if node_rank >= hi:
             raise UsageError(f"--node-rank {node_rank} is outside --nnodes {hi} (ranks 0-{hi - 1})")
-        endpoint = ns.rdzv_endpoint or f"{ns.master_addr or head or '127.0.0.1'}:{ns.master_port or STATIC_PORT}"
+        endpoint = (ns.rdzv_endpoint
+                    or f"{ns.master_addr or head or '127.0.0.1'}:{ns.master_port or STATIC_PORT}")
     else:
         endpoint = ns.rdzv_endpoint or (f"{head}:{ns.master_port or C10D_PORT}" if head else "")
         if not endpoint:
@@ -145,7 +146,8 @@ def unused(ns: argparse.Namespace, nodes: NodesOptions | None) -> list[str]:
             said.append(", ".join(one) + " (one node: no rendezvous)")
     elif nodes.backend == "c10d":
         c10d = [f for f, v in (("--node-rank", ns.node_rank), ("--master-addr", ns.master_addr),
-                               ("--master-port", ns.master_port if ns.rdzv_endpoint else None)) if v is not None]
+                               ("--master-port", ns.master_port if ns.rdzv_endpoint else None))
+                if v is not None]
         if c10d:
             said.append(", ".join(c10d) + " (c10d: the rendezvous assigns node ranks at --rdzv-endpoint)")
     return said

@@ -61,7 +61,8 @@ BATCH = "batch"  # {t, reports: [[ts, step, loss, metrics(, n)]], dropped, phase
 BYE = "bye"  # {t} the process is exiting normally
 # A BATCH may carry `live`: entries of mpwatch.live (protocol 2), each a list led by its kind:
 LIVE_POLLS = "polls"  # ["polls"]: the process calls mpwatch.should_checkpoint()
-LIVE_DECLARE = "declare"  # ["declare", name, type, default]: mpwatch.tunable()'s first call (type: TUNABLE_TYPES)
+# ["declare", name, type, default]: mpwatch.tunable()'s first call (type: TUNABLE_TYPES)
+LIVE_DECLARE = "declare"
 LIVE_DONE = "done"  # ["done", id, step, late]: request `id` took effect at `step` (late: past its step)
 
 # Supervisor -> worker message types (protocol 2), read by the worker's sender thread:

@@ -161,7 +161,8 @@ class WorkerStatus(TypedDict):
     rejected: NotRequired[RejectedReports]  # present once a report of the rank was rejected
     phases: dict[str, float]
     cuda: CudaView | None
-    loss_tail: list[float]  # the run's loss smoothed: its mean over stretches of reports, oldest first (TREND)
+    # the run's loss smoothed: its mean over stretches of reports, oldest first (TREND)
+    loss_tail: list[float]
     world_size: int
     # torch.distributed is initialised in its process (the worker side tells, with its reports):
     # its ranks share a process group, and restarting one alone fails the others' collectives
@@ -182,13 +183,15 @@ class WorkerStatus(TypedDict):
     # Where its steps come from: "auto" (its optimizer steps, counted by mpwatch.auto), "report"
     # (mpwatch.report() in the script); None before its first report.
     steps_from: StepsFrom | None
-    # A merged view of several nodes (sources.multinode.source) sets these three; `rank` is then the global rank.
+    # A merged view of several nodes (sources.multinode.source) sets these three; `rank` is then the
+    # global rank.
     node: NotRequired[int]  # the node rank of the worker's node
     local_rank: NotRequired[int]  # its rank on that node (that supervisor's `rank`)
     node_error: NotRequired[str]  # its node cannot be reached now, and why: the row is its last known
 
 
-MERGED_WORKER_KEYS = frozenset({"node", "local_rank", "node_error"})  # a merged view's only: no supervisor sets them
+# a merged view's only: no supervisor sets them
+MERGED_WORKER_KEYS = frozenset({"node", "local_rank", "node_error"})
 
 
 # ------------------------------------------------------------------------ GPUs ----
@@ -286,7 +289,8 @@ class GpuView(TypedDict):
     breakdown: MemoryBreakdown
     history: GpuHistory
     node: NotRequired[int]  # a merged view: the node rank of the GPU's machine
-    node_index: NotRequired[int]  # a merged view: NVML's index there (`index` numbers every node's GPUs apart)
+    # a merged view: NVML's index there (`index` numbers every node's GPUs apart)
+    node_index: NotRequired[int]
 
 
 # --------------------------------------------------------------------- the run ----
@@ -345,7 +349,8 @@ class NodeInfo(TypedDict):
     world_size: int  # every node's workers together
     peers: list[NodePeer]  # every node of the run, this one included
     # starting (loading torch) | joining (in torch's rendezvous; round -1 before the first) | running |
-    # new_round (stopping its workers to join the next) | finishing (its workers ended; waiting for the others)
+    # new_round (stopping its workers to join the next) | finishing (its workers ended; waiting for
+    # the others)
     state: str
     slurm: str | None  # "job 123 step 0, node 1" when Slurm said where it runs
 
@@ -387,7 +392,8 @@ class Status(TypedDict):
     straggler: Straggler | None
     tunables: list[TunableStatus]  # mpwatch.tunable()'s values, by name (contract.live)
     checkpoints: list[CheckpointRequest]  # the last "checkpoint now" requests
-    nodes: NotRequired[list[NodeStatus]]  # a merged view of several nodes (sources.multinode.source): each one's state
+    # a merged view of several nodes (sources.multinode.source): each one's state
+    nodes: NotRequired[list[NodeStatus]]
 
 
 class NodeStatus(TypedDict):

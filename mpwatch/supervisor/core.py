@@ -112,8 +112,8 @@ class Run:
         self.hub = ChannelHub(str(rt / f"{self.run_id}.chan"), self.authkey, self.ledger)
         self.dumper = Dumper(self.store, self.lock, self.log, self.settings)
         self.gpu = GpuWatch.for_run(self)  # NVML starts on its own thread (setup): never waited on
-        self.commands = Commands(self, self.workers, self.lock, opts, self.store, self.log, self.dumper, self.gpu,
-                                 self.live)
+        self.commands = Commands(self, self.workers, self.lock, opts, self.store, self.log, self.dumper,
+                                 self.gpu, self.live)
         self.control = ControlServer(str(rt / f"{self.run_id}.ctl"), self.authkey, self.commands.dispatch)
         self.sampler = Sampler(self.workers, self.lock, self.groups)
         self.stalls = StallWatch(self.workers, self.lock, self.log, self.dumper, opts.stall_timeout,
@@ -176,9 +176,9 @@ class Run:
         paths, w = self.store.rank_paths(rank), self.workers.get(rank)
         place = self.nodes.placement(rank) if self.nodes is not None else spawn.one_node(
             o, rank, self.world, self.master_port, self.run_id, restarts=0 if w is None else w.restarts)
-        env = spawn.worker_env(os.environ, place, channel=self.hub.address, authkey=self.authkey, run_id=self.run_id,
-                               rank_dir=paths.dir, stack_file=paths.stack_file, virtual_local_rank=o.virtual_local_rank,
-                               flush_s=self.flush_interval(),
+        env = spawn.worker_env(os.environ, place, channel=self.hub.address, authkey=self.authkey,
+                               run_id=self.run_id, rank_dir=paths.dir, stack_file=paths.stack_file,
+                               virtual_local_rank=o.virtual_local_rank, flush_s=self.flush_interval(),
                                nccl_flight=self.settings.nccl_flight, auto=o.auto and self.settings.auto)
         live_from = self.live.spawn_env(env)
         try:
@@ -191,8 +191,9 @@ class Run:
             return
         self.groups.watch(proc.pid, rank)
         self.marks.join(proc.pid, rank)
-        self._begin(rank, Attempt(proc, place.world, live_from=live_from), State.STARTING, reason or "first start",
-                    pid=proc.pid, world_size=place.world, master_port=place.master_port, global_rank=place.rank,
+        self._begin(rank, Attempt(proc, place.world, live_from=live_from), State.STARTING,
+                    reason or "first start", pid=proc.pid, world_size=place.world,
+                    master_port=place.master_port, global_rank=place.rank,
                     attempt=0 if w is None else w.restarts)
 
     def _begin(self, rank: int, attempt: Attempt, state: State, why: str, /, **fields: Any) -> None:
@@ -250,15 +251,17 @@ class Run:
         self.ledger.write_report(w, now)  # the curve's last point comes before the exit
         self.live.on_exit(w)  # the requests it never answered are missed
         # The process's own lines (after mpwatch's last marker), enough to find NCCL's watchdog line.
-        tail = exits.own_output(textfiles.tail_lines(layout.log_path(self.run_dir, w.rank, "stderr"), CAUSE_LINES))
+        tail = exits.own_output(
+            textfiles.tail_lines(layout.log_path(self.run_dir, w.rank, "stderr"), CAUSE_LINES))
         end = exits.judge(returncode, a.kill_reason, tail, self._first_peer_end(w, now), a.dist)
         self.ends[w.rank] = (now, exits.ended_how(end.state, a.kill_reason, end.signal))
         tail = tail[-10:]
         with self.lock:
             a.exit_code, a.signal, a.cause = end.exit_code, end.signal, end.cause
             a.stall = None
-            w.transition(end.state, "its process ended", pid=a.pid, exit_code=end.exit_code, signal=end.signal,
-                         state=end.state.value, cause=end.cause, reason=a.kill_reason, stderr_tail=tail)
+            w.transition(end.state, "its process ended", pid=a.pid, exit_code=end.exit_code,
+                         signal=end.signal, state=end.state.value, cause=end.cause, reason=a.kill_reason,
+                         stderr_tail=tail)
         if end.state is State.FAILED:
             self.gpu.on_worker_exit(w.rank, tail, w.reports.cuda)  # "CUDA out of memory" -> an OOM alert
         self.groups.after_exit(w, self.opts.grace)
@@ -344,7 +347,8 @@ class Run:
         if self.nodes is not None:
             self.nodes.on_stop(why)  # through the rendezvous store to every other node
         grace = self.opts.grace
-        running = sum(1 for w in list(self.workers.values()) if self.groups.kill(w, "stop", grace, sweep=False))
+        running = sum(1 for w in list(self.workers.values())
+                      if self.groups.kill(w, "stop", grace, sweep=False))
         self.groups.adopt_marked(None, time.monotonic() + grace)  # what left its worker's tree
         return running
 
@@ -352,7 +356,8 @@ class Run:
         if self.state is RunState.FINISHED:
             return
         # A worker we gave up on (unkillable, already reported) must not hold the run open forever.
-        if any((w.alive and w.attempt.unkillable is None) or w.pending_restart for w in self.workers.values()):
+        if any((w.alive and w.attempt.unkillable is None) or w.pending_restart
+               for w in self.workers.values()):
             return
         if self.state is RunState.RESIZING or self.resizing.busy() or self.groups.ending():
             return
@@ -367,7 +372,8 @@ class Run:
         self.exit_code = 0 if ok and self.workers else 1
         with self.lock:
             self.state = RunState.FINISHED
-        self.log.event(Event.RUN_FINISHED, exit_code=self.exit_code, workers=records.ends(self.workers.values()))
+        self.log.event(Event.RUN_FINISHED, exit_code=self.exit_code,
+                       workers=records.ends(self.workers.values()))
         self.store.write_json(layout.FINAL_JSON, self.snapshot())
         self.store.update_json(layout.RUN_JSON, finished=time.time(), exit_code=self.exit_code)
         self.close()

@@ -34,11 +34,13 @@ class Options:
     run_dir: Path | str | None = None
     max_restarts: int = 0
     stall_timeout: float = 60.0
-    startup_timeout: float = 600.0  # no first report this long after a start: a slow start (said once, dumped once)
+    # no first report this long after a start: a slow start (said once, dumped once)
+    startup_timeout: float = 600.0
     grace: float = 10.0
     resize_mode: str = "restart"  # restart | independent
     gpu_interval: float = 1.0
-    stop_signal: str = "SIGTERM"  # --stop-signal: a rank's process gets it first, its process group SIGKILL later
+    # --stop-signal: a rank's process gets it first, its process group SIGKILL later
+    stop_signal: str = "SIGTERM"
     metrics_port: int | None = None  # --metrics-port (or MPWATCH_METRICS_PORT): serve Prometheus text there
     metrics_addr: str = "127.0.0.1"  # --metrics-addr
     run_id: str | None = None  # given by a launcher that claimed the run (rundir.claim)

@@ -14,7 +14,16 @@ from pathlib import Path
 from typing import Any, Protocol, cast
 
 from mpwatch.contract import straggler
-from mpwatch.contract.status import ChildStatus, GpuView, RunInfo, RunState, State, Status, StopInfo, WorkerStatus
+from mpwatch.contract.status import (
+    ChildStatus,
+    GpuView,
+    RunInfo,
+    RunState,
+    State,
+    Status,
+    StopInfo,
+    WorkerStatus,
+)
 from mpwatch.probes.procs import ProcInfo
 from mpwatch.supervisor.eventlog import EventLog
 from mpwatch.supervisor.gpu.watch import GpuWatch
@@ -67,7 +76,8 @@ def build(run: RunView, tail: int = TAIL) -> Status:
             options={"max_restarts": o.max_restarts, "stall_timeout": o.stall_timeout,
                      "startup_timeout": o.startup_timeout, "grace": o.grace, "resize_mode": o.resize_mode,
                      "stop_signal": o.stop_signal, "metrics": run.metrics_at},
-            refused_connections=run.refused_connections(), node=None if run.nodes is None else run.nodes.info())
+            refused_connections=run.refused_connections(),
+            node=None if run.nodes is None else run.nodes.info())
         tunables, checkpoints = run.live.status()
         return Status(
             run=info, workers=workers,
@@ -83,17 +93,20 @@ def worker_status(w: Worker, now: float, tail: int, gpu: GpuWatch | None,
     a, r = w.attempt, w.reports
     alive = w.alive
     info = a.proc_info if alive else None
-    children = [child_status(c, a.children.get(c["pid"]), now) for c in (info.get("children", []) if info else [])]
+    children = [child_status(c, a.children.get(c["pid"]), now)
+                for c in (info.get("children", []) if info else [])]
     row = WorkerStatus(
         rank=w.rank, global_rank=w.rank if global_rank is None else global_rank,  # RANK: on one node, rank
         pid=a.pid, state=w.state, step=r.step, loss=r.loss,
         # A paused, stalled or ended worker makes no progress, whatever its last window says.
-        steps_per_s=a.steps_per_second(now) if w.state in (State.RUNNING, State.STARTING) else (0.0 if alive else None),
+        steps_per_s=(a.steps_per_second(now) if w.state in (State.RUNNING, State.STARTING)
+                     else (0.0 if alive else None)),
         metrics=dict(r.metrics),
         heartbeat_age=None if a.last_report is None else round(now - a.last_report, 2),
         heartbeat="ok" if a.last_report is not None else ("waiting" if a.connected else "none"),
         cpu_percent=None if info is None else info["cpu_percent"],
-        rss_bytes=None if info is None else info["rss_bytes"], proc_status=None if info is None else info["status"],
+        rss_bytes=None if info is None else info["rss_bytes"],
+        proc_status=None if info is None else info["status"],
         restarts=w.restarts, exit_code=a.exit_code, signal=a.signal, cause=a.cause,
         reports=r.count, dropped=r.dropped, bad_frames=r.bad_frames,
         phases=dict(r.phases), cuda=r.cuda, loss_tail=r.trend.points(tail),
@@ -126,6 +139,7 @@ def child_status(c: ProcInfo, rep: ChildReport | None, now: float) -> ChildStatu
     return ChildStatus(
         pid=c["pid"], pgid=c["pgid"], cpu_percent=c["cpu_percent"], rss_bytes=c["rss_bytes"],
         status=c["status"], name=c["name"], cmd=c.get("cmd", c["name"]), ppid=c.get("ppid"),
-        reporting=last is not None, step=None if rep is None else rep.step, loss=None if rep is None else rep.loss,
+        reporting=last is not None, step=None if rep is None else rep.step,
+        loss=None if rep is None else rep.loss,
         heartbeat_age=None if last is None else round(now - last, 2))
 

@@ -48,7 +48,8 @@ class Live(Protocol):
 
 
 class ReportLedger:
-    def __init__(self, workers: dict[int, Worker], lock: threading.RLock, log: EventLog, live: Live | None = None):
+    def __init__(self, workers: dict[int, Worker], lock: threading.RLock, log: EventLog,
+                 live: Live | None = None):
         self.workers = workers
         self.lock = lock
         self.log = log

@@ -85,8 +85,9 @@ def _doing(info: StallInfo, at: str = "stuck in") -> list[str]:
 def _stall_note(w: WorkerStatus) -> list[str]:
     stall = w["stall"]
     age = w["heartbeat_age"]
-    return [f"stalled at step {fmt.num(w['step'] if stall is None else stall['step'], na='-')}"
-            + (f", silent {fmt.age(age)}" if age is not None else "")] + ([] if stall is None else _doing(stall))
+    return ([f"stalled at step {fmt.num(w['step'] if stall is None else stall['step'], na='-')}"
+             + (f", silent {fmt.age(age)}" if age is not None else "")]
+            + ([] if stall is None else _doing(stall)))
 
 
 def note_text(w: WorkerStatus) -> str:
@@ -206,8 +207,9 @@ def child_cells(c: ChildStatus, cols: list[Column], g: Glyphs) -> tuple[Cell, ..
 
 # --------------------------------------------------------------------- rows ----
 SORTS = ("rank", "state", "step", "loss", "speed", "heartbeat", "cpu", "rss")
-_STATE_ORDER: dict[str, int] = {s: i for i, s in enumerate((State.FAILED, State.STALLED, State.KILLED, State.RESTARTING,
-                                            State.PAUSED, State.STARTING, State.RUNNING, State.EXITED))}
+_STATE_ORDER: dict[str, int] = {
+    s: i for i, s in enumerate((State.FAILED, State.STALLED, State.KILLED, State.RESTARTING,
+                                State.PAUSED, State.STARTING, State.RUNNING, State.EXITED))}
 SortKey = tuple[float, int]
 
 
@@ -286,7 +288,8 @@ def header_lines(status: Status, g: Glyphs, *, sort: str = "rank", filter_text: 
     state = RunState.FINISHED if finished else r["state"]
     script = " ".join([r["script"], *map(str, r["args"])])
     line1: Line = (("mpwatch ", "bold"), (r["id"], "bold cyan"),
-                   (f"  [{state}]", "bold red" if state in (RunState.STOPPING, RunState.FINISHED) else "bold"),
+                   (f"  [{state}]",
+                    "bold red" if state in (RunState.STOPPING, RunState.FINISHED) else "bold"),
                    (f"  up {fmt.duration(r['uptime'])}", ""), (f"  {script}", ""))
     n = len(status["workers"])
     parts: list[tuple[str, str]] = [(f"{n} worker{'' if n == 1 else 's'}: ", "")]

@@ -25,7 +25,8 @@ KEYS = [
     ("t", "tunables: mpwatch.tunable() values, who changed them when; Enter changes one on every rank"),
     ("l", "logs of the selected worker (stdout and stderr)"),
     ("e", "events: every event of the run, from the first"),
-    (", . [ ]", "replay (mpwatch show): step an event back/on, jump to the last/next failure, stall, restart, alert"),
+    (", . [ ]", "replay (mpwatch show): step an event back/on, jump to the last/next failure, "
+                "stall, restart, alert"),
     ("Home End", "replay: the run's start, its end"),
     ("f / F", "fold or unfold children of the selected worker / of all"),
     ("/", "filter rows; Esc clears the filter"),
