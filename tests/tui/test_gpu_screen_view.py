@@ -102,8 +102,16 @@ def test_util_chart_and_marks():
     assert ticks[-1]["gpus"][0]["util_gpu"] == 93
     assert [line[-1] for line in util] == [G.spark[int(0.72 * len(G.spark))], G.spark[-1], G.spark[-1], G.spark[-1]]
     line = segs.plain(gpu_charts.marks_line(marks, 0, now, 120, 80, G))
-    kinds = {m["kind"] for m in marks if m["gpu"] in (None, 0)}
-    assert kinds and all(G.mark[k] in line for k in kinds)
+    mine = [m for m in marks if m["gpu"] in (None, 0)]
+    assert {m["kind"] for m in mine} >= {"alert", "alloc_retry", "proc_started"}  # the recording has each
+    # Each mark in its cell of the time axis; where several share one, the most telling shows.
+    cols, order = 80 - gpu_charts.AXIS, gpu_charts.MARK_ORDER
+    cells: dict[int, list[str]] = {}
+    for m in mine:
+        cells.setdefault(int((m["ts"] - (now - 120)) / 120 * cols), []).append(m["kind"])
+    assert {line[gpu_charts.AXIS + c] for c in cells} == {G.mark[min(ks, key=order.index)] for ks in cells.values()}
+    assert all(line[gpu_charts.AXIS + c] == G.mark[min(ks, key=order.index)] for c, ks in cells.items())
+    assert G.mark["alert"] in line and G.mark["alloc_retry"] in line
     recent = plain(gpu_charts.recent_marks(marks, 0, now, 120, 3))
     assert [r.split(" ago ", 1)[1] for r in recent] == [m["text"] for m in marks if m["gpu"] in (None, 0)][-3:]
 

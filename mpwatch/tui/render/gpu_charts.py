@@ -22,6 +22,7 @@ OUTSIDE_STYLE = "magenta"
 OTHER_STYLE = "bright_black"
 MARK_STYLE = {"proc_started": "green", "proc_exited": "bright_black", "alert": "yellow",
               "alloc_retry": "yellow", "oom": "bold red"}
+MARK_ORDER = ("oom", "alert", "alloc_retry", "proc_exited", "proc_started")  # the most telling first
 
 
 def window_name(window: float) -> str:
@@ -139,15 +140,19 @@ def util_chart(ticks: Sequence[GpuTick], index: int, now: float, window: float, 
 
 def marks_line(marks: Sequence[GpuMark], index: int, now: float, window: float, width: int,
                g: Glyphs) -> Line:
-    """The markers of this GPU (and of the run, gpu None) on the time axis."""
+    """The markers of this GPU (and of the run, gpu None) on the time axis; where several
+    share a cell, the most telling shows (an alert is never hidden by a process starting)."""
     cols = max(width - AXIS, 4)
     cells: list[Seg] = [(" ", "")] * cols
+    rank: dict[int, int] = {}
     start = now - window
     for m in marks:
         if m["gpu"] not in (None, index):
             continue
         c = min(int((m["ts"] - start) / window * cols), cols - 1)
-        if c >= 0:
+        tells = MARK_ORDER.index(m["kind"]) if m["kind"] in MARK_ORDER else len(MARK_ORDER)
+        if c >= 0 and tells <= rank.get(c, len(MARK_ORDER)):
+            rank[c] = tells
             cells[c] = (g.mark.get(m["kind"], "?"), MARK_STYLE.get(m["kind"], ""))
     return ((segs.pad("marks", AXIS - 1, right=True) + " ", "bright_black"), *_merge(cells))
 
