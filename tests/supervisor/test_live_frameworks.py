@@ -22,14 +22,17 @@ def _ask(run) -> int:
     assert m, said
     s = int(m.group(1))
     taken = run.wait_event("checkpoint_taken", timeout=180, count=2)
-    assert {(e["step"], e["late"]) for e in taken} == {(s, False)}, taken
-    wait_for(lambda: f"SAVED {s}" in run.log(0), timeout=180, what="the framework's save")
-    return s
+    # One step on both ranks: the one asked for, or (the request reached a rank past it: a
+    # loaded machine) the next both take together, said to be late.
+    [(at, late)] = {(e["step"], e["late"]) for e in taken}
+    assert (at == s and not late) or (at > s and late), taken
+    wait_for(lambda: f"SAVED {at}" in run.log(0), timeout=180, what="the framework's save")
+    return at
 
 
 def test_a_hugging_face_trainer_takes_checkpoint_now_through_the_readme_callback(headless, tmp_path):
     out = tmp_path / "hf"
-    run = headless(FIXTURES / "hf_trainer.py", out, "0.1", n=2, env=dict(os.environ, HF_HUB_OFFLINE="1"))
+    run = headless(FIXTURES / "hf_trainer.py", out, "0.3", n=2, env=dict(os.environ, HF_HUB_OFFLINE="1"))
     s = _ask(run)
     saved = out / f"checkpoint-{s}"
     assert saved.is_dir() and (saved / "model.safetensors").is_file()
@@ -40,7 +43,7 @@ def test_a_hugging_face_trainer_takes_checkpoint_now_through_the_readme_callback
 
 def test_a_lightning_trainer_takes_checkpoint_now_through_the_readme_callback(headless, tmp_path):
     root = tmp_path / "pl"
-    run = headless(FIXTURES / "lightning_trainer.py", root, "0.1", n=2)
+    run = headless(FIXTURES / "lightning_trainer.py", root, "0.3", n=2)
     s = _ask(run)
     ckpt = root / f"mpwatch-step{s}.ckpt"
     wait_for(ckpt.is_file, timeout=60, what="the checkpoint file")
