@@ -74,13 +74,6 @@ def signal_process(pid: int | None, sig: int) -> bool:
         return False
 
 
-def send_pid(pid: int, sig: int) -> None:
-    try:
-        os.kill(pid, sig)
-    except OSError:
-        pass
-
-
 def group_alive(pgid: int) -> bool:
     try:
         os.killpg(pgid, 0)
@@ -200,7 +193,7 @@ class ProcessGroups:
             except OSError:
                 continue
             if pgid == mine:  # never our own group: that one process alone
-                send_pid(pid, signal.SIGKILL)
+                signal_process(pid, signal.SIGKILL)
                 continue
             g = self._groups.get(pgid)
             # A worker's own group is the kill's (SIGKILL at its deadline, its children keep
