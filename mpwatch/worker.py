@@ -6,7 +6,7 @@ training loop therefore never waits on the supervisor: if it is slow or gone, th
 drops its oldest entries and the gaps in the sequence numbers tell the supervisor how many
 were dropped. Each batch's reports are bounded and coerced there, on the sender thread
 (mpwatch.sender.bounds: a 1 MB metric is cut, 10**400 goes as a float), so that no report
-costs the batch it travels in.
+costs the batch it travels in; mpwatch.sender.batch shapes the batch.
 
 The sender starts when mpwatch is imported and says hello at once: the supervisor then
 knows the process will report, and its start-up limit (a slow start, never a stall) applies
@@ -56,12 +56,7 @@ FLUSH_S = 0.25
 # the oldest are dropped and counted. The bound also caps the sender's per-flush work,
 # which otherwise competes with the training loop for the GIL.
 BUFFER = 2048
-CUDA_EVERY_S = 1.0  # torch's memory view is sampled at most this often
 FAKE_CUDA_ENV = "MPWATCH_FAKE_CUDA"  # TEST-ONLY: a scripted allocator view (testing.scripted_cuda)
-# Entries per batch: a flush holding more reports folds runs of consecutive ones into one
-# entry (last step, last loss, metrics merged, and their count), so the supervisor's cost
-# per worker stays flat however fast a loop reports; 8 points a flush still draw the curve.
-FOLD = 8
 
 
 def _noop_report(step: int | None = None, loss: object = None, **metrics: object) -> None:
@@ -214,39 +209,17 @@ class _Channel:
             return
         conn = self.conn
         assert conn is not None  # _connect() succeeded
-        items: list[Entry] = []
-        while buf:
-            try:
-                if not _ready(buf[0][3]):
-                    break  # an automatic step whose loss the GPU has not written yet: next flush
-                items.append(buf.popleft())
-            except IndexError:
-                break
+        from mpwatch.sender import batch  # each report bounded there, never in report()
+
+        items = batch.drain(buf)
         dropped = 0
         if items:
             # The deque only ever drops its oldest entries, so every gap in the sequence
             # numbers, whether before items[0] or between items, adds up to this.
             dropped = items[-1][0] - self.last_sent_seq - len(items)
             self.last_sent_seq = items[-1][0]
-        reports: list[list[object]]
-        if len(items) <= FOLD:
-            reports = [[ts, step, _as_number(loss), metrics] for _, ts, step, loss, metrics in items]
-        else:
-            reports = _fold(items)
-        from mpwatch.sender import bounds  # each report bounded here, never in report()
-
         phases = dict(self.phases)
-        msg: dict[str, object] = {"t": protocol.BATCH, "reports": bounds.reports(reports), "dropped": dropped,
-                                  "phases": bounds.phases(phases)}
-        if _dist_initialized():
-            msg["dist"] = True
-        cuda = self._cuda_view()
-        if cuda:
-            msg["cuda"] = cuda
-        if live:
-            msg["live"] = live
-        if self.auto and items and (self.explicit < 0 or items[-1][0] < self.explicit):
-            msg["auto"] = True  # every report of the batch is an automatic step
+        msg = batch.frame(self, items, dropped, phases, live)
         try:
             conn.send_bytes(protocol.encode_lossy(msg))
             self.last_phases = phases
@@ -278,20 +251,6 @@ class _Channel:
         except (OSError, EOFError, ValueError):
             self._lost()
 
-    def _cuda_view(self) -> CudaView | None:
-        """The allocator's counters, at most once every CUDA_EVERY_S."""
-        now = time.monotonic()
-        if now < self.next_cuda:
-            return None
-        self.next_cuda = now + CUDA_EVERY_S
-        if self.cuda_source is None:
-            if "torch" not in sys.modules:
-                return None
-            from mpwatch.worker_cuda import TorchCuda  # only in processes that use torch
-
-            self.cuda_source = TorchCuda()
-        return self.cuda_source()
-
     def close(self) -> None:
         """Flush what is left at normal interpreter exit, briefly: exit must not hang."""
         if self.pid != os.getpid():
@@ -308,53 +267,6 @@ class _Channel:
                 self.conn.close()
             except (OSError, EOFError, ValueError):
                 pass
-
-
-def _dist_initialized() -> bool:
-    """torch.distributed has a default process group in this process. Never imports torch: a
-    script that did not import torch.distributed has none."""
-    dist = sys.modules.get("torch.distributed")
-    if dist is None:
-        return False
-    try:
-        return bool(dist.is_initialized())
-    except Exception:  # noqa: BLE001 - half imported, or torch built without distributed: no group
-        return False
-
-
-def _ready(loss: object) -> bool:
-    ready = getattr(loss, "ready", None)  # mpwatch.auto.loss.StepLoss
-    return ready is None or bool(ready())
-
-
-def _as_number(loss: object) -> float | int | None:
-    if loss is None or type(loss) is float or type(loss) is int:
-        return loss
-    try:
-        return float(loss)  # type: ignore[arg-type]  # a 0-d tensor or numpy scalar: float() is its protocol
-    except (TypeError, ValueError, RuntimeError):
-        return None
-
-
-def _fold(items: list[Entry]) -> list[list[object]]:
-    """FOLD entries for a long run of reports: consecutive reports in near-equal groups, each
-    group the last timestamp, the last step and loss given, the merged metrics, its size."""
-    out: list[list[object]] = []
-    n = len(items)
-    for g in range(FOLD):
-        group = items[g * n // FOLD:(g + 1) * n // FOLD]
-        step: int | None = None
-        loss: object = None
-        metrics: dict[str, object] = {}
-        for _, _, s, lo, m in group:
-            if s is not None:
-                step = s
-            if lo is not None:
-                loss = lo
-            if m:
-                metrics.update(m)
-        out.append([group[-1][1], step, _as_number(loss), metrics, len(group)])
-    return out
 
 
 def _make_api(chan: _Channel) -> tuple[Callable[..., None], Callable[[str], _Phase]]:
@@ -386,6 +298,16 @@ def _make_api(chan: _Channel) -> tuple[Callable[..., None], Callable[[str], _Pha
         return p
 
     return report, phase
+
+
+def __getattr__(name: str) -> object:
+    """`_as_number` moved to mpwatch.sender.batch (the sender thread's, loaded at its first
+    flush, never at `import mpwatch`); still read here as before."""
+    if name == "_as_number":
+        from mpwatch.sender import batch
+
+        return batch.as_number
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def _setup() -> _Channel | None:

@@ -14,7 +14,8 @@ import os
 import sys
 from collections.abc import Callable, Sequence
 
-from mpwatch.cli.args import UsageError, ctl_parser, die, run_parser
+from mpwatch.cli.args import UsageError, die, run_parser
+from mpwatch.cli.ctl_args import ctl_parser
 from mpwatch.settings import Settings, SettingsError
 
 __all__ = ["UsageError", "ctl_parser", "main", "run_parser"]

@@ -350,36 +350,6 @@ def _pet_defaults(p: Parser) -> None:
             p.set_defaults(**{dest: value})  # argparse converts a string default with the flag's type
 
 
-def ctl_parser() -> Parser:
-    p = Parser(prog="mpwatch ctl", description="Control a live run; read any run's logs.")
-    p.add_argument("--run", metavar="RUN", help="run id or directory (default: the newest live run)")
-    sub = p.add_subparsers(dest="action", metavar="ACTION", parser_class=Parser)
-    sub.required = True
-    st = sub.add_parser("status", help="workers' state")
-    st.add_argument("--json", action="store_true")
-    for a in ACTIONS:
-        sp = sub.add_parser(a, help=f"{a} a rank or all")
-        sp.add_argument("target", type=rank_target, metavar="RANK|all")
-    rs = sub.add_parser("resize", help="change the number of workers")
-    rs.add_argument("n", type=positive_int, metavar="N")
-    sub.add_parser("stop", help="stop every worker and end the run")
-    ck = sub.add_parser("checkpoint", help="ask a rank or all to checkpoint: mpwatch.should_checkpoint() "
-                                           "returns True once there, at the same step on every rank")
-    ck.add_argument("target", type=rank_target, metavar="RANK|all")
-    ck.add_argument("--at-step", type=count, metavar="S",
-                    help="at step S (default: soon, picked from the pace)")
-    tn = sub.add_parser("set", help="change a tunable (mpwatch.tunable) on every rank, at one step")
-    tn.add_argument("name", metavar="NAME")
-    tn.add_argument("value", metavar="VALUE", help="of the type the workers declared (int, float, str, bool)")
-    tn.add_argument("--at-step", type=count, metavar="S", help="from step S on (default: soon)")
-    lg = sub.add_parser("logs", help="a rank's stdout (or stderr) from the run directory; finished runs too")
-    lg.add_argument("rank", type=rank, metavar="RANK")
-    lg.add_argument("--stderr", action="store_true", help="stderr instead of stdout")
-    lg.add_argument("--lines", type=count, default=50, metavar="N", help="the last N lines (default 50)")
-    lg.add_argument("--follow", "-f", action="store_true", help="then print new lines until the run ends")
-    return p
-
-
 # The flags a launcher passes on to a supervisor it starts in its own process (cli.tui_launch):
 # (dest, flag); the others reach it resolved (-n, --grace, --run-dir) or are the launcher's own.
 RELAYED = (("module", "-m"), ("no_python", "--no-python"), ("run_path", "--run-path"), ("role", "--role"),

@@ -9,7 +9,8 @@ import json
 import sys
 from typing import TYPE_CHECKING
 
-from mpwatch.cli.args import ACTIONS, Parser, ctl_parser, die
+from mpwatch.cli.args import ACTIONS, Parser, die
+from mpwatch.cli.ctl_args import ctl_parser
 from mpwatch.text import safe
 
 if TYPE_CHECKING:  # the client modules load lazily: `ctl logs` needs none of them

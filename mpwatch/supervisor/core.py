@@ -3,6 +3,7 @@
 The rooms it drives, each with one job:
 - supervisor.workers.worker + supervisor.workers.states: a rank, its attempt per start, and the state machine;
 - supervisor.workers.groups: process groups and their kills (and the watchdog);
+- supervisor.workers.reaping: the exit path: ended processes judged, restarts that are due;
 - supervisor.ipc.ledger: what the channel hub (supervisor.ipc.channels) hears from workers: the report ledger;
 - supervisor.ipc.commands: what the control server (supervisor.ipc.control) is asked: the control commands;
 - supervisor.snapshot: the status (contract.status's Status) clients read;
@@ -35,7 +36,7 @@ from typing import TYPE_CHECKING, Any
 
 from mpwatch.contract import protocol
 from mpwatch.contract.status import Event, RunState, State, Status
-from mpwatch.rundir import claim, layout, records, registry, textfiles, thinning, writer
+from mpwatch.rundir import claim, layout, records, registry, thinning, writer
 from mpwatch.settings import Settings
 from mpwatch.supervisor import errors, metrics, snapshot, spawn
 from mpwatch.supervisor.diagnose.dumps import Dumper
@@ -52,9 +53,9 @@ from mpwatch.supervisor.live.control import LiveControl
 from mpwatch.supervisor.nodes.cluster import Nodes
 from mpwatch.supervisor.options import Options as Options  # re-exported: the CLI builds one
 from mpwatch.supervisor.resize import Resize
-from mpwatch.supervisor.workers import exits
 from mpwatch.supervisor.workers.groups import LEFTOVER_GRACE_S, ProcessGroups
 from mpwatch.supervisor.workers.marks import Marks
+from mpwatch.supervisor.workers.reaping import Reaper
 from mpwatch.supervisor.workers.worker import TAIL, Attempt, Worker
 
 if TYPE_CHECKING:
@@ -62,11 +63,18 @@ if TYPE_CHECKING:
 
 TICK_S = 0.1
 FLUSH_S = 0.5  # events.jsonl flushed, the disk checked, the headless summary considered
-NO_HELLO_S = 2.0  # a worker silent this long after start is shown running, "no heartbeat"
-# After a worker's process ends, how long its channel may take to reach end of file: the
-# frames it sent on the way out (its last reports) are read before its exit is recorded.
-DRAIN_S = 0.5
-CAUSE_LINES = 60  # lines of a failed rank's stderr searched for its cause
+
+
+def _claimed(opts: Options, taken: claim.Claim | None) -> tuple[claim.Claim | None, str, Path]:
+    """The run's claim (`taken`, or one taken now unless a launcher made the directory), id and
+    directory; registry.RunError when a launcher's directory comes without its id or path."""
+    if taken is None and opts.made_run_dir is None:
+        taken = claim.claim(opts.script, opts.nprocs, opts.cwd, opts.run_dir, opts.run_id)
+    if taken is not None:
+        return taken, taken.run_id, taken.run_dir
+    if opts.run_id is None or opts.run_dir is None:
+        raise registry.RunError("a run directory made by a launcher comes with its run id and path")
+    return None, opts.run_id, Path(opts.run_dir)
 
 
 class Run:
@@ -89,20 +97,11 @@ class Run:
         self.started_wall, self.started = time.time(), time.monotonic()
         self.exit_code: int | None = None
         self.restarts_total = 0
-        self.ends: dict[int, tuple[float, str]] = {}  # rank -> (monotonic, how) of its last process's end
         self._signals: list[int] = []
         self._registered = False
         self._log_file: logging.Handler | None = None  # supervisor.log (supervisor.errors)
         rt = registry.runtime_dir(self.settings.tmpdir)
-        if taken is None and opts.made_run_dir is None:
-            taken = claim.claim(opts.script, opts.nprocs, opts.cwd, opts.run_dir, opts.run_id)
-        self.claim = taken
-        if taken is not None:
-            self.run_id, self.run_dir = taken.run_id, taken.run_dir
-        elif opts.run_id is None or opts.run_dir is None:
-            raise registry.RunError("a run directory made by a launcher comes with its run id and path")
-        else:
-            self.run_id, self.run_dir = opts.run_id, Path(opts.run_dir)
+        self.claim, self.run_id, self.run_dir = _claimed(opts, taken)
         self.store = writer.RunStore(self.run_dir, thinning.cap_bytes(self.settings.events_mb))
         self.log = EventLog(self.store, status_out)
         self.marks = Marks(self.run_id, os.getpid())  # every process of the run (supervisor.workers.marks)
@@ -120,6 +119,7 @@ class Run:
                                  opts.startup_timeout)
         self.nodes = Nodes(opts.nodes, self, self.start) if opts.nodes is not None else None  # several nodes
         self.resizing = Resize(self)
+        self.reaper = Reaper(self)  # the exit path: ended processes, restarts due
         self.metrics: MetricsServer | None = None  # --metrics-port (supervisor.metrics)
         self.metrics_at: str | None = None  # host:port Prometheus scrapes, once serving
         self.ticked = time.monotonic()  # the serve loop's last turn (the metrics' /healthz)
@@ -205,16 +205,6 @@ class Run:
             else:
                 w.begin(attempt, state, why, **fields)
 
-    def _restart_due(self) -> None:
-        """Start again the workers whose restart is due (their process group is gone)."""
-        for w in list(self.workers.values()):
-            kind = w.pending_restart
-            if kind is None or self.groups.lingers(w):
-                continue
-            if kind == "auto":
-                w.auto_restarts += 1
-            self.restart(w, "on request" if kind == "restart" else f"exited with failure: {w.attempt.cause}")
-
     def restart(self, w: Worker, why: str) -> None:
         """Start a worker's next attempt, counted, and say so (its last process is gone)."""
         w.restarts += 1
@@ -223,67 +213,6 @@ class Run:
         self.log.event(Event.RESTARTED, w.rank, attempt=w.restarts, pid=w.pid, why=why)
 
     # --------------------------------------------------------------- exits ----
-    def _poll(self) -> None:
-        now = time.monotonic()
-        for w in list(self.workers.values()):
-            a = w.attempt
-            if a.proc is None:
-                continue
-            if a.proc.returncode is None:
-                if a.proc.poll() is not None:
-                    a.exit_seen = now
-                elif a.kill_deadline is not None or a.hard_killed is not None:  # being killed
-                    self.groups.enforce(w, now)
-            if a.exit_seen is not None and (not a.chan_open or now - a.exit_seen >= DRAIN_S):
-                # (a child that inherited the channel's socket keeps it open: hence the deadline)
-                self._on_exit(w, a.proc.returncode if a.proc.returncode is not None else 0)
-            elif w.state is State.STARTING and not a.connected and now - a.started > NO_HELLO_S and w.alive:
-                with self.lock:
-                    w.transition(State.RUNNING, f"no hello after {NO_HELLO_S:g}s")
-        self.groups.adopt_foreign()
-        self.groups.reap(now)
-        self._restart_due()
-
-    def _on_exit(self, w: Worker, returncode: int) -> None:
-        a = w.attempt
-        a.exit_seen = None
-        now = time.monotonic()
-        self.ledger.write_report(w, now)  # the curve's last point comes before the exit
-        self.live.on_exit(w)  # the requests it never answered are missed
-        # The process's own lines (after mpwatch's last marker), enough to find NCCL's watchdog line.
-        tail = exits.own_output(
-            textfiles.tail_lines(layout.log_path(self.run_dir, w.rank, "stderr"), CAUSE_LINES))
-        end = exits.judge(returncode, a.kill_reason, tail, self._first_peer_end(w, now), a.dist)
-        self.ends[w.rank] = (now, exits.ended_how(end.state, a.kill_reason, end.signal))
-        tail = tail[-10:]
-        with self.lock:
-            a.exit_code, a.signal, a.cause = end.exit_code, end.signal, end.cause
-            a.stall = None
-            w.transition(end.state, "its process ended", pid=a.pid, exit_code=end.exit_code,
-                         signal=end.signal, state=end.state.value, cause=end.cause, reason=a.kill_reason,
-                         stderr_tail=tail)
-        if end.state is State.FAILED:
-            self.gpu.on_worker_exit(w.rank, tail, w.reports.cuda)  # "CUDA out of memory" -> an OOM alert
-        self.groups.after_exit(w, self.opts.grace)
-        if a.kill_reason == "restart":
-            w.pending_restart = "restart"
-        elif a.kill_reason is None and end.state is State.FAILED and self.state is RunState.RUNNING:
-            if self.nodes is not None and self.nodes.on_failure(w):
-                return  # c10d: a new round of every node, not a restart of this worker alone
-            if w.auto_restarts < self.opts.max_restarts:
-                w.pending_restart = "auto"
-                with self.lock:
-                    w.transition(State.RESTARTING, "failed with restarts left")
-
-    def _first_peer_end(self, w: Worker, now: float) -> exits.PeerEnd | None:
-        """The first end of another rank while this one's process ran: what a rank of a
-        process group that fails right after may have died of."""
-        seen = [(t, r, how) for r, (t, how) in self.ends.items() if r != w.rank and t >= w.attempt.started]
-        if not seen:
-            return None
-        t, r, how = min(seen)
-        return exits.PeerEnd(r, how, now - t)
-
     def kill(self, w: Worker, reason: str) -> bool:
         """TERM now, KILL after the grace period (supervisor.workers.groups); False when it is not running."""
         return self.groups.kill(w, reason, self.opts.grace)
@@ -307,7 +236,7 @@ class Run:
             self._handle_signals()
             self.ledger.flush(time.monotonic())
             self.live.push()
-            self._poll()
+            self.reaper.poll()
             if self.nodes is not None:
                 self.nodes.tick()  # a round joined, a stop or a lost node found by the node thread
             if self.state is not RunState.STOPPING:  # while stopping, ranks going quiet are no news

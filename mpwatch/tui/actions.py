@@ -1,6 +1,6 @@
 """The keys that act on the run (pause, kill, restart, resize, dump, stop, checkpoint, a
-tunable's value) and the ones that
-only change the view (filter, sort, fold), as the base class of the App. Every control
+tunable's value) and, from tui.view_actions, the ones that only change the view (filter,
+sort, fold), as the base class of the App. Every control
 request runs on a worker thread and reports back with ActionDone, so the UI thread never
 waits on the socket, and every action says what happened (the supervisor's reply, or why
 it failed). Methods run on the UI thread unless said otherwise.
@@ -28,8 +28,8 @@ from mpwatch.tui.render import segs, view
 from mpwatch.tui.render.glyphs import Glyphs, pick
 from mpwatch.tui.screens.checkpoint import CheckpointDialog
 from mpwatch.tui.screens.confirm import Choice, ChoiceDialog, ConfirmDialog
-from mpwatch.tui.screens.filter import FilterDialog
 from mpwatch.tui.screens.quit import QuitDialog
+from mpwatch.tui.view_actions import ViewActions
 from mpwatch.tui.widgets.scrollbars import AsciiScrollBarRender
 from mpwatch.tui.widgets.worker_table import WorkerTable
 
@@ -46,8 +46,9 @@ class ActionDone(Message):
     then: Callable[[], None] | None = None  # called on the UI thread after the message is shown
 
 
-class RunActions(App[Outcome]):
-    """The App's actions; the App (tui.app) builds the screen these act on."""
+class RunActions(ViewActions, App[Outcome]):
+    """The App's actions (those that only change the view: tui.view_actions); the App (tui.app)
+    builds the screen these act on."""
 
     READ_ONLY = False  # a replay of a run's files (tui.replay_app): nothing here acts
 
@@ -317,53 +318,3 @@ class RunActions(App[Outcome]):
             else:
                 self.say("still watching", notify=False)
         self.push_screen(QuitDialog(run_id), chosen)
-
-    # ------------------------------------------------------------- the view ----
-    def action_filter(self) -> None:
-        def done(text: str | None) -> None:
-            if text is None:
-                self.say("filter unchanged", notify=False)
-                return
-            self.filter_text = text
-            self.refresh_view()
-            shown = sum(1 for k in self.table.order if "." not in k)
-            self.say(f"filter '{text}': {shown} worker(s) shown" if text else "filter cleared", notify=False)
-        self.push_screen(FilterDialog(self.filter_text), done)
-
-    def action_clear_filter(self) -> None:
-        if self.filter_text:
-            self.filter_text = ""
-            self.refresh_view()
-            self.say("filter cleared", notify=False)
-
-    def action_sort(self) -> None:
-        i = view.SORTS.index(self.sort)
-        self.sort = view.SORTS[(i + 1) % len(view.SORTS)]
-        self.refresh_view()
-        self.say(f"sorted by {self.sort}", notify=False)
-
-    def action_fold(self) -> None:
-        rank = self.table.selected_rank()
-        w = self.worker(rank)
-        if rank is None or w is None:
-            self.say("no worker selected", "warning")
-            return
-        kids = len(w["children"])
-        if rank in self.folded:
-            self.folded.discard(rank)
-            self.say(f"rank {rank}: {kids} child process(es) shown", notify=False)
-        else:
-            self.folded.add(rank)
-            self.table.select_key(view.row_key(rank))
-            self.say(f"rank {rank}: {kids} child process(es) folded", notify=False)
-        self.refresh_view()
-
-    def action_fold_all(self) -> None:
-        ranks = {w["rank"] for w in (self.status or {"workers": []})["workers"]}
-        if ranks - self.folded:
-            self.folded |= ranks
-            self.say("children folded", notify=False)
-        else:
-            self.folded.clear()
-            self.say("children shown", notify=False)
-        self.refresh_view()

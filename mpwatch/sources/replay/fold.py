@@ -140,21 +140,26 @@ def _rank_event(run: RunFold, k: RankFold, e: EventFields, restarting: bool, run
         k.restarts += 1
         run.restarts += 1
     elif name == Event.DUMP:
-        path = as_str(e.get("path"))
-        if path:
-            k.last_dump = str(run_dir / path)
-        info = k.stall if e.get("reason") == "stall" and k.state == State.STALLED else \
-            k.slow_start if e.get("reason") == "slow start" else None
-        if info is not None:
-            info["where"], info["innermost"] = as_str(e.get("where")), as_str(e.get("innermost"))
-            info["collective"] = as_str(e.get("collective"))
-            if path:
-                info["dump"] = path
+        _dump(k, e, run_dir)
     elif name == Event.BAD_FRAME:
         k.bad_frames = as_int(e.get("count")) or k.bad_frames + 1
     elif name == Event.REPORTS_REJECTED:
         k.rejected = as_int(e.get("count")) or k.rejected + 1
         k.rejected_why = as_str(e.get("why")) or k.rejected_why
+
+
+def _dump(k: RankFold, e: EventFields, run_dir: Path) -> None:
+    """A rank's stack dump: its file, and what it says of the stall or slow start it was for."""
+    path = as_str(e.get("path"))
+    if path:
+        k.last_dump = str(run_dir / path)
+    info = k.stall if e.get("reason") == "stall" and k.state == State.STALLED else \
+        k.slow_start if e.get("reason") == "slow start" else None
+    if info is not None:
+        info["where"], info["innermost"] = as_str(e.get("where")), as_str(e.get("innermost"))
+        info["collective"] = as_str(e.get("collective"))
+        if path:
+            info["dump"] = path
 
 
 def _run_event(run: RunFold, e: EventFields) -> None:

@@ -38,7 +38,7 @@ from mpwatch.sources.replay.files import EventsFile, GpuFile
 from mpwatch.sources.replay.fold import RankFold, RunFold
 from mpwatch.sources.replay.reports import ReportRow
 
-NO_HELLO_S = 2.0  # a started rank silent this long shows running (the supervisor's rule, supervisor.core)
+NO_HELLO_S = 2.0  # a started rank silent this long shows running (supervisor.workers.reaping's rule)
 RATE_WINDOW_S = 30.0  # steps/s from the reports of the last this many seconds
 TICK_STALE_S = 30.0  # a GPU tick older than this at the cursor is no GPU sample of that moment
 

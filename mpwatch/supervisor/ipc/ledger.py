@@ -131,15 +131,7 @@ class ReportLedger:
                 return
             child_of = w.pid
             if peer.pid != child_of:
-                # A process the worker started: its own row, and never the worker's heartbeat,
-                # so a busy child cannot hide a stuck worker.
-                c = w.attempt.children.get(peer.pid)
-                if c is None:
-                    c = w.attempt.children[peer.pid] = ChildReport(peer.pid)
-                if reports:  # its latest step and loss: a report of metrics only keeps them
-                    c.step, c.loss, c.last_report = _latest(reports, c.step, c.loss) + (now,)
-                    w.attempt.slow_start = None  # the rank has started: its children train (Hogwild)
-                child_step, child_loss = c.step, c.loss
+                child_step, child_loss = self._on_child(w, peer.pid, reports, now)
             else:
                 w.attempt.dist = w.attempt.dist or dist
                 self._apply(w, reports, dropped, phases, cuda, now)
@@ -155,6 +147,18 @@ class ReportLedger:
             self.write_report(w, now)
         if live and child_of == peer.pid and self.live is not None:
             self.live.on_entries(w, live)
+
+    def _on_child(self, w: Worker, pid: int, reports: list[Report],
+                  now: float) -> tuple[int | None, float | None]:
+        """A batch of a process the worker started (under the lock): its own row, and never the
+        worker's heartbeat, so a busy child cannot hide a stuck worker. Its latest step and loss."""
+        c = w.attempt.children.get(pid)
+        if c is None:
+            c = w.attempt.children[pid] = ChildReport(pid)
+        if reports:  # its latest step and loss: a report of metrics only keeps them
+            c.step, c.loss, c.last_report = _latest(reports, c.step, c.loss) + (now,)
+            w.attempt.slow_start = None  # the rank has started: its children train (Hogwild)
+        return c.step, c.loss
 
     # ----------------------------------------------------------------- applying ----
     def _apply(self, w: Worker, reports: list[Report], dropped: int, phases: dict[str, Any] | None,

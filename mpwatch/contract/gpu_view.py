@@ -1,0 +1,111 @@
+"""The GPU view of a status (Status.gpus): each GPU NVML sees, its processes labelled by rank,
+where its memory goes, its recent history and its alerts (supervisor.gpu builds them).
+contract.status re-exports every name; readers import them from there. Pure; any thread.
+"""
+from __future__ import annotations
+
+import sys
+from typing import Any, Literal, TypedDict, cast, get_args
+
+if sys.version_info >= (3, 11):
+    from typing import NotRequired
+else:  # pragma: no cover - Python 3.10
+    from typing_extensions import NotRequired
+
+
+class GpuProcess(TypedDict):
+    """A compute process NVML lists on a GPU, labelled by pid."""
+
+    pid: int
+    rank: int | None  # a worker of this run
+    child_of: int | None  # a worker's descendant (DataLoader worker, spawned trainer)
+    user: str | None
+    cmd: str | None
+    mem_bytes: int | None  # None where the driver cannot tell (WDDM, some vGPUs)
+    visible: bool  # False: the pid is in another PID namespace (a container)
+    sm_util: int | None  # % SM of this process (NVML process samples); None: N/A
+    since: NotRequired[float]  # wall clock it was first seen on this GPU
+
+
+AlertKind = Literal[
+    "contention",  # two or more ranks have this GPU as their own
+    "stray_context",  # a rank holds memory on a GPU that is not its own (all on GPU 0)
+    "outside",  # a process outside the run holds a real share of a GPU a rank uses
+    "memory_high",  # memory pressure, with the time to full at the current slope
+    "alloc_retries",  # a rank's allocator retries rise: OOM is near
+    "oom",  # a rank died of CUDA out of memory
+    "fragmentation",  # much reserved memory unallocated while little is free
+    "idle",  # a GPU idle while the others work (or while its ranks run)
+]
+
+
+ALERT_KINDS = frozenset(get_args(AlertKind))
+
+
+def alert_kind(value: object) -> AlertKind | None:
+    """The AlertKind a value read back from JSON names; None for anything else."""
+    return cast(AlertKind, value) if value in ALERT_KINDS else None
+
+
+class GpuAlert(TypedDict):
+    kind: AlertKind
+    key: str  # names the condition: an alert that goes on keeps its key
+    gpu: int | None
+    rank: int | None
+    message: str  # one sentence, with the numbers
+    since: float  # wall clock it started
+    severity: NotRequired[Literal["error", "warning", "info"]]
+    hint: NotRequired[str]  # what to do about it
+    short: NotRequired[str]  # a few words for the GPU row ("2 ranks share", "OOM rank 3")
+    ranks: NotRequired[list[int]]
+    pid: NotRequired[int]
+    user: NotRequired[str | None]
+    mem_bytes: NotRequired[int | None]
+    fraction: NotRequired[float]
+    growth_bytes_per_s: NotRequired[float | None]
+    time_to_full_s: NotRequired[float | None]
+    others: NotRequired[list[dict[str, Any]]]
+    line: NotRequired[str]
+
+
+class MemoryBreakdown(TypedDict):
+    """Where a GPU's used memory goes (bytes; None where unknown). The parts add up to at
+    most mem_used; what NVML counts beyond them is not attributed to any process."""
+
+    allocated: int | None  # torch allocated by the ranks whose own GPU this is
+    cached: int | None  # reserved but not allocated (the caching allocator)
+    other: int | None  # the rest of the ranks' processes' NVML memory (context, non-torch)
+    outside: int | None  # processes outside the run
+
+
+HISTORY_POINTS = 120  # points of GpuHistory: two minutes at the default 1 s GPU interval
+
+
+class GpuHistory(TypedDict):
+    """The last HISTORY_POINTS samples, oldest first, one per poller tick."""
+
+    mem_used: list[int | None]
+    util_gpu: list[int | None]
+
+
+class GpuView(TypedDict):
+    index: int
+    name: str | None
+    uuid: str | None
+    mem_used: int | None
+    mem_total: int | None
+    util_gpu: int | None  # %
+    util_mem: int | None  # %
+    temperature: int | None  # C
+    power_w: float | None
+    processes: list[GpuProcess]
+    errors: dict[str, str]  # value -> why it is N/A
+    ts: float
+    processes_ts: float | None
+    alerts: list[GpuAlert]
+    ranks: list[int]  # ranks whose own GPU this is
+    breakdown: MemoryBreakdown
+    history: GpuHistory
+    node: NotRequired[int]  # a merged view: the node rank of the GPU's machine
+    # a merged view: NVML's index there (`index` numbers every node's GPUs apart)
+    node_index: NotRequired[int]
