@@ -133,14 +133,17 @@ def test_a_step_the_grad_scaler_skips_still_counts_and_the_loss_is_unscaled(tmp_
 
 def test_explicit_report_wins_and_metrics_only_reports_merge(tmp_path):
     chan = Channel(tmp_path)
-    out = run_loop(tmp_path, chan, "--steps", 12, "--report-from", 6, "--metrics")
+    out = run_loop(tmp_path, chan, "--steps", 12, "--report-from", 6, "--metrics", "--sleep", 0.1)
     entries = chan.entries(out["pid"])
     steps = [e[1] for e in entries if e[1] is not None]
-    auto = [s for s in steps if s < 1000]
-    # Step 6's optimizer step comes before the script's first report (of step 1006): none after it.
-    assert auto and max(auto) == 6 and steps.index(6) < steps.index(1006), steps
-    assert [s for s in steps if s >= 1000][-1] == 1012
-    assert any(e[3].get("step_seen") == 3 for e in entries), "metrics before it merged with automatic steps"
+    # Automatic steps until the script's first report (of step 1006), none after it. (A sender
+    # held back on a loaded machine folds a flush of more than sender.batch.FOLD entries into
+    # one, keeping the last step: step 6's own entry may then be folded into 1006's.)
+    first = next(i for i, s in enumerate(steps) if s >= 1000)
+    auto, own = steps[:first], steps[first:]
+    assert auto and auto == sorted(auto) and max(auto) in (5, 6) and all(s >= 1000 for s in own), steps
+    assert own[-1] == 1012
+    assert any(e[3].get("step_seen", 99) < 6 for e in entries), "metrics before it merged with automatic steps"
     for b in chan.batches(out["pid"]):  # a batch is automatic when every report of it is
         if b["reports"]:
             assert (b.get("auto") is True) == all(e[1] is None or e[1] < 1000 for e in b["reports"]), b
