@@ -206,7 +206,10 @@ def test_hogwild_children_report_over_their_own_channels(headless, data_dir):
             if run.proc.poll() is not None:
                 raise AssertionError("the run ended before its trainers were seen reporting:\n"
                                      + explain(run, (0,)))
-            [w] = client.status()["workers"]
+            ws = client.status()["workers"]
+            if not ws:  # the supervisor answers before it has started its worker
+                return None
+            [w] = ws
             kids = [c for c in w["children"] if c["reporting"] and c["step"] is not None]
             return kids if len(kids) == 2 else None
         kids = wait_for(trainers_reporting, timeout=120, interval=0.05, what="both trainers reporting")

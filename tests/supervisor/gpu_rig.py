@@ -52,7 +52,7 @@ class Rig:
         self.alive = set(range(ranks))
         self.events: list[tuple[int | None, dict]] = []
         path = tmp_path / "nvml.json"
-        path.write_text(json.dumps(scenario))
+        path.write_text(json.dumps(self._own_pids(scenario)))
         backend = FakeBackend(str(path), clock=self.clock)
         backend.init()
         self.watch = GpuWatch(1.0, self.infos, lambda rank, **f: self.events.append((rank, f)), env=env or {},
@@ -63,6 +63,20 @@ class Rig:
     def infos(self) -> list[RankInfo]:
         return [RankInfo(r, p.pid, r in self.running, r in self.alive, [], self.cuda[r])
                 for r, p in enumerate(self.procs)]
+
+    def _own_pids(self, x: object) -> object:
+        """The scenario with "rank:N" (and "rank:N/child") as this rig's own pids: the scripted
+        NVML would look for them among all of pytest's children by MPWATCH_RANK, where another
+        test's process still ending may answer first."""
+        if isinstance(x, dict):
+            return {k: self._own_pids(v) for k, v in x.items()}
+        if isinstance(x, list):
+            return [self._own_pids(v) for v in x]
+        if isinstance(x, str) and x.startswith("rank:"):
+            rank, _, sub = x[5:].partition("/")
+            if rank.isdigit() and int(rank) < len(self.procs):
+                return self.child(int(rank)) if sub == "child" else self.pid(int(rank))
+        return x
 
     def pid(self, rank: int) -> int:
         return self.procs[rank].pid
