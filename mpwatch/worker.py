@@ -300,16 +300,6 @@ def _make_api(chan: _Channel) -> tuple[Callable[..., None], Callable[[str], _Pha
     return report, phase
 
 
-def __getattr__(name: str) -> object:
-    """`_as_number` moved to mpwatch.sender.batch (the sender thread's, loaded at its first
-    flush, never at `import mpwatch`); still read here as before."""
-    if name == "_as_number":
-        from mpwatch.sender import batch
-
-        return batch.as_number
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
 def _setup() -> _Channel | None:
     address = os.environ.get(protocol.ENV_ADDRESS)
     key = os.environ.get(protocol.ENV_AUTHKEY)

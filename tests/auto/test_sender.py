@@ -11,6 +11,7 @@ from multiprocessing.connection import Listener
 from mpwatch import worker
 from mpwatch.auto import loss as auto_loss
 from mpwatch.auto.loss import StepLoss
+from mpwatch.sender import batch
 from tests.helpers import wait_for
 
 KEY = os.urandom(16)
@@ -61,7 +62,7 @@ def test_a_loss_that_never_comes_lets_its_step_go_without_it(monkeypatch):
     loss = StepLoss([(0, ev)], Ring({}))  # type: ignore[arg-type]
     monkeypatch.setattr(auto_loss, "READY_WAIT_S", 0.0)
     assert loss.ready()
-    assert worker._as_number(loss) is None  # the step goes, its loss unknown
+    assert batch.as_number(loss) is None  # the step goes, its loss unknown
 
 
 def test_the_sender_holds_back_a_step_whose_loss_is_not_there_and_what_follows(tmp_path):
