@@ -36,6 +36,11 @@ TIMELINE_MARKS = 500
 READ_ONLY = "a replay is read-only: it never acts on the run's processes"
 
 
+def _signal_name(v: object) -> str:
+    """run.json's stop signal when it is one (a crafted file's value is never shown)."""
+    return v if isinstance(v, str) and v.startswith("SIG") and v[3:].isalnum() and len(v) <= 12 else "SIGTERM"
+
+
 def _facts(rd: reader.RunDir, first: EventFields | None) -> RunFacts:
     info = read_json(rd.path, layout.RUN_JSON) or {}
     opts = info.get("options") if isinstance(info.get("options"), dict) else {}
@@ -49,7 +54,7 @@ def _facts(rd: reader.RunDir, first: EventFields | None) -> RunFacts:
     options = RunOptions(max_restarts=int(num("max_restarts", 0)), stall_timeout=num("stall_timeout", 60.0),
                          startup_timeout=num("startup_timeout", 600.0), grace=num("grace", 10.0),
                          resize_mode=str(opts.get("resize_mode", "restart")),
-                         stop_signal=str(opts.get("stop_signal", "SIGTERM")),
+                         stop_signal=_signal_name(opts.get("stop_signal")),
                          metrics=None)  # a replay serves no metrics
     names: dict[int, dict[str, Any]] = {}
     for g in final["gpus"] if final is not None else []:
