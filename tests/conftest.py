@@ -11,13 +11,16 @@
   cases where the suite runs as root; skipped, with the reason, where it cannot be.
 - A test that reads the runs recorded once per session (tests/recorded_runs.py: record,
   crashed, killed, hung, oom) runs in the lane that recorded them (xdist group `recorded`).
-- At the end, the time spent per folder (setup, call and teardown of its tests, summed).
+- At the end, the time spent per folder (setup, call and teardown of its tests, summed), and the
+  CPU time its tests cost: the lane's own and that of every process it started and reaped (a
+  supervisor counts its workers). The suite is bound by the CPU on a 2-core machine, not by waits.
 """
 from __future__ import annotations
 
 import collections
 import json
 import os
+import resource
 import shutil
 import tempfile
 import time
@@ -125,6 +128,32 @@ def headless_module(tmp_path_factory):
 _SPENT: collections.Counter[str] = collections.Counter()
 _TESTS: collections.Counter[str] = collections.Counter()
 _LANES: collections.Counter[str] = collections.Counter()  # xdist worker -> its tests' time: how even the lanes are
+_CPU: collections.Counter[str] = collections.Counter()  # folder -> CPU seconds of its tests and their processes
+_CPU_KEY = "cpu_s"
+_TEST_CPU: collections.Counter[str] = collections.Counter()  # test -> its CPU seconds, for the costliest few
+
+
+def _cpu_now() -> float:
+    """CPU seconds of this pytest process and of every child it reaped (and theirs, when reaped).
+    A process that is not reaped, such as a tmux or sshd server that daemonised, is not counted."""
+    own, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    """Each phase's report carries the CPU it cost (in the lane that ran it; xdist sends it on)."""
+    start = getattr(item, "_mpwatch_cpu", None)
+    outcome = yield
+    now = _cpu_now()
+    if start is not None:
+        outcome.get_result().user_properties.append((_CPU_KEY, now - start))
+    item._mpwatch_cpu = now
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item):
+    item._mpwatch_cpu = _cpu_now()
 
 
 def _folder(nodeid: str) -> str:
@@ -140,6 +169,9 @@ def pytest_runtest_logreport(report):
     _LANES[getattr(getattr(node, "gateway", None), "id", "main")] += report.duration
     if report.when == "call":
         _TESTS[folder] += 1
+    cpu = sum(value for key, value in report.user_properties if key == _CPU_KEY)
+    _CPU[folder] += cpu
+    _TEST_CPU[report.nodeid] += cpu
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config):
@@ -148,11 +180,15 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
     tr = terminalreporter
     lanes = getattr(config.option, "numprocesses", None) or 1
     wall = time.monotonic() - getattr(config, "_mpwatch_started", time.monotonic())
-    tr.section(f"time per folder (setup + call + teardown, summed over {lanes} lane(s))")
+    tr.section(f"time per folder (setup + call + teardown, summed over {lanes} lane(s)), and its CPU time")
     for folder, spent in sorted(_SPENT.items(), key=lambda kv: -kv[1]):
-        tr.write_line(f"{folder:<18} {spent:7.1f}s  {_TESTS[folder]:4d} tests")
+        tr.write_line(f"{folder:<18} {spent:7.1f}s  {_TESTS[folder]:4d} tests  CPU {_CPU[folder]:7.1f}s")
     total = sum(_SPENT.values())
     both = f" (the tests' time is {total / wall:.2f}x it: the lanes overlap)" if lanes > 1 and wall > 0 else ""
-    tr.write_line(f"{'all':<18} {total:7.1f}s; the run took {wall:.1f}s of wall time{both}")
+    tr.write_line(f"{'all':<18} {total:7.1f}s; the run took {wall:.1f}s of wall time{both}; "
+                  f"CPU {sum(_CPU.values()):.1f}s")
+    tr.write_line("the costliest tests by CPU:")
+    for nodeid, cpu in _TEST_CPU.most_common(12):
+        tr.write_line(f"  {cpu:6.1f}s  {nodeid}")
     if len(_LANES) > 1:
         tr.write_line("lanes: " + ", ".join(f"{lane} {spent:.1f}s" for lane, spent in sorted(_LANES.items())))

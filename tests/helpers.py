@@ -20,6 +20,7 @@ import psutil
 
 from mpwatch.contract.protocol import ENV_RUN
 from mpwatch.rundir import reader
+from mpwatch.sources.local import Client
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
@@ -189,7 +190,11 @@ class HeadlessRun:
         return res
 
     def status(self) -> dict:
-        return json.loads(self.ctl("status", "--json").stdout)
+        """The run's status as `ctl status --json` prints it, asked over the control socket
+        in this process: tests poll it, and a `python -m mpwatch ctl` per poll cost the suite
+        over a thousand interpreters (130 s of CPU). tests/cli checks that ctl prints the same."""
+        with Client.connect(str(self.run_dir)) as client:
+            return json.loads(json.dumps(client.status(), default=str))
 
     def worker(self, rank: int) -> dict:
         return next(w for w in self.status()["workers"] if w["rank"] == rank)

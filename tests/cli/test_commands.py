@@ -76,6 +76,19 @@ def test_ls_and_ctl_by_run_id_then_finished_run_is_an_error(headless):
         one_line_error(mpwatch(*args, cwd=run.tmp), f"run {run_id} has finished (exit code 1)")
 
 
+def test_ctl_status_json_is_the_status_the_tests_read_over_the_socket(headless):
+    """HeadlessRun.status() asks the socket in-process (a ctl per poll cost a thousand
+    interpreters); `ctl status --json` must print that same document."""
+    run = headless(FIXTURES / "forever.py", n=2)
+    wait_for(lambda: all(w["state"] == "running" for w in run.status()["workers"]) and run.status()["workers"],
+             what="both ranks running")
+    printed, read = json.loads(run.ctl("status", "--json").stdout), run.status()
+    assert printed["run"]["id"] == read["run"]["id"] and set(printed) == set(read)
+    assert [(w["rank"], w["pid"], w["state"]) for w in printed["workers"]] == \
+        [(w["rank"], w["pid"], w["state"]) for w in read["workers"]]
+    assert [set(w) for w in printed["workers"]] == [set(w) for w in read["workers"]]
+
+
 def test_control_socket_refuses_a_wrong_key(headless):
     run = headless(FIXTURES / "forever.py", n=1)
     ctl = json.loads((run.run_dir / "control.json").read_text())

@@ -34,7 +34,9 @@ def sha256_of(path) -> tuple[int, str]:
 def test_100mb_of_stdout_is_all_in_the_log_and_supervisor_memory_stays_bounded(headless):
     run = headless(FAULTS / "flood.py", str(FLOOD_MIB), n=1)
     sup = psutil.Process(run.proc.pid)
-    wait_for(lambda: (run.run_dir / "rank-0" / "stdout.log").exists(), what="the log")
+    # The two logs are opened one after the other: wait for both, not the first.
+    wait_for(lambda: all((run.run_dir / "rank-0" / f"{s}.log").exists() for s in ("stdout", "stderr")),
+             what="the logs")
     base = sup.memory_info().rss
     peak = base
     err = run.run_dir / "rank-0" / "stderr.log"

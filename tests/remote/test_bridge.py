@@ -66,6 +66,8 @@ def bridge():
 def test_handshake_then_requests_answered_by_id(headless, bridge):
     run = headless(WORKER, n=2)
     run_id = json.loads((run.run_dir / "run.json").read_text())["run_id"]
+    # The logs request below reads what rank 1 has printed by then: wait for that line first.
+    wait_for(lambda: "stderr hello" in run.log(1, "stderr"), what="rank 1's hello on stderr")
     b = bridge(run_id)
     hello = b.hello()
     assert hello["t"] == "hello" and hello["proto"] == wire.PROTO and hello["v"] == wire.VERSION
