@@ -128,7 +128,7 @@ def headless_module(tmp_path_factory):
 _SPENT: collections.Counter[str] = collections.Counter()
 _TESTS: collections.Counter[str] = collections.Counter()
 _LANES: collections.Counter[str] = collections.Counter()  # xdist worker -> its tests' time: how even the lanes are
-_CPU: collections.Counter[str] = collections.Counter()  # folder -> CPU seconds of its tests and their processes
+_CPU: collections.Counter[str] = collections.Counter()  # folder -> CPU seconds of its tests and processes
 _CPU_KEY = "cpu_s"
 _TEST_CPU: collections.Counter[str] = collections.Counter()  # test -> its CPU seconds, for the costliest few
 

@@ -80,7 +80,7 @@ def test_ctl_status_json_is_the_status_the_tests_read_over_the_socket(headless):
     """HeadlessRun.status() asks the socket in-process (a ctl per poll cost a thousand
     interpreters); `ctl status --json` must print that same document."""
     run = headless(FIXTURES / "forever.py", n=2)
-    wait_for(lambda: all(w["state"] == "running" for w in run.status()["workers"]) and run.status()["workers"],
+    wait_for(lambda: (lambda ws: len(ws) == 2 and all(w["state"] == "running" for w in ws))(run.status()["workers"]),
              what="both ranks running")
     printed, read = json.loads(run.ctl("status", "--json").stdout), run.status()
     assert printed["run"]["id"] == read["run"]["id"] and set(printed) == set(read)
