@@ -80,8 +80,10 @@ def test_ctl_status_json_is_the_status_the_tests_read_over_the_socket(headless):
     """HeadlessRun.status() asks the socket in-process (a ctl per poll cost a thousand
     interpreters); `ctl status --json` must print that same document."""
     run = headless(FIXTURES / "forever.py", n=2)
-    wait_for(lambda: (lambda ws: len(ws) == 2 and all(w["state"] == "running" for w in ws))(run.status()["workers"]),
-             what="both ranks running")
+    def both_running():
+        ws = run.status()["workers"]
+        return len(ws) == 2 and all(w["state"] == "running" for w in ws)
+    wait_for(both_running, what="both ranks running")
     printed, read = json.loads(run.ctl("status", "--json").stdout), run.status()
     assert printed["run"]["id"] == read["run"]["id"] and set(printed) == set(read)
     assert [(w["rank"], w["pid"], w["state"]) for w in printed["workers"]] == \
