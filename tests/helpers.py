@@ -145,16 +145,22 @@ class HeadlessRun:
         self.proc: subprocess.Popen | None = None
         self.seen_pids: set[int] = set()
         self.helpers: set[int] = set()  # the supervisor's watchdog, once seen
+        self.listed = False  # the status has listed all n workers once (status())
 
     def start(self) -> HeadlessRun:
+        self.start_at_once()
+        wait_for(lambda: (self.run_dir / "control.json").exists() or self.proc.poll() is not None,
+                 what="the supervisor to start")
+        return self
+
+    def start_at_once(self) -> HeadlessRun:
+        """The supervisor's process, started; not waiting for anything of it."""
         self.out = open(self.tmp / "mpwatch.out", "wb")  # noqa: SIM115 - closed in cleanup()
         self.err = open(self.tmp / "mpwatch.err", "wb")  # noqa: SIM115 - closed in cleanup()
         cmd = [*MPWATCH, "--headless", "-n", str(self.n), "--run-dir", str(self.run_dir),
                *self.opts, self.script, *self.args]
         self.proc = subprocess.Popen(cmd, stdout=self.out, stderr=self.err, env=self.env,
                                      cwd=self.cwd, start_new_session=True)
-        wait_for(lambda: (self.run_dir / "control.json").exists() or self.proc.poll() is not None,
-                 what="the supervisor to start")
         return self
 
     @property
@@ -192,9 +198,20 @@ class HeadlessRun:
     def status(self) -> dict:
         """The run's status as `ctl status --json` prints it, asked over the control socket
         in this process: tests poll it, and a `python -m mpwatch ctl` per poll cost the suite
-        over a thousand interpreters (130 s of CPU). tests/cli checks that ctl prints the same."""
-        with Client.connect(str(self.run_dir)) as client:
-            return json.loads(json.dumps(client.status(), default=str))
+        over a thousand interpreters (130 s of CPU). tests/cli checks that ctl prints the same.
+
+        A supervisor answers before it has started its workers, and lists them as it starts
+        them: until a single-node run has listed all -n of them once (or its supervisor has
+        ended), ask again, so that no test reads "every worker ..." of none or some, nor looks
+        a rank up before it is there. A node of a multi-node run lists none while torch's
+        rendezvous forms: its tests read that state as it is."""
+        def ask() -> dict | None:
+            with Client.connect(str(self.run_dir)) as client:
+                st = json.loads(json.dumps(client.status(), default=str))
+            self.listed = self.listed or len(st["workers"]) >= self.n
+            ended = self.proc is None or self.proc.poll() is not None
+            return st if self.listed or ended or st["run"].get("node") else None
+        return wait_for(ask, 60, interval=0.02, what=f"the supervisor to list its {self.n} workers")
 
     def worker(self, rank: int) -> dict:
         return next(w for w in self.status()["workers"] if w["rank"] == rank)

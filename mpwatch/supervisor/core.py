@@ -136,6 +136,7 @@ class Run:
 
     def _setup(self) -> None:
         o, run_dir = self.opts, self.run_dir
+        self._catch_signals()
         try:
             self.store.create(self.claim.fd if self.claim is not None else None, o.made_run_dir)
         except OSError as exc:
@@ -223,12 +224,16 @@ class Run:
         return self.resizing.begin(n)
 
     # ------------------------------------------------------------ the loop ----
-    def serve(self) -> int:
+    def _catch_signals(self) -> None:
+        """Before the run is announced (control.json, the registry): a signal from then on is a
+        stop the loop makes, never the supervisor's death by a default action."""
         # USR1 and USR2 stop the run too: a batch system's warning (Slurm's --signal) must not
         # kill the supervisor by their default action, and a stop is what such a warning means.
         for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1, signal.SIGUSR2):
             signal.signal(sig, self._on_signal)
         signal.signal(signal.SIGHUP, signal.SIG_IGN)  # a closed terminal never ends the run
+
+    def serve(self) -> int:
         next_flush = 0.0
         while self.state is not RunState.FINISHED:
             self.ticked = time.monotonic()

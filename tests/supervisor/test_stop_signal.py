@@ -51,6 +51,22 @@ def test_a_batch_systems_usr1_to_mpwatch_stops_the_run_gracefully(headless, tmp_
     assert_gone(pids)
 
 
+@pytest.mark.parametrize("sig", [signal.SIGUSR1, signal.SIGTERM])
+def test_a_signal_the_moment_the_run_is_announced_is_a_stop_never_a_death(headless, sig):
+    """control.json is written (ctl and ls find the run) before the workers start: a batch
+    system's USR1 or a TERM from then on stops the run; it once killed the supervisor by the
+    signal's default action, found when a loaded machine sent it in that window."""
+    run = headless(FIXTURES / "forever.py", n=2, start=False)
+    run.start_at_once()
+    wait_for(lambda: (run.run_dir / "control.json").exists() or run.proc.poll() is not None, interval=0.001,
+             what="the run announced")
+    os.kill(run.proc.pid, sig)
+    assert run.wait_exit(timeout=60) == 1, run.stderr_text
+    assert run.events("stopping")[0]["why"] == f"signal {signal.Signals(sig).name}"
+    assert "run finished" in run.stderr_text
+    run.assert_gone()
+
+
 @pytest.mark.parametrize("sig, words", [
     ("KILL", "SIGKILL: it cannot be caught"), ("9", "SIGKILL: it cannot be caught"),
     ("USR1", "SIGUSR1: mpwatch's stack dumps use it"), ("STOP", "SIGSTOP: it cannot be caught"),
