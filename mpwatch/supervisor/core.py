@@ -159,8 +159,10 @@ class Run:
         self.gpu.start()
         registry.register(self.run_id, records.registry_entry(*me))
         self._registered = True
-        self.log.event(Event.RUN_STARTED, script=o.script, args=o.args, nprocs=o.nprocs,
-                       run_dir=str(run_dir), pid=os.getpid())
+        # stamped with run.json's start, so a replay puts the run's first event at +0.0s (not at
+        # the time setup took, 0.1 s under load)
+        self.log.event(Event.RUN_STARTED, ts=self.started_wall, script=o.script, args=o.args,
+                       nprocs=o.nprocs, run_dir=str(run_dir), pid=os.getpid())
         if self.nodes is not None:
             self.nodes.start()  # the workers start once torch's rendezvous has formed the first round
         else:

@@ -64,6 +64,8 @@ def test_clean_run_exits_zero_with_full_event_log(headless):
     assert last == {0: 14, 1: 14}
     info = json.loads((run.run_dir / "run.json").read_text())
     assert info["exit_code"] == 0 and info["script"].endswith("reporter.py")
+    # the run's first event is the run's start, to the microsecond (a replay shows it at +0.0s)
+    assert run.events()[0]["ts"] == pytest.approx(info["started"], abs=1e-6)
     final = json.loads((run.run_dir / "final.json").read_text())
     assert [w["state"] for w in final["workers"]] == ["exited", "exited"]
 
