@@ -56,6 +56,9 @@ FLUSH_S = 0.25
 # the oldest are dropped and counted. The bound also caps the sender's per-flush work,
 # which otherwise competes with the training loop for the GIL.
 BUFFER = 2048
+# The longest a fork waits for the sender's import to end (one of a few small modules, or
+# torch's allocator view: milliseconds); past it the fork goes on, as without mpwatch.
+FORK_WAIT_S = 5.0
 FAKE_CUDA_ENV = "MPWATCH_FAKE_CUDA"  # TEST-ONLY: a scripted allocator view (testing.scripted_cuda)
 
 
@@ -126,6 +129,11 @@ class _Channel:
         self.explicit = -1  # seq of the first report() with a step or a loss: automatic steps stop there
         self.auto = False  # mpwatch.auto sent steps
         self.mp_exit = False  # multiprocessing's children flush at their exit (before_fork)
+        # Held by the sender thread while it imports (or lets torch import) and by a fork while it
+        # forks: a fork in the middle of an import left the child that module's lock, held by a
+        # thread the child does not have, and its first flush hung on it for ever.
+        self.imports = threading.Lock()
+        self.forking = threading.local()  # .held: this thread's fork holds `imports`
 
     def reset(self) -> None:
         """In a forked child (register_at_fork): a fresh buffer and no connection."""
@@ -145,6 +153,19 @@ class _Channel:
         self.retry_at = 0.0
         self.explicit = -1  # seq of the first report() with a step or a loss: automatic steps stop there
         self.auto = False  # mpwatch.auto sent steps
+        self.imports = threading.Lock()  # the parent's, held by the fork, is never released here
+        self.forking = threading.local()
+
+    def hold_imports(self) -> None:
+        """Before a fork (register_at_fork): wait for the sender's import to end. Bounded: a
+        sender importing a module this thread's own import holds must not hang the fork."""
+        self.forking.held = self.imports.acquire(timeout=FORK_WAIT_S)
+
+    def release_imports(self) -> None:
+        """In the parent, after the fork."""
+        if getattr(self.forking, "held", False):
+            self.forking.held = False
+            self.imports.release()
 
     def before_fork(self) -> None:
         """A child of multiprocessing (a Hogwild trainer) ends with os._exit, without atexit:
@@ -175,7 +196,8 @@ class _Channel:
         now = time.monotonic()
         if now < self.retry_at:
             return False
-        from multiprocessing.connection import Client
+        with self.imports:
+            from multiprocessing.connection import Client
 
         try:
             self.conn = conn = Client(self.address, family="AF_UNIX", authkey=self.authkey)
@@ -209,7 +231,8 @@ class _Channel:
             return
         conn = self.conn
         assert conn is not None  # _connect() succeeded
-        from mpwatch.sender import batch  # each report bounded there, never in report()
+        with self.imports:
+            from mpwatch.sender import batch  # each report bounded there, never in report()
 
         items = batch.drain(buf)
         dropped = 0
@@ -243,7 +266,8 @@ class _Channel:
         try:
             while conn is not None and conn.poll(0):
                 msg = protocol.decode(conn.recv_bytes(protocol.MAX_FRAME))
-                from mpwatch.live.state import attach  # stdlib; loaded by the first request
+                with self.imports:
+                    from mpwatch.live.state import attach  # stdlib; loaded by the first request
 
                 attach(self).receive(msg)
         except protocol.BadFrame:
@@ -324,6 +348,7 @@ def _setup() -> _Channel | None:
         source = FakeCuda(fake, rank)
     chan = _Channel(address, authkey, rank, flush_s, source)
     os.register_at_fork(before=chan.before_fork, after_in_child=chan.reset)
+    os.register_at_fork(before=chan.hold_imports, after_in_parent=chan.release_imports)
     chan.before_fork()  # a spawned child of multiprocessing: it imports mpwatch before its run
     atexit.register(chan.close)
     chan.start()  # a daemon thread: it says hello at once, then ships batches

@@ -110,6 +110,58 @@ def test_reports_phases_and_forked_children_use_their_own_channels(tmp_path):
     listener.close()
 
 
+def test_a_fork_while_the_sender_imports_leaves_the_child_a_working_channel(tmp_path):
+    # The sender imports its CUDA view's module lazily, on its first flush in a torch script. A
+    # fork inside that import gave the child the module's lock, held by a thread the child does
+    # not have: the child's flush hung on it for ever and its reports were lost (seen in CI: a
+    # Hogwild trainer of demo/independent.py never ended). Here the import is held open (1 s)
+    # and the fork lands inside it, every time.
+    address, listener, conns, t = listening(tmp_path, 2)
+    res = run_worker("""
+        import importlib.abc, importlib.machinery, os, sys, threading, time, types
+        entered = threading.Event()
+
+        class Slow(importlib.abc.MetaPathFinder):
+            def find_spec(self, name, path, target=None):
+                if name != "mpwatch.worker_cuda":
+                    return None
+                sys.meta_path.remove(self)
+                spec = importlib.machinery.PathFinder.find_spec(name, path)
+                real = spec.loader
+
+                class Loader(importlib.abc.Loader):
+                    def create_module(self, spec):
+                        return real.create_module(spec)
+
+                    def exec_module(self, module):
+                        entered.set()
+                        time.sleep(1.0)
+                        real.exec_module(module)
+                spec.loader = Loader()
+                return spec
+
+        sys.meta_path.insert(0, Slow())
+        sys.modules["torch"] = types.ModuleType("torch")  # a torch script: the sender reads the CUDA view
+        import mpwatch
+        mpwatch.report(step=0, loss=1.0)
+        assert entered.wait(30), "the sender never imported its CUDA view"
+        pid = os.fork()  # inside the sender's import
+        if pid == 0:
+            mpwatch.report(step=1, loss=0.5)
+            raise SystemExit(0)
+        _, status = os.waitpid(pid, 0)
+        print(os.getpid(), os.waitstatus_to_exitcode(status))
+    """, channel_env(address, rank=0))
+    assert res.returncode == 0, res.stderr
+    worker_pid, child_exit = map(int, res.stdout.split())
+    assert child_exit == 0
+    t.join(timeout=30)
+    wait_for(lambda: len(conns) == 2 and all(m and m[-1]["t"] == "bye" for m in conns), what="both channels read")
+    child = next(m for m in conns if m[0]["pid"] != worker_pid)
+    assert [r[1] for m in child if m["t"] == "batch" for r in m["reports"]] == [1]
+    listener.close()
+
+
 def test_report_never_blocks_when_the_supervisor_does_not_read(tmp_path):
     address = str(tmp_path / "chan")
     listener = Listener(address, family="AF_UNIX", authkey=KEY)

@@ -68,13 +68,14 @@ def cuda_view(chan: _Channel) -> CudaView | None:
     if now < chan.next_cuda:
         return None
     chan.next_cuda = now + CUDA_EVERY_S
-    if chan.cuda_source is None:
-        if "torch" not in sys.modules:
-            return None
-        from mpwatch.worker_cuda import TorchCuda  # only in processes that use torch
+    with chan.imports:  # torch's calls may import too: never while this process forks
+        if chan.cuda_source is None:
+            if "torch" not in sys.modules:
+                return None
+            from mpwatch.worker_cuda import TorchCuda  # only in processes that use torch
 
-        chan.cuda_source = TorchCuda()
-    return chan.cuda_source()
+            chan.cuda_source = TorchCuda()
+        return chan.cuda_source()
 
 
 def dist_initialized() -> bool:
