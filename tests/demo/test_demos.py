@@ -9,6 +9,7 @@ counts stay at 2-3 and steps at tens.
 from __future__ import annotations
 
 import gzip
+import itertools
 import json
 import os
 import re
@@ -129,7 +130,12 @@ def test_mnist_trains_under_mpwatch_and_the_loss_falls(headless, data_dir, tmp_p
     first = [r["loss"] for rank in (0, 1) for r in reports[rank][:k]]
     last = [r["loss"] for rank in (0, 1) for r in reports[rank][-k:]]
     assert sum(last) / len(last) < sum(first) / len(first), losses
-    assert all(r["metrics"].get("samples_per_s") is not None for rank in (0, 1) for r in reports[rank])
+    for rank in (0, 1):
+        # The script's reports win over mpwatch.auto's steps from its first report on. Its first
+        # optimizer step comes just before that report: a loaded machine may flush it alone.
+        own = list(itertools.dropwhile(lambda r: "samples_per_s" not in r["metrics"], reports[rank]))
+        assert own and len(reports[rank]) - len(own) <= 3, reports[rank][:5]
+        assert all(r["metrics"].get("samples_per_s") is not None for r in own), own
     assert max(r["step"] for r in reports[0]) == 60
     final = json.loads((run.run_dir / "final.json").read_text())
     for w in final["workers"]:
