@@ -1,6 +1,7 @@
 """Issue 2: the worker API — a no-op outside mpwatch, non-blocking and fork-aware inside."""
 import json
 import os
+import signal
 import subprocess
 import sys
 import textwrap
@@ -15,9 +16,18 @@ KEY = os.urandom(16)
 
 
 def run_worker(code: str, env_extra: dict, timeout=60):
+    """Run `code` as a worker; in its own process group, ended whole on a timeout (a child it
+    forked, hung, must not outlive the test)."""
     env = dict(os.environ, PYTHONPATH=str(ROOT), **env_extra)
-    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], env=env, capture_output=True,
-                          text=True, timeout=timeout)
+    with subprocess.Popen([sys.executable, "-c", textwrap.dedent(code)], env=env, stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE, text=True, start_new_session=True) as p:
+        try:
+            out, err = p.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(p.pid, signal.SIGKILL)
+            p.communicate()
+            raise
+    return subprocess.CompletedProcess(p.args, p.returncode, out, err)
 
 
 def channel_env(address, rank=0):
