@@ -221,7 +221,15 @@ class HeadlessRun:
                         timeout, what=f"rank {rank} to be {state}")
 
     def wait_exit(self, timeout: float = 60.0) -> int:
-        return self.proc.wait(timeout=timeout)
+        """The supervisor's exit code; past `timeout`, a failure that says where the run stood
+        (its last events but reports: a stall, the stacks dumped), not a bare TimeoutExpired."""
+        try:
+            return self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            news = [e for e in self.events() if e.get("event") != "report"][-12:]
+            lines = "\n".join(json.dumps(e)[:300] for e in news)
+            raise AssertionError(f"the supervisor did not exit within {timeout:g}s; its last events:\n"
+                                 f"{lines}") from None
 
     @property
     def run_id(self) -> str:
