@@ -24,8 +24,8 @@ def tmux(tmp_path):
 
 def test_show_a_finished_run_and_step_through_it(tmux, crashed):
     tmux.type(f"{BIN} show {crashed.dir}; echo SHOW-EXIT=$?")
-    s = tmux.wait_screen(lambda s: "replaying run" in s and "the end (" in s, "the replay at the run's end")
-    assert "[finished]" in s and s.count("✗ failed") >= 2 and "restarts 2" in s
+    tmux.wait_screen(lambda s: "replaying run" in s and "the end (" in s and "[finished]" in s
+                     and s.count("✗ failed") >= 2 and "restarts 2" in s, "the replay at the run's end, both failed")
     tmux.key("[")  # the last failure, stall, restart or alert
     s = tmux.wait_screen(lambda s: "event " in s and "/" in s and "[running]" in s, "the cursor on a marked moment")
     tmux.key("Home")
