@@ -47,6 +47,8 @@ def test_a_paused_rank_is_the_named_cause_in_one_finding(headless):
     run.ctl("resume", "1")
     wait_for(lambda: all(w["state"] == "running" for w in run.status()["workers"]), 120, what="every rank running")
     wait_for(lambda: not run.status()["alerts"], 60, what="the finding to leave the status")
+    # events.jsonl is flushed within a second of the status: the finding's end is its last alert
+    run.wait_event("alert", lambda e: e.get("key") == "hang:1" and e.get("ended"), 30)
     assert run.events("alert")[-1].get("ended") and run.status()["straggler"]["text"] is None
     # resumed, rank 1 is behind its peers for a moment: it is not blamed for that, the finding just ends
     resumed = run.events("resumed")[0]["ts"]
