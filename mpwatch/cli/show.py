@@ -1,5 +1,5 @@
 """`mpwatch show RUN`: the TUI, read-only, on a run directory, live or finished, from its
-files alone (mpwatch/replay/), with a time cursor; and the way `mpwatch attach` opens a run
+files alone (sources.replay), with a time cursor; and the way `mpwatch attach` opens a run
 that has ended. Main thread."""
 from __future__ import annotations
 
