@@ -11,7 +11,6 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import NamedTuple
 
 from textual.app import App
 from textual.binding import Binding
@@ -23,6 +22,7 @@ from mpwatch.contract.straggler import ranks_text
 from mpwatch.settings import Settings
 from mpwatch.sources.local import ClientError, who
 from mpwatch.sources.source import Source
+from mpwatch.tui.outcome import Outcome
 from mpwatch.tui.poller import Poller
 from mpwatch.tui.render import segs, view
 from mpwatch.tui.render.glyphs import Glyphs, pick
@@ -32,11 +32,6 @@ from mpwatch.tui.screens.quit import QuitDialog
 from mpwatch.tui.view_actions import ViewActions
 from mpwatch.tui.widgets.scrollbars import AsciiScrollBarRender
 from mpwatch.tui.widgets.worker_table import WorkerTable
-
-
-class Outcome(NamedTuple):
-    kind: str  # "detach" | "stopped" | "finished"
-    exit_code: int | None
 
 
 @dataclass

@@ -19,7 +19,8 @@ from textual.widgets import Footer, Static
 from mpwatch.contract.status import Event, EventFields, RunState, State, Status
 from mpwatch.sources.source import Source
 from mpwatch.text import eventtext
-from mpwatch.tui.actions import Outcome, RunActions
+from mpwatch.tui.actions import RunActions
+from mpwatch.tui.outcome import Outcome
 from mpwatch.tui.poller import INTERVAL_S, Poller, PollFailed, RunGone, SnapshotReady
 from mpwatch.tui.render import gpu_rows, live_rows, node_rows, view
 from mpwatch.tui.render.glyphs import Glyphs

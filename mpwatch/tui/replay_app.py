@@ -17,8 +17,8 @@ from textual.timer import Timer
 from mpwatch.contract.status import Event, State, Status
 from mpwatch.sources.replay import ReplaySource
 from mpwatch.text import eventtext
-from mpwatch.tui.actions import Outcome
 from mpwatch.tui.app import MpwatchApp
+from mpwatch.tui.outcome import Outcome
 from mpwatch.tui.poller import TAIL_POINTS
 from mpwatch.tui.render import view
 from mpwatch.tui.render.glyphs import Glyphs

@@ -3,7 +3,7 @@ tests/fixtures/tui_worker.py. Effects are checked where they happen: the supervi
 events.jsonl for actions, the app's table and messages for what the user sees."""
 from __future__ import annotations
 
-from mpwatch.tui.app import Outcome
+from mpwatch.tui.outcome import Outcome
 from mpwatch.tui.screens.confirm import ConfirmDialog
 from mpwatch.tui.screens.detail import DetailScreen
 from mpwatch.tui.screens.filter import FilterDialog
