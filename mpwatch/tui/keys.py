@@ -26,31 +26,33 @@ class Key(Binding):
 
 # In footer order: ? and q first, since a narrow footer cuts its end and they must stay (60
 # columns). The help and the palette follow the same order.
+# A description is the footer's word for a key it shows, and the palette's name for every key.
 LIVE: tuple[Key, ...] = (
     Key("question_mark", "help", "Help", tooltip="these keys"),
     Key("q", "quit_dialog", "Quit", tooltip="leave: detach (the run goes on), stop the run, or cancel"),
-    Key("enter", "detail", "Detail", show=False, key_display="Enter",
+    Key("enter", "detail", "Detail of the selected worker", show=False, key_display="Enter",
         tooltip="detail of the selected worker: loss plot (y: log/linear), stdout/stderr tail, "
                 "stack dump, children"),
-    Key("j", "cursor_down", "Next worker", show=False,
+    Key("j", "cursor_down", "Select the next worker", show=False,
         tooltip="select the next worker (up and down too; k is kill)"),
     Key("g", "gpus", "GPUs",
         tooltip="GPU screen: memory and utilization over time (w: 2 min/10 min/1 h), ranks, "
                 "outside processes, alerts"),
     Key("p", "pause", "Pause", acts=True,
         tooltip="pause or resume the selected worker (SIGSTOP / SIGCONT to its process group)"),
-    Key("P", "pause_all", "Pause all", show=False, acts=True, tooltip="pause or resume all workers"),
+    Key("P", "pause_all", "Pause / resume all", show=False, acts=True, tooltip="pause or resume all workers"),
     Key("k", "kill", "Kill", acts=True, tooltip="kill the selected worker (asks first)"),
-    Key("r", "restart", "Restart", show=False, acts=True,
+    Key("r", "restart", "Restart the selected worker", show=False, acts=True,
         tooltip="restart the selected worker (asks first; in a process group, offers to restart all)"),
-    Key("R", "restart_all", "Restart all", show=False, acts=True, tooltip="restart all workers (asks first)"),
+    Key("R", "restart_all", "Restart all workers", show=False, acts=True,
+        tooltip="restart all workers (asks first)"),
     Key("plus", "grow", "Add a worker", show=False, acts=True,
         tooltip="resize the run by +1 (asks first when every worker restarts: --resize-mode restart)"),
     Key("minus", "shrink", "Remove a worker", show=False, acts=True,
         tooltip="resize the run by -1 (asks first when every worker restarts: --resize-mode restart)"),
     Key("d", "dump", "Dump", acts=True,
         tooltip="dump the stacks of the selected worker (faulthandler, py-spy)"),
-    Key("c", "checkpoint", "Checkpoint", show=False, acts=True,
+    Key("c", "checkpoint", "Checkpoint now", show=False, acts=True,
         tooltip="checkpoint now: the selected rank or all (asks first); should_checkpoint() is "
                 "True at one step"),
     Key("t", "tunables", "Tunables", show=False,
@@ -59,10 +61,14 @@ LIVE: tuple[Key, ...] = (
     Key("l", "logs", "Logs", tooltip="logs of the selected worker (stdout and stderr)"),
     Key("e", "events", "Events", show=False, tooltip="events: every event of the run, from the first"),
     Key("slash", "filter", "Filter", tooltip="filter the rows by rank, pid, state or cause"),
-    Key("escape", "clear_filter", "Clear filter", show=False, key_display="Esc", tooltip="clear the filter"),
-    Key("s", "sort", "Sort", show=False, tooltip="sort by the next column (rank, state, step, loss, ...)"),
-    Key("f", "fold", "Fold", show=False, tooltip="fold or unfold the children of the selected worker"),
-    Key("F", "fold_all", "Fold all", show=False, tooltip="fold or unfold the children of every worker"),
+    Key("escape", "clear_filter", "Clear the filter", show=False, key_display="Esc",
+        tooltip="clear the filter"),
+    Key("s", "sort", "Sort by the next column", show=False,
+        tooltip="sort by the next column (rank, state, step, loss, ...)"),
+    Key("f", "fold", "Fold / unfold the selected worker", show=False,
+        tooltip="fold or unfold the children of the selected worker"),
+    Key("F", "fold_all", "Fold / unfold all", show=False,
+        tooltip="fold or unfold the children of every worker"),
 )
 
 # A replay's cursor (tui.replay_app). Priority: the cursor moves on the detail, logs and GPU
