@@ -52,7 +52,7 @@ class MpwatchApp(RunActions):
     BINDINGS = list(keys.LIVE)
 
     def __init__(self, source: Source | None, run_dir: Path | str | None = None, *,
-                 glyphs: Glyphs | None = None, interval: float = INTERVAL_S, notices: bool = True):
+                 glyphs: Glyphs, interval: float = INTERVAL_S, notices: bool = True):
         super().__init__(source, run_dir, glyphs)
         self.interval = interval
         self.notices = notices

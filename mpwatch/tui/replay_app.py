@@ -43,7 +43,7 @@ class ReplayApp(MpwatchApp):
     # columns); pressed, they still say why they cannot act here.
     BINDINGS = [*keys.CURSOR, *keys.off_footer(keys.LIVE)]
 
-    def __init__(self, source: ReplaySource, *, glyphs: Glyphs | None = None, notices: bool = True):
+    def __init__(self, source: ReplaySource, *, glyphs: Glyphs, notices: bool = True):
         super().__init__(source, source.path, glyphs=glyphs, notices=notices)
         self.replay = source
         self.strip = TimelineStrip(id="timeline")

@@ -63,7 +63,7 @@ def tui(headless):
     async def make(n=2, env=None, opts=(), size=(120, 40), wait_running=True, script=WORKER, args=()):
         full_env = dict(os.environ, **(env or {}))
         run = headless(script, *args, n=n, opts=opts, env=full_env)
-        client = Client.connect(str(run.run_dir))
+        client = Client.at(run.run_dir)
         app = MpwatchApp(client, run.run_dir, glyphs=glyphs.UNICODE, notices=False)
         try:
             async with app.run_test(size=size) as pilot:
