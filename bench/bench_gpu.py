@@ -28,6 +28,7 @@ from bench.harness import row
 from mpwatch.probes.gpu import open_backend
 from mpwatch.contract.status import CudaView
 from mpwatch.rundir.writer import RunStore
+from mpwatch.settings import Settings
 from mpwatch.supervisor.gpu.watch import PROCS_EVERY, GpuWatch
 from mpwatch.supervisor.gpu.ranks import RankInfo
 
@@ -69,8 +70,8 @@ def fake_ticks(n: int) -> tuple[list[float], list[float], int]:
                                   "uuid": f"GPU-bench-{i}", "alloc_retries": 0, "num_ooms": 0,
                                   "inactive_split": 1 << 30} for i in range(NGPUS)]
         infos = [RankInfo(i, k.pid, True, True, [], views[i]) for i, k in enumerate(kids)]
-        watch = GpuWatch(1.0, workers=lambda: infos, emit=lambda rank, **f: None, env={},
-                         opener=lambda _: open_backend(str(path)), timeline=RunStore(tmp))
+        watch = GpuWatch(1.0, workers=lambda: infos, emit=lambda rank, **f: None, env={}, settings=Settings(),
+                         opener=lambda _: open_backend(str(path)), timeline=RunStore(tmp, Settings()))
         if not watch.open():
             raise RuntimeError(watch.status)
         _time_ticks(watch, 10)  # warm the psutil caches, as a running poller has them
@@ -127,7 +128,7 @@ def _real_rows(n: int) -> list[dict[str, object]]:
     if backend is None:
         return [row("GPU poller: one tick, real NVML", note=f"skipped: {why}")]
     backend.shutdown()
-    watch = GpuWatch(1.0, workers=list, emit=lambda rank, **f: None, env={},
+    watch = GpuWatch(1.0, workers=list, emit=lambda rank, **f: None, env={}, settings=Settings(),
                      opener=lambda _: open_backend(None))
     if not watch.open() or watch.probe is None:
         return [row("GPU poller: one tick, real NVML", note=f"skipped: {watch.status}")]

@@ -3,8 +3,9 @@
 The command line's entry (cli.main) reads them with `Settings.from_env()` before it runs a
 command, so a bad value is one line and exit code 2 (`SettingsError`), never a traceback
 later; the command hands the settings to the rooms that use them (supervisor.core.Run to
-its rooms, the TUI's glyphs, the ssh transport). A room built without them (tests, benches)
-reads them itself through the same constructor. A variable set to nothing (`VAR=`) is unset.
+its rooms, the registry's tmpdir, the TUI's glyphs, the ssh transport): no room reads them
+itself, and tests and benches hand in their own (`Settings(events_mb=...)`). A variable set
+to nothing (`VAR=`) is unset.
 
 Not here: the worker side's own variables (contract.protocol's ENV_*, set by the supervisor
 for each worker, and worker.FAKE_CUDA_ENV), which the worker reads itself (stdlib only, no

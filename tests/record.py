@@ -492,7 +492,7 @@ def record(sc: Scenario, tmp: Path) -> dict[str, Any]:
         run.start()
         if sc.setup is not None:
             sc.setup(run)
-        with Client.connect(str(run.run_dir)) as client:
+        with Client.at(run.run_dir) as client:
             status = until_met(sc, client)
             events = [dict(e) for e in client.events(0)["events"]]
             timeline = None

@@ -183,3 +183,14 @@ def test_the_start_up_hook_reads_the_protocols_names():
     # sitecustomize imports nothing of mpwatch (it runs in every worker process): its names are copies
     hook = code_strings(PACKAGE / "_inject" / "sitecustomize.py")
     assert hook == {protocol.ENV_STACK_FILE, protocol.ENV_SUPERVISOR_PID, protocol.ENV_AUTO}
+
+
+def test_the_settings_are_read_once_by_the_command_line_and_handed_in():
+    """Settings.from_env() is called by cli.main alone: every room is handed the settings (the
+    supervisor's rooms, the registry's tmpdir, the TUI's glyphs, the ssh transport)."""
+    readers = set()
+    for path in PACKAGE.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Attribute) and node.attr == "from_env" and path.name != "settings.py":
+                readers.add(str(path.relative_to(PACKAGE)))
+    assert readers == {"cli/__init__.py"}

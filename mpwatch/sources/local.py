@@ -11,6 +11,7 @@ import json
 import threading
 from multiprocessing import AuthenticationError
 from multiprocessing.connection import Client as _Connect
+from pathlib import Path
 from types import TracebackType
 from typing import Any, TypedDict, TypeVar, cast
 
@@ -157,9 +158,19 @@ class Client(Requests):
                               f"{getattr(exc, 'strerror', None) or exc}") from None
 
     @classmethod
-    def connect(cls: type[_C], run: str | None = None) -> _C:
+    def connect(cls: type[_C], run: str | None, tmpdir: Path) -> _C:
+        """A live run by id or directory (None: the newest), looked up in the registry under
+        tmpdir (settings.Settings.tmpdir)."""
         try:
-            return cls(registry.resolve(run))
+            return cls(registry.resolve(run, tmpdir))
+        except registry.RunError as exc:
+            raise ClientError(str(exc)) from None
+
+    @classmethod
+    def at(cls: type[_C], run_dir: Path | str) -> _C:
+        """The live run whose directory is run_dir."""
+        try:
+            return cls(registry.handle(Path(run_dir)))
         except registry.RunError as exc:
             raise ClientError(str(exc)) from None
 

@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any
 
 from mpwatch.contract import protocol
 from mpwatch.contract.status import Event, RunState, State, Status
-from mpwatch.rundir import claim, layout, records, registry, thinning, writer
+from mpwatch.rundir import claim, layout, records, registry, writer
 from mpwatch.settings import Settings
 from mpwatch.supervisor import errors, metrics, snapshot, spawn
 from mpwatch.supervisor.diagnose.dumps import Dumper
@@ -65,11 +65,11 @@ TICK_S = 0.1
 FLUSH_S = 0.5  # events.jsonl flushed, the disk checked, the headless summary considered
 
 
-def _claimed(opts: Options, taken: claim.Claim | None) -> tuple[claim.Claim | None, str, Path]:
+def _claimed(opts: Options, taken: claim.Claim | None, tmpdir: Path) -> tuple[claim.Claim | None, str, Path]:
     """The run's claim (`taken`, or one taken now unless a launcher made the directory), id and
     directory; registry.RunError when a launcher's directory comes without its id or path."""
     if taken is None and opts.made_run_dir is None:
-        taken = claim.claim(opts.script, opts.nprocs, opts.cwd, opts.run_dir, opts.run_id)
+        taken = claim.claim(opts.script, opts.nprocs, opts.cwd, tmpdir, opts.run_dir, opts.run_id)
     if taken is not None:
         return taken, taken.run_id, taken.run_dir
     if opts.run_id is None or opts.run_dir is None:
@@ -78,15 +78,15 @@ def _claimed(opts: Options, taken: claim.Claim | None) -> tuple[claim.Claim | No
 
 
 class Run:
-    def __init__(self, opts: Options, status_out: Reporter | None = None, settings: Settings | None = None,
+    def __init__(self, opts: Options, settings: Settings, status_out: Reporter | None = None,
                  taken: claim.Claim | None = None):
         """Names the run and builds its rooms; starts nothing but the claim on its id and
         directory (rundir.claim): `taken`, the CLI's, or one taken here, unless a launcher made
         the directory (opts.made_run_dir: the supervisor's own process then checks it is that
-        one). settings: the MPWATCH_* switches the CLI read (None: read them now). Raises
+        one). settings: the MPWATCH_* switches the CLI read, handed to the rooms. Raises
         registry.RunError when the run cannot be claimed or there is no usable runtime directory."""
         self.opts = opts
-        self.settings = settings or Settings.from_env()
+        self.settings = settings
         self.status_out = status_out  # a headless Reporter, or None
         self.lock = threading.RLock()
         self.workers: dict[int, Worker] = {}
@@ -101,8 +101,8 @@ class Run:
         self._registered = False
         self._log_file: logging.Handler | None = None  # supervisor.log (supervisor.errors)
         rt = registry.runtime_dir(self.settings.tmpdir)
-        self.claim, self.run_id, self.run_dir = _claimed(opts, taken)
-        self.store = writer.RunStore(self.run_dir, thinning.cap_bytes(self.settings.events_mb))
+        self.claim, self.run_id, self.run_dir = _claimed(opts, taken, self.settings.tmpdir)
+        self.store = writer.RunStore(self.run_dir, self.settings)
         self.log = EventLog(self.store, status_out)
         self.marks = Marks(self.run_id, os.getpid())  # every process of the run (supervisor.workers.marks)
         self.groups = ProcessGroups(self.workers, self.lock, self.log, opts.stop_signal, self.marks)
@@ -157,7 +157,7 @@ class Run:
             "run_id": self.run_id, "address": self.control.address, "authkey": self.authkey.hex(),
             "pid": os.getpid()})
         self.gpu.start()
-        registry.register(self.run_id, records.registry_entry(*me))
+        registry.register(self.run_id, records.registry_entry(*me), self.settings.tmpdir)
         self._registered = True
         # stamped with run.json's start, so a replay puts the run's first event at +0.0s (not at
         # the time setup took, 0.1 s under load)
@@ -325,7 +325,7 @@ class Run:
         if self.nodes is not None:
             self.nodes.close()
         if self._registered or self.claim is not None:  # the entry, or the claim's reservation of it
-            registry.unregister(self.run_id)
+            registry.unregister(self.run_id, self.settings.tmpdir)
             self._registered = False
             self.claim = None
         self.groups.close()

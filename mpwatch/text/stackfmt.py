@@ -189,21 +189,6 @@ def summarize(text: str, pid: int | None = None) -> DumpSummary:
             "collective": coll[2] if coll else None, "threads": len(proc["threads"])}
 
 
-def user_frame_lines(text: str) -> set[int]:
-    """Indexes of the lines to highlight in a dump: in each thread, the innermost frame of
-    the user's own code (where a stuck worker is stuck, in the user's terms)."""
-    marked, pending = set(), False
-    for i, line in enumerate(text.splitlines()):
-        if line.startswith(HEADER) or _THREAD.match(line):
-            pending = True  # a new thread: look for its innermost user frame
-            continue
-        m = _FRAME.match(line)
-        if m and pending and is_user_file(m.group("file")):
-            marked.add(i)
-            pending = False
-    return marked
-
-
 # ------------------------------------------------------------- the stack view ----
 @dataclass(frozen=True)
 class FrameView:

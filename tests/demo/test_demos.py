@@ -207,7 +207,7 @@ def test_hogwild_children_report_over_their_own_channels(headless, data_dir):
 
     run = headless(DEMO / "hogwild.py", "--data-dir", data_dir, "--no-download", "--procs", 2,
                    "--max-steps", 250, n=1)
-    with Client.connect(str(run.run_dir)) as client:
+    with Client.at(run.run_dir) as client:
         def trainers_reporting():
             if run.proc.poll() is not None:
                 raise AssertionError("the run ended before its trainers were seen reporting:\n"

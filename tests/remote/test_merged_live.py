@@ -20,7 +20,7 @@ def test_checkpoint_all_and_a_change_reach_every_node_at_one_step(headless):
         run.wait_event("tunable_declared", count=4)
         wait_for(lambda run=run: all(w["step"] and w["steps_per_s"] for w in run.status()["workers"]),
                  what="steps")
-    source = connect([str(r.run_dir) for r in runs], Transport.from_settings(Settings()))
+    source = connect([str(r.run_dir) for r in runs], Transport.from_settings(Settings()), Settings().tmpdir)
     try:
         st = wait_for(lambda: (lambda s: s if len(s["workers"]) == 3 else None)(source.status(tail=0)),
                       what="the merged status")

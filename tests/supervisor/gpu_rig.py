@@ -18,6 +18,7 @@ from pathlib import Path
 from mpwatch.testing.scripted_nvml import FakeBackend
 from mpwatch.contract.status import CudaView
 from mpwatch.rundir.writer import RunStore
+from mpwatch.settings import Settings
 from mpwatch.supervisor.gpu.alerts import AlertConfig
 from mpwatch.supervisor.gpu.ranks import RankInfo
 from mpwatch.supervisor.gpu.watch import GpuWatch
@@ -55,9 +56,10 @@ class Rig:
         path.write_text(json.dumps(self._own_pids(scenario)))
         backend = FakeBackend(str(path), clock=self.clock)
         backend.init()
+        settings = Settings(gpu=cfg or AlertConfig())
         self.watch = GpuWatch(1.0, self.infos, lambda rank, **f: self.events.append((rank, f)), env=env or {},
-                              config=cfg or AlertConfig(), opener=lambda env: (backend, None),
-                              timeline=RunStore(tmp_path) if timeline else None, clock=self.clock)
+                              settings=settings, opener=lambda env: (backend, None),
+                              timeline=RunStore(tmp_path, settings) if timeline else None, clock=self.clock)
         assert self.watch.open(), self.watch.status
 
     def infos(self) -> list[RankInfo]:

@@ -247,7 +247,7 @@ def test_ranks_on_their_own_gpus_by_uuid_children_strays_and_the_timeline(headle
 
     # The gpu_timeline command: ticks with every rank on its GPU, and the marks.
     # The timeline keeps one tick a second: wait for one taken after the settled status above.
-    with Client.connect(str(run.run_dir)) as c:
+    with Client.at(run.run_dir) as c:
         tl = wait_for(lambda: (lambda t: t if t["ticks"] and t["ticks"][-1]["ts"] > g0["ts"] else None)(
             c.gpu_timeline(120)), timeout=30, what="a timeline tick after the status")
         with pytest.raises(Exception, match="window"):

@@ -9,7 +9,7 @@ from mpwatch.tui.screens.checkpoint import CheckpointDialog
 from mpwatch.tui.screens.help import HelpScreen
 from mpwatch.tui.screens.tunables import SetTunableDialog, TunablesScreen
 from tests.helpers import FIXTURES
-from tests.tui.conftest import said, until, worker_of
+from tests.tui.conftest import drawn, said, until, worker_of
 
 LOOP = FIXTURES / "live_loop.py"
 
@@ -76,5 +76,5 @@ async def test_help_lists_c_and_t(tui):
     async with await _live(tui, n=1) as (app, pilot, run):
         await pilot.press("question_mark")
         await until(pilot, lambda: isinstance(app.screen, HelpScreen), what="help")
-        text = str(app.screen.query_one("Static").render())
+        text = drawn(app.screen.query_one("Static"))
         assert "checkpoint now" in text and "tunables:" in text

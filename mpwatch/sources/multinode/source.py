@@ -154,8 +154,8 @@ class NodePoller:
 class MergedSource:
     """The Source of a merged view: nodes added by `add` (and found through their peers)."""
 
-    def __init__(self, transport: Transport | None = None):
-        self.transport = transport or Transport.from_settings()
+    def __init__(self, transport: Transport):
+        self.transport = transport  # how to reach a node on another machine (settings.Settings.ssh)
         self.nodes: list[NodePoller] = []
         self._lock = threading.Lock()
         self._events: collections.deque[EventFields] = collections.deque(maxlen=EVENTS_KEPT)
@@ -166,11 +166,13 @@ class MergedSource:
     # ----------------------------------------------------------------- nodes ----
     def add(self, host: str, run: str | None, link: Requests | None = None, node: int | None = None,
             status: Status | None = None) -> NodePoller:
-        """A node to watch: host "" is this machine (run: an id or directory here); link and
+        """A node to watch: host "" is this machine (run: its directory here); link and
         status when the caller has reached it already."""
         def connect() -> Requests:
-            if not host:
-                return LocalLink.connect(run)
+            if not host:  # a run here: its directory
+                if run is None:
+                    raise ClientError("a run on this machine is added by its directory")
+                return LocalLink.at(run)
             return RemoteClient(Target(host, run), self.transport)
         n = NodePoller(host, run, connect, link, len(self.nodes) if node is None else node, status)
         with self._lock:
