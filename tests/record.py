@@ -262,7 +262,7 @@ def on_gpus(n_gpus: int) -> dict[str, Check]:
                 and w["step"] is not None for w in st["workers"])}
 
 
-AUTO: dict[str, Check] = {  # what the auto scenario is for: a torch loop's steps counted by mpwatch.auto
+AUTO: dict[str, Check] = {  # what the auto scenario is for: a torch loop's steps counted by mpwatch.worker.auto
     "every rank past step 60, automatically": lambda st: all(
         (w["step"] or 0) >= 60 and w["steps_from"] == "auto" for w in st["workers"]),
     "steps/s and the TIME split": lambda st: all(w["steps_per_s"] and w["phases"] for w in st["workers"]),

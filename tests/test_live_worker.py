@@ -1,4 +1,4 @@
-"""Issue 23, the worker side (mpwatch.live) against a supervisor played by the test: requests
+"""Issue 23, the worker side (mpwatch.worker.control) against a supervisor played by the test: requests
 come down the channel, should_checkpoint() is True exactly once per request at its step (or,
 learnt too late, once at once, saying so), a tunable changes at its step, and nothing of it is
 loaded or running outside mpwatch."""
@@ -131,7 +131,7 @@ def test_a_loop_declaring_thousands_of_names_keeps_its_channel_and_its_frames_sm
 def test_outside_mpwatch_nothing_loads_runs_or_changes():
     res = run_worker("""
         import sys, threading, mpwatch
-        assert "mpwatch.live" not in sys.modules, "import mpwatch must not load mpwatch.live"
+        assert "mpwatch.worker.control" not in sys.modules, "import mpwatch must not load mpwatch.worker.control"
         assert mpwatch.should_checkpoint() is False
         assert mpwatch.tunable("lr", 0.1) == 0.1 and mpwatch.tunable("x", [1]) == [1]
         assert threading.active_count() == 1

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from mpwatch import settings as settings_mod
-from mpwatch import worker
+from mpwatch.worker import channel as worker
 from mpwatch.contract import protocol
 from mpwatch.settings import SWITCHES, GpuThresholds, Settings, SettingsError
 from mpwatch.testing.libnvml import SCRIPT_ENV
@@ -176,12 +176,12 @@ def test_mpwatch_variables_are_spelled_in_four_modules_at_most():
     """settings (the switches), contract.protocol (the worker side's names), and the worker
     side that reads its own: worker and the start-up hook."""
     spelled = {str(p.relative_to(PACKAGE)) for p in PACKAGE.rglob("*.py") if code_strings(p)}
-    allowed = {"settings.py", "contract/protocol.py", "worker.py", "_inject/sitecustomize.py",
+    allowed = {"settings.py", "contract/protocol.py", "worker/channel.py", "worker/boot/sitecustomize.py",
                "testing/libnvml/__init__.py"}  # the C stand-in's script: written for C, never read here
     assert spelled <= allowed, spelled
 
 
 def test_the_start_up_hook_reads_the_protocols_names():
     # sitecustomize imports nothing of mpwatch (it runs in every worker process): its names are copies
-    hook = code_strings(PACKAGE / "_inject" / "sitecustomize.py")
+    hook = code_strings(PACKAGE / "worker" / "boot" / "sitecustomize.py")
     assert hook == {protocol.ENV_STACK_FILE, protocol.ENV_SUPERVISOR_PID, protocol.ENV_AUTO}

@@ -133,7 +133,7 @@ def test_a_fork_while_the_sender_imports_leaves_the_child_a_working_channel(tmp_
 
         class Slow(importlib.abc.MetaPathFinder):
             def find_spec(self, name, path, target=None):
-                if name != "mpwatch.worker_cuda":
+                if name != "mpwatch.worker.cuda":
                     return None
                 sys.meta_path.remove(self)
                 spec = importlib.machinery.PathFinder.find_spec(name, path)
@@ -311,7 +311,7 @@ def stand_in_torch(initialized=True, stats=None, uuids=None):
 
 
 def test_torch_cuda_view_reads_the_busiest_device_once_per_call(monkeypatch):
-    from mpwatch.worker_cuda import TorchCuda
+    from mpwatch.worker.cuda import TorchCuda
 
     torch, calls = stand_in_torch(stats=[_stats(0), _stats(5 << 30, 3 << 30, retries=2, ooms=1, split=7)],
                                   uuids=["aaaa", "bbbb"])
@@ -328,7 +328,7 @@ def test_torch_cuda_view_reads_the_busiest_device_once_per_call(monkeypatch):
 
 
 def test_torch_cuda_view_never_initialises_cuda_and_names_a_mig_instance(monkeypatch):
-    from mpwatch.worker_cuda import TorchCuda
+    from mpwatch.worker.cuda import TorchCuda
 
     torch, calls = stand_in_torch(initialized=False, stats=[_stats(1)], uuids=["aaaa"])
     monkeypatch.setitem(sys.modules, "torch", torch)

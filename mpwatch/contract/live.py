@@ -1,7 +1,7 @@
 """Live control's records: the status's tunables and checkpoint requests, a rank's stop signal,
 the BATCH `live` entries checked where they enter the supervisor, and a tunable's value read
 from a command line (`mpwatch ctl set`, the TUI's `t`). contract.status re-exports the records.
-Pure; any thread. The worker side (mpwatch.live) never imports this module: `typing` is dear there.
+Pure; any thread. The worker side (mpwatch.worker.control) never imports this module: `typing` is dear there.
 """
 from __future__ import annotations
 

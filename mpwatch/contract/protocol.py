@@ -27,7 +27,7 @@ MAX_FRAME = 1 << 20
 # thousand workers is several MiB.
 MAX_REPLY = 1 << 28
 # A report past these is rejected alone by the supervisor (counted in the worker's status);
-# the worker side keeps its reports well inside them (mpwatch.sender.bounds).
+# the worker side keeps its reports well inside them (mpwatch.worker.bounds).
 MAX_METRICS = 256  # metrics a report may carry
 MAX_METRIC_NAME = 200
 MAX_METRIC_TEXT = 4096  # characters of a text metric
@@ -42,7 +42,7 @@ ENV_STACK_FILE = "MPWATCH_STACK_FILE"
 ENV_SUPERVISOR_PID = "MPWATCH_SUPERVISOR_PID"
 ENV_FLUSH = "MPWATCH_FLUSH_S"  # how often the worker's sender ships a batch
 ENV_TUNABLES = "MPWATCH_TUNABLES"  # JSON {name: value}: the tunables' values when the worker was started
-ENV_AUTO = "MPWATCH_AUTO_HOOKS"  # "1": automatic steps once torch is imported (mpwatch.auto); "0": none
+ENV_AUTO = "MPWATCH_AUTO_HOOKS"  # "1": automatic steps after `import torch` (mpwatch.worker.auto); "0": none
 
 
 def flush_interval(workers: int, stall_timeout: float) -> float:
@@ -57,9 +57,9 @@ BATCH = "batch"  # {t, reports: [[ts, step, loss, metrics(, n)]], dropped, phase
 # `dist`: true when torch.distributed is initialised in the process (absent otherwise).
 # A report entry with a fifth element n stands for n consecutive report() calls folded into
 # one by the sender (the last step and loss among them, their metrics merged).
-# `auto`: true when the reports are automatic steps (mpwatch.auto); absent: the process's own.
+# `auto`: true when the reports are automatic steps (mpwatch.worker.auto); absent: the process's own.
 BYE = "bye"  # {t} the process is exiting normally
-# A BATCH may carry `live`: entries of mpwatch.live (protocol 2), each a list led by its kind:
+# A BATCH may carry `live`: entries of mpwatch.worker.control (protocol 2), each a list led by its kind:
 LIVE_POLLS = "polls"  # ["polls"]: the process calls mpwatch.should_checkpoint()
 # ["declare", name, type, default]: mpwatch.tunable()'s first call (type: TUNABLE_TYPES)
 LIVE_DECLARE = "declare"

@@ -190,7 +190,7 @@ class WorkerStatus(TypedDict):
     gpu: WorkerGpu | None
     stop: StopInfo | None  # the stop signal mpwatch sent it (--stop-signal), until it ends
     polls_checkpoint: bool  # its process calls mpwatch.should_checkpoint()
-    # Where its steps come from: "auto" (its optimizer steps, counted by mpwatch.auto), "report"
+    # Where its steps come from: "auto" (its optimizer steps, counted by mpwatch.worker.auto), "report"
     # (mpwatch.report() in the script); None before its first report.
     steps_from: StepsFrom | None
     # A merged view of several nodes (sources.multinode.source) sets these three; `rank` is then the

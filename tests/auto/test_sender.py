@@ -1,5 +1,5 @@
-"""Issue 21: a step's loss is read by the sender, once it is there (mpwatch.auto.loss.StepLoss,
-mpwatch.worker's flush). The GPU side is stood in for: an event whose query() the test
+"""Issue 21: a step's loss is read by the sender, once it is there (mpwatch.worker.auto.loss.StepLoss,
+mpwatch.worker.channel's flush). The GPU side is stood in for: an event whose query() the test
 answers, and a host ring the test fills; the channel is real (a Listener)."""
 from __future__ import annotations
 
@@ -8,10 +8,10 @@ import os
 import threading
 from multiprocessing.connection import Listener
 
-from mpwatch import worker
-from mpwatch.auto import loss as auto_loss
-from mpwatch.auto.loss import StepLoss
-from mpwatch.sender import batch
+from mpwatch.worker import channel as worker
+from mpwatch.worker.auto import loss as auto_loss
+from mpwatch.worker.auto.loss import StepLoss
+from mpwatch.worker import batch
 from tests.helpers import wait_for
 
 KEY = os.urandom(16)

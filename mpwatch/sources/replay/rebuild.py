@@ -86,7 +86,7 @@ def worker_row(k: RankFold, reps: list[ReportRow], t: float, tail: int,
         last_dump=k.last_dump, unkillable=k.unkillable, foreign_groups=[], children=[],
         gpu=gpu if alive else None, stop=None,  # the events say when a stop signal went, not its deadline
         polls_checkpoint=False,  # nor whether the rank's loop asks should_checkpoint()
-        steps_from=None)  # nor whether its steps were counted by mpwatch.auto
+        steps_from=None)  # nor whether its steps were counted by mpwatch.worker.auto
     if k.rejected:
         row["rejected"] = {"count": k.rejected, "why": k.rejected_why or "?"}
     return row

@@ -4,7 +4,7 @@ A request reaches a rank at its sender's next flush (up to one flush interval), 
 supervisor's view of each rank's step is up to one flush (and the report's age) old. So the
 step is put ahead of where the leading rank may already be by then: its last step, plus its
 steps per second over the age of that report, two flush intervals and a margin for a busy
-machine, plus one. A rank that still learns of it too late says so (mpwatch.live answers
+machine, plus one. A rank that still learns of it too late says so (mpwatch.worker.control answers
 with `late`); it never takes it silently at another step.
 """
 from __future__ import annotations

@@ -12,7 +12,7 @@ never reached by a well-meaning script.
 - at most MAX_PHASES phase names.
 
 Runs on the worker's sender thread at flush (report() only appends: it stays microseconds),
-over at most protocol-size batches (mpwatch.sender.batch folds a long run of reports into a few).
+over at most protocol-size batches (mpwatch.worker.batch folds a long run of reports into a few).
 Standard library only.
 """
 from __future__ import annotations

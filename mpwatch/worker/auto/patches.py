@@ -1,4 +1,4 @@
-"""Where mpwatch.auto listens in torch: the hooks, put in once right after `import torch`.
+"""Where mpwatch.worker.auto listens in torch: the hooks, put in once right after `import torch`.
 
 - torch's global optimizer hook (`register_optimizer_step_post_hook`): an optimizer stepped;
 - `torch.optim.Optimizer.__init__`: an optimizer was made (then backward() alone is no step);
@@ -15,8 +15,8 @@ from __future__ import annotations
 import functools
 from importlib import import_module
 
-from mpwatch.auto.loss import UNSCALED, Capture
-from mpwatch.auto.steps import Steps
+from mpwatch.worker.auto.loss import UNSCALED, Capture
+from mpwatch.worker.auto.steps import Steps
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -77,7 +77,7 @@ def _grad_scaler(cls: Any, tensor: type, steps: Steps) -> None:
     def scale(self: Any, outputs: Any) -> Any:
         out = real_scale(self, outputs)
         if type(out) is tensor and out is not outputs and type(outputs) is tensor:
-            out.__dict__[UNSCALED] = outputs.detach()  # mpwatch.auto.loss reads the loss, not loss * scale
+            out.__dict__[UNSCALED] = outputs.detach()  # auto.loss reads the loss, not loss * scale
         return out
 
     @functools.wraps(real_step)

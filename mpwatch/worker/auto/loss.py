@@ -6,7 +6,7 @@ device, and read on the sender thread.
 of a pinned host ring, and a CUDA event is recorded after the copy on the tensor's stream.
 Nothing there waits for the device, and `.item()` is never called there.
 
-`StepLoss` is what a step puts in the worker's buffer (mpwatch.worker): the sender thread asks
+`StepLoss` is what a step puts in the worker's buffer (mpwatch.worker.channel): the sender thread asks
 `ready()` before it takes the entry (the events of its CUDA parts have completed, or waited
 READY_WAIT_S: the step then goes without its loss rather than hold back the heartbeat), then
 `float()` reads it: CPU tensors converted there, CUDA slots read from the host ring. Several

@@ -2,10 +2,10 @@
 `should_checkpoint()` and `tunable()`, and the answers that go back.
 
 Two threads share a `Live` without a lock:
-- the sender thread (mpwatch.worker) hands each request frame to `receive()`, which appends
+- the sender thread (mpwatch.worker.channel) hands each request frame to `receive()`, which appends
   it to `inbox` and then lowers `due` and `ck_due`; at each flush it `take()`s the outbox;
 - the training thread calls should_checkpoint() and tunable(): while nothing is due, one
-  compare of `due` with this process's current step (mpwatch.worker's `_Channel.step`, the
+  compare of `due` with this process's current step (mpwatch.worker.channel's `_Channel.step`, the
   last step reported, by report() or by the automatic steps) and nothing else. When the step
   reaches `due`, `run_due()` drains the inbox, applies what is due, and queues the answers.
 A deque's append and popleft are atomic, and an attribute store is one, so the only order that
@@ -22,7 +22,7 @@ from mpwatch.contract import protocol
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from mpwatch.worker import _Channel
+    from mpwatch.worker.channel import _Channel
 
     # step (None: now), id, tunable name (None: checkpoint), value
     Item = tuple[int | None, int, str | None, object]
@@ -216,7 +216,7 @@ def start_values() -> dict[str, object]:
 
 
 def attach(chan: _Channel) -> Live:
-    """The process's Live, made on first use (by mpwatch.live, or a request frame)."""
+    """The process's Live, made on first use (by mpwatch.worker.control, or a request frame)."""
     with chan.lock:  # the training thread's first call and the sender's first frame may race here
         live = chan.live
         if live is None:

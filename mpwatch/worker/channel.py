@@ -5,8 +5,8 @@ supervisor every flush interval (0.25 s; longer in wide runs, as the supervisor 
 training loop therefore never waits on the supervisor: if it is slow or gone, the deque
 drops its oldest entries and the gaps in the sequence numbers tell the supervisor how many
 were dropped. Each batch's reports are bounded and coerced there, on the sender thread
-(mpwatch.sender.bounds: a 1 MB metric is cut, 10**400 goes as a float), so that no report
-costs the batch it travels in; mpwatch.sender.batch shapes the batch.
+(mpwatch.worker.bounds: a 1 MB metric is cut, 10**400 goes as a float), so that no report
+costs the batch it travels in; mpwatch.worker.batch shapes the batch.
 
 The sender starts when mpwatch is imported and says hello at once: the supervisor then
 knows the process will report, and its start-up limit (a slow start, never a stall) applies
@@ -16,10 +16,10 @@ import mpwatch afresh and connect the same way. The supervisor tells worker from
 Each batch says whether torch.distributed is initialised in the process (read on the sender
 thread, only when the script already imported it): its ranks then share a process group.
 
-Scripts that never call report() get automatic steps from mpwatch.auto (its hooks call
+Scripts that never call report() get automatic steps from mpwatch.worker.auto (its hooks call
 `auto_step` on the training thread: the same buffer, flagged `auto` in the batch) until the
 process reports a step or a loss itself, which wins. An automatic step's loss may be a tensor
-the sender reads when it flushes (mpwatch.auto.loss: never on the training thread). mpwatch.auto
+the sender reads when it flushes (mpwatch.worker.auto.loss: never on the training thread). mpwatch.worker.auto
 imports this module right after `import torch`, so a torch script's first optimizer step is
 its first report and the start-up limit holds until then.
 """
@@ -44,7 +44,7 @@ if TYPE_CHECKING:
     from typing import Literal
 
     from mpwatch.contract.status import CudaView
-    from mpwatch.live.state import Live
+    from mpwatch.worker.control_state import Live
 
     Entry = tuple[int, float, int | None, object, dict[str, object]]  # seq, wall time, step, loss, metrics
     CudaSource = Callable[[], CudaView | None]
@@ -111,9 +111,9 @@ class _Channel:
         self.cuda_source: CudaSource | None = cuda_source  # None: torch's, made when first needed
         self.pid = os.getpid()
         # This process's current step: the last one reported. Every source of steps sets it
-        # (report() here; the automatic steps too): mpwatch.live compares it with a request's.
+        # (report() here; the automatic steps too): mpwatch.worker.control compares it with a request's.
         self.step = -1
-        self.live: Live | None = None  # mpwatch.live's state, once used or once a request came
+        self.live: Live | None = None  # mpwatch.worker.control's state, once used or once a request came
         self.buf: deque[Entry] = deque(maxlen=BUFFER)
         self.seq = itertools.count()
         self.phases: dict[str, float] = {}
@@ -127,7 +127,7 @@ class _Channel:
         self.next_cuda = 0.0
         self.retry_at = 0.0
         self.explicit = -1  # seq of the first report() with a step or a loss: automatic steps stop there
-        self.auto = False  # mpwatch.auto sent steps
+        self.auto = False  # mpwatch.worker.auto sent steps
         self.mp_exit = False  # multiprocessing's children flush at their exit (before_fork)
         # Held by the sender thread while it imports (or lets torch import) and by a fork while it
         # forks: a fork in the middle of an import left the child that module's lock, held by a
@@ -138,7 +138,7 @@ class _Channel:
     def reset(self) -> None:
         """In a forked child (register_at_fork): a fresh buffer and no connection."""
         self.pid = os.getpid()
-        self.step = -1  # a forked child counts its own steps (mpwatch.auto's from 0)
+        self.step = -1  # a forked child counts its own steps (mpwatch.worker.auto's from 0)
         self.buf = deque(maxlen=BUFFER)
         self.seq = itertools.count()
         self.phases = {}
@@ -152,7 +152,7 @@ class _Channel:
         self.next_cuda = 0.0
         self.retry_at = 0.0
         self.explicit = -1  # seq of the first report() with a step or a loss: automatic steps stop there
-        self.auto = False  # mpwatch.auto sent steps
+        self.auto = False  # mpwatch.worker.auto sent steps
         self.imports = threading.Lock()  # the parent's, held by the fork, is never released here
         self.forking = threading.local()
 
@@ -232,7 +232,7 @@ class _Channel:
         conn = self.conn
         assert conn is not None  # _connect() succeeded
         with self.imports:
-            from mpwatch.sender import batch  # each report bounded there, never in report()
+            from mpwatch.worker import batch  # each report bounded there, never in report()
 
         items = batch.drain(buf)
         dropped = 0
@@ -261,13 +261,13 @@ class _Channel:
         self.retry_at = time.monotonic() + 1.0
 
     def _read_requests(self) -> None:
-        """The supervisor's requests (protocol 2), read without waiting, for mpwatch.live."""
+        """The supervisor's requests (protocol 2), read without waiting, for mpwatch.worker.control."""
         conn = self.conn
         try:
             while conn is not None and conn.poll(0):
                 msg = protocol.decode(conn.recv_bytes(protocol.MAX_FRAME))
                 with self.imports:
-                    from mpwatch.live.state import attach  # stdlib; loaded by the first request
+                    from mpwatch.worker.control_state import attach  # stdlib; loaded by the first request
 
                 attach(self).receive(msg)
         except protocol.BadFrame:
@@ -375,7 +375,7 @@ def active() -> bool:
     return _channel is not None
 
 
-# -- automatic steps (mpwatch.auto, on the training thread) ------------------------------
+# -- automatic steps (mpwatch.worker.auto, on the training thread) ------------------------------
 def auto_wanted() -> bool:
     """Automatic steps and losses are wanted: this process runs under mpwatch and has not
     reported a step or a loss itself."""

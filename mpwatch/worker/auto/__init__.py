@@ -1,10 +1,10 @@
 """Automatic steps, losses and time split for scripts that never call mpwatch.report().
 
-The start-up hook every worker loads (mpwatch/_inject/sitecustomize.py) puts a finder on
+The start-up hook every worker loads (mpwatch/worker/boot/sitecustomize.py) puts a finder on
 sys.meta_path that waits for `import torch`, and calls `install` right after torch's own
 import: a process that never imports torch never loads this package, and a run started with
 --no-auto (or MPWATCH_AUTO=0) never puts the finder there. What counts as a step is in
-mpwatch.auto.steps, the loss in mpwatch.auto.loss, where the hooks sit in mpwatch.auto.patches;
+worker.auto.steps, the loss in worker.auto.loss, where the hooks sit in worker.auto.patches;
 the steps go into the worker's own buffer (mpwatch.worker.auto_step), so the supervisor sees
 reports like any other, and a process that calls report() with a step or a loss itself wins.
 
@@ -17,10 +17,10 @@ from __future__ import annotations
 
 import os
 
-from mpwatch import worker
-from mpwatch.auto import patches
-from mpwatch.auto.loss import Capture, StepLoss
-from mpwatch.auto.steps import Steps
+from mpwatch.worker import channel as worker
+from mpwatch.worker.auto import patches
+from mpwatch.worker.auto.loss import Capture, StepLoss
+from mpwatch.worker.auto.steps import Steps
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:

@@ -15,8 +15,8 @@ returns its default. Stdlib only; loaded on first use by `mpwatch.should_checkpo
 """
 from __future__ import annotations
 
-from mpwatch import worker as _worker
-from mpwatch.live import state as _state
+from mpwatch.worker import channel as _worker
+from mpwatch.worker import control_state as _state
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # `typing` costs milliseconds at start-up: for the checker only

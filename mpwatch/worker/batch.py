@@ -1,9 +1,9 @@
 """One batch frame, shaped from the reports a flush drains: the entries whose loss is there,
 a long run of them folded into FOLD, torch.distributed's and the allocator's state read.
 
-Runs on the worker's sender thread (mpwatch.worker's `_Channel.flush`), loaded on its first
+Runs on the worker's sender thread (mpwatch.worker.channel's `_Channel.flush`), loaded on its first
 flush, never at `import mpwatch`. Standard library only: torch is read when the script already
-imported it (mpwatch.worker_cuda), never imported here.
+imported it (mpwatch.worker.cuda), never imported here.
 """
 from __future__ import annotations
 
@@ -12,12 +12,12 @@ import time
 from collections import deque
 
 from mpwatch.contract import protocol
-from mpwatch.sender import bounds
+from mpwatch.worker import bounds
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from mpwatch.contract.status import CudaView
-    from mpwatch.worker import Entry, _Channel
+    from mpwatch.worker.channel import Entry, _Channel
 
 CUDA_EVERY_S = 1.0  # torch's memory view is sampled at most this often
 # Entries per batch: a flush holding more reports folds runs of consecutive ones into one
@@ -42,7 +42,7 @@ def drain(buf: deque[Entry]) -> list[Entry]:
 
 def frame(chan: _Channel, items: list[Entry], dropped: int, phases: dict[str, float],
           live: object) -> dict[str, object]:
-    """The batch message of these entries, bounded (mpwatch.sender.bounds)."""
+    """The batch message of these entries, bounded (mpwatch.worker.bounds)."""
     reports: list[list[object]]
     if len(items) <= FOLD:
         reports = [[ts, step, as_number(loss), metrics] for _, ts, step, loss, metrics in items]
@@ -72,7 +72,7 @@ def cuda_view(chan: _Channel) -> CudaView | None:
         if chan.cuda_source is None:
             if "torch" not in sys.modules:
                 return None
-            from mpwatch.worker_cuda import TorchCuda  # only in processes that use torch
+            from mpwatch.worker.cuda import TorchCuda  # only in processes that use torch
 
             chan.cuda_source = TorchCuda()
         return chan.cuda_source()
@@ -91,7 +91,7 @@ def dist_initialized() -> bool:
 
 
 def ready(loss: object) -> bool:
-    ready = getattr(loss, "ready", None)  # mpwatch.auto.loss.StepLoss
+    ready = getattr(loss, "ready", None)  # mpwatch.worker.auto.loss.StepLoss
     return ready is None or bool(ready())
 
 

@@ -1,5 +1,5 @@
 """The worker's CUDA view: torch's caching-allocator counters of the device this process
-allocates on, read on the worker's sender thread at most once a second (mpwatch.sender.batch), only
+allocates on, read on the worker's sender thread at most once a second (mpwatch.worker.batch), only
 when the script already initialised CUDA. Standard library only: torch is found in
 sys.modules, never imported, and CUDA is never initialised here.
 """

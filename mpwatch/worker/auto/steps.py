@@ -1,6 +1,6 @@
 """What counts as a step of a script that never calls report(), and where its time went.
 
-`Steps` is one process's counter, fed by the hooks (mpwatch.auto.patches) on the training
+`Steps` is one process's counter, fed by the hooks (mpwatch.worker.auto.patches) on the training
 thread and nothing else; it never touches torch itself, so its rules test without it.
 
 - An optimizer step counts when a top-level backward() ran since the last step counted: the
@@ -44,7 +44,7 @@ class Steps:
         self.counted_since_backward = False
         self.depth = 0  # top-level backward() calls running (a nested one is part of them)
         self.data_depth = 0  # DataLoader __next__ calls running (one iterating another counts once)
-        self.parts: list[object] = []  # this step's losses (mpwatch.auto.loss turns them into a number)
+        self.parts: list[object] = []  # this step's losses (auto.loss makes them a number)
         self.data_s = 0.0  # this step's time in a DataLoader's __next__
         self.started: float | None = None  # when this step began
         self.sent = 0.0  # when the last step or heartbeat was emitted

@@ -6,7 +6,7 @@ It does what a worker must have even when its script never imports mpwatch:
 - for a direct worker, a parent-death signal, so a SIGKILLed supervisor takes it along;
   any process of a run that starts when its supervisor is already gone exits at once.
 - unless the run said --no-auto: a finder on sys.meta_path that waits for `import torch` and,
-  right after torch's own import, puts in the hooks of automatic steps (mpwatch.auto). Until
+  right after torch's own import, puts in the hooks of automatic steps (mpwatch.worker.auto). Until
   then it costs one comparison per import; a process that never imports torch loads nothing.
 Then it hands over to any other sitecustomize further down sys.path. Runs at interpreter
 start-up, on the main thread, before the script.
@@ -77,7 +77,7 @@ def _alive(pid: int) -> bool:
 
 class _TorchFinder:
     """Waits for `import torch` on sys.meta_path, then leaves it: the finders after it find
-    torch, and the loader they give runs mpwatch.auto once torch's own code has run."""
+    torch, and the loader they give runs mpwatch.worker.auto once torch's own code has run."""
 
     def find_spec(self, name: str, path: "Sequence[str] | None" = None,
                   target: "ModuleType | None" = None) -> "ModuleSpec | None":
@@ -115,7 +115,7 @@ class _TorchFinder:
 
 def _auto(torch: "ModuleType") -> None:
     try:
-        from mpwatch.auto import install
+        from mpwatch.worker.auto import install
 
         install(torch)
     except Exception as exc:  # noqa: BLE001 - never fail the script's import of torch
