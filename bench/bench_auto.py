@@ -53,7 +53,7 @@ print(os.environ["MARK"] + json.dumps({"import_s": took, "import_cpu_s": cpu, "h
 MICRO = r'''
 import json, os, sys, time
 import torch
-from mpwatch.worker import channel as worker
+from mpwatch.worker import api as worker
 from mpwatch.worker.auto import patches
 from mpwatch.worker.auto.loss import Capture, StepLoss
 from mpwatch.worker.auto.steps import Steps

@@ -14,7 +14,7 @@ supervisor, the TUI, or torch:
 Outside mpwatch every call is a no-op (should_checkpoint() is False, tunable() returns its
 default). should_checkpoint and tunable (mpwatch.worker.control) load on first use.
 """
-from mpwatch.worker.channel import active, phase, report
+from mpwatch.worker.api import active, phase, report
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:

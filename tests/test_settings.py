@@ -12,17 +12,17 @@ from pathlib import Path
 import pytest
 
 from mpwatch import settings as settings_mod
-from mpwatch.worker import channel as worker
 from mpwatch.contract import protocol
 from mpwatch.settings import SWITCHES, GpuThresholds, Settings, SettingsError
 from mpwatch.testing.libnvml import SCRIPT_ENV
+from mpwatch.worker import api as worker_api
 from tests.helpers import ROOT
 
 PACKAGE = ROOT / "mpwatch"
 VAR = re.compile(r"MPWATCH_[A-Z0-9_]*[A-Z0-9]")
 # The worker side's own variables: set by the supervisor for each worker (contract.protocol),
 # and the scripted CUDA view a test gives the workers; read by the worker, never settings.
-WORKER_SIDE = {v for k, v in vars(protocol).items() if k.startswith("ENV_")} | {worker.FAKE_CUDA_ENV}
+WORKER_SIDE = {v for k, v in vars(protocol).items() if k.startswith("ENV_")} | {worker_api.SCRIPTED_CUDA_ENV}
 
 
 def test_defaults_are_the_contract():
@@ -176,7 +176,7 @@ def test_mpwatch_variables_are_spelled_in_four_modules_at_most():
     """settings (the switches), contract.protocol (the worker side's names), and the worker
     side that reads its own: worker and the start-up hook."""
     spelled = {str(p.relative_to(PACKAGE)) for p in PACKAGE.rglob("*.py") if code_strings(p)}
-    allowed = {"settings.py", "contract/protocol.py", "worker/channel.py", "worker/boot/sitecustomize.py",
+    allowed = {"settings.py", "contract/protocol.py", "worker/api.py", "worker/boot/sitecustomize.py",
                "testing/libnvml/__init__.py"}  # the C stand-in's script: written for C, never read here
     assert spelled <= allowed, spelled
 

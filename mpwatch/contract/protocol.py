@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 from mpwatch.contract.coerce import as_float, as_number
 
 if TYPE_CHECKING:  # the worker side imports this module: the schema only for the checker
-    from mpwatch.contract.status import CudaView
+    from mpwatch.contract.cuda_view import CudaView
 
 # 1: worker -> supervisor only. 2: the supervisor also sends requests down the channel
 # (CHECKPOINT, SET); a worker whose hello says 1 is never sent a frame.

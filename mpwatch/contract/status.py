@@ -30,8 +30,9 @@ else:  # pragma: no cover - Python 3.10
 
 # The names of states and events live in contract.names, re-exported here.
 # The GPU timeline's records (gpu.jsonl, the gpu_timeline reply) live in contract.gpu_records,
-# the status's GPU view (Status.gpus) in contract.gpu_view;
+# the status's GPU view (Status.gpus) in contract.gpu_view, a worker's CUDA view in contract.cuda_view;
 # readers import every record of the contract from here.
+from mpwatch.contract.cuda_view import CudaView as CudaView
 from mpwatch.contract.gpu_records import GpuMark as GpuMark
 from mpwatch.contract.gpu_records import GpuThinned as GpuThinned
 from mpwatch.contract.gpu_records import GpuThinnedInfo as GpuThinnedInfo
@@ -98,20 +99,6 @@ class StallInfo(TypedDict):
     innermost: NotRequired[str | None]
     collective: NotRequired[str | None]
     dump: NotRequired[str]  # relative to the run directory
-
-
-class CudaView(TypedDict):
-    """What torch's caching allocator says, sent by the worker at most once a second and
-    only when the script already initialised CUDA (the worker never initialises it)."""
-
-    device: int  # torch's device index (under CUDA_VISIBLE_DEVICES: not NVML's index)
-    allocated: int  # bytes in live tensors
-    reserved: int  # bytes held by the caching allocator
-    max_allocated: int  # peak of `allocated`
-    uuid: NotRequired[str | None]  # "GPU-…" (or "MIG-…"): how the supervisor finds NVML's index
-    alloc_retries: NotRequired[int]  # memory_stats()["num_alloc_retries"]: cache flushes to fit
-    num_ooms: NotRequired[int]  # memory_stats()["num_ooms"]
-    inactive_split: NotRequired[int]  # memory_stats()["inactive_split_bytes.all.current"]
 
 
 class GpuShare(TypedDict):

@@ -21,7 +21,7 @@ import time
 
 TYPE_CHECKING = False  # as in worker: no `typing` at run time on the worker side
 if TYPE_CHECKING:
-    from mpwatch.contract.status import CudaView
+    from mpwatch.contract.cuda_view import CudaView
 
 _INTS = ("device", "allocated", "reserved", "max_allocated", "alloc_retries", "num_ooms", "inactive_split")
 

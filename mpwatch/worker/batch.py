@@ -1,7 +1,7 @@
 """One batch frame, shaped from the reports a flush drains: the entries whose loss is there,
 a long run of them folded into FOLD, torch.distributed's and the allocator's state read.
 
-Runs on the worker's sender thread (mpwatch.worker.channel's `_Channel.flush`), loaded on its first
+Runs on the worker's sender thread (worker.sender's `Sender.flush`), loaded on its first
 flush, never at `import mpwatch`. Standard library only: torch is read when the script already
 imported it (mpwatch.worker.cuda), never imported here.
 """
@@ -16,8 +16,8 @@ from mpwatch.worker import bounds
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from mpwatch.contract.status import CudaView
-    from mpwatch.worker.channel import Entry, _Channel
+    from mpwatch.contract.cuda_view import CudaView
+    from mpwatch.worker.channel import Channel, Entry
 
 CUDA_EVERY_S = 1.0  # torch's memory view is sampled at most this often
 # Entries per batch: a flush holding more reports folds runs of consecutive ones into one
@@ -40,7 +40,7 @@ def drain(buf: deque[Entry]) -> list[Entry]:
     return items
 
 
-def frame(chan: _Channel, items: list[Entry], dropped: int, phases: dict[str, float],
+def frame(chan: Channel, items: list[Entry], dropped: int, phases: dict[str, float],
           live: object) -> dict[str, object]:
     """The batch message of these entries, bounded (mpwatch.worker.bounds)."""
     reports: list[list[object]]
@@ -57,18 +57,20 @@ def frame(chan: _Channel, items: list[Entry], dropped: int, phases: dict[str, fl
         msg["cuda"] = cuda
     if live:
         msg["live"] = live
-    if chan.auto and items and (chan.explicit < 0 or items[-1][0] < chan.explicit):
+    s = chan.state
+    if s.auto and items and (s.explicit < 0 or items[-1][0] < s.explicit):
         msg["auto"] = True  # every report of the batch is an automatic step
     return msg
 
 
-def cuda_view(chan: _Channel) -> CudaView | None:
+def cuda_view(chan: Channel) -> CudaView | None:
     """The allocator's counters, at most once every CUDA_EVERY_S."""
     now = time.monotonic()
-    if now < chan.next_cuda:
+    s = chan.state
+    if now < s.next_cuda:
         return None
-    chan.next_cuda = now + CUDA_EVERY_S
-    with chan.imports:  # torch's calls may import too: never while this process forks
+    s.next_cuda = now + CUDA_EVERY_S
+    with s.imports:  # torch's calls may import too: never while this process forks
         if chan.cuda_source is None:
             if "torch" not in sys.modules:
                 return None

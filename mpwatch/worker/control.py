@@ -15,13 +15,15 @@ returns its default. Stdlib only; loaded on first use by `mpwatch.should_checkpo
 """
 from __future__ import annotations
 
-from mpwatch.worker import channel as _worker
+from mpwatch.worker import api as _api
 from mpwatch.worker import control_state as _state
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # `typing` costs milliseconds at start-up: for the checker only
     from collections.abc import Callable
     from typing import Protocol, TypeVar
+
+    from mpwatch.worker.channel import Channel
 
     V = TypeVar("V", int, float, str, bool)
 
@@ -39,18 +41,18 @@ def _outside_tunable(name: str, default: V) -> V:
     return default
 
 
-def _make(chan: _worker._Channel) -> tuple[Callable[[], bool], Tunable]:
+def _make(chan: Channel) -> tuple[Callable[[], bool], Tunable]:
     live = _state.attach(chan)
     declare = live.declare
 
     def should_checkpoint() -> bool:
         """True once per checkpoint request, at the step the supervisor chose for it."""
-        return live.ck_due <= chan.step and live.run_due(True)
+        return live.ck_due <= chan.state.step and live.run_due(True)
 
     def tunable(name: str, default: V) -> V:
         """The tunable's value now: `default` until `mpwatch ctl set NAME VALUE` (or `t` in
         the TUI) changes it; always of the default's type (int, float, str or bool)."""
-        if live.due <= chan.step:
+        if live.due <= chan.state.step:
             live.run_due(False)
         try:
             return live.values[name]  # type: ignore[return-value]  # declared with the default's type
@@ -62,7 +64,7 @@ def _make(chan: _worker._Channel) -> tuple[Callable[[], bool], Tunable]:
 
 should_checkpoint: Callable[[], bool]
 tunable: Tunable
-if _worker._channel is None:
+if _api._channel is None:
     should_checkpoint, tunable = _outside_should_checkpoint, _outside_tunable
 else:
-    should_checkpoint, tunable = _make(_worker._channel)
+    should_checkpoint, tunable = _make(_api._channel)

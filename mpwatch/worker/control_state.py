@@ -2,10 +2,10 @@
 `should_checkpoint()` and `tunable()`, and the answers that go back.
 
 Two threads share a `Live` without a lock:
-- the sender thread (mpwatch.worker.channel) hands each request frame to `receive()`, which appends
+- the sender thread (worker.sender) hands each request frame to `receive()`, which appends
   it to `inbox` and then lowers `due` and `ck_due`; at each flush it `take()`s the outbox;
 - the training thread calls should_checkpoint() and tunable(): while nothing is due, one
-  compare of `due` with this process's current step (mpwatch.worker.channel's `_Channel.step`, the
+  compare of `due` with this process's current step (worker.channel's `ProcessState.step`, the
   last step reported, by report() or by the automatic steps) and nothing else. When the step
   reaches `due`, `run_due()` drains the inbox, applies what is due, and queues the answers.
 A deque's append and popleft are atomic, and an attribute store is one, so the only order that
@@ -22,7 +22,7 @@ from mpwatch.contract import protocol
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from mpwatch.worker.channel import _Channel
+    from mpwatch.worker.channel import Channel
 
     # step (None: now), id, tunable name (None: checkpoint), value
     Item = tuple[int | None, int, str | None, object]
@@ -61,9 +61,9 @@ def check_declaration(name: object, default: object) -> type:
 class Live:
     """This process's live state (one per process; a forked child starts its own)."""
 
-    def __init__(self, chan: _Channel, values: dict[str, object]):
+    def __init__(self, chan: Channel, values: dict[str, object]):
         self.chan = chan
-        self.due = NOW  # tunable(): run_due() when chan.step >= due
+        self.due = NOW  # tunable(): run_due() when the process's step >= due
         self.ck_due = NOW  # should_checkpoint(): the same, and NOW while a checkpoint waits to be returned
         self.inbox: deque[Item] = deque()  # sender -> training thread
         self.outbox: deque[list[object]] = deque()  # training -> sender thread: BATCH `live` entries
@@ -130,7 +130,7 @@ class Live:
                 self.pending.append(inbox.popleft())
             except IndexError:
                 break
-        step = self.chan.step
+        step = self.chan.state.step
         keep: list[Item] = []
         for item in self.pending:
             at = item[0]
@@ -215,11 +215,12 @@ def start_values() -> dict[str, object]:
     return {k: v for k, v in got.items() if type(v) in (int, float, str, bool)}
 
 
-def attach(chan: _Channel) -> Live:
+def attach(chan: Channel) -> Live:
     """The process's Live, made on first use (by mpwatch.worker.control, or a request frame)."""
-    with chan.lock:  # the training thread's first call and the sender's first frame may race here
-        live = chan.live
-        if live is None:
-            live = chan.live = Live(chan, start_values())
+    with chan.state.lock:  # the training thread's first call and the sender's first frame may race here
+        live = chan.control
+        if not isinstance(live, Live):
+            live = Live(chan, start_values())
+            chan.control = live
             os.register_at_fork(after_in_child=live.after_fork)
     return live
