@@ -87,7 +87,7 @@ class Settings:
     auto: bool = True
     """MPWATCH_AUTO (1): automatic steps, losses and time split in scripts that import torch."""
     fake_nvml: str | None = None
-    """MPWATCH_FAKE_NVML (none): TEST-ONLY, a scripted NVML scenario (testing.scripted_nvml)."""
+    """MPWATCH_FAKE_NVML (none): a scripted NVML scenario (probes.nvml_scripted), where there is no GPU."""
     max_workers: int | None = None
     """MPWATCH_MAX_WORKERS (64, or 4 per CPU or GPU if more): the most workers `resize` may ask for."""
 

@@ -115,9 +115,9 @@ def _setup() -> Channel | None:
     source: CudaSource | None = None
     scenario = os.environ.get(SCRIPTED_CUDA_ENV)
     if scenario:
-        from mpwatch.testing.scripted_cuda import FakeCuda
+        from mpwatch.worker.cuda_scripted import ScriptedCuda
 
-        source = FakeCuda(scenario, config.rank)
+        source = ScriptedCuda(scenario, config.rank)
     chan = Channel(config, source)
     chan.sender = Sender(chan)
     os.register_at_fork(before=chan.before_fork, after_in_child=chan.reset)

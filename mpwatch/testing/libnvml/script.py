@@ -1,8 +1,8 @@
-"""TEST-ONLY: a scripted-NVML scenario (the JSON testing.scripted_nvml reads) as the line
+"""TEST-ONLY: a scripted-NVML scenario (the JSON probes.nvml_scripted reads) as the line
 script the stand-in libnvidia-ml.so.1 reads (format in testing.libnvml's script.c), and the
 environment that makes a process load that library. Runs in the test process.
 
-The values mean what they mean to testing.scripted_nvml: the same defaults, memory used as the
+The values mean what they mean to probes.nvml_scripted: the same defaults, memory used as the
 sum of the processes' plus `extra_used` unless `mem_used` is given, pid names ("rank:N",
 "rank:N/child", "parent", "self") resolved by the library at each call. What only a driver can
 say is said in NVML's own terms: a process's `"mem": null` is NVML_VALUE_NOT_AVAILABLE;

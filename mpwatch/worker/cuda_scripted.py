@@ -1,6 +1,6 @@
-"""TEST-ONLY scripted allocator view, chosen by MPWATCH_FAKE_CUDA=<scenario.json>: CI has
-no GPU and no CUDA, so the worker's CUDA view (worker.TorchCuda on a real GPU) comes from
-here in tests, next to the scripted NVML (testing.scripted_nvml). Runs on the worker's
+"""A scripted allocator view, chosen by MPWATCH_FAKE_CUDA=<scenario.json> where there is no GPU
+and no CUDA (tests, CI, the benches): the worker's CUDA view (worker.cuda's TorchCuda on a real
+GPU) comes from here, beside the scripted NVML (probes.nvml_scripted). Runs on the worker's
 sender thread, at most once a second, like the real one. Standard library only.
 
 Scenario: per rank (its MPWATCH_RANK, or "*" for any rank), frames whose "at" is seconds
@@ -19,15 +19,15 @@ from __future__ import annotations
 import json
 import time
 
-TYPE_CHECKING = False  # as in worker: no `typing` at run time on the worker side
+TYPE_CHECKING = False  # no `typing` at run time on the worker side: it costs milliseconds
 if TYPE_CHECKING:
     from mpwatch.contract.cuda_view import CudaView
 
 _INTS = ("device", "allocated", "reserved", "max_allocated", "alloc_retries", "num_ooms", "inactive_split")
 
 
-class FakeCuda:
-    """Callable like worker.TorchCuda: the scripted view of this rank now, or None."""
+class ScriptedCuda:
+    """Callable like worker.cuda's TorchCuda: the scripted view of this rank now, or None."""
 
     def __init__(self, path: str, rank: int):
         self.t0 = time.monotonic()

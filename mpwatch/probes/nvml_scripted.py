@@ -1,5 +1,6 @@
-"""TEST-ONLY scripted NVML, chosen by MPWATCH_FAKE_NVML=<scenario.json> (CI has no GPU).
-Runs on the supervisor's GPU poller thread, in place of probes.gpu.NvmlBackend.
+"""A scripted NVML: GPUs, their counters and their processes as a scenario file says, chosen by
+MPWATCH_FAKE_NVML=<scenario.json> where there is no GPU (tests, CI, the benches). Runs on the
+supervisor's GPU poller thread, in place of probes.nvml.NvmlBackend.
 
 Scenario:
     {"gpus": [{"name": "Fake 80G", "mem_total": 85899345920,
@@ -30,7 +31,7 @@ import time
 from collections.abc import Callable
 
 from mpwatch.contract import protocol
-from mpwatch.probes.gpu import GpuUnavailable, NotSupported, ProcList
+from mpwatch.probes.gpu_backend import GpuUnavailable, NotSupported, ProcList
 
 Obj = dict[str, object]
 
@@ -47,10 +48,10 @@ def _int(v: object, default: int = 0) -> int:
     return int(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else default
 
 
-class FakeBackend:
-    """TEST-ONLY: see the module docstring for the scenario."""
+class ScriptedNvml:
+    """A backend answering from a scenario: see the module docstring for its format."""
 
-    kind = "fake"
+    kind = "scripted"
 
     def __init__(self, path: str, clock: Callable[[], float] = time.monotonic):
         try:
@@ -59,7 +60,7 @@ class FakeBackend:
             if not isinstance(data, dict) or not isinstance(data.get("gpus", []), list):
                 raise ValueError("the top level must be an object with a 'gpus' list")
         except (OSError, ValueError) as exc:
-            raise GpuUnavailable(f"fake NVML scenario {path} unreadable: {exc}") from None
+            raise GpuUnavailable(f"scripted NVML scenario {path} unreadable: {exc}") from None
         self.scenario: Obj = _obj(data)
         self.gpus = [_obj(g) for g in _list(self.scenario.get("gpus"))]
         self.clock = clock
@@ -134,7 +135,7 @@ class FakeBackend:
         out: ProcList = []
         for p in _list(self._value(h, "processes").get("processes")):
             po = _obj(p)
-            pid = resolve_fake_pid(po.get("pid"))
+            pid = scenario_pid(po.get("pid"))
             if pid is not None:
                 mem = po.get("mem")
                 out.append((pid, None if mem is None else _int(mem)))
@@ -147,13 +148,13 @@ class FakeBackend:
         out = {}
         for p in _list(g.get("processes")):
             po = _obj(p)
-            pid = resolve_fake_pid(po.get("pid"))
+            pid = scenario_pid(po.get("pid"))
             if pid is not None and po.get("sm") is not None:
                 out[pid] = _int(po.get("sm"))
         return out, int(time.time() * 1e6)
 
 
-def resolve_fake_pid(spec: object) -> int | None:
+def scenario_pid(spec: object) -> int | None:
     """A scenario pid: a number, or a name resolved against this process's children."""
     if isinstance(spec, int) and not isinstance(spec, bool):
         return spec
