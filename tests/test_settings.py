@@ -30,7 +30,7 @@ def test_defaults_are_the_contract():
     assert s == Settings()
     assert (s.events_mb, s.gpu_timeline_mb, s.node_lost_s) == (128, 64, 10)
     assert (s.pyspy, s.nccl_flight, s.ssh, s.ascii) == ("stall", False, ("ssh",), False)
-    assert (s.tmpdir, s.strict_states, s.fake_nvml, s.auto) == (Path("/tmp"), False, None, True)
+    assert (s.tmpdir, s.strict_states, s.scripted_nvml, s.auto) == (Path("/tmp"), False, None, True)
     assert s.gpu == GpuThresholds() and s.gpu.mem_high == 0.9 and s.gpu.frag_min == 1 << 30
 
 
@@ -39,7 +39,7 @@ def test_values_are_parsed():
         "MPWATCH_EVENTS_MB": "2", "MPWATCH_GPU_TIMELINE_MB": "0.004", "MPWATCH_NODE_LOST_S": "3.5",
         "MPWATCH_PYSPY": "Always", "MPWATCH_NCCL_FLIGHT": "yes", "MPWATCH_SSH": "ssh -F '/my dir/cfg'",
         "MPWATCH_ASCII": "1", "MPWATCH_TMPDIR": "/var/tmp", "MPWATCH_STRICT_STATES": "1",
-        "MPWATCH_FAKE_NVML": "/no/such.json",  # a scenario that is missing is the GPU watcher's to say
+        "MPWATCH_SCRIPTED_NVML": "/no/such.json",  # a scenario that is missing is the GPU watcher's to say
         "MPWATCH_GPU_MEM_ALERT": "85", "MPWATCH_GPU_OUTSIDE": "0.1", "MPWATCH_GPU_IDLE_S": "5",
         "MPWATCH_GPU_IDLE_UTIL": "0", "MPWATCH_GPU_RETRIES": "3", "MPWATCH_GPU_COOLDOWN_S": "0",
         "MPWATCH_AUTO": "off",
@@ -49,7 +49,7 @@ def test_values_are_parsed():
     assert s.nccl_flight is True
     assert s.ssh == ("ssh", "-F", "/my dir/cfg") and s.ascii and s.strict_states
     assert s.tmpdir == Path("/var/tmp")
-    assert s.fake_nvml == "/no/such.json"
+    assert s.scripted_nvml == "/no/such.json"
     g = s.gpu
     assert (g.mem_high, g.outside, g.idle_s, g.idle_util, g.retries, g.cooldown_s) == (0.85, 0.1, 5, 0, 3, 0)
     assert g.busy_util == 75 and g.frag == 0.25  # the others keep their defaults

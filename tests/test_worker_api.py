@@ -262,7 +262,7 @@ def test_the_scripted_cuda_view_rides_with_the_batches_at_most_once_a_second(tmp
         while time.monotonic() - t0 < 2.6:
             mpwatch.report(step=1, loss=0.5)
             time.sleep(0.02)
-    """, dict(channel_env(address, rank=2), MPWATCH_FAKE_CUDA=str(scen), MPWATCH_FLUSH_S="0.1"))
+    """, dict(channel_env(address, rank=2), MPWATCH_SCRIPTED_CUDA=str(scen), MPWATCH_FLUSH_S="0.1"))
     assert res.returncode == 0, res.stderr
     read_until_bye(t, conns)
     views = [m["cuda"] for m in conns[0] if m["t"] == "batch" and "cuda" in m]

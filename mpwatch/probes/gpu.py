@@ -11,8 +11,8 @@ Backends (probes.gpu_backend.Backend says what they answer):
 - probes.nvml's `NvmlBackend`: the official bindings (package nvidia-ml-py, `import pynvml`).
   Tests run it, with pynvml, on a stand-in libnvidia-ml.so.1 built from C (testing.libnvml).
 - probes.nvml_scripted's `ScriptedNvml`: GPUs a scenario file scripts, for tests and benches
-  where there is no GPU. Selected by the scenario's path, the MPWATCH_FAKE_NVML setting
-  (settings.Settings.fake_nvml); see its docstring for the format.
+  where there is no GPU. Selected by the scenario's path, the MPWATCH_SCRIPTED_NVML setting
+  (settings.Settings.scripted_nvml); see its docstring for the format.
 - no backend: `open_backend()` returns a one-line reason instead ("NVML library not
   found ...", "no NVIDIA GPU found", "driver/bindings mismatch: ...").
 """

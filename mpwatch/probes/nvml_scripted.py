@@ -1,5 +1,5 @@
 """A scripted NVML: GPUs, their counters and their processes as a scenario file says, chosen by
-MPWATCH_FAKE_NVML=<scenario.json> where there is no GPU (tests, CI, the benches). Runs on the
+MPWATCH_SCRIPTED_NVML=<scenario.json> where there is no GPU (tests, CI, the benches). Runs on the
 supervisor's GPU poller thread, in place of probes.nvml.NvmlBackend.
 
 Scenario:

@@ -36,7 +36,7 @@ if TYPE_CHECKING:
 
     from mpwatch.worker.channel import CudaSource
 
-SCRIPTED_CUDA_ENV = "MPWATCH_FAKE_CUDA"  # a scripted allocator view (worker.cuda_scripted): tests, benches
+SCRIPTED_CUDA_ENV = "MPWATCH_SCRIPTED_CUDA"  # a scripted allocator view (worker.cuda_scripted), no GPU needed
 
 
 def _noop_report(step: int | None = None, loss: object = None, **metrics: object) -> None:

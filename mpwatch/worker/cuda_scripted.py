@@ -1,4 +1,4 @@
-"""A scripted allocator view, chosen by MPWATCH_FAKE_CUDA=<scenario.json> where there is no GPU
+"""A scripted allocator view, chosen by MPWATCH_SCRIPTED_CUDA=<scenario.json> where there is no GPU
 and no CUDA (tests, CI, the benches): the worker's CUDA view (worker.cuda's TorchCuda on a real
 GPU) comes from here, beside the scripted NVML (probes.nvml_scripted). Runs on the worker's
 sender thread, at most once a second, like the real one. Standard library only.

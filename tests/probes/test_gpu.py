@@ -170,7 +170,7 @@ def test_the_librarys_frames_follow_its_own_clock(stand_in):
     ({"gpus": []}, "no NVIDIA GPU found"),
     ([1, 2], "unreadable"),
 ])
-def test_fake_start_failures_are_one_line(tmp_path, data, expect):
+def test_scripted_start_failures_are_one_line(tmp_path, data, expect):
     backend, why = gpu.open_backend(scenario(tmp_path, data))
     assert backend is None and expect in why and "\n" not in why
 

@@ -2,10 +2,10 @@
  * nvml.h by testing.libnvml at test time, and loaded by the real nvidia-ml-py (pynvml), so
  * its ctypes structs, versioned entry points and special values run as on a GPU machine.
  * It answers the calls probes.gpu.NvmlBackend makes, from a scenario script read at nvmlInit
- * (the file named by MPWATCH_FAKE_NVML_SCRIPT; format in script.c). Calls may come from any
+ * (the file named by MPWATCH_NVML_STAND_IN_SCRIPT; format in script.c). Calls may come from any
  * thread: the script is read once, at the first nvmlInit, and only read after that.
  *
- * Built with -DFAKE_NVML_WITHOUT_V3 it lacks nvmlDeviceGetComputeRunningProcesses_v3, as a
+ * Built with -DSTAND_IN_WITHOUT_V3 it lacks nvmlDeviceGetComputeRunningProcesses_v3, as a
  * driver older than R510 does.
  *
  * nvml.h is NVIDIA's, under the notice at its top, which asks that code using it carry this:
@@ -69,7 +69,7 @@ EXPORT nvmlReturn_t nvmlInitWithFlags(unsigned int flags) {
     nvmlReturn_t ret = NVML_SUCCESS;
     pthread_mutex_lock(&lock);
     if (inits == 0) {
-        const char *path = getenv("MPWATCH_FAKE_NVML_SCRIPT");
+        const char *path = getenv("MPWATCH_NVML_STAND_IN_SCRIPT");
         if (!path) {
             ret = NVML_ERROR_DRIVER_NOT_LOADED; /* as on a machine without the kernel module */
         } else if (fn_script_load(path, &script) != 0) {
@@ -229,7 +229,7 @@ EXPORT nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v2(nvmlDevice_t device,
     return processes(device, count, infos, 0);
 }
 
-#ifndef FAKE_NVML_WITHOUT_V3
+#ifndef STAND_IN_WITHOUT_V3
 EXPORT nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_t device, unsigned int *count,
                                                             nvmlProcessInfo_t *infos) {
     return processes(device, count, infos, 1);
