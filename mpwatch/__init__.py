@@ -29,9 +29,9 @@ _LAZY = ("should_checkpoint", "tunable")
 def __getattr__(name: str) -> object:
     """mpwatch.worker.control's functions, loaded when first asked for, then plain attributes."""
     if name in _LAZY:
-        from mpwatch.worker import control as live
+        from mpwatch.worker import control
 
-        value = getattr(live, name)
+        value = getattr(control, name)
         globals()[name] = value
         return value
     raise AttributeError(f"module 'mpwatch' has no attribute {name!r}")

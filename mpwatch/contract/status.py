@@ -32,6 +32,11 @@ else:  # pragma: no cover - Python 3.10
 # The GPU timeline's records (gpu.jsonl, the gpu_timeline reply) live in contract.gpu_records,
 # the status's GPU view (Status.gpus) in contract.gpu_view, a worker's CUDA view in contract.cuda_view;
 # readers import every record of the contract from here.
+from mpwatch.contract.control import CheckpointRequest as CheckpointRequest
+from mpwatch.contract.control import RankAnswer as RankAnswer
+from mpwatch.contract.control import StopInfo as StopInfo
+from mpwatch.contract.control import TunableChange as TunableChange
+from mpwatch.contract.control import TunableStatus as TunableStatus
 from mpwatch.contract.cuda_view import CudaView as CudaView
 from mpwatch.contract.gpu_records import GpuMark as GpuMark
 from mpwatch.contract.gpu_records import GpuThinned as GpuThinned
@@ -49,11 +54,6 @@ from mpwatch.contract.gpu_view import GpuProcess as GpuProcess
 from mpwatch.contract.gpu_view import GpuView as GpuView
 from mpwatch.contract.gpu_view import MemoryBreakdown as MemoryBreakdown
 from mpwatch.contract.gpu_view import alert_kind as alert_kind
-from mpwatch.contract.live import CheckpointRequest as CheckpointRequest
-from mpwatch.contract.live import RankAnswer as RankAnswer
-from mpwatch.contract.live import StopInfo as StopInfo
-from mpwatch.contract.live import TunableChange as TunableChange
-from mpwatch.contract.live import TunableStatus as TunableStatus
 from mpwatch.contract.names import ALIVE_STATES as ALIVE_STATES
 from mpwatch.contract.names import ENDED_STATES as ENDED_STATES
 from mpwatch.contract.names import UNREACHABLE as UNREACHABLE
@@ -288,7 +288,7 @@ class Status(TypedDict):
     alerts: list[RunAlert]
     events_seq: int
     straggler: Straggler | None
-    tunables: list[TunableStatus]  # mpwatch.tunable()'s values, by name (contract.live)
+    tunables: list[TunableStatus]  # mpwatch.tunable()'s values, by name (contract.control)
     checkpoints: list[CheckpointRequest]  # the last "checkpoint now" requests
     # a merged view of several nodes (sources.multinode.source): each one's state
     nodes: NotRequired[list[NodeStatus]]

@@ -1,4 +1,4 @@
-"""Live control from the training loop: "checkpoint now" and values changed while it runs.
+"""Control from the training loop: "checkpoint now" and values changed while it runs.
 
     import mpwatch
     for step, batch in enumerate(loader):
@@ -10,8 +10,9 @@
 
 Both are meant for every step: while no request is due they cost one compare. On a run of
 several ranks a request takes effect at the same step on every rank (the supervisor picks
-the step; see supervisor.live). Outside mpwatch, should_checkpoint() is False and tunable()
-returns its default. Stdlib only; loaded on first use by `mpwatch.should_checkpoint`.
+the step; see supervisor.control). Outside mpwatch, should_checkpoint() is False and tunable()
+returns its default. Runs on the training thread. Stdlib only; loaded on first use by
+`mpwatch.should_checkpoint`.
 """
 from __future__ import annotations
 
@@ -42,20 +43,20 @@ def _outside_tunable(name: str, default: V) -> V:
 
 
 def _make(chan: Channel) -> tuple[Callable[[], bool], Tunable]:
-    live = _state.attach(chan)
-    declare = live.declare
+    ctl = _state.attach(chan)
+    declare = ctl.declare
 
     def should_checkpoint() -> bool:
         """True once per checkpoint request, at the step the supervisor chose for it."""
-        return live.ck_due <= chan.state.step and live.run_due(True)
+        return ctl.ck_due <= chan.state.step and ctl.run_due(True)
 
     def tunable(name: str, default: V) -> V:
         """The tunable's value now: `default` until `mpwatch ctl set NAME VALUE` (or `t` in
         the TUI) changes it; always of the default's type (int, float, str or bool)."""
-        if live.due <= chan.state.step:
-            live.run_due(False)
+        if ctl.due <= chan.state.step:
+            ctl.run_due(False)
         try:
-            return live.values[name]  # type: ignore[return-value]  # declared with the default's type
+            return ctl.values[name]  # type: ignore[return-value]  # declared with the default's type
         except KeyError:
             return declare(name, default)  # type: ignore[return-value]
 

@@ -1,7 +1,7 @@
-"""The worker side of live control: what the supervisor's requests set for
+"""The worker side of control: what the supervisor's requests set for
 `should_checkpoint()` and `tunable()`, and the answers that go back.
 
-Two threads share a `Live` without a lock:
+Two threads share a `ControlState` without a lock:
 - the sender thread (worker.sender) hands each request frame to `receive()`, which appends
   it to `inbox` and then lowers `due` and `ck_due`; at each flush it `take()`s the outbox;
 - the training thread calls should_checkpoint() and tunable(): while nothing is due, one
@@ -58,8 +58,8 @@ def check_declaration(name: object, default: object) -> type:
     return kind
 
 
-class Live:
-    """This process's live state (one per process; a forked child starts its own)."""
+class ControlState:
+    """This process's control state (one per process; a forked child starts its own)."""
 
     def __init__(self, chan: Channel, values: dict[str, object]):
         self.chan = chan
@@ -215,12 +215,12 @@ def start_values() -> dict[str, object]:
     return {k: v for k, v in got.items() if type(v) in (int, float, str, bool)}
 
 
-def attach(chan: Channel) -> Live:
-    """The process's Live, made on first use (by mpwatch.worker.control, or a request frame)."""
+def attach(chan: Channel) -> ControlState:
+    """The process's ControlState, made on first use (by worker.control, or a request frame)."""
     with chan.state.lock:  # the training thread's first call and the sender's first frame may race here
-        live = chan.control
-        if not isinstance(live, Live):
-            live = Live(chan, start_values())
-            chan.control = live
-            os.register_at_fork(after_in_child=live.after_fork)
-    return live
+        ctl = chan.control
+        if not isinstance(ctl, ControlState):
+            ctl = ControlState(chan, start_values())
+            chan.control = ctl
+            os.register_at_fork(after_in_child=ctl.after_fork)
+    return ctl

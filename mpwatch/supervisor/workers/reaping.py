@@ -60,7 +60,7 @@ class Reaper:
         a.exit_seen = None
         now = time.monotonic()
         run.ledger.write_report(w, now)  # the curve's last point comes before the exit
-        run.live.on_exit(w)  # the requests it never answered are missed
+        run.control.on_exit(w)  # the requests it never answered are missed
         # The process's own lines (after mpwatch's last marker), enough to find NCCL's watchdog line.
         tail = exits.own_output(
             textfiles.tail_lines(layout.log_path(run.run_dir, w.rank, "stderr"), CAUSE_LINES))

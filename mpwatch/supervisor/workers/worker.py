@@ -93,7 +93,7 @@ class Attempt:
     unkillable: list[dict[str, Any]] | None = None
     stop_signal: str | None = None  # the --stop-signal sent to its process ("SIGTERM"), when killed
     stop_sent: float | None = None  # wall clock
-    # live control (supervisor.live)
+    # control: checkpoint requests and tunables (supervisor.control)
     peer: Downlink | None = None  # its own process's channel, once its hello said protocol 2
     polls: bool = False  # its process calls mpwatch.should_checkpoint()
     live_from: int = 0  # the requests up to this id reached it through its environment

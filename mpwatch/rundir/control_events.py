@@ -1,7 +1,7 @@
 """The tunables and checkpoint requests of a recorded run, folded from its events
-(supervisor.live.control writes them: tunable_declared, tunable_set, tunable_applied,
+(supervisor.control.room writes them: tunable_declared, tunable_set, tunable_applied,
 checkpoint_requested, checkpoint_taken, checkpoint_missed) into the records the live status has
-(contract.live): the replay shows a moment's (sources.replay.fold), `summary` the run's
+(contract.control): the replay shows a moment's (sources.replay.fold), `summary` the run's
 (rundir.postmortem). Pure; fed the events in the order they were written.
 """
 from __future__ import annotations
@@ -10,17 +10,17 @@ from dataclasses import dataclass, field
 from typing import Any, cast
 
 from mpwatch.contract.coerce import as_int, as_str
-from mpwatch.contract.live import TUNABLE_KINDS, CheckpointRequest, RankAnswer, TunableType, value_of
+from mpwatch.contract.control import TUNABLE_KINDS, CheckpointRequest, RankAnswer, TunableType, value_of
 from mpwatch.contract.status import Event, EventFields, TunableChange, TunableStatus
 
-CHANGES_KEPT = 8  # as supervisor.live.records keeps
+CHANGES_KEPT = 8  # as supervisor.control.records keeps
 CHECKPOINTS_KEPT = 8
-LIVE_EVENTS = frozenset({Event.TUNABLE_DECLARED, Event.TUNABLE_SET, Event.TUNABLE_APPLIED,
+CONTROL_EVENTS = frozenset({Event.TUNABLE_DECLARED, Event.TUNABLE_SET, Event.TUNABLE_APPLIED,
                          Event.CHECKPOINT_REQUESTED, Event.CHECKPOINT_TAKEN, Event.CHECKPOINT_MISSED})
 
 
 @dataclass
-class LiveFold:
+class ControlFold:
     tunables: dict[str, TunableStatus] = field(default_factory=dict)
     checkpoints: dict[int, CheckpointRequest] = field(default_factory=dict)  # by id, oldest first
 
@@ -43,7 +43,7 @@ def _answer(e: EventFields, answers: list[RankAnswer], waiting: list[int]) -> No
         waiting.remove(r)
 
 
-def _tunable(live: LiveFold, e: EventFields, raw: dict[str, Any]) -> None:
+def _tunable(live: ControlFold, e: EventFields, raw: dict[str, Any]) -> None:
     name, kind = as_str(raw.get("tunable")), as_str(raw.get("type"))
     t = live.tunables.get(name or "")
     if e["event"] == Event.TUNABLE_DECLARED and name and t is None and kind in TUNABLE_KINDS:
@@ -71,7 +71,7 @@ def _tunable(live: LiveFold, e: EventFields, raw: dict[str, Any]) -> None:
             _answer(e, c["answers"], c["waiting"])
 
 
-def apply(live: LiveFold, e: EventFields) -> None:
+def apply(live: ControlFold, e: EventFields) -> None:
     """One live event into the fold."""
     raw = cast(dict[str, Any], e)
     name, rid = e["event"], as_int(e.get("id"))

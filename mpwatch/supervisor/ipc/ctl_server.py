@@ -20,7 +20,7 @@ from mpwatch.supervisor.ipc import sockets
 Reply = dict[str, Any]
 
 
-class ControlServer(sockets.Listener[None]):
+class CtlServer(sockets.Listener[None]):
     thread_name = "mpwatch-control"
 
     def __init__(self, address: str, authkey: bytes, dispatch: Callable[[dict[str, Any]], Reply]):

@@ -1,8 +1,8 @@
-"""Live control's room in the supervisor: "checkpoint now" and tunable changes, sent down each
+"""Control's room in the supervisor: "checkpoint now" and tunable changes, sent down each
 rank's channel (protocol 2), and what the ranks answer.
 
 - The control commands (supervisor.ipc.commands) call `checkpoint` and `set` on the main
-  thread: each picks the step (supervisor.live.plan), records the request, says so in an event,
+  thread: each picks the step (supervisor.control.plan), records the request, says so in an event,
   and sends a frame to every rank asked (supervisor.ipc.channels' Peer.send never blocks).
 - The channel hub's threads call `on_hello` (a rank's channel opened: what it has not had yet
   is sent again) and `on_entries` (its declarations and answers: events).
@@ -19,12 +19,12 @@ from collections.abc import Callable
 from typing import Any
 
 from mpwatch.contract import protocol
-from mpwatch.contract.live import Declared, Done, LiveEntry, RankAnswer, parse_value, shown
+from mpwatch.contract.control import ControlEntry, Declared, Done, RankAnswer, parse_value, shown
 from mpwatch.contract.status import CheckpointRequest, Event, TunableStatus
+from mpwatch.supervisor.control import plan
+from mpwatch.supervisor.control.records import Change, Registry, Request
 from mpwatch.supervisor.errors import CommandError
 from mpwatch.supervisor.eventlog import EventLog
-from mpwatch.supervisor.live import plan
-from mpwatch.supervisor.live.records import Change, Registry, Request
 from mpwatch.supervisor.workers.worker import Downlink, Worker
 from mpwatch.text import fmt
 
@@ -33,7 +33,7 @@ Pending = list[tuple[Event, int | None, dict[str, Any]]]  # events to write once
 CONNECTS = "it connects at its first report(), tunable() or should_checkpoint()"
 
 
-class LiveControl:
+class ControlRoom:
     def __init__(self, workers: dict[int, Worker], lock: threading.RLock, log: EventLog,
                  flush_s: Callable[[], float]):
         self.workers = workers
@@ -153,7 +153,7 @@ class LiveControl:
         for f in frames:
             peer.send(f)
 
-    def on_entries(self, w: Worker, entries: list[LiveEntry]) -> None:
+    def on_entries(self, w: Worker, entries: list[ControlEntry]) -> None:
         """What a rank's own process said in a batch: it polls, it declared, it answered."""
         events: Pending = []
         with self.lock:

@@ -1,7 +1,7 @@
-"""Live control's records: the status's tunables and checkpoint requests, a rank's stop signal,
+"""Control's records: the status's tunables and checkpoint requests, a rank's stop signal,
 the BATCH `live` entries checked where they enter the supervisor, and a tunable's value read
 from a command line (`mpwatch ctl set`, the TUI's `t`). contract.status re-exports the records.
-Pure; any thread. The worker side (mpwatch.worker.control) never imports this module: `typing` is dear there.
+Pure; any thread. The worker side (worker.control) never imports this module: `typing` is dear there.
 """
 from __future__ import annotations
 
@@ -84,7 +84,7 @@ class Done(NamedTuple):
     late: bool
 
 
-LiveEntry = Declared | Done | Literal["polls"]
+ControlEntry = Declared | Done | Literal["polls"]
 
 
 def check_name(name: object) -> str | None:
@@ -110,11 +110,11 @@ def value_of(kind: str, value: object) -> TunableValue | None:
     return None
 
 
-def validate_live(raw: object) -> list[LiveEntry]:
+def validate_control(raw: object) -> list[ControlEntry]:
     """A BATCH's `live` list, checked: anything unexpected is a protocol.BadFrame."""
     if type(raw) is not list or len(raw) > 4096:
         raise protocol.BadFrame("live is not a list of entries")
-    out: list[LiveEntry] = []
+    out: list[ControlEntry] = []
     for e in raw:
         if type(e) is not list or not e:
             raise protocol.BadFrame("a live entry is not a list")

@@ -1,11 +1,11 @@
-"""Live control for the screen: the tunables screen's rows (`t`) and its list of checkpoint
+"""Control for the screen: the tunables screen's rows (`t`) and its list of checkpoint
 requests, and the news a new status brings (a checkpoint every rank took, a change every rank
 applied). Pure: a Status in (contract.status), lines and words out; moments are told from the
 run's start, as the replay and `summary` tell them. UI thread.
 """
 from __future__ import annotations
 
-from mpwatch.contract.live import shown
+from mpwatch.contract.control import shown
 from mpwatch.contract.status import CheckpointRequest, Status, TunableChange, TunableStatus
 from mpwatch.text import fmt
 from mpwatch.tui.render.segs import Line, pad

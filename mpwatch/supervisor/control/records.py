@@ -1,7 +1,7 @@
 """The run's tunables: what the ranks declared (mpwatch.tunable's first call), each one's
 value now, and its recent changes with each rank's answer; and the checkpoint requests with
-theirs. Plain records, changed by supervisor.live.control under the run's lock; `status()`
-copies them into contract.live's records for the snapshot.
+theirs. Plain records, changed by supervisor.control.room under the run's lock; `status()`
+copies them into contract.control's records for the snapshot.
 """
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import time
 from collections import deque
 from dataclasses import dataclass, field
 
-from mpwatch.contract.live import (
+from mpwatch.contract.control import (
     CheckpointRequest,
     RankAnswer,
     TunableChange,

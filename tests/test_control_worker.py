@@ -1,4 +1,4 @@
-"""Issue 23, the worker side (mpwatch.worker.control) against a supervisor played by the test: requests
+"""Issue 23, the worker side (worker.control) against a supervisor played by the test: requests
 come down the channel, should_checkpoint() is True exactly once per request at its step (or,
 learnt too late, once at once, saying so), a tunable changes at its step, and nothing of it is
 loaded or running outside mpwatch."""
