@@ -10,6 +10,7 @@ import types
 from multiprocessing.connection import Listener
 
 from mpwatch.contract import protocol
+from mpwatch.supervisor.ipc import batch_check
 from tests.helpers import ROOT, wait_for
 
 KEY = os.urandom(16)
@@ -236,7 +237,7 @@ def test_a_fast_loop_is_folded_without_losing_a_count_a_loss_or_a_metric(tmp_pat
     assert res.returncode == 0, res.stderr
     read_until_bye(t, conns)
     batches = [m for m in conns[0] if m["t"] == "batch"]
-    entries = [protocol.validate_batch(b) for b in batches]
+    entries = [batch_check.validate_batch(b) for b in batches]
     flat = [e for es in entries for e in es]
     assert sum(e[4] for e in flat) == 301
     assert sum(b["dropped"] for b in batches) == 0

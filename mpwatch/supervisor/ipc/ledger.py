@@ -19,10 +19,10 @@ from typing import Any, Protocol
 from mpwatch.contract import protocol
 from mpwatch.contract.coerce import as_number
 from mpwatch.contract.control import ControlEntry, validate_control
-from mpwatch.contract.protocol import Report
 from mpwatch.contract.status import Event, State
 from mpwatch.rundir import eventlines
 from mpwatch.supervisor.eventlog import EventLog
+from mpwatch.supervisor.ipc.batch_check import Report, validate_batch, validate_cuda
 from mpwatch.supervisor.workers.worker import ChildReport, Downlink, PendingReport, Worker
 
 # events.jsonl gets a rank's latest report at most this often; a point a second per rank
@@ -112,7 +112,7 @@ class ReportLedger:
         if t != protocol.BATCH:
             raise protocol.BadFrame(f"unknown message type {t!r}")
         rejected: list[str] = []  # reports refused alone: the rest of the batch is applied
-        reports: list[Report] = protocol.validate_batch(msg, rejected)
+        reports: list[Report] = validate_batch(msg, rejected)
         if rejected:
             self.on_rejected(peer, rejected)
         dropped, phases, cuda = msg.get("dropped", 0), msg.get("phases"), msg.get("cuda")
@@ -180,7 +180,7 @@ class ReportLedger:
         if phases:
             r.phases = {str(k): f for k, v in phases.items() if (f := as_number(v)) is not None}
         if cuda is not None:  # sent at most once a second: a batch without it keeps the last
-            r.cuda = protocol.validate_cuda(cuda)  # checked here, where it enters: None when malformed
+            r.cuda = validate_cuda(cuda)  # checked here, where it enters: None when malformed
         a.connected = True
         if not reports:
             return

@@ -203,7 +203,7 @@ class Reports:
     count: int = 0  # report() calls
     dropped: int = 0  # declared lost by the worker's buffer
     bad_frames: int = 0
-    rejected: int = 0  # reports refused alone (contract.protocol.validate_batch)
+    rejected: int = 0  # reports refused alone (supervisor.ipc.batch_check)
     rejected_why: str | None = None  # the latest reason
     phases: dict[str, float] = field(default_factory=dict)
     source: StepsFrom | None = None  # where its latest steps came from (the worker's batch says)
