@@ -1,7 +1,7 @@
 /* TEST-ONLY: reads the scenario script of the stand-in libnvidia-ml.so.1, and resolves the
  * scenario's pid names against /proc. Runs in whichever thread calls nvmlInit / a process query.
  *
- * The script is a JSON scenario (testing.scripted_nvml's format) turned into lines by
+ * The script is a JSON scenario (probes.nvml_scripted's format) turned into lines by
  * testing.libnvml.script, so no JSON parser is needed here. One record a line, fields split by
  * tabs, after a first line "mpwatch-nvml-stand-in 1":
  *     init  <nvmlReturn_t>                           nvmlInit fails with it
