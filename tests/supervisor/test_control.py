@@ -6,7 +6,7 @@ import re
 
 from tests.helpers import FIXTURES, one_line_error, wait_for
 
-LOOP = FIXTURES / "live_loop.py"
+LOOP = FIXTURES / "control_loop.py"
 
 
 def _ran(run, rank: int, what: str) -> list[int]:

@@ -20,7 +20,7 @@ def test_checkpoint_and_lr_change_at_one_step_on_every_ddp_rank(headless, tmp_pa
     ckpts = tmp_path / "ckpt"
     ckpts.mkdir()
     n = 3
-    run = headless(FIXTURES / "ddp_live.py", "0.05", ckpts, n=n)
+    run = headless(FIXTURES / "ddp_control.py", "0.05", ckpts, n=n)
     wait_for(lambda: all((w["step"] or 0) >= 10 and w["polls_checkpoint"] for w in run.status()["workers"]),
              timeout=180, what="every rank training")
     said = run.ctl("checkpoint", "all").stdout

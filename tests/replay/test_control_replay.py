@@ -21,7 +21,7 @@ from tests.tui.conftest import said, until
 
 @pytest.fixture(scope="session")
 def tuned(record):
-    """live_loop.py on 2 ranks: lr set to 0.5, then a checkpoint of all, then the run stopped."""
+    """control_loop.py on 2 ranks: lr set to 0.5, then a checkpoint of all, then the run stopped."""
     def drive(run):
         run.wait_event("tunable_declared", count=4)
         run.ctl("set", "lr", "0.5")
@@ -30,7 +30,7 @@ def tuned(record):
         run.wait_event("checkpoint_taken", count=2, timeout=60)
         run.ctl("stop")
         run.wait_exit(60)
-    return record("tuned", FIXTURES / "live_loop.py", "0", "0.05", n=2, until=drive)
+    return record("tuned", FIXTURES / "control_loop.py", "0", "0.05", n=2, until=drive)
 
 
 def test_the_replay_shows_each_moments_tunables_and_checkpoints(tuned):

@@ -16,7 +16,7 @@ A, _ = ADDRESSES
 
 
 def test_checkpoint_and_set_over_ssh(headless, sshd):
-    run = headless(FIXTURES / "live_loop.py", "0", "0.05", n=2, env=sshd.node_env(A))
+    run = headless(FIXTURES / "control_loop.py", "0", "0.05", n=2, env=sshd.node_env(A))
     run.wait_event("tunable_declared", count=4)
     res = host(sshd, "ctl", "--host", A, "checkpoint", "all")
     assert res.returncode == 0, res.stderr

@@ -11,7 +11,7 @@ from mpwatch.settings import Settings
 from mpwatch.sources.remote.client import Transport
 from tests.helpers import FIXTURES, wait_for
 
-LOOP = FIXTURES / "live_loop.py"
+LOOP = FIXTURES / "control_loop.py"
 
 
 def test_checkpoint_all_and_a_change_reach_every_node_at_one_step(headless):

@@ -1,4 +1,4 @@
-"""Issue 23 in the TUI, with Pilot against a real supervisor running tests/fixtures/live_loop.py:
+"""Issue 23 in the TUI, with Pilot against a real supervisor running tests/fixtures/control_loop.py:
 `c` asks first, then checkpoints the selected rank or all of them (at one step); `t` lists the
 tunables and changes one on every rank; a bad value says why; `?` lists both keys."""
 from __future__ import annotations
@@ -11,7 +11,7 @@ from mpwatch.tui.screens.tunables import SetTunableDialog, TunablesScreen
 from tests.helpers import FIXTURES
 from tests.tui.conftest import said, until, worker_of
 
-LOOP = FIXTURES / "live_loop.py"
+LOOP = FIXTURES / "control_loop.py"
 
 
 async def _live(tui, n=2):
