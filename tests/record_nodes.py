@@ -58,7 +58,7 @@ def record_nodes(tmp: Path) -> dict[str, Any]:
         xdg.mkdir(mode=0o700)
         nvml = tmp / f"nvml-{node}.json"
         nvml.write_text(json.dumps(nvml_node(node)))
-        env = dict(os.environ, XDG_RUNTIME_DIR=str(xdg), MPWATCH_FAKE_NVML=str(nvml),
+        env = dict(os.environ, XDG_RUNTIME_DIR=str(xdg), MPWATCH_SCRIPTED_NVML=str(nvml),
                    HANG_RANK=str(CULPRIT), HANG_AT="40")
         (tmp / host).mkdir()
         runs.append(HeadlessRun(tmp / host, WORKER, n=4, env=env,

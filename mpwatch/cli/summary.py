@@ -9,7 +9,7 @@ from pathlib import Path
 
 from mpwatch.cli.args import Parser, die
 from mpwatch.cli.listing import ended_text
-from mpwatch.contract.live import shown
+from mpwatch.contract.control import shown
 from mpwatch.contract.status import ALIVE_STATES
 from mpwatch.rundir import layout, postmortem, reader, registry
 from mpwatch.settings import Settings

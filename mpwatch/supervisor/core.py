@@ -5,12 +5,12 @@ The rooms it drives, each with one job:
 - supervisor.workers.groups: process groups and their kills (and the watchdog);
 - supervisor.workers.reaping: the exit path: ended processes judged, restarts that are due;
 - supervisor.ipc.ledger: what the channel hub (supervisor.ipc.channels) hears from workers: the report ledger;
-- supervisor.ipc.commands: what the control server (supervisor.ipc.control) is asked: the control commands;
+- supervisor.ipc.commands: what the control server (supervisor.ipc.ctl_server) is asked: the control commands;
 - supervisor.snapshot: the status (contract.status's Status) clients read;
 - supervisor.eventlog: events.jsonl, the recent events and the run alerts;
 - supervisor.diagnose.stall_watch: stalled workers, what they do, and the rank the others wait for;
 - supervisor.resize: the `resize` command, stopping and starting ranks over the ticks;
-- supervisor.live.control: "checkpoint now" and tunables, sent down the workers' channels;
+- supervisor.control.room: "checkpoint now" and tunables, sent down the workers' channels;
 - supervisor.diagnose.sampler, supervisor.diagnose.dumps, supervisor.gpu.watch: the process sampler,
   stack dumps, the GPU watcher.
 
@@ -39,6 +39,7 @@ from mpwatch.contract.status import Event, RunState, State, Status
 from mpwatch.rundir import claim, layout, records, registry, writer
 from mpwatch.settings import Settings
 from mpwatch.supervisor import errors, metrics, snapshot, spawn
+from mpwatch.supervisor.control.room import ControlRoom
 from mpwatch.supervisor.diagnose.dumps import Dumper
 from mpwatch.supervisor.diagnose.sampler import Sampler
 from mpwatch.supervisor.diagnose.stall_watch import StallWatch
@@ -47,9 +48,8 @@ from mpwatch.supervisor.gpu.watch import GpuWatch
 from mpwatch.supervisor.headless import Reporter
 from mpwatch.supervisor.ipc.channels import ChannelHub
 from mpwatch.supervisor.ipc.commands import Commands
-from mpwatch.supervisor.ipc.control import ControlServer
+from mpwatch.supervisor.ipc.ctl_server import CtlServer
 from mpwatch.supervisor.ipc.ledger import ReportLedger
-from mpwatch.supervisor.live.control import LiveControl
 from mpwatch.supervisor.nodes.cluster import Nodes
 from mpwatch.supervisor.options import Options as Options  # re-exported: the CLI builds one
 from mpwatch.supervisor.resize import Resize
@@ -106,14 +106,14 @@ class Run:
         self.log = EventLog(self.store, status_out)
         self.marks = Marks(self.run_id, os.getpid())  # every process of the run (supervisor.workers.marks)
         self.groups = ProcessGroups(self.workers, self.lock, self.log, opts.stop_signal, self.marks)
-        self.live = LiveControl(self.workers, self.lock, self.log, self.flush_interval)
-        self.ledger = ReportLedger(self.workers, self.lock, self.log, self.live)
+        self.control = ControlRoom(self.workers, self.lock, self.log, self.flush_interval)
+        self.ledger = ReportLedger(self.workers, self.lock, self.log, self.control)
         self.hub = ChannelHub(str(rt / f"{self.run_id}.chan"), self.authkey, self.ledger)
         self.dumper = Dumper(self.store, self.lock, self.log, self.settings)
         self.gpu = GpuWatch.for_run(self)  # NVML starts on its own thread (setup): never waited on
         self.commands = Commands(self, self.workers, self.lock, opts, self.store, self.log, self.dumper,
-                                 self.gpu, self.live)
-        self.control = ControlServer(str(rt / f"{self.run_id}.ctl"), self.authkey, self.commands.dispatch)
+                                 self.gpu, self.control)
+        self.ctl_server = CtlServer(str(rt / f"{self.run_id}.ctl"), self.authkey, self.commands.dispatch)
         self.sampler = Sampler(self.workers, self.lock, self.groups)
         self.stalls = StallWatch(self.workers, self.lock, self.log, self.dumper, opts.stall_timeout,
                                  opts.startup_timeout)
@@ -147,14 +147,14 @@ class Run:
         self.marks.open()
         self.groups.start_watchdog()
         self.hub.start()
-        self.control.start()
+        self.ctl_server.start()
         self.metrics = metrics.serve(o.metrics_addr, o.metrics_port, lambda: snapshot.build(self, 0),
                                      lambda: self.ticked)
         self.metrics_at = self.metrics.where if self.metrics is not None else None
         me = (self.opts, self.run_id, self.run_dir, self.started_wall)
         self.store.write_json(layout.RUN_JSON, records.run_json(*me))
         self.store.write_json(layout.CONTROL_JSON, {
-            "run_id": self.run_id, "address": self.control.address, "authkey": self.authkey.hex(),
+            "run_id": self.run_id, "address": self.ctl_server.address, "authkey": self.authkey.hex(),
             "pid": os.getpid()})
         self.gpu.start()
         registry.register(self.run_id, records.registry_entry(*me), self.settings.tmpdir)
@@ -183,7 +183,7 @@ class Run:
                                run_id=self.run_id, rank_dir=paths.dir, stack_file=paths.stack_file,
                                virtual_local_rank=o.virtual_local_rank, flush_s=self.flush_interval(),
                                nccl_flight=self.settings.nccl_flight, auto=o.auto and self.settings.auto)
-        live_from = self.live.spawn_env(env)
+        live_from = self.control.spawn_env(env)
         try:
             with self.store.open_log(rank, "stdout") as out, self.store.open_log(rank, "stderr") as err:
                 proc = spawn.start_worker(spawn.command(o.launch, o.script, o.args), env, out, err, cwd=o.cwd)
@@ -242,7 +242,7 @@ class Run:
             self.commands.run_next(timeout=TICK_S)
             self._handle_signals()
             self.ledger.flush(time.monotonic())
-            self.live.push()
+            self.control.push()
             self.reaper.poll()
             if self.nodes is not None:
                 self.nodes.tick()  # a round joined, a stop or a lost node found by the node thread
@@ -318,7 +318,7 @@ class Run:
         """Release what the run holds; safe after a setup that failed half-way."""
         self.sampler.close()
         self.hub.close()
-        self.control.close()
+        self.ctl_server.close()
         if self.metrics is not None:
             self.metrics.close()
         self.gpu.close()
@@ -349,5 +349,5 @@ class Run:
         return snapshot.build(self, tail)
 
     def refused_connections(self) -> int:
-        return self.hub.refused + self.control.refused
+        return self.hub.refused + self.ctl_server.refused
 

@@ -267,7 +267,7 @@ class RunActions(ViewActions, App[Outcome]):
             self._request(f"dump rank {rank}", lambda: self._actions().act("dump", rank))
 
     def action_checkpoint(self) -> None:
-        """`c`: the selected rank or every rank, asked first (supervisor.live.control picks the step)."""
+        """`c`: the selected rank or every rank, asked first (supervisor.control.room picks the step)."""
         w = self._selected("checkpoint")
         if w is None or self.status is None:
             return

@@ -23,7 +23,7 @@ from mpwatch.tui import keys
 from mpwatch.tui.actions import RunActions
 from mpwatch.tui.outcome import Outcome
 from mpwatch.tui.poller import INTERVAL_S, Poller, PollFailed, RunGone, SnapshotReady
-from mpwatch.tui.render import gpu_rows, live_rows, node_rows, view
+from mpwatch.tui.render import control_rows, gpu_rows, node_rows, view
 from mpwatch.tui.render.glyphs import Glyphs
 from mpwatch.tui.render.segs import Line
 from mpwatch.tui.screens.detail import DetailScreen
@@ -125,7 +125,8 @@ class MpwatchApp(RunActions):
     def apply_status(self, status: Status) -> None:
         old, self.status = self.status, status
         self.snapshots += 1
-        for text, severity in node_rows.changes(old, status) + (live_rows.news(old, status) if old else []):
+        news = control_rows.news(old, status) if old else []
+        for text, severity in node_rows.changes(old, status) + news:
             self.say(text, severity)
         if node_rows.multi(status) != self._multi_node or bool(status["gpus"]) != self._has_gpus:
             self._multi_node, self._has_gpus = node_rows.multi(status), bool(status["gpus"])

@@ -25,6 +25,7 @@ from mpwatch.contract import protocol
 from mpwatch.contract.status import State
 from mpwatch.rundir.writer import RunStore
 from mpwatch.settings import Settings
+from mpwatch.supervisor.ipc import batch_check
 from mpwatch.supervisor.eventlog import EventLog
 from mpwatch.supervisor.ipc.ledger import ReportLedger
 from mpwatch.supervisor.snapshot import worker_status
@@ -77,7 +78,7 @@ def test_decoder_turns_any_bytes_into_a_message_or_a_bad_frame(data):
 def test_batch_validation_accepts_only_well_typed_reports(value):
     try:
         msg = protocol.decode(as_bytes(value))
-        reports = protocol.validate_batch(msg)
+        reports = batch_check.validate_batch(msg)
     except protocol.BadFrame:
         return
     for ts, step, loss, metrics, n in reports:

@@ -24,7 +24,7 @@ from typing import Any, cast
 from mpwatch.contract.status import EventFields, GpuTimelineReply, RunState, Status
 from mpwatch.rundir import layout, registry
 from mpwatch.rundir.textfiles import read_json
-from mpwatch.sources.local import Client, ClientError, EventsReply, LiveReply, Requests
+from mpwatch.sources.local import Client, ClientError, ControlReply, EventsReply, Requests
 from mpwatch.sources.multinode import combine
 from mpwatch.sources.remote.client import LinkLost, RemoteClient, RunEnded, Target, Transport
 
@@ -317,7 +317,7 @@ class MergedSource:
         return self._every(lambda link: link.stop())
 
     def checkpoint(self, target: int | str, step: int | None = None, by: str = "?",
-                   plan: bool = False) -> LiveReply:
+                   plan: bool = False) -> ControlReply:
         if target != "all":
             if not isinstance(target, int):
                 raise ClientError(f"bad target {target!r}")
@@ -327,11 +327,11 @@ class MergedSource:
         return self._everywhere(lambda link, s, p: link.checkpoint("all", s, by, p), step, plan)
 
     def set_tunable(self, name: str, value: str, step: int | None = None, by: str = "?",
-                    plan: bool = False) -> LiveReply:
+                    plan: bool = False) -> ControlReply:
         return self._everywhere(lambda link, s, p: link.set_tunable(name, value, s, by, p), step, plan)
 
-    def _everywhere(self, call: Callable[[Requests, int | None, bool], LiveReply], step: int | None,
-                    plan: bool) -> LiveReply:
+    def _everywhere(self, call: Callable[[Requests, int | None, bool], ControlReply], step: int | None,
+                    plan: bool) -> ControlReply:
         """A request every node takes at one step: each node's supervisor says the step it
         would pick, the latest wins (None if one has ranks without steps), then all get it."""
         if step is None and len(self.nodes) > 1:

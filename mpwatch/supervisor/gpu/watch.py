@@ -52,7 +52,7 @@ from mpwatch.supervisor.gpu.tracker import AlertTracker
 PROCS_EVERY = 5  # the process list is refreshed every this many ticks
 OOMS_KEPT = 5  # OOM alerts shown per GPU
 
-# (the scripted NVML scenario, settings.Settings.fake_nvml) -> (backend, None) or (None, why)
+# (the scripted NVML scenario, settings.Settings.scripted_nvml) -> (backend, None) or (None, why)
 Opener = Callable[[str | None], "tuple[Backend | None, str | None]"]
 
 
@@ -170,7 +170,7 @@ class GpuWatch:
 
     def open(self) -> bool:
         """Start the backend; False (and a status line) when there is none."""
-        backend, why = self._opener(self.settings.fake_nvml)
+        backend, why = self._opener(self.settings.scripted_nvml)
         if backend is None:
             self.status = why
             return False
