@@ -12,19 +12,17 @@ import signal
 from typing import NamedTuple
 
 from mpwatch.contract.status import State
-from mpwatch.rundir.layout import LOG_MARK, LOG_MARK_END
+from mpwatch.rundir import crash
 
 _NCCL_WATCHDOG = re.compile(r"Watchdog caught collective operation timeout: WorkNCCL\(SeqNum=(\d+), "
                             r"OpType=(\w+).*?\) ran for (\d+) milliseconds")
 # What a rank says when a peer of its process group went away (gloo, NCCL, the TCP store).
 _COMM_ERROR = re.compile(r"Connection (?:reset|closed) by peer|Broken pipe|DistBackendError|NCCL|gloo|"
                          r"ProcessGroup|c10d|Socket Timeout|timed out|TCPStore|Connection refused", re.I)
-_RANK_PREFIX = re.compile(r"^\[rank\d+\]:\s*")  # torch's prefix on each line of a rank's error
-_SOURCE_AT = re.compile(r"\[[^\]\s]+\.(?:cc|cpp|cu|h|hpp):\d+\]\s*")  # gloo's "[.../pair.cc:545] "
-_BLURB = re.compile(r"\.\s+This is typically caused by .*$")  # gloo's advice after the message
 # Why mpwatch ended a process, as its cause says it (the kill_reason of supervisor.workers.groups).
 KILLED_WHY = {"kill": "killed on request", "restart": "stopped to restart", "resize": "stopped for a resize",
               "stop": "stopped with the run", "new round": "stopped for a new rendezvous round"}
+NCCL_LINES = 60  # the last lines searched for NCCL's watchdog line
 PEER_WINDOW_S = 660.0  # a peer's end this long before a failure can explain it (NCCL's 10 min timeout)
 
 
@@ -51,48 +49,6 @@ def exit_cause(returncode: int) -> tuple[int | None, str | None]:
         except ValueError:
             return None, f"signal {-returncode}"
     return returncode, None
-
-
-def is_mark(line: str) -> bool:
-    return line.startswith(LOG_MARK) and line.endswith(LOG_MARK_END)
-
-
-def own_output(tail: list[str]) -> list[str]:
-    """The lines of a log tail the current process wrote: after mpwatch's last marker
-    (a restart or a resize starts a new process there)."""
-    marks = [i for i, line in enumerate(tail) if is_mark(line.strip())]
-    return tail[marks[-1] + 1:] if marks else list(tail)
-
-
-def clean(line: str) -> str:
-    """An error line as a cause: without torch's [rankN] prefix, a C++ source location, or gloo's advice."""
-    line = _SOURCE_AT.sub("", _RANK_PREFIX.sub("", line.strip()))
-    return _BLURB.sub("", line).rstrip(".") if _BLURB.search(line) else line
-
-
-_SYNTAX = ("SyntaxError", "IndentationError", "TabError")
-_FILE_LINE = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+)')
-
-
-def last_error_line(stderr_tail: list[str]) -> str | None:
-    """The line a user wants first from a crash: the exception, not the traceback frames
-    (mpwatch's own marker lines are never one). A syntax error says where: its file and line
-    are on a line of their own above it ("SyntaxError: invalid syntax (train.py:12)")."""
-    for i in range(len(stderr_tail) - 1, -1, -1):
-        s = _RANK_PREFIX.sub("", stderr_tail[i].strip())
-        if s and not is_mark(s) and not s.startswith(("File ", "^", "~")) \
-                and s != "Traceback (most recent call last):":
-            return clean(s) + (_where(stderr_tail[:i]) if s.startswith(_SYNTAX) else "")
-    return None
-
-
-def _where(above: list[str]) -> str:
-    """' (file.py:12)' from the last 'File "...", line N' line above, else ''."""
-    for line in reversed(above):
-        m = _FILE_LINE.match(line)
-        if m:
-            return f" ({m.group('file').rsplit('/', 1)[-1]}:{m.group('line')})"
-    return ""
 
 
 def nccl_timeout(tail: list[str]) -> str | None:
@@ -123,10 +79,10 @@ def judge(returncode: int, kill_reason: str | None, stderr_tail: list[str], peer
         return Exit(State.KILLED, code, sig, why + (f" ({sig})" if sig else f" (exit {code})"))
     if code == 0:
         return Exit(State.EXITED, code, sig, "exit 0")
-    tail = own_output(stderr_tail)
+    tail = crash.own_output(stderr_tail)
     how = f"exit {code}" if sig is None else sig if sig.startswith("signal ") else f"signal {sig}"
-    timeout = nccl_timeout(tail)
-    err = last_error_line(tail)
+    timeout = nccl_timeout(tail[-NCCL_LINES:])
+    err = crash.error_line(tail)
     if timeout is not None:
         err = timeout
     if peer_failure(peer, dist, err, sig):
