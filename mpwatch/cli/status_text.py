@@ -2,7 +2,7 @@
 first, then the hang diagnosis, the GPUs and the run's alerts. Pure; the caller prints."""
 from __future__ import annotations
 
-from mpwatch.contract.control import shown
+from mpwatch.contract.control import in_force, pending_changes, shown
 from mpwatch.contract.status import GpuProcess, GpuView, State, Status, WorkerStatus
 from mpwatch.text import eventtext, fmt
 
@@ -73,13 +73,17 @@ def _worker_lines(w: WorkerStatus, st: Status) -> list[str]:
 
 
 def control_lines(st: Status) -> list[str]:
-    """The tunables' values (and who changed them), and the checkpoint requests still waiting."""
+    """The tunables' values in force (and who changed them), each change still pending (its
+    value, its step, how many ranks took it), and the checkpoint requests still waiting."""
     out = []
     for t in st.get("tunables") or []:
-        c = t["changes"][-1] if t["changes"] else None
+        c = in_force(t)
         how = f" (set by {c['by']}" + (f" from step {c['step']}" if c["step"] is not None else "") \
             + (f"; waiting: {fmt.ranks(c['waiting'])}" if c["waiting"] else "") + ")" if c else ""
         out.append(f"tunable {t['name']} = {shown(t['value'])} ({t['type']}){how}")
+        for p in pending_changes(t):
+            out.append(f"  then {shown(p['value'])} from step {p['step']} (set by {p['by']}; "
+                       f"{len(p['answers'])}/{len(p['answers']) + len(p['waiting'])} ranks took it)")
     for r in st.get("checkpoints") or []:
         if r["waiting"]:
             out.append(f"checkpoint asked of {fmt.ranks(r['ranks'])}"

@@ -183,7 +183,7 @@ class Run:
                                run_id=self.run_id, rank_dir=paths.dir, stack_file=paths.stack_file,
                                virtual_local_rank=o.virtual_local_rank, flush_s=self.flush_interval(),
                                nccl_flight=self.settings.nccl_flight, auto=o.auto and self.settings.auto)
-        live_from = self.control.spawn_env(env)
+        live_from = self.control.spawn_env(env, rank)
         try:
             with self.store.open_log(rank, "stdout") as out, self.store.open_log(rank, "stderr") as err:
                 proc = spawn.start_worker(spawn.command(o.launch, o.script, o.args), env, out, err, cwd=o.cwd)

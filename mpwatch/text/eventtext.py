@@ -77,6 +77,9 @@ def _live(rec: EventFields) -> str | None:
     if e == Event.TUNABLE_DECLARED:
         return (f"{who} declared tunable {rec.get('tunable')} ({rec.get('type')}, "
                 f"default {shown(rec.get('value'))})")
+    if e == Event.TUNABLE_SET and rec.get("step") is not None:  # asked now, in force at that step
+        return (f"{rec.get('tunable')} = {shown(rec.get('value'))} from step {rec.get('step')} "
+                f"({shown(rec.get('old'))} until then) by {rec.get('by')}")
     if e == Event.TUNABLE_SET:
         return (f"{rec.get('tunable')} = {shown(rec.get('value'))} (was {shown(rec.get('old'))}) "
                 f"{_at(rec.get('step'))} by {rec.get('by')}")

@@ -43,10 +43,13 @@ class ControlRoom:
         self.book = Registry()
 
     # ------------------------------------------------------------ main thread ----
-    def spawn_env(self, env: dict[str, str]) -> int:
-        """The tunables' values into a starting rank's environment; the last request id they cover."""
+    def spawn_env(self, env: dict[str, str], rank: int) -> int:
+        """The tunables' values in force into a starting rank's environment (a change still
+        pending reaches it on its channel, at its step, as the other ranks take it); the epoch
+        they cover (records.Registry.epoch)."""
         with self.lock:
-            values, last = self.book.values(), self.book.last_id
+            self.book.forget(rank)
+            values, last = self.book.values(), self.book.epoch
         if values:
             env[protocol.ENV_TUNABLES] = json.dumps(values)
         else:
@@ -93,15 +96,18 @@ class ControlRoom:
             if plan_only:
                 return {"ok": True, "step": step}
             change = Change(self.book.next_id(), by, step, {w.rank for w in reach}, value=value, old=t.value)
-            t.changes.append(change)
-            t.value = value
+            self.book.set(t, change)
         frame = protocol.encode({"t": protocol.SET, "id": change.id, "name": name, "value": value,
                                  "step": step})
         self._send(reach, frame, change)
         self.log.event(Event.TUNABLE_SET, None, id=change.id, tunable=name, value=value, old=change.old,
                        step=step, by=by, ranks=sorted(change.asked))
-        text = f"{name} = {shown(value)} (was {shown(change.old)}) on {fmt.ranks(change.asked)} " \
-            + (f"from step {step}" if step is not None else "at each one's next call")
+        if step is not None:  # not in force before the ranks reach it
+            text = f"{name} = {shown(value)} from step {step} on {fmt.ranks(change.asked)} " \
+                f"(now {shown(change.old)})"
+        else:
+            text = f"{name} = {shown(value)} (was {shown(change.old)}) on {fmt.ranks(change.asked)} " \
+                "at each one's next call"
         if not reach:
             text = (f"{name} = {shown(value)} (was {shown(change.old)}): no rank runs now; "
                     "the next ones start with it")
@@ -122,6 +128,7 @@ class ControlRoom:
                 for c in t.changes:
                     if w.rank not in c.answers:
                         c.asked.discard(w.rank)
+            self.book.settle()  # what the others all took comes into force
         self._write(events)
 
     def push(self) -> None:
@@ -134,7 +141,8 @@ class ControlRoom:
     # ----------------------------------------------------------- hub threads ----
     def on_hello(self, w: Worker, peer: Downlink, version: int) -> None:
         """A rank's own process opened its channel: requests it has not answered go again
-        (a reconnect: the worker applies each id once), and tunable changes made since it started."""
+        (a reconnect: the worker applies each id once), and of each tunable the changes still
+        pending (at their step) and the value that came into force since it started (at once)."""
         if version < protocol.DOWN_VERSION:
             return
         frames: list[bytes] = []
@@ -145,11 +153,10 @@ class ControlRoom:
                 if w.rank in req.asked and w.rank not in req.answers and w.rank not in req.missed:
                     frames.append(protocol.encode({"t": protocol.CHECKPOINT, "id": req.id, "step": req.step}))
             for t in self.book.tunables.values():
-                c = t.changes[-1] if t.changes else None
-                if c is not None and c.id > a.live_from and w.rank not in c.answers:
+                for c in self.book.owed(t, w.rank, a.live_from):
                     c.asked.add(w.rank)
                     frames.append(protocol.encode({"t": protocol.SET, "id": c.id, "name": t.name,
-                                                   "value": c.value, "step": c.step}))
+                                                   "value": c.value, "step": c.step if c.pending else None}))
         for f in frames:
             peer.send(f)
 
@@ -184,6 +191,8 @@ class ControlRoom:
         else:
             assert isinstance(req, Change)  # a tunable's request is one of its changes
             events.append((Event.TUNABLE_APPLIED, rank, {**fields, "tunable": t.name, "value": req.value}))
+            if req.due():
+                self.book.force(t, req)
 
     # --------------------------------------------------------------- readers ----
     def status(self) -> tuple[list[TunableStatus], list[CheckpointRequest]]:

@@ -96,7 +96,7 @@ class Attempt:
     # control: checkpoint requests and tunables (supervisor.control)
     peer: Downlink | None = None  # its own process's channel, once its hello said protocol 2
     polls: bool = False  # its process calls mpwatch.should_checkpoint()
-    live_from: int = 0  # the requests up to this id reached it through its environment
+    live_from: int = 0  # the tunables in force at this epoch reached it through its environment
     # pauses and stalls
     resumed: float | None = None
     paused_at: float | None = None  # wall clock of the pause in force (None when not paused)
