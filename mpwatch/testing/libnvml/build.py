@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-SOURCES = ("fake_nvml.c", "script.c")
+SOURCES = ("fake_nvml.c", "fake_procs.c", "fake_mig.c", "fake_clocks.c", "script.c")
 LIB_NAME = "libnvidia-ml.so.1"
 # Variants: the library of a current driver, and of one older than R510 (no _v3 process list).
 VARIANTS = {"full": [], "no_v3": ["-DFAKE_NVML_WITHOUT_V3"]}
@@ -57,7 +57,7 @@ def build(out_dir: Path, variant: str = "full") -> Path:
         raise BuildError(missing() or "cannot build")
     flags = VARIANTS[variant]
     digest = hashlib.sha256()
-    for name in SOURCES + ("script.h",):
+    for name in SOURCES + ("script.h", "fake_nvml.h"):
         digest.update((HERE / name).read_bytes())
     digest.update(header.read_bytes())
     digest.update(" ".join(flags).encode())
