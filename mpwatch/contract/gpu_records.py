@@ -50,6 +50,8 @@ class GpuMark(TypedDict):
     rank: int | None
     pid: NotRequired[int | None]
     text: str
+    gi: NotRequired[int]  # about a MIG slice of GPU `gpu`: its GPU and compute instance
+    ci: NotRequired[int]
 
 
 # What was thinned from gpu.jsonl to keep it under its cap: the ticks between the wall
