@@ -115,6 +115,10 @@ class MemoryBreakdown(TypedDict):
     outside: int | None  # processes outside the run
 
 
+# The words of a view's `errors` that readers recognise (probes.nvml_words says them).
+ON_MIG = "n/a on MIG"  # what MIG does not report: utilization, per-process SM %
+ROOT_ON_MIG = "needs root on this MIG GPU"  # what NVML keeps for root on a GPU in MIG mode
+
 HISTORY_POINTS = 120  # points of GpuHistory: two minutes at the default 1 s GPU interval
 
 

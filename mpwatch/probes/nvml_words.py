@@ -6,13 +6,14 @@ Codes are NVML's (nvml.h's nvmlReturn_t), by number: the bindings may lack a new
 """
 from __future__ import annotations
 
+from mpwatch.contract.gpu_view import ON_MIG as ON_MIG  # what MIG does not report: said so, never 0
+from mpwatch.contract.gpu_view import ROOT_ON_MIG as ROOT_ON_MIG
+
 NO_PERMISSION = 4
 NOT_SUPPORTED = 3
 FUNCTION_NOT_FOUND = 13
 ARGUMENT_VERSION_MISMATCH = 25
 
-ON_MIG = "n/a on MIG"  # what MIG does not report (utilization, per-process SM %): said so, never 0
-ROOT_ON_MIG = "needs root on this MIG GPU"
 
 _WORDS = {
     1: "NVML is not started",

@@ -6,13 +6,14 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from mpwatch.contract.gpu_view import ON_MIG as ON_MIG
+from mpwatch.contract.gpu_view import ROOT_ON_MIG as ROOT_ON_MIG
 from mpwatch.contract.status import GpuView, MigSlice
 
 # What each N/A value of a view is, in words (a GpuSample's `errors` keys).
 NOUNS = {"memory": "memory", "processes": "process list", "utilization": "utilization",
          "proc_util": "SM % per process", "temperature": "temperature", "power": "power",
          "clocks": "SM clock", "throttle": "clock reasons", "process_memory": "process memory"}
-ON_MIG = "n/a on MIG"  # probes.nvml_words.ON_MIG: what MIG does not report
 
 
 def slice_text(mig: MigSlice | Mapping[str, object]) -> str:

@@ -16,7 +16,7 @@ from textual.binding import Binding
 from textual.screen import Screen
 from textual.widgets import Footer, Static
 
-from mpwatch.contract.status import Event, EventFields, RunState, State, Status
+from mpwatch.contract.status import Event, EventFields, RunState, State, Status, devices
 from mpwatch.sources.source import Source
 from mpwatch.text import eventtext
 from mpwatch.tui.actions import Outcome, RunActions
@@ -189,9 +189,10 @@ class MpwatchApp(RunActions):
         g = self.glyphs
         width, height = self.size.width, self.size.height
         small = height < SMALL_H  # the table keeps its rows: one GPU line, one alert, no sort line
-        gpu_fit = 1 if small else min(len(st["gpus"]) + bool(st["gpu_status"] and st["gpus"]),
+        gpu_rows_n = len(devices(st["gpus"]))  # a GPU in MIG mode has a row per slice too
+        gpu_fit = 1 if small else min(gpu_rows_n + bool(st["gpu_status"] and st["gpus"]),
                                       max(2, height // 5)) or 1
-        gpu_width = width - 2 - (1 if len(st["gpus"]) > gpu_fit else 0)
+        gpu_width = width - 2 - (1 if gpu_rows_n > gpu_fit else 0)
         with self.batch_update():
             head = view.header_lines(st, g, sort=self.sort, filter_text=self.filter_text,
                                      finished=not self.live)

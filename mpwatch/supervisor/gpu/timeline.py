@@ -65,13 +65,14 @@ def tick_record(views: list[GpuView], wgpus: Mapping[int, WorkerGpu], wall: floa
     """The tick of a moment: each GPU and MIG slice, each rank on its own."""
     gpus: list[GpuTickGpu] = []
     for v in devices(views):
-        g: GpuTickGpu = {"index": v["index"], "mem_used": v["mem_used"], "mem_total": v["mem_total"],
-                         "util_gpu": v["util_gpu"],
-                         "outside": v["breakdown"]["outside"] if "breakdown" in v else None}
-        mig = v.get("mig")
-        if mig is not None:
-            g["gi"], g["ci"] = mig["gi"], mig["ci"]
-        gpus.append(g)
+        mig, i = v.get("mig"), v["index"]
+        used, total, util = v["mem_used"], v["mem_total"], v["util_gpu"]
+        outside = v["breakdown"]["outside"] if "breakdown" in v else None
+        # A slice's ids right after its index: the replay reads a tick's samples by that order.
+        gpus.append({"index": i, "mem_used": used, "mem_total": total, "util_gpu": util, "outside": outside}
+                    if mig is None else
+                    {"index": i, "gi": mig["gi"], "ci": mig["ci"], "mem_used": used, "mem_total": total,
+                     "util_gpu": util, "outside": outside})
     ranks: list[GpuTickRank] = []
     for r, wg in sorted(wgpus.items()):
         tr: GpuTickRank = {"rank": r, "gpu": wg["index"], "nvml": wg["mem_bytes"],
