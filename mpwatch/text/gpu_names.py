@@ -34,6 +34,13 @@ def view_name(view: GpuView) -> str:
     return device_name(view["index"], view.get("mig"))
 
 
+def label(index: int, mig: MigSlice | Mapping[str, object] | None = None) -> str:
+    """A GPU or slice in a cell: "0", "0:1" (GPU 0's GPU instance 1), "0:1.1" (and compute instance 1)."""
+    if not mig:
+        return str(index)
+    return f"{index}:{mig.get('gi')}" + (f".{mig.get('ci')}" if mig.get("ci") else "")
+
+
 def short_slice(mig: MigSlice | Mapping[str, object]) -> str:
     """A slice in a few characters, for a row: "3g.40gb" (or "GI 1" when it has no profile)."""
     return str(mig.get("profile") or f"GI {mig.get('gi')}")
@@ -43,7 +50,8 @@ def na_notes(errors: Mapping[str, str], skip: frozenset[str] = frozenset()) -> l
     """Why values are N/A, one note per reason: "memory and process list: needs root on this
     MIG GPU"; reasons in `skip` are said elsewhere (a slice's "n/a on MIG", said by its GPU)."""
     by_why: dict[str, list[str]] = {}
-    for what, why in errors.items():
+    order = list(NOUNS)
+    for what, why in sorted(errors.items(), key=lambda e: order.index(e[0]) if e[0] in order else len(order)):
         if why not in skip:
             by_why.setdefault(why, []).append(NOUNS.get(what, what.replace("_", " ")))
     return [f"{_and(whats)}: {why}" for why, whats in by_why.items()]

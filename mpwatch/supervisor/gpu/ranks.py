@@ -180,7 +180,8 @@ def breakdown(view: GpuView, own: Sequence[RankInfo], procs_known: bool) -> Memo
     if not procs_known:
         return {"allocated": allocated, "cached": cached, "other": None, "outside": None}
     ours = sum(p["mem_bytes"] or 0 for p in view["processes"] if owner(p) is not None)
-    outside = sum(p["mem_bytes"] or 0 for p in view["processes"] if owner(p) is None)
+    # Unknown when the driver keeps an outsider's memory from us (MIG, for a user): never 0.
+    outside = _sum_or_none([p["mem_bytes"] for p in view["processes"] if owner(p) is None] or [0])
     other = max(0, ours - (allocated or 0) - (cached or 0))
     return {"allocated": allocated, "cached": cached, "other": other, "outside": outside}
 

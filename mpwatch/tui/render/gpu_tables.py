@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from mpwatch.contract.status import SLOWDOWNS, GpuProcess, GpuView, Status, WorkerGpu, WorkerStatus, devices
 from mpwatch.text import fmt
-from mpwatch.text.gpu_names import ON_MIG, na_notes, slice_text
+from mpwatch.text.gpu_names import ON_MIG, label, na_notes, slice_text
 from mpwatch.tui.render import segs
 from mpwatch.tui.render.glyphs import Glyphs
 from mpwatch.tui.render.gpu_rows import (
@@ -36,8 +36,8 @@ def now_of(status: Status) -> float:
 
 
 def gpu_heading(gpu: GpuView, g: Glyphs) -> Line:
-    """A GPU's line: memory, utilization, temperature, power, clocks, name, UUID, and why
-    what is N/A is (once per reason)."""
+    """A GPU's line: memory, utilization, temperature, power, name, UUID (`gpu_notes`: the
+    lines under it)."""
     pct = mem_pct(gpu)
     uuid = gpu.get("uuid")
     temp = NA if gpu["temperature"] is None else f"{gpu['temperature']}C"
@@ -48,44 +48,40 @@ def gpu_heading(gpu: GpuView, g: Glyphs) -> Line:
                       (f"  memory {fmt.size(gpu['mem_used'], NA)} / {fmt.size(gpu['mem_total'], NA)}",
                        band(pct, MEM_BANDS)),
                       (f"  util {util}", band(gpu["util_gpu"], UTIL_BANDS)),
-                      (f"  {temp}  {power}", ""), *clock_segs(gpu), (f"  {gpu['name'] or NA}", "")]
+                      (f"  {temp}  {power}  {gpu['name'] or NA}", "")]
     if uuid:
         out.append((f"  {uuid}", "bright_black"))
-    out += [(f"  {note}", "bright_black") for note in na_notes(gpu["errors"])]
     return tuple(out)
 
 
-def clock_segs(gpu: GpuView) -> list[Seg]:
-    """The SM clock against its maximum, and what holds it back (power, heat) when something does."""
-    sm, top = gpu.get("sm_clock_mhz"), gpu.get("sm_clock_max_mhz")
-    if sm is None:
-        return []
-    out: list[Seg] = [(f"  SM {sm}/{top if top is not None else NA} MHz", "")]
-    held = [r.replace("_", " ") for r in gpu.get("throttle_reasons") or () if r in SLOWDOWNS]
-    if held:
-        out.append((f" (held: {', '.join(held)})", "yellow"))
+def gpu_notes(v: GpuView, indent: str = "  ") -> list[Line]:
+    """Under a GPU's (or slice's) heading: its SM clock and what holds it back, then why what
+    is N/A is, a line per reason (a slice's "n/a on MIG" is its GPU's to say)."""
+    out: list[Line] = []
+    sm, top = v.get("sm_clock_mhz"), v.get("sm_clock_max_mhz")
+    if sm is not None:
+        held = [r.replace("_", " ") for r in v.get("throttle_reasons") or () if r in SLOWDOWNS]
+        out.append(((f"{indent}SM clock {sm} of {top if top is not None else NA} MHz", ""),
+                    *(((f", held by {', '.join(held)}", "yellow"),) if held else ())))
+    skip = frozenset({ON_MIG}) if "mig" in v else frozenset()
+    out += [((f"{indent}{note}", "bright_black"),) for note in na_notes(v["errors"], skip)]
     return out
 
 
 def slice_heading(s: GpuView, g: Glyphs) -> Line:
-    """A MIG slice's line, under its GPU's: which slice, its own memory and UUID, and why what
-    is N/A is (but "n/a on MIG": its GPU's line says it)."""
+    """A MIG slice's line, under its GPU's: which slice, its own memory and UUID."""
     mig = s.get("mig")
     out: list[Seg] = [(f"  {g.child} {slice_text(mig) if mig else 'MIG'}", "bold"),
                       (f"  memory {fmt.size(s['mem_used'], NA)} / {fmt.size(s['mem_total'], NA)}",
                        band(mem_pct(s), MEM_BANDS))]
     if s.get("uuid"):
         out.append((f"  {s.get('uuid')}", "bright_black"))
-    out += [(f"  {note}", "bright_black") for note in na_notes(s["errors"], skip=frozenset({ON_MIG}))]
     return tuple(out)
 
 
 def device_label(v: GpuView) -> str:
     """A GPU's index, or a slice's "0:1" (its GPU, its GPU instance)."""
-    mig = v.get("mig")
-    if mig is None:
-        return str(v["index"])
-    return f"{v['index']}:{mig['gi']}" + (f".{mig['ci']}" if mig["ci"] else "")
+    return label(v["index"], v.get("mig"))
 
 
 # ------------------------------------------------------------------- ranks ----

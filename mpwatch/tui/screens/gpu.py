@@ -46,16 +46,18 @@ def chart_lines(status: Status, timeline: GpuTimelineReply | None, why: str | No
     for gpu in status["gpus"]:
         out.append(())
         out.append(gpu_tables.gpu_heading(gpu, g))
+        out += gpu_tables.gpu_notes(gpu)
         slices = gpu.get("slices") or []
         if not ticks:
-            out += [gpu_tables.slice_heading(s, g) for s in slices]
+            for s in slices:
+                out += [gpu_tables.slice_heading(s, g), *gpu_tables.gpu_notes(s, "      ")]
             out.append(((f"  no timeline: {why or 'no samples yet'}", "bright_black"),))
             continue
         if not slices:
             out += _charts(gpu, dev_key(gpu), ticks, marks, (now, window, width), 6 if tall else 4,
                            3 if tall else 2, g)
         for s in slices:  # MIG: no utilization to chart
-            out.append(gpu_tables.slice_heading(s, g))
+            out += [gpu_tables.slice_heading(s, g), *gpu_tables.gpu_notes(s, "      ")]
             out += _charts(s, dev_key(s), ticks, marks, (now, window, width), 4 if tall else 3, 0, g)
     return out
 
