@@ -8,8 +8,8 @@ GpuAlert dicts, which name a slice by `gi`/`ci` beside its GPU's `gpu`; `key` na
 condition, so the watcher can tell an alert that starts from one that goes on, and stamps
 `since`. Every alert says what to do (`hint`), how bad it is (`severity`) and a few words for
 the GPU row (`short`).
-Thresholds live in AlertConfig: settings.GpuThresholds, read with the other switches (README,
-"GPU alerts", says where each default comes from).
+Thresholds live in AlertConfig: settings.GpuThresholds, read with the other switches
+(docs/gpu-alerts.md says where each default comes from).
 """
 from __future__ import annotations
 
