@@ -2,7 +2,7 @@
 first, then the hang diagnosis, the GPUs and the run's alerts. Pure; the caller prints."""
 from __future__ import annotations
 
-from mpwatch.contract.live import shown
+from mpwatch.contract.control import shown
 from mpwatch.contract.status import SLOWDOWNS, GpuProcess, GpuView, State, Status, WorkerStatus
 from mpwatch.text import eventtext, fmt
 from mpwatch.text.gpu_names import ON_MIG, na_notes, slice_text
@@ -101,7 +101,7 @@ def _worker_lines(w: WorkerStatus, st: Status) -> list[str]:
     return out
 
 
-def live_lines(st: Status) -> list[str]:
+def control_lines(st: Status) -> list[str]:
     """The tunables' values (and who changed them), and the checkpoint requests still waiting."""
     out = []
     for t in st.get("tunables") or []:
@@ -137,7 +137,7 @@ def status_lines(st: Status) -> list[str]:
         for s in g.get("slices", []):  # "n/a on MIG": said once, by its GPU
             out.append(slice_line(s))
             out += _device_lines(s, frozenset({ON_MIG}))
-    out += live_lines(st)
+    out += control_lines(st)
     for ra in st["alerts"][-5:]:
         out.append(f"alert: {ra['message']}")
     return out

@@ -10,7 +10,8 @@ from typing import Any
 
 from mpwatch.contract.gpu_view import THROTTLE_REASONS
 from mpwatch.probes import nvml_words
-from mpwatch.probes.gpu_sample import Device, GpuSample, MigSlot, NotSupported
+from mpwatch.probes.gpu_backend import NotSupported
+from mpwatch.probes.gpu_sample import Device, GpuSample, MigSlot
 
 # NVML's clock event reason bits (nvmlClocksEventReason*, nvml.h), in THROTTLE_REASONS' order.
 REASON_BITS: dict[str, int] = dict(zip(THROTTLE_REASONS, (1 << i for i in range(len(THROTTLE_REASONS))),

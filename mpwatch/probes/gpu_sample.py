@@ -6,17 +6,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-ProcList = list[tuple[int, "int | None"]]  # [(pid, used bytes or None where the driver cannot tell)]
+from mpwatch.probes.gpu_backend import ProcList
+
 NO_INSTANCE = 0xFFFFFFFF  # NVML's gpuInstanceId / computeInstanceId of a process outside MIG
-
-
-class GpuUnavailable(Exception):
-    """No usable GPU backend; the message is the one line shown to the user."""
-
-
-class NotSupported(Exception):
-    """The device cannot answer this question at all (MIG, an older GPU or driver): N/A
-    for good, so the probe stops asking."""
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,4 @@
-"""The NVML calls of probes.gpu.NvmlBackend beyond the basic counters, over nvidia-ml-py
+"""The NVML calls of probes.nvml.NvmlBackend beyond the basic counters, over nvidia-ml-py
 (`self.nv`, the pynvml module): memory with the driver's reserve apart, MIG slices (their
 handles, UUIDs, names and instance ids), process lists with each process's instance ids,
 SM clocks and the reasons they are held back. Each speaks NVML's types and raises what
@@ -10,7 +10,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from mpwatch.probes.gpu_sample import NO_INSTANCE, NotSupported
+from mpwatch.probes.gpu_backend import NotSupported
+from mpwatch.probes.gpu_sample import NO_INSTANCE
 
 SlotInfo = tuple[object, "str | None", "str | None", int, int]  # (handle, uuid, name, gi, ci)
 InstanceProc = tuple[int, "int | None", "int | None", "int | None"]  # (pid, bytes, gi, ci); None: N/A

@@ -12,7 +12,7 @@ import pytest
 from tests.helpers import ROOT, wait_for
 from tests.libnvml import loaded
 from tests.record import WORKER
-from tests.supervisor.test_gpu_run import fake_env, view
+from tests.supervisor.test_gpu_run import gpu_env, view
 
 pytestmark = [pytest.mark.e2e]
 GiB = 1 << 30
@@ -35,7 +35,7 @@ def run_on(headless, tmp_path, libnvml, monkeypatch, slots: list[int]):
     with loaded(libnvml, monkeypatch, tmp_path, data):
         migs = gpu_mig.mig_devices()
     uuids = [m["uuid"] for m in A100["mig"]]
-    env = fake_env(libnvml, tmp_path, data, cuda={str(r): [view(uuids[s], GiB // 2, GiB // 2)] for r, s in enumerate(slots)},
+    env = gpu_env(libnvml, tmp_path, data, cuda={str(r): [view(uuids[s], GiB // 2, GiB // 2)] for r, s in enumerate(slots)},
                    CHILD="-1")
     run = headless(WORKER, n=2, opts=["--gpu-interval", "0.2"], env=env)
 

@@ -1,8 +1,8 @@
-"""The GPU probe on the real backend: probes.gpu.NvmlBackend over nvidia-ml-py over the
+"""The GPU probe on the real backend: probes.nvml.NvmlBackend over nvidia-ml-py over the
 stand-in libnvidia-ml.so.1 (testing.libnvml) loaded into this process."""
 import pytest
 
-from mpwatch.probes import gpu
+from mpwatch.probes import gpu, nvml
 from tests.libnvml import loaded
 
 
@@ -16,7 +16,7 @@ def probe(libnvml, tmp_path, monkeypatch):
         ctx.__enter__()
         made.append(ctx)
         backend, why = gpu.open_backend(None)
-        assert why is None and isinstance(backend, gpu.NvmlBackend), why
+        assert why is None and isinstance(backend, nvml.NvmlBackend), why
         p = gpu.GpuProbe(backend)
         p.open()
         made.append(p)

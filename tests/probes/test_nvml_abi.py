@@ -1,4 +1,4 @@
-"""What only the real binding does: probes.gpu.NvmlBackend over nvidia-ml-py over the stand-in
+"""What only the real binding does: probes.nvml.NvmlBackend over nvidia-ml-py over the stand-in
 libnvidia-ml.so.1 (testing.libnvml), built against NVIDIA's nvml.h. The versioned process
 list and its fallback, NVML_VALUE_NOT_AVAILABLE, MIG handles, NVML's error codes, the
 two-call buffer protocol: pynvml's own ctypes code runs on each."""
@@ -7,8 +7,8 @@ import os
 import pynvml
 import pytest
 
-
 GiB = 1 << 30
+
 
 
 ONE = [{"pid": "self", "mem": GiB, "sm": 30}]

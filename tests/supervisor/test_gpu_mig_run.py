@@ -1,5 +1,5 @@
 """MIG in real headless runs (issue 33): the stand-in libnvidia-ml.so.1 (testing.libnvml, under
-the real nvidia-ml-py) plays an A100 in MIG mode; the scripted allocator views (MPWATCH_FAKE_CUDA)
+the real nvidia-ml-py) plays an A100 in MIG mode; the scripted allocator views (MPWATCH_SCRIPTED_CUDA)
 name each rank's slice by its MIG UUID, as a worker whose CUDA_VISIBLE_DEVICES is MIG-… sends it.
 Workers, pids, psutil, the control socket and gpu.jsonl are real; the GPU watcher also runs as a
 user (uid 65534), whom the driver tells less."""
@@ -10,7 +10,7 @@ import shutil
 from mpwatch.rundir.textfiles import read_jsonl
 from mpwatch.tui.render import glyphs, gpu_rows, gpu_tables, segs
 from tests.helpers import wait_for
-from tests.supervisor.test_gpu_run import FAST, REPORTER, fake_env, view
+from tests.supervisor.test_gpu_run import FAST, REPORTER, gpu_env, view
 
 GiB = 1 << 30
 ROOT = "needs root on this MIG GPU"
@@ -27,7 +27,7 @@ def slices(first: list, second: list, **gpu) -> dict:
 def test_ranks_contend_on_a_shared_slice_and_not_across_slices(headless, tmp_path, libnvml):
     """Ranks 0 and 1 on slice GI 1 (contention there), rank 2 alone on slice GI 2 of the same GPU
     (no contention: a slice is a GPU of its own)."""
-    env = fake_env(libnvml, tmp_path, slices(
+    env = gpu_env(libnvml, tmp_path, slices(
         [{"pid": "rank:0", "mem": 12 * GiB}, {"pid": "rank:1", "mem": 11 * GiB}], [{"pid": "rank:2", "mem": 9 * GiB}],
         sm_clock=900, sm_clock_max=1410, throttle=["hw_thermal_slowdown", "idle"]),
         cuda={"0": [view("MIG-aaaa", 10 * GiB, 11 * GiB)], "1": [view("MIG-aaaa", 9 * GiB, 10 * GiB)],
@@ -70,27 +70,31 @@ def test_ranks_contend_on_a_shared_slice_and_not_across_slices(headless, tmp_pat
 WATCH_AS_USER = """
 import json, os, sys, time
 from pathlib import Path
+from mpwatch.settings import Settings
 from mpwatch.supervisor.gpu.ranks import RankInfo
 from mpwatch.supervisor.gpu.watch import GpuWatch
 from mpwatch.testing.libnvml import SCRIPT_ENV
 from mpwatch.testing.libnvml.script import write_script
 
 data, views = json.loads(sys.argv[1]), json.loads(sys.argv[2])
-ranks = []
+me, ranks = os.getpid(), []
 for _ in views:  # the ranks: forked (a user's process here cannot exec this interpreter again)
     pid = os.fork()
     if pid == 0:
-        time.sleep(300)
+        os.close(1)  # never holds the test's pipe open
+        while os.getppid() == me:  # gone with this process, whatever ends it
+            time.sleep(0.1)
         os._exit(0)
     ranks.append(pid)
-text = json.dumps(data)
-for r, pid in enumerate(ranks):
-    text = text.replace(f'"rank:{r}"', str(pid))
-os.environ[SCRIPT_ENV] = str(write_script(json.loads(text), Path(os.environ["HOME"]) / "script.txt"))
-events = []
-watch = GpuWatch(0.1, lambda: [RankInfo(r, pid, True, True, [], views[r]) for r, pid in enumerate(ranks)],
-                 lambda rank, **f: events.append(f), env={})
+watch = None
 try:
+    text = json.dumps(data)
+    for r, pid in enumerate(ranks):
+        text = text.replace(f'"rank:{r}"', str(pid))
+    os.environ[SCRIPT_ENV] = str(write_script(json.loads(text), Path(os.environ["HOME"]) / "script.txt"))
+    events = []
+    watch = GpuWatch(0.1, lambda: [RankInfo(r, pid, True, True, [], views[r]) for r, pid in enumerate(ranks)],
+                     lambda rank, **f: events.append(f), settings=Settings(), env={})
     assert watch.open(), watch.status
     for _ in range(6):
         watch.tick()
@@ -98,7 +102,8 @@ try:
     print(json.dumps({**part, "ranks": ranks, "events": events,
                       "workers": [watch.worker_gpu(r) for r in range(len(ranks))]}))
 finally:
-    watch.close()
+    if watch is not None:
+        watch.close()
     for pid in ranks:
         os.kill(pid, 9)
         os.waitpid(pid, 0)
