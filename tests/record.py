@@ -144,12 +144,14 @@ def nvml_mig(ghost: int) -> dict[str, Any]:
     and 1 both on the 3g.40gb one (a collision; it fills up), rank 2 alone on the 2g.20gb one
     beside a process of another user (the recorder: its memory not available to a user), a
     process of another PID namespace on the 1g.10gb one; the GPU's own memory and process list
-    refused (root's), its SM clock held by the power cap. Played by the stand-in
+    refused (root's), its SM clock held by the power cap, the driver's reserve on the first slice
+    told apart from what is used (MemoryInfo_v2). Played by the stand-in
     libnvidia-ml.so.1 under nvidia-ml-py (the Python stand-in has no MIG)."""
     def frame(s: float) -> dict[str, Any]:
         return {"temperature": 58 + int(6 * s), "power_w": 180.0 + 140 * s, "sm_clock": 1275, "sm_clock_max": 1410,
                 "throttle": ["sw_power_cap"], "fail": ["memory:NO_PERMISSION", "processes:NO_PERMISSION"],
-                "slices": [{"extra_used": 512 * MiB, "processes": [_proc("rank:0", 17.5 * s), _proc("rank:1", 19.0 * s)]},
+                "slices": [{"extra_used": 512 * MiB, "reserved": 256 * MiB,  # the driver's own, apart (v2)
+                            "processes": [_proc("rank:0", 17.5 * s), _proc("rank:1", 19.0 * s)]},
                            {"extra_used": 256 * MiB, "processes": [_proc("rank:2", 9.0 * s),
                                                                    {"pid": "parent", "mem": None}]},
                            {"processes": [_proc(ghost, 1.5)]}]}

@@ -3,7 +3,7 @@ first, then the hang diagnosis, the GPUs and the run's alerts. Pure; the caller 
 from __future__ import annotations
 
 from mpwatch.contract.control import shown
-from mpwatch.contract.status import SLOWDOWNS, GpuProcess, GpuView, State, Status, WorkerStatus
+from mpwatch.contract.status import GpuProcess, GpuView, State, Status, WorkerStatus, slowed_by
 from mpwatch.text import eventtext, fmt
 from mpwatch.text.gpu_names import ON_MIG, na_notes, slice_text
 
@@ -26,7 +26,7 @@ def _mem(g: GpuView) -> str:
 def gpu_line(g: GpuView) -> str:
     """One GPU: N/A where NVML could not tell."""
     sm, top = g.get("sm_clock_mhz"), g.get("sm_clock_max_mhz")
-    held = [r.replace("_", " ") for r in g.get("throttle_reasons") or () if r in SLOWDOWNS]
+    held = [r.replace("_", " ") for r in slowed_by(g.get("throttle_reasons"))]
     clocks = "" if sm is None else f" · SM {sm}/{_na(top)} MHz"
     clocks += f" (held: {', '.join(held)})" if held and clocks else ""
     mig = f" · MIG, {len(g.get('slices', []))} slices" if "slices" in g else ""

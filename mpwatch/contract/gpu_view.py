@@ -96,6 +96,11 @@ SLOWDOWNS: frozenset[ThrottleReason] = frozenset({
     "sw_power_cap", "hw_slowdown", "sw_thermal_slowdown", "hw_thermal_slowdown", "hw_power_brake_slowdown"})
 
 
+def slowed_by(reasons: list[ThrottleReason] | None) -> list[ThrottleReason]:
+    """The reasons among a GPU's `throttle_reasons` that slow it (SLOWDOWNS), in their order."""
+    return [r for r in reasons or () if r in SLOWDOWNS]
+
+
 class MigSlice(TypedDict):
     """Which MIG slice a view (or a rank's GPU) is: a MIG device of its GPU, named by its GPU
     instance and compute instance. DCGM exporter's labels GPU_I_ID and GPU_I_PROFILE."""

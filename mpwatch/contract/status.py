@@ -62,6 +62,7 @@ from mpwatch.contract.gpu_view import alert_kind as alert_kind
 from mpwatch.contract.gpu_view import dev_key as dev_key
 from mpwatch.contract.gpu_view import devices as devices
 from mpwatch.contract.gpu_view import leaves as leaves
+from mpwatch.contract.gpu_view import slowed_by as slowed_by
 from mpwatch.contract.names import ALIVE_STATES as ALIVE_STATES
 from mpwatch.contract.names import ENDED_STATES as ENDED_STATES
 from mpwatch.contract.names import UNREACHABLE as UNREACHABLE

@@ -35,6 +35,14 @@ def test_the_panel_has_a_row_per_slice_under_its_gpu():
     assert "scroll" in gpu_rows.title(st, G, 80, 3)
 
 
+def test_the_drivers_reserve_is_neither_the_ranks_nor_free():
+    a = status("mig")["gpus"][0]["slices"][0]
+    assert a["mem_reserved"] == 256 << 20
+    parts = dict(gpu_rows.mem_parts(a))
+    assert parts["free"] == a["mem_total"] - a["mem_used"] - a["mem_reserved"]
+    assert parts["other"] >= a["mem_reserved"]  # memory no rank holds: the driver's
+
+
 def test_the_table_names_each_ranks_slice():
     st = status("mig")
     assert [view.gpu_text(w["gpu"]).split()[0] for w in st["workers"]] == ["0:1", "0:1", "0:2"]

@@ -83,7 +83,13 @@ class AlertTracker:
             since = self._idle_since(g, kind, now)
             idle = alerts.idle(v, kind, since, now, busy, cfg)
             v["alerts"] = alerts.evaluate(v, len(alive) > n_gpus, growth, rate, idle, cfg, pids_hidden)
-        loose: list[GpuAlert] = []
+        return self._rank_alerts(by_key, alive, wgpus, now)
+
+    def _rank_alerts(self, by_key: Mapping[DevKey, GpuView], alive: list[RankInfo],
+                     wgpus: Mapping[int, WorkerGpu], now: float) -> list[GpuAlert]:
+        """Each rank's alerts, put on the view of the GPU (or slice) they name; those that
+        name none are returned."""
+        cfg, loose = self.cfg, list[GpuAlert]()
         for i in alive:
             wg = wgpus.get(i.rank)
             if wg is None:
@@ -93,7 +99,7 @@ class AlertTracker:
             key = own_key(wg)
             own = by_key.get(key) if key is not None else None
             split = i.cuda.get("inactive_split") if i.cuda else None
-            for a in (rank_alerts.alloc_retries(i.rank, wg, retries, window, cfg),
+            for a in (rank_alerts.alloc_retries(i.rank, wg, retries, cfg.growth_window_s, cfg),
                       rank_alerts.fragmentation(i.rank, wg, own, split, cfg),
                       rank_alerts.oom_caught(i.rank, wg, ooms)):
                 if a is not None:

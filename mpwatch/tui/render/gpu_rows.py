@@ -61,10 +61,12 @@ def outside_bytes(gpu: GpuView) -> int | None:
 
 def mem_parts(gpu: GpuView) -> list[tuple[str, float]]:
     """(part, bytes) for the bar: allocated, cached, other, outside, free. What NVML counts
-    beyond the attributed parts (driver, other namespaces' unlisted use) shows as other."""
+    beyond the attributed parts (driver, other namespaces' unlisted use) shows as other, the
+    driver's own reserve too (MemoryInfo_v2 tells it apart from used: it is not free)."""
     used, total = gpu["mem_used"], gpu["mem_total"]
     if used is None or not total:
         return []
+    used += gpu.get("mem_reserved") or 0
     if "breakdown" in gpu:
         b = gpu["breakdown"]
         known = {"allocated": b["allocated"] or 0, "cached": b["cached"] or 0, "outside": b["outside"] or 0}

@@ -7,7 +7,7 @@ same screen.
 """
 from __future__ import annotations
 
-from mpwatch.contract.status import SLOWDOWNS, GpuProcess, GpuView, Status, WorkerGpu, WorkerStatus, devices
+from mpwatch.contract.status import GpuProcess, GpuView, Status, WorkerGpu, WorkerStatus, devices, slowed_by
 from mpwatch.text import fmt
 from mpwatch.text.gpu_names import ON_MIG, label, na_notes, slice_text
 from mpwatch.tui.render import segs
@@ -60,7 +60,7 @@ def gpu_notes(v: GpuView, indent: str = "  ") -> list[Line]:
     out: list[Line] = []
     sm, top = v.get("sm_clock_mhz"), v.get("sm_clock_max_mhz")
     if sm is not None:
-        held = [r.replace("_", " ") for r in v.get("throttle_reasons") or () if r in SLOWDOWNS]
+        held = [r.replace("_", " ") for r in slowed_by(v.get("throttle_reasons"))]
         out.append(((f"{indent}SM clock {sm} of {top if top is not None else NA} MHz", ""),
                     *(((f", held by {', '.join(held)}", "yellow"),) if held else ())))
     skip = frozenset({ON_MIG}) if "mig" in v else frozenset()
