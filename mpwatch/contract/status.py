@@ -32,8 +32,12 @@ else:  # pragma: no cover - Python 3.10
 # The GPU timeline's records (gpu.jsonl, the gpu_timeline reply) live in contract.gpu_records,
 # the status's GPU view (Status.gpus) in contract.gpu_view, a worker's CUDA view in contract.cuda_view;
 # readers import every record of the contract from here.
-from mpwatch.contract.control import CheckpointRequest as CheckpointRequest
-from mpwatch.contract.control import RankAnswer as RankAnswer
+from mpwatch.contract.actions import ActionRequest as ActionRequest
+from mpwatch.contract.actions import CheckpointRequest as CheckpointRequest
+from mpwatch.contract.actions import FileResult as FileResult
+from mpwatch.contract.actions import ProfileRequest as ProfileRequest
+from mpwatch.contract.actions import RankAnswer as RankAnswer
+from mpwatch.contract.actions import TopOp as TopOp
 from mpwatch.contract.control import StopInfo as StopInfo
 from mpwatch.contract.control import TunableChange as TunableChange
 from mpwatch.contract.control import TunableStatus as TunableStatus
@@ -302,6 +306,8 @@ class Status(TypedDict):
     straggler: Straggler | None
     tunables: list[TunableStatus]  # mpwatch.tunable()'s values, by name (contract.control)
     checkpoints: list[CheckpointRequest]  # the last "checkpoint now" requests
+    # the last profiles asked (contract.actions) and each rank's trace; present once one was asked
+    profiles: NotRequired[list[ProfileRequest]]
     # a merged view of several nodes (sources.multinode.source): each one's state
     nodes: NotRequired[list[NodeStatus]]
 

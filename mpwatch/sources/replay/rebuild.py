@@ -259,7 +259,10 @@ def status_at(events: EventsFile, gpu: GpuFile, facts: RunFacts, run: RunFold, p
                    uptime=round(max(0.0, t - facts.started), 1), world_size=run.world or len(workers),
                    nprocs=len(workers), counts=counts, restarts=run.restarts, exit_code=run.exit_code,
                    options=facts.options, refused_connections=0, node=None)
-    tunables, checkpoints = run.control.status()
-    return Status(run=info, workers=workers, gpus=views, gpu_status=gpu_status, alerts=list(run.alerts),
-                  events_seq=min(pos + 1, len(events.events)), straggler=straggler(workers, run),
-                  tunables=tunables, checkpoints=checkpoints)
+    control = run.control.status()
+    st = Status(run=info, workers=workers, gpus=views, gpu_status=gpu_status, alerts=list(run.alerts),
+                events_seq=min(pos + 1, len(events.events)), straggler=straggler(workers, run),
+                tunables=control.tunables, checkpoints=control.checkpoints)
+    if control.profiles:
+        st["profiles"] = control.profiles
+    return st

@@ -250,8 +250,8 @@ class ReplaySource:
     def stop(self) -> str:
         raise ClientError(READ_ONLY)
 
-    def checkpoint(self, target: int | str, step: int | None = None, by: str = "?",
-                   plan: bool = False) -> ControlReply:
+    def ask(self, action: str, target: int | str, step: int | None = None, by: str = "?", plan: bool = False,
+            **args: object) -> ControlReply:
         raise ClientError(READ_ONLY)
 
     def set_tunable(self, name: str, value: str, step: int | None = None, by: str = "?",
