@@ -150,6 +150,8 @@ def line(rec: EventFields) -> str | None:
         return f"GPU alert: {rec.get('message')}"
     if e == Event.STOPPING:
         return f"stopping the run ({rec.get('why')})"
+    if e == Event.RUN_FINISHED and rec.get("stopped"):  # a stop asked for, a signal: not a failure of its own
+        return f"run stopped ({rec.get('stopped')}), exit code {rec.get('exit_code')}"
     if e == Event.RUN_FINISHED:
         return f"run finished, exit code {rec.get('exit_code')}"
     if e == Event.ROUND:  # several nodes: a rendezvous round joined (node_lost is worded by its alert)

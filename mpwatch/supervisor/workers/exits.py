@@ -22,6 +22,9 @@ _COMM_ERROR = re.compile(r"Connection (?:reset|closed) by peer|Broken pipe|DistB
 # Why mpwatch ended a process, as its cause says it (the kill_reason of supervisor.workers.groups).
 KILLED_WHY = {"kill": "killed on request", "restart": "stopped to restart", "resize": "stopped for a resize",
               "stop": "stopped with the run", "new round": "stopped for a new rendezvous round"}
+# Why mpwatch asked a process to end, as the cause of one that then exited 0 on the stop signal says it.
+CLEAN_WHY = {"kill": "a kill asked for", "restart": "to restart", "resize": "for a resize",
+             "stop": "the run was stopped", "new round": "a new rendezvous round"}
 NCCL_LINES = 60  # the last lines searched for NCCL's watchdog line
 PEER_WINDOW_S = 660.0  # a peer's end this long before a failure can explain it (NCCL's 10 min timeout)
 
@@ -69,11 +72,16 @@ def peer_failure(peer: PeerEnd | None, dist: bool, err: str | None, sig: str | N
 
 
 def judge(returncode: int, kill_reason: str | None, stderr_tail: list[str], peer: PeerEnd | None = None,
-          dist: bool = False) -> Exit:
-    """killed when mpwatch ended it (kill, restart, resize, stop), exited on exit 0, else
-    failed, with the signal or code and what the process itself said (its last error line,
-    or NCCL's watchdog timeout), and the peer whose end made its collectives fail."""
+          dist: bool = False, stop_signal: str | None = None) -> Exit:
+    """killed when mpwatch ended it (kill, restart, resize, stop), exited on exit 0 (one that
+    exits 0 on the stop signal mpwatch sent it, `stop_signal`, stopped cleanly: exited too, and
+    its cause says so), else failed, with the signal or code and what the process itself said
+    (its last error line, or NCCL's watchdog timeout), and the peer whose end made its
+    collectives fail."""
     code, sig = exit_cause(returncode)
+    if kill_reason is not None and code == 0 and stop_signal is not None:
+        why = CLEAN_WHY.get(kill_reason, kill_reason)
+        return Exit(State.EXITED, code, sig, f"stopped cleanly on {stop_signal} ({why}), exit 0")
     if kill_reason is not None:
         why = KILLED_WHY.get(kill_reason, f"{kill_reason} by mpwatch")
         return Exit(State.KILLED, code, sig, why + (f" ({sig})" if sig else f" (exit {code})"))

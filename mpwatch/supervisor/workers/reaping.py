@@ -92,7 +92,8 @@ class Reaper:
         # and the last traceback's frames.
         tail = crash.own_output(textfiles.tail_lines(layout.log_path(run.run_dir, w.rank, "stderr"),
                                                      CAUSE_LINES, CAUSE_BYTES))
-        end = exits.judge(returncode, a.kill_reason, tail, self._first_peer_end(w, now), a.dist)
+        end = exits.judge(returncode, a.kill_reason, tail, self._first_peer_end(w, now), a.dist,
+                          a.stop_signal)
         self.ends[w.rank] = (now, exits.ended_how(end.state, a.kill_reason, end.signal))
         tail = tail[-10:]
         with run.lock:
