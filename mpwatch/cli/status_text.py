@@ -5,6 +5,7 @@ from __future__ import annotations
 from mpwatch.contract.control import in_force, pending_changes, shown
 from mpwatch.contract.status import GpuProcess, GpuView, State, Status, WorkerStatus, slowed_by
 from mpwatch.text import eventtext, fmt
+from mpwatch.text.children import child_note
 from mpwatch.text.gpu_names import ON_MIG, na_notes, slice_text
 
 
@@ -73,7 +74,7 @@ def _worker_lines(w: WorkerStatus, st: Status) -> list[str]:
     for c in w["children"]:
         out.append(f"{'':>4} {c['pid']:>7} {'└ ' + c['status']:10} {_v(c['step']):>8} "
                    f"{_v(c['loss']):>10} {'':>6} {_v(c['cpu_percent']):>6} {fmt.size(c['rss_bytes'], '-'):>6}"
-                   f"           {c['cmd'][:50]}")
+                   f"           {child_note(c, w['rank'])}")
     stl = w["stall"] if w["state"] == State.STALLED else None
     slow = w.get("slow_start")
     if stl:  # the hang diagnosis: what it does, where it is stuck, the dump to read
