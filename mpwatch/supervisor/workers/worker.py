@@ -21,7 +21,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
-from mpwatch.contract.status import CudaView, Event, StallInfo, State, StepsFrom
+from mpwatch.contract.status import CudaView, Event, RunAlertKind, StallInfo, State, StepsFrom
 from mpwatch.probes.procs import ProcInfo
 from mpwatch.supervisor.workers import states
 
@@ -48,7 +48,7 @@ class Recorder(Protocol):
 
     def event(self, name: Event, rank: int | None = None, **fields: Any) -> dict[str, Any]: ...
 
-    def alert(self, kind: str, message: str, rank: int | None = None) -> None: ...
+    def alert(self, kind: RunAlertKind, message: str, rank: int | None = None) -> None: ...
 
 
 @dataclass(eq=False)
