@@ -54,3 +54,23 @@ async def test_value_in_force_and_pending_change_are_two_and_whole(tmp_path, siz
         await until(pilot, lambda: isinstance(app.screen, SetTunableDialog), what="the change dialog")
         said = drawn(app.screen.query_one(".dialog-title"))
         assert said.startswith("lr (float): now 0.1; 0.03 from step 999999 (0/2 ranks took it)"), said
+
+
+async def test_the_steps_on_the_screen_are_the_ones_the_script_printed(tmp_path):
+    """Issue 31, item 7: "from step S" and "taken at step S" are the script's own steps (the
+    recorded control_loop.py prints `STEP s ... batch=64` at the top of the first step that reads
+    64, and `CHECKPOINT s` where should_checkpoint() was True); a value's step was one behind."""
+    from tests.tui.recorded import recording
+
+    logs = recording("control")["logs"]
+    app = recorded_app("control", tmp_path)
+    async with app.run_test(size=(160, 48)) as pilot:
+        await tunables(pilot)
+        batch = [c.plain for c in app.screen.table.get_row("batch")][4]
+        ckpt = drawn(app.screen.checkpoints)
+    step = int(batch.split("from step ")[1].split(" ")[0])
+    taken = int(ckpt.split("taken at step ")[1].split()[0])
+    for rank in ("0", "1"):
+        out = logs[rank]["stdout"]
+        assert next(ln for ln in out if "batch=64" in ln).startswith(f"STEP {step} "), out
+        assert f"CHECKPOINT {taken}" in out, out
