@@ -8,7 +8,8 @@ from mpwatch.cli.args import ACTIONS, Parser, count, positive_int, rank, rank_ta
 
 def ctl_parser() -> Parser:
     p = Parser(prog="mpwatch ctl", description="Control a live run; read any run's logs.")
-    p.add_argument("--run", metavar="RUN", help="run id or directory (default: the newest live run)")
+    p.add_argument("--run", metavar="RUN", help="run id or directory (default: the live run; among "
+                   "several, status and logs take the newest and every other action refuses)")
     sub = p.add_subparsers(dest="action", metavar="ACTION", parser_class=Parser)
     sub.required = True
     st = sub.add_parser("status", help="workers' state")

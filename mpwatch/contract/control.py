@@ -32,6 +32,9 @@ class TunableChange(TypedDict):
     by: str  # who asked: "ctl", "tui", with the user and host
     answers: list[RankAnswer]
     waiting: list[int]  # ranks asked that have not applied it yet
+    # not in force yet: its step is ahead of a rank asked (the ranks answer as they reach it;
+    # in force once every rank asked has, see supervisor.control.records)
+    pending: bool
 
 
 class TunableStatus(TypedDict):
@@ -40,9 +43,20 @@ class TunableStatus(TypedDict):
     name: str
     type: TunableType
     default: TunableValue
-    value: TunableValue  # the run's value now: the last change's, else the default
+    value: TunableValue  # the value in force: the last change that came into force, else the default
     ranks: list[int]  # the ranks that declared it
-    changes: list[TunableChange]  # the last few, oldest first
+    changes: list[TunableChange]  # the last few, oldest first (the pending ones among them)
+
+
+def pending_changes(t: TunableStatus) -> list[TunableChange]:
+    """A tunable's changes not in force yet, oldest first (a status of an older mpwatch has none)."""
+    return [c for c in t["changes"] if c.get("pending")]
+
+
+def in_force(t: TunableStatus) -> TunableChange | None:
+    """The change whose value is in force (None: the default is)."""
+    done = [c for c in t["changes"] if not c.get("pending") and c["value"] == t["value"]]
+    return done[-1] if done else None
 
 
 class ControlView(NamedTuple):

@@ -21,7 +21,7 @@ Rules of the house:
 from __future__ import annotations
 
 import sys
-from typing import Any, Literal, TypedDict
+from typing import Any, Literal, TypedDict, get_args
 
 if sys.version_info >= (3, 11):
     from typing import NotRequired
@@ -269,9 +269,15 @@ class NodeInfo(TypedDict):
     slurm: str | None  # "job 123 step 0, node 1" when Slurm said where it runs
 
 
+# The run's own alerts (supervisor.eventlog's alert): every kind, so that a reader can list each one at 0
+# while it is not there (the metrics do, as they do the GPU alerts' ALERT_KINDS)
+RunAlertKind = Literal["disk", "hang", "unkillable", "internal", "node_lost", "rendezvous"]
+RUN_ALERT_KINDS = frozenset(get_args(RunAlertKind))
+
+
 class RunAlert(TypedDict):
     ts: float
-    kind: str  # disk | hang | unkillable
+    kind: str  # a RunAlertKind (a str: a run of another mpwatch may have others)
     message: str
     rank: int | None
     key: NotRequired[str]  # names the condition: a later alert with the same key replaces this one

@@ -8,6 +8,12 @@ Two threads share a `ControlState` without a lock:
   compare of `due` with this process's current step (worker.channel's `ProcessState.step`, the
   last step reported, by report() or by the automatic steps) and nothing else. When the step
   reaches `due`, `run_due()` drains the inbox, applies what is due, and queues the answers.
+
+What "at step S" means, in the script's own numbering: a checkpoint at S is due once step S is
+reported (`report(step=S)`, then should_checkpoint() is True: the state saved is step S's); a
+value set from step S is what tunable() returns for step S, so it is due once step S-1 is
+reported (a loop reads its tunables before the step they serve, at the top of the loop or
+after the last report), and its answer says S, the first step that uses it.
 A deque's append and popleft are atomic, and an attribute store is one, so the only order that
 matters is the sender's: item first, `due` after (see run_due for the other side).
 
@@ -165,15 +171,15 @@ class ControlState:
         step = self.chan.state.step
         keep: list[Item] = []
         for item in self.pending:
-            at = item[0]
-            if at is not None and at > step:
+            at, is_set = item[0], item[2] is not None
+            if at is not None and due_at(at, is_set) > step:
                 keep.append(item)
-            elif item[2] is None:
+            elif not is_set:
                 self.ready.append(item)
             else:
                 self._set(item, step)
         self.pending = keep
-        due = min([it[0] for it in keep if it[0] is not None], default=NEVER)
+        due = min([due_at(it[0], it[2] is not None) for it in keep if it[0] is not None], default=NEVER)
         self.due = due
         self.ck_due = NOW if self.ready or not self.polls else due
         if inbox:  # the sender added one after the drain: it may have set `due` before we did
@@ -196,7 +202,7 @@ class ControlState:
             v = coerce(value, type(current))
             if v is not _MISSING:
                 self.values[name] = v
-        self._answer(rid, item[0], step)
+        self._answer(rid, item[0], step + 1 if step >= 0 else step)  # the first step that uses it
 
     def _answer(self, rid: int, at: int | None, step: int) -> None:
         self.answer(rid, at, step)
@@ -252,6 +258,12 @@ class ControlState:
         self.seen = set()
         self.acts.after_fork()
         self.acts_in = deque()
+
+
+def due_at(at: int, is_set: bool) -> int:
+    """The last step reported at which a request for step `at` is due: a checkpoint's own step,
+    the step before a value's (see the module's doc)."""
+    return at - 1 if is_set else at
 
 
 def start_values() -> dict[str, object]:

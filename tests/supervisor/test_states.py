@@ -152,6 +152,16 @@ def test_exit_verdicts(rc, reason, tail, want):
     assert tuple(exits.judge(rc, reason, tail)) == want
 
 
+@pytest.mark.parametrize(("reason", "why"), [("stop", "the run was stopped"), ("kill", "a kill asked for"),
+                                             ("restart", "to restart"), ("resize", "for a resize")])
+def test_a_rank_that_exits_0_on_its_stop_signal_stopped_cleanly(reason, why):
+    """Issue 31, item 7: `killed` was shown for a rank that saved and exited 0 on --stop-signal."""
+    end = exits.judge(0, reason, [], stop_signal="SIGUSR2")
+    assert tuple(end) == (State.EXITED, 0, None, f"stopped cleanly on SIGUSR2 ({why}), exit 0")
+    assert exits.judge(-9, reason, [], stop_signal="SIGUSR2").state is State.KILLED  # the grace ran out
+    assert exits.judge(3, reason, [], stop_signal="SIGUSR2").state is State.KILLED
+
+
 def test_the_loss_tail_is_the_whole_run_smoothed(proc, log):
     # 31 losses with a tail of 32: every one (it once got only the last); 1000: the run in at most
     # 32 means of its stretches, oldest first, and a narrower tail merges neighbours

@@ -55,10 +55,13 @@ class ControlRoom:
         self.desk = ActionDesk(workers, lock, log, self.book, flush_s, store, flames)
 
     # ------------------------------------------------------------ main thread ----
-    def spawn_env(self, env: dict[str, str]) -> int:
-        """The tunables' values into a starting rank's environment; the last request id they cover."""
+    def spawn_env(self, env: dict[str, str], rank: int) -> int:
+        """The tunables' values in force into a starting rank's environment (a change still
+        pending reaches it on its channel, at its step, as the other ranks take it); the epoch
+        they cover (records.Registry.epoch)."""
         with self.lock:
-            values, last = self.book.values(), self.book.last_id
+            self.book.forget(rank)
+            values, last = self.book.values(), self.book.epoch
         if values:
             env[protocol.ENV_TUNABLES] = json.dumps(values)
         else:
@@ -89,15 +92,18 @@ class ControlRoom:
                 return {"ok": True, "step": step}
             change = Change(self.book.next_id(), by, step, {w.rank for w in reached}, value=value,
                             old=t.value)
-            t.changes.append(change)
-            t.value = value
+            self.book.set(t, change)
         frame = protocol.encode({"t": protocol.SET, "id": change.id, "name": name, "value": value,
                                  "step": step})
         reach.send(reached, lambda w: frame, change, self.lock)
         self.log.event(Event.TUNABLE_SET, None, id=change.id, tunable=name, value=value, old=change.old,
                        step=step, by=by, ranks=sorted(change.asked))
-        text = f"{name} = {shown(value)} (was {shown(change.old)}) on {fmt.ranks(change.asked)} " \
-            + (f"from step {step}" if step is not None else "at each one's next call")
+        if step is not None:  # not in force before the ranks reach it
+            text = f"{name} = {shown(value)} from step {step} on {fmt.ranks(change.asked)} " \
+                f"(now {shown(change.old)})"
+        else:
+            text = f"{name} = {shown(value)} (was {shown(change.old)}) on {fmt.ranks(change.asked)} " \
+                "at each one's next call"
         if not reached:
             text = (f"{name} = {shown(value)} (was {shown(change.old)}): no rank runs now; "
                     "the next ones start with it")
@@ -114,6 +120,7 @@ class ControlRoom:
                 for c in t.changes:
                     if w.rank not in c.answers:
                         c.asked.discard(w.rank)
+            self.book.settle()  # what the others all took comes into force
         self._write(events)
 
     def push(self) -> None:
@@ -126,7 +133,8 @@ class ControlRoom:
     # ----------------------------------------------------------- hub threads ----
     def on_hello(self, w: Worker, peer: Downlink, version: int) -> None:
         """A rank's own process opened its channel: requests it has not answered go again
-        (a reconnect: the worker applies each id once), and tunable changes made since it started."""
+        (a reconnect: the worker applies each id once), and of each tunable the changes still
+        pending (at their step) and the value that came into force since it started (at once)."""
         if version < protocol.DOWN_VERSION:
             return
         frames: list[bytes] = []
@@ -135,11 +143,10 @@ class ControlRoom:
             a.peer = peer
             frames += self.desk.frames(w)
             for t in self.book.tunables.values():
-                c = t.changes[-1] if t.changes else None
-                if c is not None and c.id > a.live_from and w.rank not in c.answers:
+                for c in self.book.owed(t, w.rank, a.live_from):
                     c.asked.add(w.rank)
                     frames.append(protocol.encode({"t": protocol.SET, "id": c.id, "name": t.name,
-                                                   "value": c.value, "step": c.step}))
+                                                   "value": c.value, "step": c.step if c.pending else None}))
         for f in frames:
             peer.send(f)
 
@@ -178,6 +185,8 @@ class ControlRoom:
         if t is not None:
             assert isinstance(req, Change)  # a tunable's request is one of its changes
             events.append((Event.TUNABLE_APPLIED, rank, {**fields, "tunable": t.name, "value": req.value}))
+            if req.due():
+                self.book.force(t, req)
 
     # --------------------------------------------------------------- readers ----
     def status(self) -> ControlView:

@@ -27,6 +27,7 @@ from prometheus_client.samples import Sample
 from mpwatch import __version__
 from mpwatch.contract.status import (
     ALERT_KINDS,
+    RUN_ALERT_KINDS,
     GpuView,
     MigSlice,
     State,
@@ -155,8 +156,9 @@ def _gpu_labels(g: GpuView, run_id: str, node: str, uuids: dict[int, str | None]
 
 def _alerts(st: Status, run_id: str, node: str) -> Family:
     """Alerts the status lists now: the GPUs' (while they last) and the run's (disk, hang,
-    unkillable: the recent ones), by kind; every GPU kind is there, at 0 when none."""
-    counts = dict.fromkeys(sorted(ALERT_KINDS), 0)
+    unkillable, ...: the recent ones), by kind; every kind of both is there, at 0 when none (one
+    rule: a dashboard's query finds each kind before it ever fires)."""
+    counts = dict.fromkeys(sorted(ALERT_KINDS | RUN_ALERT_KINDS), 0)
     for g in devices(st["gpus"]):
         for a in g["alerts"]:
             counts[a["kind"]] = counts.get(a["kind"], 0) + 1
