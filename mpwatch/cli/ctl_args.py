@@ -3,7 +3,15 @@ value a cli.args UsageError. Used by cli (main) and cli.live, on the main thread
 so `mpwatch --help` stays light."""
 from __future__ import annotations
 
+import re
+
 from mpwatch.cli.args import ACTIONS, Parser, count, positive_int, rank, rank_target
+
+# What `set` takes for a value, not an option, though it starts with a dash: every way Python
+# spells a negative number (argparse's own pattern has no exponent, inf or nan: `set lr -inf`
+# read as an unknown option, and VALUE as missing).
+NEGATIVE_NUMBER = re.compile(r"^-(?:(?:\d[\d_]*(?:\.[\d_]*)?|\.\d[\d_]*)(?:e[-+]?\d+)?|inf(?:inity)?|nan)$",
+                             re.IGNORECASE)
 
 
 def ctl_parser() -> Parser:
@@ -26,7 +34,9 @@ def ctl_parser() -> Parser:
                     help="at step S (default: soon, picked from the pace)")
     tn = sub.add_parser("set", help="change a tunable (mpwatch.tunable) on every rank, at one step")
     tn.add_argument("name", metavar="NAME")
-    tn.add_argument("value", metavar="VALUE", help="of the type the workers declared (int, float, str, bool)")
+    tn.add_argument("value", metavar="VALUE", help="of the type the workers declared (int, float, str, "
+                                                   "bool); a negative number as it is: -1e-3, -5")
+    tn._negative_number_matcher = NEGATIVE_NUMBER  # argparse's hook for what reads as a number
     tn.add_argument("--at-step", type=count, metavar="S", help="from step S on (default: soon)")
     lg = sub.add_parser("logs", help="a rank's stdout (or stderr) from the run directory; finished runs too")
     lg.add_argument("rank", type=rank, metavar="RANK")
