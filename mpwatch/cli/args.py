@@ -269,7 +269,8 @@ def run_parser() -> Parser:
     p.add_argument("--metrics-port", type=port, default=None, metavar="PORT",
                    help="serve Prometheus metrics (and /healthz) on PORT (or MPWATCH_METRICS_PORT)")
     p.add_argument("--metrics-addr", default=None, metavar="ADDR",
-                   help="the address --metrics-port listens on (default 127.0.0.1: this machine only)")
+                   help="the address --metrics-port listens on (default 127.0.0.1: this machine only, "
+                        "where any user may read the page: steps, losses, the script's name)")
     p.add_argument("--resize-mode", choices=("restart", "independent"), default="restart",
                    help="restart: stop all and start N (collectives); independent: add/remove ranks")
     p.add_argument("--gpu-interval", type=seconds, default=1.0, metavar="SECONDS",
