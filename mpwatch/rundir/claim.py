@@ -56,7 +56,8 @@ def claim(script: str, nprocs: int, cwd: str, run_dir: Path | str | None = None,
                 raise registry.RunError(f"run id {run_id} is taken by a live run")
             continue
         try:
-            fd = writer.open_run_dir(d) if run_dir is not None else writer.make_run_dir(d)
+            # the default runs folder must be this user's own (rundir.runs_folder)
+            fd = writer.open_run_dir(d) if run_dir is not None else writer.make_run_dir(d, folder is None)
         except FileExistsError:  # a name planted, or made by another run: the next id
             registry.unregister(rid)
             if run_id is not None:
