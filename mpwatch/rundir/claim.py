@@ -43,8 +43,7 @@ def claim(script: str, nprocs: int, cwd: str, run_dir: Path | str | None = None,
     the id to take (a launcher's choice), else a new one each try. Raises registry.RunError
     with the one line the user sees."""
     started = time.time()
-    if run_id is not None:
-        registry.live_runs()  # a stale entry of the same id (its supervisor gone) is removed
+    registry.live_runs()  # stale entries (a stale one of the same id too) and stale sockets are removed
     for _ in range(TRIES):
         rid = run_id or registry.new_run_id(script)
         d = Path(run_dir) if run_dir is not None else Path(folder or Path(cwd) / layout.RUNS_FOLDER) / rid
