@@ -59,7 +59,8 @@ class LiveControl:
             reach, away = self._reachable(ws)
             if not reach:
                 raise CommandError(f"cannot ask {fmt.ranks(away)} to checkpoint: " + self._away(away))
-            step = self._step(reach, every, at)
+            picked = self._step(reach, every, at)
+            step = picked.step
             if plan_only:
                 return {"ok": True, "step": step}
             req = Request(self.book.next_id(), by, step, {w.rank for w in reach})
@@ -68,7 +69,8 @@ class LiveControl:
         frame = protocol.encode({"t": protocol.CHECKPOINT, "id": req.id, "step": step})
         lost = self._send(reach, frame, req)
         self.log.event(Event.CHECKPOINT_REQUESTED, None, id=req.id, ranks=sorted(req.asked), step=step, by=by)
-        notes = [f"{fmt.ranks(quiet)} never called mpwatch.should_checkpoint() yet"] if quiet else []
+        notes = _apart(picked)
+        notes += [f"{fmt.ranks(quiet)} never called mpwatch.should_checkpoint() yet"] if quiet else []
         notes += [f"{fmt.ranks(away)} cannot be asked: {self._away(away)}"] if away else []
         notes += [f"{fmt.ranks(lost)}: its channel is full (it does not read)"] if lost else []
         return {"ok": True, "id": req.id, "step": step,
@@ -89,7 +91,8 @@ class LiveControl:
             except ValueError as exc:
                 raise CommandError(f"{name} is {'an' if t.type == 'int' else 'a'} {t.type}: {exc}") from None
             reach, _ = self._reachable([self.workers[r] for r in sorted(self.workers)])
-            step = self._step(reach, True, at)
+            picked = self._step(reach, True, at)
+            step = picked.step
             if plan_only:
                 return {"ok": True, "step": step}
             change = Change(self.book.next_id(), by, step, {w.rank for w in reach}, value=value, old=t.value)
@@ -102,6 +105,7 @@ class LiveControl:
                        step=step, by=by, ranks=sorted(change.asked))
         text = f"{name} = {shown(value)} (was {shown(change.old)}) on {fmt.ranks(change.asked)} " \
             + (f"from step {step}" if step is not None else "at each one's next call")
+        text += "".join(f"; {n}" for n in _apart(picked))
         if not reach:
             text = (f"{name} = {shown(value)} (was {shown(change.old)}): no rank runs now; "
                     "the next ones start with it")
@@ -201,18 +205,20 @@ class LiveControl:
             return "not running"
         return f"not connected ({CONNECTS}; a worker of an older mpwatch never is)"
 
-    def _step(self, reach: list[Worker], collective: bool, at: int | None) -> int | None:
+    def _step(self, reach: list[Worker], collective: bool, at: int | None) -> plan.Plan:
         now = time.monotonic()
         paces = {w.rank: plan.Pace(w.reports.step, w.attempt.steps_per_second(),
                                    None if w.attempt.last_report is None else now - w.attempt.last_report)
                  for w in reach}
         if at is not None:
+            if at > protocol.MAX_STEP:
+                raise CommandError(f"step {at} is past 2^53, the largest step a request carries")
             passed = plan.passed(paces, at)
             if passed:
                 r, s = min(passed.items())
                 raise CommandError(f"step {at} is past: rank {r} is at step {s}")
-            return at
-        return plan.pick_step(list(paces.values()), self.flush_s()) if collective else None
+            return plan.Plan(at, plan.split(paces)[1])
+        return plan.pick_step(paces, self.flush_s()) if collective else plan.Plan(None, {})
 
     def _send(self, reach: list[Worker], frame: bytes, req: Request) -> list[int]:
         """The frame to each rank's channel; the ranks it could not be sent to (not asked then)."""
@@ -229,4 +235,19 @@ class LiveControl:
     def _write(self, events: Pending) -> None:
         for name, rank, fields in events:
             self.log.event(name, rank, **fields)
+
+
+def _apart(picked: plan.Plan) -> list[str]:
+    """What the reply says of the ranks the step was not picked from (supervisor.live.plan)."""
+    if picked.step is None:
+        return []
+    step = picked.step
+    past = {r: s for r, s in picked.apart.items() if s is not None and s >= step}
+    none = sorted(r for r, s in picked.apart.items() if s is None)
+    notes = [f"rank {r} at step {s} is far ahead of the others: not followed; past step {step}, it takes "
+             "it at once" for r, s in sorted(past.items())]
+    if none:
+        notes.append(f"{fmt.ranks(none)} reported no step (none yet, or one past 2^53, which is not sent): "
+                     f"it takes it once its own count reaches {step}")
+    return notes
 
