@@ -10,6 +10,7 @@ import textwrap
 from typing import Any, Literal, NoReturn, Protocol
 
 from mpwatch.rundir import layout
+from mpwatch.supervisor.options import machine_cap
 from mpwatch.text.safe import printable
 from mpwatch.text.safe import text as safe_text
 
@@ -246,7 +247,9 @@ def run_parser() -> Parser:
                epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     _add(p, "-n", "--nprocs", "--nproc-per-node", dest="nprocs", type=nproc, default=None,
                    metavar="N", help="workers on this node: a number, auto, cpu or gpu "
-                                     "(default: visible NVIDIA GPUs, or 2 without any)")
+                                     "(default: visible NVIDIA GPUs, or 2 without any); at most "
+                                     f"{machine_cap()} here, the larger of 64 and 4 per CPU or GPU, as "
+                                     "for resize (MPWATCH_MAX_WORKERS sets another bound)")
     p.add_argument("--headless", action="store_true", help="no TUI: status lines on stderr")
     p.add_argument("--run-dir", metavar="DIR",
                    help=f"run directory (default ./{layout.RUNS_FOLDER}/<time>-<script>-<random>/); "
