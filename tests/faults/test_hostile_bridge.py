@@ -4,7 +4,6 @@ back as none; no traceback reaches the bridge's stderr, and the bridge goes on a
 from __future__ import annotations
 
 import json
-import select
 
 import pytest
 
@@ -18,14 +17,6 @@ pytestmark = pytest.mark.timeout(180)
 DEPTHS = range(900, 1001, 5)
 
 
-def raw_reply(b: Bridge, timeout: float = 30.0) -> bytes:
-    ready, _, _ = select.select([b.proc.stdout], [], [], timeout)
-    assert ready, f"no answer from the bridge within {timeout:g}s"
-    line = b.proc.stdout.readline()
-    assert line, f"the bridge ended: {b.proc.stderr.read().decode()}"
-    return line
-
-
 def test_every_request_gets_a_reply_whatever_its_id(headless):
     run = headless(FAULTS / "steady.py", n=1, opts=["--grace", "1"])
     wait_for(lambda: reporting(run, 1, 0), 60, what="rank 0 running")
@@ -33,19 +24,19 @@ def test_every_request_gets_a_reply_whatever_its_id(headless):
     try:
         for depth in DEPTHS:  # no cmd
             b.send(b'{"id": ' + nested(depth) + b"}\n")
-            line = raw_reply(b)
+            line = b.recv_line()
             assert line.startswith(b'{"id":null,'), (depth, line[:80])
             reply = json.loads(line)["reply"]
             assert reply["ok"] is False, reply
             assert "no cmd" in reply["error"] or "not JSON" in reply["error"], reply
         b.send(b'{"id": {"a": ' + nested(950) + b'}, "cmd": "status", "tail": 1}\n')
-        got = json.loads(raw_reply(b))
+        got = json.loads(b.recv_line())
         assert got["id"] is None and got["reply"]["ok"] and got["reply"]["status"]["workers"][0]["rank"] == 0
         b.send({"id": [1, 2], "cmd": 7})
         no_cmd = {"id": None, "reply": {"ok": False, "error": "bad request: no cmd"}}
-        assert json.loads(raw_reply(b)) == no_cmd
+        assert json.loads(b.recv_line()) == no_cmd
         b.send({"id": 9, "cmd": "status", "tail": 1})  # it goes on, and a plain id comes back
-        after = json.loads(raw_reply(b))
+        after = json.loads(b.recv_line())
         assert after["id"] == 9 and after["reply"]["ok"]
         b.proc.stdin.close()
         assert b.proc.wait(30) == 0
