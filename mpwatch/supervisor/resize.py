@@ -14,9 +14,10 @@ the serve loop, `cancel` from Run.stop.
 """
 from __future__ import annotations
 
+import threading
 import time
 from collections import deque
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from mpwatch.contract.status import Event, RunState
 from mpwatch.supervisor import spawn
@@ -24,14 +25,37 @@ from mpwatch.supervisor.errors import CommandError
 from mpwatch.supervisor.options import worker_cap
 
 if TYPE_CHECKING:
-    from mpwatch.supervisor.core import Run
+    from mpwatch.settings import Settings
+    from mpwatch.supervisor.eventlog import EventLog
+    from mpwatch.supervisor.nodes.cluster import Nodes
+    from mpwatch.supervisor.options import Options
+    from mpwatch.supervisor.workers.groups import ProcessGroups
+    from mpwatch.supervisor.workers.worker import Worker
 
 START_PER_TICK = 8  # new ranks started in one tick of the serve loop (each is a fork and an exec)
 START_BUDGET_S = 0.1  # and no more once this long has gone by (a loaded machine forks slowly)
 
 
+class ResizeHost(Protocol):
+    """What a resize reads and calls of the run (supervisor.core's Run)."""
+
+    lock: threading.RLock
+    workers: dict[int, Worker]
+    opts: Options
+    settings: Settings
+    state: RunState
+    world: int
+    master_port: int
+    log: EventLog
+    groups: ProcessGroups
+    nodes: Nodes | None
+
+    def start(self, rank: int, reason: str | None = None) -> None: ...
+    def kill(self, w: Worker, reason: str) -> bool: ...
+
+
 class Resize:
-    def __init__(self, run: Run):
+    def __init__(self, run: ResizeHost):
         self.run = run
         self.to: int | None = None  # the size being reached, until it is
         self.starts: deque[tuple[int, str | None]] = deque()  # ranks still to start, each with its reason

@@ -9,7 +9,7 @@ import pytest
 from tests.helpers import FIXTURES, one_line_error, wait_for
 
 pytestmark = pytest.mark.timeout(180)
-LOOP = FIXTURES / "live_loop.py"
+LOOP = FIXTURES / "control_loop.py"
 
 
 def test_a_newline_in_the_scripts_name_never_splits_a_headless_line(headless, tmp_path):
