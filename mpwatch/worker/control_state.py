@@ -11,11 +11,18 @@ Two threads share a `ControlState` without a lock:
 A deque's append and popleft are atomic, and an attribute store is one, so the only order that
 matters is the sender's: item first, `due` after (see run_due for the other side).
 
+A declaration the supervisor cannot keep is said on the rank's stderr where it happens, once:
+a float tunable whose default is not finite (the script gets its default; the supervisor
+refuses it alone and lists it in the rank's status, keeping the others), and the first name
+past DECLARED_MAX (it and the later ones keep their defaults, unseen by the supervisor).
+
 Stdlib only, and cheap to import: `import mpwatch` does not load it (mpwatch.__getattr__).
 """
 from __future__ import annotations
 
+import math
 import os
+import sys
 from collections import deque
 
 from mpwatch.contract import protocol
@@ -74,6 +81,8 @@ class ControlState:
         self.polls = False  # should_checkpoint() was called (the supervisor is told once)
         self.started = False  # the sender thread was asked to start
         self.seen: set[int] = set()  # sender thread: request ids received
+        self.declared = 0  # declarations sent to the supervisor (at most DECLARED_MAX)
+        self.capped = False  # the first name past DECLARED_MAX was said on stderr
 
     # ------------------------------------------------------------ sender thread ----
     def receive(self, msg: dict[str, object]) -> bool:
@@ -180,9 +189,17 @@ class ControlState:
             v = coerce(early, kind)
             value = default if v is _MISSING else v
         self.values[name] = value
-        if len(self.values) <= DECLARED_MAX:
+        if isinstance(default, float) and not math.isfinite(default):
+            _say(f"tunable({name!r}, {default!r}): a float tunable's default must be finite; the script "
+                 f"gets {default!r}, and mpwatch ctl set cannot change it (the other tunables are kept)")
+        if self.declared < DECLARED_MAX:
+            self.declared += 1
             shown = default if kind is not str else str(default)[:protocol.TUNABLE_STR_MAX]
             self.outbox.append([protocol.LIVE_DECLARE, name, kind.__name__, shown])
+        elif not self.capped:
+            self.capped = True
+            _say(f"tunable({name!r}, ...): past {DECLARED_MAX} tunables, this one and any declared after "
+                 "it keep their defaults: the supervisor is not told of them (ctl set cannot reach them)")
         if not self.started:
             self.started = True
             self.chan.start()
@@ -224,3 +241,12 @@ def attach(chan: Channel) -> ControlState:
             chan.control = ctl
             os.register_at_fork(after_in_child=ctl.after_fork)
     return ctl
+
+
+def _say(text: str) -> None:
+    """One line on the process's stderr (the rank's log); never an error of the script's."""
+    try:
+        sys.stderr.write(f"mpwatch: {text}\n")
+        sys.stderr.flush()
+    except (OSError, ValueError, AttributeError):  # closed, or replaced by something that is no file
+        pass

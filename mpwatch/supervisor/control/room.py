@@ -22,7 +22,7 @@ from mpwatch.contract import protocol
 from mpwatch.contract.control import ControlEntry, Declared, Done, RankAnswer, parse_value, shown
 from mpwatch.contract.status import CheckpointRequest, Event, TunableStatus
 from mpwatch.supervisor.control import plan
-from mpwatch.supervisor.control.records import Change, Registry, Request
+from mpwatch.supervisor.control.records import TUNABLES_MAX, Change, Registry, Request
 from mpwatch.supervisor.errors import CommandError
 from mpwatch.supervisor.eventlog import EventLog
 from mpwatch.supervisor.workers.worker import Downlink, Worker
@@ -31,6 +31,7 @@ from mpwatch.text import fmt
 Reply = dict[str, Any]
 Pending = list[tuple[Event, int | None, dict[str, Any]]]  # events to write once the lock is released
 CONNECTS = "it connects at its first report(), tunable() or should_checkpoint()"
+NAMES_SHOWN = 20  # declared names a refusal lists (a run may have 256)
 
 
 class ControlRoom:
@@ -83,9 +84,7 @@ class ControlRoom:
         with self.lock:
             t = self.book.tunables.get(name)
             if t is None:
-                names = ", ".join(sorted(self.book.tunables)) or "none yet (mpwatch.tunable(NAME, DEFAULT) " \
-                    "declares one)"
-                raise CommandError(f"no worker declared a tunable {name!r}; declared: {names}")
+                raise CommandError(f"no worker declared a tunable {name!r}; declared: {self._declared()}")
             try:
                 value = parse_value(text, t.type)
             except ValueError as exc:
@@ -199,6 +198,17 @@ class ControlRoom:
         reach = [w for w in ws if w.alive and w.attempt.peer is not None]
         got = {w.rank for w in reach}
         return reach, [w.rank for w in ws if w.rank not in got]
+
+    def _declared(self) -> str:
+        """The declared names for a refusal: the first NAMES_SHOWN, and the cap when it is reached."""
+        names = sorted(self.book.tunables)
+        if not names:
+            return "none yet (mpwatch.tunable(NAME, DEFAULT) declares one)"
+        shown = ", ".join(names[:NAMES_SHOWN]) + (f" and {len(names) - NAMES_SHOWN} more"
+                                                  if len(names) > NAMES_SHOWN else "")
+        if len(names) >= TUNABLES_MAX:
+            shown += f" (a run keeps {TUNABLES_MAX} tunables: names declared past them are not kept)"
+        return shown
 
     def _away(self, ranks: list[int]) -> str:
         if all(not self.workers[r].alive for r in ranks):
