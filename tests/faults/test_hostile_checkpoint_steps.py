@@ -63,7 +63,10 @@ def test_a_rank_far_ahead_is_named_and_not_followed(headless, tmp_path):
 
 def test_a_step_past_2_to_the_53_is_named_and_the_others_still_share_one(headless, tmp_path):
     run = _run(headless, tmp_path, 2**53 + 1, 1)
-    assert run.worker(1)["step"] is None  # its sender never sends a step past 2^53
+    assert run.worker(1)["step"] is None  # its sender never sends a step past 2^53, and says so once
+    said = [ln for ln in run.log(1, "stderr").splitlines() if "past 2^53" in ln]
+    assert said == ["mpwatch: report(step=9007199254740993): a step past 2^53 is not sent (the largest "
+                    "integer every reader holds exactly); mpwatch shows no step for this rank"], said
     said = run.ctl("checkpoint", "all").stdout.strip()
     m = re.match(r"checkpoint asked of ranks 0-2 at step (\d+); rank 1 reported no step \(none yet, or one "
                  r"past 2\^53, which is not sent\): it takes it once its own count reaches \1$", said)
