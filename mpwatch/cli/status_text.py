@@ -99,6 +99,9 @@ def _worker_lines(w: WorkerStatus, st: Status) -> list[str]:
     rejected = w.get("rejected")
     if rejected:
         out.append(f"{'':>4} {rejected['count']} reports rejected: {rejected['why']}")
+    for refused in w.get("refused_tunables", []):
+        name, _, why = refused.partition(": ")
+        out.append(f"{'':>4} tunable {name} refused: {why}")
     return out
 
 

@@ -172,6 +172,9 @@ class WorkerStatus(TypedDict):
     dropped: int
     bad_frames: int
     rejected: NotRequired[RejectedReports]  # present once a report of the rank was rejected
+    # its tunable declarations the supervisor refused ("NAME: why": a default that is not finite),
+    # the first few; present once one was (the tunables declared beside it are kept)
+    refused_tunables: NotRequired[list[str]]
     phases: dict[str, float]
     cuda: CudaView | None
     # the run's loss smoothed: its mean over stretches of reports, oldest first (TREND)

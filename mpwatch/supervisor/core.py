@@ -9,7 +9,8 @@ The rooms it drives, each with one job:
 - supervisor.snapshot: the status (contract.status's Status) clients read;
 - supervisor.eventlog: events.jsonl, the recent events and the run alerts;
 - supervisor.diagnose.stall_watch: stalled workers, what they do, and the rank the others wait for;
-- supervisor.resize: the `resize` command, stopping and starting ranks over the ticks;
+- supervisor.resize: the first launch and the `resize` command, starting (and stopping) ranks over
+  the ticks;
 - supervisor.control.room: "checkpoint now" and tunables, sent down the workers' channels;
 - supervisor.diagnose.sampler, supervisor.diagnose.dumps, supervisor.gpu.watch: the process sampler,
   stack dumps, the GPU watcher.
@@ -164,12 +165,11 @@ class Run:
         # the time setup took, 0.1 s under load)
         self.log.event(Event.RUN_STARTED, ts=self.started_wall, script=o.script, args=o.args,
                        nprocs=o.nprocs, run_dir=str(run_dir), pid=os.getpid())
+        self.sampler.start()
         if self.nodes is not None:
             self.nodes.start()  # the workers start once torch's rendezvous has formed the first round
         else:
-            for rank in range(o.nprocs):
-                self.start(rank)
-        self.sampler.start()
+            self.resizing.launch(o.nprocs)  # a few a tick (supervisor.resize): a stop cancels the rest
 
     # ------------------------------------------------------------- starting ----
     def start(self, rank: int, reason: str | None = None) -> None:
@@ -240,7 +240,7 @@ class Run:
         next_flush = 0.0
         while self.state is not RunState.FINISHED:
             self.ticked = time.monotonic()
-            self.commands.run_next(timeout=TICK_S)
+            self.commands.run_next(timeout=0.0 if self.resizing.starting() else TICK_S)
             self._handle_signals()
             self.ledger.flush(time.monotonic())
             self.control.push()

@@ -22,10 +22,16 @@ same way and wait in worker.actions' StepActions: the sender lowers the process'
 after the item, and the training thread's next step boundary (report() with a step, an automatic
 step) calls `at_step`. Their answers go back in the same outbox.
 
+A declaration the supervisor cannot keep is said on the rank's stderr where it happens, once:
+a float tunable whose default is not finite (the script gets its default; the supervisor
+refuses it alone and lists it in the rank's status, keeping the others), and the first name
+past DECLARED_MAX (it and the later ones keep their defaults, unseen by the supervisor).
+
 Stdlib only, and cheap to import: `import mpwatch` does not load it (mpwatch.__getattr__).
 """
 from __future__ import annotations
 
+import math
 import os
 import sys
 from collections import deque
@@ -90,6 +96,8 @@ class ControlState:
         self.seen: set[int] = set()  # sender thread: request ids received
         self.acts = StepActions(self)  # training thread: the actions run at step boundaries
         self.acts_in: deque[tuple[int | None, int, str, dict[str, object]]] = deque()  # sender -> training
+        self.declared = 0  # declarations sent to the supervisor (at most DECLARED_MAX)
+        self.capped = False  # the first name past DECLARED_MAX was said on stderr
 
     @property
     def rank(self) -> int:
@@ -240,9 +248,17 @@ class ControlState:
             v = coerce(early, kind)
             value = default if v is _MISSING else v
         self.values[name] = value
-        if len(self.values) <= DECLARED_MAX:
+        if isinstance(default, float) and not math.isfinite(default):
+            _say(f"tunable({name!r}, {default!r}): a float tunable's default must be finite; the script "
+                 f"gets {default!r}, and mpwatch ctl set cannot change it (the other tunables are kept)")
+        if self.declared < DECLARED_MAX:
+            self.declared += 1
             shown = default if kind is not str else str(default)[:protocol.TUNABLE_STR_MAX]
             self.outbox.append([protocol.LIVE_DECLARE, name, kind.__name__, shown])
+        elif not self.capped:
+            self.capped = True
+            _say(f"tunable({name!r}, ...): past {DECLARED_MAX} tunables, this one and any declared after "
+                 "it keep their defaults: the supervisor is not told of them (ctl set cannot reach them)")
         if not self.started:
             self.started = True
             self.chan.start()
@@ -292,3 +308,12 @@ def attach(chan: Channel) -> ControlState:
             chan.control = ctl
             os.register_at_fork(after_in_child=ctl.after_fork)
     return ctl
+
+
+def _say(text: str) -> None:
+    """One line on the process's stderr (the rank's log); never an error of the script's."""
+    try:
+        sys.stderr.write(f"mpwatch: {text}\n")
+        sys.stderr.flush()
+    except (OSError, ValueError, AttributeError):  # closed, or replaced by something that is no file
+        pass

@@ -30,7 +30,7 @@ from mpwatch.contract.control import (
 )
 
 CHANGES_KEPT = 8  # per tunable
-TUNABLES_MAX = 256  # declared names a run keeps; past it new names are ignored
+TUNABLES_MAX = 256  # declared names a run keeps (a rank sends as many); past it a refusal says so
 
 
 @dataclass(eq=False)

@@ -34,7 +34,7 @@ from mpwatch.contract.status import Event
 from mpwatch.rundir.writer import RunStore
 from mpwatch.supervisor.control import reach
 from mpwatch.supervisor.control.actions import ActionDesk, Flames
-from mpwatch.supervisor.control.records import Asked, Change, Registry
+from mpwatch.supervisor.control.records import TUNABLES_MAX, Asked, Change, Registry
 from mpwatch.supervisor.errors import CommandError
 from mpwatch.supervisor.eventlog import EventLog
 from mpwatch.supervisor.workers.worker import Downlink, Worker
@@ -42,6 +42,7 @@ from mpwatch.text import fmt
 
 Reply = dict[str, Any]
 Pending = list[tuple[Event, int | None, dict[str, Any]]]  # events to write once the lock is released
+NAMES_SHOWN = 20  # declared names a refusal lists (a run may have 256)
 
 
 class ControlRoom:
@@ -79,15 +80,14 @@ class ControlRoom:
         with self.lock:
             t = self.book.tunables.get(name)
             if t is None:
-                names = ", ".join(sorted(self.book.tunables)) or "none yet (mpwatch.tunable(NAME, DEFAULT) " \
-                    "declares one)"
-                raise CommandError(f"no worker declared a tunable {name!r}; declared: {names}")
+                raise CommandError(f"no worker declared a tunable {name!r}; declared: {self._declared()}")
             try:
                 value = parse_value(text, t.type)
             except ValueError as exc:
                 raise CommandError(f"{name} is {'an' if t.type == 'int' else 'a'} {t.type}: {exc}") from None
             reached, _ = reach.reachable([self.workers[r] for r in sorted(self.workers)])
-            step = reach.step_for(reached, True, at, self.flush_s())
+            picked = reach.step_for(reached, True, at, self.flush_s())
+            step = picked.step
             if plan_only:
                 return {"ok": True, "step": step}
             change = Change(self.book.next_id(), by, step, {w.rank for w in reached}, value=value,
@@ -104,6 +104,7 @@ class ControlRoom:
         else:
             text = f"{name} = {shown(value)} (was {shown(change.old)}) on {fmt.ranks(change.asked)} " \
                 "at each one's next call"
+        text += "".join(f"; {n}" for n in reach.apart_notes(picked))
         if not reached:
             text = (f"{name} = {shown(value)} (was {shown(change.old)}): no rank runs now; "
                     "the next ones start with it")
@@ -196,3 +197,14 @@ class ControlRoom:
     def _write(self, events: Pending) -> None:
         for name, rank, fields in events:
             self.log.event(name, rank, **fields)
+
+    def _declared(self) -> str:
+        """The declared names for a refusal: the first NAMES_SHOWN, and the cap when it is reached."""
+        names = sorted(self.book.tunables)
+        if not names:
+            return "none yet (mpwatch.tunable(NAME, DEFAULT) declares one)"
+        listed = ", ".join(names[:NAMES_SHOWN]) + (f" and {len(names) - NAMES_SHOWN} more"
+                                                   if len(names) > NAMES_SHOWN else "")
+        if len(names) >= TUNABLES_MAX:
+            listed += f" (a run keeps {TUNABLES_MAX} tunables: names declared past them are not kept)"
+        return listed

@@ -49,6 +49,7 @@ class Family(NamedTuple):
 
 
 def render(labels: Labels) -> str:
+    """`{k="v",...}` of labels already made writable (`_one`): the text format's escapes."""
     return "{" + ",".join(f'{k}="{_escape(v)}"' for k, v in labels.items()) + "}"
 
 
@@ -57,8 +58,29 @@ def _escape(v: str) -> str:
         if ("\\" in v or "\n" in v or '"' in v) else v
 
 
+def label_value(v: str) -> str:
+    """Any value from the run (a script's name, a host, an argument) as text every exposition
+    can encode: UTF-8 as it is; a byte that was no UTF-8 (a name from a non-UTF-8 argv reaches
+    Python as a lone surrogate, which no encoder takes) written as `\\xff`, any other lone
+    surrogate as `\\udXXX`. Never raises: the one way a label value is made (both formats)."""
+    try:
+        v.encode("utf-8")
+        return v
+    except UnicodeEncodeError:
+        return "".join(_char(c) for c in v)
+
+
+def _char(c: str) -> str:
+    n = ord(c)
+    if 0xDC80 <= n <= 0xDCFF:  # surrogateescape's stand-in for the byte n - 0xDC00
+        return f"\\x{n - 0xDC00:02x}"
+    return f"\\u{n:04x}" if 0xD800 <= n <= 0xDFFF else c
+
+
 def _one(labels: Labels) -> tuple[Labels, str]:
-    return labels, render(labels)
+    """Labels made writable (label_value) and rendered once; every sample's labels come here."""
+    clean = {k: label_value(v) for k, v in labels.items()}
+    return clean, render(clean)
 
 
 # (name, help, the WorkerStatus value) of the per-worker gauges

@@ -206,6 +206,8 @@ class Reports:
     bad_frames: int = 0
     rejected: int = 0  # reports refused alone (supervisor.ipc.batch_check)
     rejected_why: str | None = None  # the latest reason
+    # tunable declarations refused alone ("NAME: why", contract.control.validate_control), the first few
+    refused_tunables: list[str] = field(default_factory=list)
     phases: dict[str, float] = field(default_factory=dict)
     source: StepsFrom | None = None  # where its latest steps came from (the worker's batch says)
     cuda: CudaView | None = None

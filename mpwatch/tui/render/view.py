@@ -123,6 +123,9 @@ def note_text(w: WorkerStatus) -> str:
     rejected = w.get("rejected")
     if rejected:
         parts.append(f"{rejected['count']} reports rejected: {rejected['why']}")
+    refused = w.get("refused_tunables")
+    if refused:
+        parts.append("tunables refused: " + ", ".join(refused))
     return "; ".join(parts)
 
 
