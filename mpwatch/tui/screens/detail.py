@@ -24,7 +24,7 @@ from mpwatch.tui.render import view
 from mpwatch.tui.screens.run_screen import RunScreen
 from mpwatch.tui.widgets.loss_plot import LossPlot
 
-LOG_LINES = 12
+LOG_LINES = 40  # the most a log box shows: the file's last lines, as many as fit
 OVERLAY_RANKS = 16  # at most this many curves besides the selected one
 
 
@@ -166,9 +166,17 @@ class DetailScreen(RunScreen):
         self.loads += 1
         self.show_status()
         self.query_one(LossPlot).set_data(d.series, self.rank)
-        self.query_one("#detail-stdout", Static).update(_plain(d.stdout, "(empty)"))
-        self.query_one("#detail-stderr", Static).update(_plain(d.stderr, "(empty)"))
+        self._show_log("stdout", d.stdout)
+        self._show_log("stderr", d.stderr)
         self.query_one("#detail-dump", Static).update(dump_text(d.dump, self.run.can_act))
+
+    def _show_log(self, stream: str, lines: list[str]) -> None:
+        """The file's last lines, as many as the box shows below its title: its end in view,
+        never the start of a longer tail (the logs view, `l`, has the rest)."""
+        body = self.query_one(f"#detail-{stream}", Static)
+        box = body.parent
+        room = box.scrollable_content_region.height - 1 if isinstance(box, VerticalScroll) else 0
+        body.update(_plain(lines[-max(room, 1):], "(empty)"))
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         """The keys that act leave the footer where nothing can act (a replay, an ended run)."""
