@@ -15,7 +15,7 @@ from pathlib import Path
 from textual.app import App
 from textual.binding import Binding
 from textual.message import Message
-from textual.scrollbar import ScrollBar, ScrollBarRender
+from textual.scrollbar import ScrollBar
 
 from mpwatch.contract.status import State, Status, WorkerStatus
 from mpwatch.contract.straggler import ranks_text
@@ -29,7 +29,7 @@ from mpwatch.tui.screens.checkpoint import CheckpointDialog
 from mpwatch.tui.screens.confirm import Choice, ChoiceDialog, ConfirmDialog
 from mpwatch.tui.screens.quit import QuitDialog
 from mpwatch.tui.view_actions import ViewActions
-from mpwatch.tui.widgets.scrollbars import AsciiScrollBarRender
+from mpwatch.tui.widgets.scrollbars import AsciiScrollBarRender, WholeCellScrollBarRender
 from mpwatch.tui.widgets.worker_table import WorkerTable
 
 
@@ -55,7 +55,7 @@ class RunActions(ViewActions, App[Outcome]):
         # An ASCII terminal (LANG=C, MPWATCH_ASCII=1): ASCII cuts, scrollbars, borders (app.tcss)
         # and keys too.
         segs.use_ellipsis(self.glyphs.ellipsis)
-        ScrollBar.renderer = ScrollBarRender if self.glyphs.unicode else AsciiScrollBarRender
+        ScrollBar.renderer = WholeCellScrollBarRender if self.glyphs.unicode else AsciiScrollBarRender
         self.set_class(not self.glyphs.unicode, "ascii")
         self.status: Status | None = None
         self.live = True
