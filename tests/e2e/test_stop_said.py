@@ -1,6 +1,7 @@
 """`q` then stop says how the run ended (issue 31): the TUI closed silently; now it prints the
 run, how it ended and the command that tells each rank's end (as a detach prints a line).
-End to end in tmux, `mpwatch -n 2` on a fixture script, at 80x24 and 160x48."""
+On the way, the footer of a real run shows c and t. End to end in tmux, `mpwatch -n 2` on a
+fixture script, at 80x24 and 160x48."""
 from __future__ import annotations
 
 import json
@@ -37,6 +38,8 @@ def test_q_then_stop_prints_the_run_how_it_ended_and_the_summary_command(tmux, t
     script = FIXTURES / "tui_worker.py"
     tmux.type(f"{BIN} -n 2 --grace 2 {script}; echo MPWATCH-EXIT=$?")
     tmux.wait_screen(lambda s: s.count("● running") >= 2, "two running workers")
+    # the footer has c and t at 80 columns too, ? and q first (issue 31)
+    tmux.wait_screen(lambda s: "? Help q Quit" in s and "c Checkpoint t Tunables" in s, "the footer")
     (run_dir,) = (tmp_path / "mpwatch-runs").iterdir()
     pids = run_pids(run_dir)
     tmux.key("q")

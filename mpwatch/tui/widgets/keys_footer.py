@@ -16,9 +16,10 @@ class KeysFooter(Footer):
         super().__init__(id=id, show_command_palette=False, compact=True)
 
     async def recompose(self) -> None:
-        """The keys change (a screen, a run that ended): composed again, then fitted."""
+        """The keys change (a screen, a run that ended): composed again, then fitted once
+        they are laid out (their styles, hence their widths, are known then)."""
         await super().recompose()
-        self.fit()
+        self.call_after_refresh(self.fit)
 
     def on_resize(self, event: events.Resize) -> None:
         self.fit()
@@ -26,6 +27,8 @@ class KeysFooter(Footer):
     def fit(self) -> None:
         """Show the keys, in order, while each fits whole; hide the rest."""
         room = self.content_size.width
+        if not room:  # not laid out yet: its resize fits it
+            return
         for key in self.query_children("FooterKey"):  # Footer's own items, by their CSS type
             need = key.get_content_width(self.size, self.app.size) + key.styles.margin.right
             key.display = need <= room
