@@ -106,7 +106,7 @@ class Run:
         self.log = EventLog(self.store, status_out)
         self.marks = Marks(self.run_id, os.getpid())  # every process of the run (supervisor.workers.marks)
         self.groups = ProcessGroups(self.workers, self.lock, self.log, opts.stop_signal, self.marks)
-        self.control = ControlRoom(self.workers, self.lock, self.log, self.flush_interval)
+        self.control = ControlRoom(self.workers, self.lock, self.log, self.flush_interval, self.store)
         self.ledger = ReportLedger(self.workers, self.lock, self.log, self.control)
         self.hub = ChannelHub(str(rt / f"{self.run_id}.chan"), self.authkey, self.ledger)
         self.dumper = Dumper(self.store, self.lock, self.log, self.settings)
