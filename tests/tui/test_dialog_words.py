@@ -1,12 +1,14 @@
 """The checkpoint dialog's sentence parses (issue 31): it read "mpwatch.should_checkpoint()
 returns True once in the training loop; / asked of all ranks, at the same step on every one."
-over two labels, and its warning was cut at the dialog's edge. Fed the gpu2 recording (its
-ranks never called should_checkpoint(): the warning shows), at 80x24 and 160x48."""
+over two labels, and its warning was cut at the dialog's edge; the tunables screen's title is
+whole at 80 columns. Fed the gpu2 recording (its ranks never called should_checkpoint(): the
+warning shows), at 80x24 and 160x48."""
 from __future__ import annotations
 
 import pytest
 
 from mpwatch.tui.screens.checkpoint import CheckpointDialog
+from mpwatch.tui.screens.tunables import TunablesScreen
 from tests.tui.conftest import until
 from tests.tui.test_scrollbars import screen_text
 from tests.tui.test_snapshots import first_snapshot, recorded_app
@@ -43,3 +45,16 @@ async def test_the_checkpoint_dialog_says_one_whole_sentence(tmp_path, size):
 @size_id
 def test_checkpoint_dialog(snap_compare, tmp_path, size):
     assert snap_compare(recorded_app("gpu2", tmp_path), terminal_size=size, run_before=checkpoint_dialog)
+
+
+@size_id
+async def test_the_tunables_title_is_whole(tmp_path, size):
+    """It was cut at 80 columns ('... at one step) · Esc:')."""
+    app = recorded_app("gpu2", tmp_path)
+    async with app.run_test(size=size) as pilot:
+        await first_snapshot(pilot)
+        await pilot.press("t")
+        await until(pilot, lambda: isinstance(app.screen, TunablesScreen), what="the tunables screen")
+        await pilot.pause()
+        title = screen_text(app).splitlines()[0].strip()
+    assert title == "tunables: 0 · Enter: change one, on every rank at one step · Esc: back", title

@@ -15,13 +15,14 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, VerticalScroll
 from textual.message import Message
-from textual.widgets import Footer, Static
+from textual.widgets import Static
 
 from mpwatch.contract.status import WorkerStatus
 from mpwatch.text import fmt, stackfmt
 from mpwatch.tui import rundata
 from mpwatch.tui.render import view
 from mpwatch.tui.screens.run_screen import RunScreen
+from mpwatch.tui.widgets.keys_footer import KeysFooter
 from mpwatch.tui.widgets.loss_plot import LossPlot
 
 LOG_LINES = 40  # the most a log box shows: the file's last lines, as many as fit
@@ -107,7 +108,7 @@ class DetailScreen(RunScreen):
             with VerticalScroll(classes="pane"):
                 yield Static("children", classes="pane-title")
                 yield self.children_pane
-        yield Footer()
+        yield KeysFooter()  # whole keys only: at 80 columns it cut 'l Logs' to 'l Log'
 
     def worker(self) -> WorkerStatus | None:
         return self.run.worker(self.rank)

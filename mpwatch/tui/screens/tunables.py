@@ -53,9 +53,9 @@ class TunablesScreen(RunScreen):
     def show_status(self) -> None:
         st = self.run.status
         ts = self.tunables()
-        how = ("Enter: change the selected one, on every rank at one step" if self.run.can_act
+        how = ("Enter: change one, on every rank at one step" if self.run.can_act
                else "as of the moment shown; read-only here")
-        self.title_bar.update(Text(f"tunables: {len(ts)} ({how}) · Esc: back", style="bold"))
+        self.title_bar.update(Text(f"tunables: {len(ts)} · {how} · Esc: back", style="bold"))
         if st is None:
             return
         rows = [control_rows.tunable_cells(t, st) for t in ts]

@@ -1,7 +1,8 @@
-"""The main screen's footer: the keys tui.keys shows, in its order, in Textual's compact style
-(one space between a key and its word), and only those that fit whole. A narrow terminal
-loses the last ones, never half of one; ? and q come first, so they always stay (60 columns
-keep them), and at 80 columns the footer has room for c and t. UI thread.
+"""The footer of the main screen and the detail view: the keys they show, in their order, in
+Textual's compact style (one space between a key and its word), and only those that fit
+whole. A narrow terminal loses the last ones, never half of one; the main screen's ? and q
+come first (tui.keys), so they always stay (60 columns keep them), and at 80 columns it has
+room for c and t. UI thread.
 """
 from __future__ import annotations
 
