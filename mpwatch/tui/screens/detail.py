@@ -1,6 +1,7 @@
 """The detail view of one worker (Enter): loss plot of all ranks with this one highlighted
-(`y`: log or linear scale), the tail of its stdout and stderr, its latest stack dump (the
-main thread first, mpwatch's threads folded, one line a frame), its children.
+(on the log scale where the loss spans 10x; `y` switches), the end of its stdout and stderr,
+its latest stack dump (the main thread first, mpwatch's threads folded, one line a frame),
+its children.
 
 Data is fetched on a worker thread once a second and posted back as a message; after the
 run has ended it comes from the run directory. Drawing runs on the UI thread.
