@@ -38,6 +38,7 @@ from mpwatch.contract.control import StopInfo as StopInfo
 from mpwatch.contract.control import TunableChange as TunableChange
 from mpwatch.contract.control import TunableStatus as TunableStatus
 from mpwatch.contract.cuda_view import CudaView as CudaView
+from mpwatch.contract.cuda_view import OomRecord as OomRecord
 from mpwatch.contract.gpu_records import GpuMark as GpuMark
 from mpwatch.contract.gpu_records import GpuThinned as GpuThinned
 from mpwatch.contract.gpu_records import GpuThinnedInfo as GpuThinnedInfo

@@ -14,6 +14,9 @@ rundir.reader and the others only read them. Pure names and paths; no I/O.
         rank-N/stderr.log
         rank-N/faulthandler.out  where the worker's faulthandler writes on SIGUSR1
         rank-N/stacks/<time>.txt  stack dumps, one file each
+        rank-N/memory/<kind>-<time>-<pid>-<n>.pickle  torch's allocator snapshots (pytorch.org/memory_viz
+                               opens them): an OOM's (--cuda-memory-history) and those asked for;
+                               written by the rank's own process (rundir.snapshots)
 """
 from __future__ import annotations
 
@@ -33,6 +36,8 @@ STDERR_LOG = "stderr.log"
 STACK_FILE = "faulthandler.out"
 STACKS = "stacks"
 STACK_SUFFIX = ".txt"
+MEMORY = "memory"  # a rank's allocator snapshots (rundir.snapshots)
+SNAPSHOT_SUFFIX = ".pickle"
 LOG_MARK = "--- mpwatch: "  # begins the line the supervisor writes in a rank's logs before each restart
 LOG_MARK_END = " ---"  # ends it: such a line is mpwatch's own, never a cause
 
@@ -46,6 +51,11 @@ STREAMS = {"stdout": STDOUT_LOG, "stderr": STDERR_LOG}
 
 def rank_dir(run_dir: Path | str, rank: int) -> Path:
     return Path(run_dir) / f"rank-{rank}"
+
+
+def memory_dir(run_dir: Path | str, rank: int) -> Path:
+    """Where a rank's allocator snapshots go (made by rundir.writer's RunStore.memory_dir)."""
+    return rank_dir(run_dir, rank) / MEMORY
 
 
 def log_path(run_dir: Path | str, rank: int, stream: str) -> Path:
