@@ -54,6 +54,7 @@ from mpwatch.contract.gpu_view import GpuHistory as GpuHistory
 from mpwatch.contract.gpu_view import GpuProcess as GpuProcess
 from mpwatch.contract.gpu_view import GpuView as GpuView
 from mpwatch.contract.gpu_view import MemoryBreakdown as MemoryBreakdown
+from mpwatch.contract.gpu_view import OomDetail as OomDetail
 from mpwatch.contract.gpu_view import alert_kind as alert_kind
 from mpwatch.contract.names import ALIVE_STATES as ALIVE_STATES
 from mpwatch.contract.names import ENDED_STATES as ENDED_STATES
@@ -128,6 +129,13 @@ class WorkerGpu(TypedDict):
     shared_with: list[int]  # other ranks whose own GPU is the same one (a collision)
 
 
+class WorkerMemory(TypedDict):
+    """A rank's CUDA memory beyond its counters: its OOM and its allocator snapshots."""
+
+    oom: str | None  # its latest OOM finding's note (supervisor.gpu.oom), this process's
+    snapshot: str | None  # the latest allocator snapshot it wrote (at an OOM, or asked for)
+
+
 class RejectedReports(TypedDict):
     """A rank's reports refused by the supervisor (contract.protocol's bounds), each alone."""
 
@@ -157,6 +165,7 @@ class WorkerStatus(TypedDict):
     dropped: int
     bad_frames: int
     rejected: NotRequired[RejectedReports]  # present once a report of the rank was rejected
+    memory: NotRequired[WorkerMemory]  # present once its process ran out of CUDA memory or wrote a snapshot
     phases: dict[str, float]
     cuda: CudaView | None
     # the run's loss smoothed: its mean over stretches of reports, oldest first (TREND)

@@ -225,21 +225,23 @@ def _stalls(evs: list[EventRecord], event: Event = Event.STALLED, reason: str = 
 
 
 def _alerts(evs: list[EventRecord]) -> list[AlertEnd]:
-    """Every alert that fired, once: a finding updated in place (its `key` again) keeps its
-    first time and says its last words; its end is no alert."""
+    """Every alert that fired, once: a finding updated in place (its `key` again; a GPU alert's
+    `update`) keeps its first time and says its last words; its end is no alert."""
     out: list[AlertEnd] = []
     keyed: dict[str, AlertEnd] = {}
     for e in evs:
         if e["event"] not in (Event.ALERT, Event.GPU_ALERT) or e.get("ended"):
             continue
         key, message = as_str(e.get("key")), as_str(e.get("message")) or ""
-        if key is not None and e["event"] == Event.ALERT and key in keyed:
+        if e["event"] == Event.GPU_ALERT:  # a GPU finding completed in place (an OOM's death) says `update`
+            key = f"gpu:{e.get('kind')}:{e.get('gpu')}:{e['rank']}"
+        if key is not None and key in keyed and (e["event"] == Event.ALERT or e.get("update")):
             keyed[key]["message"] = message
             continue
         a: AlertEnd = {"ts": e["ts"], "kind": as_str(e.get("kind")) or "?", "rank": e["rank"],
                        "gpu": as_int(e.get("gpu")), "message": message}
         out.append(a)
-        if key is not None and e["event"] == Event.ALERT:
+        if key is not None:
             keyed[key] = a
     return out
 

@@ -1,8 +1,9 @@
 """The run directory's one writer: every file of a run is made here (rundir.layout names
 them), by the supervisor's RunStore, and before it by the run's claim (rundir.claim: the
 directory itself, and supervisor.log for the TUI's launch). No other module creates a run
-file: the GPU timeline appends to gpu.jsonl and rewrites it through RunStore, a rank's logs
-and stack dumps are opened here and written by their owners.
+file (but rundir.snapshots: a rank's allocator snapshots, made by its own process by these
+rules, in a folder made here): the GPU timeline appends to gpu.jsonl and rewrites it through
+RunStore, a rank's logs and stack dumps are opened here and written by their owners.
 
 Hostile by default. A run directory is made fresh (`mkdir`, which fails when anything is
 there, a planted link included), 0700, in a runs folder of this user or root that others
@@ -219,6 +220,15 @@ class RunStore:
         except OSError as exc:  # a full disk: the caller's open() fails and says so
             self.failed(exc)
         return paths
+
+    def memory_dir(self, rank: int) -> Path:
+        """A rank's folder for its allocator snapshots, made (0700) when missing; the rank's
+        process writes them there itself (rundir.snapshots). Raises OSError."""
+        paths = layout.rank_paths(self.dir, rank)
+        with self._at() as d:
+            _mkdir(d, paths.dir.name)
+            _mkdir(d, f"{paths.dir.name}/{layout.MEMORY}")
+        return layout.memory_dir(self.dir, rank)
 
     def open_log(self, rank: int, stream: str) -> BinaryIO:
         """A rank's log ("stdout" or "stderr"), appended to. Raises OSError."""

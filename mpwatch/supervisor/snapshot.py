@@ -121,6 +121,9 @@ def worker_status(w: Worker, now: float, tail: int, gpu: GpuWatch | None,
         stop=stop_info(a, now) if alive else None, polls_checkpoint=a.polls, steps_from=r.source)
     if r.rejected:
         row["rejected"] = {"count": r.rejected, "why": r.rejected_why or "?"}
+    memory = gpu.memory(w.rank, a.pid) if gpu is not None else None
+    if memory is not None:
+        row["memory"] = memory
     return row
 
 

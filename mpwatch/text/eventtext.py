@@ -122,7 +122,7 @@ def line(rec: EventFields) -> str | None:
             return None
         return f"alert{' (updated)' if rec.get('update') else ''}: {rec.get('message')}"
     if e == Event.GPU_ALERT:
-        return f"GPU alert: {rec.get('message')}"
+        return f"GPU alert{' (updated)' if rec.get('update') else ''}: {rec.get('message')}"
     if e == Event.STOPPING:
         return f"stopping the run ({rec.get('why')})"
     if e == Event.RUN_FINISHED:

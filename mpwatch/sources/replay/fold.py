@@ -20,6 +20,7 @@ from mpwatch.contract.status import (
     RunState,
     StallInfo,
     State,
+    WorkerMemory,
     alert_kind,
 )
 from mpwatch.rundir import control_events
@@ -48,6 +49,7 @@ class RankFold:
     rejected: int = 0  # reports refused by the supervisor (reports_rejected), and the latest why
     rejected_why: str | None = None
     unkillable: list[dict[str, Any]] | None = None
+    memory: WorkerMemory | None = None  # this attempt's OOM finding's note and snapshot (gpu_alert oom)
 
 
 @dataclass
@@ -110,7 +112,7 @@ def _rank_event(run: RunFold, k: RankFold, e: EventFields, restarting: bool, run
         k.pid, k.state, k.started = as_int(e.get("pid")), State.STARTING, e["ts"]
         k.global_rank = as_int(e.get("global_rank"))
         k.exit_code = k.signal = k.cause = None
-        k.stall, k.slow_start, k.unkillable = None, None, None
+        k.stall, k.slow_start, k.unkillable, k.memory = None, None, None, None
         k.world = as_int(e.get("world_size")) or k.world
         run.world = k.world or run.world
     elif name == Event.WORKER_EXITED:
@@ -216,8 +218,9 @@ def _gpu_alert(run: RunFold, e: EventFields) -> None:
         return
     gpu = as_int(raw.get("gpu"))
     key = f"{kind}:{gpu}:{e['rank']}"
+    before = run.gpu_alerts.get(key) if raw.get("update") else None  # the same finding, completed
     a = GpuAlert(kind=kind, key=key, gpu=gpu, rank=e["rank"], message=as_str(raw.get("message")) or "",
-                 since=e["ts"])
+                 since=before["since"] if before is not None else e["ts"])
     sev = raw.get("severity")
     if sev in ("error", "warning", "info"):
         a["severity"] = sev
@@ -231,3 +234,8 @@ def _gpu_alert(run: RunFold, e: EventFields) -> None:
     if isinstance(raw.get("ranks"), list):
         a["ranks"] = [x for x in raw["ranks"] if isinstance(x, int)]
     run.gpu_alerts[key] = a
+    detail = raw.get("oom")
+    r = e["rank"]
+    if kind == "oom" and isinstance(detail, dict) and r is not None and r in run.ranks:
+        note, snap = as_str(detail.get("note")), as_str(detail.get("snapshot"))
+        run.ranks[r].memory = {"oom": note, "snapshot": snap}  # the table's words (supervisor.gpu.oom)

@@ -89,6 +89,8 @@ def worker_row(k: RankFold, reps: list[ReportRow], t: float, tail: int,
         steps_from=None)  # nor whether its steps were counted by mpwatch.worker.auto
     if k.rejected:
         row["rejected"] = {"count": k.rejected, "why": k.rejected_why or "?"}
+    if k.memory is not None:
+        row["memory"] = k.memory.copy()
     return row
 
 

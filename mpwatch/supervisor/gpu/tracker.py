@@ -142,6 +142,10 @@ class AlertTracker:
                             "text": f"rank {i.rank}: CUDA out of memory (caught)"})
         return out
 
+    def active(self, key: str) -> GpuAlert | None:
+        """The alert of this key standing now, if any."""
+        return self._active.get(key)
+
     def standing(self, found: list[GpuAlert], now: float) -> list[GpuAlert]:
         """Alerts that start now (and were not announced within the cooldown)."""
         current = {a["key"]: a for a in found}

@@ -9,8 +9,8 @@ to the timeline (supervisor.gpu.timeline: memory and gpu.jsonl). An alert that s
 event; one that goes on does not.
 
 Entry points for the run: `GpuWatch.for_run(run)` (the one place that reads the run's
-workers), `start()`/`close()`, and the readers `snapshot()`, `worker_gpu(rank)`,
-`on_worker_exit(...)`, `timeline(window)`.
+workers), `start()`/`close()`, the readers `snapshot()`, `worker_gpu(rank)`, `memory(rank, pid)`,
+`timeline(window)`, and a rank's CUDA OOM (`on_oom`, `on_worker_exit`: supervisor.gpu.ooms).
 Locks: the run's lock is taken only to copy the workers (for_run), never while holding
 this watcher's own lock; `snapshot()` is called under the run's lock and takes only ours.
 """
@@ -35,22 +35,23 @@ from mpwatch.contract.status import (
     GpuTick,
     GpuTimelineReply,
     GpuView,
+    OomRecord,
     State,
     WorkerGpu,
+    WorkerMemory,
 )
 from mpwatch.probes.gpu import Backend, GpuProbe, GpuSample, ProcList, open_backend, reason_for
 from mpwatch.rundir.writer import RunStore
 from mpwatch.settings import Settings
 from mpwatch.supervisor import errors
 from mpwatch.supervisor.errors import CommandError
-from mpwatch.supervisor.gpu import rank_alerts, ranks
+from mpwatch.supervisor.gpu import ooms, rank_alerts, ranks
 from mpwatch.supervisor.gpu.labels import ProcessLabeler, proc_marks
 from mpwatch.supervisor.gpu.ranks import RankInfo
 from mpwatch.supervisor.gpu.timeline import HOUR_S, GpuTimeline, cap_bytes
 from mpwatch.supervisor.gpu.tracker import AlertTracker
 
 PROCS_EVERY = 5  # the process list is refreshed every this many ticks
-OOMS_KEPT = 5  # OOM alerts shown per GPU
 
 # (the scripted NVML scenario, settings.Settings.scripted_nvml) -> (backend, None) or (None, why)
 Opener = Callable[[str | None], "tuple[Backend | None, str | None]"]
@@ -78,6 +79,8 @@ class _WorkerLike(Protocol):
 class _OptsLike(Protocol):
     @property
     def gpu_interval(self) -> float: ...
+    @property
+    def cuda_history(self) -> bool: ...
 
 
 class _RunLike(Protocol):
@@ -107,11 +110,12 @@ class GpuPart(TypedDict):
 class GpuWatch:
     def __init__(self, interval: float, workers: Callable[[], list[RankInfo]], emit: Emit, *,
                  settings: Settings, env: Mapping[str, str] | None = None, opener: Opener | None = None,
-                 timeline: RunStore | None = None, clock: Callable[[], float] = time.monotonic):
+                 timeline: RunStore | None = None, clock: Callable[[], float] = time.monotonic,
+                 cuda_history: bool = False):
         """workers() -> the run's workers (alive or not, with a pid); emit(rank, **fields)
         records one gpu_alert event; settings: the alerts' thresholds, the timeline's cap and
         the scripted NVML; env: the workers' (CUDA_VISIBLE_DEVICES); clock: the monotonic clock
-        of slopes and idle spans."""
+        of slopes and idle spans; cuda_history: the ranks keep their allocations' history."""
         self.interval = max(0.05, float(interval))
         self._workers = workers
         self._emit = emit
@@ -141,7 +145,7 @@ class GpuWatch:
         self._spark: dict[int, tuple[deque[int | None], deque[int | None]]] = {}  # gpu -> (mem, util)
         self.tracker = AlertTracker(self.cfg)
         self._last_gpu: dict[int, int] = {}  # rank -> its own GPU when last seen
-        self._ooms: dict[int, list[GpuAlert]] = {}  # gpu -> OOM alerts of ranks that died
+        self.ooms = ooms.OomFindings(self.cfg, ooms.user(), cuda_history)  # the ranks' CUDA OOMs
 
     @classmethod
     def for_run(cls, run: _RunLike) -> GpuWatch:
@@ -161,7 +165,8 @@ class GpuWatch:
         def emit(rank: int | None, **fields: object) -> object:
             return run.event(Event.GPU_ALERT, rank, **fields)
 
-        return cls(run.opts.gpu_interval, workers, emit, settings=run.settings, timeline=run.store)
+        return cls(run.opts.gpu_interval, workers, emit, settings=run.settings, timeline=run.store,
+                   cuda_history=run.opts.cuda_history)
 
     # ------------------------------------------------------------ lifecycle ----
     def start(self) -> None:
@@ -249,10 +254,11 @@ class GpuWatch:
             v["breakdown"] = ranks.breakdown(v, own, known)
             v["history"] = self._history(v)
         loose = self.tracker.decide(views, alive, wgpus, self.visible, with_procs, now, hidden)
+        self.ooms.cover([v["alerts"] for v in views] + [loose])  # a finding's rank: a membership test, atomic
         started = self.tracker.standing([a for v in views for a in v["alerts"]] + loose, now)
         with self._lock:
             for v in views:
-                v["alerts"] = v["alerts"] + list(self._ooms.get(v["index"], ()))
+                v["alerts"] = v["alerts"] + self.ooms.on_gpu(v["index"])
             self._views, self._wgpu, self.pids_hidden = views, wgpus, hidden
             self._last_gpu.update({rank: p.index for rank, p in placement.items() if p.index is not None})
         for a in started:
@@ -311,8 +317,9 @@ class GpuWatch:
         util.append(v["util_gpu"])
         return {"mem_used": list(mem), "util_gpu": list(util)}
 
-    def _announce(self, a: GpuAlert) -> None:
+    def _announce(self, a: GpuAlert, update: bool = False) -> None:
         fields = {k: v for k, v in a.items() if k not in ("key", "rank", "since")}
+        fields.update({"update": True} if update else {})  # the same finding, completed: shown in place
         try:
             self._emit(a["rank"], **fields)
         except Exception as exc:  # noqa: BLE001 - a full disk must not stop the poller
@@ -358,28 +365,35 @@ class GpuWatch:
         ticks, marks = self.timeline_store.window(float(window))
         return {"ticks": ticks, "marks": marks}
 
-    def on_worker_exit(self, rank: int, stderr_tail: Iterable[str] | None,
-                       cuda: CudaView | None = None) -> GpuAlert | None:
-        """A worker ended: when its stderr says CUDA OOM, raise the OOM alert."""
-        line = rank_alerts.oom_line(stderr_tail)
-        if line is None:
-            return None
-        with self._lock:
-            gpu = self._last_gpu.get(rank)
-            if gpu is None and cuda is not None and cuda.get("uuid") and self.probe is not None:
-                gpu = self.probe.uuid_index.get(cuda.get("uuid") or "")
-            view = next((v for v in self._views if v["index"] == gpu), None)
-            age = time.time() - view["processes_ts"] if view is not None and view["processes_ts"] else None
-            alert = rank_alerts.oom_alert(rank, gpu, view, line, age)
-            alert["since"] = time.time()
-            if gpu is not None:
-                kept = self._ooms.setdefault(gpu, [])
-                kept.append(alert)
-                del kept[:-OOMS_KEPT]
-                if view is not None:
-                    view["alerts"] = view["alerts"] + [alert]
-        self.timeline_store.mark({"ts": alert["since"], "gpu": gpu, "kind": "oom", "rank": rank,
-                                  "text": alert["message"]})
-        self._announce(alert)
-        return alert
+    def memory(self, rank: int, pid: int | None) -> WorkerMemory | None:
+        with self._lock:  # the table's words of the rank's process's CUDA memory (its OOM)
+            return self.ooms.memory(rank, pid)
 
+    # ----------------------------------------------------------------- OOMs ----
+    def on_oom(self, rank: int, pid: int, record: OomRecord) -> GpuAlert:
+        return self._oom(rank, pid, record, None, died=False)
+
+    def on_worker_exit(self, rank: int, stderr_tail: Iterable[str] | None, cuda: CudaView | None = None,
+                       pid: int | None = None, record: OomRecord | None = None) -> GpuAlert | None:
+        """A worker failed: when its stderr or its record says it died of CUDA OOM, its finding."""
+        line = rank_alerts.oom_line(stderr_tail)
+        if line is None and (record is None or not record["message"]):
+            return None
+        return self._oom(rank, pid, record, line, died=True, cuda=cuda)
+
+    def _oom(self, rank: int, pid: int | None, record: OomRecord | None, line: str | None, died: bool,
+             cuda: CudaView | None = None) -> GpuAlert:
+        by_pid = {i.pid: i.rank for i in self._workers()}  # the run's lock, never under ours
+        with self._lock:
+            uuids = self.probe.uuid_index if self.probe is not None else {}
+            place = ooms.place(rank, record, cuda, self._views, self._last_gpu, uuids, by_pid)
+            a, told = self.ooms.raise_(rank, pid, record, line, died, place, time.time())
+            if told == "new" and self.tracker.active(a["key"]) is not None:
+                told = "update"  # the tracker's caught-OOM alert of it was told first: this completes it
+            if place.view is not None:
+                place.view["alerts"] = [x for x in place.view["alerts"] if x["key"] != a["key"]] + [a]
+        if told != "quiet":
+            self.timeline_store.mark({"ts": a["since"], "gpu": place.gpu, "kind": "oom", "rank": rank,
+                                      "text": a["message"]})
+            self._announce(a, update=told == "update")
+        return a
