@@ -48,10 +48,11 @@ def test_a_rank_dying_of_oom_is_one_finding_naming_who_held_the_memory(headless,
     (live,) = [e for e in run.events("gpu_alert") if e["kind"] == "oom" and not e.get("update")]
     assert live["oom"]["died"] is False and dead["oom"]["died"] is True and dead["rank"] == 0 == dead["gpu"]
     m = dead["message"]
-    assert m.startswith("rank 0 ran out of CUDA memory on GPU 0 and died of it: it asked for 2.0 GiB with 1.0 GiB free")
-    assert "rank 1 holding 42.0 GiB (it runs on this GPU too)" in m
-    assert "rank 2's stray context holding 1.5 GiB (rank 2 runs on GPU 1)" in m
-    assert f"pid {os.getpid()} (" in m and "holding 5.5 GiB (outside this run)" in m
+    assert m.startswith("rank 0 ran out of CUDA memory on GPU 0 and died of it: rank 1 held 42.0 GiB (it runs on "
+                        "this GPU too)")
+    assert "rank 2's stray context held 1.5 GiB (rank 2 runs on GPU 1)" in m
+    assert f"pid {os.getpid()} (" in m and "held 5.5 GiB (outside this run)" in m
+    assert "it asked for 2.0 GiB with 1.0 GiB free" in m
     snap = dead["oom"]["snapshot"]
     assert snap.startswith(str(run.run_dir / "rank-0" / layout.MEMORY / "oom-")) and os.path.getsize(snap) > 0
     assert f"snapshot at the OOM: {snap}" in m and "set_device" in dead["hint"]

@@ -157,21 +157,22 @@ def _asked(n: Numbers) -> str:
 
 
 def _others(f: OomFacts, others: Sequence[Holder]) -> str:
+    """Who held the memory (first: at 80 columns the line is cut), and when the sample was."""
     v = f.view
     if v is None:
         return f"no sample showed what else was on {f.where}"
     late = f.age_s is not None and f.age_s >= 1
-    when = "at the last sample" + (f" ({f.age_s:.0f}s before)" if late else "")
-    used = f" had {fmt.size_long(v['mem_used'])} of {fmt.size_long(v['mem_total'])} used" \
-        if v["mem_used"] is not None and v["mem_total"] else ""
+    when = "at the last sample" + (f", {f.age_s:.0f}s before" if late else "")
+    if v["mem_used"] is not None and v["mem_total"]:
+        when += f", {f.where} had {fmt.size_long(v['mem_used'])} of {fmt.size_long(v['mem_total'])} used"
     if not others:
-        return f"{when} {f.where}{used}, nothing else of note on it"
-    parts = [f"{h.who} holding {fmt.size_long(h.mem_bytes)}" + (f" ({h.role})" if h.role else "")
+        return f"nothing else held memory on {f.where} ({when})"
+    parts = [f"{h.who} held {fmt.size_long(h.mem_bytes)}" + (f" ({h.role})" if h.role else "")
              for h in others[:HOLDERS_SAID]]
     rest = others[HOLDERS_SAID:]
     if rest:
-        parts.append(f"{len(rest)} more processes holding {fmt.size_long(sum(h.mem_bytes for h in rest))}")
-    return f"{when} {f.where}{used}: " + ", ".join(parts)
+        parts.append(f"{len(rest)} more processes held {fmt.size_long(sum(h.mem_bytes for h in rest))}")
+    return ", ".join(parts) + f" ({when})"
 
 
 def _allocator(rank: int, n: Numbers) -> str:
@@ -248,7 +249,7 @@ def finding(f: OomFacts, cfg: AlertConfig) -> GpuAlert:
     s = story(n, theirs, mine, cfg)
     top = theirs[0] if theirs else None
     how = " and died of it" if f.died else ""  # live: whether it caught it, its state says
-    parts = [_asked(n), _others(f, others), _allocator(f.rank, n), _snapshot(f)]
+    parts = [_others(f, others), _asked(n), _allocator(f.rank, n), _snapshot(f)]
     msg = f"rank {f.rank} ran out of CUDA memory on {f.where}{how}: " + "; ".join(p for p in parts if p)
     a = alert("oom", f"oom:{f.rank}:{f.gpu}", f.gpu, f.rank, msg, "error", _hint(s, n, top),
               f"OOM rank {f.rank}")

@@ -392,8 +392,9 @@ class GpuWatch:
                 told = "update"  # the tracker's caught-OOM alert of it was told first: this completes it
             if place.view is not None:
                 place.view["alerts"] = [x for x in place.view["alerts"] if x["key"] != a["key"]] + [a]
-        if told != "quiet":
+        if told == "new":  # the timeline marks the OOM once, where it happened
             self.timeline_store.mark({"ts": a["since"], "gpu": place.gpu, "kind": "oom", "rank": rank,
                                       "text": a["message"]})
+        if told != "quiet":
             self._announce(a, update=told == "update")
         return a
