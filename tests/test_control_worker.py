@@ -63,7 +63,7 @@ def test_requests_take_effect_once_at_their_step_and_a_late_one_says_so(tmp_path
     t = threading.Thread(target=lambda: result.update(res=run_worker(LOOP.format(steps=500), env, timeout=120)))
     t.start()
     wait_for(lambda: sup.live("declare"), what="the tunable's declaration")
-    assert sup.frames[0]["t"] == "hello" and sup.frames[0]["v"] == protocol.VERSION == 2
+    assert sup.frames[0]["t"] == "hello" and sup.frames[0]["v"] == protocol.VERSION == 3
     assert sup.live("declare") == [["declare", "lr", "float", 0.1]]
     sup.send({"t": "checkpoint", "id": 1, "step": 150})
     sup.send({"t": "set", "id": 2, "name": "lr", "value": 0.5, "step": 200})

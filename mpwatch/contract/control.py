@@ -1,4 +1,5 @@
-"""Control's records: the status's tunables and checkpoint requests, a rank's stop signal,
+"""Control's records: the status's tunables (the actions' requests, checkpoints among them, are
+contract.actions'), a rank's stop signal,
 the BATCH `live` entries checked where they enter the supervisor, and a tunable's value read
 from a command line (`mpwatch ctl set`, the TUI's `t`). contract.status re-exports the records.
 Pure; any thread. The worker side (worker.control) never imports this module: `typing` is dear there.
@@ -6,24 +7,18 @@ Pure; any thread. The worker side (worker.control) never imports this module: `t
 from __future__ import annotations
 
 import math
-from typing import Literal, NamedTuple, TypedDict, cast
+from typing import Any, Literal, NamedTuple, TypedDict, cast
 
 from mpwatch.contract import protocol
+from mpwatch.contract.actions import CheckpointRequest as CheckpointRequest
+from mpwatch.contract.actions import ProfileRequest as ProfileRequest
+from mpwatch.contract.actions import RankAnswer as RankAnswer
 
 TunableType = Literal["int", "float", "str", "bool"]
 TunableValue = int | float | str | bool
 TUNABLE_KINDS: dict[str, type] = {"int": int, "float": float, "str": str, "bool": bool}
 TRUE_WORDS = ("1", "true", "yes", "on")
 FALSE_WORDS = ("0", "false", "no", "off")
-
-
-class RankAnswer(TypedDict):
-    """A rank's answer to a request: the step it took effect at (None: the process had
-    reported no step), and whether that was past the step asked for."""
-
-    rank: int
-    step: int | None
-    late: bool
 
 
 class TunableChange(TypedDict):
@@ -50,17 +45,12 @@ class TunableStatus(TypedDict):
     changes: list[TunableChange]  # the last few, oldest first
 
 
-class CheckpointRequest(TypedDict):
-    """A "checkpoint now" (`mpwatch ctl checkpoint`, the TUI's `c`), and what each rank did."""
+class ControlView(NamedTuple):
+    """Control's part of a status (the live room's, or one folded from a run's events)."""
 
-    id: int
-    ts: float
-    by: str
-    step: int | None  # the step it is taken at on every rank; None: at each rank's next call
-    ranks: list[int]  # the ranks asked
-    answers: list[RankAnswer]
-    waiting: list[int]
-    missed: list[int]  # ranks whose process ended before they answered
+    tunables: list[TunableStatus]
+    checkpoints: list[CheckpointRequest]
+    profiles: list[ProfileRequest]
 
 
 class StopInfo(TypedDict):
@@ -84,7 +74,42 @@ class Done(NamedTuple):
     late: bool
 
 
-ControlEntry = Declared | Done | Literal["polls"]
+class Result(NamedTuple):
+    """An action's outcome (protocol.LIVE_RESULT): its fields, read by contract.actions."""
+
+    id: int
+    fields: dict[str, Any]
+
+
+ControlEntry = Declared | Done | Result | Literal["polls"]
+RESULT_KEYS = 16  # fields a result may carry
+RESULT_TEXT = 4096  # characters of one of its strings
+RESULT_ROWS = 64  # rows of one of its lists (a profile's top operators), each a short list
+
+
+def _cell(x: object) -> bool:
+    return x is None or type(x) in (bool, int, float) or (isinstance(x, str) and len(x) <= 400)
+
+
+def _result_value(v: object) -> bool:
+    if v is None or type(v) in (bool, int, float):
+        return True
+    if isinstance(v, str):
+        return len(v) <= RESULT_TEXT
+    if isinstance(v, list):
+        return len(v) <= RESULT_ROWS and all(isinstance(row, list) and len(row) <= 8 and all(map(_cell, row))
+                                             for row in v)
+    return False
+
+
+def check_result(raw: object) -> dict[str, Any]:
+    """A result's fields, bounded: a small object of plain values; else a protocol.BadFrame."""
+    if type(raw) is not dict or len(raw) > RESULT_KEYS:
+        raise protocol.BadFrame("a result is not a small object")
+    fields = cast(dict[str, Any], raw)
+    if not all(type(k) is str and len(k) <= 40 and _result_value(v) for k, v in fields.items()):
+        raise protocol.BadFrame("a result's field of the wrong shape")
+    return fields
 
 
 def check_name(name: object) -> str | None:
@@ -132,6 +157,10 @@ def validate_control(raw: object) -> list[ControlEntry]:
             if type(rid) is not int or (step is not None and type(step) is not int) or type(late) is not bool:
                 raise protocol.BadFrame("a request's answer of the wrong shape")
             out.append(Done(rid, step, late))
+        elif kind == protocol.LIVE_RESULT and len(e) == 3:
+            if type(e[1]) is not int:
+                raise protocol.BadFrame("a result of the wrong shape")
+            out.append(Result(e[1], check_result(e[2])))
         else:
             raise protocol.BadFrame(f"unknown live entry {str(kind)[:40]!r}")
     return out

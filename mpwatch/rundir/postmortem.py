@@ -11,7 +11,14 @@ import time
 from typing import Literal, TypedDict, cast
 
 from mpwatch.contract.coerce import as_float, as_int, as_str
-from mpwatch.contract.status import CheckpointRequest, Event, EventFields, EventRecord, TunableStatus
+from mpwatch.contract.status import (
+    CheckpointRequest,
+    Event,
+    EventFields,
+    EventRecord,
+    ProfileRequest,
+    TunableStatus,
+)
 from mpwatch.rundir import control_events, eventlines, layout
 from mpwatch.rundir.reader import RunDir
 
@@ -89,6 +96,7 @@ class Summary(TypedDict):
     # mpwatch.tunable()'s values, each with its last changes and the ranks' answers
     tunables: list[TunableStatus]
     checkpoints: list[CheckpointRequest]  # "checkpoint now" requests and what each rank did
+    profiles: list[ProfileRequest]  # the profiles asked, and each rank's trace
     files: list[str]  # what the directory holds, relative to it
     notes: list[str]  # what could not be read
 
@@ -269,10 +277,11 @@ def summarize(rd: RunDir, now: float | None = None) -> Summary:
     for e in evs:
         if e["event"] in control_events.CONTROL_EVENTS:
             control_events.apply(live, cast(EventFields, e))
-    tunables, checkpoints = live.status()
+    control = live.status()
     return {"listing": listing(rd, exits, now), "args": rd.run.args,
             "restarts": restarts if isinstance(restarts, int) else sum(r["restarts"] for r in ranks),
             "stopped": as_str(stops[0].get("why")) if stops else None, "ranks": ranks, "stalls": _stalls(evs),
             "slow_starts": _stalls(evs, Event.SLOW_START, "slow start"),
             "culprit": as_str(hangs[-1].get("message")) if hangs else None, "alerts": _alerts(evs),
-            "tunables": tunables, "checkpoints": checkpoints, "files": files, "notes": list(rd.notes)}
+            "tunables": control.tunables, "checkpoints": control.checkpoints, "profiles": control.profiles,
+            "files": files, "notes": list(rd.notes)}

@@ -1,7 +1,7 @@
 """A rank's allocator snapshots (rank-N/memory/, rundir.layout's MEMORY): the one place such a
 file is made. A snapshot is taken by the rank's own process at the moment it matters (at a CUDA
 OOM, before torch raises; or when asked), so that process writes it (mpwatch.worker.cuda_memory):
-the supervisor makes the folder (rundir.writer's RunStore.memory_dir) and names it in the rank's
+the supervisor makes the folder (rundir.writer's RunStore.action_dir) and names it in the rank's
 environment (protocol.ENV_MEMORY_DIR).
 
 Hostile by default, as rundir.writer: the folder is opened without following a link and must be

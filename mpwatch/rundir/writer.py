@@ -221,15 +221,6 @@ class RunStore:
             self.failed(exc)
         return paths
 
-    def memory_dir(self, rank: int) -> Path:
-        """A rank's folder for its allocator snapshots, made (0700) when missing; the rank's
-        process writes them there itself (rundir.snapshots). Raises OSError."""
-        paths = layout.rank_paths(self.dir, rank)
-        with self._at() as d:
-            _mkdir(d, paths.dir.name)
-            _mkdir(d, f"{paths.dir.name}/{layout.MEMORY}")
-        return layout.memory_dir(self.dir, rank)
-
     def open_log(self, rank: int, stream: str) -> BinaryIO:
         """A rank's log ("stdout" or "stderr"), appended to. Raises OSError."""
         name = layout.log_path(self.dir, rank, stream).relative_to(self.dir)
@@ -257,6 +248,25 @@ class RunStore:
                 return path
             except FileExistsError:  # two dumps in the same millisecond
                 n += 1
+
+    # ----------------------------------------------------- a rank's action files ----
+    def action_dir(self, rank: int, folder: str) -> Path:
+        """rank-N/<folder>/ (a profile's trace goes to rank-N/profiles/), made 0700 when
+        missing, where the rank's own process writes through rundir.rank_files. Raises OSError."""
+        paths = self.rank_paths(rank)
+        with self._at() as d:
+            _mkdir(d, f"{paths.dir.name}/{folder}")
+        return paths.dir / folder
+
+    def new_file(self, rel: str) -> int:
+        """A new, empty file of the run (rel: its path in the run directory), open to write:
+        what a tool run for a rank writes into (py-spy's flame graph). Raises OSError."""
+        return self._open(rel, NEW)
+
+    def rename(self, rel: str, to: str) -> None:
+        """A file of the run renamed within it (a file written whole, given its name). Raises OSError."""
+        with self._at() as d:
+            os.replace(rel, to, src_dir_fd=d, dst_dir_fd=d)
 
     # ------------------------------------------------------------ run files ----
     def open_append(self, name: str) -> TextIO:

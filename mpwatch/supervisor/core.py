@@ -106,7 +106,7 @@ class Run:
         self.log = EventLog(self.store, status_out)
         self.marks = Marks(self.run_id, os.getpid())  # every process of the run (supervisor.workers.marks)
         self.groups = ProcessGroups(self.workers, self.lock, self.log, opts.stop_signal, self.marks)
-        self.control = ControlRoom(self.workers, self.lock, self.log, self.flush_interval)
+        self.control = ControlRoom(self.workers, self.lock, self.log, self.flush_interval, self.store)
         self.gpu = GpuWatch.for_run(self)  # NVML starts on its own thread (setup): never waited on
         self.ledger = ReportLedger(self.workers, self.lock, self.log, self.control, self.gpu)
         self.hub = ChannelHub(str(rt / f"{self.run_id}.chan"), self.authkey, self.ledger)
@@ -185,7 +185,7 @@ class Run:
                                nccl_flight=self.settings.nccl_flight, auto=o.auto and self.settings.auto,
                                cuda_history=self.settings.cuda_history_entries if o.cuda_history else 0)
         if o.cuda_history:
-            self.store.memory_dir(rank)  # where an OOM's snapshot goes
+            self.store.action_dir(rank, layout.MEMORY)  # where an OOM's snapshot goes
         live_from = self.control.spawn_env(env)
         try:
             with self.store.open_log(rank, "stdout") as out, self.store.open_log(rank, "stderr") as err:

@@ -17,9 +17,9 @@ Severity = Literal["information", "warning", "error"]  # Textual's notification 
 # (The run's end is no notice: the banner says it, once.)
 NOTICE_EVENTS = frozenset({Event.WORKER_EXITED, Event.STALLED, Event.SLOW_START, Event.RECOVERED,
                            Event.RESTARTED, Event.RESIZED, Event.ALERT, Event.GPU_ALERT, Event.STOPPING,
-                           Event.DUMP, Event.CHECKPOINT_MISSED})
+                           Event.DUMP, Event.CHECKPOINT_MISSED, Event.PROFILE_WRITTEN, Event.PROFILE_FAILED})
 # a rank that took a request past its step is news too (contract.control: `late`)
-LATE_NOTICES = frozenset({Event.CHECKPOINT_TAKEN, Event.TUNABLE_APPLIED})
+LATE_NOTICES = frozenset({Event.CHECKPOINT_TAKEN, Event.TUNABLE_APPLIED, Event.PROFILE_STARTED})
 _ALERT_SEVERITY: dict[str, Severity] = {"error": "error", "warning": "warning", "info": "information"}
 _EXIT_SEVERITY: dict[str, Severity] = {State.FAILED: "error", State.KILLED: "warning"}
 
@@ -74,6 +74,9 @@ def _live(rec: EventFields) -> str | None:
         return f"{who} took a checkpoint at step {fmt.num(rec.get('step'), na='-')}{late}"
     if e == Event.CHECKPOINT_MISSED:
         return f"{who} ended before its checkpoint ({rec.get('why')})"
+    if e in (Event.PROFILE_REQUESTED, Event.PROFILE_STARTED, Event.PROFILE_WRITTEN, Event.PROFILE_FAILED,
+             Event.PROFILE_MISSED):
+        return _profile(rec)
     if e == Event.TUNABLE_DECLARED:
         return (f"{who} declared tunable {rec.get('tunable')} ({rec.get('type')}, "
                 f"default {shown(rec.get('value'))})")
@@ -86,6 +89,25 @@ def _live(rec: EventFields) -> str | None:
         return f"{who}: {rec.get('signal')} sent to pid {rec.get('pid')} ({rec.get('reason')}; " \
                f"SIGKILL after {rec.get('grace')}s)"
     return None
+
+
+def _profile(rec: EventFields) -> str:
+    """A profile's events (supervisor.control.actions)."""
+    e, who, step = rec.get("event"), _who(rec), rec.get("step")
+    if e == Event.PROFILE_REQUESTED:
+        n = rec.get("steps")
+        when = f"steps {step + 1}-{step + (n or 1)}" if step is not None else f"its next {n} steps"
+        return f"profile of {when} asked of {fmt.ranks(rec.get('ranks') or [])} by {rec.get('by')}"
+    if e == Event.PROFILE_STARTED:
+        late = f" (late: asked for step {rec.get('at')})" if rec.get("late") else ""
+        at = f"after step {step}" if step is not None else "now"
+        return f"{who}: {rec.get('tool')} started {at}{late}"
+    if e == Event.PROFILE_WRITTEN:
+        note = f" ({rec.get('why')})" if rec.get("why") else ""
+        return f"{who}: profile written, {rec.get('path')} ({fmt.size_long(rec.get('bytes'))}){note}"
+    if e == Event.PROFILE_FAILED:
+        return f"{who}: no profile: {rec.get('why')}"
+    return f"{who} ended before its profile started"
 
 
 def line(rec: EventFields) -> str | None:
@@ -161,7 +183,7 @@ def severity(rec: EventFields) -> Severity:
     if e == Event.GPU_ALERT:
         return _ALERT_SEVERITY.get(rec.get("severity") or "warning", "warning")
     if e in (Event.STALLED, Event.SLOW_START, Event.RESTARTED, Event.ALERT, Event.STOPPING, Event.BAD_FRAME,
-             Event.CHECKPOINT_MISSED, Event.REPORTS_REJECTED) or rec.get("late"):
+             Event.CHECKPOINT_MISSED, Event.REPORTS_REJECTED, Event.PROFILE_FAILED) or rec.get("late"):
         return "warning"
     return "information"
 

@@ -279,7 +279,7 @@ class RunActions(ViewActions, App[Outcome]):
                 return
             target: int | str = rank if choice == "rank" else "all"
             self._request(f"checkpoint {target}",
-                          lambda: self._actions().checkpoint(target, by=who("tui"))["message"])
+                          lambda: self._actions().ask("checkpoint", target, by=who("tui"))["message"])
         self.push_screen(CheckpointDialog(rank, ranks, w.get("polls_checkpoint", False)), chosen)
 
     def may_act(self, verb: str) -> bool:

@@ -11,14 +11,21 @@ Two threads share a `ControlState` without a lock:
 A deque's append and popleft are atomic, and an attribute store is one, so the only order that
 matters is the sender's: item first, `due` after (see run_due for the other side).
 
+The actions a process runs at a step boundary (a profile: protocol.STEP_ACTIONS) come the
+same way and wait in worker.actions' StepActions: the sender lowers the process's `act_due`
+after the item, and the training thread's next step boundary (report() with a step, an automatic
+step) calls `at_step`. Their answers go back in the same outbox.
+
 Stdlib only, and cheap to import: `import mpwatch` does not load it (mpwatch.__getattr__).
 """
 from __future__ import annotations
 
 import os
+import sys
 from collections import deque
 
 from mpwatch.contract import protocol
+from mpwatch.worker.actions import StepActions
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -27,12 +34,13 @@ if TYPE_CHECKING:
     # step (None: now), id, tunable name (None: checkpoint), value
     Item = tuple[int | None, int, str | None, object]
 
-NEVER = 1 << 62  # `due` when nothing is pending
+NEVER = 1 << 62  # `due` when nothing is pending (worker.channel's act_due is the same)
 NOW = -(1 << 62)  # `due` when the slow path must run at the next call
 SEEN_MAX = 4096  # request ids remembered (a request resent after a reconnect is applied once)
 DECLARED_MAX = 256  # tunables the supervisor is told of (it keeps as many); more still work here
 TAKE_MAX = 1024  # outbox entries a batch carries (the rest go with the next): frames stay small
 _MISSING = object()
+NO_TORCH = "this process has not imported torch"
 
 
 def coerce(value: object, kind: type) -> object:
@@ -74,6 +82,12 @@ class ControlState:
         self.polls = False  # should_checkpoint() was called (the supervisor is told once)
         self.started = False  # the sender thread was asked to start
         self.seen: set[int] = set()  # sender thread: request ids received
+        self.acts = StepActions(self)  # training thread: the actions run at step boundaries
+        self.acts_in: deque[tuple[int | None, int, str, dict[str, object]]] = deque()  # sender -> training
+
+    @property
+    def rank(self) -> int:
+        return self.chan.config.rank
 
     # ------------------------------------------------------------ sender thread ----
     def receive(self, msg: dict[str, object]) -> bool:
@@ -81,6 +95,8 @@ class ControlState:
         t, rid, step = msg.get("t"), msg.get("id"), msg.get("step")
         if type(rid) is not int or (step is not None and type(step) is not int):
             return False
+        if t in protocol.STEP_ACTIONS:
+            return self._receive_action(t, rid, step, msg)
         if t == protocol.CHECKPOINT:
             item: Item = (step, rid, None, None)
         elif t == protocol.SET:
@@ -90,13 +106,29 @@ class ControlState:
             item = (step, rid, name, value)
         else:
             return False
-        if rid in self.seen:
+        if not self._new(rid):
             return True
+        self.inbox.append(item)
+        self.due = self.ck_due = NOW  # after the append: the training thread finds the item
+        return True
+
+    def _receive_action(self, t: str, rid: int, step: int | None, msg: dict[str, object]) -> bool:
+        if not self._new(rid):
+            return True
+        if t in protocol.TORCH_ACTIONS and "torch" not in sys.modules:  # said at once: py-spy, perhaps
+            self.result(rid, {"state": "failed", "why": NO_TORCH, "no_torch": True})
+            return True
+        self.acts_in.append((step, rid, t, msg))
+        self.chan.state.act_due = NOW  # after the append: the next step boundary finds it
+        return True
+
+    def _new(self, rid: int) -> bool:
+        """Sender thread: the request id is seen for the first time."""
+        if rid in self.seen:
+            return False
         if len(self.seen) >= SEEN_MAX:
             self.seen.clear()  # ids only grow: an old one resent this late is long applied
         self.seen.add(rid)
-        self.inbox.append(item)
-        self.due = self.ck_due = NOW  # after the append: the training thread finds the item
         return True
 
     def take(self) -> list[list[object]]:
@@ -167,8 +199,30 @@ class ControlState:
         self._answer(rid, item[0], step)
 
     def _answer(self, rid: int, at: int | None, step: int) -> None:
+        self.answer(rid, at, step)
+
+    # ----------------------------------------------- actions at step boundaries ----
+    def at_step(self, step: int) -> None:
+        """Training thread, at a step boundary once the step reached `act_due` (worker.api)."""
+        box, acts = self.acts_in, self.acts
+        while box:
+            try:
+                acts.queue(box.popleft())
+            except IndexError:
+                break
+        acts.at_step(step)
+        self.chan.state.act_due = acts.due()
+        if box:  # the sender added one after the drain: it may have set act_due before we did
+            self.chan.state.act_due = NOW
+
+    def answer(self, rid: int, at: int | None, step: int) -> None:
+        """Request `rid` took effect (or started) at `step`, asked for `at`. Any thread."""
         shown = step if step >= 0 else None  # -1: this process reported no step yet
         self.outbox.append([protocol.LIVE_DONE, rid, shown, at is not None and step > at])
+
+    def result(self, rid: int, fields: dict[str, object]) -> None:
+        """An action's outcome (contract.actions reads the fields). Any thread."""
+        self.outbox.append([protocol.LIVE_RESULT, rid, fields])
 
     def declare(self, name: str, default: object) -> object:
         """tunable()'s first call for `name`: its value (a value sent before wins over the
@@ -196,6 +250,8 @@ class ControlState:
         self.pending, self.ready = [], []
         self.polls = self.started = False
         self.seen = set()
+        self.acts.after_fork()
+        self.acts_in = deque()
 
 
 def start_values() -> dict[str, object]:

@@ -35,8 +35,12 @@ def crowded(libnvml, tmp_path, **extra):
 
 
 def on_gpus(run, n=3):
-    wait_for(lambda: all(w["gpu"] for w in run.status()["workers"]) and len(run.status()["workers"]) == n, 60,
-             what="every rank seen on its GPU")
+    """Every rank on its GPU, and GPU 0's process list naming all of them (rank 2's stray context too)."""
+    def seen(st):
+        g0 = st["gpus"][0] if st["gpus"] else {"processes": []}
+        return len(st["workers"]) == n and all(w["gpu"] for w in st["workers"]) \
+            and {p["rank"] for p in g0["processes"]} >= set(range(n))
+    wait_for(lambda: seen(run.status()), 60, what="every rank seen on its GPU, and all of them on GPU 0")
 
 
 def test_a_rank_dying_of_oom_is_one_finding_naming_who_held_the_memory(headless, tmp_path, libnvml):

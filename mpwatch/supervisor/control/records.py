@@ -1,16 +1,21 @@
 """The run's tunables: what the ranks declared (mpwatch.tunable's first call), each one's
-value now, and its recent changes with each rank's answer; and the checkpoint requests with
-theirs. Plain records, changed by supervisor.control.room under the run's lock; `status()`
-copies them into contract.control's records for the snapshot.
+value now, and its recent changes with each rank's answer; and the requests of actions
+(contract.actions: checkpoints, profiles) with theirs. Plain records, changed by
+supervisor.control.room and supervisor.control.actions under the run's lock; `status()` copies
+them into contract.control's records for the snapshot.
 """
 from __future__ import annotations
 
 import time
 from collections import deque
 from dataclasses import dataclass, field
+from typing import Any
 
+from mpwatch.contract.actions import ACTIONS, KEPT, ActionRequest, FileResult
 from mpwatch.contract.control import (
     CheckpointRequest,
+    ControlView,
+    ProfileRequest,
     RankAnswer,
     TunableChange,
     TunableStatus,
@@ -19,7 +24,6 @@ from mpwatch.contract.control import (
 )
 
 CHANGES_KEPT = 8  # per tunable
-CHECKPOINTS_KEPT = 8
 TUNABLES_MAX = 256  # declared names a run keeps; past it new names are ignored
 
 
@@ -41,6 +45,25 @@ class Request:
 
     def answers_list(self) -> list[RankAnswer]:
         return [self.answers[r].copy() for r in sorted(self.answers)]
+
+
+@dataclass(eq=False)
+class Asked(Request):
+    """A request of an action (contract.actions), its arguments, and each rank's outcome."""
+
+    action: str = "checkpoint"
+    args: dict[str, Any] = field(default_factory=dict)
+    paths: dict[int, str] = field(default_factory=dict)  # rank -> its file, relative to the run directory
+    results: dict[int, FileResult] = field(default_factory=dict)
+    no_outcome: bool = True  # answered is done (a checkpoint); else a rank waits for its outcome
+
+    def waiting(self) -> list[int]:
+        done = set(self.answers) if self.no_outcome else set(self.results)
+        return sorted(self.asked - done - self.missed)
+
+    def record(self) -> ActionRequest:
+        return ActionRequest(id=self.id, ts=self.ts, by=self.by, step=self.step, ranks=sorted(self.asked),
+                             answers=self.answers_list(), waiting=self.waiting(), missed=sorted(self.missed))
 
 
 @dataclass(eq=False)
@@ -71,7 +94,7 @@ class Registry:
 
     def __init__(self) -> None:
         self.tunables: dict[str, Tunable] = {}
-        self.checkpoints: deque[Request] = deque(maxlen=CHECKPOINTS_KEPT)
+        self.asked: dict[str, deque[Asked]] = {name: deque(maxlen=KEPT) for name in ACTIONS}
         self.last_id = 0
 
     def next_id(self) -> int:
@@ -92,9 +115,10 @@ class Registry:
 
     def find(self, rid: int) -> tuple[Request, Tunable | None] | None:
         """The request of that id (and its tunable, for a change), if still kept."""
-        for r in self.checkpoints:
-            if r.id == rid:
-                return r, None
+        for reqs in self.asked.values():
+            for r in reqs:
+                if r.id == rid:
+                    return r, None
         for t in self.tunables.values():
             for c in t.changes:
                 if c.id == rid:
@@ -105,10 +129,10 @@ class Registry:
         """The values a worker starts with: every tunable changed from its default."""
         return {t.name: t.value for t in self.tunables.values() if t.changes}
 
-    def status(self) -> tuple[list[TunableStatus], list[CheckpointRequest]]:
+    def status(self) -> ControlView:
         tunables = [self.tunables[n].status() for n in sorted(self.tunables)]
-        checkpoints = [CheckpointRequest(id=r.id, ts=r.ts, by=r.by, step=r.step, ranks=sorted(r.asked),
-                                         answers=r.answers_list(), waiting=r.waiting(),
-                                         missed=sorted(r.missed))
-                       for r in self.checkpoints]
-        return tunables, checkpoints
+        checkpoints = [CheckpointRequest(**r.record()) for r in self.asked["checkpoint"]]
+        profiles = [ProfileRequest(**r.record(), steps=r.args.get("steps", 0),
+                                   results=[r.results[k].copy() for k in sorted(r.results)])
+                    for r in self.asked["profile"]]
+        return ControlView(tunables, checkpoints, profiles)

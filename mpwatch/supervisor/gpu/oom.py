@@ -21,10 +21,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from mpwatch.contract.status import GpuAlert, GpuProcess, GpuView, OomRecord
-from mpwatch.supervisor.gpu.alerts import SET_DEVICE, AlertConfig, alert, describe_process
+from mpwatch.contract.status import DevKey, GpuAlert, GpuProcess, GpuView, OomRecord
+from mpwatch.supervisor.gpu.alerts import SET_DEVICE, AlertConfig, alert, describe_process, key_text, on
 from mpwatch.supervisor.gpu.oom_words import OomWords
 from mpwatch.text import fmt
+from mpwatch.text.gpu_names import device_name
 
 EXPANDABLE = "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True"
 HOLDERS_SAID = 4  # other processes named in the message (the rest summed)
@@ -38,7 +39,7 @@ class OomFacts:
     """What mpwatch knew at a rank's OOM."""
 
     rank: int
-    gpu: int | None  # NVML's index of the GPU it ran out on (None: unknown)
+    key: DevKey | None  # the GPU (or MIG slice) it ran out on (None: unknown)
     where: str  # "GPU 0", or a MIG slice's name
     view: GpuView | None  # that GPU's (or slice's) last view
     procs: Sequence[GpuProcess]  # the processes on it (the view's, with any torch's message named)
@@ -46,7 +47,7 @@ class OomFacts:
     record: OomRecord | None  # what the rank sent, merged by seq
     words: OomWords  # what its message said
     died: bool  # it died of it (else it caught it and went on)
-    homes: Mapping[int, int | None]  # rank -> its own GPU
+    homes: Mapping[int, DevKey]  # rank -> its own GPU (or MIG slice)
     me: str | None  # this user's name: another user's process is another user's job
     history: bool  # --cuda-memory-history was on
 
@@ -90,7 +91,7 @@ def numbers(record: OomRecord | None, words: OomWords) -> Numbers:
 def _kind(f: OomFacts, p: GpuProcess) -> HolderKind:
     if p["rank"] is not None:
         home = f.homes.get(p["rank"])
-        return "shares" if home == f.gpu else "stray" if home is not None else "rank"
+        return "shares" if home == f.key else "stray" if home is not None else "rank"
     if p["child_of"] is not None:
         return "own_child" if p["child_of"] == f.rank else "child"
     if not p["visible"]:
@@ -104,7 +105,7 @@ def _label(f: OomFacts, p: GpuProcess, kind: HolderKind) -> tuple[str, str | Non
     if kind == "shares":
         return f"rank {r}", "it runs on this GPU too"
     if kind == "stray":
-        return f"rank {r}'s stray context", f"rank {r} runs on GPU {f.homes.get(r or 0)}"
+        return f"rank {r}'s stray context", f"rank {r} runs on {name(f.homes.get(r or 0))}"
     if kind == "rank":
         return f"rank {r}", None
     if kind in ("child", "own_child"):
@@ -112,6 +113,13 @@ def _label(f: OomFacts, p: GpuProcess, kind: HolderKind) -> tuple[str, str | Non
     if kind == "hidden":
         return f"pid {pid}", "another container's: not visible here"
     return describe_process(p), "another user's job" if kind == "user" else "outside this run"
+
+
+def name(key: DevKey | None) -> str:
+    """A GPU's or a MIG slice's name, from its key."""
+    if key is None:
+        return device_name(None)
+    return device_name(key[0], None if key[1] is None else {"gi": key[1], "ci": key[2], "profile": None})
 
 
 def holders(f: OomFacts) -> tuple[list[Holder], int | None]:
@@ -251,10 +259,11 @@ def finding(f: OomFacts, cfg: AlertConfig) -> GpuAlert:
     how = " and died of it" if f.died else ""  # live: whether it caught it, its state says
     parts = [_others(f, others), _asked(n), _allocator(f.rank, n), _snapshot(f)]
     msg = f"rank {f.rank} ran out of CUDA memory on {f.where}{how}: " + "; ".join(p for p in parts if p)
-    a = alert("oom", f"oom:{f.rank}:{f.gpu}", f.gpu, f.rank, msg, "error", _hint(s, n, top),
+    gpu, on_key = (f.key[0], key_text(f.key)) if f.key is not None else (None, None)
+    a = alert("oom", f"oom:{f.rank}:{on_key}", gpu, f.rank, msg, "error", _hint(s, n, top),
               f"OOM rank {f.rank}")
     a["others"] = [{"pid": h.pid, "rank": h.rank, "mem_bytes": h.mem_bytes, "who": h.kind} for h in others]
     a["oom"] = {"story": s, "note": _note(f, s, n, top, mine), "died": f.died, "tried": n.tried,
                 "free": n.free, "total": n.total, "allocated": n.allocated, "reserved": n.reserved,
                 "cached": n.cached, "snapshot": f.record["snapshot"] if f.record is not None else None}
-    return a
+    return on(a, f.key)

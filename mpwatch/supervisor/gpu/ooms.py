@@ -17,9 +17,19 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from mpwatch.contract.status import CudaView, GpuAlert, GpuProcess, GpuView, OomRecord, WorkerMemory
+from mpwatch.contract.status import (
+    CudaView,
+    DevKey,
+    GpuAlert,
+    GpuProcess,
+    GpuView,
+    OomRecord,
+    WorkerMemory,
+    dev_key,
+)
 from mpwatch.supervisor.gpu import oom, oom_words
-from mpwatch.supervisor.gpu.alerts import AlertConfig
+from mpwatch.supervisor.gpu.alerts import AlertConfig, alert_key
+from mpwatch.text.gpu_names import view_name
 
 OOMS_KEPT = 5  # OOM findings shown per GPU
 Told = Literal["new", "update", "quiet"]
@@ -29,11 +39,11 @@ Told = Literal["new", "update", "quiet"]
 class OomPlace:
     """Where a rank's OOM happened, as the watcher knew it then."""
 
-    gpu: int | None
+    key: DevKey | None  # the GPU, or MIG slice
     where: str
     view: GpuView | None
     age_s: float | None  # how old the view's process list was
-    homes: Mapping[int, int | None]  # rank -> its own GPU
+    homes: Mapping[int, DevKey]  # rank -> its own GPU (or MIG slice)
     by_pid: Mapping[int, int]  # a rank's pid -> the rank (for the processes torch's message names)
 
 
@@ -52,7 +62,7 @@ class OomFindings:
         self.me = me  # this user: another user's process is another user's job
         self.history = history  # --cuda-memory-history
         self._by_rank: dict[int, _Held] = {}  # rank -> its latest OOM's finding
-        self._by_gpu: dict[int | None, list[GpuAlert]] = {}  # gpu -> the findings shown there
+        self._by_gpu: dict[DevKey | None, list[GpuAlert]] = {}  # GPU or slice -> the findings shown there
 
     def raise_(self, rank: int, pid: int | None, record: OomRecord | None, line: str | None, died: bool,
                place: OomPlace, now: float) -> tuple[GpuAlert, Told]:
@@ -63,7 +73,7 @@ class OomFindings:
         if same and held is not None and held.record is not None:  # what each told of this OOM, newest first
             record = held.record if record is None else _merged(held.record, record)
         words = oom_words.read(line or (record["message"] if record is not None else None))
-        facts = oom.OomFacts(rank, place.gpu, place.where, place.view, _procs(place, words), place.age_s,
+        facts = oom.OomFacts(rank, place.key, place.where, place.view, _procs(place, words), place.age_s,
                              record, words, died, place.homes, self.me, self.history)
         a = oom.finding(facts, self.cfg)
         if line is not None:
@@ -78,15 +88,15 @@ class OomFindings:
     def _keep(self, rank: int, h: _Held) -> None:
         old = self._by_rank.get(rank)
         if old is not None:
-            kept = self._by_gpu.get(old.alert["gpu"], [])
+            kept = self._by_gpu.get(alert_key(old.alert), [])
             kept[:] = [a for a in kept if a is not old.alert]
         self._by_rank[rank] = h
-        kept = self._by_gpu.setdefault(h.alert["gpu"], [])
+        kept = self._by_gpu.setdefault(alert_key(h.alert), [])
         kept.append(h.alert)
         del kept[:-OOMS_KEPT]
 
-    def on_gpu(self, gpu: int) -> list[GpuAlert]:
-        return list(self._by_gpu.get(gpu, ()))
+    def on_gpu(self, key: DevKey) -> list[GpuAlert]:
+        return list(self._by_gpu.get(key, ()))
 
     def cover(self, lists: Sequence[list[GpuAlert]]) -> None:
         """The tracker's bare caught-OOM alerts (a rise of num_ooms) of ranks with a finding give
@@ -119,18 +129,20 @@ def _procs(place: OomPlace, words: oom_words.OomWords) -> Sequence[GpuProcess]:
              "mem_bytes": mem, "visible": True, "sm_util": None} for pid, mem in words.processes]
 
 
-def place(rank: int, record: OomRecord | None, cuda: CudaView | None, views: Sequence[GpuView],
-          last_gpu: Mapping[int, int], uuid_index: Mapping[str, int], by_pid: Mapping[int, int]) -> OomPlace:
-    """Where the rank ran out (the GPU it was last seen on, else the one its record's or its
-    CUDA view's UUID names) and what the watcher's last views knew of it (under its lock)."""
-    gpu = last_gpu.get(rank)
+def place(rank: int, record: OomRecord | None, cuda: CudaView | None, leaves: Sequence[GpuView],
+          last_gpu: Mapping[int, DevKey], uuid_keys: Mapping[str, DevKey],
+          by_pid: Mapping[int, int]) -> OomPlace:
+    """Where the rank ran out (the GPU or MIG slice it was last seen on, else the one its record's
+    or its CUDA view's UUID names) and what the watcher's last views (`leaves`: what ranks run on)
+    knew of it; under the watcher's lock."""
+    key = last_gpu.get(rank)
     uuid = (record["uuid"] if record is not None else None) or (cuda.get("uuid") if cuda else None)
-    if gpu is None and uuid:
-        gpu = uuid_index.get(uuid)
-    view = next((v for v in views if v["index"] == gpu), None)
+    if key is None and uuid:
+        key = uuid_keys.get(uuid)
+    view = next((v for v in leaves if dev_key(v) == key), None)
     age = time.time() - view["processes_ts"] if view is not None and view["processes_ts"] else None
-    where = f"GPU {gpu}" if gpu is not None else "an unknown GPU"
-    return OomPlace(gpu, where, view, age, dict(last_gpu), by_pid)
+    where = view_name(view) if view is not None else oom.name(key)
+    return OomPlace(key, where, view, age, dict(last_gpu), by_pid)
 
 
 def user() -> str | None:

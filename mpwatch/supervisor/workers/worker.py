@@ -37,6 +37,7 @@ class Downlink(Protocol):
     """A rank's channel for requests down (supervisor.ipc.channels' Peer, protocol 2)."""
 
     pid: int
+    version: int  # the channel protocol its hello said (contract.protocol.VERSION)
 
     def send(self, payload: bytes) -> bool: ...
 
