@@ -170,3 +170,26 @@ def test_without_gpu_data_torchs_message_still_names_the_processes(rig):
     a = r.watch.on_worker_exit(0, [line], pid=r.pid(0))
     assert "no sample showed what else was on" in a["message"] and a["others"][0]["rank"] == 1
     assert a["oom"]["tried"] == 20 * MiB and a["oom"]["free"] == round(12.75 * MiB)
+
+
+def test_an_oom_on_a_mig_slice_names_that_slice_and_only_its_processes(tmp_path, libnvml, monkeypatch):
+    """On a GPU in MIG mode the memory that counts is the slice's: the finding is placed on it
+    (gi, ci), named as it is, and the rank on the other slice held none of it."""
+    from tests.supervisor.test_gpu_mig import on_slices
+
+    r = Rig(tmp_path, on_slices([{"pid": "rank:0", "mem": 36 * GiB}, {"pid": "rank:1", "mem": 3 * GiB}],
+                                [{"pid": "rank:2", "mem": 30 * GiB}]), ranks=3, lib=libnvml, monkeypatch=monkeypatch)
+    try:
+        r.cuda = {0: cuda("MIG-aaaa", 35 * GiB, 35 * GiB), 1: cuda("MIG-aaaa", 2 * GiB, 2 * GiB),
+                  2: cuda("MIG-bbbb", 29 * GiB, 29 * GiB)}
+        r.tick(n=6)
+        a = r.watch.on_oom(0, r.pid(0), record(uuid="MIG-aaaa", allocated=35 * GiB, reserved=35 * GiB,
+                                               total=40 * GiB, free=512 * MiB))
+        assert (a["gpu"], a["gi"], a["ci"]) == (0, 1, 0) and a["key"] == "oom:0:0/1/0"
+        assert a["message"].startswith("rank 0 ran out of CUDA memory on GPU 0 MIG 3g.40gb (GI 1): rank 1 held 3.0 GiB")
+        assert "rank 2" not in a["message"] and a["oom"]["story"] == "own"  # rank 2 is on the other slice
+        (g,) = r.gpus()
+        assert [x["key"] for x in g["slices"][0]["alerts"] if x["kind"] == "oom"] == [a["key"]]
+        assert not [x for x in g["slices"][1]["alerts"] + g["alerts"] if x["kind"] == "oom"]
+    finally:
+        r.close()
