@@ -49,6 +49,8 @@ other commands:
                                           mpwatch.should_checkpoint() is True once, at one step
   mpwatch ctl [--run RUN] set NAME VALUE [--at-step S]
                                           change mpwatch.tunable(NAME) on every rank at one step
+  mpwatch ctl [--run RUN] memory RANK|all [--at-step S]
+                                          torch's CUDA allocator snapshot into rank-N/memory/
   mpwatch ctl [--run RUN] logs RANK [--stderr] [--lines N] [--follow]
 RUN is a run id (see 'mpwatch ls --all') or a run directory.
 """

@@ -24,6 +24,11 @@ def ctl_parser() -> Parser:
     ck.add_argument("target", type=rank_target, metavar="RANK|all")
     ck.add_argument("--at-step", type=count, metavar="S",
                     help="at step S (default: soon, picked from the pace)")
+    mem = sub.add_parser("memory", help="a rank (or all) writes torch's CUDA allocator snapshot into its "
+                                        "folder (rank-N/memory/, for pytorch.org/memory_viz) at a step")
+    mem.add_argument("target", type=rank_target, metavar="RANK|all")
+    mem.add_argument("--at-step", type=count, metavar="S",
+                     help="at step S (default: soon, picked from the pace)")
     tn = sub.add_parser("set", help="change a tunable (mpwatch.tunable) on every rank, at one step")
     tn.add_argument("name", metavar="NAME")
     tn.add_argument("value", metavar="VALUE", help="of the type the workers declared (int, float, str, bool)")

@@ -84,7 +84,8 @@ SET = "set"  # {t, id, name, value, step}: tunable(name) is `value` from `step` 
 # An action the worker runs itself at a step boundary (report(), the automatic steps), once its
 # step reaches `step` (mpwatch.worker.actions runs them; contract.actions describes them):
 PROFILE = "profile"  # {t, id, step, steps, path}: torch.profiler for `steps` steps, the trace to `path`
-STEP_ACTIONS = (PROFILE,)
+MEMORY = "memory"  # {t, id, step, path}: torch.cuda.memory._snapshot() pickled to `path`
+STEP_ACTIONS = (PROFILE, MEMORY)
 TORCH_ACTIONS = (PROFILE,)  # a process that has not imported torch answers these at once: no torch
 # `step` None: at the process's next call. Request ids grow through a run; a resent one is one request.
 TUNABLE_TYPES = ("int", "float", "str", "bool")

@@ -35,6 +35,7 @@ else:  # pragma: no cover - Python 3.10
 from mpwatch.contract.actions import ActionRequest as ActionRequest
 from mpwatch.contract.actions import CheckpointRequest as CheckpointRequest
 from mpwatch.contract.actions import FileResult as FileResult
+from mpwatch.contract.actions import MemoryRequest as MemoryRequest
 from mpwatch.contract.actions import ProfileRequest as ProfileRequest
 from mpwatch.contract.actions import RankAnswer as RankAnswer
 from mpwatch.contract.actions import TopOp as TopOp
@@ -318,6 +319,8 @@ class Status(TypedDict):
     checkpoints: list[CheckpointRequest]  # the last "checkpoint now" requests
     # the last profiles asked (contract.actions) and each rank's trace; present once one was asked
     profiles: NotRequired[list[ProfileRequest]]
+    # the last CUDA memory snapshots asked and each rank's file; present once one was asked
+    memory_snapshots: NotRequired[list[MemoryRequest]]
     # a merged view of several nodes (sources.multinode.source): each one's state
     nodes: NotRequired[list[NodeStatus]]
 

@@ -16,6 +16,7 @@ from mpwatch.contract.status import (
     Event,
     EventFields,
     EventRecord,
+    MemoryRequest,
     ProfileRequest,
     TunableStatus,
 )
@@ -97,6 +98,7 @@ class Summary(TypedDict):
     tunables: list[TunableStatus]
     checkpoints: list[CheckpointRequest]  # "checkpoint now" requests and what each rank did
     profiles: list[ProfileRequest]  # the profiles asked, and each rank's trace
+    memory_snapshots: list[MemoryRequest]  # the CUDA memory snapshots asked, and each rank's file
     files: list[str]  # what the directory holds, relative to it
     notes: list[str]  # what could not be read
 
@@ -284,4 +286,4 @@ def summarize(rd: RunDir, now: float | None = None) -> Summary:
             "slow_starts": _stalls(evs, Event.SLOW_START, "slow start"),
             "culprit": as_str(hangs[-1].get("message")) if hangs else None, "alerts": _alerts(evs),
             "tunables": control.tunables, "checkpoints": control.checkpoints, "profiles": control.profiles,
-            "files": files, "notes": list(rd.notes)}
+            "memory_snapshots": control.memory_snapshots, "files": files, "notes": list(rd.notes)}

@@ -52,6 +52,8 @@ LIVE: tuple[Key, ...] = (
         tooltip="dump the stacks of the selected worker (faulthandler, py-spy)"),
     Key("c", "checkpoint", "Checkpoint now", show=False, acts=True,
         tooltip="checkpoint now: should_checkpoint() is True once (rank or all)"),
+    Key("M", "memory", "CUDA memory snapshot", show=False, acts=True,
+        tooltip="the selected worker writes torch's CUDA memory snapshot (rank-N/memory/, memory_viz)"),
     Key("t", "tunables", "Tunables", show=False,
         tooltip="tunables: mpwatch.tunable() values and changes; Enter sets one"),
     Key("l", "logs", "Logs", tooltip="logs of the selected worker (stdout and stderr)"),

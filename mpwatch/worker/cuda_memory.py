@@ -204,18 +204,25 @@ class Forensics:
 
     # ---------------------------------------------------------- snapshots ----
     def write(self, kind: str) -> tuple[str | None, str | None]:
-        """torch.cuda.memory._snapshot() pickled into the rank's folder: (path, None), or
-        (None, why not)."""
+        """torch.cuda.memory._snapshot() pickled into the rank's folder, under a name of its own
+        (an OOM's): (path, None), or (None, why not)."""
         if self.folder is None:
             return None, "no folder for snapshots (an mpwatch older than this rank's)"
+        from mpwatch.rundir import snapshots  # stdlib, loaded at the first snapshot
+
+        self.written += 1
+        return self.write_to(os.path.join(self.folder, snapshots.name(kind, os.getpid(), self.written)))
+
+    def write_to(self, path: str) -> tuple[str | None, str | None]:
+        """torch.cuda.memory._snapshot() pickled to `path` (a new file of the rank's folder: the
+        supervisor's name for an asked one): (path, None), or (None, why not)."""
         try:
             import pickle
 
             from mpwatch.rundir import snapshots
 
             snap = self.torch.cuda.memory._snapshot()
-            self.written += 1
-            name = snapshots.name(kind, os.getpid(), self.written)
-            return snapshots.write_new(self.folder, name, lambda f: pickle.dump(snap, f)), None
+            folder, name = os.path.split(path)
+            return snapshots.write_new(folder, name, lambda f: pickle.dump(snap, f)), None
         except Exception as exc:  # noqa: BLE001 - a full disk, a planted link: said, never raised
             return None, _why(exc)

@@ -96,6 +96,8 @@ def fold(events: Sequence[EventFields], upto: int, run_dir: Path, restarting: se
         name = e["event"]
         if name in control_events.CONTROL_EVENTS:
             control_events.apply(run.control, e)
+            if name == Event.MEMORY_WRITTEN and r is not None and r in run.ranks:
+                _snapshot(run.ranks[r], e, run_dir)
         elif r is not None and name != Event.GPU_ALERT and name != Event.ALERT:
             _rank_event(run, run.ranks.setdefault(r, RankFold(r)), e, i in restarting, run_dir)
         elif name in (Event.ALERT, Event.GPU_ALERT) or r is None:
@@ -104,6 +106,13 @@ def fold(events: Sequence[EventFields], upto: int, run_dir: Path, restarting: se
             run.ranks[r].unkillable = [p for p in (cast(Any, e).get("processes") or [])
                                        if isinstance(p, dict)]
     return run
+
+
+def _snapshot(k: RankFold, e: EventFields, run_dir: Path) -> None:
+    """A snapshot the rank wrote when asked (ctl memory): its newest, beside its OOM's note."""
+    path = as_str(cast(dict[str, Any], e).get("path"))
+    if path is not None:
+        k.memory = {"oom": k.memory["oom"] if k.memory is not None else None, "snapshot": str(run_dir / path)}
 
 
 def _rank_event(run: RunFold, k: RankFold, e: EventFields, restarting: bool, run_dir: Path) -> None:

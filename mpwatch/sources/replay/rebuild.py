@@ -267,4 +267,6 @@ def status_at(events: EventsFile, gpu: GpuFile, facts: RunFacts, run: RunFold, p
                 tunables=control.tunables, checkpoints=control.checkpoints)
     if control.profiles:
         st["profiles"] = control.profiles
+    if control.memory_snapshots:
+        st["memory_snapshots"] = control.memory_snapshots
     return st

@@ -104,13 +104,14 @@ class OomFindings:
         for alerts in lists:
             alerts[:] = [a for a in alerts if a["kind"] != "oom" or a["rank"] not in self._by_rank]
 
-    def memory(self, rank: int, pid: int | None) -> WorkerMemory | None:
-        """The table's words for the rank's process `pid` (its latest OOM), or None."""
+    def memory(self, rank: int, pid: int | None) -> tuple[WorkerMemory, float] | None:
+        """The table's words for the rank's process `pid` (its latest OOM), and when it was;
+        or None."""
         held = self._by_rank.get(rank)
         if held is None or held.pid != pid or "oom" not in held.alert:
             return None
         detail = held.alert["oom"]
-        return {"oom": detail["note"], "snapshot": detail["snapshot"]}
+        return {"oom": detail["note"], "snapshot": detail["snapshot"]}, held.alert["since"]
 
 
 def _merged(old: OomRecord, new: OomRecord) -> OomRecord:

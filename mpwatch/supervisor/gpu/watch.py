@@ -318,8 +318,8 @@ class GpuWatch:
         ticks, marks = self.timeline_store.window(float(window))
         return {"ticks": ticks, "marks": marks}
 
-    def memory(self, rank: int, pid: int | None) -> WorkerMemory | None:
-        with self._lock:  # the table's words of the rank's process's CUDA memory (its OOM)
+    def memory(self, rank: int, pid: int | None) -> tuple[WorkerMemory, float] | None:
+        with self._lock:  # the table's words of the rank's process's CUDA memory (its OOM), and when
             return self.ooms.memory(rank, pid)
 
     # ----------------------------------------------------------------- OOMs ----
