@@ -1,11 +1,15 @@
-"""scripts/gpu-check's memory check (issue 33): an OOM forced on a real GPU, and its finding.
+"""scripts/gpu-check's memory check (issue 33): a snapshot of a real rank (ctl memory 0), then an
+OOM forced on a real GPU, and its finding.
 
     python scripts/gpu_memory.py [--hold-mib N] [--timeout SECONDS]
 
 Runs `mpwatch --headless -n 2 --cuda-memory-history tests/fixtures/cuda_oom.py GO` on the
 first GPU torch sees, both ranks on it (the contention demo's mistake): rank 1 holds --hold-mib
 MiB, rank 0 256 MiB, and rank 0, once GO exists, allocates 1 GiB at a time until CUDA runs out
-(past what is free) and dies of it. Then checks:
+(past what is free) and dies of it; before that, `mpwatch ctl memory 0` asks rank 0 for a snapshot.
+Then checks:
+  0. the snapshot asked: written into rank-0/memory/, 0600, a pickle with segments whose blocks
+     carry the stacks that allocated them, that torch's own reader takes;
   1. one OOM finding for rank 0 (a gpu_alert `oom`, completed at its death: `update`), on that GPU,
      naming rank 1 as a holder, with what it asked for (1 GiB) and more than was free;
   2. the rank's allocator at the OOM (allocated, reserved) as torch's observer read it, and no
@@ -54,9 +58,9 @@ def events(run_dir: Path) -> list[dict[str, Any]]:
     return out
 
 
-def snapshot_checks(path: str, fixture: str = str(FIXTURE)) -> list[str]:
-    """The snapshot written at the OOM: a file of this user's alone, in memory_viz's format, with the
-    stacks that allocated its blocks and the OOM in its trace."""
+def snapshot_checks(path: str, fixture: str = str(FIXTURE), oom: bool = True) -> list[str]:
+    """A snapshot (written at the OOM, with `oom`): a file of this user's alone, in memory_viz's
+    format, with the stacks that allocated its blocks (and the OOM in its trace)."""
     p = Path(path)
     if not p.is_file() or stat.S_IMODE(p.stat().st_mode) != 0o600:
         return [f"snapshot {path}: not a 0600 file"]
@@ -68,7 +72,7 @@ def snapshot_checks(path: str, fixture: str = str(FIXTURE)) -> list[str]:
         failures.append(f"snapshot {path}: no segment with blocks")
     if not any(fr.get("filename") == fixture for b in blocks for fr in b.get("frames", [])):
         failures.append(f"snapshot {path}: no block allocated from {fixture} (the history's stacks)")
-    if not any(e.get("action") == "oom" for t in snap.get("device_traces", []) for e in t):
+    if oom and not any(e.get("action") == "oom" for t in snap.get("device_traces", []) for e in t):
         failures.append(f"snapshot {path}: no oom in its trace")
     try:
         from torch.cuda import _memory_viz
@@ -79,6 +83,20 @@ def snapshot_checks(path: str, fixture: str = str(FIXTURE)) -> list[str]:
     except Exception as exc:  # noqa: BLE001 - any refusal of torch's reader is the failure
         failures.append(f"snapshot {path}: torch's _memory_viz.segsum refuses it: {exc}")
     return failures
+
+
+def asked_checks(run_dir: Path) -> list[str]:
+    """The snapshot `ctl memory 0` asked for."""
+    written = [e for e in events(run_dir) if e.get("event") == "memory_written" and e.get("rank") == 0]
+    if not written:
+        why = [e.get("why") for e in events(run_dir) if e.get("event") == "memory_failed"]
+        return [f"ctl memory 0 wrote no snapshot: {why}"]
+    path = run_dir / written[0]["path"]
+    w = written[0]
+    say(f"ctl memory 0: {path} ({w.get('bytes')} bytes, the loop held {w.get('held_ms')} ms)")
+    if path.parent != run_dir / "rank-0" / "memory":
+        return [f"ctl memory 0 wrote {path}, not in rank-0/memory/"]
+    return snapshot_checks(str(path), oom=False)
 
 
 def oom_checks(run_dir: Path, status: dict[str, Any], chunk: int = CHUNK_MIB << 20) -> list[str]:
@@ -136,12 +154,22 @@ def run(timeout: float, hold_mib: int, env: dict[str, str]) -> tuple[Path, dict[
                               "--json"], capture_output=True, text=True, env=env, timeout=60)
         return json.loads(res.stdout) if res.returncode == 0 else None
 
+    def ctl(*args: str) -> None:
+        subprocess.run([sys.executable, "-m", "mpwatch", "ctl", "--run", str(run_dir), *args],
+                       capture_output=True, env=env, timeout=60)
+
+    asked = False
     try:
         while time.monotonic() < deadline and sup.poll() is None:
             status = ask() if (run_dir / "control.json").exists() else None
             ws = (status or {}).get("workers", [])
-            if not go.exists() and len(ws) == 2 and all(w.get("gpu") and w.get("step") for w in ws):
-                go.write_text("")  # both ranks on the GPU, reporting: rank 0 runs it out now
+            ready = len(ws) == 2 and all(w.get("gpu") and w.get("step") for w in ws)
+            if ready and not asked:
+                asked = True
+                ctl("memory", "0")  # a snapshot of a real rank, asked
+            snapped = any(e.get("event") in ("memory_written", "memory_failed") for e in events(run_dir))
+            if ready and snapped and not go.exists():
+                go.write_text("")  # both ranks on the GPU, reporting, the snapshot in: rank 0 runs it out now
             if any(e.get("kind") == "oom" and e.get("update") for e in events(run_dir)):
                 status = ask()
                 break
@@ -171,7 +199,7 @@ def check(timeout: float, hold_mib: int) -> int:
         return 2
     env = dict(os.environ, CUDA_VISIBLE_DEVICES=os.environ.get("CUDA_VISIBLE_DEVICES", "0"))
     run_dir, status, why = run(timeout, hold_mib, env)
-    failures = [why] if why else oom_checks(run_dir, status or {})
+    failures = [why] if why else asked_checks(run_dir) + oom_checks(run_dir, status or {})
     if failures:
         say("FAILED:\n  - " + "\n  - ".join(failures) + f"\n  run directory kept: {run_dir}")
         return 1

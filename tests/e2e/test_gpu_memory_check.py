@@ -1,4 +1,5 @@
-"""scripts/gpu-check's memory half (scripts/gpu_memory.py) where there is no GPU: the same run and
+"""scripts/gpu-check's memory half (scripts/gpu_memory.py) where there is no GPU: the same run (ctl
+memory 0, then the OOM) and
 the same checks, on the stand-in libnvidia-ml.so.1 (the GPU's processes) and the scripted torch
 (worker.torch_scripted: rank 0 allocates 1 GiB at a time past what is free, through torch's own
 calls); they hold on that run and fail where they should. On a GPU the script runs real torch."""
@@ -32,6 +33,7 @@ def test_the_memory_check_holds_on_a_stand_in_oom_and_fails_where_it_should(tmp_
     env = nvml_env(libnvml, tmp_path, nvml, base=dict(os.environ, MPWATCH_SCRIPTED_CUDA=str(cuda)))
     run_dir, status, why = gpu_memory.run(120.0, 4096, env)
     assert why is None, why
+    assert gpu_memory.asked_checks(run_dir) == []  # ctl memory 0, before the OOM
     assert gpu_memory.oom_checks(run_dir, status) == []
     failed = gpu_memory.oom_checks(run_dir, status, chunk=2 * GiB)  # the check sees what it asked
     assert failed and failed[0].startswith(f"asked {GiB} (want {2 * GiB})")
