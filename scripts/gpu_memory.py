@@ -163,7 +163,9 @@ def run(timeout: float, hold_mib: int, env: dict[str, str]) -> tuple[Path, dict[
         while time.monotonic() < deadline and sup.poll() is None:
             status = ask() if (run_dir / "control.json").exists() else None
             ws = (status or {}).get("workers", [])
-            ready = len(ws) == 2 and all(w.get("gpu") and w.get("step") for w in ws)
+            listed = {p.get("rank") for g in (status or {}).get("gpus", []) for v in (g, *g.get("slices", []))
+                      for p in v.get("processes", [])}  # the GPU's process list names both ranks
+            ready = len(ws) == 2 and all(w.get("gpu") and w.get("step") for w in ws) and listed >= {0, 1}
             if ready and not asked:
                 asked = True
                 ctl("memory", "0")  # a snapshot of a real rank, asked

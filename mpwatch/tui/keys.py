@@ -53,7 +53,7 @@ LIVE: tuple[Key, ...] = (
     Key("c", "checkpoint", "Checkpoint now", show=False, acts=True,
         tooltip="checkpoint now: should_checkpoint() is True once (rank or all)"),
     Key("M", "memory", "CUDA memory snapshot", show=False, acts=True,
-        tooltip="the selected worker writes torch's CUDA memory snapshot (rank-N/memory/, memory_viz)"),
+        tooltip="the selected worker's CUDA memory snapshot, into rank-N/memory/"),
     Key("t", "tunables", "Tunables", show=False,
         tooltip="tunables: mpwatch.tunable() values and changes; Enter sets one"),
     Key("l", "logs", "Logs", tooltip="logs of the selected worker (stdout and stderr)"),

@@ -85,7 +85,7 @@ def test_an_oom_names_the_rank_sharing_the_gpu_and_another_ranks_stray_context(r
     assert a["oom"]["story"] == "others" and "set_device" in a["hint"] and "expandable" not in a["hint"]
     assert a["oom"]["note"] == "CUDA OOM on GPU 0: rank 1 (sharing the GPU) held 30.0G; asked 2.0G, 1.0G free"
     assert [(o["rank"], o["who"]) for o in a["others"]][:2] == [(1, "shares"), (None, "outside")]
-    assert r.watch.memory(0, r.pid(0))["oom"] == a["oom"]["note"] and r.watch.memory(1, r.pid(1)) is None
+    assert r.watch.memory(0, r.pid(0))[0]["oom"] == a["oom"]["note"] and r.watch.memory(1, r.pid(1)) is None
     assert [x["kind"] for x in r.emitted("oom")] == ["oom"] and a in r.gpu(0)["alerts"]
 
 
