@@ -104,6 +104,9 @@ def note_text(w: WorkerStatus) -> str:
     if stop and st not in ENDED_STATES:  # mpwatch asked it to stop: its handler may be saving
         kill_in = stop["kill_in"]
         parts.append(f"{stop['signal']} sent" + (f", SIGKILL in {fmt.age(kill_in)}" if kill_in else ""))
+    memory = w.get("memory")
+    if memory is not None and memory["oom"]:  # the OOM finding's words: who held the memory, first
+        parts.append(memory["oom"])
     if st in ENDED_STATES and w["cause"]:
         parts.append(w["cause"])
     if st == State.STALLED:
@@ -352,5 +355,7 @@ def ending_lines(status: Status) -> list[str]:
     code = status["run"]["exit_code"]
     out = [f"run finished, exit code {code if code is not None else '?'}; press q to leave"]
     for w in status["workers"]:
-        out.append(f"rank {w['rank']}: {w['state']} ({w['cause'] or 'no cause recorded'})")
+        cause = w["cause"] or "no cause recorded"  # "killed on request (SIGTERM)" says its state once
+        said = cause if cause.startswith(f"{w['state']} ") else f"{w['state']} ({cause})"
+        out.append(f"rank {w['rank']}: {said}")
     return out
