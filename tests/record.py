@@ -146,7 +146,7 @@ def nvml_mig(ghost: int) -> dict[str, Any]:
     process of another PID namespace on the 1g.10gb one; the GPU's own memory and process list
     refused (root's), its SM clock held by the power cap, the driver's reserve on the first slice
     told apart from what is used (MemoryInfo_v2). Played by the stand-in
-    libnvidia-ml.so.1 under nvidia-ml-py (the Python stand-in has no MIG)."""
+    libnvidia-ml.so.1 under nvidia-ml-py (the Python stand-in plays the same alike)."""
     def frame(s: float) -> dict[str, Any]:
         return {"temperature": 58 + int(6 * s), "power_w": 180.0 + 140 * s, "sm_clock": 1275, "sm_clock_max": 1410,
                 "throttle": ["sw_power_cap"], "fail": ["memory:NO_PERMISSION", "processes:NO_PERMISSION"],

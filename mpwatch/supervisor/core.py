@@ -119,8 +119,8 @@ class Run:
         self.sampler = Sampler(self.workers, self.lock, self.groups)
         self.stalls = StallWatch(self.workers, self.lock, self.log, self.dumper, opts.stall_timeout,
                                  opts.startup_timeout)
-        self.nodes = Nodes(opts.nodes, self, self.start) if opts.nodes is not None else None  # several nodes
-        self.resizing = Resize(self)
+        self.resizing = Resize(self)  # starts ranks over the ticks: the first launch, a round, a resize
+        self.nodes = Nodes(opts.nodes, self, self.resizing) if opts.nodes is not None else None
         self.reaper = Reaper(self)  # the exit path: ended processes, restarts due
         self.metrics: MetricsServer | None = None  # --metrics-port (supervisor.metrics)
         self.metrics_at: str | None = None  # host:port Prometheus scrapes, once serving

@@ -92,6 +92,8 @@ def _live(rec: EventFields) -> str | None:
     if e == Event.TUNABLE_SET:
         return (f"{rec.get('tunable')} = {shown(rec.get('value'))} (was {shown(rec.get('old'))}) "
                 f"{_at(rec.get('step'))} by {rec.get('by')}")
+    if e == Event.TUNABLE_REFUSED:
+        return f"{who}: tunable {rec.get('tunable')} refused: {rec.get('why')}"
     if e == Event.TUNABLE_APPLIED:
         return f"{who} took {rec.get('tunable')} = {shown(rec.get('value'))} at step {rec.get('step')}{late}"
     if e == Event.STOP_SIGNAL:
@@ -229,7 +231,8 @@ def severity(rec: EventFields) -> Severity:
     if e == Event.GPU_ALERT:
         return _ALERT_SEVERITY.get(rec.get("severity") or "warning", "warning")
     if e in (Event.STALLED, Event.SLOW_START, Event.RESTARTED, Event.ALERT, Event.STOPPING, Event.BAD_FRAME,
-             Event.CHECKPOINT_MISSED, Event.REPORTS_REJECTED, Event.PROFILE_FAILED) or rec.get("late"):
+             Event.CHECKPOINT_MISSED, Event.REPORTS_REJECTED, Event.PROFILE_FAILED, Event.TUNABLE_REFUSED) \
+            or rec.get("late"):
         return "warning"
     return "information"
 

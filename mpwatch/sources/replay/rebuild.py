@@ -93,6 +93,8 @@ def worker_row(k: RankFold, reps: list[ReportRow], t: float, tail: int,
         steps_from=None)  # nor whether its steps were counted by mpwatch.worker.auto
     if k.rejected:
         row["rejected"] = {"count": k.rejected, "why": k.rejected_why or "?"}
+    if k.refused_tunables:
+        row["refused_tunables"] = list(k.refused_tunables)
     if k.memory is not None:
         row["memory"] = k.memory.copy()
     return row

@@ -19,7 +19,7 @@ from typing import Any, Protocol
 
 from mpwatch.contract import protocol
 from mpwatch.contract.coerce import as_number
-from mpwatch.contract.control import ControlEntry, validate_control
+from mpwatch.contract.control import ControlEntry, keep_refused, validate_control
 from mpwatch.contract.status import Event, OomRecord, State
 from mpwatch.rundir import eventlines
 from mpwatch.supervisor.eventlog import EventLog
@@ -30,7 +30,6 @@ from mpwatch.supervisor.workers.worker import ChildReport, Downlink, PendingRepo
 # draws the curve of a finished run (a live run's curves come from the in-memory history).
 REPORT_EVENT_S = 1.0
 BAD_FRAME_EVENTS = (1, 10, 100, 1000)  # a worker's bad frames that get an event (counted all)
-REFUSED_KEPT = 8  # a rank's refused tunable declarations its status lists
 
 
 class Peer(Downlink, Protocol):
@@ -114,17 +113,17 @@ class ReportLedger:
             self.log.event(Event.REPORTS_REJECTED, w.rank, pid=peer.pid, why=reasons[-1], count=count)
 
     def on_refused(self, peer: Peer, refused: list[str]) -> None:
-        """Tunable declarations of a rank refused alone: kept for its status (at most
-        REFUSED_KEPT, one per name)."""
+        """Tunable declarations of a rank refused alone: kept for its status (the first few, one
+        per name: contract.control.keep_refused), and a tunable_refused event for each kept, so
+        that a replay shows them too."""
         with self.lock:
             w = self.workers.get(peer.rank)
             if w is None:
                 return
-            kept = w.reports.refused_tunables
-            for why in refused:
-                name = why.partition(":")[0]
-                if len(kept) < REFUSED_KEPT and not any(k.partition(":")[0] == name for k in kept):
-                    kept.append(why)
+            added = [r for r in refused if keep_refused(w.reports.refused_tunables, r)]
+        for r in added:
+            name, _, why = r.partition(": ")
+            self.log.event(Event.TUNABLE_REFUSED, w.rank, pid=peer.pid, tunable=name, why=why)
 
     def on_frame(self, peer: Peer, msg: dict[str, Any]) -> None:
         """Apply one frame; anything malformed raises protocol.BadFrame (counted by the hub)."""
