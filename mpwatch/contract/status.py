@@ -283,7 +283,11 @@ class Lag(TypedDict):
     lag: int
 
 
-class Straggler(TypedDict):
+class Culprit(TypedDict):
+    """Each rank's lag behind the leading step and, while ranks are stalled, the likely culprit
+    of a collective hang (contract.culprit). Not the straggler finding: a rank that is slow at
+    every step is an alert of kind `straggler` (contract.straggler)."""
+
     leader_step: int
     lags: list[Lag]
     culprits: list[int]
@@ -300,7 +304,9 @@ class Status(TypedDict):
     gpu_status: str | None  # one line when there is no GPU data, or only part of it
     alerts: list[RunAlert]
     events_seq: int
-    straggler: Straggler | None
+    # lags and the hang's culprit (contract.culprit); the key kept its first name for `ctl status
+    # --json` users, and the straggler finding is an alert of kind `straggler`
+    straggler: Culprit | None
     tunables: list[TunableStatus]  # mpwatch.tunable()'s values, by name (contract.live)
     checkpoints: list[CheckpointRequest]  # the last "checkpoint now" requests
     # a merged view of several nodes (sources.multinode.source): each one's state

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Protocol, cast
 
-from mpwatch.contract import straggler
+from mpwatch.contract import culprit
 from mpwatch.contract.status import (
     ChildStatus,
     GpuView,
@@ -84,7 +84,7 @@ def build(run: RunView, tail: int = TAIL) -> Status:
             gpus=cast(list[GpuView], panel.get("gpus", [])),  # GpuWatch builds them as contract.status says
             gpu_status=panel.get("gpu_status"),
             alerts=run.log.alerts(), events_seq=run.log.seq,
-            straggler=straggler.analyze(workers),  # lags, and the likely culprit of a hang
+            straggler=culprit.analyze(workers),  # lags, and the likely culprit of a hang
             tunables=tunables, checkpoints=checkpoints)
 
 

@@ -18,8 +18,8 @@ from textual.binding import Binding
 from textual.message import Message
 from textual.scrollbar import ScrollBar, ScrollBarRender
 
+from mpwatch.contract.culprit import ranks_text
 from mpwatch.contract.status import State, Status, WorkerStatus
-from mpwatch.contract.straggler import ranks_text
 from mpwatch.settings import Settings
 from mpwatch.sources.local import ClientError, who
 from mpwatch.sources.source import Source

@@ -6,7 +6,7 @@ Each worker's `rank` becomes its global rank (WorkerStatus.global_rank, else the
 base rank plus its local rank), with `node` and `local_rank` kept beside it; every other
 rank a status names (a GPU's ranks, its processes, alerts, a worker's GPU neighbours) is
 mapped the same way. GPUs get indexes of their own across nodes (node 0's first), keeping
-NVML's as `node_index`. The straggler and culprit analysis (contract.straggler, pure)
+NVML's as `node_index`. The lags and the hang's culprit (contract.culprit, pure)
 runs again over the merged ranks, which no single node could do: steps order the ranks, never
 the nodes' clocks. The nodes' own hang alerts, each blind to the others, give way to it.
 """
@@ -16,9 +16,10 @@ import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
-from mpwatch.contract import straggler
+from mpwatch.contract import culprit
 from mpwatch.contract.status import (
     UNREACHABLE,
+    Culprit,
     EventFields,
     GpuAlert,
     GpuMark,
@@ -30,7 +31,6 @@ from mpwatch.contract.status import (
     RunInfo,
     RunState,
     Status,
-    Straggler,
     WorkerGpu,
     WorkerStatus,
 )
@@ -162,14 +162,14 @@ def _where(rs: Sequence[int], node_of: dict[int, int]) -> str:
     return f"node {nodes[0]}" if len(nodes) == 1 else "nodes " + ",".join(map(str, nodes))
 
 
-def analyze(workers: Sequence[WorkerStatus]) -> Straggler | None:
-    """contract.straggler's analysis with each rank's node named, and the waiting ranks as
+def analyze(workers: Sequence[WorkerStatus]) -> Culprit | None:
+    """contract.culprit's analysis with each rank's node named, and the waiting ranks as
     'the 15 others' when every other rank waits: 'the 15 others wait in all_reduce at step 119
     for rank 13 on node 1, which is at step 118'."""
     node_of = {w["rank"]: w.get("node", 0) for w in workers}
     def label(rs: Sequence[int]) -> str:
         return f"{_ranks(rs)} on {_where(rs, node_of)}"
-    s = straggler.analyze(workers, label)
+    s = culprit.analyze(workers, label)
     if s is None or not s["culprits"] or s["text"] is None:
         return s
     waiting, others = s["waiting"], len(workers) - len(s["culprits"])
@@ -178,8 +178,8 @@ def analyze(workers: Sequence[WorkerStatus]) -> Straggler | None:
     return s
 
 
-def hang(workers: Sequence[WorkerStatus]) -> tuple[Straggler | None, RunAlert | None]:
-    """The merged straggler analysis, over the ranks of the nodes that can be reached (an
+def hang(workers: Sequence[WorkerStatus]) -> tuple[Culprit | None, RunAlert | None]:
+    """The merged lags and culprit, over the ranks of the nodes that can be reached (an
     unreachable node's rows are old: never evidence of a hang), and its alert."""
     live = [w for w in workers if "node_error" not in w]
     s = analyze(live)

@@ -17,6 +17,7 @@ from typing import Any
 from mpwatch.contract.status import (
     ALIVE_STATES,
     HISTORY_POINTS,
+    Culprit,
     GpuAlert,
     GpuHistory,
     GpuProcess,
@@ -29,7 +30,6 @@ from mpwatch.contract.status import (
     RunOptions,
     State,
     Status,
-    Straggler,
     WorkerGpu,
     WorkerStatus,
 )
@@ -187,14 +187,14 @@ def gpus_at(gpu: GpuFile, t: float, facts: RunFacts,
 
 
 # --------------------------------------------------------------------- run ----
-def straggler(workers: list[WorkerStatus], run: RunFold) -> Straggler | None:
+def straggler(workers: list[WorkerStatus], run: RunFold) -> Culprit | None:
     """Lags from the steps at this moment; the culprit as the supervisor named it last
     (its `hang` alert), while a rank is stalled."""
     ws = [w for w in workers if w["step"] is not None]
     if len(ws) < 2:
         return None
     lead = max(w["step"] or 0 for w in ws)
-    out = Straggler(leader_step=lead,
+    out = Culprit(leader_step=lead,
                     lags=[Lag(rank=w["rank"], step=w["step"] or 0, lag=lead - (w["step"] or 0)) for w in ws],
                     culprits=[], waiting=[], text=None)
     if run.hang is not None and any(w["state"] == State.STALLED for w in workers):

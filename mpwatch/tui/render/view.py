@@ -9,7 +9,7 @@ import math
 from collections.abc import Callable, Collection
 from typing import Literal
 
-from mpwatch.contract import straggler
+from mpwatch.contract import culprit
 from mpwatch.contract.status import (
     ENDED_STATES,
     UNREACHABLE,
@@ -105,7 +105,7 @@ def note_text(w: WorkerStatus) -> str:
         parts += _stall_note(w)
     paused = w.get("paused_at")
     if st == State.PAUSED and paused is not None:
-        parts.append(f"paused at {straggler.clock(paused)} (p resumes)")
+        parts.append(f"paused at {culprit.clock(paused)} (p resumes)")
     slow = w.get("slow_start")
     if slow is not None and st in ALIVE:
         parts += [eventtext.slow_start_text(slow.get("limit"))] + _doing(slow, at="in")

@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
-from mpwatch.contract.status import Lag, State, Straggler
+from mpwatch.contract.status import Culprit, Lag, State
 
 Row = Mapping[str, Any]
 Label = Callable[[Sequence[int]], str]  # ranks -> "rank 1" | "ranks 0,2" (a merged view adds their nodes)
@@ -38,7 +38,7 @@ def clock(ts: float) -> str:
     return time.strftime("%H:%M:%S", time.localtime(ts))
 
 
-def analyze(workers: Sequence[Row], label: Label = ranks_text) -> Straggler | None:
+def analyze(workers: Sequence[Row], label: Label = ranks_text) -> Culprit | None:
     """workers: [{rank, step, state, dist, stall: {collective, where} | None, paused_at}] (WorkerStatus
     rows). Returns None with fewer than two ranks that reported a step, else
     {leader_step, lags: [{rank, step, lag}], culprits: [...], waiting: [...], text}
@@ -49,7 +49,7 @@ def analyze(workers: Sequence[Row], label: Label = ranks_text) -> Straggler | No
         return None
     lead = max(w["step"] for w in ws)
     lag = {w["rank"]: lead - w["step"] for w in ws}
-    out = Straggler(leader_step=lead,
+    out = Culprit(leader_step=lead,
                     lags=[Lag(rank=w["rank"], step=w["step"], lag=lag[w["rank"]]) for w in ws],
                     culprits=[], waiting=[], text=None)
     stalled = [w for w in ws if w.get("state") == State.STALLED]
