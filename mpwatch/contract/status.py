@@ -147,6 +147,21 @@ class RejectedReports(TypedDict):
     why: str  # the latest reason
 
 
+class Pace(TypedDict):
+    """A rank's time a step and in each phase of it over its latest stretches of steps (the
+    medians, contract.pace: one slow stretch, a checkpoint save, is no pace), and each phase's
+    speed against the other ranks' (contract.straggler)."""
+
+    window_s: float  # the time its stretches cover
+    steps: int  # the steps in them
+    step_s: float  # seconds a step
+    phases: dict[str, float]  # seconds a step in each phase; "other": the step's time in none of them
+    # each phase's speed against the median rank's: 1.0 as fast, 0.05 twenty times slower ({} alone)
+    relative: dict[str, float]
+    # what the supervisor sees slowing its process (short of CPU, its GPU throttled); None: nothing
+    why: str | None
+
+
 class WorkerStatus(TypedDict):
     rank: int  # the supervisor's own key for the worker: its local rank on this node
     global_rank: int  # RANK in the worker's environment (multi-node: differs from rank)
@@ -169,7 +184,8 @@ class WorkerStatus(TypedDict):
     dropped: int
     bad_frames: int
     rejected: NotRequired[RejectedReports]  # present once a report of the rank was rejected
-    phases: dict[str, float]
+    phases: dict[str, float]  # seconds in each phase since its process started (the worker's totals)
+    pace: Pace | None  # None until it has stepped for a while, and while it does not step
     cuda: CudaView | None
     # the run's loss smoothed: its mean over stretches of reports, oldest first (TREND)
     loss_tail: list[float]
@@ -266,15 +282,30 @@ class NodeInfo(TypedDict):
     slurm: str | None  # "job 123 step 0, node 1" when Slurm said where it runs
 
 
+class StragglerInfo(TypedDict):
+    """The straggler finding's numbers (an alert of kind `straggler`, contract.straggler)."""
+
+    rank: int  # its global rank (RunAlert.rank is a node's local one)
+    phase: str  # where it loses its time
+    own_s: float  # seconds a step in that phase, on it
+    others_s: float  # the same on the others (their median)
+    wait_phase: str | None  # where the others wait for it
+    cost_s: float  # each step is this much slower for it
+    lost_s: float  # what it has cost the run since the finding began (cost_s over the steps since)
+    reason: str | None  # why, where mpwatch sees it: short of CPU, its GPU throttled, its DataLoader
+    node: NotRequired[int]  # a merged view's: the node it runs on
+
+
 class RunAlert(TypedDict):
     ts: float
-    kind: str  # disk | hang | unkillable
+    kind: str  # disk | hang | straggler | unkillable
     message: str
     rank: int | None
     key: NotRequired[str]  # names the condition: a later alert with the same key replaces this one
     culprits: NotRequired[list[int]]
     waiting: NotRequired[list[int]]
     processes: NotRequired[list[dict[str, Any]]]
+    straggler: NotRequired[StragglerInfo]  # a straggler finding's numbers
 
 
 class Lag(TypedDict):

@@ -13,10 +13,11 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Protocol, cast
 
-from mpwatch.contract import culprit
+from mpwatch.contract import culprit, straggler
 from mpwatch.contract.status import (
     ChildStatus,
     GpuView,
+    Pace,
     RunInfo,
     RunState,
     State,
@@ -25,6 +26,7 @@ from mpwatch.contract.status import (
     WorkerStatus,
 )
 from mpwatch.probes.procs import ProcInfo
+from mpwatch.supervisor.diagnose import slowness
 from mpwatch.supervisor.eventlog import EventLog
 from mpwatch.supervisor.gpu.watch import GpuWatch
 from mpwatch.supervisor.live.control import LiveControl
@@ -58,6 +60,7 @@ class RunView(Protocol):
 
 def build(run: RunView, tail: int = TAIL) -> Status:
     now = time.monotonic()
+    node = (slowness.load(), slowness.cpus())
     with run.lock:
         counts: dict[str, int] = {}
         workers = []
@@ -65,7 +68,8 @@ def build(run: RunView, tail: int = TAIL) -> Status:
             w = run.workers[rank]
             counts[w.state.value] = counts.get(w.state.value, 0) + 1
             grank = rank if run.nodes is None else run.nodes.global_rank(rank)
-            workers.append(worker_status(w, now, tail, run.gpu, grank))
+            workers.append(worker_status(w, now, tail, run.gpu, grank, node))
+        straggler.fill_relative(workers)
         panel: Mapping[str, Any] = run.gpu.snapshot()  # takes only the GPU watcher's own lock
         o = run.opts
         info = RunInfo(
@@ -88,8 +92,19 @@ def build(run: RunView, tail: int = TAIL) -> Status:
             tunables=tunables, checkpoints=checkpoints)
 
 
+def pace(w: Worker, node: tuple[float | None, int] = (None, 1)) -> Pace | None:
+    """A stepping rank's pace (contract.pace), with what slows its process (node: the load
+    average and the CPUs); None for one that does not step (paused, stalled, ended)."""
+    if w.state is not State.RUNNING:
+        return None
+    p = w.attempt.pace.pace(time.time())
+    if p is not None:
+        p["why"] = slowness.why(w.attempt.proc_info, *node)
+    return p
+
+
 def worker_status(w: Worker, now: float, tail: int, gpu: GpuWatch | None,
-                  global_rank: int | None = None) -> WorkerStatus:
+                  global_rank: int | None = None, node: tuple[float | None, int] = (None, 1)) -> WorkerStatus:
     a, r = w.attempt, w.reports
     alive = w.alive
     info = a.proc_info if alive else None
@@ -109,7 +124,7 @@ def worker_status(w: Worker, now: float, tail: int, gpu: GpuWatch | None,
         proc_status=None if info is None else info["status"],
         restarts=w.restarts, exit_code=a.exit_code, signal=a.signal, cause=a.cause,
         reports=r.count, dropped=r.dropped, bad_frames=r.bad_frames,
-        phases=dict(r.phases), cuda=r.cuda, loss_tail=r.trend.points(tail),
+        phases=dict(r.phases), pace=pace(w, node), cuda=r.cuda, loss_tail=r.trend.points(tail),
         world_size=a.world, dist=a.dist, uptime=round(now - a.started, 1) if a.proc is not None else None,
         stall=None if a.stall is None else a.stall.copy(),  # a copy: dump threads update it
         paused_at=a.paused_at if w.state is State.PAUSED else None,

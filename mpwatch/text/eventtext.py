@@ -118,6 +118,8 @@ def line(rec: EventFields) -> str | None:
         at = "stuck in" if reason == "stall" else "in"
         return f"{who} stack dump{why}: {rec.get('path')}" + (f", {at} {where}" if where else "")
     if e == Event.ALERT:
+        if rec.get("ended") and rec.get("kind") == "straggler":
+            return f"rank {rec.get('rank')}: no longer the straggler"
         if rec.get("ended"):  # its ranks report again (their `recovered` lines say so)
             return None
         return f"alert{' (updated)' if rec.get('update') else ''}: {rec.get('message')}"

@@ -76,7 +76,9 @@ def worker_row(k: RankFold, reps: list[ReportRow], t: float, tail: int,
         heartbeat_age=round(max(0.0, t - last.ts), 2) if heard and last is not None and alive else None,
         heartbeat="ok" if heard else "none", cpu_percent=None, rss_bytes=None, proc_status=None,
         restarts=k.restarts, exit_code=k.exit_code, signal=k.signal, cause=k.cause,
-        reports=0, dropped=0, bad_frames=k.bad_frames, phases={}, cuda=None,
+        reports=0, dropped=0, bad_frames=k.bad_frames, phases={},
+        pace=None,  # the report events' phase totals are not read back here: the finding's alert is
+        cuda=None,
         loss_tail=losses[-tail:] if tail else [], world_size=k.world or 0,
         dist=False,  # the events do not say
         uptime=round(t - k.started, 1) if k.started is not None and alive else None,
