@@ -25,13 +25,13 @@ _COLS: dict[str, tuple[str, int, int]] = {
     "rank": ("RANK", 5, 5), "pid": ("PID", 7, 7), "state": ("STATE", 11, 11), "step": ("STEP", 7, 8),
     "speed": ("STEP/S", 6, 6), "loss": ("LOSS", 8, 9), "trend": ("TREND", 8, 10), "hb": ("HB", 5, 5),
     "gpu": ("GPU", 9, 9), "cpu": ("CPU%", 4, 5), "rss": ("RSS", 5, 6), "phases": ("TIME d/c/s/o", 12, 12),
-    "note": ("NOTE", 40, 30), "node": ("NODE", 4, 4),
+    "pace": ("PACE", 8, 8), "note": ("NOTE", 40, 30), "node": ("NODE", 4, 4),
 }
 ORDER = ("rank", "pid", "state", "step", "speed", "loss", "trend", "hb", "gpu", "cpu", "rss", "phases",
-         "note")
+         "pace", "note")
 # What stays on screen when columns must go, most wanted first; the rest scroll into view.
 PRIORITY = ("rank", "state", "step", "loss", "gpu", "hb", "trend", "speed", "cpu", "rss", "pid", "phases",
-            "note")
+            "pace", "note")
 SCROLLBAR = 2  # the table's vertical scrollbar, when the rows overflow
 PAD = 2  # a cell's padding, both sides
 
@@ -42,8 +42,8 @@ def _width(key: str, wide: bool) -> int:
 
 
 # A replay's files do not keep these (the processes' CPU and memory, phases, a heartbeat, a
-# rate of their own): its columns give their width to the cause instead.
-REPLAY_UNKNOWN = frozenset({"speed", "hb", "cpu", "rss", "phases"})
+# rate of their own, a pace): its columns give their width to the cause instead.
+REPLAY_UNKNOWN = frozenset({"speed", "hb", "cpu", "rss", "phases", "pace"})
 REPLAY_PRIORITY = ("rank", "state", "step", "loss", "note", "trend", "gpu", "pid")
 REPLAY_NOTE_MIN = 30  # the cause's room before any other column is added
 

@@ -22,7 +22,7 @@ from mpwatch.contract.status import (
     WorkerStatus,
 )
 from mpwatch.text import eventtext, fmt
-from mpwatch.tui.render import bars, node_rows
+from mpwatch.tui.render import bars, node_rows, pace
 
 # The columns live in tui.render.columns; re-exported for the table and the tests.
 from mpwatch.tui.render.columns import ORDER as ORDER
@@ -161,6 +161,8 @@ def worker_cells(w: WorkerStatus, cols: list[Column], g: Glyphs, folded: bool) -
             out.append(((bars.sparkline(w["loss_tail"], c.width, g.spark), "cyan"),))
         elif k == "phases":
             out.append(phases_cell(w, c.width, g))
+        elif k == "pace":
+            out.append(pace.pace_cell(w))
         elif k == "rank":
             out.append(f"{fold}{w['rank']}")
         elif k == "pid":

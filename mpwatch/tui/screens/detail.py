@@ -1,4 +1,5 @@
-"""The detail view of one worker (Enter): loss plot of all ranks with this one highlighted
+"""The detail view of one worker (Enter): its pace (seconds a step, each phase and its speed
+against the other ranks), the loss plot of all ranks with this one highlighted
 (`y`: log or linear scale), the tail of its stdout and stderr, its latest stack dump (the
 main thread first, mpwatch's threads folded, one line a frame), its children.
 
@@ -20,7 +21,7 @@ from textual.widgets import Footer, Static
 from mpwatch.contract.status import WorkerStatus
 from mpwatch.text import fmt, stackfmt
 from mpwatch.tui import rundata
-from mpwatch.tui.render import view
+from mpwatch.tui.render import pace, view
 from mpwatch.tui.screens.run_screen import RunScreen
 from mpwatch.tui.widgets.loss_plot import LossPlot
 
@@ -88,10 +89,12 @@ class DetailScreen(RunScreen):
         self.rank = rank
         self.loads = 0
         self.title_bar = Static(id="detail-title")
+        self.pace_line = Static(id="detail-pace")
         self.children_pane = Static(id="detail-children")
 
     def compose(self) -> ComposeResult:
         yield self.title_bar
+        yield self.pace_line
         yield LossPlot(self.run.glyphs, id="detail-plot")
         with Horizontal(id="detail-logs"):
             with VerticalScroll(classes="pane"):
@@ -135,6 +138,7 @@ class DetailScreen(RunScreen):
         if note:
             t.append(f"\n{note}", style="yellow")
         self.title_bar.update(t)
+        self.pace_line.update(Text(pace.pace_text(w), style="" if w["pace"] else "bright_black"))
         body = [f"{c['pid']}  {c['status']}  cpu {fmt.num(c['cpu_percent'], na='-')}%  "
                 f"rss {fmt.size(c['rss_bytes'])}  {c['cmd'] or c['name']}" for c in w["children"]]
         self.children_pane.update(_plain(body, "no child processes"))

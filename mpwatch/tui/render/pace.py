@@ -1,0 +1,53 @@
+"""A rank's pace on screen (contract.status's Pace): the PACE cell of the wide worker table (its
+slowest phase against the median rank) and the detail view's lines (seconds a step, each phase
+and its speed against the others, what slows its process). Pure; the UI thread."""
+from __future__ import annotations
+
+from mpwatch.contract.status import Pace, WorkerStatus
+from mpwatch.text import fmt
+from mpwatch.tui.render.segs import Cell
+
+SHORT = {"forward": "fwd", "backward": "bwd", "optimizer": "opt", "compute": "comp", "other": "oth"}
+SLOW = 0.8  # a phase slower than this against the median rank is named in the cell
+VERY_SLOW = 0.5
+
+
+def slowest(p: Pace) -> tuple[str, float] | None:
+    """The phase in which the rank is slowest against the median rank, and that speed."""
+    if not p["relative"]:
+        return None
+    name = min(p["relative"], key=lambda k: p["relative"][k])
+    return name, p["relative"][name]
+
+
+def pace_cell(w: WorkerStatus) -> Cell:
+    """'1.00', or '0.05 fwd' when a phase is slower than SLOW times the median rank's."""
+    p = w["pace"]
+    got = None if p is None else slowest(p)
+    if got is None:
+        return ""
+    name, speed = got
+    if speed >= SLOW:
+        return f"{min(speed, 9.99):.2f}"
+    style = "bold yellow" if speed < VERY_SLOW else "yellow"
+    return ((f"{speed:.2f} {SHORT.get(name, name[:4])}", style),)
+
+
+def pace_text(w: WorkerStatus) -> str:
+    """'pace: 212 ms a step (57 steps in 12s): data 0.3 ms · forward 201 ms, 0.05x the median
+    rank · ...; short of CPU: ...' (a line for the detail view)."""
+    p = w["pace"]
+    if p is None:
+        return "pace: not stepping for long enough yet" if w["state"] == "running" else "pace: -"
+    rel = p["relative"]
+    parts = []
+    for name, secs in sorted(p["phases"].items(), key=lambda kv: -kv[1]):
+        if name == "other" and secs < 0.01 * p["step_s"]:
+            continue  # every moment of its steps is in a phase
+        speed = rel.get(name)
+        parts.append(f"{name} {fmt.span(secs)}" + (f" ({speed:.2f}x)" if speed is not None else ""))
+    text = (f"pace: {fmt.span(p['step_s'])} a step ({p['steps']} steps in {fmt.age(p['window_s'])}): "
+            + " · ".join(parts))
+    if rel:
+        text += "  (x: speed against the median rank)"
+    return text + (f"\n{p['why']}" if p["why"] else "")
