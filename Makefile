@@ -4,22 +4,30 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: venv demo test lint bench clean
+.PHONY: venv compiled demo test lint bench clean
 
-# --no-compile: pip would byte-compile every module of torch, transformers and the rest (55 of
-# the install's 145 CPU seconds here); Python compiles the few that are imported, once, on use.
+# pip byte-compiles what it installs (torch's 2,352 modules, transformers, Textual...). Leave it so:
+# where PYTHONDONTWRITEBYTECODE=1 (many images, and CI), Python never caches a compiled module on
+# import, and every worker, supervisor and test process would compile torch from source at each
+# start (import torch: 3.6 CPU-s without the cache, 1.9 with it). Measured on 2 cores: the install
+# costs 98 CPU-s compiled against 61 without (BENCHMARKS.md, "Install").
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
-	$(BIN)/pip install -q --no-compile -e '.[demo,test,spy]'
+	$(BIN)/pip install -q -e '.[demo,test,spy]'
 	touch $(STAMP)
+
+# mpwatch's own modules and the tests' (an editable install is not compiled by pip): compileall
+# writes whatever the environment says, and only what changed since the last run (half a second).
+compiled: $(STAMP)
+	$(BIN)/python -m compileall -q -x 'fixtures/syntax_error' mpwatch tests bench demo >/dev/null
 
 venv: $(STAMP)
 
-demo: $(STAMP)
+demo: compiled
 	$(BIN)/mpwatch demo/mnist.py
 
 # Static checks first (seconds): a renderer reading a status key the schema lacks fails here.
-lint: $(STAMP)
+lint: compiled
 	$(BIN)/ruff check mpwatch
 	$(BIN)/mypy
 

@@ -29,7 +29,7 @@ class SettingsError(Exception):
 
 @dataclass(frozen=True)
 class GpuThresholds:
-    """The GPU alerts' thresholds (supervisor.gpu.alerts; README "GPU alerts" says where each
+    """The GPU alerts' thresholds (supervisor.gpu.alerts; docs/gpu-alerts.md says where each
     default comes from). A share is given as a fraction (0.9) or a percentage (90)."""
 
     mem_high: float = 0.90
@@ -60,7 +60,7 @@ class GpuThresholds:
 
 @dataclass(frozen=True)
 class Settings:
-    """The switches, each with its default (README, "Settings", has the same table)."""
+    """The switches, each with its default (docs/settings.md has the same table)."""
 
     events_mb: float = 128.0
     """MPWATCH_EVENTS_MB (128): events.jsonl's cap in MB; past it old reports are thinned."""

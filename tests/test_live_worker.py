@@ -160,12 +160,10 @@ def test_a_default_of_no_tunable_type_is_an_error_under_mpwatch(tmp_path):
     sup.close()
 
 
-def test_readme_lists_every_event_and_state():
+def test_the_manual_lists_every_event_and_state():
     from mpwatch.contract.status import Event, State
-    from tests.helpers import ROOT
+    from tests.manual import section
 
-    text = (ROOT / "README.md").read_text()
-    said = text[text.index("The events (`mpwatch/contract/names.py`"):]
-    said = said[:said.index("\n\n")]
+    said = section("docs/after-the-fact.md", "Events and states")
     for name in [*Event, *State]:
-        assert f"`{name}`" in said, f"README's list of events and states lacks {name}"
+        assert f"`{name}`" in said, f"docs/after-the-fact.md's list of events and states lacks {name}"

@@ -1,5 +1,5 @@
 """The MPWATCH_* switches (mpwatch.settings): read once, checked, one home for each name;
-README's "Settings" table matches them (issue 18). The command line's side of a bad value
+the "Settings" table of docs/settings.md matches them (issue 18). The command line's side of a bad value
 (one line, exit code 2) is in tests/faults/test_cli_bad.py."""
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ from mpwatch.contract import protocol
 from mpwatch.settings import SWITCHES, GpuThresholds, Settings, SettingsError
 from mpwatch.testing.libnvml import SCRIPT_ENV
 from tests.helpers import ROOT
+from tests.manual import pages, section
 
 PACKAGE = ROOT / "mpwatch"
 VAR = re.compile(r"MPWATCH_[A-Z0-9_]*[A-Z0-9]")
@@ -131,33 +132,30 @@ def test_every_switch_has_a_docstring_line_with_its_default():
     assert set(documented_defaults()) == set(SWITCHES)
 
 
-def readme_settings() -> tuple[dict[str, str], str]:
-    """README's "Settings" section: its table (VAR -> default) and its whole text."""
-    text = (ROOT / "README.md").read_text()
-    m = re.search(r"^## Settings\n(.*?)(?=^## |\Z)", text, re.S | re.M)
-    assert m, "README has no '## Settings' section"
-    section = m.group(1)
+def documented_settings() -> tuple[dict[str, str], str]:
+    """The "Settings" page (docs/settings.md): its table (VAR -> default) and its whole text."""
+    text = section("docs/settings.md", "Settings")
     table = {}
-    for row in re.findall(r"^\| `(MPWATCH_[A-Z0-9_]+)` \| ([^|]*) \|", section, re.M):
-        assert row[0] not in table, f"{row[0]} twice in README's table"
+    for row in re.findall(r"^\| `(MPWATCH_[A-Z0-9_]+)` \| ([^|]*) \|", text, re.M):
+        assert row[0] not in table, f"{row[0]} twice in the settings table"
         table[row[0]] = row[1].strip().strip("`")
-    return table, section
+    return table, text
 
 
-def test_readme_table_lists_every_switch_with_its_default():
-    table, _ = readme_settings()
-    assert set(table) == set(SWITCHES), ("missing from README:", set(SWITCHES) - set(table),
+def test_the_settings_table_lists_every_switch_with_its_default():
+    table, _ = documented_settings()
+    assert set(table) == set(SWITCHES), ("missing from docs/settings.md:", set(SWITCHES) - set(table),
                                          "not a setting:", set(table) - set(SWITCHES))
     assert table == documented_defaults()
 
 
-def test_readme_names_only_variables_that_exist_and_lists_the_worker_side_apart():
-    table, section = readme_settings()
-    mentioned = set(VAR.findall((ROOT / "README.md").read_text()))
+def test_the_manual_names_only_variables_that_exist_and_lists_the_worker_side_apart():
+    table, text = documented_settings()
+    mentioned = {v for page in pages() for v in VAR.findall(page.read_text())}
     stand_ins = {SCRIPT_ENV}  # testing.libnvml's script, read by its C library only
     assert mentioned <= set(SWITCHES) | WORKER_SIDE | stand_ins, mentioned - set(SWITCHES) - WORKER_SIDE
     assert not WORKER_SIDE & set(table)
-    in_section = set(VAR.findall(section))
+    in_section = set(VAR.findall(text))
     assert in_section >= WORKER_SIDE, WORKER_SIDE - in_section
 
 

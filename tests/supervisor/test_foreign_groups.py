@@ -1,5 +1,5 @@
 """No orphans even when a worker's child leaves the worker's process group (setsid): found by
-the process sampler within the two seconds the README says, and ended on kill, on stop and
+the process sampler within the two seconds docs/reliability.md says, and ended on kill, on stop and
 with a SIGKILLed supervisor."""
 import re
 import signal
@@ -43,7 +43,7 @@ def test_sigkilled_supervisor_takes_a_setsid_child_along(headless):
 
 def test_kill_ends_a_child_in_its_own_session_once_it_has_lived_two_seconds(headless):
     """No waiting for the status to show the group: `kill` comes as soon as the child has
-    lived the two seconds (by its own start time), which is all the README promises."""
+    lived the two seconds (by its own start time), which is all docs/reliability.md promises."""
     run = headless(FIXTURES / "setsid_grandchild.py", n=2, opts=["--grace", "1"])  # rank 1 keeps the run going
     pid = int(wait_for(lambda: re.search(r"SETSID (\d+)", run.log(0)), what="the setsid child's pid").group(1))
     born = psutil.Process(pid).create_time()

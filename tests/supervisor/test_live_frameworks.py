@@ -1,6 +1,6 @@
 """Issue 23's "checkpoint now" in the frameworks people bring: a Hugging Face `Trainer` and a
 Lightning `Trainer` (tiny models from a config, CPU, DDP over gloo, no download) take it through
-README's callbacks, run as written there (tests/fixtures/readme_snippet.py reads them), at one
+the callbacks of docs/control.md, run as written there (tests/manual.py reads them), at one
 step on both ranks, and save exactly that step."""
 import json
 import os
@@ -30,7 +30,7 @@ def _ask(run) -> int:
     return at
 
 
-def test_a_hugging_face_trainer_takes_checkpoint_now_through_the_readme_callback(headless, tmp_path):
+def test_a_hugging_face_trainer_takes_checkpoint_now_through_the_documented_callback(headless, tmp_path):
     out = tmp_path / "hf"
     run = headless(FIXTURES / "hf_trainer.py", out, "0.3", n=2, env=dict(os.environ, HF_HUB_OFFLINE="1"))
     s = _ask(run)
@@ -41,7 +41,7 @@ def test_a_hugging_face_trainer_takes_checkpoint_now_through_the_readme_callback
     assert run.log(0).count("SAVED") == 1
 
 
-def test_a_lightning_trainer_takes_checkpoint_now_through_the_readme_callback(headless, tmp_path):
+def test_a_lightning_trainer_takes_checkpoint_now_through_the_documented_callback(headless, tmp_path):
     root = tmp_path / "pl"
     run = headless(FIXTURES / "lightning_trainer.py", root, "0.3", n=2)
     s = _ask(run)

@@ -6,8 +6,8 @@ are in supervisor.gpu.rank_alerts. Called on the GPU poller thread.
 Each decision returns GpuAlert dicts; `key` names the condition, so the watcher can tell
 an alert that starts from one that goes on, and stamps `since`. Every alert says what to
 do (`hint`), how bad it is (`severity`) and a few words for the GPU row (`short`).
-Thresholds live in AlertConfig: settings.GpuThresholds, read with the other switches (README,
-"GPU alerts", says where each default comes from).
+Thresholds live in AlertConfig: settings.GpuThresholds, read with the other switches
+(docs/gpu-alerts.md says where each default comes from).
 """
 from __future__ import annotations
 
