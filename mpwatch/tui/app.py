@@ -118,6 +118,7 @@ class MpwatchApp(RunActions):
         self._selected_shown: Line | None = None
         self._multi_node = False  # a merged view of several nodes: the NODE column
         self._has_gpus = True  # the status has GPU data (a replay without any has no GPU column)
+        self._has_pace = False  # a rank has had a pace (the PACE column, from then on)
         # every event received, the first snapshot's too (events screen)
         self.event_log: list[EventFields] = []
 
@@ -150,7 +151,8 @@ class MpwatchApp(RunActions):
         self.refresh_view()
 
     def _set_columns(self, width: int) -> None:
-        cols = view.columns(width, nodes=self._multi_node, replay=self.READ_ONLY, gpus=self._has_gpus)
+        cols = view.columns(width, nodes=self._multi_node, replay=self.READ_ONLY, gpus=self._has_gpus,
+                            pace=self._has_pace)
         if cols != self.table.cols:
             self.table.set_columns(cols)
             self.refresh_view()
@@ -177,8 +179,10 @@ class MpwatchApp(RunActions):
         self.snapshots += 1
         for text, severity in node_rows.changes(old, status) + (live_rows.news(old, status) if old else []):
             self.say(text, severity)
-        if node_rows.multi(status) != self._multi_node or bool(status["gpus"]) != self._has_gpus:
-            self._multi_node, self._has_gpus = node_rows.multi(status), bool(status["gpus"])
+        now = (node_rows.multi(status), bool(status["gpus"]),
+               self._has_pace or any(w["pace"] for w in status["workers"]))
+        if now != (self._multi_node, self._has_gpus, self._has_pace):
+            self._multi_node, self._has_gpus, self._has_pace = now
             self._set_columns(self.size.width)
         self.refresh_view()
 

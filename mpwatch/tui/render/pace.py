@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from mpwatch.contract.status import Pace, WorkerStatus
 from mpwatch.text import fmt
+from mpwatch.tui.render.glyphs import Glyphs
 from mpwatch.tui.render.segs import Cell
 
 SHORT = {"forward": "fwd", "backward": "bwd", "optimizer": "opt", "compute": "comp", "other": "oth"}
@@ -33,21 +34,23 @@ def pace_cell(w: WorkerStatus) -> Cell:
     return ((f"{speed:.2f} {SHORT.get(name, name[:4])}", style),)
 
 
-def pace_text(w: WorkerStatus) -> str:
-    """'pace: 212 ms a step (57 steps in 12s): data 0.3 ms · forward 201 ms, 0.05x the median
-    rank · ...; short of CPU: ...' (a line for the detail view)."""
+def pace_text(w: WorkerStatus, g: Glyphs) -> str:
+    """'pace: 188 ms a step: data 158 ms ×0.01 · compute 30 ms ×5.98 (×: speed against the
+    median rank; 107 steps in 20s)', and what slows its process on a line of its own (the
+    detail view; an ASCII terminal's 'x' and separator)."""
+    times = "×" if g.unicode else "x"
     p = w["pace"]
     if p is None:
-        return "pace: not stepping for long enough yet" if w["state"] == "running" else "pace: -"
+        return ("pace: not stepping for long enough yet" if w["state"] == "running"
+                else f"pace: none while {w['state']}")
     rel = p["relative"]
     parts = []
     for name, secs in sorted(p["phases"].items(), key=lambda kv: -kv[1]):
         if name == "other" and secs < 0.01 * p["step_s"]:
             continue  # every moment of its steps is in a phase
         speed = rel.get(name)
-        parts.append(f"{name} {fmt.span(secs)}" + (f" ({speed:.2f}x)" if speed is not None else ""))
-    text = (f"pace: {fmt.span(p['step_s'])} a step ({p['steps']} steps in {fmt.age(p['window_s'])}): "
-            + " · ".join(parts))
-    if rel:
-        text += "  (x: speed against the median rank)"
+        parts.append(f"{name} {fmt.span(secs)}" + (f" {times}{speed:.2f}" if speed is not None else ""))
+    legend = f"{times}: speed against the median rank; " if rel else ""
+    text = (f"pace: {fmt.span(p['step_s'])} a step: " + g.sep.join(parts)
+            + f" ({legend}{p['steps']} steps in {fmt.age(p['window_s'])})")
     return text + (f"\n{p['why']}" if p["why"] else "")

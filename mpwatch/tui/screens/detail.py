@@ -138,7 +138,7 @@ class DetailScreen(RunScreen):
         if note:
             t.append(f"\n{note}", style="yellow")
         self.title_bar.update(t)
-        self.pace_line.update(Text(pace.pace_text(w), style="" if w["pace"] else "bright_black"))
+        self.pace_line.update(Text(pace.pace_text(w, g), style="" if w["pace"] else "bright_black"))
         body = [f"{c['pid']}  {c['status']}  cpu {fmt.num(c['cpu_percent'], na='-')}%  "
                 f"rss {fmt.size(c['rss_bytes'])}  {c['cmd'] or c['name']}" for c in w["children"]]
         self.children_pane.update(_plain(body, "no child processes"))
