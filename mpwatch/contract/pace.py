@@ -77,7 +77,8 @@ class PaceWindow:
         if steps < STRETCH_STEPS or seconds < STRETCH_S:
             return
         per = {k: (v - p0.get(k, 0.0)) / steps for k, v in now[2].items()}
-        per[OTHER] = max(0.0, seconds / steps - sum(per.values()))
+        # the rest of the step (added to a phase the script itself names "other")
+        per[OTHER] = per.get(OTHER, 0.0) + max(0.0, seconds / steps - sum(per.values()))
         self.stretches.append(Stretch(ts, steps, seconds, per))
         self.start = now
         self._pace = None

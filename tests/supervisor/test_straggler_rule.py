@@ -160,3 +160,16 @@ def test_a_balanced_run_with_checkpoint_saves_and_evaluations_names_nobody(name)
     assert r.top < straggler.APPEAR / 2, "far from the margin, not just under it"
     # start-up, the saves and the evaluations are in the recording: not a quiet stretch of it
     assert max(t for t, _, _ in rec["samples"]["0"]) - r.first_sample > 90
+
+
+def test_a_phase_the_script_names_other_gets_the_rest_of_the_step_added_not_replaced():
+    rec = load("explicit")
+    renamed = {"samples": {r: [[t, step, {("other" if k == "sync" else k): v for k, v in ph.items()}]
+                               for t, step, ph in got] for r, got in rec["samples"].items()}}
+    for r in ("0", "2"):
+        plain, named = PaceWindow(), PaceWindow()
+        for (t, step, ph), (_, _, ph2) in zip(rec["samples"][r], renamed["samples"][r], strict=True):
+            plain.add(t, step, ph)
+            named.add(t, step, ph2)
+        p, q = plain.pace(t), named.pace(t)
+        assert q["phases"]["other"] == pytest.approx(p["phases"]["sync"] + p["phases"]["other"], rel=0.05, abs=1e-4)

@@ -294,3 +294,8 @@ def test_automatic_steps_are_marked_in_the_step_cell_and_said_in_the_selected_li
     for w in reported["workers"]:
         assert segs.plain(view.worker_cells(w, cols, G, folded=False)[at]) == str(w["step"])
         assert "automatically" not in segs.plain(view.selected_line(w, G))
+
+
+def test_phase_shares_count_the_automatic_steps_forward_backward_and_optimizer_as_compute():
+    s = bars.phase_shares({"data": 1.0, "forward": 2.0, "backward": 3.0, "optimizer": 1.0}, uptime=10)
+    assert s == {"data": 1.0, "compute": 6.0, "sync": 0, "other": 3.0}
