@@ -29,7 +29,7 @@ def stalled_at_the_planted_hang(run) -> dict:
 
 def shown(run) -> dict[int, float]:
     """Every (step, loss) mpwatch holds for rank 0: its loss history, as the detail view draws it."""
-    with Client.connect(str(run.run_dir)) as client:
+    with Client.at(run.run_dir) as client:
         return {int(s): loss for s, loss in client.history(0)}
 
 

@@ -1,0 +1,114 @@
+"""Issue 23 against real runs: `ctl checkpoint` and `ctl set` reach every rank at one step
+through the channel, each rank's answer is an event, the status lists the tunables and the
+requests, a bad value or name is one line and exit code 2, a rank started again starts with
+the values set, and a worker of the older protocol is never sent a frame."""
+import re
+
+from tests.helpers import FIXTURES, one_line_error, wait_for
+
+LOOP = FIXTURES / "control_loop.py"
+
+
+def _ran(run, rank: int, what: str) -> list[int]:
+    """The steps at which a rank printed `what` (CHECKPOINT, or STEP of a changed value)."""
+    return [int(m) for m in re.findall(rf"^{what} (\d+)", run.log(rank), re.M)]
+
+
+def _answers(run, event: str, rid: int, n: int) -> list[dict]:
+    return run.wait_event(event, lambda e: e.get("id") == rid, timeout=60, count=n)
+
+
+def test_checkpoint_and_set_take_effect_at_one_step_on_every_rank(headless):
+    run = headless(LOOP, "0", "0.05", n=3)
+    run.wait_event("tunable_declared", count=4)
+    wait_for(lambda: all(w["step"] for w in run.status()["workers"]), what="every rank's steps")
+    said = run.ctl("checkpoint", "all").stdout
+    m = re.match(r"checkpoint asked of ranks 0-2 at step (\d+)", said)
+    assert m, said
+    s = int(m.group(1))
+    taken = _answers(run, "checkpoint_taken", 1, 3)
+    assert sorted(e["rank"] for e in taken) == [0, 1, 2]
+    assert all(e["step"] == s and e["at"] == s and e["late"] is False for e in taken), taken
+    assert all(_ran(run, r, "CHECKPOINT") == [s] for r in range(3))
+    req = run.events("checkpoint_requested")[0]
+    assert req["ranks"] == [0, 1, 2] and req["step"] == s and req["by"].startswith("ctl ")
+
+    said = run.ctl("set", "lr", "0.5").stdout
+    m = re.match(r"lr = 0.5 \(was 0.1\) on ranks 0-2 from step (\d+)", said)
+    assert m, said
+    at = int(m.group(1))
+    applied = _answers(run, "tunable_applied", 2, 3)
+    assert all(e["step"] == at and e["value"] == 0.5 and not e["late"] for e in applied), applied
+    # the loop prints a changed value at the top of the step after the one it took effect at
+    assert all(_ran(run, r, "STEP")[-1] == at + 1 for r in range(3))
+    st = run.status()
+    lr = next(t for t in st["tunables"] if t["name"] == "lr")
+    assert lr["type"] == "float" and lr["default"] == 0.1 and lr["value"] == 0.5 and lr["ranks"] == [0, 1, 2]
+    change = lr["changes"][-1]
+    assert change["old"] == 0.1 and change["step"] == at and change["waiting"] == [] and change["by"].startswith("ctl")
+    assert [a["step"] for a in change["answers"]] == [at] * 3
+    assert {t["name"]: t["type"] for t in st["tunables"]} == {"lr": "float", "tag": "str", "on": "bool",
+                                                              "batch": "int"}
+    assert st["checkpoints"][-1]["answers"][0]["step"] == s and st["checkpoints"][-1]["waiting"] == []
+    assert all(w["polls_checkpoint"] for w in st["workers"])
+    text = run.ctl("status").stdout
+    assert re.search(rf"^tunable lr = 0.5 \(float\) \(set by ctl \S+ from step {at}\)$", text, re.M), text
+    assert "tunable batch = 32 (int)" in text
+
+
+def test_a_bad_value_a_name_nobody_declared_or_a_step_already_past_is_one_line(headless):
+    run = headless(LOOP, "0", "0.05", n=2)
+    run.wait_event("tunable_declared", count=4)
+    wait_for(lambda: all((w["step"] or 0) > 5 for w in run.status()["workers"]), what="steps")
+    one_line_error(run.ctl("set", "lr", "fast", check=False), "lr is a float: expected a float, got 'fast'")
+    one_line_error(run.ctl("set", "batch", "1.5", check=False), "batch is an int: expected an int")
+    one_line_error(run.ctl("set", "on", "maybe", check=False), "on is a bool")
+    one_line_error(run.ctl("set", "momentum", "0.9", check=False),
+                   "no worker declared a tunable 'momentum'; declared: batch, lr, on, tag")
+    one_line_error(run.ctl("checkpoint", "all", "--at-step", "1", check=False), "step 1 is past: rank 0 is at step")
+    one_line_error(run.ctl("checkpoint", "5", check=False), "no rank 5")
+    one_line_error(run.ctl("checkpoint", "x", check=False), "expected a rank number or 'all'")
+    assert run.ctl("set", "tag", "b c").stdout.startswith("tag = 'b c' (was 'a')")
+    run.wait_event("tunable_set")
+    assert not run.events("checkpoint_requested") and len(run.events("tunable_set")) == 1
+
+
+def test_one_rank_takes_it_at_its_next_call_and_one_that_never_asks_misses_it_when_it_ends(headless):
+    run = headless(LOOP, "0", "0.05", "nocheck", n=2)
+    run.wait_event("tunable_declared", count=4)
+    said = run.ctl("checkpoint", "1").stdout
+    assert said.startswith("checkpoint asked of rank 1 at its next call")
+    assert "rank 1 never called mpwatch.should_checkpoint() yet" in said
+    run.ctl("kill", "1")
+    missed = run.wait_event("checkpoint_missed", timeout=60)[0]
+    assert missed["rank"] == 1 and missed["id"] == 1 and missed["at"] is None
+    st = run.status()
+    assert st["checkpoints"][0]["missed"] == [1] and st["checkpoints"][0]["waiting"] == []
+
+
+def test_a_rank_started_again_starts_with_the_values_set(headless):
+    run = headless(LOOP, "0", "0.05", n=2)
+    run.wait_event("tunable_declared", count=4)
+    run.ctl("set", "batch", "64")
+    run.ctl("set", "on", "yes")
+    _answers(run, "tunable_applied", 2, 2)
+    run.ctl("restart", "1")
+    run.wait_event("restarted", timeout=60)
+    wait_for(lambda: "rank 1 restarted" in run.log(1) and "STEP 0 lr=0.1 tag='a' on=True batch=64"
+             in run.log(1).split("rank 1 restarted")[-1], timeout=60, what="the new process's first values")
+    assert not [e for e in run.events("tunable_applied") if e["rank"] == 1 and e["id"] == 2 and e["late"]]
+
+
+def test_a_worker_of_the_older_protocol_is_never_sent_a_frame(headless, tmp_path):
+    flag = tmp_path / "asked"
+    run = headless(FIXTURES / "old_protocol.py", flag, n=2)
+    run.wait_event("tunable_declared", count=4)
+    wait_for(lambda: (run.worker(1)["step"] or 0) > 2, what="the old worker's reports")
+    said = run.ctl("checkpoint", "all").stdout
+    assert said.startswith("checkpoint asked of rank 0 ") and "rank 1 cannot be asked: not connected" in said
+    assert "lr = 0.5 (was 0.1) on rank 0 " in run.ctl("set", "lr", "0.5").stdout
+    one_line_error(run.ctl("checkpoint", "1", check=False), "cannot ask rank 1 to checkpoint: not connected")
+    flag.write_text("now")
+    wait_for(lambda: "sent to me:" in run.log(1), timeout=60, what="the old worker's verdict")
+    assert "sent to me: nothing" in run.log(1)
+    assert run.worker(1)["bad_frames"] == 0
