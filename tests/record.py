@@ -320,9 +320,9 @@ def scenarios(ghost: int) -> dict[str, Scenario]:
     wide = {"256 ranks, every one stepping": lambda st: len(st["workers"]) == 256 and all(
         w["state"] == "running" and (w["step"] or 0) >= 3 for w in st["workers"])}
     stragglers = {**run_alerts("straggler"),
-                  "the finding names rank 1 and its data": lambda st: next(
+                  "the finding names rank 1 and its forward": lambda st: next(
                       a["message"] for a in st["alerts"] if a["kind"] == "straggler").startswith(
-                      "rank 1 is the straggler: its data takes"),
+                      "rank 1 is the straggler: its forward takes"),
                   "every rank's pace against the others": lambda st: all(
                       w["pace"] and w["pace"]["relative"] for w in st["workers"]),
                   "the finding has cost the run 5 s": lambda st: next(
@@ -364,9 +364,9 @@ def scenarios(ghost: int) -> dict[str, Scenario]:
                  {"rank 1 a slow start, in its frame": lambda st: bool((_w(st, 1)["slow_start"] or {}).get("where")),
                   "rank 0 past step 20": lambda st: (_w(st, 0)["step"] or 0) >= 20},
                  script=ROOT / "tests" / "fixtures" / "slow_start.py"),
-        # Issue 32: an unmodified 3-rank DDP run (gloo) whose rank 1 waits on a slow Dataset: the straggler.
+        # Issue 32: an unmodified 3-rank DDP run (gloo) whose rank 1's forward is 0.2 s slower: the straggler.
         Scenario("straggler", 3, {}, [], stragglers, script=ROOT / "tests" / "fixtures" / "ddp_pace.py",
-                 args=("--slow-rank", "1", "--slow-data", "0.15")),
+                 args=("--slow-rank", "1", "--slow-forward", "0.2")),
         # A torch loop with no line of mpwatch's (automatic steps, issue 21), a DataLoader worker each.
         Scenario("auto", 2, {}, [], AUTO,
                  script=AUTO_LOOP, args=("--steps", "100000", "--sleep", "0.05", "--loader-workers", "1",

@@ -43,7 +43,7 @@ SCENARIOS = {s.name: s for s in [
              "rank 1's Dataset takes 0.15 s more a batch"),
     Scenario("slow_forward", DDP, ("--slow-rank", "1", "--slow-forward", "0.2"), 50,
              "rank 1's forward takes 0.2 s more"),
-    Scenario("caught_up", DDP, ("--slow-rank", "2", "--slow-data", "0.15", "--slow-for", "35"), 70,
+    Scenario("caught_up", DDP, ("--slow-rank", "2", "--slow-data", "0.15", "--slow-for", "35"), 100,
              "rank 2's Dataset takes 0.15 s more a batch for its first 35 s of steps, then no more"),
     Scenario("explicit", PHASES, ("--slow-rank", "2", "--slow-compute", "0.1"), 50,
              "mpwatch.phase() in the script; rank 2's compute takes 0.1 s more"),

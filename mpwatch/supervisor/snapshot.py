@@ -60,8 +60,8 @@ class RunView(Protocol):
 
 def build(run: RunView, tail: int = TAIL) -> Status:
     now = time.monotonic()
-    node = (slowness.load(), slowness.cpus())
     with run.lock:
+        node = slowness.Node.now({r: w.attempt.proc_info for r, w in run.workers.items()})
         counts: dict[str, int] = {}
         workers = []
         for rank in sorted(run.workers):
@@ -92,19 +92,19 @@ def build(run: RunView, tail: int = TAIL) -> Status:
             tunables=tunables, checkpoints=checkpoints)
 
 
-def pace(w: Worker, node: tuple[float | None, int] = (None, 1)) -> Pace | None:
-    """A stepping rank's pace (contract.pace), with what slows its process (node: the load
-    average and the CPUs); None for one that does not step (paused, stalled, ended)."""
+def pace(w: Worker, node: slowness.Node | None = None) -> Pace | None:
+    """A stepping rank's pace (contract.pace), with what slows its process (node: what it is
+    compared with); None for one that does not step (paused, stalled, ended)."""
     if w.state is not State.RUNNING:
         return None
     p = w.attempt.pace.pace(time.time())
     if p is not None:
-        p["why"] = slowness.why(w.attempt.proc_info, *node)
+        p["why"] = (node or slowness.Node()).why(w.rank, w.attempt.proc_info)
     return p
 
 
 def worker_status(w: Worker, now: float, tail: int, gpu: GpuWatch | None,
-                  global_rank: int | None = None, node: tuple[float | None, int] = (None, 1)) -> WorkerStatus:
+                  global_rank: int | None = None, node: slowness.Node | None = None) -> WorkerStatus:
     a, r = w.attempt, w.reports
     alive = w.alive
     info = a.proc_info if alive else None

@@ -20,7 +20,7 @@ def test_the_merged_view_names_the_straggler_and_its_node(two_nodes):
     source = MergedSource()
     try:
         for node, run in enumerate((a, b)):
-            link = LocalLink.connect(str(run.run_dir))
+            link = LocalLink.at(run.run_dir)
             source.add(ADDRS[node], str(run.run_dir), link, node=node, status=link.status())
         wait_for(lambda: len(source.status()["workers"]) == 3 and all(w["step"] for w in source.status()["workers"]),
                  150, interval=0.5, what="three ranks stepping on two nodes")

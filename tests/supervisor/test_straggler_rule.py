@@ -84,12 +84,12 @@ def test_a_slow_dataset_names_its_rank_and_its_data_with_the_scripts_own_numbers
     assert list(r.named) == [1] and not r.ended
     assert r.named[1] - r.first_sample <= 30, "named within 30 s of the first steps"
     s = r.last[1].score
-    assert (s.slow, s.wait) == ("data", "compute")
+    assert (s.slow, s.wait) == ("data", "backward")
     assert s.own_s == pytest.approx(printed(rec, 1, "data"), rel=0.15)
     assert s.others_s == pytest.approx(printed(rec, 0, "data"), abs=0.002)
     assert s.cost_s == pytest.approx(printed(rec, 1, "data") - printed(rec, 0, "data"), rel=0.15)
     assert re.fullmatch(r"rank 1 is the straggler: its data takes 1\d\d ms against 0\.\d ms on the others, who wait "
-                        r"for it in their compute \(each step 1\d\d ms slower\)", r.texts[1]), r.texts[1]
+                        r"for it in their backward \(each step 1\d\d ms slower\)", r.texts[1]), r.texts[1]
     # what it cost: each step since it was named, its excess
     assert r.last[1].lost_s == pytest.approx(r.last[1].step and s.cost_s * (r.last[1].step - _step_at(rec, 1, r.named[1])),
                                              rel=0.2)
@@ -173,3 +173,16 @@ def test_a_phase_the_script_names_other_gets_the_rest_of_the_step_added_not_repl
             named.add(t, step, ph2)
         p, q = plain.pace(t), named.pace(t)
         assert q["phases"]["other"] == pytest.approx(p["phases"]["sync"] + p["phases"]["other"], rel=0.05, abs=1e-4)
+
+
+def test_a_slow_forward_names_its_rank_and_its_forward_the_others_waiting_in_backward():
+    """The issue's own case: every rank's step split by the automatic steps' hooks alone."""
+    rec = load("slow_forward")
+    r = replay(rec)
+    assert list(r.named) == [1]
+    s = r.last[1].score
+    assert (s.slow, s.wait) == ("forward", "backward")
+    assert s.own_s == pytest.approx(printed(rec, 1, "forward"), rel=0.1)
+    assert s.others_s == pytest.approx(printed(rec, 0, "forward"), rel=0.25)
+    assert re.fullmatch(r"rank 1 is the straggler: its forward takes 2\d\d ms against \d\d ms on the others, who "
+                        r"wait for it in their backward \(each step (1\d\d|2\d\d) ms slower\)", r.texts[1]), r.texts[1]

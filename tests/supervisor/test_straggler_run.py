@@ -8,9 +8,14 @@ balanced bench (bench/bench_straggler.py)."""
 from __future__ import annotations
 
 import json
+import os
 import re
+import signal
 import socket
+import subprocess
+import sys
 import urllib.request
+from pathlib import Path
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
@@ -56,10 +61,10 @@ def test_a_slow_dataset_names_its_rank_and_its_data_in_every_reader(headless, tm
     run = headless(DDP, "--slow-rank", 2, "--slow-data", 0.15, n=3, opts=["--metrics-port", port])
     a = finding(run, 2)
     assert re.fullmatch(r"rank 2 is the straggler: its data takes 1\d\d ms against 0\.\d ms on the others, who "
-                        r"wait for it in their compute \(each step 1\d\d ms slower\); its data phase waits on its "
+                        r"wait for it in their backward \(each step 1\d\d ms slower\); its data phase waits on its "
                         r"Dataset, loaded in its own process \(no DataLoader workers\)", a["message"]), a["message"]
     found = a["straggler"]
-    assert (found["rank"], found["phase"], found["wait_phase"]) == (2, "data", "compute")
+    assert (found["rank"], found["phase"], found["wait_phase"]) == (2, "data", "backward")
     assert found["own_s"] == pytest.approx(printed(run, 2, "data"), rel=0.2)
     st = json.loads(run.ctl("status", "--json").stdout)  # what a user of ctl reads
     assert [x["key"] for x in st["alerts"] if x["kind"] == "straggler"] == ["straggler:2"]
@@ -89,3 +94,61 @@ def test_an_explicit_phase_script_names_the_rank_and_its_compute(headless):
     assert ", who wait for it in their sync (each step " in a["message"]
     assert a["straggler"]["own_s"] == pytest.approx(printed(run, 1, "compute"), rel=0.15)
     assert a["straggler"]["others_s"] == pytest.approx(printed(run, 0, "compute"), rel=0.3)
+
+
+def test_a_slow_forward_names_its_rank_and_its_forward_the_others_waiting_in_backward(headless):
+    run = headless(DDP, "--slow-rank", 1, "--slow-forward", 0.2, n=3)
+    a = finding(run, 1)
+    assert re.fullmatch(r"rank 1 is the straggler: its forward takes 2\d\d ms against \d\d ms on the others, who "
+                        r"wait for it in their backward \(each step (1\d\d|2\d\d) ms slower\)", a["message"]), a["message"]
+    assert a["straggler"]["own_s"] == pytest.approx(printed(run, 1, "forward"), rel=0.15)
+    assert a["straggler"]["others_s"] == pytest.approx(printed(run, 0, "forward"), rel=0.3)
+
+
+# ------------------------------------------------------------ short of CPU ----
+def pin(pid: int, cpus: set[int]) -> None:
+    """Every thread of the process (threads it starts later inherit its main thread's)."""
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            os.sched_setaffinity(int(tid), cpus)
+        except OSError:
+            pass  # a thread that just ended
+
+
+def lower_priority(pid: int, nice: int) -> None:
+    """The process's priority among the others: where the kernel groups a session's processes
+    (autogroup: each rank runs in a session of its own), its group's; else its own threads'."""
+    group = Path(f"/proc/{pid}/autogroup")
+    if group.is_file():
+        group.write_text(str(nice))
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        os.setpriority(os.PRIO_PROCESS, int(tid), nice)
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two CPUs to put ranks on different ones")
+def test_a_rank_whose_core_busy_processes_share_is_named_short_of_cpu(headless):
+    """Rank 1 and two busy processes on CPU 0 (rank 1 a lower-priority job beside them: on a
+    machine busy with other work the kernel would otherwise move that work onto the peers' CPU
+    until every rank waits alike), ranks 0 and 2 on CPU 1; not a line of the script slowed: its
+    frozen backbone's forward is the CPU work a step."""
+    run = headless(DDP, "--pace", 0, "--work", 256, "--frozen", 60, n=3)
+    wait_for(lambda: all(w["step"] for w in run.status()["workers"]), STEPPING_S, what="every rank stepping")
+    pids = {w["rank"]: w["pid"] for w in run.status()["workers"]}
+    busy = [subprocess.Popen([sys.executable, "-c", "while True: pass"], start_new_session=True) for _ in range(2)]
+    try:
+        for p in busy:
+            pin(p.pid, {0})
+        pin(pids[1], {0})
+        lower_priority(pids[1], 10)
+        pin(pids[0], {1})
+        pin(pids[2], {1})
+        a = finding(run, 1)
+    finally:
+        for p in busy:
+            p.send_signal(signal.SIGKILL)
+            p.wait()
+    assert a["message"].startswith("rank 1 is the straggler: its forward takes "), a["message"]
+    assert ", who wait for it in their backward " in a["message"]
+    assert re.search(r"; short of CPU: ready to run but without a CPU \d+% of the time \(CPU \d+%, load [0-9.]+ "
+                     r"on \d+ CPUs\)$", a["message"]), a["message"]
+    assert a["straggler"]["reason"].startswith("short of CPU")

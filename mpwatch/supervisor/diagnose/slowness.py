@@ -7,8 +7,10 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 
-CPU_WAIT = 0.25  # its main thread waited for a CPU this share of the time or more: short of CPU
+CPU_WAIT = 0.25  # its main thread waited for a CPU this share of the time or more: short of CPU,
+CPU_WAIT_OVER = 0.15  # and this much more than its peers' median (on a busy machine every rank waits)
 
 
 def cpus() -> int:
@@ -26,14 +28,50 @@ def load() -> float | None:
         return None
 
 
-def why(info: Mapping[str, object] | None, node_load: float | None, ncpu: int) -> str | None:
-    """'short of CPU: ready to run but without a CPU 64% of the time (CPU 31%, load 5.2 on 2
-    CPUs)', or None when nothing seen slows it (info: the process sampler's ProcInfo)."""
+def cpu_wait(info: Mapping[str, object] | None) -> float | None:
     wait = info.get("cpu_wait") if info else None
-    if not isinstance(wait, (int, float)) or wait < CPU_WAIT:
+    return float(wait) if isinstance(wait, (int, float)) else None
+
+
+def peers_wait(infos: Mapping[int, Mapping[str, object] | None]) -> dict[int, float | None]:
+    """Each rank's peers' median cpu_wait (the process sampler's ProcInfo of each rank here)."""
+    waits = {r: w for r, i in infos.items() if (w := cpu_wait(i)) is not None}
+    out: dict[int, float | None] = {}
+    for r in infos:
+        others = sorted(w for q, w in waits.items() if q != r)
+        out[r] = others[len(others) // 2] if others else None
+    return out
+
+
+def why(info: Mapping[str, object] | None, node_load: float | None, ncpu: int,
+        peers: float | None = None) -> str | None:
+    """'short of CPU: ready to run but without a CPU 64% of the time (CPU 31%, load 5.2 on 2
+    CPUs)', or None when nothing seen slows it (info: the process sampler's ProcInfo; peers: the
+    median of the other ranks' cpu_wait here, which it must exceed by CPU_WAIT_OVER: on a machine
+    where every rank waits as long, being short of CPU slows none more than another)."""
+    wait = cpu_wait(info)
+    if wait is None or wait < CPU_WAIT or (peers is not None and wait < peers + CPU_WAIT_OVER):
         return None
     cpu = info.get("cpu_percent") if info else None
     facts = ([f"CPU {cpu:.0f}%"] if isinstance(cpu, (int, float)) else []) + (
         [f"load {node_load:.1f} on {ncpu} CPU{'s' if ncpu > 1 else ''}"] if node_load is not None else [])
     return f"short of CPU: ready to run but without a CPU {wait:.0%} of the time" + (
         f" ({', '.join(facts)})" if facts else "")
+
+
+@dataclass(frozen=True)
+class Node:
+    """What `why` compares a rank with, read once per status: the node's load, its CPUs, and
+    each rank's peers' median cpu_wait."""
+
+    load: float | None = None
+    cpus: int = 1
+    peers: dict[int, float | None] = field(default_factory=dict)
+
+    @classmethod
+    def now(cls, infos: Mapping[int, Mapping[str, object] | None]) -> Node:
+        """infos: each rank's ProcInfo (the process sampler's), None where it has none."""
+        return cls(load(), cpus(), peers_wait(infos))
+
+    def why(self, rank: int, info: Mapping[str, object] | None) -> str | None:
+        return why(info, self.load, self.cpus, self.peers.get(rank))

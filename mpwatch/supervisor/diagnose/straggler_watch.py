@@ -80,10 +80,10 @@ class StragglerWatch:
         self.check(time.monotonic())
 
     def _rows(self) -> dict[int, Row]:
-        node = (slowness.load(), slowness.cpus())
         wall = time.time()
         out = {}
         with self.lock:
+            node = slowness.Node.now({r: w.attempt.proc_info for r, w in self.workers.items()})
             for r, w in self.workers.items():
                 a = w.attempt
                 if w.state is not State.RUNNING or not a.dist:
@@ -91,7 +91,7 @@ class StragglerWatch:
                 p = a.pace.pace(wall)
                 if p is not None:
                     kids = len(a.proc_info.get("children", [])) if a.proc_info is not None else 0
-                    out[r] = Row(p, w.reports.step, kids, slowness.why(a.proc_info, *node))
+                    out[r] = Row(p, w.reports.step, kids, node.why(r, a.proc_info))
         return out
 
     def _say(self, f: straggler.Finding, row: Row, now: float) -> None:
