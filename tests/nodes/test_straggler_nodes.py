@@ -8,6 +8,7 @@ from __future__ import annotations
 import pytest
 
 from mpwatch.sources.multinode.source import LocalLink, MergedSource
+from mpwatch.sources.remote.client import Transport
 from tests.helpers import FIXTURES, wait_for
 from tests.nodes.conftest import ADDRS, explain
 
@@ -17,7 +18,7 @@ pytestmark = [pytest.mark.torch, pytest.mark.timeout(300)]
 
 def test_the_merged_view_names_the_straggler_and_its_node(two_nodes):
     a, b = two_nodes(FIXTURES / "ddp_pace.py", "--slow-rank", "2", "--slow-data", "0.15", n=(2, 1))
-    source = MergedSource()
+    source = MergedSource(Transport())  # nodes here: no ssh
     try:
         for node, run in enumerate((a, b)):
             link = LocalLink.at(run.run_dir)
