@@ -109,9 +109,11 @@ def scores(paces: Mapping[int, Pace]) -> dict[int, Score]:
         saving = -sum(v for v in over.values() if v < 0)
         slow = max(names, key=lambda k: over[k])
         wait = min(names, key=lambda k: over[k]) if saving > 0 else None
-        others = median(t[q][slow] for q in t if q != r)
         together = step > 0 and abs(paces[r]["step_s"] - step) <= LOCKSTEP * step
         share = min(excess, saving) / step if together else 0.0
+        # the others' own median where it may be said (a rank of no account: the median rank's,
+        # which it hardly moves; a pass over every rank for each would cost 256 ranks 65536 reads)
+        others = median(t[q][slow] for q in t if q != r) if share >= END else ref[slow]
         out[r] = Score(r, share, slow, wait, mine[slow], others, excess)
     return out
 

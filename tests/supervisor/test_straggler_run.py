@@ -152,3 +152,14 @@ def test_a_rank_whose_core_busy_processes_share_is_named_short_of_cpu(headless):
     assert re.search(r"; short of CPU: ready to run but without a CPU \d+% of the time \(CPU \d+%, load [0-9.]+ "
                      r"on \d+ CPUs\)$", a["message"]), a["message"]
     assert a["straggler"]["reason"].startswith("short of CPU")
+
+
+def test_the_finding_ends_when_the_rank_catches_up(headless):
+    """Rank 2's Dataset is slow for its first 25 s of steps only: named, then no longer, with its
+    last numbers in the event that ends it and a headless line that says so."""
+    run = headless(DDP, "--slow-rank", 2, "--slow-data", 0.15, "--slow-for", 25, n=3)
+    finding(run, 2)
+    [ended] = run.wait_event("alert", lambda e: e.get("kind") == "straggler" and e.get("ended"), timeout=90)
+    assert ended["rank"] == 2 and ended["key"] == "straggler:2" and ended["straggler"]["phase"] == "data"
+    assert not [a for a in run.status()["alerts"] if a["kind"] == "straggler"]
+    wait_for(lambda: "rank 2: no longer the straggler" in run.stderr_text, 30, what="the headless line")

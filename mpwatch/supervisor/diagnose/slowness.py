@@ -5,6 +5,7 @@ called under the run's lock by the snapshot builder and the straggler watch.
 """
 from __future__ import annotations
 
+import bisect
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -34,12 +35,20 @@ def cpu_wait(info: Mapping[str, object] | None) -> float | None:
 
 
 def peers_wait(infos: Mapping[int, Mapping[str, object] | None]) -> dict[int, float | None]:
-    """Each rank's peers' median cpu_wait (the process sampler's ProcInfo of each rank here)."""
+    """Each rank's peers' median cpu_wait (the process sampler's ProcInfo of each rank here):
+    the values sorted once, each rank's own left out by its place (256 ranks: no 256 sorts)."""
     waits = {r: w for r, i in infos.items() if (w := cpu_wait(i)) is not None}
+    vals = sorted(waits.values())
     out: dict[int, float | None] = {}
     for r in infos:
-        others = sorted(w for q, w in waits.items() if q != r)
-        out[r] = others[len(others) // 2] if others else None
+        own = waits.get(r)
+        n = len(vals) - (own is not None)  # the others
+        if n <= 0:
+            out[r] = None
+            continue
+        j = n // 2  # the others' median (the upper one of two)
+        at = bisect.bisect_left(vals, own) if own is not None else len(vals)  # where its own value sits
+        out[r] = vals[j] if j < at else vals[j + 1]
     return out
 
 
