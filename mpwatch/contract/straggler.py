@@ -26,10 +26,12 @@ words is text.straggler_text's.
 """
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from statistics import median
 
+from mpwatch.contract.coerce import as_float, as_int, as_str
 from mpwatch.contract.pace import OTHER
 from mpwatch.contract.status import Pace, StragglerInfo, WorkerStatus
 
@@ -38,6 +40,7 @@ END = 0.12  # under this share it has caught up
 SCORE_HOLD_S = 8.0  # the score holds this long before the finding appears
 END_HOLD_S = 8.0  # and stays low this long before it ends
 LOCKSTEP = 0.2  # a rank whose step is this share longer or shorter than the median's does not step with them
+TEXT_MAX = 400  # a finding's words read back from a file are cut here
 EPS = 0.01  # a share of the step added to each phase time before a ratio (a phase of ~0 s is no speed)
 # How likely a phase holds a collective the others wait in (names not here: 0, the user's work).
 WAITS = {"sync": 3, "comm": 3, "communication": 3, "collective": 3, "all_reduce": 3, "allreduce": 3,
@@ -123,6 +126,26 @@ def info(s: Score, lost_s: float, why: str | None, rank: int | None = None) -> S
     return StragglerInfo(rank=s.rank if rank is None else rank, phase=s.slow, own_s=round(s.own_s, 6),
                          others_s=round(s.others_s, 6), wait_phase=s.wait, cost_s=round(s.cost_s, 6),
                          lost_s=round(lost_s, 3), reason=why)
+
+
+def read_info(raw: object) -> StragglerInfo | None:
+    """A finding's numbers read back from a file (events.jsonl: a replay, a summary), checked;
+    None for anything that is not what the supervisor writes."""
+    if not isinstance(raw, dict):
+        return None
+    rank, node = as_int(raw.get("rank")), as_int(raw.get("node"))
+    phase, wait, why = as_str(raw.get("phase")), raw.get("wait_phase"), raw.get("reason")
+    nums = [as_float(raw.get(k)) for k in ("own_s", "others_s", "cost_s", "lost_s")]
+    if rank is None or phase is None or not all(v is not None and math.isfinite(v) for v in nums) \
+            or not (wait is None or isinstance(wait, str)) or not (why is None or isinstance(why, str)):
+        return None
+    own_s, others_s, cost_s, lost_s = (float(v or 0.0) for v in nums)
+    out = StragglerInfo(rank=rank, phase=phase[:TEXT_MAX], own_s=own_s, others_s=others_s,
+                        wait_phase=None if wait is None else wait[:TEXT_MAX], cost_s=cost_s, lost_s=lost_s,
+                        reason=None if why is None else why[:TEXT_MAX])
+    if node is not None:
+        out["node"] = node
+    return out
 
 
 # ---------------------------------------------------------------- hysteresis ----

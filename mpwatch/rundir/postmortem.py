@@ -10,6 +10,7 @@ import os
 import time
 from typing import Literal, TypedDict, cast
 
+from mpwatch.contract import straggler
 from mpwatch.contract.coerce import as_float, as_int, as_str
 from mpwatch.contract.status import CheckpointRequest, Event, EventFields, EventRecord, TunableStatus
 from mpwatch.rundir import control_events, eventlines, layout
@@ -270,11 +271,9 @@ def _stragglers(evs: list[EventRecord]) -> list[StragglerEnd]:
                                           message="")
             out.append(s)
         s["message"] = as_str(e.get("message")) or s["message"]
-        found = e.get("straggler")
-        if isinstance(found, dict):
-            s["rank"] = as_int(found.get("rank")) if as_int(found.get("rank")) is not None else s["rank"]
-            s["phase"] = as_str(found.get("phase"))
-            s["lost_s"] = as_float(found.get("lost_s"))
+        found = straggler.read_info(e.get("straggler"))
+        if found is not None:
+            s["rank"], s["phase"], s["lost_s"] = found["rank"], found["phase"], found["lost_s"]
         if e.get("ended"):
             s["until"] = e["ts"]
             del open_[key]

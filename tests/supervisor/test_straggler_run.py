@@ -2,7 +2,7 @@
 straggler the way real ones are, the others waiting for it in their collectives. The finding
 names the rank and where it loses its time (with the script's own numbers), the status carries
 each rank's pace, `ctl status --json` prints it, Prometheus serves the phase times and the
-speeds, the run's summary says when the finding began and what it cost the run. The runs
+speeds, the run's summary and its replay say when the finding began and what it cost the run. The runs
 that name nobody are tests/supervisor/test_straggler_rule.py's recordings and the 10-minute
 balanced bench (bench/bench_straggler.py)."""
 from __future__ import annotations
@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from mpwatch.sources.replay import ReplaySource
 from tests.helpers import FIXTURES, mpwatch, wait_for
 
 pytest.importorskip("torch", reason="the straggler's runs are torch's (pip install -e '.[demo]')")
@@ -85,6 +86,10 @@ def test_a_slow_dataset_names_its_rank_and_its_data_in_every_reader(headless, tm
     assert got, summary
     lost = float(got.group(2)) / (1000 if got.group(3) == "ms" else 1)
     assert lost >= found["lost_s"] * 0.95  # its last numbers, at the run's stop
+    replay = ReplaySource(run.run_dir)  # `mpwatch show`: since when, and what it had cost by the end
+    replay.move("end")
+    [again] = [x for x in replay.status()["alerts"] if x["kind"] == "straggler"]
+    assert again["ts"] == pytest.approx(a["ts"], abs=1.0) and again["straggler"]["lost_s"] == pytest.approx(lost, rel=0.1)
 
 
 def test_an_explicit_phase_script_names_the_rank_and_its_compute(headless):
