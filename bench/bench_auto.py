@@ -70,6 +70,8 @@ else:  # each phase's seconds (worker.auto.split), as worker.auto's own emit pas
 steps = Steps(emit)
 steps.has_optimizer = True
 backward = patches._backward(lambda *a, **k: None, steps, capture, worker.auto_wanted)
+# an optimizer class's step() as mpwatch wraps it, around what torch's own wrapper does for us: its hook
+step = patches._optimizer_step(lambda opt: steps.optimizer_stepped(), steps, capture, worker.auto_wanted)
 class Batches:
     def __next__(self):
         return None
@@ -82,7 +84,7 @@ def hooks(k):
     for _ in range(k):
         next(batches)
         backward(loss)
-        steps.optimizer_stepped()
+        step(None)
     time.sleep(0.6)  # the sender's flushes of these steps (reading their losses) count too
     return (cpu() - c) / k / 1000.0
 

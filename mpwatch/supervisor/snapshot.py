@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol, cast
 
@@ -61,7 +61,9 @@ class RunView(Protocol):
 def build(run: RunView, tail: int = TAIL) -> Status:
     now = time.monotonic()
     with run.lock:
-        node = slowness.Node.now({r: w.attempt.proc_info for r, w in run.workers.items()})
+        panel: Mapping[str, Any] = run.gpu.snapshot()  # takes only the GPU watcher's own lock
+        node = slowness.Node.now({r: w.attempt.proc_info for r, w in run.workers.items()},
+                                 gpu_reasons(run.gpu, panel.get("gpus", []), run.workers))
         counts: dict[str, int] = {}
         workers = []
         for rank in sorted(run.workers):
@@ -70,7 +72,6 @@ def build(run: RunView, tail: int = TAIL) -> Status:
             grank = rank if run.nodes is None else run.nodes.global_rank(rank)
             workers.append(worker_status(w, now, tail, run.gpu, grank, node))
         straggler.fill_relative(workers)
-        panel: Mapping[str, Any] = run.gpu.snapshot()  # takes only the GPU watcher's own lock
         o = run.opts
         info = RunInfo(
             id=run.run_id, dir=str(run.run_dir), script=o.script, args=list(o.args), state=run.state.value,
@@ -82,14 +83,24 @@ def build(run: RunView, tail: int = TAIL) -> Status:
                      "stop_signal": o.stop_signal, "metrics": run.metrics_at},
             refused_connections=run.refused_connections(),
             node=None if run.nodes is None else run.nodes.info())
-        tunables, checkpoints = run.control.status()
-        return Status(
+        control = run.control.status()
+        st = Status(
             run=info, workers=workers,
             gpus=cast(list[GpuView], panel.get("gpus", [])),  # GpuWatch builds them as contract.status says
             gpu_status=panel.get("gpu_status"),
             alerts=run.log.alerts(), events_seq=run.log.seq,
             straggler=culprit.analyze(workers),  # lags, and the likely culprit of a hang
-            tunables=tunables, checkpoints=checkpoints)
+            tunables=control.tunables, checkpoints=control.checkpoints)
+        if control.profiles:
+            st["profiles"] = control.profiles
+        return st
+
+
+def gpu_reasons(gpu: GpuWatch, views: Sequence[GpuView], workers: Mapping[int, Worker]) -> dict[int, str]:
+    """The ranks whose own GPU is throttled (slowness.gpu_reasons), placed as the GPU watcher did."""
+    placed = {r: (g["index"] if (g := gpu.worker_gpu(r)) is not None else None)
+              for r, w in workers.items() if w.alive}
+    return slowness.gpu_reasons(views, placed)
 
 
 def pace(w: Worker, node: slowness.Node | None = None) -> Pace | None:
@@ -136,6 +147,8 @@ def worker_status(w: Worker, now: float, tail: int, gpu: GpuWatch | None,
         stop=stop_info(a, now) if alive else None, polls_checkpoint=a.polls, steps_from=r.source)
     if r.rejected:
         row["rejected"] = {"count": r.rejected, "why": r.rejected_why or "?"}
+    if r.refused_tunables:
+        row["refused_tunables"] = list(r.refused_tunables)
     return row
 
 

@@ -22,6 +22,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from mpwatch.sources.replay import ReplaySource
 from tests.helpers import FIXTURES, mpwatch, wait_for
+from tests.supervisor.test_gpu_run import FAST, gpu_env, view
 
 pytest.importorskip("torch", reason="the straggler's runs are torch's (pip install -e '.[demo]')")
 pytestmark = [pytest.mark.torch, pytest.mark.timeout(240)]
@@ -168,3 +169,24 @@ def test_the_finding_ends_when_the_rank_catches_up(headless):
     assert ended["rank"] == 2 and ended["key"] == "straggler:2" and ended["straggler"]["phase"] == "data"
     assert not [a for a in run.status()["alerts"] if a["kind"] == "straggler"]
     wait_for(lambda: "rank 2: no longer the straggler" in run.stderr_text, 30, what="the headless line")
+
+
+# ------------------------------------------------------------ a throttled GPU ----
+def test_a_rank_on_a_throttled_gpu_is_named_with_its_clocks(headless, tmp_path, libnvml):
+    """Three GPUs the stand-in libnvidia-ml.so.1 plays under the real nvidia-ml-py, rank 1's held
+    back by its power cap (its SM clock 1095 of 1980 MHz); the scripted CUDA view puts each rank
+    on its own GPU by UUID; rank 1's forward is 0.2 s slower, as a throttled GPU's would be."""
+    gib = 1 << 30
+    gpus = [{"name": "NVIDIA H100 80GB HBM3", "uuid": f"GPU-{i:04d}", "mem_total": 80 * gib} for i in range(3)]
+    frame = {"gpus": [{"util_gpu": 97, "sm_clock": 1095 if i == 1 else 1980, "sm_clock_max": 1980,
+                       "throttle": ["sw_power_cap"] if i == 1 else [],
+                       "processes": [{"pid": f"rank:{i}", "mem": 10 * gib}]} for i in range(3)]}
+    env = gpu_env(libnvml, tmp_path, {"gpus": gpus, "frames": [frame]},
+                  cuda={str(i): [view(f"GPU-{i:04d}", 8 * gib, 9 * gib)] for i in range(3)})
+    run = headless(DDP, "--slow-rank", 1, "--slow-forward", 0.2, n=3, opts=FAST, env=env)
+    a = finding(run, 1)
+    assert a["message"].startswith("rank 1 is the straggler: its forward takes 2"), a["message"]
+    assert a["message"].endswith("; its GPU 1 is throttled: sw power cap (SM clock 1095 of 1980 MHz)"), a["message"]
+    assert a["straggler"]["reason"] == "its GPU 1 is throttled: sw power cap (SM clock 1095 of 1980 MHz)"
+    paces = {w["rank"]: w["pace"] for w in run.status()["workers"]}
+    assert paces[0]["why"] is None and paces[2]["why"] is None  # their GPUs run at their full clock

@@ -18,8 +18,10 @@ from dataclasses import dataclass
 
 from mpwatch.contract import straggler
 from mpwatch.contract.status import Pace, State
+from mpwatch.supervisor import snapshot
 from mpwatch.supervisor.diagnose import slowness
 from mpwatch.supervisor.eventlog import EventLog
+from mpwatch.supervisor.gpu.watch import GpuWatch
 from mpwatch.supervisor.workers.worker import Worker
 from mpwatch.text import straggler_text
 
@@ -47,10 +49,11 @@ class Row:
 
 class StragglerWatch:
     def __init__(self, workers: dict[int, Worker], lock: threading.RLock, log: EventLog,
-                 global_rank: Callable[[int], int] = lambda r: r):
+                 global_rank: Callable[[int], int] = lambda r: r, gpu: GpuWatch | None = None):
         self.workers = workers
         self.lock = lock
         self.log = log
+        self.gpu = gpu  # the GPU watcher: each rank's GPU and its clocks
         self.global_rank = global_rank
         self.standing = straggler.Standing()
         self._said: dict[int, Said] = {}
@@ -82,8 +85,11 @@ class StragglerWatch:
     def _rows(self) -> dict[int, Row]:
         wall = time.time()
         out = {}
+        gpu = self.gpu
+        views = gpu.snapshot()["gpus"] if gpu is not None else []  # its own lock, not the run's
         with self.lock:
-            node = slowness.Node.now({r: w.attempt.proc_info for r, w in self.workers.items()})
+            throttled = snapshot.gpu_reasons(gpu, views, self.workers) if gpu is not None else {}
+            node = slowness.Node.now({r: w.attempt.proc_info for r, w in self.workers.items()}, throttled)
             for r, w in self.workers.items():
                 a = w.attempt
                 if w.state is not State.RUNNING or not a.dist:
