@@ -5,15 +5,17 @@ from __future__ import annotations
 
 from mpwatch.contract.pace import OTHER
 from mpwatch.contract.straggler import Label, Score, rank_label
-from mpwatch.text import fmt
+from mpwatch.text import fmt, safe
+
+NAME_WIDTH = 40  # a phase's name as the script gave it, printable and cut
 
 
 def _phase(name: str) -> str:
-    return "time outside any phase" if name == OTHER else name
+    return "time outside any phase" if name == OTHER else safe.printable(name, NAME_WIDTH)
 
 
 def _waits_in(name: str) -> str:
-    return "between the phases" if name == OTHER else f"in their {name}"
+    return "between the phases" if name == OTHER else f"in their {safe.printable(name, NAME_WIDTH)}"
 
 
 def data_reason(children: int) -> str:

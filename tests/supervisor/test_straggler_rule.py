@@ -186,3 +186,13 @@ def test_a_slow_forward_names_its_rank_and_its_forward_the_others_waiting_in_bac
     assert s.others_s == pytest.approx(printed(rec, 0, "forward"), rel=0.25)
     assert re.fullmatch(r"rank 1 is the straggler: its forward takes 2\d\d ms against \d\d ms on the others, who "
                         r"wait for it in their backward \(each step (1\d\d|2\d\d) ms slower\)", r.texts[1]), r.texts[1]
+
+
+def test_a_phase_name_with_terminal_escapes_is_said_printable():
+    """A script's phase names reach the finding's words (and every terminal showing them)."""
+    rec = load("explicit")
+    hostile = "comp\x1b]0;owned\x07ute"
+    renamed = {"samples": {r: [[t, step, {(hostile if k == "compute" else k): v for k, v in ph.items()}]
+                               for t, step, ph in got] for r, got in rec["samples"].items()}}
+    text = replay(renamed).texts[2]
+    assert text.isprintable() and text.startswith("rank 2 is the straggler: its comp?]0;owned?ute takes "), text

@@ -4,7 +4,7 @@ and its speed against the others, what slows its process). Pure; the UI thread."
 from __future__ import annotations
 
 from mpwatch.contract.status import Pace, WorkerStatus
-from mpwatch.text import fmt
+from mpwatch.text import fmt, safe
 from mpwatch.tui.render.glyphs import Glyphs
 from mpwatch.tui.render.segs import Cell
 
@@ -31,7 +31,7 @@ def pace_cell(w: WorkerStatus) -> Cell:
     if speed >= SLOW:
         return f"{min(speed, 9.99):.2f}"
     style = "bold yellow" if speed < VERY_SLOW else "yellow"
-    return ((f"{speed:.2f} {SHORT.get(name, name[:4])}", style),)
+    return ((f"{speed:.2f} {SHORT.get(name, safe.printable(name[:4]))}", style),)
 
 
 def pace_text(w: WorkerStatus, g: Glyphs) -> str:
@@ -49,7 +49,8 @@ def pace_text(w: WorkerStatus, g: Glyphs) -> str:
         if name == "other" and secs < 0.01 * p["step_s"]:
             continue  # every moment of its steps is in a phase
         speed = rel.get(name)
-        parts.append(f"{name} {fmt.span(secs)}" + (f" {times}{speed:.2f}" if speed is not None else ""))
+        shown = f"{safe.printable(name, 40)} {fmt.span(secs)}"
+        parts.append(shown + (f" {times}{speed:.2f}" if speed is not None else ""))
     legend = f"{times}: speed against the median rank; " if rel else ""
     text = (f"pace: {fmt.span(p['step_s'])} a step: " + g.sep.join(parts)
             + f" ({legend}{p['steps']} steps in {fmt.age(p['window_s'])})")
