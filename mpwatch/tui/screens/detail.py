@@ -138,6 +138,9 @@ class DetailScreen(RunScreen):
         note = view.note_text(w)
         if note:
             t.append(f"\n{note}", style="yellow")
+        memory = w.get("memory")
+        if memory is not None and memory["snapshot"]:  # at its OOM, or asked with M / ctl memory
+            t.append(f"\nCUDA memory snapshot: {memory['snapshot']} (pytorch.org/memory_viz opens it)")
         self.title_bar.update(t)
         self.pace_line.update(Text(pace.pace_text(w, g), style="" if w["pace"] else "bright_black"))
         body = [f"{c['pid']}  {c['status']}  cpu {fmt.num(c['cpu_percent'], na='-')}%  "
