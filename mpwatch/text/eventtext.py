@@ -8,8 +8,8 @@ from __future__ import annotations
 from typing import Literal
 
 from mpwatch.contract.control import shown
+from mpwatch.contract.culprit import ranks_text
 from mpwatch.contract.status import Event, EventFields, State
-from mpwatch.contract.straggler import ranks_text
 from mpwatch.text import fmt
 
 Severity = Literal["information", "warning", "error"]  # Textual's notification severities
@@ -121,6 +121,14 @@ def _profile(rec: EventFields) -> str:
     return f"{who} ended before its profile started"
 
 
+def _alert(rec: EventFields) -> str | None:
+    if rec.get("ended") and rec.get("kind") == "straggler":
+        return f"rank {rec.get('rank')}: no longer the straggler"
+    if rec.get("ended"):  # its ranks report again (their `recovered` lines say so)
+        return None
+    return f"alert{' (updated)' if rec.get('update') else ''}: {rec.get('message')}"
+
+
 def _memory(rec: EventFields) -> str:
     """A CUDA memory snapshot's events (supervisor.control.actions, contract.actions' MEMORY)."""
     e, who, step = rec.get("event"), _who(rec), rec.get("step")
@@ -168,9 +176,7 @@ def line(rec: EventFields) -> str | None:
         at = "stuck in" if reason == "stall" else "in"
         return f"{who} stack dump{why}: {rec.get('path')}" + (f", {at} {where}" if where else "")
     if e == Event.ALERT:
-        if rec.get("ended"):  # its ranks report again (their `recovered` lines say so)
-            return None
-        return f"alert{' (updated)' if rec.get('update') else ''}: {rec.get('message')}"
+        return _alert(rec)
     if e == Event.GPU_ALERT:
         return f"GPU alert{' (updated)' if rec.get('update') else ''}: {rec.get('message')}"
     if e == Event.STOPPING:

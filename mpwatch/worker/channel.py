@@ -106,6 +106,8 @@ class ProcessState:
         self.seq = itertools.count()
         self.phases: dict[str, float] = {}
         self.phase_cache: dict[str, PhaseTimer] = {}  # phase() allocates nothing after a name's first call
+        # the automatic steps' GPU times (worker.auto.gpu_times), added by the sender thread alone
+        self.gpu_phases: dict[str, float] = {}
         self.conn: Connection | None = None
         self.thread: threading.Thread | None = None
         self.lock = threading.Lock()

@@ -96,11 +96,12 @@ class Sender:
             # numbers, whether before items[0] or between items, adds up to this.
             dropped = items[-1][0] - s.last_sent_seq - len(items)
             s.last_sent_seq = items[-1][0]
-        phases = dict(s.phases)
+        own = dict(s.phases)  # the training thread's totals, to tell whether they moved (above)
+        phases = batch.with_gpu_times(s, items, own)
         msg = batch.frame(chan, items, dropped, phases, answers, ooms)
         try:
             conn.send_bytes(protocol.encode_lossy(msg))
-            s.last_phases = phases
+            s.last_phases = own
         except (OSError, EOFError, ValueError):
             self._give_back(answers, ooms)
             self._lost()

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, cast
 
+from mpwatch.contract import straggler
 from mpwatch.contract.coerce import as_float, as_int, as_str
 from mpwatch.contract.control import keep_refused
 from mpwatch.contract.status import (
@@ -215,6 +216,9 @@ def _alert(run: RunFold, e: EventFields) -> None:
         a["culprits"] = [x for x in culprits if isinstance(x, int)]
     if isinstance(waiting, list):
         a["waiting"] = [x for x in waiting if isinstance(x, int)]
+    found = straggler.read_info(e.get("straggler"))
+    if found is not None:  # a straggler's numbers: what it had cost the run by then
+        a["straggler"] = found
     if at is None:
         run.alerts = (run.alerts + [a])[-ALERTS_KEPT:]
     else:

@@ -239,16 +239,20 @@ class ReportLedger:
             ts=reports[-1].ts, step=r.step, loss=r.loss,
             metrics=_merged_metrics(reports, prev.metrics if prev else None),
             n=sum(x.n for x in reports) + (prev.n if prev else 0),
-            dropped=dropped + (prev.dropped if prev else 0))
+            dropped=dropped + (prev.dropped if prev else 0), phases=dict(r.phases) if r.phases else None)
 
     # ------------------------------------------------------------ report events ----
     def write_report(self, w: Worker, now: float) -> None:
+        """The pending report as an event; it is also a sample of the rank's pace (contract.pace:
+        the same samples a replay reads back)."""
         with self.lock:
             rec, w.reports.pending = w.reports.pending, None
             w.reports.next_event = now + REPORT_EVENT_S
+            if rec is not None:
+                w.attempt.pace.add(rec.ts, rec.step, rec.phases)
         if rec is not None:
             self.log.report(w.rank, rec.ts, eventlines.report_fields(rec.step, rec.loss, rec.metrics, rec.n,
-                                                                     rec.dropped))
+                                                                     rec.dropped, phases=rec.phases))
 
     def flush(self, now: float) -> None:
         """Main loop: write reports held back by the rate limit once their slot comes."""
