@@ -127,7 +127,9 @@ def _setup() -> Channel | None:
         from mpwatch.worker.cuda_scripted import ScriptedCuda
 
         source = ScriptedCuda(scenario, config.rank)
-    chan = Channel(config, source)
+    # mpwatch's start-up hook imports this module for the CUDA memory forensics alone: the script
+    # promised no reports (protocol.ENV_HOOK_ONLY, set only while it imports)
+    chan = Channel(config, source, quiet=os.environ.pop(protocol.ENV_HOOK_ONLY, None) == "1")
     chan.sender = Sender(chan)
     if source is not None:
         _arm_scripted(source, chan)

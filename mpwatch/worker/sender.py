@@ -54,12 +54,11 @@ class Sender:
 
         try:
             s.conn = conn = Client(cfg.address, family="AF_UNIX", authkey=cfg.authkey)
-            conn.send_bytes(
-                protocol.encode(
-                    {"t": protocol.HELLO, "v": protocol.VERSION, "rank": cfg.rank,
-                     "pid": os.getpid(), "ppid": os.getppid()}
-                )
-            )
+            hello: dict[str, object] = {"t": protocol.HELLO, "v": protocol.VERSION, "rank": cfg.rank,
+                                        "pid": os.getpid(), "ppid": os.getppid()}
+            if chan.quiet:
+                hello["quiet"] = True
+            conn.send_bytes(protocol.encode(hello))
             return True
         except (OSError, EOFError, ValueError):
             s.conn = None

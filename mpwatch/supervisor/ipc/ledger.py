@@ -71,7 +71,9 @@ class ReportLedger:
                 return
             a = w.attempt
             if peer.pid == a.pid:
-                a.connected = a.chan_open = True
+                a.chan_open = True
+                # a quiet hello (protocol.HELLO) promises no reports: none is waited for
+                a.connected = a.connected or msg.get("quiet") is not True
                 if w.state is State.STARTING:
                     w.transition(State.RUNNING, "hello")
             else:
@@ -216,7 +218,8 @@ class ReportLedger:
             r.phases = {str(k): f for k, v in phases.items() if (f := as_number(v)) is not None}
         if cuda is not None:  # sent at most once a second: a batch without it keeps the last
             r.cuda = validate_cuda(cuda)  # checked here, where it enters: None when malformed
-        a.connected = True
+        if reports:
+            a.connected = True  # a quiet channel's script reports after all
         if not reports:
             return
         if a.first_report is None:
