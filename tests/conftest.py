@@ -28,6 +28,7 @@ import time
 import pytest
 
 from tests.helpers import HeadlessRun, internal_errors
+from tests.framework_runs import hf_run, lightning_run  # noqa: F401 - one run each, two tests read it
 from tests.libnvml import libnvml, libnvml_no_v3  # noqa: F401 - session fixtures, built once
 from tests.recorded_runs import crashed, hung, killed, oom, record, stored_hang  # noqa: F401 - recorded once
 from tests.users import Nobody, why_not
@@ -35,7 +36,7 @@ from tests.users import Nobody, why_not
 # Runs shared by several tests (session fixtures) -> the xdist group their tests share: a
 # session fixture read in two lanes is made twice. One group a run, so the lanes split them.
 SHARED_RUNS = {**dict.fromkeys(("record", "crashed", "hung", "killed", "oom"), "recorded"),
-               "three_ranks": "three-ranks"}
+               "three_ranks": "three-ranks", "lightning_run": "lightning", "hf_run": "hugging-face"}
 _RUNTIME: list[str] = []
 
 
