@@ -6,6 +6,7 @@ the supervisor's, counted and said in the status."""
 from __future__ import annotations
 
 import json
+import os
 import select
 import socket
 import subprocess
@@ -24,11 +25,17 @@ WORKER = FIXTURES / "tui_worker.py"
 
 
 class Bridge:
-    """`mpwatch bridge RUN` on pipes, read with a deadline (a request left unanswered fails)."""
+    """`mpwatch bridge RUN` on pipes, read with a deadline (a request left unanswered fails).
+
+    Its replies are read from the pipe's fd into a buffer of our own, and a line already in
+    that buffer is taken before waiting on the fd: select() on a file object that buffers
+    says nothing of what its buffer holds, and replies that came together once waited there
+    for the whole timeout (a fresh clone's `make test` failed so; alone it passed in 1 s)."""
 
     def __init__(self, run_dir, env=None):
         self.proc = subprocess.Popen([*MPWATCH, "bridge", str(run_dir)], stdin=subprocess.PIPE,
                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+        self.pending = b""  # read from the pipe, not yet a whole line
         self.send({"t": "hello", "proto": "mpwatch-bridge", "min": 1, "max": 1, "mpwatch": "test"})
         assert "run" in self.recv(), "no run in the bridge's hello"
 
@@ -37,10 +44,15 @@ class Bridge:
         self.proc.stdin.flush()
 
     def recv(self, timeout: float = 30.0) -> dict:
-        ready, _, _ = select.select([self.proc.stdout], [], [], timeout)
-        assert ready, f"no answer from the bridge within {timeout:g}s"
-        line = self.proc.stdout.readline()
-        assert line, f"the bridge ended: {self.proc.stderr.read().decode()}"
+        deadline = time.monotonic() + timeout
+        fd = self.proc.stdout.fileno()  # never read through proc.stdout: its buffer would hide lines
+        while b"\n" not in self.pending:
+            ready, _, _ = select.select([fd], [], [], max(0.0, deadline - time.monotonic()))
+            assert ready, f"no answer from the bridge within {timeout:g}s"
+            chunk = os.read(fd, 1 << 16)
+            assert chunk, f"the bridge ended: {self.proc.stderr.read().decode()}"
+            self.pending += chunk
+        line, self.pending = self.pending.split(b"\n", 1)
         return json.loads(line)
 
     def close(self) -> None:
