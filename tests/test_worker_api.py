@@ -256,14 +256,31 @@ def test_the_scripted_cuda_view_rides_with_the_batches_at_most_once_a_second(tmp
         {"at": 0, "device": 1, "uuid": "GPU-x", "allocated": 100, "reserved": 300, "max_allocated": 200},
         {"at": 1.0, "alloc_retries": 4, "num_ooms": 1, "inactive_split": 50}]}}))
     address, listener, conns, t = listening(tmp_path, 1)
-    res = run_worker("""
-        import time, mpwatch
+    stop = tmp_path / "stop"
+
+    def cuda_views() -> list[dict]:
+        return [m["cuda"] for m in (conns[0] if conns else []) if m["t"] == "batch" and "cuda" in m]
+
+    def views_seen():
+        """The worker reports until the scenario's second frame has ridden in a view, the third
+        (its own clock keeps views a second apart however slow the box: a fixed 2.6 s loop that
+        needed two 0.85 s gaps failed under load)."""
+        try:
+            wait_for(lambda: (lambda v: len(v) >= 3 and v[-1]["alloc_retries"] == 4)(cuda_views()), 60,
+                     what="three CUDA views, the last from the scenario's second frame")
+        finally:
+            stop.write_text("")
+    watcher = threading.Thread(target=views_seen, daemon=True)
+    watcher.start()
+    res = run_worker(f"""
+        import os, time, mpwatch
         t0 = time.monotonic()
-        while time.monotonic() - t0 < 2.6:
+        while not os.path.exists({str(stop)!r}) and time.monotonic() - t0 < 90:
             mpwatch.report(step=1, loss=0.5)
             time.sleep(0.02)
-    """, dict(channel_env(address, rank=2), MPWATCH_FAKE_CUDA=str(scen), MPWATCH_FLUSH_S="0.1"))
+    """, dict(channel_env(address, rank=2), MPWATCH_FAKE_CUDA=str(scen), MPWATCH_FLUSH_S="0.1"), timeout=120)
     assert res.returncode == 0, res.stderr
+    watcher.join(30)
     read_until_bye(t, conns)
     views = [m["cuda"] for m in conns[0] if m["t"] == "batch" and "cuda" in m]
     batches = [m for m in conns[0] if m["t"] == "batch"]
