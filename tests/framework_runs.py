@@ -35,7 +35,7 @@ class HangAct:
         self.worker: dict = {}  # rank 0 of the status, stalled in the planted hang
         self.others: list[dict] = []  # the other ranks of that status
         self.dump = ""  # rank 0's stall dump
-        self.shown: dict[int, dict[int, float]] = {}  # each rank's loss history over the socket: {step: loss}
+        self.shown: dict[int, dict[int, float]] = {}  # each rank's loss history (the socket's): {step: loss}
         self.logged: dict[int, float] = {}  # what the framework logged: {step: loss}
 
     def play(self, run: HeadlessRun, read_logged: Callable[[HeadlessRun], dict[int, float]]) -> None:
@@ -64,7 +64,8 @@ class CheckpointAct:
 
     def play(self, run: HeadlessRun, release: Path) -> None:
         release.write_text("")
-        wait_for(lambda: all((w["step"] or 0) > HANG_AT and w["polls_checkpoint"] for w in run.status()["workers"]),
+        wait_for(lambda: all((w["step"] or 0) > HANG_AT and w["polls_checkpoint"]
+                             for w in run.status()["workers"]),
                  timeout=300, what="both ranks training past the hang, the checkpoint callback armed")
         said = run.ctl("checkpoint", "all").stdout
         m = re.match(r"checkpoint asked of ranks 0-1 at step (\d+)", said)
@@ -82,12 +83,12 @@ class CheckpointAct:
 class FrameworkRun:
     """One framework's run and its two acts (see the module's docstring)."""
 
-    def __init__(self, folder: Path, script: str, args: list, read_logged: Callable[[HeadlessRun], dict[int, float]],
-                 env: dict | None = None) -> None:
+    def __init__(self, folder: Path, script: str, args: list,
+                 read_logged: Callable[[HeadlessRun], dict[int, float]], env: dict | None = None) -> None:
         self.folder = folder
         self.release = folder / "release"  # the planted hang waits for this file
-        self.run = HeadlessRun(folder, FIXTURES / script, "--hang-at", HANG_AT, "--release", self.release, *args,
-                               n=2, opts=["--stall-timeout", "5"], env=env)
+        self.run = HeadlessRun(folder, FIXTURES / script, "--hang-at", HANG_AT, "--release", self.release,
+                               *args, n=2, opts=["--stall-timeout", "5"], env=env)
         self.read_logged = read_logged
         self.hang = HangAct()
         self.checkpoint = CheckpointAct()
@@ -97,11 +98,11 @@ class FrameworkRun:
         self.run.start()
         try:
             self.hang.play(self.run, self.read_logged)
-        except Exception as exc:  # kept for the act's own test: the next act still runs
+        except Exception as exc:  # noqa: BLE001 - kept for the act's own test: the next act still runs
             self.hang.error = exc
         try:
             self.checkpoint.play(self.run, self.release)
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - as above
             self.checkpoint.error = exc
         if self.run.proc is not None and self.run.proc.poll() is None:
             self.run.ctl("stop", check=False)
@@ -120,7 +121,8 @@ def _csv_losses(folder: Path) -> Callable[[HeadlessRun], dict[int, float]]:
     """Lightning logs a training step's loss under the global step before that optimizer step."""
     def read(run: HeadlessRun) -> dict[int, float]:
         with open(next(folder.rglob("metrics.csv"))) as f:
-            return {int(r["step"]) + 1: float(r["train_loss"]) for r in csv.DictReader(f) if r.get("train_loss")}
+            rows = csv.DictReader(f)
+            return {int(r["step"]) + 1: float(r["train_loss"]) for r in rows if r.get("train_loss")}
     return read
 
 
@@ -151,7 +153,7 @@ def lightning_run(tmp_path_factory):
 @pytest.fixture(scope="session")
 def hf_run(tmp_path_factory):
     pytest.importorskip("torch", reason="automatic steps are torch's (pip install -e '.[demo]')")
-    pytest.importorskip("transformers", reason="the test extra installs transformers (pip install -e '.[test]')")
+    pytest.importorskip("transformers", reason="the test extra installs it (pip install -e '.[test]')")
     pytest.importorskip("accelerate", reason="transformers' Trainer needs accelerate (the test extra)")
     folder = tmp_path_factory.mktemp("hugging-face")
     yield from _played(FrameworkRun(folder, "hf_trainer_fit.py", ["--out", folder / "hf"], _log_losses,

@@ -18,7 +18,8 @@ pytestmark = [pytest.mark.torch, pytest.mark.timeout(600)]  # the shared run, wh
 def compare(shown_losses: dict[int, float], logged: dict[int, float]) -> None:
     """The framework logs a step after its callbacks ran: the planted hang keeps it from logging
     step 15, which mpwatch has from the optimizer step itself."""
-    assert sorted(shown_losses) == list(range(1, HANG_AT + 1)), sorted(shown_losses)  # every step, none folded
+    # every step, none folded
+    assert sorted(shown_losses) == list(range(1, HANG_AT + 1)), sorted(shown_losses)
     assert sorted(logged) == list(range(1, HANG_AT)), sorted(logged)
     for step, loss in logged.items():
         assert shown_losses[step] == pytest.approx(loss, rel=1e-6, abs=1e-7), step

@@ -26,6 +26,8 @@ def test_a_paused_rank_is_the_named_cause_in_one_finding(three_ranks):
     assert alert["culprits"] == [1] and alert["waiting"] == [0, 2] and alert["key"] == "hang:1"
     # one finding, in place; the status's own analysis said the same once the finding had caught up
     st = a.status
+    hangs_shown = [x["message"] for x in st["alerts"] if x["kind"] == "hang"]
+    assert hangs_shown == [st["straggler"]["text"]], st["alerts"]
     assert FINDING.match(st["straggler"]["text"])
     alerts = [e for e in events if e["event"] == "alert"]
     hangs = [e for e in alerts if e.get("kind") == "hang"]

@@ -17,12 +17,13 @@ import pytest
 
 from mpwatch.probes import pyspy
 from tests.helpers import ROOT, HeadlessRun, internal_errors, wait_for
+from tests.recorded_runs import finding_in_status
 
 # Where the peers wait depends on where the pause caught rank 1: in the loss's all_reduce, or in
 # backward(), whose DDP gradient all-reduce only the native stack (py-spy, when installed) shows.
 NEED_IN = r" in " if pyspy.find() else r"(?: in )?"
-FINDING = re.compile(rf"^ranks 0,2 wait{NEED_IN}(all_reduce|DDP's gradient all-reduce \(backward\)|) at step (\d+) "
-                     r"for rank 1, which was paused at (\d\d:\d\d:\d\d) \(p resumes\)$")
+FINDING = re.compile(rf"^ranks 0,2 wait{NEED_IN}(all_reduce|DDP's gradient all-reduce \(backward\)|) "
+                     r"at step (\d+) for rank 1, which was paused at (\d\d:\d\d:\d\d) \(p resumes\)$")
 
 
 class PausedAct:
@@ -32,7 +33,7 @@ class PausedAct:
         self.error: BaseException | None = None
         self.before = 0.0  # time.time() just before `ctl pause 1`
         self.alert: dict = {}  # the first hang alert that is FINDING
-        self.status: dict = {}  # the live status once its own analysis says what that alert says
+        self.status: dict = {}  # the live status once its own analysis says what its last alert says
         self.stderr = ""  # the supervisor's status lines, the finding standing
         self.resumed_status: dict = {}  # the live status once the finding has left it
         self.events: list[dict] = []  # every event of the run until the finding's end
@@ -42,11 +43,9 @@ class PausedAct:
                  what="three ranks stepping")
         self.before = time.time()
         run.ctl("pause", "1")
-        self.alert = run.wait_event("alert", lambda r: r.get("kind") == "hang" and FINDING.match(r["message"]),
-                                    120)[0]
-        self.status = wait_for(lambda: (lambda st: st if [a["message"] for a in st["alerts"] if a["kind"] == "hang"]
-                                        == [st["straggler"]["text"]] else None)(run.status()), 30,
-                               what="the finding in the status")
+        self.alert = run.wait_event("alert", lambda r: r.get("kind") == "hang"
+                                    and bool(FINDING.match(r["message"])), timeout=120)[0]
+        self.status = finding_in_status(run)
         self.stderr = run.stderr_text
         run.ctl("resume", "1")
         wait_for(lambda: all(w["state"] == "running" for w in run.status()["workers"]), 120,
@@ -94,7 +93,7 @@ class ThreeRanks:
         for act in (self.paused, self.peers):
             try:
                 act.play(self.run)
-            except Exception as exc:  # kept for the act's own test: the next act still runs
+            except Exception as exc:  # noqa: BLE001 - kept for the act's own test: the next act still runs
                 act.error = exc
         self.bugs = internal_errors(self.run.tmp)
 
