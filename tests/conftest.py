@@ -36,7 +36,8 @@ from tests.users import Nobody, why_not
 # Runs shared by several tests (session fixtures) -> the xdist group their tests share: a
 # session fixture read in two lanes is made twice. One group a run, so the lanes split them.
 SHARED_RUNS = {**dict.fromkeys(("record", "crashed", "hung", "killed", "oom"), "recorded"),
-               "three_ranks": "three-ranks", "lightning_run": "lightning", "hf_run": "hugging-face"}
+               "three_ranks": "three-ranks", "lightning_run": "lightning", "hf_run": "hugging-face",
+               "opted_out": "opted-out"}
 _RUNTIME: list[str] = []
 
 

@@ -4,11 +4,11 @@ run's events.jsonl); --no-auto and MPWATCH_AUTO=0 leave them as they were."""
 from __future__ import annotations
 
 import json
-import os
 
 import pytest
 
 from mpwatch.contract.names import Event
+from tests.auto.conftest import OPT_OUTS
 from tests.helpers import FIXTURES, wait_for
 
 pytest.importorskip("torch", reason="automatic steps are torch's (pip install -e '.[demo]')")
@@ -35,18 +35,15 @@ def test_an_unmodified_two_rank_script_shows_steps_rate_loss_and_time_split(head
             assert e["loss"] == out["losses"][e["step"] - 1], e
 
 
-@pytest.mark.parametrize("how", ["--no-auto", "MPWATCH_AUTO=0"])
-def test_opting_out_leaves_the_script_without_steps(headless, tmp_path, how):
-    env = dict(os.environ, MPWATCH_AUTO="0") if how.startswith("MPWATCH") else None
-    run = headless(LOOP, "--steps", 10, "--out", tmp_path / "out-{rank}.json", n=1,
-                   opts=[how] if how.startswith("--") else (), env=env)
-    assert run.wait_exit(180) == 0
-    out = json.loads((tmp_path / "out-0.json").read_text())
-    assert not out["hooked"] and len(out["losses"]) == 10
-    final = json.loads((run.run_dir / "final.json").read_text())
-    w = final["workers"][0]
-    assert w["step"] is None and w["reports"] == 0 and w["heartbeat"] == "none"
-    assert not run.events("report")
+@pytest.mark.parametrize("how", OPT_OUTS)
+def test_opting_out_leaves_the_script_without_steps(opted_out, how):
+    run = opted_out[how]  # tests/auto/conftest.py: auto_loop.py under `mpwatch --headless`, opted out
+    assert run.code == 0 and not run.bugs, run.bugs
+    assert not run.out["hooked"] and len(run.out["losses"]) == 25
+    w = run.final["workers"][0]
+    assert w["step"] is None and w["reports"] == 0
+    assert w["heartbeat"] == "none"  # never said hello: nothing of mpwatch's was loaded with torch
+    assert not run.reports
 
 
 def test_a_long_evaluation_between_steps_is_no_stall(headless, tmp_path):
