@@ -1,7 +1,8 @@
 """Issue 23 against real runs: `ctl checkpoint` and `ctl set` reach every rank at one step
 through the channel, each rank's answer is an event, the status lists the tunables and the
-requests, a bad value or name is one line and exit code 2, a rank started again starts with
-the values set, and a worker of the older protocol is never sent a frame."""
+requests, a bad value or name is one line and exit code 2, a rank started again (restarted, or
+by a resize) says why it was stopped and starts with the values set, and a worker of the older
+protocol is never sent a frame."""
 import re
 
 from tests.helpers import FIXTURES, one_line_error, wait_for
@@ -86,7 +87,13 @@ def test_one_rank_takes_it_at_its_next_call_and_one_that_never_asks_misses_it_wh
     assert st["checkpoints"][0]["missed"] == [1] and st["checkpoints"][0]["waiting"] == []
 
 
-def test_a_rank_started_again_starts_with_the_values_set(headless):
+def first_values(log: str, after: str | None) -> str:
+    """The first STEP line a rank's new process printed (after mpwatch's marker `after`)."""
+    tail = log.split(after)[-1] if after else log
+    return next((ln for ln in tail.splitlines() if ln.startswith("STEP ")), "")
+
+
+def test_a_rank_started_again_or_by_a_resize_says_why_it_stopped_and_starts_with_the_values_set(headless):
     run = headless(LOOP, "0", "0.05", n=2)
     run.wait_event("tunable_declared", count=4)
     run.ctl("set", "batch", "64")
@@ -97,6 +104,22 @@ def test_a_rank_started_again_starts_with_the_values_set(headless):
     wait_for(lambda: "rank 1 restarted" in run.log(1) and "STEP 0 lr=0.1 tag='a' on=True batch=64"
              in run.log(1).split("rank 1 restarted")[-1], timeout=60, what="the new process's first values")
     assert not [e for e in run.events("tunable_applied") if e["rank"] == 1 and e["id"] == 2 and e["late"]]
+    [stopped] = run.events("worker_exited")
+    assert stopped["rank"] == 1 and stopped["state"] == "killed", stopped
+    assert stopped["cause"] == "stopped to restart (SIGTERM)", stopped
+
+    # a resize (restart mode) stops every rank and starts the new world: each process, the new
+    # rank's too, starts with the values set; the ranks it stopped say why
+    run.ctl("resize", "3")
+    wait_for(lambda: all(first_values(run.log(r), mark).endswith("on=True batch=64")
+                         for r, mark in ((0, "rank 0 resized"), (1, "rank 1 resized"), (2, None))),
+             timeout=120, what="every rank's new process's first values")
+    resized = run.events("worker_exited")[1:]
+    assert sorted(e["rank"] for e in resized) == [0, 1], resized
+    for e in resized:
+        assert e["state"] == "killed" and e["cause"] == "stopped for a resize (SIGTERM)", e
+    assert {t["name"]: t["value"] for t in run.status()["tunables"]} == {"lr": 0.1, "tag": "a", "on": True,
+                                                                        "batch": 64}
 
 
 def test_a_worker_of_the_older_protocol_is_never_sent_a_frame(headless, tmp_path):

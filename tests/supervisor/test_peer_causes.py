@@ -15,6 +15,10 @@ def test_after_a_resize_killing_a_rank_names_it_in_its_peers_causes(three_ranks)
     act(three_ranks, three_ranks.peers)
     a = three_ranks.peers
     assert "rank 0 resized at" in a.stderr_of_0  # mpwatch's marker is in the log...
+    # the ranks the resize stopped say so (mpwatch ended them: no cause of their own)
+    assert sorted(e["rank"] for e in a.resized) == [0, 1, 2], a.resized
+    for e in a.resized:
+        assert e["state"] == "killed" and e["cause"].startswith("stopped for a resize ("), e
     ends = a.ends
     assert sorted(ends) == [0, 1, 2, 3], ends
     assert ends[2]["state"] == "killed" and ends[2]["cause"] == "killed on request (SIGTERM)"

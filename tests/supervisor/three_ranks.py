@@ -63,6 +63,7 @@ class PeersAct:
     def __init__(self) -> None:
         self.error: BaseException | None = None
         self.stderr_of_0 = ""  # rank 0's stderr log once the four ranks step
+        self.resized: list[dict] = []  # the worker_exited events of the ranks the resize stopped
         self.ends: dict[int, dict] = {}  # rank -> its worker_exited event after the kill
 
     def play(self, run: HeadlessRun) -> None:
@@ -72,7 +73,8 @@ class PeersAct:
             for w in st["workers"]))(run.status()), 180, what="four ranks stepping in one process group")
         self.stderr_of_0 = run.log(0, "stderr")
         run.ctl("kill", "2")
-        before = len(run.events("worker_exited"))  # the resize's three
+        self.resized = run.events("worker_exited")  # the resize's three
+        before = len(self.resized)
         exits = run.wait_event("worker_exited", timeout=120, count=before + 4)
         self.ends = {e["rank"]: e for e in exits[before:]}
         run.wait_exit(60)
