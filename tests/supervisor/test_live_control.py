@@ -3,7 +3,10 @@ through the channel, each rank's answer is an event, the status lists the tunabl
 requests, a bad value or name is one line and exit code 2, a rank started again (restarted, or
 by a resize) says why it was stopped and starts with the values set, and a worker of the older
 protocol is never sent a frame."""
+import json
 import re
+
+import pytest
 
 from tests.helpers import FIXTURES, one_line_error, wait_for
 
@@ -135,3 +138,50 @@ def test_a_worker_of_the_older_protocol_is_never_sent_a_frame(headless, tmp_path
     wait_for(lambda: "sent to me:" in run.log(1), timeout=60, what="the old worker's verdict")
     assert "sent to me: nothing" in run.log(1)
     assert run.worker(1)["bad_frames"] == 0
+
+
+def loader_lines(run) -> list[tuple[int, int, float, list[tuple[int, float]]]]:
+    """tests/fixtures/live_loader.py's lines: (epoch, step, the loop's lr, [(worker pid, its lr)])."""
+    out = []
+    for m in re.finditer(r"^EPOCH (\d+) STEP (\d+) main=(\S+) workers=(.*)$", run.log(0), re.M):
+        out.append((int(m.group(1)), int(m.group(2)), float(m.group(3)),
+                    [(int(p), float(v)) for p, v in json.loads(m.group(4))]))
+    return out
+
+
+def test_a_forked_dataloader_worker_keeps_its_values_and_is_sent_no_request(headless):
+    """docs/control.md: "A forked child (a DataLoader worker) keeps the values it was forked with
+    and is sent no request." The DataLoader's workers (forked at each epoch) read `lr` and report a
+    metric of their own, so each has its channel open while the value is set."""
+    pytest.importorskip("torch", reason="a torch DataLoader (the demo extra)")
+    run = headless(FIXTURES / "live_loader.py", "0.2", n=1)
+    run.wait_event("tunable_declared", timeout=120)
+    # the children are connected: their own reports (child_of the rank's process) are in
+    kids = wait_for(lambda: {e["pid"] for e in run.events("report") if e.get("child_of")}, 120,
+                    what="reports of the DataLoader's workers")
+    said = run.ctl("set", "lr", "0.5").stdout
+    m = re.match(r"lr = 0\.5 \(was 0\.1\) on rank 0 from step (\d+)", said)
+    assert m, said
+    at = int(m.group(1))
+    [applied] = _answers(run, "tunable_applied", 1, 1)  # the rank's own answer, once
+    assert applied["rank"] == 0 and applied["step"] == at and not applied["late"], applied
+    def epochs_forked_after() -> int:  # epochs whose first step comes after the value was taken
+        first: dict[int, int] = {}
+        for e, s, _, _ in loader_lines(run):
+            first.setdefault(e, s)
+        return sum(s > at for s in list(first.values())[:-1])  # the last one may be under way
+    wait_for(lambda: epochs_forked_after() >= 2, 120, what="two whole epochs after the value was taken")
+    lines = loader_lines(run)
+    assert kids <= {p for _, _, _, ws in lines for p, _ in ws}, kids  # the children that reported are these
+    assert [lr for _, s, lr, _ in lines] == [0.1 if s < at else 0.5 for _, s, _, _ in lines], lines
+    by_epoch: dict[int, list] = {}
+    for e, s, _, ws in lines:
+        by_epoch.setdefault(e, []).append((s, ws))
+    for e, steps in by_epoch.items():
+        seen = {v for _, ws in steps for _, v in ws}
+        forked_after = steps[0][0] > at  # forked when the epoch began: after the loop took the value
+        # the value it was forked with, all its life: no request reached it
+        assert seen == ({0.5} if forked_after else {0.1}), (e, steps, at)
+    assert len(run.events("tunable_applied")) == 1
+    lr = next(t for t in run.status()["tunables"] if t["name"] == "lr")
+    assert [a["rank"] for a in lr["changes"][-1]["answers"]] == [0] and lr["changes"][-1]["waiting"] == []
