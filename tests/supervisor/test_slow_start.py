@@ -63,3 +63,27 @@ def test_no_first_report_within_the_startup_timeout_is_a_slow_start_said_and_dum
     assert s["slow_starts"][0]["where"].startswith("load_data (slow_start.py:")
     text = mpwatch("summary", run.run_dir).stdout
     assert "slow starts (no first report within --startup-timeout; never called stalled):" in text
+
+
+def test_a_slow_start_ends_at_a_childs_first_report(headless):
+    """A rank that trains in forked children (Hogwild) and never reports itself: its slow start is
+    said once, and over as soon as a child reports (supervisor.ipc.ledger); never a stall."""
+    run = headless(SLOW, n=1, opts=["--stall-timeout", "2", "--startup-timeout", "3"],
+                   env=dict(os.environ, SLOW_S="8", STEPS="1000", SLEEP="0.02", CHILDREN="2"))
+    ev = run.wait_event("slow_start", timeout=60)[0]
+    assert ev["rank"] == 0 and ev["limit"] == 3.0, ev
+    w = wait_for(lambda: (lambda w: w if w["slow_start"] else None)(run.worker(0)), 60,
+                 what="the slow start in the status")
+    assert w["slow_start"]["limit"] == 3.0 and w["stall"] is None, w
+
+    def a_child_reports():
+        w = run.worker(0)
+        return w if any(c["reporting"] and c["step"] is not None for c in w["children"]) else None
+    w = wait_for(a_child_reports, 60, what="a child's first report")
+    assert w["slow_start"] is None and w["stall"] is None, w
+    wait_for(lambda: all((c["step"] or 0) > 20 for c in run.worker(0)["children"] if c["reporting"]), 60,
+             what="the children's steps")
+    assert len(run.events("slow_start")) == 1 and not run.events("stalled")
+    assert run.worker(0)["slow_start"] is None
+    run.ctl("stop")
+    run.wait_exit(60)
