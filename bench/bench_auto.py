@@ -3,7 +3,7 @@ a real worker of `mpwatch --headless -n 1`, with the hooks (the default) and, wh
 an A/B, without them (`--no-auto`), in alternated runs:
 
 - `import torch`: its time in the worker with and without, and of it the hook's own part
-  (mpwatch.auto's install, timed around the start-up hook's call: importing mpwatch's worker
+  (mpwatch.worker.auto's install, timed around the start-up hook's call: importing mpwatch's worker
   side and putting the hooks in), which the A/B of two whole imports cannot resolve on a
   noisy machine; compiled modules as an install has them (bytecode in a scratch folder);
 - the hooks' cost per optimizer step in µs: the wrappers alone (around no-ops), called as a
@@ -28,7 +28,7 @@ SHARE_TARGET = 0.01  # the hooks under 1% of the mnist demo's step
 
 IMPORT_TIMER = r'''
 import json, os, sys, time
-import sitecustomize  # mpwatch's start-up hook: its _auto runs mpwatch.auto's install after torch's import
+import sitecustomize  # mpwatch's start-up hook: its _auto runs mpwatch.worker.auto's install after torch's import
 spent = [0.0, 0.0]
 real = getattr(sitecustomize, "_auto", None)
 if real is not None:
@@ -46,17 +46,17 @@ print(os.environ["MARK"] + json.dumps({"import_s": took, "import_cpu_s": cpu, "h
                                        "hook_cpu_s": spent[1], "hooked": hooked}), flush=True)
 '''
 
-# The hooks alone: in a worker under mpwatch, the wrappers mpwatch.auto puts into torch, built
+# The hooks alone: in a worker under mpwatch, the wrappers mpwatch.worker.auto puts into torch, built
 # around no-ops (no kernel, no autograd: only what the hooks add runs), called as one training
 # step calls them: a DataLoader batch, backward() of a scalar loss, an optimizer step (the step
 # goes into the worker's buffer, and the sender reads its loss). CPU time of the whole process.
 MICRO = r'''
 import json, os, sys, time
 import torch
-from mpwatch import worker
-from mpwatch.auto import patches
-from mpwatch.auto.loss import Capture, StepLoss
-from mpwatch.auto.steps import Steps
+from mpwatch.worker import api as worker
+from mpwatch.worker.auto import patches
+from mpwatch.worker.auto.loss import Capture, StepLoss
+from mpwatch.worker.auto.steps import Steps
 n, reps = int(sys.argv[1]), int(sys.argv[2])
 capture = Capture(torch)
 def emit(step, parts, data_s, compute_s):
@@ -179,10 +179,10 @@ def import_rows(d, rounds: int) -> list[dict]:
                  f"ms, without {_spread(off, '.0f')} ms; CPU time of the importing thread {med(on_cpu):.0f} ms "
                  f"with, {med(off_cpu):.0f} ms without: torch's own import varies by far more than the hook costs "
                  "(next row)"),
-        row("import torch: the hook's own part (mpwatch.auto's install), CPU", cmd, round(med(hook_cpu), 2),
+        row("import torch: the hook's own part (mpwatch.worker.auto's install), CPU", cmd, round(med(hook_cpu), 2),
             unit="ms", target=f"≤ {IMPORT_TARGET_MS:g} ms", ok=med(hook_cpu) <= IMPORT_TARGET_MS,
             note=f"timed in the worker around the start-up hook's call right after torch's own import (importing "
-                 f"mpwatch's worker side and mpwatch.auto, putting the hooks in): CPU {_spread(hook_cpu, '.2f')} ms, "
+                 f"mpwatch's worker side and mpwatch.worker.auto, putting the hooks in): CPU {_spread(hook_cpu, '.2f')} ms, "
                  f"wall clock median {med(hook):.2f} ms ({_spread(hook, '.2f')}) over {rounds} runs; compiled modules "
                  "as installed; until torch's import the finder costs one comparison per import; a process that "
                  "never imports torch loads nothing of mpwatch"),
@@ -198,7 +198,7 @@ def step_rows(d, rounds: int, n: int, reps: int, step_cpu_us: float) -> list[dic
     share = cost / step_cpu_us
     return [
         row("Automatic steps: the hooks' cost per optimizer step, CPU", cmd, round(cost, 2), unit="µs",
-            note=f"the wrappers mpwatch.auto puts into torch, around no-ops, called as a step calls them (a "
+            note=f"the wrappers mpwatch.worker.auto puts into torch, around no-ops, called as a step calls them (a "
                  f"DataLoader batch, backward() of a scalar loss, an optimizer step), in a worker under mpwatch: "
                  f"CPU time of the whole process (the buffer, and the sender reading the loss and shipping the "
                  f"step), minus an empty loop; median of {rounds} runs x {reps} loops of {n} steps "

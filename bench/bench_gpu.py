@@ -1,11 +1,11 @@
 """GPU poller: the supervisor's cost per tick (sample every GPU, label the processes, place
 each rank on its GPU by UUID, build the views, run the alert decisions, keep the timeline),
-with the scripted fake backend, and with real NVML where there is a GPU.
+with the scripted NVML backend, and with real NVML where there is a GPU.
 
-The fake run has 8 GPUs, each holding one "worker" (a real sleeping child process of this
+The scripted run has 8 GPUs, each holding one "worker" (a real sleeping child process of this
 bench, so psutil's lookups are real) with its CUDA view (UUID and allocator counters) and
 two outsiders (this process and its parent), every process with an SM utilization sample.
-Its figure is mpwatch's own Python overhead plus the fake's JSON lookups: an upper bound of
+Its figure is mpwatch's own Python overhead plus the scripted backend's JSON lookups: an upper bound of
 what the poller adds on top of the NVML calls themselves. Ticks that also query the process
 list and the per-process utilization (every PROCS_EVERY) are reported apart.
 
@@ -28,6 +28,7 @@ from bench.harness import row
 from mpwatch.probes.gpu import open_backend
 from mpwatch.contract.status import CudaView
 from mpwatch.rundir.writer import RunStore
+from mpwatch.settings import Settings
 from mpwatch.supervisor.gpu.watch import PROCS_EVERY, GpuWatch
 from mpwatch.supervisor.gpu.ranks import RankInfo
 
@@ -58,8 +59,8 @@ def _scenario(kids: list[subprocess.Popen[bytes]]) -> dict[str, object]:
                                {"pid": os.getppid(), "mem": 1 << 29}]} for i in range(NGPUS)]}]}
 
 
-def fake_ticks(n: int) -> tuple[list[float], list[float], int]:
-    """(plain ticks ms, ticks with the process query ms, standing alerts) on 8 fake GPUs."""
+def scripted_ticks(n: int) -> tuple[list[float], list[float], int]:
+    """(plain ticks ms, ticks with the process query ms, standing alerts) on 8 scripted GPUs."""
     kids = [subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"]) for _ in range(NGPUS)]
     tmp = Path(tempfile.mkdtemp(prefix="mpwatch-bench-gpu-"))
     try:
@@ -69,8 +70,8 @@ def fake_ticks(n: int) -> tuple[list[float], list[float], int]:
                                   "uuid": f"GPU-bench-{i}", "alloc_retries": 0, "num_ooms": 0,
                                   "inactive_split": 1 << 30} for i in range(NGPUS)]
         infos = [RankInfo(i, k.pid, True, True, [], views[i]) for i, k in enumerate(kids)]
-        watch = GpuWatch(1.0, workers=lambda: infos, emit=lambda rank, **f: None, env={},
-                         opener=lambda _: open_backend(str(path)), timeline=RunStore(tmp))
+        watch = GpuWatch(1.0, workers=lambda: infos, emit=lambda rank, **f: None, env={}, settings=Settings(),
+                         opener=lambda _: open_backend(str(path)), timeline=RunStore(tmp, Settings()))
         if not watch.open():
             raise RuntimeError(watch.status)
         _time_ticks(watch, 10)  # warm the psutil caches, as a running poller has them
@@ -93,7 +94,7 @@ def _baseline(n: int) -> tuple[float, float] | str:
         if isinstance(tmp, str):
             return tmp
         code = ("import json, statistics, sys; from bench import bench_gpu as b; "
-                f"rows = b._fake_rows({n}); print(json.dumps([r['mpwatch'] for r in rows]))")
+                f"rows = b._scripted_rows({n}); print(json.dumps([r['mpwatch'] for r in rows]))")
         res = subprocess.run([sys.executable, "-c", code], cwd=tmp, capture_output=True, text=True,
                              env=dict(os.environ, PYTHONPATH=str(tmp)), timeout=600)
         if res.returncode != 0:
@@ -102,20 +103,20 @@ def _baseline(n: int) -> tuple[float, float] | str:
         return float(plain), float(procs)
 
 
-def _fake_rows(n: int) -> list[dict[str, object]]:
+def _scripted_rows(n: int) -> list[dict[str, object]]:
     base = _baseline(n)
-    plain, procs, alerts = fake_ticks(n)
+    plain, procs, alerts = scripted_ticks(n)
     p_ms, q_ms = statistics.median(plain), statistics.median(procs)
     old_p, old_q = base if isinstance(base, tuple) else (None, None)
     why = "" if isinstance(base, tuple) else f"; {base}"
     alt = f"before issue 12 ({BASELINE})"
     return [
-        row(f"GPU poller: one tick, {NGPUS} GPUs (fake NVML)", CMD, p_ms, old_p, alt, unit="ms",
+        row(f"GPU poller: one tick, {NGPUS} GPUs (scripted NVML)", CMD, p_ms, old_p, alt, unit="ms",
             target=f"≤ {TARGET_MS:g} ms", ok=p_ms <= TARGET_MS,
             note=f"CPU time, median of {len(plain)} ticks: memory, utilization, temperature, power of each GPU, "
                  f"labels, ranks placed by UUID, worker views, breakdown, history, {alerts} standing alerts "
                  f"re-evaluated, the timeline{why}"),
-        row(f"GPU poller: a tick that also queries processes and their SM utilization ({NGPUS} GPUs x 3, fake NVML)",
+        row(f"GPU poller: a tick that also queries processes and their SM utilization ({NGPUS} GPUs x 3, scripted NVML)",
             CMD, q_ms, old_q, alt, unit="ms", target=f"≤ {TARGET_MS * 2:g} ms", ok=q_ms <= TARGET_MS * 2,
             note=f"CPU time, median of {len(procs)} ticks (every {PROCS_EVERY}th tick); psutil "
                  f"user/command lookups cached per process{why}"),
@@ -127,7 +128,7 @@ def _real_rows(n: int) -> list[dict[str, object]]:
     if backend is None:
         return [row("GPU poller: one tick, real NVML", note=f"skipped: {why}")]
     backend.shutdown()
-    watch = GpuWatch(1.0, workers=list, emit=lambda rank, **f: None, env={},
+    watch = GpuWatch(1.0, workers=list, emit=lambda rank, **f: None, env={}, settings=Settings(),
                      opener=lambda _: open_backend(None))
     if not watch.open() or watch.probe is None:
         return [row("GPU poller: one tick, real NVML", note=f"skipped: {watch.status}")]
@@ -148,7 +149,7 @@ def _real_rows(n: int) -> list[dict[str, object]]:
 
 def run(quick: bool = False) -> list[dict[str, object]]:
     n = 50 if quick else 1000
-    return _fake_rows(n) + _real_rows(n)
+    return _scripted_rows(n) + _real_rows(n)
 
 
 if __name__ == "__main__":

@@ -113,7 +113,7 @@ def scrape(ranks: int, n_scrapes: int, window: float) -> dict:
     with measure.scratch("live-scrape") as d:
         script = measure.write_script(d, "sleeper.py", SLEEPER)
         port = _free_port()
-        env = measure.clean_env(MPWATCH_FAKE_NVML=_gpus(d, 8, ranks))
+        env = measure.clean_env(MPWATCH_SCRIPTED_NVML=_gpus(d, 8, ranks))
         with measure.Headless(d, script, "1.0", n=ranks, opts=["--metrics-port", port], env=env) as h:
             measure.wait_for(lambda: all(w["reports"] for w in h.status()["workers"]), 240, interval=1.0,
                              what=f"all {ranks} workers reporting")
@@ -140,7 +140,7 @@ def idle_without(ranks: int, window: float) -> float:
     """The same run's supervisor CPU without --metrics-port."""
     with measure.scratch("live-idle") as d:
         script = measure.write_script(d, "sleeper.py", SLEEPER)
-        env = measure.clean_env(MPWATCH_FAKE_NVML=_gpus(d, 8, ranks))
+        env = measure.clean_env(MPWATCH_SCRIPTED_NVML=_gpus(d, 8, ranks))
         with measure.Headless(d, script, "1.0", n=ranks, env=env) as h:
             measure.wait_for(lambda: all(w["reports"] for w in h.status()["workers"]), 240, interval=1.0,
                              what=f"all {ranks} workers reporting")

@@ -136,7 +136,7 @@ class Headless:
             deadline = time.monotonic() + timeout
             while True:
                 try:
-                    self._client = Client.connect(str(self.run_dir))
+                    self._client = Client.at(self.run_dir)
                     break
                 except ClientError:
                     if time.monotonic() > deadline:

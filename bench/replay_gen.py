@@ -28,6 +28,7 @@ from typing import Any
 from mpwatch.rundir import layout
 from mpwatch.rundir.eventlines import report_fields
 from mpwatch.rundir.writer import RunStore
+from mpwatch.settings import Settings
 from mpwatch.supervisor.gpu.timeline import GpuTimeline
 
 T0 = 1_800_000_000.0
@@ -51,7 +52,7 @@ def loss_at(step: int, rank: int) -> float:
 class Gen:
     def __init__(self, d: Path, ranks: int, seconds: int, gpus: int):
         self.d, self.ranks, self.seconds, self.gpus = d, ranks, seconds, gpus
-        self.store = RunStore(d, events_cap=1 << 40)  # a bench of the writer's rate, not of the cap
+        self.store = RunStore(d, Settings(events_mb=1 << 20))  # a bench of the writer's rate, not of the cap
         self.timeline = GpuTimeline(self.store, 1 << 40)
         self.pid = {r: 50_000 + r for r in range(ranks)}
         self.fail_rank, self.fail_at = 17 % ranks, seconds // 3

@@ -129,8 +129,9 @@ def merged(n: int, nodes: int, polls_file: str | None, gpus: int) -> Any:
     """A MergedSource over `nodes` synthetic nodes of n / nodes workers each; the first counts
     the polls (every node is polled once per merged poll)."""
     from mpwatch.sources.multinode.source import MergedSource
+    from mpwatch.sources.remote.client import Transport
 
-    source = MergedSource()
+    source = MergedSource(Transport())  # synthetic nodes: no ssh
     for k in range(nodes):
         node = SyntheticSource(n // nodes, polls_file if k == 0 else None, gpus // nodes)
         source.add(f"node-{k}", "synthetic", node, node=k)  # a duck-typed link: what Requests answers
@@ -138,7 +139,9 @@ def merged(n: int, nodes: int, polls_file: str | None, gpus: int) -> Any:
 
 
 def main(argv: list[str]) -> int:
+    from mpwatch.settings import Settings
     from mpwatch.tui.app import MpwatchApp
+    from mpwatch.tui.render import glyphs
 
     gpus = 0
     if "--gpus" in argv:
@@ -153,7 +156,7 @@ def main(argv: list[str]) -> int:
     n = int(argv[0]) if argv else 256
     polls = argv[1] if len(argv) > 1 else None
     source = merged(n, nodes, polls, gpus) if nodes else SyntheticSource(n, polls, gpus)
-    MpwatchApp(source).run()
+    MpwatchApp(source, glyphs=glyphs.pick(ascii_only=Settings.from_env().ascii)).run()  # as the CLI does
     if nodes:
         source.close()
     return 0

@@ -12,13 +12,13 @@ supervisor, the TUI, or torch:
         if mpwatch.should_checkpoint(): ...
 
 Outside mpwatch every call is a no-op (should_checkpoint() is False, tunable() returns its
-default). should_checkpoint and tunable (mpwatch.live) load on first use.
+default). should_checkpoint and tunable (mpwatch.worker.control) load on first use.
 """
-from mpwatch.worker import active, phase, report
+from mpwatch.worker.api import active, phase, report
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from mpwatch.live import should_checkpoint, tunable
+    from mpwatch.worker.control import should_checkpoint, tunable
 
 __all__ = ["active", "phase", "report", "should_checkpoint", "tunable"]
 __version__ = "0.1.0"
@@ -27,11 +27,11 @@ _LAZY = ("should_checkpoint", "tunable")
 
 
 def __getattr__(name: str) -> object:
-    """mpwatch.live's functions, loaded when first asked for, then plain attributes."""
+    """mpwatch.worker.control's functions, loaded when first asked for, then plain attributes."""
     if name in _LAZY:
-        from mpwatch import live
+        from mpwatch.worker import control
 
-        value = getattr(live, name)
+        value = getattr(control, name)
         globals()[name] = value
         return value
     raise AttributeError(f"module 'mpwatch' has no attribute {name!r}")

@@ -3,11 +3,12 @@
 The command line's entry (cli.main) reads them with `Settings.from_env()` before it runs a
 command, so a bad value is one line and exit code 2 (`SettingsError`), never a traceback
 later; the command hands the settings to the rooms that use them (supervisor.core.Run to
-its rooms, the TUI's glyphs, the ssh transport). A room built without them (tests, benches)
-reads them itself through the same constructor. A variable set to nothing (`VAR=`) is unset.
+its rooms, the registry's tmpdir, the TUI's glyphs, the ssh transport): no room reads them
+itself, and tests and benches hand in their own (`Settings(events_mb=...)`). A variable set
+to nothing (`VAR=`) is unset.
 
 Not here: the worker side's own variables (contract.protocol's ENV_*, set by the supervisor
-for each worker, and worker.FAKE_CUDA_ENV), which the worker reads itself (stdlib only, no
+for each worker, and worker.api.SCRIPTED_CUDA_ENV), which the worker reads itself (stdlib only, no
 mpwatch import beyond its own). Pure and stdlib only; any thread may build one.
 """
 from __future__ import annotations
@@ -86,8 +87,8 @@ class Settings:
     """MPWATCH_METRICS_PORT (none): serve Prometheus metrics on this port, as --metrics-port does."""
     auto: bool = True
     """MPWATCH_AUTO (1): automatic steps, losses and time split in scripts that import torch."""
-    fake_nvml: str | None = None
-    """MPWATCH_FAKE_NVML (none): TEST-ONLY, a scripted NVML scenario (testing.scripted_nvml)."""
+    scripted_nvml: str | None = None
+    """MPWATCH_SCRIPTED_NVML (none): a scripted NVML's scenario (probes.nvml_scripted), no GPU needed."""
     max_workers: int | None = None
     """MPWATCH_MAX_WORKERS (64, or 4 per CPU or GPU if more): the most workers `resize` may ask for."""
 
@@ -225,7 +226,7 @@ SECONDS_MAX = 1e7  # about four months
 
 # variable -> (field, its parser); a field's default is the switch's default. "gpu.X" is
 # a field of GpuThresholds.
-FAKE_NVML_ENV = "MPWATCH_FAKE_NVML"  # TEST-ONLY; tests strip it to run the C stand-in instead
+SCRIPTED_NVML_ENV = "MPWATCH_SCRIPTED_NVML"  # tests strip it to run the C stand-in instead
 SWITCHES: dict[str, tuple[str, Parser]] = {
     "MPWATCH_EVENTS_MB": ("events_mb", _above(0, MB_MAX, "a number of MB")),
     "MPWATCH_GPU_TIMELINE_MB": ("gpu_timeline_mb", _above(0, MB_MAX, "a number of MB")),
@@ -238,7 +239,7 @@ SWITCHES: dict[str, tuple[str, Parser]] = {
     "MPWATCH_STRICT_STATES": ("strict_states", _switch),
     "MPWATCH_METRICS_PORT": ("metrics_port", _port),
     "MPWATCH_AUTO": ("auto", _switch),
-    FAKE_NVML_ENV: ("fake_nvml", str),
+    SCRIPTED_NVML_ENV: ("scripted_nvml", str),
     "MPWATCH_MAX_WORKERS": ("max_workers", _count(1, 1 << 20, "a number of workers")),
     "MPWATCH_GPU_MEM_ALERT": ("gpu.mem_high", _share),
     "MPWATCH_GPU_FILL_S": ("gpu.fill_s", _above(0, SECONDS_MAX, "a number of seconds")),

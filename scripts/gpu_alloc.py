@@ -41,7 +41,7 @@ figures = {"torch_reserved": torch.cuda.memory_reserved(dev), "torch_allocated":
            "asked": nbytes, "t_alloc": time.time(), "pid": os.getpid(),
            "torch_uuid": str(torch.cuda.get_device_properties(dev).uuid)}
 # What the sender thread's CUDA view costs here, torch's own call included (once a second in a run).
-from mpwatch.worker_cuda import TorchCuda  # noqa: E402 - after CUDA is up, as in a training script
+from mpwatch.worker.cuda import TorchCuda  # noqa: E402 - after CUDA is up, as in a training script
 
 view = TorchCuda()
 view()

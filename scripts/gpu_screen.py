@@ -113,7 +113,7 @@ def capture_headless(run_dir: Path, size: tuple[int, int], done: Callable[[str],
     from mpwatch.tui.app import MpwatchApp
 
     async def run() -> str:
-        client = Client.connect(str(run_dir))
+        client = Client.at(run_dir)
         app = MpwatchApp(client, run_dir, glyphs=glyphs.UNICODE, notices=False)
         screen = ""
         try:

@@ -6,7 +6,7 @@ Trainer.fit (tests/fixtures/lightning_fit.py) and a Hugging Face Trainer
    step HANG_AT is `stalled` there with its frame named (tests/auto/test_frameworks.py);
 2. the hang released, the checkpoint callback of docs/control.md armed: `ctl checkpoint all`
    is taken at one step on both ranks, and the framework saves that step
-   (tests/supervisor/test_live_frameworks.py).
+   (tests/supervisor/test_control_frameworks.py).
 
 They were four runs (each test started its own); every act is kept, with its error when it
 failed, for its own test. Each run is an xdist group of its own (tests/conftest.py), so the two
@@ -47,7 +47,7 @@ class HangAct:
         ws = wait_for(stalled, 240, what="rank 0 stalled in the planted hang, its frame named")
         self.worker, self.others = ws[0], ws[1:]
         self.dump = (run.run_dir / self.worker["stall"]["dump"]).read_text(errors="replace")
-        with Client.connect(str(run.run_dir)) as client:  # as the detail view draws them
+        with Client.at(run.run_dir) as client:  # as the detail view draws them
             self.shown = {w["rank"]: {int(s): loss for s, loss in client.history(w["rank"])} for w in ws}
         self.logged = read_logged(run)
 

@@ -206,7 +206,7 @@ class HeadlessRun:
         a rank up before it is there. A node of a multi-node run lists none while torch's
         rendezvous forms: its tests read that state as it is."""
         def ask() -> dict | None:
-            with Client.connect(str(self.run_dir)) as client:
+            with Client.at(self.run_dir) as client:
                 st = json.loads(json.dumps(client.status(), default=str))
             self.listed = self.listed or len(st["workers"]) >= self.n
             ended = self.proc is None or self.proc.poll() is not None

@@ -4,8 +4,8 @@ the producer sends, never dictionaries written by hand). One command regenerates
     PYTHONPATH=$PWD .venv/bin/python -m tests.record [SCENARIO ...]   # all when none is named
 
 Each scenario starts a real headless supervisor (tests/helpers.HeadlessRun) on real workers
-(tests/record_worker.py), with a scripted NVML (MPWATCH_FAKE_NVML) and scripted allocator
-views of the workers' torch (MPWATCH_FAKE_CUDA: CI has no GPU) where it has GPUs; waits
+(tests/record_worker.py), with a scripted NVML (MPWATCH_SCRIPTED_NVML) and scripted allocator
+views of the workers' torch (MPWATCH_SCRIPTED_CUDA: CI has no GPU) where it has GPUs; waits
 until the run meets the scenario's named conditions (`Scenario.expect`: each alert kind and
 state it is for; it fails naming those that never held, so re-recording never loses one
 quietly); and writes tests/data/statuses/<scenario>.json
@@ -71,7 +71,7 @@ def uuid(i: int) -> str:
 
 
 def _cuda(at: float, gpu: int, alloc: float, reserved: float, peak: float, **extra: int) -> dict[str, Any]:
-    """A frame of the scripted allocator view (MPWATCH_FAKE_CUDA): what torch would say."""
+    """A frame of the scripted allocator view (MPWATCH_SCRIPTED_CUDA): what torch would say."""
     return {"at": at, "device": 0, "uuid": uuid(gpu), "allocated": int(alloc * GiB),
             "reserved": int(reserved * GiB), "max_allocated": int(peak * GiB), **extra}
 
@@ -208,8 +208,8 @@ class Scenario:
         self.env = env
         self.opts = opts
         self.expect = expect
-        self.nvml = nvml  # the scripted NVML (MPWATCH_FAKE_NVML)
-        self.cuda = cuda  # the scripted allocator views of the ranks (MPWATCH_FAKE_CUDA)
+        self.nvml = nvml  # the scripted NVML (MPWATCH_SCRIPTED_NVML)
+        self.cuda = cuda  # the scripted allocator views of the ranks (MPWATCH_SCRIPTED_CUDA)
         self.setup = setup  # what to do to the run once it runs (pause a rank...)
         self.workdir = workdir  # the workers start in an empty folder of their own, not the recorder's
         self.details = details  # each rank's loss history and log tails too (not for 256 ranks)
@@ -262,7 +262,7 @@ def on_gpus(n_gpus: int) -> dict[str, Check]:
                 and w["step"] is not None for w in st["workers"])}
 
 
-AUTO: dict[str, Check] = {  # what the auto scenario is for: a torch loop's steps counted by mpwatch.auto
+AUTO: dict[str, Check] = {  # what the auto scenario is for: a torch loop's steps counted by mpwatch.worker.auto
     "every rank past step 60, automatically": lambda st: all(
         (w["step"] or 0) >= 60 and w["steps_from"] == "auto" for w in st["workers"]),
     "steps/s and the TIME split": lambda st: all(w["steps_per_s"] and w["phases"] for w in st["workers"]),
@@ -480,11 +480,11 @@ def record(sc: Scenario, tmp: Path) -> dict[str, Any]:
     if sc.nvml is not None:
         path = tmp / "nvml.json"
         path.write_text(json.dumps(sc.nvml()))
-        env["MPWATCH_FAKE_NVML"] = str(path)
+        env["MPWATCH_SCRIPTED_NVML"] = str(path)
     if sc.cuda is not None:
         path = tmp / "cuda.json"
         path.write_text(json.dumps(sc.cuda()))
-        env["MPWATCH_FAKE_CUDA"] = str(path)
+        env["MPWATCH_SCRIPTED_CUDA"] = str(path)
     work = tmp / "work"
     work.mkdir()
     run = HeadlessRun(tmp, sc.script, *sc.args, n=sc.n, opts=sc.opts, env=env, cwd=work if sc.workdir else None)
@@ -492,7 +492,7 @@ def record(sc: Scenario, tmp: Path) -> dict[str, Any]:
         run.start()
         if sc.setup is not None:
             sc.setup(run)
-        with Client.connect(str(run.run_dir)) as client:
+        with Client.at(run.run_dir) as client:
             status = until_met(sc, client)
             events = [dict(e) for e in client.events(0)["events"]]
             timeline = None

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from mpwatch.sources.multinode.source import LocalLink, MergedSource
+from mpwatch.sources.remote.client import Transport
 from tests.helpers import ROOT, HeadlessRun, wait_for
 from tests.nodes.conftest import free_port, node_flags
 from tests.record import TIMELINE_WINDOWS, Normaliser, nvml_node
@@ -57,18 +58,18 @@ def record_nodes(tmp: Path) -> dict[str, Any]:
         xdg.mkdir(mode=0o700)
         nvml = tmp / f"nvml-{node}.json"
         nvml.write_text(json.dumps(nvml_node(node)))
-        env = dict(os.environ, XDG_RUNTIME_DIR=str(xdg), MPWATCH_FAKE_NVML=str(nvml),
+        env = dict(os.environ, XDG_RUNTIME_DIR=str(xdg), MPWATCH_SCRIPTED_NVML=str(nvml),
                    HANG_RANK=str(CULPRIT), HANG_AT="40")
         (tmp / host).mkdir()
         runs.append(HeadlessRun(tmp / host, WORKER, n=4, env=env,
                                 opts=[*node_flags("static", node, port), "--stall-timeout", "4",
                                       "--gpu-interval", "0.5"]))
-    source = MergedSource()
+    source = MergedSource(Transport())  # nodes here: no ssh
     try:
         for run in runs:
             run.start()
         for node, (run, host) in enumerate(zip(runs, HOSTS, strict=True)):
-            link = LocalLink.connect(str(run.run_dir))
+            link = LocalLink.at(run.run_dir)
             source.add(host, str(run.run_dir), link, node=node, status=link.status())
         status = wait_for(lambda: (lambda st: st if _ready(dict(st)) else None)(source.status()),
                           180, interval=0.3, what="both nodes stalled, rank 5 named")
@@ -80,7 +81,7 @@ def record_nodes(tmp: Path) -> dict[str, Any]:
         node_statuses = [run.status() for run in runs]
         node_events, node_timelines = [], []
         for run in runs:
-            with LocalLink.connect(str(run.run_dir)) as link:
+            with LocalLink.at(run.run_dir) as link:
                 node_events.append([dict(e) for e in link.events(0)["events"]])
                 node_timelines.append(link.gpu_timeline(120))
         dumps = {w["last_dump"]: Path(w["last_dump"]).read_text(errors="replace")

@@ -140,7 +140,7 @@ def oom(record, tmp_path_factory) -> Recorded:
     def until(run):
         oom_run_until(run, go)
     return record("oom", FIXTURES / "gpu_oom.py", go, n=2, opts=["--gpu-interval", "0.1"],
-                  env=dict(os.environ, MPWATCH_FAKE_NVML=str(scenario)), until=until)
+                  env=dict(os.environ, MPWATCH_SCRIPTED_NVML=str(scenario)), until=until)
 
 
 def oom_run_until(run: HeadlessRun, go: Path) -> None:

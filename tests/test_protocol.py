@@ -4,18 +4,19 @@ import math
 import pytest
 
 from mpwatch.contract import protocol
+from mpwatch.supervisor.ipc import batch_check
 
 
 def test_roundtrip_batch():
     msg = {"t": protocol.BATCH, "reports": [[1.5, 3, 0.25, {"acc": 0.9}]], "dropped": 0, "phases": {"data": 0.1}}
     back = protocol.decode(protocol.encode(msg))
     assert back == msg
-    assert protocol.validate_batch(back) == [(1.5, 3, 0.25, {"acc": 0.9}, 1)]
+    assert batch_check.validate_batch(back) == [(1.5, 3, 0.25, {"acc": 0.9}, 1)]
 
 
 def test_a_folded_entry_carries_its_count():
     msg = {"t": protocol.BATCH, "reports": [[1.5, 3, 0.25, {}, 7], [2.0, 4, None, {}]]}
-    reports = protocol.validate_batch(msg)
+    reports = batch_check.validate_batch(msg)
     assert [r.n for r in reports] == [7, 1] and [r.step for r in reports] == [3, 4]
     assert reports[0].loss == 0.25 and reports[1].loss is None and reports[1].ts == 2.0
 
@@ -32,7 +33,7 @@ def test_names_and_alert_kinds_read_back_from_json():
 def test_non_finite_losses_survive_as_such():
     msg = {"t": protocol.BATCH, "reports": [[1.0, 1, float("nan"), {}], [2.0, 2, float("inf"), {}]]}
     back = protocol.decode(protocol.encode_lossy(msg))
-    reports = protocol.validate_batch(back)
+    reports = batch_check.validate_batch(back)
     assert math.isnan(reports[0][2]) and reports[1][2] == float("inf")
 
 
@@ -49,7 +50,7 @@ def test_garbage_is_a_bad_frame(data):
 ])
 def test_malformed_batches_are_bad_frames(reports):
     with pytest.raises(protocol.BadFrame):
-        protocol.validate_batch({"t": protocol.BATCH, "reports": reports})
+        batch_check.validate_batch({"t": protocol.BATCH, "reports": reports})
 
 
 def test_requests_need_a_cmd():
@@ -78,4 +79,4 @@ def test_one_set_of_coercers_reads_what_json_may_hold():
     assert [as_number(v) for v in ("nonsense", True, 2, 10 ** 400)] == [None, None, 2.0, None]
     # a batch's loss and a phase's timing go through the same one
     msg = protocol.decode(protocol.encode_lossy({"t": protocol.BATCH, "reports": [[1.0, 1, "-inf", {}]]}))
-    assert protocol.validate_batch(msg)[0][2] == float("-inf")
+    assert batch_check.validate_batch(msg)[0][2] == float("-inf")

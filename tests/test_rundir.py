@@ -14,6 +14,7 @@ import mpwatch
 from mpwatch.rundir import eventlines, layout, reader, textfiles
 from mpwatch.rundir.eventlines import report_fields
 from mpwatch.rundir.writer import RunStore
+from mpwatch.settings import Settings
 
 PACKAGE = Path(mpwatch.__file__).parent
 NAMES = {layout.RUN_JSON, layout.EVENTS, layout.CONTROL_JSON, layout.FINAL_JSON, layout.GPU_JSONL,
@@ -50,7 +51,7 @@ def test_every_file_name_is_spelled_in_the_layout_alone():
 def written_run(d: Path) -> RunStore:
     """A run's report events through the real writer: rank 0's own, a NaN loss (written
     compact), a child process's, and rank 1's own."""
-    store = RunStore(d)
+    store = RunStore(d, Settings())
     store.create()
     store.event("run_started", ts=T0, script="train.py", args=[], nprocs=2, run_dir=str(d), pid=1)
     for i in range(3):
@@ -103,7 +104,7 @@ def test_a_torn_last_line_is_skipped_and_counted_apart_from_garbled_ones(tmp_pat
 
 
 def test_the_writer_makes_each_file_of_a_rank(tmp_path):
-    store = RunStore(tmp_path / "run")
+    store = RunStore(tmp_path / "run", Settings())
     store.create()
     paths = store.rank_paths(3)
     assert paths == layout.rank_paths(tmp_path / "run", 3)

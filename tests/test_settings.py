@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 
 from mpwatch import settings as settings_mod
-from mpwatch import worker
 from mpwatch.contract import protocol
 from mpwatch.settings import SWITCHES, GpuThresholds, Settings, SettingsError
 from mpwatch.testing.libnvml import SCRIPT_ENV
+from mpwatch.worker import api as worker_api
 from tests.helpers import ROOT
 from tests.manual import pages, section
 
@@ -23,7 +23,7 @@ PACKAGE = ROOT / "mpwatch"
 VAR = re.compile(r"MPWATCH_[A-Z0-9_]*[A-Z0-9]")
 # The worker side's own variables: set by the supervisor for each worker (contract.protocol),
 # and the scripted CUDA view a test gives the workers; read by the worker, never settings.
-WORKER_SIDE = {v for k, v in vars(protocol).items() if k.startswith("ENV_")} | {worker.FAKE_CUDA_ENV}
+WORKER_SIDE = {v for k, v in vars(protocol).items() if k.startswith("ENV_")} | {worker_api.SCRIPTED_CUDA_ENV}
 
 
 def test_defaults_are_the_contract():
@@ -31,7 +31,7 @@ def test_defaults_are_the_contract():
     assert s == Settings()
     assert (s.events_mb, s.gpu_timeline_mb, s.node_lost_s) == (128, 64, 10)
     assert (s.pyspy, s.nccl_flight, s.ssh, s.ascii) == ("stall", False, ("ssh",), False)
-    assert (s.tmpdir, s.strict_states, s.fake_nvml, s.auto) == (Path("/tmp"), False, None, True)
+    assert (s.tmpdir, s.strict_states, s.scripted_nvml, s.auto) == (Path("/tmp"), False, None, True)
     assert s.gpu == GpuThresholds() and s.gpu.mem_high == 0.9 and s.gpu.frag_min == 1 << 30
 
 
@@ -40,7 +40,7 @@ def test_values_are_parsed():
         "MPWATCH_EVENTS_MB": "2", "MPWATCH_GPU_TIMELINE_MB": "0.004", "MPWATCH_NODE_LOST_S": "3.5",
         "MPWATCH_PYSPY": "Always", "MPWATCH_NCCL_FLIGHT": "yes", "MPWATCH_SSH": "ssh -F '/my dir/cfg'",
         "MPWATCH_ASCII": "1", "MPWATCH_TMPDIR": "/var/tmp", "MPWATCH_STRICT_STATES": "1",
-        "MPWATCH_FAKE_NVML": "/no/such.json",  # a scenario that is missing is the GPU watcher's to say
+        "MPWATCH_SCRIPTED_NVML": "/no/such.json",  # a scenario that is missing is the GPU watcher's to say
         "MPWATCH_GPU_MEM_ALERT": "85", "MPWATCH_GPU_OUTSIDE": "0.1", "MPWATCH_GPU_IDLE_S": "5",
         "MPWATCH_GPU_IDLE_UTIL": "0", "MPWATCH_GPU_RETRIES": "3", "MPWATCH_GPU_COOLDOWN_S": "0",
         "MPWATCH_AUTO": "off",
@@ -50,7 +50,7 @@ def test_values_are_parsed():
     assert s.nccl_flight is True
     assert s.ssh == ("ssh", "-F", "/my dir/cfg") and s.ascii and s.strict_states
     assert s.tmpdir == Path("/var/tmp")
-    assert s.fake_nvml == "/no/such.json"
+    assert s.scripted_nvml == "/no/such.json"
     g = s.gpu
     assert (g.mem_high, g.outside, g.idle_s, g.idle_util, g.retries, g.cooldown_s) == (0.85, 0.1, 5, 0, 3, 0)
     assert g.busy_util == 75 and g.frag == 0.25  # the others keep their defaults
@@ -174,12 +174,23 @@ def test_mpwatch_variables_are_spelled_in_four_modules_at_most():
     """settings (the switches), contract.protocol (the worker side's names), and the worker
     side that reads its own: worker and the start-up hook."""
     spelled = {str(p.relative_to(PACKAGE)) for p in PACKAGE.rglob("*.py") if code_strings(p)}
-    allowed = {"settings.py", "contract/protocol.py", "worker.py", "_inject/sitecustomize.py",
+    allowed = {"settings.py", "contract/protocol.py", "worker/api.py", "worker/boot/sitecustomize.py",
                "testing/libnvml/__init__.py"}  # the C stand-in's script: written for C, never read here
     assert spelled <= allowed, spelled
 
 
 def test_the_start_up_hook_reads_the_protocols_names():
     # sitecustomize imports nothing of mpwatch (it runs in every worker process): its names are copies
-    hook = code_strings(PACKAGE / "_inject" / "sitecustomize.py")
+    hook = code_strings(PACKAGE / "worker" / "boot" / "sitecustomize.py")
     assert hook == {protocol.ENV_STACK_FILE, protocol.ENV_SUPERVISOR_PID, protocol.ENV_AUTO}
+
+
+def test_the_settings_are_read_once_by_the_command_line_and_handed_in():
+    """Settings.from_env() is called by cli.main alone: every room is handed the settings (the
+    supervisor's rooms, the registry's tmpdir, the TUI's glyphs, the ssh transport)."""
+    readers = set()
+    for path in PACKAGE.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Attribute) and node.attr == "from_env" and path.name != "settings.py":
+                readers.add(str(path.relative_to(PACKAGE)))
+    assert readers == {"cli/__init__.py"}

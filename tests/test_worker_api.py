@@ -10,6 +10,7 @@ import types
 from multiprocessing.connection import Listener
 
 from mpwatch.contract import protocol
+from mpwatch.supervisor.ipc import batch_check
 from tests.helpers import ROOT, wait_for
 
 KEY = os.urandom(16)
@@ -133,7 +134,7 @@ def test_a_fork_while_the_sender_imports_leaves_the_child_a_working_channel(tmp_
 
         class Slow(importlib.abc.MetaPathFinder):
             def find_spec(self, name, path, target=None):
-                if name != "mpwatch.worker_cuda":
+                if name != "mpwatch.worker.cuda":
                     return None
                 sys.meta_path.remove(self)
                 spec = importlib.machinery.PathFinder.find_spec(name, path)
@@ -236,7 +237,7 @@ def test_a_fast_loop_is_folded_without_losing_a_count_a_loss_or_a_metric(tmp_pat
     assert res.returncode == 0, res.stderr
     read_until_bye(t, conns)
     batches = [m for m in conns[0] if m["t"] == "batch"]
-    entries = [protocol.validate_batch(b) for b in batches]
+    entries = [batch_check.validate_batch(b) for b in batches]
     flat = [e for es in entries for e in es]
     assert sum(e[4] for e in flat) == 301
     assert sum(b["dropped"] for b in batches) == 0
@@ -278,7 +279,7 @@ def test_the_scripted_cuda_view_rides_with_the_batches_at_most_once_a_second(tmp
         while not os.path.exists({str(stop)!r}) and time.monotonic() - t0 < 90:
             mpwatch.report(step=1, loss=0.5)
             time.sleep(0.02)
-    """, dict(channel_env(address, rank=2), MPWATCH_FAKE_CUDA=str(scen), MPWATCH_FLUSH_S="0.1"), timeout=120)
+    """, dict(channel_env(address, rank=2), MPWATCH_SCRIPTED_CUDA=str(scen), MPWATCH_FLUSH_S="0.1"), timeout=120)
     assert res.returncode == 0, res.stderr
     watcher.join(30)
     read_until_bye(t, conns)
@@ -328,7 +329,7 @@ def stand_in_torch(initialized=True, stats=None, uuids=None):
 
 
 def test_torch_cuda_view_reads_the_busiest_device_once_per_call(monkeypatch):
-    from mpwatch.worker_cuda import TorchCuda
+    from mpwatch.worker.cuda import TorchCuda
 
     torch, calls = stand_in_torch(stats=[_stats(0), _stats(5 << 30, 3 << 30, retries=2, ooms=1, split=7)],
                                   uuids=["aaaa", "bbbb"])
@@ -345,7 +346,7 @@ def test_torch_cuda_view_reads_the_busiest_device_once_per_call(monkeypatch):
 
 
 def test_torch_cuda_view_never_initialises_cuda_and_names_a_mig_instance(monkeypatch):
-    from mpwatch.worker_cuda import TorchCuda
+    from mpwatch.worker.cuda import TorchCuda
 
     torch, calls = stand_in_torch(initialized=False, stats=[_stats(1)], uuids=["aaaa"])
     monkeypatch.setitem(sys.modules, "torch", torch)

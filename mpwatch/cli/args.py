@@ -1,12 +1,16 @@
 """The command line's parsers and argument types: every bad value is a UsageError, which
-main() prints as one line with exit code 2 (argparse's own exit is never reached).
-Imported by `mpwatch --help`: argparse and nothing heavy."""
+main() prints as one line with exit code 2 (argparse's own exit is never reached). The run
+command's flags are declared once each (FLAGS: argparse's keywords, torchrun's PET_* variable,
+whether a launcher relays it). Imported by `mpwatch --help`: argparse and nothing heavy."""
 from __future__ import annotations
 
 import argparse
 import math
+import os
 import sys
 import textwrap
+from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any, Literal, NoReturn, Protocol
 
 from mpwatch.rundir import layout
@@ -25,16 +29,6 @@ NO_EFFECT: tuple[tuple[str, ...], ...] = (
     ("--duplicate-stdout-filters",), ("--duplicate-stderr-filters",), ("--logs-specs",), ("--numa-binding",),
     ("--signals-to-handle",),
 )
-# dest -> torchrun's environment variable for its default
-PET = (("nprocs", "PET_NPROC_PER_NODE"), ("nnodes", "PET_NNODES"), ("node_rank", "PET_NODE_RANK"),
-       ("master_addr", "PET_MASTER_ADDR"), ("master_port", "PET_MASTER_PORT"),
-       ("rdzv_backend", "PET_RDZV_BACKEND"), ("rdzv_endpoint", "PET_RDZV_ENDPOINT"),
-       ("rdzv_id", "PET_RDZV_ID"), ("rdzv_conf", "PET_RDZV_CONF"), ("local_addr", "PET_LOCAL_ADDR"),
-       ("max_restarts", "PET_MAX_RESTARTS"), ("role", "PET_ROLE"), ("log_dir", "PET_LOG_DIR"),
-       ("standalone", "PET_STANDALONE"), ("module", "PET_MODULE"), ("no_python", "PET_NO_PYTHON"),
-       ("run_path", "PET_RUN_PATH"), ("shutdown_timeout", "PET_SHUTDOWN_TIMEOUT"),
-       ("virtual_local_rank", "PET_VIRTUAL_LOCAL_RANK"))
-PET_SWITCHES = frozenset({"standalone", "module", "no_python", "run_path", "virtual_local_rank"})
 NO_EFFECT_WHY = ("mpwatch watches every worker itself and keeps each rank's whole output in its run "
                  "directory (rank-N/stdout.log, stderr.log)")
 
@@ -227,103 +221,166 @@ class _Flags(Protocol):
     def add_argument(self, *names: str, **kw: Any) -> argparse.Action: ...
 
 
-def _add(group: _Flags, *names: str, **kw: Any) -> None:
-    """A flag as torchrun spells it: with dashes (shown in --help) and with underscores
-    (accepted, not shown: the same dest, no default of its own)."""
-    group.add_argument(*names, **kw)
-    hidden = ["--" + n[2:].replace("-", "_") for n in names if n.startswith("--") and "-" in n[2:]]
-    if hidden:
-        kw.pop("metavar", None)
-        group.add_argument(*hidden, **{**kw, "dest": kw.get("dest") or names[-1][2:].replace("-", "_"),
-                                      "default": argparse.SUPPRESS, "help": argparse.SUPPRESS})
+@dataclass(frozen=True)
+class Flag:
+    """A flag of `mpwatch [options] SCRIPT`, declared once: its names (the one a launcher relays
+    first, torchrun's own spelling last), argparse's keywords, and what argparse cannot say:
+    - env: the variable torchrun reads the flag's default from (PET_NNODES=2...; the idea of
+      torch.distributed.argparse_util's `env`): a torchrun environment works unchanged.
+    - relay: a launcher passes it on to the supervisor it starts in its own process
+      (cli.tui_launch); the others reach it resolved (-n, --grace, --run-dir) or are its own.
+    - torchrun: torchrun's flag, accepted with underscores too (--node_rank), as torchrun does."""
+
+    names: tuple[str, ...]
+    kw: Mapping[str, Any]
+    env: str | None = None
+    relay: bool = False
+    torchrun: bool = False
+
+    @property
+    def dest(self) -> str:
+        return str(self.kw.get("dest") or self.names[-1].lstrip("-").replace("-", "_"))
+
+    def add_to(self, group: _Flags, environ: Mapping[str, str]) -> None:
+        kw = dict(self.kw)
+        raw = environ.get(self.env) if self.env else None
+        if raw is not None:  # argparse converts a string default with the flag's type
+            switch = kw.get("action") == "store_true"
+            kw["default"] = raw.strip().lower() in ("1", "true", "yes") if switch else raw
+        group.add_argument(*self.names, **kw)
+        hidden = ["--" + n[2:].replace("-", "_") for n in self.names if n.startswith("--") and "-" in n[2:]]
+        if self.torchrun and hidden:  # the same dest, no default of its own, not shown
+            kw.pop("metavar", None)
+            group.add_argument(*hidden, **{**kw, "dest": self.dest, "default": argparse.SUPPRESS,
+                                           "help": argparse.SUPPRESS})
+
+    def relayed(self, value: object) -> list[str]:
+        """The flag with `value` as a command line ([] for a default)."""
+        if value is None or value is False or value == self.kw.get("default"):
+            return []
+        if value is True:
+            return [self.names[0]]
+        if isinstance(value, tuple):
+            return [self.names[0], f"{value[0]}:{value[1]}"]
+        if isinstance(value, dict):
+            return [self.names[0], ",".join(f"{k}={v}" for k, v in value.items())]
+        return [self.names[0], str(value)]
 
 
-def run_parser() -> Parser:
+def _flag(*names: str, env: str | None = None, relay: bool = False, **kw: Any) -> Flag:
+    return Flag(names, kw, env, relay, torchrun=env is not None)
+
+
+RUN_FLAGS = (
+    _flag("-n", "--nprocs", "--nproc-per-node", env="PET_NPROC_PER_NODE", dest="nprocs", type=nproc,
+          default=None, metavar="N", help="workers on this node: a number, auto, cpu or gpu (default: "
+                                          "visible NVIDIA GPUs, or 2 without any)"),
+    _flag("--headless", action="store_true", help="no TUI: status lines on stderr"),
+    _flag("--run-dir", metavar="DIR", help=f"run directory (default ./{layout.RUNS_FOLDER}/<time>-<script>-"
+                                           "<random>/); made when missing, else it must be empty"),
+    _flag("--max-restarts", env="PET_MAX_RESTARTS", type=count, default=0, metavar="K",
+          help="restart a worker that exits non-zero up to K times (default 0); on several nodes with c10d: "
+               "K new rounds of every node's workers"),
+    _flag("--stall-timeout", type=seconds, default=60.0, metavar="SECONDS",
+          help="a worker silent this long after a report is stalled; the clock starts at its first report "
+               "(default 60)"),
+    _flag("--startup-timeout", type=seconds, default=600.0, metavar="SECONDS",
+          help="a worker that imported mpwatch and has not reported this long after its start is a slow "
+               "start: said once, its stacks dumped once; never stalled (default 600)"),
+    _flag("--grace", type=seconds_or_zero, default=10.0, metavar="SECONDS",
+          help="time between the stop signal and SIGKILL when stopping a worker (default 10)"),
+    _flag("--stop-signal", type=stop_signal, default="SIGTERM", metavar="SIG",
+          help="what a worker's own process gets first when it is stopped, so that a handler can save "
+               "before its children die (default TERM; then SIGKILL to all of the rank after --grace)"),
+    _flag("--metrics-port", type=port, default=None, metavar="PORT",
+          help="serve Prometheus metrics (and /healthz) on PORT (or MPWATCH_METRICS_PORT)"),
+    _flag("--metrics-addr", default=None, metavar="ADDR",
+          help="the address --metrics-port listens on (default 127.0.0.1: this machine only)"),
+    _flag("--resize-mode", choices=("restart", "independent"), default="restart",
+          help="restart: stop all and start N (collectives); independent: add/remove ranks"),
+    _flag("--gpu-interval", type=seconds, default=1.0, metavar="SECONDS",
+          help="GPU memory/utilization sampling interval (default 1)"),
+    _flag("--no-mouse", action="store_true", help="TUI: do not capture the mouse"),
+    _flag("--no-auto", relay=True, action="store_true",
+          help="no automatic steps, losses and time split (what scripts that import torch and never call "
+               "mpwatch.report() get; also MPWATCH_AUTO=0)"),
+    _flag("--supervise-only", action="store_true", help=argparse.SUPPRESS),
+    _flag("--run-id", help=argparse.SUPPRESS),
+    _flag("--made-run-dir", type=dir_id, help=argparse.SUPPRESS),  # DEV:INODE (cli.tui_launch)
+)
+HOW_FLAGS = (
+    _flag("-m", "--module", env="PET_MODULE", relay=True, action="store_true",
+          help="SCRIPT is a module, run as python -m MODULE"),
+    _flag("--no-python", env="PET_NO_PYTHON", relay=True, action="store_true",
+          help="SCRIPT is an executable, run as it is"),
+    _flag("--run-path", env="PET_RUN_PATH", relay=True, action="store_true",
+          help="run SCRIPT with python (workers are always processes of their own)"),
+    _flag("--role", env="PET_ROLE", relay=True, default="default",
+          help="ROLE_NAME of the workers (default: default)"),
+    _flag("--log-dir", env="PET_LOG_DIR", metavar="DIR", help="a run directory under DIR (unless --run-dir)"),
+    _flag("--shutdown-timeout", env="PET_SHUTDOWN_TIMEOUT", type=seconds_or_zero, metavar="SECONDS",
+          help="the same as --grace"),
+    _flag("--virtual-local-rank", env="PET_VIRTUAL_LOCAL_RANK", relay=True, action="store_true",
+          help="LOCAL_RANK=0 for every worker, each seeing only its own GPU"),
+)
+NODE_FLAGS = (
+    _flag("--nnodes", env="PET_NNODES", relay=True, type=nnodes, default=None, metavar="N|MIN:MAX",
+          help="nodes (default 1)"),
+    _flag("--node-rank", env="PET_NODE_RANK", relay=True, type=count, default=None, metavar="R",
+          help="this node's rank (static rendezvous; default 0)"),
+    _flag("--master-addr", env="PET_MASTER_ADDR", relay=True, default=None, metavar="HOST",
+          help="node 0's address (static; default 127.0.0.1)"),
+    _flag("--master-port", env="PET_MASTER_PORT", relay=True, type=port, default=None, metavar="PORT",
+          help="node 0's rendezvous port (static; default 29500)"),
+    _flag("--rdzv-backend", env="PET_RDZV_BACKEND", relay=True, default=None, metavar="static|c10d",
+          help="torch's rendezvous: static (node ranks given) or c10d (ranks assigned, restart rounds across "
+               "nodes); default static"),
+    _flag("--rdzv-endpoint", env="PET_RDZV_ENDPOINT", relay=True, default=None, metavar="HOST:PORT",
+          help="the rendezvous store"),
+    _flag("--rdzv-id", env="PET_RDZV_ID", relay=True, default=None, metavar="ID",
+          help="the run's name in the rendezvous"),
+    _flag("--rdzv-conf", env="PET_RDZV_CONF", relay=True, type=conf, default=None, metavar="K=V,...",
+          help="torch's rendezvous settings (join_timeout, read_timeout, is_host, ...)"),
+    _flag("--local-addr", env="PET_LOCAL_ADDR", relay=True, default=None, metavar="HOST",
+          help="this node's address"),
+    _flag("--standalone", env="PET_STANDALONE", relay=True, action="store_true",
+          help="one node, its own rendezvous (the default)"),
+)
+FLAGS = RUN_FLAGS + HOW_FLAGS + NODE_FLAGS
+
+
+def run_parser(environ: Mapping[str, str] | None = None) -> Parser:
+    """`mpwatch [options] SCRIPT`: FLAGS, their PET_* defaults read from `environ` (default:
+    this process's), the torchrun flags without effect, SCRIPT and its ARGS."""
+    env = os.environ if environ is None else environ
     p = Parser(prog="mpwatch", usage="mpwatch [options] SCRIPT [ARGS...]\n"
                                      "       mpwatch ls|attach|summary|prune|ctl ...",
                description="Launch and watch the worker processes of a PyTorch training script.\n"
                            "torchrun's command lines work unchanged with torchrun replaced by mpwatch.",
                epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
-    _add(p, "-n", "--nprocs", "--nproc-per-node", dest="nprocs", type=nproc, default=None,
-                   metavar="N", help="workers on this node: a number, auto, cpu or gpu "
-                                     "(default: visible NVIDIA GPUs, or 2 without any)")
-    p.add_argument("--headless", action="store_true", help="no TUI: status lines on stderr")
-    p.add_argument("--run-dir", metavar="DIR",
-                   help=f"run directory (default ./{layout.RUNS_FOLDER}/<time>-<script>-<random>/); "
-                        "made when missing, else it must be empty")
-    _add(p, "--max-restarts", type=count, default=0, metavar="K",
-                   help="restart a worker that exits non-zero up to K times (default 0); on several nodes "
-                        "with c10d: K new rounds of every node's workers")
-    p.add_argument("--stall-timeout", type=seconds, default=60.0, metavar="SECONDS",
-                   help="a worker silent this long after a report is stalled; the clock starts at its "
-                        "first report (default 60)")
-    p.add_argument("--startup-timeout", type=seconds, default=600.0, metavar="SECONDS",
-                   help="a worker that imported mpwatch and has not reported this long after its start is "
-                        "a slow start: said once, its stacks dumped once; never stalled (default 600)")
-    p.add_argument("--grace", type=seconds_or_zero, default=10.0, metavar="SECONDS",
-                   help="time between the stop signal and SIGKILL when stopping a worker (default 10)")
-    p.add_argument("--stop-signal", type=stop_signal, default="SIGTERM", metavar="SIG",
-                   help="what a worker's own process gets first when it is stopped, so that a handler "
-                        "can save before its children die (default TERM; then SIGKILL to all of the rank "
-                        "after --grace)")
-    p.add_argument("--metrics-port", type=port, default=None, metavar="PORT",
-                   help="serve Prometheus metrics (and /healthz) on PORT (or MPWATCH_METRICS_PORT)")
-    p.add_argument("--metrics-addr", default=None, metavar="ADDR",
-                   help="the address --metrics-port listens on (default 127.0.0.1: this machine only)")
-    p.add_argument("--resize-mode", choices=("restart", "independent"), default="restart",
-                   help="restart: stop all and start N (collectives); independent: add/remove ranks")
-    p.add_argument("--gpu-interval", type=seconds, default=1.0, metavar="SECONDS",
-                   help="GPU memory/utilization sampling interval (default 1)")
-    p.add_argument("--no-mouse", action="store_true", help="TUI: do not capture the mouse")
-    p.add_argument("--no-auto", action="store_true",
-                   help="no automatic steps, losses and time split (what scripts that import torch and never "
-                        "call mpwatch.report() get; also MPWATCH_AUTO=0)")
-    p.add_argument("--supervise-only", action="store_true", help=argparse.SUPPRESS)
-    p.add_argument("--run-id", help=argparse.SUPPRESS)
-    p.add_argument("--made-run-dir", type=dir_id, help=argparse.SUPPRESS)  # DEV:INODE (cli.tui_launch)
-    _torchrun_flags(p)
-    p.add_argument("script", metavar="SCRIPT", help="the training script (a module with -m, "
-                                                    "an executable with --no-python)")
-    p.add_argument("args", nargs=argparse.REMAINDER, metavar="ARGS", help="arguments for the script")
-    _pet_defaults(p)
-    return p
-
-
-def _torchrun_flags(p: Parser) -> None:
+    for f in RUN_FLAGS:
+        f.add_to(p, env)
     g = p.add_argument_group("how to run the script (torchrun's flags)")
-    _add(g, "-m", "--module", action="store_true",
-                   help="SCRIPT is a module, run as python -m MODULE")
-    _add(g, "--no-python", action="store_true", help="SCRIPT is an executable, run as it is")
-    _add(g, "--run-path", action="store_true", help="run SCRIPT with python (workers are "
-                                                                    "always processes of their own)")
-    g.add_argument("--role", default="default", help="ROLE_NAME of the workers (default: default)")
-    _add(g, "--log-dir", metavar="DIR", help="a run directory under DIR (unless --run-dir)")
-    _add(g, "--shutdown-timeout", type=seconds_or_zero, metavar="SECONDS",
-                   help="the same as --grace")
-    _add(g, "--virtual-local-rank", action="store_true",
-                   help="LOCAL_RANK=0 for every worker, each seeing only its own GPU")
+    for f in HOW_FLAGS:
+        f.add_to(g, env)
     n = p.add_argument_group("several nodes (torchrun's flags; under srun, Slurm fills them in)")
-    n.add_argument("--nnodes", type=nnodes, default=None, metavar="N|MIN:MAX", help="nodes (default 1)")
-    _add(n, "--node-rank", type=count, default=None, metavar="R",
-                   help="this node's rank (static rendezvous; default 0)")
-    _add(n, "--master-addr", default=None, metavar="HOST",
-                   help="node 0's address (static; default 127.0.0.1)")
-    _add(n, "--master-port", type=port, default=None, metavar="PORT",
-                   help="node 0's rendezvous port (static; default 29500)")
-    _add(n, "--rdzv-backend", default=None, metavar="static|c10d",
-                   help="torch's rendezvous: static (node ranks given) or c10d (ranks assigned, restart "
-                        "rounds across nodes); default static")
-    _add(n, "--rdzv-endpoint", default=None, metavar="HOST:PORT", help="the rendezvous store")
-    _add(n, "--rdzv-id", default=None, metavar="ID", help="the run's name in the rendezvous")
-    _add(n, "--rdzv-conf", type=conf, default=None, metavar="K=V,...",
-                   help="torch's rendezvous settings (join_timeout, read_timeout, is_host, ...)")
-    _add(n, "--local-addr", default=None, metavar="HOST", help="this node's address")
-    n.add_argument("--standalone", action="store_true", help="one node, its own rendezvous (the default)")
+    for f in NODE_FLAGS:
+        f.add_to(n, env)
     x = p.add_argument_group("accepted from torchrun command lines, no effect here", textwrap.fill(
         ", ".join(names[-1] for names in NO_EFFECT) + ": " + NO_EFFECT_WHY, 78, initial_indent="  ",
         subsequent_indent="  "))
     for names in NO_EFFECT:
-        _add(x, *names, dest=_dest(names), default=None, help=argparse.SUPPRESS)
+        quiet = {"dest": _dest(names), "default": None, "help": argparse.SUPPRESS}
+        Flag(names, quiet, torchrun=True).add_to(x, env)
+    p.add_argument("script", metavar="SCRIPT", help="the training script (a module with -m, "
+                                                    "an executable with --no-python)")
+    p.add_argument("args", nargs=argparse.REMAINDER, metavar="ARGS", help="arguments for the script")
+    return p
+
+
+def relayed_flags(ns: argparse.Namespace) -> list[str]:
+    """The relayed flags of `ns` as a command line (defaults left out)."""
+    return [arg for f in FLAGS if f.relay for arg in f.relayed(getattr(ns, f.dest))]
 
 
 def _dest(names: tuple[str, ...]) -> str:
@@ -333,46 +390,3 @@ def _dest(names: tuple[str, ...]) -> str:
 def no_effect(ns: argparse.Namespace) -> list[str]:
     """The flags given that mpwatch accepts without effect, as the user would spell them."""
     return [names[-1] for names in NO_EFFECT if getattr(ns, _dest(names)) is not None]
-
-
-def _pet_defaults(p: Parser) -> None:
-    """torchrun reads each flag's default from PET_<FLAG> (PET_NNODES=2, PET_NODE_RANK=1...):
-    so does mpwatch, so that a torchrun environment works unchanged."""
-    import os
-
-    for dest, name in PET:
-        value = os.environ.get(name)
-        if value is None:
-            continue
-        if dest in PET_SWITCHES:
-            p.set_defaults(**{dest: value.strip().lower() in ("1", "true", "yes")})
-        else:
-            p.set_defaults(**{dest: value})  # argparse converts a string default with the flag's type
-
-
-# The flags a launcher passes on to a supervisor it starts in its own process (cli.tui_launch):
-# (dest, flag); the others reach it resolved (-n, --grace, --run-dir) or are the launcher's own.
-RELAYED = (("module", "-m"), ("no_python", "--no-python"), ("run_path", "--run-path"), ("role", "--role"),
-           ("virtual_local_rank", "--virtual-local-rank"), ("nnodes", "--nnodes"),
-           ("node_rank", "--node-rank"), ("master_addr", "--master-addr"), ("master_port", "--master-port"),
-           ("rdzv_backend", "--rdzv-backend"), ("rdzv_endpoint", "--rdzv-endpoint"), ("rdzv_id", "--rdzv-id"),
-           ("rdzv_conf", "--rdzv-conf"), ("local_addr", "--local-addr"), ("standalone", "--standalone"),
-           ("no_auto", "--no-auto"))
-
-
-def relayed_flags(ns: argparse.Namespace) -> list[str]:
-    """The torchrun flags of `ns` as a command line (defaults left out)."""
-    out: list[str] = []
-    for dest, flag in RELAYED:
-        value = getattr(ns, dest)
-        if value is None or value is False or (dest == "role" and value == "default"):
-            continue
-        if value is True:
-            out.append(flag)
-        elif isinstance(value, tuple):
-            out += [flag, f"{value[0]}:{value[1]}"]
-        elif isinstance(value, dict):
-            out += [flag, ",".join(f"{k}={v}" for k, v in value.items())]
-        else:
-            out += [flag, str(value)]
-    return out

@@ -9,6 +9,7 @@ from __future__ import annotations
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 from mpwatch.cli.args import die
 from mpwatch.contract.status import Status
@@ -30,10 +31,11 @@ def has_peers(client: Client) -> bool:
     return info is not None and len(info["peers"]) > 1
 
 
-def _reach(target: str | None, transport: Transport) -> tuple[str, Requests, Status]:
+def _reach(target: str | None, transport: Transport, tmpdir: Path) -> tuple[str, Requests, Status]:
     """(host, link, its first status) of one target; raises ClientError."""
     remote = parse_target(target) if target else None
-    link: Requests = RemoteClient(remote, transport) if remote is not None else LocalLink.connect(target)
+    link: Requests = RemoteClient(remote, transport) if remote is not None \
+        else LocalLink.connect(target, tmpdir)
     try:
         return (remote.host if remote else ""), link, link.status(tail=0)
     except ClientError:
@@ -41,12 +43,12 @@ def _reach(target: str | None, transport: Transport) -> tuple[str, Requests, Sta
         raise
 
 
-def connect(targets: list[str], transport: Transport) -> MergedSource:
+def connect(targets: list[str], transport: Transport, tmpdir: Path) -> MergedSource:
     """Every target reached (at the same time: each is an ssh login), or ClientError for the
     first that could not be, the others closed."""
     wanted: list[str | None] = [*targets] or [None]  # None: the newest run here
     with ThreadPoolExecutor(max_workers=min(len(wanted), 16)) as pool:
-        futures = [pool.submit(_reach, t, transport) for t in wanted]
+        futures = [pool.submit(_reach, t, transport, tmpdir) for t in wanted]
         got: list[tuple[str, Requests, Status] | ClientError] = []
         for f in futures:
             try:
@@ -75,7 +77,7 @@ def attach_nodes(targets: list[str], remote_mpwatch: str | None, settings: Setti
     except ImportError:
         return die("the TUI is not installed (pip install textual); use 'mpwatch ctl --host HOST status'")
     try:
-        source = connect(targets, Transport.from_settings(settings, remote_mpwatch))
+        source = connect(targets, Transport.from_settings(settings, remote_mpwatch), settings.tmpdir)
     except ClientError as exc:
         return die(str(exc))
     try:

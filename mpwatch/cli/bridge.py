@@ -188,13 +188,13 @@ def cmd_bridge(argv: list[str], settings: Settings) -> int:
             return 2
         if ns.ls:
             try:
-                out.write(_hello(v, runs=registry.live_runs()))
+                out.write(_hello(v, runs=registry.live_runs(settings.tmpdir)))
             except registry.RunError as exc:
                 out.write(_hello(v, error=str(exc)))
                 return 2
             return 0
         try:
-            handle = registry.resolve(ns.run)
+            handle = registry.resolve(ns.run, settings.tmpdir)
         except registry.RunError as exc:
             out.write(_hello(v, error=str(exc)))
             return 2

@@ -188,7 +188,8 @@ def cmd_run(ns: argparse.Namespace, settings: Settings) -> int:
         # torchrun's --log-dir is a folder of runs: the run's directory goes inside.
         folder = ns.log_dir if ns.run_dir is None else None
         try:
-            taken = claim.claim(opts.script, opts.nprocs, opts.cwd, ns.run_dir, opts.run_id, folder)
+            taken = claim.claim(opts.script, opts.nprocs, opts.cwd, settings.tmpdir, ns.run_dir, opts.run_id,
+                                folder)
         except registry.RunError as exc:
             return die(str(exc))
         opts.run_id, opts.run_dir = taken.run_id, str(taken.run_dir)
@@ -206,7 +207,7 @@ def _supervise(opts: Options, settings: Settings, taken: Claim | None) -> int:
     from mpwatch.supervisor.headless import Reporter
 
     try:
-        run = Run(opts, status_out=Reporter(), settings=settings, taken=taken)
+        run = Run(opts, settings, status_out=Reporter(), taken=taken)
         run.setup()  # every RunError comes before it holds anything (the supervisor branch: it releases)
     except registry.RunError as exc:
         return die(str(exc))

@@ -19,11 +19,11 @@ def _when(ts: float | None) -> str:
     return "-" if ts is None else time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(ts))
 
 
-def all_runs(folders: list[Path]) -> list[postmortem.RunListing]:
+def all_runs(folders: list[Path], tmpdir: Path) -> list[postmortem.RunListing]:
     """Live runs (wherever their directory is) and every run in `folders`, newest first;
     a folder that is itself a run directory counts as one run."""
     dirs: dict[Path, Path] = {}
-    for e in registry.live_runs():
+    for e in registry.live_runs(tmpdir):
         dirs.setdefault(Path(e["run_dir"]).resolve(), Path(e["run_dir"]))
     unreadable: list[Path] = []
     for folder in folders:
@@ -94,13 +94,13 @@ def cmd_ls(argv: list[str], settings: Settings) -> int:
             return die(f"no such folder: {f}")
     try:
         if ns.all:
-            rows = all_runs([registry.DEFAULT_RUNS, *map(Path, ns.folders)])
+            rows = all_runs([registry.DEFAULT_RUNS, *map(Path, ns.folders)], settings.tmpdir)
             if ns.json:
                 print(json.dumps(rows, indent=1))
             else:
                 _print_all(rows)
             return 0
-        entries = registry.live_runs()
+        entries = registry.live_runs(settings.tmpdir)
     except registry.RunError as exc:
         return die(str(exc))
     return _print_live(entries, ns.json)

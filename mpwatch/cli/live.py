@@ -34,7 +34,7 @@ def cmd_attach(argv: list[str], settings: Settings) -> int:
 
     remote = [t for t in ns.targets if parse_target(t) is not None]
     if not ns.targets and not ns.remote_mpwatch:
-        picked = _pick(ns.no_mouse)
+        picked = _pick(ns.no_mouse, settings)
         if isinstance(picked, int):
             return picked
         ns.targets = [picked] if picked is not None else []
@@ -45,11 +45,11 @@ def cmd_attach(argv: list[str], settings: Settings) -> int:
     from mpwatch.sources.local import Client, ClientError
 
     try:
-        client = Client.connect(ns.targets[0] if ns.targets else None)
+        client = Client.connect(ns.targets[0] if ns.targets else None, settings.tmpdir)
     except ClientError as exc:
         from mpwatch.cli.show import ended_run_dir, show
 
-        ended = ended_run_dir(ns.targets[0] if ns.targets else None)
+        ended = ended_run_dir(ns.targets[0] if ns.targets else None, settings)
         return show(ended, settings, mouse=not ns.no_mouse) if ended is not None else die(str(exc))
     from mpwatch.cli.attach_nodes import has_peers
 
@@ -67,12 +67,12 @@ def cmd_attach(argv: list[str], settings: Settings) -> int:
     return code
 
 
-def _pick(no_mouse: bool) -> str | int | None:
+def _pick(no_mouse: bool, settings: Settings) -> str | int | None:
     """`attach` without RUN: the only live run, or the one the user picks among several (a
     screen of their own: never the newest by chance); an exit code when the user left."""
     from mpwatch.rundir import registry
 
-    entries = registry.live_runs()
+    entries = registry.live_runs(settings.tmpdir)
     if len(entries) <= 1:
         return entries[0]["run_id"] if entries else None
     try:
@@ -101,7 +101,7 @@ def _connect(run: str | None, host: str | None, remote_mpwatch: str | None, sett
     if host is None:
         from mpwatch.sources.local import Client
 
-        return Client.connect(run)
+        return Client.connect(run, settings.tmpdir)
     from mpwatch.sources.remote.client import RemoteClient, Target, Transport
 
     return RemoteClient(Target(host, run), Transport.from_settings(settings, remote_mpwatch))
@@ -114,7 +114,7 @@ def _which(ns: argparse.Namespace, settings: Settings) -> str | None:
     if ns.host is None:
         from mpwatch.rundir import registry
 
-        return choose(ns.action, registry.live_runs())
+        return choose(ns.action, registry.live_runs(settings.tmpdir))
     from mpwatch.sources.remote.client import Transport, remote_runs
 
     transport = Transport.from_settings(settings, ns.remote_mpwatch)
@@ -140,7 +140,7 @@ def cmd_ctl(argv: list[str], settings: Settings) -> int:
     if ns.action == "logs" and ns.host is None:
         from mpwatch.cli.logs import show_logs
 
-        return show_logs(ns.run, ns.rank, "stderr" if ns.stderr else "stdout", ns.lines, ns.follow)
+        return show_logs(ns.run, ns.rank, "stderr" if ns.stderr else "stdout", ns.lines, ns.follow, settings)
     if ns.action == "logs" and ns.follow:
         return die("--follow reads the run directory: run it there "
                    f"(ssh {ns.host} mpwatch ctl logs ... --follow)")

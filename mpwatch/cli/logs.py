@@ -12,6 +12,7 @@ from pathlib import Path
 from mpwatch.cli.args import die
 from mpwatch.rundir import reader, registry
 from mpwatch.rundir.textfiles import as_shown, is_regular, open_regular, tail_lines
+from mpwatch.settings import Settings
 from mpwatch.text.safe import printable
 
 POLL_S = 0.2  # how often --follow looks for new bytes
@@ -56,9 +57,9 @@ def _follow(rd: reader.RunDir, path: Path, offset: int) -> None:
     _print([partial.decode("utf-8", errors="replace")] if partial else [])
 
 
-def show_logs(run: str | None, rank: int, stream: str, lines: int, follow: bool) -> int:
+def show_logs(run: str | None, rank: int, stream: str, lines: int, follow: bool, settings: Settings) -> int:
     try:
-        rd = reader.read(registry.find_run_dir(run))
+        rd = reader.read(registry.find_run_dir(run, settings.tmpdir))
     except (registry.RunError, reader.NotARunDir) as exc:
         return die(str(exc))
     files = rd.ranks()

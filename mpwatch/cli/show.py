@@ -1,5 +1,5 @@
 """`mpwatch show RUN`: the TUI, read-only, on a run directory, live or finished, from its
-files alone (mpwatch/replay/), with a time cursor; and the way `mpwatch attach` opens a run
+files alone (sources.replay), with a time cursor; and the way `mpwatch attach` opens a run
 that has ended. Main thread."""
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ def cmd_show(argv: list[str], settings: Settings) -> int:
     p.add_argument("--no-mouse", action="store_true")
     ns = p.parse_args(argv)
     try:
-        path = registry.find_run_dir(ns.run)
+        path = registry.find_run_dir(ns.run, settings.tmpdir)
     except registry.RunError as exc:
         return die(str(exc))
     return show(path, settings, mouse=not ns.no_mouse)
@@ -41,13 +41,13 @@ def show(path: Path, settings: Settings, mouse: bool = True) -> int:
     return 0
 
 
-def ended_run_dir(run: str | None) -> Path | None:
+def ended_run_dir(run: str | None, settings: Settings) -> Path | None:
     """The directory of RUN when it names a run that has ended (finished, or cut short by
     its supervisor's death), else None. `attach` opens such a run with `show`."""
     if run is None:
         return None
     try:
-        rd = reader.read(registry.find_run_dir(run))
+        rd = reader.read(registry.find_run_dir(run, settings.tmpdir))
     except (registry.RunError, reader.NotARunDir):
         return None
     return None if rd.live() else rd.path

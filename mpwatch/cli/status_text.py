@@ -2,7 +2,7 @@
 first, then the hang diagnosis, the GPUs and the run's alerts. Pure; the caller prints."""
 from __future__ import annotations
 
-from mpwatch.contract.live import shown
+from mpwatch.contract.control import shown
 from mpwatch.contract.status import GpuProcess, GpuView, State, Status, WorkerStatus
 from mpwatch.text import eventtext, fmt
 
@@ -72,7 +72,7 @@ def _worker_lines(w: WorkerStatus, st: Status) -> list[str]:
     return out
 
 
-def live_lines(st: Status) -> list[str]:
+def control_lines(st: Status) -> list[str]:
     """The tunables' values (and who changed them), and the checkpoint requests still waiting."""
     out = []
     for t in st.get("tunables") or []:
@@ -110,7 +110,7 @@ def status_lines(st: Status) -> list[str]:
             out.append(f"  ! {a['message']}")
             if a.get("hint"):
                 out.append(f"    what to do: {a.get('hint')}")
-    out += live_lines(st)
+    out += control_lines(st)
     for ra in st["alerts"][-5:]:
         out.append(f"alert: {ra['message']}")
     return out

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from mpwatch.cli.args import Parser, die
 from mpwatch.cli.listing import ended_text
-from mpwatch.contract.live import shown
+from mpwatch.contract.control import shown
 from mpwatch.contract.status import ALIVE_STATES
 from mpwatch.rundir import layout, postmortem, reader, registry
 from mpwatch.settings import Settings
@@ -158,7 +158,7 @@ def cmd_summary(argv: list[str], settings: Settings) -> int:
     p.add_argument("--json", action="store_true")
     ns = p.parse_args(argv)
     try:
-        s = postmortem.summarize(reader.read(registry.find_run_dir(ns.run)))
+        s = postmortem.summarize(reader.read(registry.find_run_dir(ns.run, settings.tmpdir)))
     except (registry.RunError, reader.NotARunDir) as exc:
         return die(str(exc))
     print(json.dumps(s, indent=1) if ns.json else safe.text(summary_lines(s)))  # JSON escapes control bytes

@@ -99,7 +99,7 @@ def launch_with_tui(ns: argparse.Namespace, opts: LaunchOptions, settings: Setti
     from mpwatch.sources.local import Client, ClientError
 
     try:
-        client = Client.connect(str(run_dir))
+        client = Client.at(run_dir)
     except ClientError as exc:
         return _die(f"{exc}" + _tail(sup_log))
     return attach_tui(client, settings, mouse=not ns.no_mouse, supervisor=sup)

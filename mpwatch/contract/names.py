@@ -80,7 +80,7 @@ class Event(_Name):
     ROUND = "round"  # several nodes: this node joined a rendezvous round (its workers start in it)
     NODE_LOST = "node_lost"  # several nodes: another node's supervisor stopped answering
     THINNED = "thinned"  # a note: older report events were thinned to keep events.jsonl under its cap
-    # live control (supervisor.live): a request, then each rank's answer
+    # control (supervisor.control): a request, then each rank's answer
     CHECKPOINT_REQUESTED = "checkpoint_requested"  # `ctl checkpoint`, `c`: the ranks asked and the step
     CHECKPOINT_TAKEN = "checkpoint_taken"  # a rank's should_checkpoint() returned True (late: past the step)
     CHECKPOINT_MISSED = "checkpoint_missed"  # a rank's process ended before it answered

@@ -30,8 +30,14 @@ else:  # pragma: no cover - Python 3.10
 
 # The names of states and events live in contract.names, re-exported here.
 # The GPU timeline's records (gpu.jsonl, the gpu_timeline reply) live in contract.gpu_records,
-# the status's GPU view (Status.gpus) in contract.gpu_view;
+# the status's GPU view (Status.gpus) in contract.gpu_view, a worker's CUDA view in contract.cuda_view;
 # readers import every record of the contract from here.
+from mpwatch.contract.control import CheckpointRequest as CheckpointRequest
+from mpwatch.contract.control import RankAnswer as RankAnswer
+from mpwatch.contract.control import StopInfo as StopInfo
+from mpwatch.contract.control import TunableChange as TunableChange
+from mpwatch.contract.control import TunableStatus as TunableStatus
+from mpwatch.contract.cuda_view import CudaView as CudaView
 from mpwatch.contract.gpu_records import GpuMark as GpuMark
 from mpwatch.contract.gpu_records import GpuThinned as GpuThinned
 from mpwatch.contract.gpu_records import GpuThinnedInfo as GpuThinnedInfo
@@ -48,11 +54,6 @@ from mpwatch.contract.gpu_view import GpuProcess as GpuProcess
 from mpwatch.contract.gpu_view import GpuView as GpuView
 from mpwatch.contract.gpu_view import MemoryBreakdown as MemoryBreakdown
 from mpwatch.contract.gpu_view import alert_kind as alert_kind
-from mpwatch.contract.live import CheckpointRequest as CheckpointRequest
-from mpwatch.contract.live import RankAnswer as RankAnswer
-from mpwatch.contract.live import StopInfo as StopInfo
-from mpwatch.contract.live import TunableChange as TunableChange
-from mpwatch.contract.live import TunableStatus as TunableStatus
 from mpwatch.contract.names import ALIVE_STATES as ALIVE_STATES
 from mpwatch.contract.names import ENDED_STATES as ENDED_STATES
 from mpwatch.contract.names import UNREACHABLE as UNREACHABLE
@@ -98,20 +99,6 @@ class StallInfo(TypedDict):
     innermost: NotRequired[str | None]
     collective: NotRequired[str | None]
     dump: NotRequired[str]  # relative to the run directory
-
-
-class CudaView(TypedDict):
-    """What torch's caching allocator says, sent by the worker at most once a second and
-    only when the script already initialised CUDA (the worker never initialises it)."""
-
-    device: int  # torch's device index (under CUDA_VISIBLE_DEVICES: not NVML's index)
-    allocated: int  # bytes in live tensors
-    reserved: int  # bytes held by the caching allocator
-    max_allocated: int  # peak of `allocated`
-    uuid: NotRequired[str | None]  # "GPU-…" (or "MIG-…"): how the supervisor finds NVML's index
-    alloc_retries: NotRequired[int]  # memory_stats()["num_alloc_retries"]: cache flushes to fit
-    num_ooms: NotRequired[int]  # memory_stats()["num_ooms"]
-    inactive_split: NotRequired[int]  # memory_stats()["inactive_split_bytes.all.current"]
 
 
 class GpuShare(TypedDict):
@@ -190,7 +177,7 @@ class WorkerStatus(TypedDict):
     gpu: WorkerGpu | None
     stop: StopInfo | None  # the stop signal mpwatch sent it (--stop-signal), until it ends
     polls_checkpoint: bool  # its process calls mpwatch.should_checkpoint()
-    # Where its steps come from: "auto" (its optimizer steps, counted by mpwatch.auto), "report"
+    # Where its steps come from: "auto" (its optimizer steps, counted by mpwatch.worker.auto), "report"
     # (mpwatch.report() in the script); None before its first report.
     steps_from: StepsFrom | None
     # A merged view of several nodes (sources.multinode.source) sets these three; `rank` is then the
@@ -301,7 +288,7 @@ class Status(TypedDict):
     alerts: list[RunAlert]
     events_seq: int
     straggler: Straggler | None
-    tunables: list[TunableStatus]  # mpwatch.tunable()'s values, by name (contract.live)
+    tunables: list[TunableStatus]  # mpwatch.tunable()'s values, by name (contract.control)
     checkpoints: list[CheckpointRequest]  # the last "checkpoint now" requests
     # a merged view of several nodes (sources.multinode.source): each one's state
     nodes: NotRequired[list[NodeStatus]]

@@ -1,1 +1,1 @@
-"""Read-only samplers the supervisor calls: processes, GPUs, stacks."""
+"""Read-only samplers the supervisor calls: processes, GPUs (NVML), stacks, a hang's /proc facts."""

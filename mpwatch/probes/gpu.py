@@ -1,4 +1,4 @@
-"""GPU sampling behind a small backend interface: real NVML, a scripted fake, or absent.
+"""GPU sampling behind a small backend interface: real NVML, a scripted NVML, or absent.
 Runs on the supervisor's GPU poller thread (supervisor.gpu.watch).
 
 A backend answers a handful of per-device questions (name, UUID, memory, utilization,
@@ -7,11 +7,12 @@ and turns every failed call into None ("N/A") for that one value, so one unsuppo
 counter or a lost GPU never stops the poller. Handles, names and UUIDs are got once, at
 `open()`.
 
-Backends:
-- `NvmlBackend`: the official bindings (package nvidia-ml-py, `import pynvml`). Tests run it,
-  with pynvml, on a stand-in libnvidia-ml.so.1 built from C (testing.libnvml).
-- `FakeBackend` (testing.scripted_nvml): TEST-ONLY. Selected by a scenario's path, the
-  MPWATCH_FAKE_NVML setting (settings.Settings.fake_nvml); see its docstring for the format.
+Backends (probes.gpu_backend.Backend says what they answer):
+- probes.nvml's `NvmlBackend`: the official bindings (package nvidia-ml-py, `import pynvml`).
+  Tests run it, with pynvml, on a stand-in libnvidia-ml.so.1 built from C (testing.libnvml).
+- probes.nvml_scripted's `ScriptedNvml`: GPUs a scenario file scripts, for tests and benches
+  where there is no GPU. Selected by the scenario's path, the MPWATCH_SCRIPTED_NVML setting
+  (settings.Settings.scripted_nvml); see its docstring for the format.
 - no backend: `open_backend()` returns a one-line reason instead ("NVML library not
   found ...", "no NVIDIA GPU found", "driver/bindings mismatch: ...").
 """
@@ -19,44 +20,13 @@ from __future__ import annotations
 
 import socket
 import time
-from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
 
-ProcList = list[tuple[int, "int | None"]]  # [(pid, used bytes or None where the driver cannot tell)]
-
-
-class GpuUnavailable(Exception):
-    """No usable GPU backend; the message is the one line shown to the user."""
-
-
-class NotSupported(Exception):
-    """The device cannot answer this question at all (MIG, an older GPU or driver): N/A
-    for good, so the probe stops asking."""
-
-
-class Backend(Protocol):
-    """What GpuProbe asks of a backend; `h` is whatever `handle()` returned."""
-
-    kind: str
-
-    def init(self) -> None: ...
-    def shutdown(self) -> None: ...
-    def count(self) -> int: ...
-    def handle(self, index: int) -> object: ...
-    def name(self, h: object) -> str: ...
-    def uuid(self, h: object) -> str: ...
-    def mig_uuids(self, h: object) -> list[str]: ...
-    def memory(self, h: object) -> tuple[int, int]: ...
-    def utilization(self, h: object) -> tuple[int, int]: ...
-    def temperature(self, h: object) -> int: ...
-    def power_w(self, h: object) -> float: ...
-    def processes(self, h: object) -> ProcList: ...
-
-    def process_utilization(self, h: object, since_us: int) -> tuple[dict[int, int], int]:
-        """({pid: SM %} averaged over the samples newer than since_us, newest sample's
-        timestamp); raises NotSupported where the device has no process samples."""
-        ...
+# The backends' interface, re-exported: the probe's users import it from here.
+from mpwatch.probes.gpu_backend import Backend as Backend
+from mpwatch.probes.gpu_backend import GpuUnavailable as GpuUnavailable
+from mpwatch.probes.gpu_backend import NotSupported as NotSupported
+from mpwatch.probes.gpu_backend import ProcList as ProcList
 
 
 @dataclass
@@ -122,146 +92,18 @@ def reason_for(exc: BaseException) -> str:
     return f"NVML failed to start: {type(exc).__name__}: {exc}"
 
 
-# ------------------------------------------------------------------- backends ----
-def _text(v: object) -> str:
-    return v.decode(errors="replace") if isinstance(v, bytes) else str(v)
-
-
-class NvmlBackend:
-    """The real thing, over nvidia-ml-py. `nv` is the pynvml module (a stand-in in tests)."""
-
-    kind = "nvml"
-
-    def __init__(self) -> None:
-        import pynvml  # nvidia-ml-py; imported here so the fake needs no driver
-
-        self.nv = pynvml
-        self._procs_fn: object = None
-
-    def init(self) -> None:
-        self.nv.nvmlInit()
-
-    def shutdown(self) -> None:
-        try:
-            self.nv.nvmlShutdown()
-        except Exception:  # noqa: BLE001 - shutting down: nothing to tell
-            pass
-
-    def count(self) -> int:
-        return int(self.nv.nvmlDeviceGetCount())
-
-    def handle(self, index: int) -> object:
-        return self.nv.nvmlDeviceGetHandleByIndex(index)
-
-    def name(self, h: object) -> str:
-        return _text(self.nv.nvmlDeviceGetName(h))
-
-    def uuid(self, h: object) -> str:
-        return _text(self.nv.nvmlDeviceGetUUID(h))  # "GPU-…": the spelling CUDA_VISIBLE_DEVICES takes
-
-    def mig_uuids(self, h: object) -> list[str]:
-        """UUIDs ("MIG-…") of the MIG instances of a GPU in MIG mode: a worker on one of
-        them names it, and it maps to this GPU's index."""
-        nv = self.nv
-        try:
-            current, _ = nv.nvmlDeviceGetMigMode(h)
-            if current != getattr(nv, "NVML_DEVICE_MIG_ENABLE", 1):
-                return []
-            n = int(nv.nvmlDeviceGetMaxMigDeviceCount(h))
-        except Exception:  # noqa: BLE001 - no MIG on this GPU or driver
-            return []
-        out = []
-        for i in range(n):
-            try:
-                out.append(_text(nv.nvmlDeviceGetUUID(nv.nvmlDeviceGetMigDeviceHandleByIndex(h, i))))
-            except Exception:  # noqa: BLE001 - an empty slot
-                continue
-        return out
-
-    def memory(self, h: object) -> tuple[int, int]:
-        m = self.nv.nvmlDeviceGetMemoryInfo(h)
-        return int(m.used), int(m.total)
-
-    def utilization(self, h: object) -> tuple[int, int]:
-        u = self.nv.nvmlDeviceGetUtilizationRates(h)
-        return int(u.gpu), int(u.memory)
-
-    def temperature(self, h: object) -> int:
-        return int(self.nv.nvmlDeviceGetTemperature(h, self.nv.NVML_TEMPERATURE_GPU))
-
-    def power_w(self, h: object) -> float:
-        return float(self.nv.nvmlDeviceGetPowerUsage(h)) / 1000.0  # milliwatts
-
-    def processes(self, h: object) -> ProcList:
-        # The unversioned call needs the newest struct; an older driver only has _v2.
-        fns = [self._procs_fn] if self._procs_fn else [
-            self.nv.nvmlDeviceGetComputeRunningProcesses,
-            getattr(self.nv, "nvmlDeviceGetComputeRunningProcesses_v2", None)]
-        last: BaseException | None = None
-        for fn in fns:
-            if not callable(fn):
-                continue
-            try:
-                procs = fn(h)
-            except Exception as exc:
-                if not _missing_function(self.nv, exc):
-                    raise
-                last = exc
-                continue
-            self._procs_fn = fn
-            # usedGpuMemory is None where the driver cannot tell (WDDM, some vGPUs).
-            return [(int(p.pid), None if p.usedGpuMemory is None else int(p.usedGpuMemory)) for p in procs]
-        raise last if last is not None else RuntimeError("no process query in these bindings")
-
-    def process_utilization(self, h: object, since_us: int) -> tuple[dict[int, int], int]:
-        nv = self.nv
-        try:
-            samples = nv.nvmlDeviceGetProcessUtilization(h, since_us)
-        except nv.NVMLError as exc:
-            code = getattr(exc, "value", None)
-            if code in (nv.NVML_ERROR_NOT_FOUND, getattr(nv, "NVML_SUCCESS", 0)):
-                return {}, since_us  # no process ran a kernel since since_us
-            if code in (nv.NVML_ERROR_NOT_SUPPORTED, nv.NVML_ERROR_FUNCTION_NOT_FOUND):
-                raise NotSupported(str(exc)) from None
-            raise
-        return average_samples([(int(s.pid), int(s.timeStamp), int(s.smUtil)) for s in samples], since_us)
-
-
-def average_samples(samples: Sequence[tuple[int, int, int]], since_us: int) -> tuple[dict[int, int], int]:
-    """({pid: mean SM %} over samples newer than since_us, newest timestamp). Some drivers
-    return older samples too, and some an smUtil above 100: both are left out/clamped."""
-    sums: dict[int, list[int]] = {}
-    newest = since_us
-    for pid, ts, sm in samples:
-        if ts <= since_us:
-            continue
-        newest = max(newest, ts)
-        acc = sums.setdefault(pid, [0, 0])
-        acc[0] += min(max(sm, 0), 100)
-        acc[1] += 1
-    return {pid: round(total / n) for pid, (total, n) in sums.items()}, newest
-
-
-def _missing_function(nv: object, exc: BaseException) -> bool:
-    """The driver's NVML lacks this (versioned) entry point: try an older one."""
-    mismatch = getattr(nv, "NVMLLibraryMismatchError", None)
-    if isinstance(mismatch, type) and isinstance(exc, mismatch):
-        return True
-    err = getattr(nv, "NVMLError", None)
-    return (isinstance(err, type) and isinstance(exc, err)
-            and getattr(exc, "value", None) == getattr(nv, "NVML_ERROR_FUNCTION_NOT_FOUND", None))
-
-
 def open_backend(scenario: str | None = None) -> tuple[Backend | None, str | None]:
     """(backend, None) ready to sample, or (None, one-line reason); scenario: a scripted
-    NVML's (TEST-ONLY), else the real one."""
+    NVML's, else the real one."""
     backend: Backend
     try:
         if scenario:
-            from mpwatch.testing.scripted_nvml import FakeBackend  # TEST-ONLY
+            from mpwatch.probes.nvml_scripted import ScriptedNvml
 
-            backend = FakeBackend(scenario)
+            backend = ScriptedNvml(scenario)
         else:
+            from mpwatch.probes.nvml import NvmlBackend
+
             try:
                 backend = NvmlBackend()
             except ImportError:

@@ -36,10 +36,6 @@ _SYSCALLS = {
                 242: "accept4", 260: "wait4", 29: "ioctl", 64: "write"},
 }
 
-_STATE_NAMES = {"R": "running", "S": "sleeping", "D": "disk sleep", "T": "stopped", "t": "tracing stop",
-                "Z": "zombie", "X": "dead", "I": "idle"}
-
-
 def _read(path: str) -> str | None:
     try:
         with open(path, encoding="ascii", errors="replace") as f:
@@ -180,7 +176,3 @@ def probe(pid: int, cpu_percent: float | None = None, cuda: bool = False,
     """classify(read_facts(pid)): a few /proc reads (about a millisecond with reads=1);
     the look for NVIDIA files is skipped when `cuda` already says yes."""
     return classify(read_facts(pid, reads=reads, scan_gpu=not cuda), cpu_percent=cpu_percent, cuda=cuda)
-
-
-def state_name(letter: str | None) -> str:
-    return _STATE_NAMES.get(letter or "", letter or "?")

@@ -44,11 +44,6 @@ RANK_DIR = re.compile(r"^rank-(\d+)$")
 STREAMS = {"stdout": STDOUT_LOG, "stderr": STDERR_LOG}
 
 
-def default_run_dir(cwd: Path | str, run_id: str) -> Path:
-    """Where a run's directory goes when --run-dir does not say."""
-    return Path(cwd) / RUNS_FOLDER / run_id
-
-
 def rank_dir(run_dir: Path | str, rank: int) -> Path:
     return Path(run_dir) / f"rank-{rank}"
 

@@ -12,7 +12,7 @@ from typing import Literal, TypedDict, cast
 
 from mpwatch.contract.coerce import as_float, as_int, as_str
 from mpwatch.contract.status import CheckpointRequest, Event, EventFields, EventRecord, TunableStatus
-from mpwatch.rundir import eventlines, layout, live_events
+from mpwatch.rundir import control_events, eventlines, layout
 from mpwatch.rundir.reader import RunDir
 
 Ending = Literal["live", "finished", "cut short"]  # cut short: the supervisor died mid-run
@@ -263,10 +263,10 @@ def summarize(rd: RunDir, now: float | None = None) -> Summary:
     hangs = [e for e in hangs if e["ts"] <= until] or hangs
     restarts = rd.final["run"].get("restarts") if rd.final is not None else None
     files = _files(rd)
-    live = live_events.LiveFold()
+    live = control_events.ControlFold()
     for e in evs:
-        if e["event"] in live_events.LIVE_EVENTS:
-            live_events.apply(live, cast(EventFields, e))
+        if e["event"] in control_events.CONTROL_EVENTS:
+            control_events.apply(live, cast(EventFields, e))
     tunables, checkpoints = live.status()
     return {"listing": listing(rd, exits, now), "args": rd.run.args,
             "restarts": restarts if isinstance(restarts, int) else sum(r["restarts"] for r in ranks),

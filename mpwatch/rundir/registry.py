@@ -2,7 +2,8 @@
 and the runs folders (finished runs).
 
 Sockets live in a directory only this user may enter ($XDG_RUNTIME_DIR/mpwatch, or
-/tmp/mpwatch-<uid>), checked for owner and mode before use, so another user can neither
+<MPWATCH_TMPDIR>/mpwatch-<uid>: the caller hands in settings.Settings.tmpdir), checked for
+owner and mode before use, so another user can neither
 connect nor learn the socket names. Each live run has an entry runs/<id>.json there; it
 is removed when the run ends, so a finished run is found in a runs folder (DEFAULT_RUNS
 by default) by its directory. A RUN given on the command line is a run id or a run
@@ -24,7 +25,6 @@ from typing import TypedDict
 
 from mpwatch.contract.coerce import as_float
 from mpwatch.rundir import layout, textfiles
-from mpwatch.settings import Settings
 
 DEFAULT_RUNS = Path(layout.RUNS_FOLDER)  # where a run's directory goes, relative to its cwd
 SUFFIX_CHARS = 8  # the random end of a run id
@@ -34,8 +34,8 @@ class RunError(Exception):
     """A RUN that cannot be used; its message is the one line the user sees."""
 
 
-def runtime_dir(tmpdir: Path | None = None) -> Path:
-    """tmpdir: where it goes without a usable XDG_RUNTIME_DIR (None: the settings' MPWATCH_TMPDIR).
+def runtime_dir(tmpdir: Path) -> Path:
+    """tmpdir: where it goes without a usable XDG_RUNTIME_DIR (settings.Settings.tmpdir).
     The directory is checked (a real directory of this user's, 0700, never through a symlink)
     before anything is made inside it: another user may have made it first."""
     base = os.environ.get("XDG_RUNTIME_DIR")
@@ -43,7 +43,7 @@ def runtime_dir(tmpdir: Path | None = None) -> Path:
     if base and os.path.isdir(base) and os.access(base, os.W_OK):
         path = Path(base) / "mpwatch"
     else:
-        path = (Settings.from_env().tmpdir if tmpdir is None else tmpdir) / f"mpwatch-{uid}"
+        path = tmpdir / f"mpwatch-{uid}"
     for d in (path, path / "runs"):
         try:
             d.mkdir(mode=0o700, exist_ok=True)
@@ -67,10 +67,10 @@ def new_run_id(script: str) -> str:
     return f"{run_id_base(script)}-{secrets.token_hex(SUFFIX_CHARS // 2)}"
 
 
-def reserve(run_id: str, entry: RegistryEntry) -> bool:
+def reserve(run_id: str, entry: RegistryEntry, tmpdir: Path) -> bool:
     """Take run_id in the registry (runs/<id>.json made with O_EXCL); False when it is taken.
     The entry names this process until the supervisor registers itself in its place."""
-    path = runtime_dir() / "runs" / f"{run_id}.json"
+    path = runtime_dir(tmpdir) / "runs" / f"{run_id}.json"
     try:
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
     except FileExistsError:
@@ -91,9 +91,9 @@ class RegistryEntry(TypedDict):
     nprocs: int
 
 
-def register(run_id: str, entry: RegistryEntry) -> None:
+def register(run_id: str, entry: RegistryEntry, tmpdir: Path) -> None:
     """The run's entry, written whole (a reader never sees half of it)."""
-    reg = runtime_dir() / "runs"
+    reg = runtime_dir(tmpdir) / "runs"
     tmp = reg / f".{run_id}.{os.getpid()}.tmp"
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
     with os.fdopen(fd, "w") as f:
@@ -101,9 +101,9 @@ def register(run_id: str, entry: RegistryEntry) -> None:
     os.replace(tmp, reg / f"{run_id}.json")
 
 
-def unregister(run_id: str) -> None:
+def unregister(run_id: str, tmpdir: Path) -> None:
     try:
-        (runtime_dir() / "runs" / f"{run_id}.json").unlink()
+        (runtime_dir(tmpdir) / "runs" / f"{run_id}.json").unlink()
     except (OSError, RunError):
         pass
 
@@ -135,10 +135,10 @@ def _entry(raw: object) -> RegistryEntry | None:
                          started=float(raw["started"]), nprocs=raw["nprocs"])
 
 
-def live_runs() -> list[RegistryEntry]:
+def live_runs(tmpdir: Path) -> list[RegistryEntry]:
     """Registered runs whose supervisor is alive, newest first; stale entries are removed."""
     out = []
-    reg = runtime_dir() / "runs"
+    reg = runtime_dir(tmpdir) / "runs"
     for path in reg.glob("*.json"):
         try:
             entry = _entry(json.loads(path.read_text()))
@@ -224,12 +224,12 @@ def _finished_by_id(run_id: str, folders: Iterable[Path], unreadable: list[Path]
     return None
 
 
-def find_run_dir(run: str | None, folders: Iterable[Path] = (DEFAULT_RUNS,)) -> Path:
+def find_run_dir(run: str | None, tmpdir: Path, folders: Iterable[Path] = (DEFAULT_RUNS,)) -> Path:
     """A live or finished run's directory: by path, by live id, by id in the runs folders.
     None: the newest live run, else the newest run in the runs folders."""
     folders = list(folders)
     if run is None:
-        live = live_runs()
+        live = live_runs(tmpdir)
         if live:
             return Path(live[0]["run_dir"])
         found = [d for f in folders for d in run_dirs(f)]
@@ -237,7 +237,7 @@ def find_run_dir(run: str | None, folders: Iterable[Path] = (DEFAULT_RUNS,)) -> 
             raise RunError("no live run of this user and no run in " + ", ".join(f"./{f}" for f in folders))
         return max(found, key=_started)
     if _is_id(run):
-        for e in live_runs():
+        for e in live_runs(tmpdir):
             if e["run_id"] == run:
                 return Path(e["run_dir"])
     if os.path.isdir(run):
@@ -265,16 +265,20 @@ def _started(d: Path) -> float:
         return 0.0
 
 
-def resolve(run: str | None) -> RunHandle:
+def resolve(run: str | None, tmpdir: Path) -> RunHandle:
     """A live run by id or directory; None means the newest live run. A finished run (by
     directory, or by id in the runs folder) is an error that says it has finished."""
     if run is None:
-        runs = live_runs()
+        runs = live_runs(tmpdir)
         if not runs:
             raise RunError("no live mpwatch run of this user (start one with: mpwatch SCRIPT)")
-        run_dir = Path(runs[0]["run_dir"])
-    else:
-        run_dir = find_run_dir(run)
+        return handle(Path(runs[0]["run_dir"]))
+    return handle(find_run_dir(run, tmpdir))
+
+
+def handle(run_dir: Path) -> RunHandle:
+    """The live run whose directory is run_dir: how to reach its control socket. A finished
+    run, a garbled control.json or a supervisor that is gone is a RunError that says so."""
     if not os.access(run_dir, os.R_OK | os.X_OK):
         raise RunError(f"run directory {run_dir} is not readable by this user")
     info = textfiles.read_json(run_dir, layout.RUN_JSON)

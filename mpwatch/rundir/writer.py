@@ -157,17 +157,15 @@ def open_supervisor_log(run_fd: int) -> BinaryIO:
 
 
 class RunStore:
-    def __init__(self, run_dir: Path | str, events_cap: int | None = None):
+    def __init__(self, run_dir: Path | str, settings: Settings):
         self.dir = Path(run_dir)
         self._fd: int | None = None  # the run directory, held open from create() on
         self._lock = threading.Lock()
         self._events: IO[str] | None = None
         self.disk_error: str | None = None
         self.events_written = 0
-        # events.jsonl's cap in bytes (None: the settings' MPWATCH_EVENTS_MB), its size, and its thinning
-        if events_cap is None:
-            events_cap = thinning.cap_bytes(Settings.from_env().events_mb)
-        self.events_cap = events_cap
+        # events.jsonl's cap in bytes (MPWATCH_EVENTS_MB), its size, and its thinning
+        self.events_cap = thinning.cap_bytes(settings.events_mb)
         self.events_size = 0
         self.thinned = 0  # thinning passes so far
         self._thin_at = self.events_cap  # the size that starts the next pass

@@ -11,6 +11,7 @@ import json
 import threading
 from multiprocessing import AuthenticationError
 from multiprocessing.connection import Client as _Connect
+from pathlib import Path
 from types import TracebackType
 from typing import Any, TypedDict, TypeVar, cast
 
@@ -26,7 +27,7 @@ class EventsReply(TypedDict):
     seq: int
 
 
-class LiveReply(TypedDict):
+class ControlReply(TypedDict):
     """The `checkpoint` and `set` commands' reply: the step every rank takes it at (None: each
     at its next call), and what was done (none for a plan)."""
 
@@ -34,7 +35,7 @@ class LiveReply(TypedDict):
     message: str
 
 
-def _live_reply(reply: dict[str, Any]) -> LiveReply:
+def _control_reply(reply: dict[str, Any]) -> ControlReply:
     step = reply.get("step")
     return {"step": step if type(step) is int else None, "message": str(reply.get("message", ""))}
 
@@ -114,16 +115,16 @@ class Requests:
         return str(self.request("stop")["message"])
 
     def checkpoint(self, target: int | str, step: int | None = None, by: str = "?",
-                   plan: bool = False) -> LiveReply:
-        """Ask a rank (or "all") to checkpoint (supervisor.live.control); with `plan`, only the
+                   plan: bool = False) -> ControlReply:
+        """Ask a rank (or "all") to checkpoint (supervisor.control.room); with `plan`, only the
         step it would be taken at. `step` given: that step, on every rank asked."""
-        return _live_reply(self.request("checkpoint", target=target, step=step, by=by, plan=plan))
+        return _control_reply(self.request("checkpoint", target=target, step=step, by=by, plan=plan))
 
     def set_tunable(self, name: str, value: str, step: int | None = None, by: str = "?",
-                    plan: bool = False) -> LiveReply:
+                    plan: bool = False) -> ControlReply:
         """Change a tunable on every rank; `value` as typed (the supervisor reads it by the type
         the workers declared)."""
-        return _live_reply(self.request("set", name=name, value=value, step=step, by=by, plan=plan))
+        return _control_reply(self.request("set", name=name, value=value, step=step, by=by, plan=plan))
 
     def another(self) -> Requests:
         """This connection, where requests may be in flight at once (Client has its own)."""
@@ -157,9 +158,19 @@ class Client(Requests):
                               f"{getattr(exc, 'strerror', None) or exc}") from None
 
     @classmethod
-    def connect(cls: type[_C], run: str | None = None) -> _C:
+    def connect(cls: type[_C], run: str | None, tmpdir: Path) -> _C:
+        """A live run by id or directory (None: the newest), looked up in the registry under
+        tmpdir (settings.Settings.tmpdir)."""
         try:
-            return cls(registry.resolve(run))
+            return cls(registry.resolve(run, tmpdir))
+        except registry.RunError as exc:
+            raise ClientError(str(exc)) from None
+
+    @classmethod
+    def at(cls: type[_C], run_dir: Path | str) -> _C:
+        """The live run whose directory is run_dir."""
+        try:
+            return cls(registry.handle(Path(run_dir)))
         except registry.RunError as exc:
             raise ClientError(str(exc)) from None
 

@@ -7,7 +7,7 @@ import threading
 from typing import Any, Protocol
 
 from mpwatch.contract.status import GpuTimelineReply, Status
-from mpwatch.sources.local import EventsReply, LiveReply
+from mpwatch.sources.local import ControlReply, EventsReply
 
 
 class Source(Protocol):
@@ -28,12 +28,12 @@ class Source(Protocol):
     def stop(self) -> str: ...
 
     def checkpoint(self, target: int | str, step: int | None = None, by: str = "?",
-                   plan: bool = False) -> LiveReply:
-        """A "checkpoint now" (supervisor.live.control); `plan`: only the step it would be at."""
+                   plan: bool = False) -> ControlReply:
+        """A "checkpoint now" (supervisor.control.room); `plan`: only the step it would be at."""
         ...
 
     def set_tunable(self, name: str, value: str, step: int | None = None, by: str = "?",
-                    plan: bool = False) -> LiveReply:
+                    plan: bool = False) -> ControlReply:
         """A tunable's new value, typed as text, on every rank at one step."""
         ...
 

@@ -5,12 +5,12 @@ The rooms it drives, each with one job:
 - supervisor.workers.groups: process groups and their kills (and the watchdog);
 - supervisor.workers.reaping: the exit path: ended processes judged, restarts that are due;
 - supervisor.ipc.ledger: what the channel hub (supervisor.ipc.channels) hears from workers: the report ledger;
-- supervisor.ipc.commands: what the control server (supervisor.ipc.control) is asked: the control commands;
+- supervisor.ipc.commands: what the control server (supervisor.ipc.ctl_server) is asked: the control commands;
 - supervisor.snapshot: the status (contract.status's Status) clients read;
 - supervisor.eventlog: events.jsonl, the recent events and the run alerts;
 - supervisor.diagnose.stall_watch: stalled workers, what they do, and the rank the others wait for;
 - supervisor.resize: the `resize` command, stopping and starting ranks over the ticks;
-- supervisor.live.control: "checkpoint now" and tunables, sent down the workers' channels;
+- supervisor.control.room: "checkpoint now" and tunables, sent down the workers' channels;
 - supervisor.diagnose.sampler, supervisor.diagnose.dumps, supervisor.gpu.watch: the process sampler,
   stack dumps, the GPU watcher.
 
@@ -36,9 +36,10 @@ from typing import TYPE_CHECKING, Any
 
 from mpwatch.contract import protocol
 from mpwatch.contract.status import Event, RunState, State, Status
-from mpwatch.rundir import claim, layout, records, registry, thinning, writer
+from mpwatch.rundir import claim, layout, records, registry, writer
 from mpwatch.settings import Settings
 from mpwatch.supervisor import errors, metrics, snapshot, spawn
+from mpwatch.supervisor.control.room import ControlRoom
 from mpwatch.supervisor.diagnose.dumps import Dumper
 from mpwatch.supervisor.diagnose.sampler import Sampler
 from mpwatch.supervisor.diagnose.stall_watch import StallWatch
@@ -47,9 +48,8 @@ from mpwatch.supervisor.gpu.watch import GpuWatch
 from mpwatch.supervisor.headless import Reporter
 from mpwatch.supervisor.ipc.channels import ChannelHub
 from mpwatch.supervisor.ipc.commands import Commands
-from mpwatch.supervisor.ipc.control import ControlServer
+from mpwatch.supervisor.ipc.ctl_server import CtlServer
 from mpwatch.supervisor.ipc.ledger import ReportLedger
-from mpwatch.supervisor.live.control import LiveControl
 from mpwatch.supervisor.nodes.cluster import Nodes
 from mpwatch.supervisor.options import Options as Options  # re-exported: the CLI builds one
 from mpwatch.supervisor.resize import Resize
@@ -65,11 +65,11 @@ TICK_S = 0.1
 FLUSH_S = 0.5  # events.jsonl flushed, the disk checked, the headless summary considered
 
 
-def _claimed(opts: Options, taken: claim.Claim | None) -> tuple[claim.Claim | None, str, Path]:
+def _claimed(opts: Options, taken: claim.Claim | None, tmpdir: Path) -> tuple[claim.Claim | None, str, Path]:
     """The run's claim (`taken`, or one taken now unless a launcher made the directory), id and
     directory; registry.RunError when a launcher's directory comes without its id or path."""
     if taken is None and opts.made_run_dir is None:
-        taken = claim.claim(opts.script, opts.nprocs, opts.cwd, opts.run_dir, opts.run_id)
+        taken = claim.claim(opts.script, opts.nprocs, opts.cwd, tmpdir, opts.run_dir, opts.run_id)
     if taken is not None:
         return taken, taken.run_id, taken.run_dir
     if opts.run_id is None or opts.run_dir is None:
@@ -78,15 +78,15 @@ def _claimed(opts: Options, taken: claim.Claim | None) -> tuple[claim.Claim | No
 
 
 class Run:
-    def __init__(self, opts: Options, status_out: Reporter | None = None, settings: Settings | None = None,
+    def __init__(self, opts: Options, settings: Settings, status_out: Reporter | None = None,
                  taken: claim.Claim | None = None):
         """Names the run and builds its rooms; starts nothing but the claim on its id and
         directory (rundir.claim): `taken`, the CLI's, or one taken here, unless a launcher made
         the directory (opts.made_run_dir: the supervisor's own process then checks it is that
-        one). settings: the MPWATCH_* switches the CLI read (None: read them now). Raises
+        one). settings: the MPWATCH_* switches the CLI read, handed to the rooms. Raises
         registry.RunError when the run cannot be claimed or there is no usable runtime directory."""
         self.opts = opts
-        self.settings = settings or Settings.from_env()
+        self.settings = settings
         self.status_out = status_out  # a headless Reporter, or None
         self.lock = threading.RLock()
         self.workers: dict[int, Worker] = {}
@@ -101,19 +101,19 @@ class Run:
         self._registered = False
         self._log_file: logging.Handler | None = None  # supervisor.log (supervisor.errors)
         rt = registry.runtime_dir(self.settings.tmpdir)
-        self.claim, self.run_id, self.run_dir = _claimed(opts, taken)
-        self.store = writer.RunStore(self.run_dir, thinning.cap_bytes(self.settings.events_mb))
+        self.claim, self.run_id, self.run_dir = _claimed(opts, taken, self.settings.tmpdir)
+        self.store = writer.RunStore(self.run_dir, self.settings)
         self.log = EventLog(self.store, status_out)
         self.marks = Marks(self.run_id, os.getpid())  # every process of the run (supervisor.workers.marks)
         self.groups = ProcessGroups(self.workers, self.lock, self.log, opts.stop_signal, self.marks)
-        self.live = LiveControl(self.workers, self.lock, self.log, self.flush_interval)
-        self.ledger = ReportLedger(self.workers, self.lock, self.log, self.live)
+        self.control = ControlRoom(self.workers, self.lock, self.log, self.flush_interval)
+        self.ledger = ReportLedger(self.workers, self.lock, self.log, self.control)
         self.hub = ChannelHub(str(rt / f"{self.run_id}.chan"), self.authkey, self.ledger)
         self.dumper = Dumper(self.store, self.lock, self.log, self.settings)
         self.gpu = GpuWatch.for_run(self)  # NVML starts on its own thread (setup): never waited on
         self.commands = Commands(self, self.workers, self.lock, opts, self.store, self.log, self.dumper,
-                                 self.gpu, self.live)
-        self.control = ControlServer(str(rt / f"{self.run_id}.ctl"), self.authkey, self.commands.dispatch)
+                                 self.gpu, self.control)
+        self.ctl_server = CtlServer(str(rt / f"{self.run_id}.ctl"), self.authkey, self.commands.dispatch)
         self.sampler = Sampler(self.workers, self.lock, self.groups)
         self.stalls = StallWatch(self.workers, self.lock, self.log, self.dumper, opts.stall_timeout,
                                  opts.startup_timeout)
@@ -147,17 +147,17 @@ class Run:
         self.marks.open()
         self.groups.start_watchdog()
         self.hub.start()
-        self.control.start()
+        self.ctl_server.start()
         self.metrics = metrics.serve(o.metrics_addr, o.metrics_port, lambda: snapshot.build(self, 0),
                                      lambda: self.ticked)
         self.metrics_at = self.metrics.where if self.metrics is not None else None
         me = (self.opts, self.run_id, self.run_dir, self.started_wall)
         self.store.write_json(layout.RUN_JSON, records.run_json(*me))
         self.store.write_json(layout.CONTROL_JSON, {
-            "run_id": self.run_id, "address": self.control.address, "authkey": self.authkey.hex(),
+            "run_id": self.run_id, "address": self.ctl_server.address, "authkey": self.authkey.hex(),
             "pid": os.getpid()})
         self.gpu.start()
-        registry.register(self.run_id, records.registry_entry(*me))
+        registry.register(self.run_id, records.registry_entry(*me), self.settings.tmpdir)
         self._registered = True
         # stamped with run.json's start, so a replay puts the run's first event at +0.0s (not at
         # the time setup took, 0.1 s under load)
@@ -183,7 +183,7 @@ class Run:
                                run_id=self.run_id, rank_dir=paths.dir, stack_file=paths.stack_file,
                                virtual_local_rank=o.virtual_local_rank, flush_s=self.flush_interval(),
                                nccl_flight=self.settings.nccl_flight, auto=o.auto and self.settings.auto)
-        live_from = self.live.spawn_env(env)
+        live_from = self.control.spawn_env(env)
         try:
             with self.store.open_log(rank, "stdout") as out, self.store.open_log(rank, "stderr") as err:
                 proc = spawn.start_worker(spawn.command(o.launch, o.script, o.args), env, out, err, cwd=o.cwd)
@@ -242,7 +242,7 @@ class Run:
             self.commands.run_next(timeout=TICK_S)
             self._handle_signals()
             self.ledger.flush(time.monotonic())
-            self.live.push()
+            self.control.push()
             self.reaper.poll()
             if self.nodes is not None:
                 self.nodes.tick()  # a round joined, a stop or a lost node found by the node thread
@@ -318,14 +318,14 @@ class Run:
         """Release what the run holds; safe after a setup that failed half-way."""
         self.sampler.close()
         self.hub.close()
-        self.control.close()
+        self.ctl_server.close()
         if self.metrics is not None:
             self.metrics.close()
         self.gpu.close()
         if self.nodes is not None:
             self.nodes.close()
         if self._registered or self.claim is not None:  # the entry, or the claim's reservation of it
-            registry.unregister(self.run_id)
+            registry.unregister(self.run_id, self.settings.tmpdir)
             self._registered = False
             self.claim = None
         self.groups.close()
@@ -349,5 +349,5 @@ class Run:
         return snapshot.build(self, tail)
 
     def refused_connections(self) -> int:
-        return self.hub.refused + self.control.refused
+        return self.hub.refused + self.ctl_server.refused
 

@@ -54,7 +54,7 @@ class Options:
     master_port: int | None = None  # one node: MASTER_PORT (None: a free port)
     rdzv_id: str | None = None  # one node: TORCHELASTIC_RUN_ID (None: the run id)
     virtual_local_rank: bool = False  # LOCAL_RANK=0, each worker sees its own GPU as device 0
-    auto: bool = True  # automatic steps in the workers (mpwatch.auto); --no-auto
+    auto: bool = True  # automatic steps in the workers (mpwatch.worker.auto); --no-auto
     nodes: NodesOptions | None = None  # several nodes
     # the flags above as typed, for a launcher that starts the supervisor in its own process
     supervisor_flags: list[str] = field(default_factory=list)

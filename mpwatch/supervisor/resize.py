@@ -16,15 +16,21 @@ from __future__ import annotations
 
 import glob
 import os
+import threading
 from collections import deque
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from mpwatch.contract.status import Event, RunState
 from mpwatch.supervisor import spawn
 from mpwatch.supervisor.errors import CommandError
 
 if TYPE_CHECKING:
-    from mpwatch.supervisor.core import Run
+    from mpwatch.settings import Settings
+    from mpwatch.supervisor.eventlog import EventLog
+    from mpwatch.supervisor.nodes.cluster import Nodes
+    from mpwatch.supervisor.options import Options
+    from mpwatch.supervisor.workers.groups import ProcessGroups
+    from mpwatch.supervisor.workers.worker import Worker
 
 START_PER_TICK = 8  # new ranks started in one tick of the serve loop (each is a fork and an exec)
 CAP_FLOOR = 64
@@ -38,8 +44,26 @@ def machine_cap() -> int:
     return max(CAP_FLOOR, PER_CPU * (os.cpu_count() or 1), PER_CPU * len(glob.glob(GPU_DEVICES)))
 
 
+class ResizeHost(Protocol):
+    """What a resize reads and calls of the run (supervisor.core's Run)."""
+
+    lock: threading.RLock
+    workers: dict[int, Worker]
+    opts: Options
+    settings: Settings
+    state: RunState
+    world: int
+    master_port: int
+    log: EventLog
+    groups: ProcessGroups
+    nodes: Nodes | None
+
+    def start(self, rank: int, reason: str | None = None) -> None: ...
+    def kill(self, w: Worker, reason: str) -> bool: ...
+
+
 class Resize:
-    def __init__(self, run: Run):
+    def __init__(self, run: ResizeHost):
         self.run = run
         self.to: int | None = None  # the size being reached, until it is
         self.starts: deque[tuple[int, str | None]] = deque()  # ranks still to start, each with its reason

@@ -25,9 +25,9 @@ from mpwatch.contract.status import (
     WorkerStatus,
 )
 from mpwatch.probes.procs import ProcInfo
+from mpwatch.supervisor.control.room import ControlRoom
 from mpwatch.supervisor.eventlog import EventLog
 from mpwatch.supervisor.gpu.watch import GpuWatch
-from mpwatch.supervisor.live.control import LiveControl
 from mpwatch.supervisor.nodes.cluster import Nodes
 from mpwatch.supervisor.options import Options
 from mpwatch.supervisor.workers.worker import TAIL, Attempt, ChildReport, Worker
@@ -49,7 +49,7 @@ class RunView(Protocol):
     exit_code: int | None
     log: EventLog
     gpu: GpuWatch
-    live: LiveControl
+    control: ControlRoom
     nodes: Nodes | None  # several nodes
     metrics_at: str | None  # where Prometheus scrapes this node (supervisor.metrics), or None
 
@@ -78,7 +78,7 @@ def build(run: RunView, tail: int = TAIL) -> Status:
                      "stop_signal": o.stop_signal, "metrics": run.metrics_at},
             refused_connections=run.refused_connections(),
             node=None if run.nodes is None else run.nodes.info())
-        tunables, checkpoints = run.live.status()
+        tunables, checkpoints = run.control.status()
         return Status(
             run=info, workers=workers,
             gpus=cast(list[GpuView], panel.get("gpus", [])),  # GpuWatch builds them as contract.status says

@@ -16,7 +16,7 @@ from mpwatch.contract import protocol
 from mpwatch.supervisor.diagnose import flight
 from mpwatch.supervisor.options import Options
 
-INJECT_DIR = str(Path(__file__).resolve().parent.parent / "_inject")
+INJECT_DIR = str(Path(__file__).resolve().parent.parent / "worker" / "boot")
 
 
 def free_port() -> int:
@@ -82,7 +82,7 @@ def worker_env(base: Mapping[str, str], place: Placement, *, channel: str, authk
                rank_dir: Path, stack_file: Path, flush_s: float, virtual_local_rank: bool = False,
                nccl_flight: bool = False, auto: bool = True) -> dict[str, str]:
     """torchrun's variables, ours, and the NCCL flight recorder's when it is switched on
-    (settings.Settings.nccl_flight). `auto`: the workers put in automatic steps (mpwatch.auto).
+    (settings.Settings.nccl_flight). `auto`: the workers put in automatic steps (mpwatch.worker.auto).
     MPWATCH_RANK is the supervisor's own key for the worker: its local rank."""
     env = dict(base)
     env.update(place.torchrun_env())

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from mpwatch.contract.live import shown
+from mpwatch.contract.control import shown
 from mpwatch.contract.status import Event, EventFields, State
 from mpwatch.text import fmt
 
@@ -18,7 +18,7 @@ Severity = Literal["information", "warning", "error"]  # Textual's notification 
 NOTICE_EVENTS = frozenset({Event.WORKER_EXITED, Event.STALLED, Event.SLOW_START, Event.RECOVERED,
                            Event.RESTARTED, Event.RESIZED, Event.ALERT, Event.GPU_ALERT, Event.STOPPING,
                            Event.DUMP, Event.CHECKPOINT_MISSED})
-# a rank that took a request past its step is news too (contract.live: `late`)
+# a rank that took a request past its step is news too (contract.control: `late`)
 LATE_NOTICES = frozenset({Event.CHECKPOINT_TAKEN, Event.TUNABLE_APPLIED})
 _ALERT_SEVERITY: dict[str, Severity] = {"error": "error", "warning": "warning", "info": "information"}
 _EXIT_SEVERITY: dict[str, Severity] = {State.FAILED: "error", State.KILLED: "warning"}
@@ -64,7 +64,7 @@ def _at(step: object) -> str:
 
 
 def _live(rec: EventFields) -> str | None:
-    """The live control's events (supervisor.live.control)."""
+    """Control's events (supervisor.control.room)."""
     e, who = rec.get("event"), _who(rec)
     late = f" (late: asked for step {rec.get('at')})" if rec.get("late") else ""
     if e == Event.CHECKPOINT_REQUESTED:

@@ -83,16 +83,21 @@ def main_thread(proc: ProcDump) -> ThreadDump | None:
 _LIBRARY_DIRS = tuple({p for p in (sysconfig.get_paths().get(k) for k in ("stdlib", "platstdlib",
                                                                            "purelib", "platlib")) if p})
 _MPWATCH_DIR = str(Path(__file__).resolve().parent.parent)  # the package: this module is text.stackfmt
+# Where the worker side lived before it moved into mpwatch/worker/: a dump an older mpwatch
+# wrote (a recorded run replayed, another machine's checkout) names these.
+_FORMER = frozenset({"worker.py", "worker_cuda.py", "sender", "live", "auto", "_inject"})
 
 
 def is_mpwatch_file(path: str) -> bool:
     """A file of this package, wherever it is installed (a dump may come from another
     machine's checkout): under this package's directory, or a `mpwatch/...` path naming
-    one of its modules."""
+    one of its modules, now or before they moved."""
     if path.startswith(_MPWATCH_DIR):
         return True
     _, sep, rest = path.rpartition("/mpwatch/")
-    return bool(sep) and rest.endswith(".py") and os.path.isfile(os.path.join(_MPWATCH_DIR, rest))
+    if not sep or not rest.endswith(".py"):
+        return False
+    return os.path.isfile(os.path.join(_MPWATCH_DIR, rest)) or rest.partition("/")[0] in _FORMER
 
 
 def is_user_file(path: str) -> bool:
@@ -187,21 +192,6 @@ def summarize(text: str, pid: int | None = None) -> DumpSummary:
     coll = collective_frame(frames)
     return {"where": fmt_frame(user) if user else None, "innermost": fmt_frame(frames[0]),
             "collective": coll[2] if coll else None, "threads": len(proc["threads"])}
-
-
-def user_frame_lines(text: str) -> set[int]:
-    """Indexes of the lines to highlight in a dump: in each thread, the innermost frame of
-    the user's own code (where a stuck worker is stuck, in the user's terms)."""
-    marked, pending = set(), False
-    for i, line in enumerate(text.splitlines()):
-        if line.startswith(HEADER) or _THREAD.match(line):
-            pending = True  # a new thread: look for its innermost user frame
-            continue
-        m = _FRAME.match(line)
-        if m and pending and is_user_file(m.group("file")):
-            marked.add(i)
-            pending = False
-    return marked
 
 
 # ------------------------------------------------------------- the stack view ----

@@ -1,8 +1,9 @@
-"""The Textual UI: a client of a run's control socket, never an owner of its processes.
+"""The Textual UI: a client of a run's source, never an owner of its processes.
 
-Layers, from pure to live: glyphs, bars, view (the worker table), gpu_rows (the GPU panel),
-gpu_charts and gpu_tables (the GPU screen), diff (pure functions of a Status typed by
-contract.status, tested on statuses recorded from real runs); source (what a screen reads
-from), poller (a thread that reads it and posts snapshots); widgets and screens (Textual);
-actions and app (wire them); launch (the CLI's entry points).
+From pure to live: render/ (glyphs, bars, the worker table's rows, the GPU panel and screen,
+the row diff: pure functions of a contract.status Status, tested on statuses recorded from
+real runs); poller (a thread that reads a sources.source.Source and posts snapshots);
+widgets/ and screens/ (Textual); keys (the one key table: footer, command palette, help);
+view_actions and actions (what the keys do), app and replay_app (the Apps that wire them).
+The CLI starts them from cli.tui_launch and cli.show.
 """

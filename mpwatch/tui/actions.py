@@ -11,7 +11,6 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import NamedTuple
 
 from textual.app import App
 from textual.binding import Binding
@@ -20,23 +19,18 @@ from textual.scrollbar import ScrollBar, ScrollBarRender
 
 from mpwatch.contract.status import State, Status, WorkerStatus
 from mpwatch.contract.straggler import ranks_text
-from mpwatch.settings import Settings
 from mpwatch.sources.local import ClientError, who
 from mpwatch.sources.source import Source
+from mpwatch.tui.outcome import Outcome
 from mpwatch.tui.poller import Poller
 from mpwatch.tui.render import segs, view
-from mpwatch.tui.render.glyphs import Glyphs, pick
+from mpwatch.tui.render.glyphs import Glyphs
 from mpwatch.tui.screens.checkpoint import CheckpointDialog
 from mpwatch.tui.screens.confirm import Choice, ChoiceDialog, ConfirmDialog
 from mpwatch.tui.screens.quit import QuitDialog
 from mpwatch.tui.view_actions import ViewActions
 from mpwatch.tui.widgets.scrollbars import AsciiScrollBarRender
 from mpwatch.tui.widgets.worker_table import WorkerTable
-
-
-class Outcome(NamedTuple):
-    kind: str  # "detach" | "stopped" | "finished"
-    exit_code: int | None
 
 
 @dataclass
@@ -52,12 +46,12 @@ class RunActions(ViewActions, App[Outcome]):
 
     READ_ONLY = False  # a replay of a run's files (tui.replay_app): nothing here acts
 
-    def __init__(self, source: Source | None, run_dir: Path | str | None, glyphs: Glyphs | None):
+    def __init__(self, source: Source | None, run_dir: Path | str | None, glyphs: Glyphs):
         super().__init__()
         self.source = source
         self.run_dir = Path(run_dir) if run_dir else None
-        # the CLI passes the glyphs its settings choose (MPWATCH_ASCII)
-        self.glyphs = glyphs or pick(ascii_only=Settings.from_env().ascii)
+        # the CLI passes the glyphs its settings choose (MPWATCH_ASCII: render.glyphs.pick)
+        self.glyphs = glyphs
         # An ASCII terminal (LANG=C, MPWATCH_ASCII=1): ASCII cuts, scrollbars, borders (app.tcss)
         # and keys too.
         segs.use_ellipsis(self.glyphs.ellipsis)
@@ -273,7 +267,7 @@ class RunActions(ViewActions, App[Outcome]):
             self._request(f"dump rank {rank}", lambda: self._actions().act("dump", rank))
 
     def action_checkpoint(self) -> None:
-        """`c`: the selected rank or every rank, asked first (supervisor.live.control picks the step)."""
+        """`c`: the selected rank or every rank, asked first (supervisor.control.room picks the step)."""
         w = self._selected("checkpoint")
         if w is None or self.status is None:
             return

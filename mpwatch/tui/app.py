@@ -1,27 +1,29 @@
 """The mpwatch App: the main screen, wired to a data source (sources.source).
 
 A Poller thread posts snapshots; on_snapshot_ready applies them inside batch_update, diffing
-rows so only changed cells are touched. The keys that act are in tui.actions (the App's base
-class). Everything here runs on the UI thread.
+rows so only changed cells are touched. The keys are tui.keys' table; what they do is in
+tui.actions (the App's base class). Everything here runs on the UI thread.
 """
 from __future__ import annotations
 
 from collections.abc import Iterable
+from functools import partial
 from pathlib import Path
 
 from rich.text import Text
 from textual import events
 from textual.app import ComposeResult, SystemCommand
-from textual.binding import Binding
 from textual.screen import Screen
 from textual.widgets import Footer, Static
 
 from mpwatch.contract.status import Event, EventFields, RunState, State, Status
 from mpwatch.sources.source import Source
 from mpwatch.text import eventtext
-from mpwatch.tui.actions import Outcome, RunActions
+from mpwatch.tui import keys
+from mpwatch.tui.actions import RunActions
+from mpwatch.tui.outcome import Outcome
 from mpwatch.tui.poller import INTERVAL_S, Poller, PollFailed, RunGone, SnapshotReady
-from mpwatch.tui.render import gpu_rows, live_rows, node_rows, view
+from mpwatch.tui.render import control_rows, gpu_rows, node_rows, view
 from mpwatch.tui.render.glyphs import Glyphs
 from mpwatch.tui.render.segs import Line
 from mpwatch.tui.screens.detail import DetailScreen
@@ -35,74 +37,22 @@ from mpwatch.tui.widgets.gpu_panel import AlertLines, GpuPanel
 from mpwatch.tui.widgets.header import RunHeader
 from mpwatch.tui.widgets.worker_table import WorkerTable
 
-__all__ = ["COMMANDS", "MpwatchApp", "Outcome"]
+__all__ = ["MpwatchApp", "Outcome"]
 MAX_NOTICES = 3  # per snapshot; the rest are summed up in one line
 SMALL_H = 20  # a terminal this short keeps its rows for the table
-ACTING = frozenset({"pause", "pause_all", "kill", "restart", "restart_all", "grow", "shrink", "dump"})
 # Toasts only where they leave the table in view; the status line says everything anyway.
 TOAST_W, TOAST_H = 120, 36
 EVENTS_KEPT = 1000  # events the TUI keeps for its events screen (as many as the supervisor's recent events)
-
-# (action, title, help) for the command palette; the keys are in BINDINGS and help.
-COMMANDS = [
-    ("detail", "Detail of the selected worker", "Loss plot, stdout/stderr, stack dump, children (Enter)"),
-    ("gpus", "GPU screen", "Memory and utilization over time, ranks, outside processes, alerts (g)"),
-    ("pause", "Pause / resume the selected worker", "SIGSTOP / SIGCONT its process group (p)"),
-    ("pause_all", "Pause / resume all workers", "(P)"),
-    ("kill", "Kill the selected worker", "Asks first (k)"),
-    ("restart", "Restart the selected worker", "Asks first; in a process group, offers to restart all (r)"),
-    ("restart_all", "Restart all workers", "Asks first (R)"),
-    ("grow", "Add one worker", "Resize the run by +1; asks first when every worker restarts (+)"),
-    ("shrink", "Remove one worker", "Resize the run by -1; asks first when every worker restarts (-)"),
-    ("dump", "Dump stacks of the selected worker", "faulthandler / py-spy (d)"),
-    ("checkpoint", "Checkpoint now",
-     "mpwatch.should_checkpoint() is True once: this rank or all, at one step (c)"),
-    ("tunables", "Tunables",
-     "Values of mpwatch.tunable(), who changed them, checkpoints asked; change one (t)"),
-    ("logs", "Logs of the selected worker", "stdout and stderr (l)"),
-    ("events", "Events", "Every event of the run the TUI has, from the first (e)"),
-    ("filter", "Filter rows", "By rank, pid, state or cause (/)"),
-    ("clear_filter", "Clear the filter", "(Esc)"),
-    ("sort", "Sort by the next column", "(s)"),
-    ("fold", "Fold / unfold children of the selected worker", "(f)"),
-    ("fold_all", "Fold / unfold all children", "(F)"),
-    ("help", "Keys", "(?)"),
-    ("quit_dialog", "Leave", "Detach, stop the run, or cancel (q)"),
-]
-
 
 class MpwatchApp(RunActions):
     CSS_PATH = "app.tcss"
     TITLE = "mpwatch"
     ENABLE_COMMAND_PALETTE = True
-    BINDINGS = [
-        # ? and q first: a narrow footer cuts its end, and they must stay (60 columns)
-        Binding("question_mark", "help", "Help"),
-        Binding("q", "quit_dialog", "Quit"),
-        Binding("enter", "detail", "Detail", show=False),
-        Binding("j", "cursor_down", "Down", show=False),
-        Binding("g", "gpus", "GPUs"),
-        Binding("p", "pause", "Pause"),
-        Binding("P", "pause_all", "Pause all", show=False),
-        Binding("k", "kill", "Kill"),
-        Binding("r", "restart", "Restart", show=False),
-        Binding("R", "restart_all", "Restart all", show=False),
-        Binding("plus", "grow", "+1", show=False),
-        Binding("minus", "shrink", "-1", show=False),
-        Binding("d", "dump", "Dump"),
-        Binding("c", "checkpoint", "Checkpoint", show=False),
-        Binding("t", "tunables", "Tunables", show=False),
-        Binding("l", "logs", "Logs"),
-        Binding("e", "events", "Events", show=False),
-        Binding("slash", "filter", "Filter"),
-        Binding("escape", "clear_filter", "Clear filter", show=False),
-        Binding("s", "sort", "Sort", show=False),
-        Binding("f", "fold", "Fold", show=False),
-        Binding("F", "fold_all", "Fold all", show=False),
-    ]
+    KEYS: tuple[keys.Key, ...] = keys.LIVE  # what the help and the palette offer (tui.keys)
+    BINDINGS = list(keys.LIVE)
 
     def __init__(self, source: Source | None, run_dir: Path | str | None = None, *,
-                 glyphs: Glyphs | None = None, interval: float = INTERVAL_S, notices: bool = True):
+                 glyphs: Glyphs, interval: float = INTERVAL_S, notices: bool = True):
         super().__init__(source, run_dir, glyphs)
         self.interval = interval
         self.notices = notices
@@ -175,7 +125,8 @@ class MpwatchApp(RunActions):
     def apply_status(self, status: Status) -> None:
         old, self.status = self.status, status
         self.snapshots += 1
-        for text, severity in node_rows.changes(old, status) + (live_rows.news(old, status) if old else []):
+        news = control_rows.news(old, status) if old else []
+        for text, severity in node_rows.changes(old, status) + news:
             self.say(text, severity)
         if node_rows.multi(status) != self._multi_node or bool(status["gpus"]) != self._has_gpus:
             self._multi_node, self._has_gpus = node_rows.multi(status), bool(status["gpus"])
@@ -237,7 +188,7 @@ class MpwatchApp(RunActions):
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         """The keys that act leave the footer once the run has ended (a replay says why, pressed)."""
-        return not (action in ACTING and self.source is not None and not self.live)
+        return not (action in keys.ACTING and self.source is not None and not self.live)
 
     def on_run_gone(self, msg: RunGone) -> None:
         self.live = False
@@ -328,10 +279,19 @@ class MpwatchApp(RunActions):
     def action_tunables(self) -> None:
         self.push_screen(TunablesScreen())
 
+    def offered_keys(self) -> list[keys.Key]:
+        """The keys the help and the palette offer: the table's, less those that act where
+        nothing can be acted on (a replay, a run that has ended)."""
+        return keys.offered(self.KEYS, self.can_act)
+
     def action_help(self) -> None:
-        self.push_screen(HelpScreen(self.glyphs, can_act=self.can_act))
+        rows = [(self.get_key_display(k), k.tooltip) for k in self.offered_keys()]
+        self.push_screen(HelpScreen(self.glyphs, rows, can_act=self.can_act))
 
     def get_system_commands(self, screen: Screen[object]) -> Iterable[SystemCommand]:
-        yield from super().get_system_commands(screen)
-        for action, title, help_text in COMMANDS:
-            yield SystemCommand(title, help_text, getattr(self, f"action_{action}"))
+        """Textual's own commands (but its Quit, which would leave without the quit dialog),
+        then every key offered, by its name (tui.keys)."""
+        yield from (c for c in super().get_system_commands(screen) if c.callback != self.action_quit)
+        for k in self.offered_keys():
+            yield SystemCommand(k.description, f"{k.tooltip} ({self.get_key_display(k)})",
+                                partial(self.run_action, k.action))

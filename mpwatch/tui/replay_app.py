@@ -11,14 +11,14 @@ from __future__ import annotations
 
 from rich.text import Text
 from textual import events
-from textual.binding import Binding
 from textual.timer import Timer
 
 from mpwatch.contract.status import Event, State, Status
 from mpwatch.sources.replay import ReplaySource
 from mpwatch.text import eventtext
-from mpwatch.tui.actions import Outcome
+from mpwatch.tui import keys
 from mpwatch.tui.app import MpwatchApp
+from mpwatch.tui.outcome import Outcome
 from mpwatch.tui.poller import TAIL_POINTS
 from mpwatch.tui.render import view
 from mpwatch.tui.render.glyphs import Glyphs
@@ -38,27 +38,12 @@ _EDGE_SAID = {("step", -1): "at the run's start", ("step", 1): "at the end",
 
 class ReplayApp(MpwatchApp):
     READ_ONLY = True  # a replay: the keys that act leave every footer and pane (they say why, pressed)
-    # Priority: the cursor moves on the detail, logs and GPU screens too (modal screens stop
-    # the App's other bindings); check_action keeps them off dialogs, whose inputs want the keys.
-    # Off the footer: the strip above it says them, and the footer keeps ? and q at 80 columns.
-    BINDINGS = [
-        Binding("comma", "cursor('step', -1)", "Back", key_display=",", priority=True, show=False),
-        Binding("full_stop", "cursor('step', 1)", "On", key_display=".", priority=True, show=False),
-        Binding("left_square_bracket", "cursor('jump', -1)", "Prev", key_display="[", priority=True,
-                show=False),
-        Binding("right_square_bracket", "cursor('jump', 1)", "Next", key_display="]", priority=True,
-                show=False),
-        # Over the table's own Home/End (first/last row): here they are the run's start and end.
-        Binding("home", "cursor('start', 0)", "Start", show=False, priority=True),
-        Binding("end", "cursor('end', 0)", "End", show=False, priority=True),
-        # The live run's actions leave the footer (room for the cursor's keys at 80 columns);
-        # pressed, they still say why they cannot act here.
-        Binding("p", "pause", "Pause", show=False),
-        Binding("k", "kill", "Kill", show=False),
-        Binding("d", "dump", "Dump", show=False),
-    ]
+    KEYS = keys.LIVE + keys.CURSOR  # its help and palette offer those that do not act (tui.keys)
+    # The cursor's keys; the keys that act leave the footer (room for what a replay has at 80
+    # columns); pressed, they still say why they cannot act here.
+    BINDINGS = [*keys.CURSOR, *keys.off_footer(keys.LIVE)]
 
-    def __init__(self, source: ReplaySource, *, glyphs: Glyphs | None = None, notices: bool = True):
+    def __init__(self, source: ReplaySource, *, glyphs: Glyphs, notices: bool = True):
         super().__init__(source, source.path, glyphs=glyphs, notices=notices)
         self.replay = source
         self.strip = TimelineStrip(id="timeline")
@@ -97,8 +82,8 @@ class ReplayApp(MpwatchApp):
         if first:  # after the App's own greeting, which follows the first status
             self._select_first_failure()
             self._indexer = self.set_interval(INDEX_TICK_S, self._index_step)  # once the screen is drawn
-            keys = self.glyphs.sep.join((", . step", "[ ] jump", "Home End", "e events", "q leave"))
-            self.call_later(self.say, f"replaying run {status['run']['id']} (read-only): {keys}",
+            said = self.glyphs.sep.join(keys.summary(keys.CURSOR) + ["e events", "q leave"])
+            self.call_later(self.say, f"replaying run {status['run']['id']} (read-only): {said}",
                             "information", False)
 
     def _select_first_failure(self) -> None:

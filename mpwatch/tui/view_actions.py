@@ -13,7 +13,7 @@ if TYPE_CHECKING:
     from textual.app import App
 
     from mpwatch.contract.status import Status, WorkerStatus
-    from mpwatch.tui.actions import Outcome
+    from mpwatch.tui.outcome import Outcome
     from mpwatch.tui.widgets.worker_table import WorkerTable
 
     _App = App[Outcome]

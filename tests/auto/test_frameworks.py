@@ -2,7 +2,7 @@
 transformers.Trainer, each on a tiny model built on the CPU (no download), two ranks over gloo,
 with no line of mpwatch's. The steps and losses mpwatch shows equal what the framework itself
 logged, and a hang planted in a callback at step 15 is `stalled` at step 15 with its frame named.
-The runs are shared with tests/supervisor/test_live_frameworks.py, which releases the hang and
+The runs are shared with tests/supervisor/test_control_frameworks.py, which releases the hang and
 arms docs/control.md's callback after these tests' act (tests/framework_runs.py)."""
 from __future__ import annotations
 

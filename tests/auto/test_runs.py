@@ -99,7 +99,7 @@ def test_a_blocked_ddp_rank_is_named_without_a_report_anywhere(headless):
 
 # Issue 20's start-up rule (--startup-timeout, the slow_start event) lives on another branch
 # until the lead merges both; the skip below is exactly its absence. Merged, the worker side
-# says hello when mpwatch is imported, and mpwatch.auto imports it right after `import torch`:
+# says hello when mpwatch is imported, and mpwatch.worker.auto imports it right after `import torch`:
 # from then on the process is one that will report, and its first optimizer step its first report.
 @pytest.mark.skipif(not hasattr(Event, "SLOW_START"), reason="issue 20's start-up rule (--startup-timeout, "
                     "event slow_start) is not on this branch yet: holds once both are merged")

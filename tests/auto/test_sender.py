@@ -1,5 +1,5 @@
-"""Issue 21: a step's loss is read by the sender, once it is there (mpwatch.auto.loss.StepLoss,
-mpwatch.worker's flush). The GPU side is stood in for: an event whose query() the test
+"""Issue 21: a step's loss is read by the sender, once it is there (mpwatch.worker.auto.loss.StepLoss,
+worker.sender's flush). The GPU side is stood in for: an event whose query() the test
 answers, and a host ring the test fills; the channel is real (a Listener)."""
 from __future__ import annotations
 
@@ -8,10 +8,11 @@ import os
 import threading
 from multiprocessing.connection import Listener
 
-from mpwatch import worker
-from mpwatch.auto import loss as auto_loss
-from mpwatch.auto.loss import StepLoss
-from mpwatch.sender import batch
+from mpwatch.worker import batch
+from mpwatch.worker.auto import loss as auto_loss
+from mpwatch.worker.auto.loss import StepLoss
+from mpwatch.worker.channel import Channel, ChannelConfig
+from mpwatch.worker.sender import Sender
 from tests.helpers import wait_for
 
 KEY = os.urandom(16)
@@ -79,19 +80,20 @@ def test_the_sender_holds_back_a_step_whose_loss_is_not_there_and_what_follows(t
                 return
 
     threading.Thread(target=read, daemon=True).start()
-    chan = worker._Channel(address, KEY, 0)
+    chan = Channel(ChannelConfig(address, KEY, 0))
+    sender = Sender(chan)
     ev = Event()
-    chan.auto = True
-    chan.buf.extend([(0, 1.0, 1, Cpu(0.5), {}), (1, 1.1, 2, StepLoss([(7, ev)], Ring({7: 0.25})), {}),
+    chan.state.auto = True
+    chan.state.buf.extend([(0, 1.0, 1, Cpu(0.5), {}), (1, 1.1, 2, StepLoss([(7, ev)], Ring({7: 0.25})), {}),
                      (2, 1.2, 3, Cpu(0.125), {})])  # type: ignore[arg-type]
-    chan.flush()
+    sender.flush()
     wait_for(lambda: any(m["t"] == "batch" for m in got), what="the first batch")
     first = [m for m in got if m["t"] == "batch"]
     assert [r[1:3] for r in first[0]["reports"]] == [[1, 0.5]] and first[0]["auto"] is True
     ev.done = True
-    chan.flush()
+    sender.flush()
     wait_for(lambda: len([m for m in got if m["t"] == "batch"]) == 2, what="the second batch")
     second = [m for m in got if m["t"] == "batch"][1]
     assert [r[1:3] for r in second["reports"]] == [[2, 0.25], [3, 0.125]] and second["dropped"] == 0
-    chan.conn.close()  # type: ignore[union-attr]
+    chan.state.conn.close()  # type: ignore[union-attr]
     listener.close()

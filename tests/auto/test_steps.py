@@ -1,8 +1,8 @@
-"""Issue 21: what counts as an automatic step, and where its time went (mpwatch.auto.steps),
+"""Issue 21: what counts as an automatic step, and where its time went (mpwatch.worker.auto.steps),
 as the hooks would call it, on a clock the test moves. No torch: the rules alone."""
 from __future__ import annotations
 
-from mpwatch.auto.steps import Steps
+from mpwatch.worker.auto.steps import Steps
 
 
 class Clock:

@@ -1,5 +1,5 @@
 """Issue 21, the worker side: what an unmodified torch loop sends once the start-up hook has put
-in automatic steps (mpwatch.auto), read off a real channel (a Listener standing in for the
+in automatic steps (mpwatch.worker.auto), read off a real channel (a Listener standing in for the
 supervisor's hub, as tests/test_worker_api.py does). Each script is tests/fixtures/auto_loop.py
 in a process of its own, started the way the supervisor starts a worker (the start-up hook's
 folder on PYTHONPATH, the channel's variables, MPWATCH_AUTO_HOOKS)."""
@@ -151,8 +151,9 @@ def test_explicit_report_wins_and_metrics_only_reports_merge(tmp_path):
 
 
 def test_the_current_step_is_the_automatic_one_until_report_wins(tmp_path):
-    """mpwatch.worker's _channel.step, which mpwatch.live's should_checkpoint() and tunable()
-    compare with a request's step: automatic steps set it, then the script's own report()."""
+    """The process's step (worker.api's _channel.state.step), which worker.control's
+    should_checkpoint() and tunable() compare with a request's step: automatic steps set it,
+    then the script's own report()."""
     chan = Channel(tmp_path)
     out = run_loop(tmp_path, chan, "--steps", 9, "--report-from", 6)
     assert out["current"] == [1, 2, 3, 4, 5, 1006, 1007, 1008, 1009], out["current"]

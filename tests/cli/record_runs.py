@@ -33,7 +33,7 @@ def record_oom(dest: Path) -> None:
             {"processes": [{"pid": "rank:0", "mem": 6 * GiB}, {"pid": "rank:1", "mem": GiB}]}]}]}))
         go = Path(tmp) / "go"
         run = HeadlessRun(Path(tmp), FIXTURES / "gpu_oom.py", go, n=2, opts=["--gpu-interval", "0.1"],
-                          env=dict(os.environ, MPWATCH_FAKE_NVML=str(scenario)))
+                          env=dict(os.environ, MPWATCH_SCRIPTED_NVML=str(scenario)))
         try:
             run.start()
             oom_run_until(run, go)
@@ -49,7 +49,7 @@ def record_thinned(dest: Path) -> None:
         scenario.write_text(json.dumps({"gpus": [{"mem_total": 10 * GiB}], "frames": [{"gpus": [
             {"processes": [{"pid": "rank:0", "mem": 2 * GiB}, {"pid": "rank:1", "mem": GiB}]}]}]}))
         run = HeadlessRun(Path(tmp), FIXTURES / "reporter.py", "100000", n=2, opts=["--gpu-interval", "0.1"],
-                          env=dict(os.environ, MPWATCH_FAKE_NVML=str(scenario), MPWATCH_GPU_TIMELINE_MB="0.004"))
+                          env=dict(os.environ, MPWATCH_SCRIPTED_NVML=str(scenario), MPWATCH_GPU_TIMELINE_MB="0.004"))
         try:
             run.start()
             wait_for(lambda: '"thinned"' in _text(run.run_dir / "gpu.jsonl"), 120, what="gpu.jsonl thinned")

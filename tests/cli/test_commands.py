@@ -45,7 +45,7 @@ def test_help_and_supervisor_import_neither_torch_nor_textual():
     imported = {line.split("|")[-1].strip() for line in res.stderr.splitlines() if "|" in line}
     assert "torch" not in imported and "textual" not in imported
     assert "json" in imported  # the check itself sees imports
-    code = ("import sys, mpwatch.cli, mpwatch.supervisor.core, mpwatch.sources.local, mpwatch.worker;"
+    code = ("import sys, mpwatch.cli, mpwatch.supervisor.core, mpwatch.sources.local, mpwatch.worker.api;"
             "bad = [m for m in sys.modules if m.split('.')[0] in ('torch', 'textual')];"
             "print(bad)")
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)

@@ -4,6 +4,7 @@ and the TUI's logs view; the log file keeps every byte."""
 import subprocess
 
 from mpwatch.tui.app import MpwatchApp
+from mpwatch.tui.render import glyphs
 from mpwatch.tui.screens.logs import LogsScreen
 from tests.helpers import FIXTURES, MPWATCH, mpwatch, wait_for
 from tests.tui.conftest import until
@@ -33,8 +34,8 @@ async def test_the_logs_view_shows_a_progress_bar_once_a_line(headless):
 
     run = headless(FIXTURES / "progress.py", n=1)
     wait_for(lambda: "epoch 2 done" in run.log(0, "stderr"), 60, what="both epochs")
-    client = Client.connect(str(run.run_dir))
-    app = MpwatchApp(client, run.run_dir, notices=False)
+    client = Client.at(run.run_dir)
+    app = MpwatchApp(client, run.run_dir, glyphs=glyphs.UNICODE, notices=False)
     try:
         async with app.run_test(size=(80, 24)) as pilot:
             await until(pilot, lambda: app.snapshots > 0, what="the first snapshot")

@@ -162,7 +162,7 @@ def test_mnist_trains_under_mpwatch_and_the_loss_falls(mnist):
     last = [r["loss"] for rank in (0, 1) for r in reports[rank][-k:]]
     assert sum(last) / len(last) < sum(first) / len(first), losses
     for rank in (0, 1):
-        # The script's reports win over mpwatch.auto's steps from its first report on. Its first
+        # The script's reports win over mpwatch.worker.auto's steps from its first report on. Its first
         # optimizer step comes just before that report: a loaded machine may flush it alone.
         started = [r for r in mnist.before_resize if r["event"] == "report" and r["rank"] == rank]
         own = list(itertools.dropwhile(lambda r: "samples_per_s" not in r["metrics"], started))
@@ -235,7 +235,7 @@ def test_hogwild_children_report_over_their_own_channels(headless, data_dir):
 
     run = headless(DEMO / "hogwild.py", "--data-dir", data_dir, "--no-download", "--procs", 2,
                    "--max-steps", 250, n=1)
-    with Client.connect(str(run.run_dir)) as client:
+    with Client.at(run.run_dir) as client:
         def trainers_reporting():
             if run.proc.poll() is not None:
                 raise AssertionError("the run ended before its trainers were seen reporting:\n"

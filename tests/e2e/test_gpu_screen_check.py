@@ -31,7 +31,7 @@ def contended_run(headless_module, tmp_path_factory, libnvml):
     cuda = tmp_path / "cuda.json"
     cuda.write_text(json.dumps(cuda_two_gpus()))
     env = nvml_env(libnvml, tmp_path, nvml_two_gpus(unused_pid()),
-                   base=dict(os.environ, MPWATCH_FAKE_CUDA=str(cuda), SLEEP="0.1", CHILD="0"))
+                   base=dict(os.environ, MPWATCH_SCRIPTED_CUDA=str(cuda), SLEEP="0.1", CHILD="0"))
     run = headless_module(WORKER, n=2, opts=["--gpu-interval", "0.5"], env=env)
     # The scenario's memory ramps up for its first 6 s (its last frame: GPU 0 at 93%): a screen
     # read during the ramp would be compared with a later status. The process list (each rank's

@@ -154,7 +154,7 @@ def test_gpus_rows_and_each_ranks_gpu_memory_on_screen(tmp_path, size, libnvml):
     cuda.write_text(json.dumps(cuda_two_gpus()))
     run_dir = tmp_path / "run"
     tmux = Tmux(tmp_path, size, {**nvml_overlay(libnvml, tmp_path, nvml_two_gpus(unused_pid())),
-                                 "MPWATCH_FAKE_CUDA": str(cuda),
+                                 "MPWATCH_SCRIPTED_CUDA": str(cuda),
                                  "CHILD": "0", "SLEEP": "0.1"})
     tmux.start()
     try:

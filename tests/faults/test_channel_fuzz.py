@@ -22,8 +22,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from mpwatch.contract import protocol
-from mpwatch.rundir.writer import RunStore
 from mpwatch.contract.status import State
+from mpwatch.rundir.writer import RunStore
+from mpwatch.settings import Settings
+from mpwatch.supervisor.ipc import batch_check
 from mpwatch.supervisor.eventlog import EventLog
 from mpwatch.supervisor.ipc.ledger import ReportLedger
 from mpwatch.supervisor.snapshot import worker_status
@@ -76,7 +78,7 @@ def test_decoder_turns_any_bytes_into_a_message_or_a_bad_frame(data):
 def test_batch_validation_accepts_only_well_typed_reports(value):
     try:
         msg = protocol.decode(as_bytes(value))
-        reports = protocol.validate_batch(msg)
+        reports = batch_check.validate_batch(msg)
     except protocol.BadFrame:
         return
     for ts, step, loss, metrics, n in reports:
@@ -152,7 +154,7 @@ def sleeper():
 def bare_ledger(tmp_path, proc) -> ReportLedger:
     """The report ledger alone, with one worker that said hello: for driving its frame handler.
     Each call gets a run directory of its own (hypothesis calls a test many times)."""
-    store = RunStore(tempfile.mkdtemp(dir=tmp_path))
+    store = RunStore(tempfile.mkdtemp(dir=tmp_path), Settings())
     store.create()
     log = EventLog(store)
     workers = {0: Worker(0, Attempt(proc, 1), State.STARTING, "fuzz", log, strict=True)}
@@ -316,7 +318,7 @@ def test_nan_and_inf_losses_are_shown_as_such(headless, tmp_path):
     assert " inf " in human
     from mpwatch.sources.local import Client
 
-    with Client.connect(str(run.run_dir)) as c:
+    with Client.at(run.run_dir) as c:
         hist = dict(c.history(0))
     assert hist[0] == 1.0 and hist[1] == "nan" and hist[max(hist)] == "inf"
     run.ctl("stop")

@@ -39,7 +39,7 @@ def test_full_disk_raises_an_alert_and_the_run_goes_on(headless, tmp_path):
         assert run.proc.poll() is None
         # one alert for the whole time the disk was full (every write failed since: none said twice)
         assert [a["kind"] for a in run.status()["alerts"]].count("disk") == 1
-        with Client.connect(str(run.run_dir)) as c:  # the events clients got (events.jsonl is on that disk)
+        with Client.at(run.run_dir) as c:  # the events clients got (events.jsonl is on that disk)
             said = [e for e in c.events(0)["events"] if e["event"] == "alert" and e.get("kind") == "disk"]
         assert len(said) == 1, said
         assert run.stderr_text.count("alert: cannot write the run directory") == 1, run.stderr_text

@@ -151,7 +151,7 @@ def test_stop_cancels_a_resize_at_once(headless, mode):
     env = dict(os.environ, MPWATCH_MAX_WORKERS="256")
     run = headless("/bin/sleep", "600", n=1, opts=["--no-python", "--resize-mode", mode, "--grace", "1"], env=env)
     wait_for(lambda: run.status()["workers"][0]["pid"], 60, what="rank 0 started")
-    with Client.connect(str(run.run_dir)) as client:
+    with Client.at(run.run_dir) as client:
         client.resize(200)
         client.stop()
     assert run.wait_exit(120) == 1
@@ -184,7 +184,7 @@ def test_a_supervisor_killed_in_the_middle_of_a_resize_leaves_nothing(headless):
     run = headless(FIXTURES / "forever.py", n=1, opts=["--resize-mode", "independent", "--grace", "1"], env=env)
     wait_for(lambda: reporting(run, 1, 0), 60, what="rank 0 running")
     run_id = run.status()["run"]["id"]
-    with Client.connect(str(run.run_dir)) as client:
+    with Client.at(run.run_dir) as client:
         client.resize(60)
     wait_for(lambda: len(run.events("worker_started")) >= 10, 60, what="the resize under way")
     os.kill(run.proc.pid, signal.SIGKILL)

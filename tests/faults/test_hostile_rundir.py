@@ -19,6 +19,7 @@ from mpwatch.cli.args import run_parser
 from mpwatch.cli.launch import options
 from mpwatch.cli.tui_launch import supervisor_argv
 from mpwatch.rundir import claim, writer
+from mpwatch.settings import Settings
 from tests.faults.conftest import NOBODY, as_user
 from tests.faults.hostile import as_nobody, needs_root, no_traceback, nobody_env, shared_folder
 from tests.helpers import FIXTURES, MPWATCH, mpwatch, one_line_error
@@ -56,10 +57,11 @@ def test_parallel_launches_in_one_folder_each_get_a_run_of_their_own(tmp_path):
 
 
 def test_a_run_id_cannot_be_claimed_twice(tmp_path):
-    first = claim.claim("train.py", 1, str(tmp_path), run_id="fixed-id")
+    first = claim.claim("train.py", 1, str(tmp_path), Settings().tmpdir, run_id="fixed-id")
     try:
         with pytest.raises(claim.registry.RunError, match="run id fixed-id is taken by a live run"):
-            claim.claim("train.py", 1, str(tmp_path), run_dir=tmp_path / "other", run_id="fixed-id")
+            claim.claim("train.py", 1, str(tmp_path), Settings().tmpdir, run_dir=tmp_path / "other",
+                        run_id="fixed-id")
         assert not (tmp_path / "other").exists()
     finally:
         first.release()
@@ -74,7 +76,7 @@ def test_a_name_taken_in_the_runs_folder_moves_the_claim_to_the_next_id(tmp_path
     runs.mkdir()
     (tmp_path / "elsewhere").mkdir()
     (runs / "20300101-000000-train-aaaaaaaa").symlink_to(tmp_path / "elsewhere")
-    taken = claim.claim("train.py", 1, str(tmp_path))
+    taken = claim.claim("train.py", 1, str(tmp_path), Settings().tmpdir)
     try:
         assert taken.run_id == "20300101-000000-train-bbbbbbbb"
         assert not (runs / taken.run_id).is_symlink() and mode(runs / taken.run_id) == 0o700
@@ -180,7 +182,7 @@ def test_the_supervisor_takes_only_the_directory_its_launcher_made(tmp_path):
     swapped in at that path meanwhile is refused, not used."""
     ns = run_parser().parse_args(["-n", "1", str(REPORTER), "3"])
     opts = options(ns, os.environ)
-    taken = claim.claim(opts.script, 1, str(tmp_path), tmp_path / "run", "launched")
+    taken = claim.claim(opts.script, 1, str(tmp_path), Settings().tmpdir, tmp_path / "run", "launched")
     with writer.open_supervisor_log(taken.fd) as out:
         out.write(b"launched\n")
     argv = supervisor_argv(ns, opts, taken)

@@ -52,7 +52,7 @@ def test_100mb_of_stdout_is_all_in_the_log_and_supervisor_memory_stays_bounded(h
     print(f"supervisor RSS: {base / 2**20:.1f} MiB before, peak {peak / 2**20:.1f} MiB during {size >> 20} MiB")
     assert peak - base < 32 << 20, f"supervisor grew {(peak - base) / 2**20:.1f} MiB"
     # the run kept its heartbeat through the flood, and a client gets a readable tail
-    with Client.connect(str(run.run_dir)) as c:
+    with Client.at(run.run_dir) as c:
         # the last report is at most one worker flush behind the digest line
         w = wait_for(lambda: (lambda w: w if (w["step"] or 0) >= FLOOD_MIB - 1 else None)(c.status()["workers"][0]),
                      timeout=30, what="the flood's last report")
@@ -71,7 +71,7 @@ def test_binary_garbage_is_kept_byte_for_byte_and_shown_sanitised(headless):
     d = run.run_dir / "rank-0"
     assert (d / "stdout.log").read_bytes() == data
     assert (d / "stderr.log").read_bytes() == data + TRAILER
-    with Client.connect(str(run.run_dir)) as c:
+    with Client.at(run.run_dir) as c:
         for stream in ("stdout", "stderr"):
             lines = c.logs(0, stream, 200)
             assert lines and all(printable(line) and len(line) <= 400 for line in lines)

@@ -52,7 +52,7 @@ def drive(run_dir, out: dict) -> None:
 
 def _connect(run_dir):
     try:
-        return Client.connect(str(run_dir))
+        return Client.at(run_dir)
     except ClientError:
         return None
 
@@ -97,7 +97,7 @@ def test_a_bug_in_a_handler_is_logged_with_its_traceback_and_answered_as_interna
 
 @pytest.mark.injects_bugs
 def test_the_same_bug_again_and_again_is_counted_not_written_in_full(tmp_path):
-    handler = errors.attach(RunStore(tmp_path))
+    handler = errors.attach(RunStore(tmp_path, Settings()))
     try:
         for _ in range(50):
             try:
@@ -116,7 +116,7 @@ def test_a_planted_symlink_is_not_followed(tmp_path):
     target = tmp_path / "elsewhere"
     target.write_text("")
     (tmp_path / errors.FILE_NAME).symlink_to(target)
-    assert errors.attach(RunStore(tmp_path)) is None
+    assert errors.attach(RunStore(tmp_path, Settings())) is None
     assert target.read_text() == ""
 
 
@@ -137,7 +137,7 @@ def test_the_tuis_launch_and_the_logger_share_supervisor_log(tmp_path):
     ns = run_parser().parse_args(["-n", "1", str(FIXTURES / "reporter.py"), "3"])
     opts = launch.options(ns, os.environ)
     run_dir = tmp_path / "run"
-    taken = claim.claim(opts.script, 1, str(tmp_path), run_dir, "launched")
+    taken = claim.claim(opts.script, 1, str(tmp_path), Settings().tmpdir, run_dir, "launched")
     with writer.open_supervisor_log(taken.fd) as out:  # as launch_with_tui opens it
         sup = subprocess.run(supervisor_argv(ns, opts, taken), stdin=subprocess.DEVNULL,
                              stdout=out, stderr=out, timeout=60, cwd=tmp_path)

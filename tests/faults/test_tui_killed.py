@@ -83,7 +83,7 @@ def test_tui_killed_while_attached_leaves_the_run_going(headless):
                                                                    for r, p in enumerate(pids)),
                          "the events screen, from the first event")
         tmux("send-keys", "-t", "two", "Escape")
-        with Client.connect(str(run.run_dir)) as c:
+        with Client.at(run.run_dir) as c:
             evs = c.events(0)["events"]
             assert [e["seq"] for e in evs] == list(range(1, len(evs) + 1))
             assert evs[0]["event"] == "run_started"

@@ -192,13 +192,14 @@ def test_bad_launch_flags_are_one_line_and_exit_2(tmp_path, args, words):
 def test_the_tuis_launcher_passes_torchruns_flags_to_the_supervisor(tmp_path):
     from mpwatch.cli.tui_launch import supervisor_argv
     from mpwatch.rundir.claim import Claim
+    from mpwatch.settings import Settings
 
     ns = run_parser().parse_args(["--nnodes", "2", "--rdzv_backend", "c10d", "--rdzv-endpoint", "h:5", "--no-python",
                                   "/bin/true", "x"])
     opts = options(ns, {})
     fd = os.open(tmp_path, os.O_RDONLY | os.O_DIRECTORY)
     try:
-        argv = supervisor_argv(ns, opts, Claim("rid", tmp_path, fd))
+        argv = supervisor_argv(ns, opts, Claim("rid", tmp_path, fd, Settings().tmpdir))
     finally:
         os.close(fd)
     again = run_parser().parse_args(argv[3:])  # after python -m mpwatch

@@ -1,5 +1,5 @@
 """The GPU probe: backends, per-value N/A, the one-line reasons. NVML itself is the only
-thing faked here: a scripted backend (testing.scripted_nvml), a stand-in libnvidia-ml.so.1
+thing faked here: a scripted backend (probes.nvml_scripted), a stand-in libnvidia-ml.so.1
 under the real NvmlBackend and nvidia-ml-py (testing.libnvml), or a stand-in pynvml module."""
 import contextlib
 import ctypes
@@ -11,8 +11,7 @@ import psutil
 import pynvml
 import pytest
 
-from mpwatch.probes import gpu
-from mpwatch.testing import scripted_nvml
+from mpwatch.probes import gpu, nvml, nvml_scripted
 from mpwatch.testing.libnvml import SCRIPT_ENV
 from tests.helpers import wait_for
 from tests.libnvml import loaded
@@ -70,7 +69,7 @@ def test_real_backend_without_a_driver_gives_the_clear_line():
 
 
 # ------------------------------------------------- both stand-ins, one scenario ----
-# "python": testing.scripted_nvml (a backend); "libnvml": the stand-in libnvidia-ml.so.1
+# "python": probes.nvml_scripted (a backend); "libnvml": the stand-in libnvidia-ml.so.1
 # (testing.libnvml) under the real NvmlBackend and nvidia-ml-py.
 FAILED = {"python": "scripted failure", "libnvml": "Unknown Error"}
 
@@ -121,7 +120,7 @@ def test_a_scenario_drives_every_value(stand_in):
 
 def test_the_backend_kind_says_which_stand_in(stand_in):
     backend, _ = stand_in({"gpus": [{}]})
-    assert backend.kind == {"python": "fake", "libnvml": "nvml"}[stand_in.kind]
+    assert backend.kind == {"python": "scripted", "libnvml": "nvml"}[stand_in.kind]
 
 
 def test_processes_are_only_asked_for_when_due(stand_in):
@@ -147,7 +146,7 @@ def test_frames_follow_the_scenario_clock(tmp_path):
         {"at": 0, "gpus": [{"util_gpu": 1}]}, {"at": 5, "gpus": [{"util_gpu": 2}]},
         {"at": 10, "gpus": [{"util_gpu": 3}]}]})
     clock = Clock()
-    backend = scripted_nvml.FakeBackend(path, clock=clock)
+    backend = nvml_scripted.ScriptedNvml(path, clock=clock)
     backend.init()
     seen = []
     for dt in (0, 4.9, 5.0, 9.0, 11.0, 1000.0):
@@ -171,7 +170,7 @@ def test_the_librarys_frames_follow_its_own_clock(stand_in):
     ({"gpus": []}, "no NVIDIA GPU found"),
     ([1, 2], "unreadable"),
 ])
-def test_fake_start_failures_are_one_line(tmp_path, data, expect):
+def test_scripted_start_failures_are_one_line(tmp_path, data, expect):
     backend, why = gpu.open_backend(scenario(tmp_path, data))
     assert backend is None and expect in why and "\n" not in why
 
@@ -236,10 +235,10 @@ def test_scripted_rank_names_resolve_to_this_processes_children():
     child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"],
                              env=dict(os.environ, MPWATCH_RANK="3"))
     try:
-        assert scripted_nvml.resolve_fake_pid("rank:3") == child.pid
-        assert scripted_nvml.resolve_fake_pid("rank:4") is None
-        assert scripted_nvml.resolve_fake_pid("parent") == os.getppid()
-        assert scripted_nvml.resolve_fake_pid(77) == 77 and scripted_nvml.resolve_fake_pid("junk") is None
+        assert nvml_scripted.scenario_pid("rank:3") == child.pid
+        assert nvml_scripted.scenario_pid("rank:4") is None
+        assert nvml_scripted.scenario_pid("parent") == os.getppid()
+        assert nvml_scripted.scenario_pid(77) == 77 and nvml_scripted.scenario_pid("junk") is None
     finally:
         child.kill()
         child.wait()
@@ -270,7 +269,7 @@ def fake_pynvml(**overrides):
 
 
 def real_backend(nv):
-    b = gpu.NvmlBackend()
+    b = nvml.NvmlBackend()
     b.nv = nv
     return b
 

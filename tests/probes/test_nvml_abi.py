@@ -1,4 +1,4 @@
-"""What only the real binding does: probes.gpu.NvmlBackend over nvidia-ml-py over the stand-in
+"""What only the real binding does: probes.nvml.NvmlBackend over nvidia-ml-py over the stand-in
 libnvidia-ml.so.1 (testing.libnvml), built against NVIDIA's nvml.h. The versioned process
 list and its fallback, NVML_VALUE_NOT_AVAILABLE, MIG handles, NVML's error codes, the
 two-call buffer protocol: pynvml's own ctypes code runs on each."""
@@ -7,7 +7,7 @@ import os
 import pynvml
 import pytest
 
-from mpwatch.probes import gpu
+from mpwatch.probes import gpu, nvml
 from tests.libnvml import loaded
 
 GiB = 1 << 30
@@ -23,7 +23,7 @@ def probe(libnvml, tmp_path, monkeypatch):
         ctx.__enter__()
         made.append(ctx)
         backend, why = gpu.open_backend(None)
-        assert why is None and isinstance(backend, gpu.NvmlBackend), why
+        assert why is None and isinstance(backend, nvml.NvmlBackend), why
         p = gpu.GpuProbe(backend)
         p.open()
         made.append(p)

@@ -26,13 +26,13 @@ def test_the_ssh_command_line():
     assert "BatchMode=yes" in argv and argv[-3:-1] == ["--", "ana@gpu-3"]
     assert shlex.split(argv[-1]) == ["~/venv/bin/mpwatch", "bridge", "run; rm -rf ~"]
     assert argv[-1].startswith("~/venv/bin/mpwatch bridge ")  # ~ left for the remote shell to expand
-    t = Transport.from_settings(None, "python3 -m mpwatch")
+    t = Transport.from_settings(Settings(), "python3 -m mpwatch")
     assert t.argv("h", [])[-1] == "python3 -m mpwatch bridge"
 
 
 def test_mpwatch_ssh_names_the_ssh_command(monkeypatch):
     monkeypatch.setenv("MPWATCH_SSH", "ssh -F '/my dir/cfg' -J bastion")
-    assert Transport.from_settings().ssh == ("ssh", "-F", "/my dir/cfg", "-J", "bastion")
+    assert Transport.from_settings(Settings.from_env()).ssh == ("ssh", "-F", "/my dir/cfg", "-J", "bastion")
     monkeypatch.setenv("MPWATCH_SSH", "")
-    assert Transport.from_settings().ssh == ("ssh",)
+    assert Transport.from_settings(Settings.from_env()).ssh == ("ssh",)
     assert Transport.from_settings(Settings(ssh=("ssh", "-4"))).ssh == ("ssh", "-4")  # the CLI's, as given

@@ -44,7 +44,7 @@ def real_two_nodes(sshd, tmp_path):
 async def test_attach_one_node_finds_the_other_and_names_the_hang_across_nodes(real_two_nodes, sshd):
     runs = real_two_nodes
     node0 = runs[0].status()["run"]
-    with Client.connect(str(runs[0].run_dir)) as c:
+    with Client.at(runs[0].run_dir) as c:
         assert has_peers(c)  # `mpwatch attach RUN` here would open the merged view too
     source = connect([f"{ADDRESSES[0]}:{node0['id']}"], transport(sshd))  # node 0 only: node 1 is found
     app = MpwatchApp(source, None, glyphs=glyphs.UNICODE, notices=False)

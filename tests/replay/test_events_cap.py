@@ -39,18 +39,16 @@ def write_run(store: RunStore, seconds: int, ranks: int = 2) -> None:
             wait_for(lambda: store._thinner is None, 30, what="the thinning pass")
 
 
-def test_the_cap_comes_from_the_settings(tmp_path, monkeypatch):
+def test_the_cap_comes_from_the_settings(tmp_path):
     assert cap_bytes(Settings.from_env({}).events_mb) == 128 << 20
     assert cap_bytes(Settings.from_env({"MPWATCH_EVENTS_MB": "2"}).events_mb) == 2 << 20
     assert cap_bytes(Settings.from_env({"MPWATCH_EVENTS_MB": "0.000001"}).events_mb) == MIN_CAP
-    monkeypatch.setenv("MPWATCH_EVENTS_MB", "3")
-    assert RunStore(tmp_path).events_cap == 3 << 20  # a store built without a cap reads it
+    assert RunStore(tmp_path, Settings.from_env({"MPWATCH_EVENTS_MB": "3"})).events_cap == 3 << 20
 
 
-def test_events_are_thinned_under_the_cap_and_notable_events_are_never_dropped(tmp_path, monkeypatch):
+def test_events_are_thinned_under_the_cap_and_notable_events_are_never_dropped(tmp_path):
     cap = 64 * 1024
-    monkeypatch.setenv("MPWATCH_EVENTS_MB", str(cap / (1 << 20)))
-    store = RunStore(tmp_path / "run")
+    store = RunStore(tmp_path / "run", Settings(events_mb=cap / (1 << 20)))
     assert store.events_cap == cap
     store.create()
     write_run(store, 3000)
@@ -77,9 +75,8 @@ def test_events_are_thinned_under_the_cap_and_notable_events_are_never_dropped(t
                                                                        if r["event"] != "thinned")
 
 
-def test_the_readers_say_what_was_thinned(tmp_path, monkeypatch):
-    monkeypatch.setenv("MPWATCH_EVENTS_MB", str(32 * 1024 / (1 << 20)))
-    store = RunStore(tmp_path / "run")
+def test_the_readers_say_what_was_thinned(tmp_path):
+    store = RunStore(tmp_path / "run", Settings(events_mb=32 * 1024 / (1 << 20)))
     store.create()
     store.write_json(layout.RUN_JSON, {"run_id": "r1", "started": T0, "pid": os.getpid()})
     write_run(store, 1500)

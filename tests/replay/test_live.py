@@ -7,9 +7,10 @@ from __future__ import annotations
 import json
 import os
 
-from mpwatch.rundir import layout, writer
-from mpwatch.sources.replay import ReplaySource
 from mpwatch.contract.status import RunState, State
+from mpwatch.rundir import layout, writer
+from mpwatch.settings import Settings
+from mpwatch.sources.replay import ReplaySource
 from tests.helpers import wait_for
 from tests.replay.test_events_cap import T0, write_run
 from tests.tui.conftest import WORKER
@@ -45,8 +46,7 @@ def test_show_follows_a_live_run_and_its_end(headless):
 def test_a_thinning_pass_under_a_live_reader(tmp_path, monkeypatch):
     """A live run (its supervisor here is this test process: run.json and control.json name it)
     whose events.jsonl is thinned and swapped while the replay reads it."""
-    monkeypatch.setenv("MPWATCH_EVENTS_MB", str(48 * 1024 / (1 << 20)))
-    store = writer.RunStore(tmp_path / "run")
+    store = writer.RunStore(tmp_path / "run", Settings(events_mb=48 * 1024 / (1 << 20)))
     store.create()
     store.write_json(layout.RUN_JSON, {"run_id": "live", "started": T0, "pid": os.getpid()})
     store.write_json(layout.CONTROL_JSON, {"pid": os.getpid()})

@@ -10,6 +10,7 @@ import os
 
 from mpwatch.rundir import layout
 from mpwatch.rundir.writer import RunStore
+from mpwatch.settings import Settings
 from mpwatch.sources.replay import ReplaySource
 from mpwatch.tui.render import glyphs
 from mpwatch.tui.replay_app import ReplayApp
@@ -35,9 +36,8 @@ def write_thinned(store: RunStore, seconds: int) -> None:
 
 
 async def test_the_banner_shows_a_note_replaced_by_a_later_one(tmp_path, monkeypatch):
-    monkeypatch.setenv("MPWATCH_EVENTS_MB", str(48 * 1024 / (1 << 20)))
     d = tmp_path / "run"
-    store = RunStore(d)
+    store = RunStore(d, Settings(events_mb=48 * 1024 / (1 << 20)))
     store.create()
     store.write_json(layout.RUN_JSON, {"run_id": "live", "started": T0, "pid": os.getpid()})
     store.write_json(layout.CONTROL_JSON, {"pid": os.getpid()})

@@ -16,9 +16,10 @@ from mpwatch.tui.replay_app import ReplayApp
 from mpwatch.tui.screens.detail import DetailScreen
 from mpwatch.tui.screens.events import EventsScreen
 from mpwatch.tui.screens.filter import FilterDialog
+from mpwatch.tui.screens.help import HelpScreen
 from mpwatch.tui.render.segs import plain
 from tests.replay.conftest import STORED_FAILED, STORED_HANG, STORED_OOM
-from tests.tui.conftest import said, until, worker_of
+from tests.tui.conftest import drawn, said, until, worker_of
 
 SIZES = [(80, 24), (160, 48)]
 
@@ -177,7 +178,8 @@ async def test_a_failed_run_opens_on_its_first_failure_and_its_cause(size):
         assert note.startswith("exit 1: ValueError: bad batch at step"), note
         assert "exit 1: ValueError: bad batch at step 12" in str(app.selected_line.render())
         await pilot.press("question_mark")
-        help_text = str(app.screen.query_one("Static").render())
+        await until(pilot, lambda: isinstance(app.screen, HelpScreen), what="the help")
+        help_text = drawn(app.screen.query_one("Static"))
         assert "Read-only" in help_text and "pause or resume" not in help_text and "kill the selected" not in help_text
 
 

@@ -13,11 +13,12 @@ import shutil
 import threading
 import time
 
+from mpwatch.contract.status import Event
 from mpwatch.rundir import layout
 from mpwatch.rundir.eventlines import report_fields
 from mpwatch.rundir.writer import RunStore
+from mpwatch.settings import Settings
 from mpwatch.sources.replay import ReplaySource
-from mpwatch.contract.status import Event
 from mpwatch.tui.poller import TAIL_POINTS
 from tests.replay.conftest import STORED_HANG, seek
 from tests.replay.test_events_cap import T0
@@ -88,7 +89,7 @@ def test_the_window_and_the_index_agree_at_every_moment_of_the_hang(tmp_path):
 def nan_run(path) -> None:
     """Rank 1's last report has a NaN loss (written compact by the supervisor's writer), then
     it goes silent while rank 0 reports on, long enough to push that report out of the window."""
-    store = RunStore(path)
+    store = RunStore(path, Settings())
     store.create()
     store.write_json(layout.RUN_JSON, {"run_id": "nan", "started": T0, "pid": 1, "script": "train.py"})
     store.event("run_started", ts=T0, script="train.py", args=[], nprocs=2, run_dir=str(path), pid=1)
@@ -196,7 +197,7 @@ class Race:
 
 def live_run(d) -> RunStore:
     """A live run (its supervisor here is this test process: run.json and control.json name it)."""
-    store = RunStore(d)
+    store = RunStore(d, Settings())
     store.create()
     store.write_json(layout.RUN_JSON, {"run_id": "live", "started": T0, "pid": os.getpid()})
     store.write_json(layout.CONTROL_JSON, {"pid": os.getpid()})

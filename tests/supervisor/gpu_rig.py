@@ -15,9 +15,10 @@ import subprocess
 import sys
 from pathlib import Path
 
-from mpwatch.testing.scripted_nvml import FakeBackend
+from mpwatch.probes.nvml_scripted import ScriptedNvml
 from mpwatch.contract.status import CudaView
 from mpwatch.rundir.writer import RunStore
+from mpwatch.settings import Settings
 from mpwatch.supervisor.gpu.alerts import AlertConfig
 from mpwatch.supervisor.gpu.ranks import RankInfo
 from mpwatch.supervisor.gpu.watch import GpuWatch
@@ -53,11 +54,12 @@ class Rig:
         self.events: list[tuple[int | None, dict]] = []
         path = tmp_path / "nvml.json"
         path.write_text(json.dumps(self._own_pids(scenario)))
-        backend = FakeBackend(str(path), clock=self.clock)
+        backend = ScriptedNvml(str(path), clock=self.clock)
         backend.init()
+        settings = Settings(gpu=cfg or AlertConfig())
         self.watch = GpuWatch(1.0, self.infos, lambda rank, **f: self.events.append((rank, f)), env=env or {},
-                              config=cfg or AlertConfig(), opener=lambda env: (backend, None),
-                              timeline=RunStore(tmp_path) if timeline else None, clock=self.clock)
+                              settings=settings, opener=lambda env: (backend, None),
+                              timeline=RunStore(tmp_path, settings) if timeline else None, clock=self.clock)
         assert self.watch.open(), self.watch.status
 
     def infos(self) -> list[RankInfo]:
@@ -121,7 +123,7 @@ def _children(pid: int) -> list[int]:
 
 
 def cuda(uuid: str | None, allocated: int, reserved: int, device: int = 0, **extra: int) -> CudaView:
-    """A rank's CUDA view as the worker sends it (the worker's own shape, see worker.TorchCuda)."""
+    """A rank's CUDA view as the worker sends it (the worker's own shape, see worker.cuda.TorchCuda)."""
     return {"device": device, "allocated": allocated, "reserved": reserved, "max_allocated": allocated,
             "uuid": uuid, "alloc_retries": extra.get("alloc_retries", 0), "num_ooms": extra.get("num_ooms", 0),
             "inactive_split": extra.get("inactive_split", 0)}

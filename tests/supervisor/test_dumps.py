@@ -13,6 +13,7 @@ import pytest
 
 from mpwatch.probes import pyspy
 from mpwatch.rundir.writer import RunStore
+from mpwatch.settings import Settings
 from mpwatch.contract.status import Event, State
 from mpwatch.supervisor import spawn
 from mpwatch.supervisor.diagnose.dumps import Dumper
@@ -33,11 +34,11 @@ NAPPING = ("import sys, time\n"
            "def napping():\n    open(sys.argv[1], 'w').close()\n    time.sleep(600)\nnapping()\n")
 
 
-def test_dumps_of_one_rank_never_overlap_so_each_has_the_python_stack(tmp_path, monkeypatch):
+def test_dumps_of_one_rank_never_overlap_so_each_has_the_python_stack(tmp_path):
     if not pyspy.find():
         pytest.skip("py-spy is not installed (the native stacks are what holds a process stopped)")
-    monkeypatch.setenv("MPWATCH_PYSPY", "always")
-    store = RunStore(tmp_path / "run")
+    settings = Settings(pyspy="always")
+    store = RunStore(tmp_path / "run", settings)
     store.create()
     paths = store.rank_paths(0)
     ready = tmp_path / "ready"
@@ -50,7 +51,7 @@ def test_dumps_of_one_rank_never_overlap_so_each_has_the_python_stack(tmp_path, 
         wait_for(ready.exists, 60, what="the worker to start napping")
         log = EventLog(store)
         w = Worker(0, Attempt(proc, 1), State.STARTING, "test", log, strict=True, pid=proc.pid)
-        dumper = Dumper(store, threading.RLock(), log)
+        dumper = Dumper(store, threading.RLock(), log, settings)
         dumper.dump_async([w], reason="request")
         # The second dump is asked for while py-spy holds the process in its tracing stop.
         wait_for(lambda: _state(proc.pid) == "t", 60, interval=0.0005, what="py-spy to stop the process")

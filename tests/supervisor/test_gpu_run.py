@@ -1,6 +1,6 @@
 """GPU watching in real headless runs: the stand-in libnvidia-ml.so.1 (testing.libnvml, under
 the real nvidia-ml-py) plays the scenario in place of the driver, and the scripted allocator
-view (MPWATCH_FAKE_CUDA) stands in for torch's CUDA view; everything else (workers, pids,
+view (MPWATCH_SCRIPTED_CUDA) stands in for torch's CUDA view; everything else (workers, pids,
 children, psutil, the control socket, gpu.jsonl) is real."""
 import ctypes
 import json
@@ -27,12 +27,12 @@ def nvml_present() -> bool:
         return False
 
 
-def fake_env(lib, tmp_path, data, cuda=None, **extra) -> dict:
+def gpu_env(lib, tmp_path, data, cuda=None, **extra) -> dict:
     env = nvml_env(lib, tmp_path, data, base=dict(os.environ, SLEEP="0.2", **extra))
     if cuda is not None:
         cpath = tmp_path / "cuda-scenario.json"
         cpath.write_text(json.dumps({"ranks": cuda}))
-        env["MPWATCH_FAKE_CUDA"] = str(cpath)
+        env["MPWATCH_SCRIPTED_CUDA"] = str(cpath)
     return env
 
 
@@ -62,7 +62,7 @@ def unused_pid() -> int:
 
 def test_two_ranks_and_outsiders_on_one_gpu(headless, tmp_path, libnvml):
     ghost = unused_pid()
-    env = fake_env(libnvml, tmp_path, {"gpus": [{"name": "Fake 10G", "mem_total": 10 * GiB}], "frames": [{"gpus": [
+    env = gpu_env(libnvml, tmp_path, {"gpus": [{"name": "Fake 10G", "mem_total": 10 * GiB}], "frames": [{"gpus": [
         {"util_gpu": 70, "util_mem": 20, "temperature": 55, "power_w": 200,
          "processes": [{"pid": "rank:0", "mem": 2 * GiB}, {"pid": "rank:1", "mem": GiB},
                        {"pid": "parent", "mem": GiB // 2}, {"pid": ghost, "mem": GiB}]}]}]})
@@ -106,7 +106,7 @@ def test_memory_high_names_the_rank_that_grows_fastest(headless, tmp_path, libnv
     frames = [{"at": t, "gpus": [{"util_gpu": 90, "processes": [{"pid": "rank:0", "mem": 5 * GiB},
                                                                    {"pid": "rank:1", "mem": r1}]}]}
               for t, r1 in ((0, 1 * GiB), (1.5, 2 * GiB), (3, 3 * GiB), (4.5, 3.5 * GiB), (6, 4.2 * GiB))]
-    env = fake_env(libnvml, tmp_path, {"gpus": [{"mem_total": 10 * GiB}], "frames": frames},
+    env = gpu_env(libnvml, tmp_path, {"gpus": [{"mem_total": 10 * GiB}], "frames": frames},
                    MPWATCH_GPU_GROWTH_WINDOW_S="3")
     run = headless(REPORTER, "100000", n=2, opts=FAST, env=env)
     (ev,) = run.wait_event("gpu_alert", lambda e: e["kind"] == "memory_high", timeout=60)
@@ -121,7 +121,7 @@ def test_memory_high_names_the_rank_that_grows_fastest(headless, tmp_path, libnv
 
 def test_a_worker_dying_of_cuda_oom_raises_the_oom_alert(headless, tmp_path, libnvml):
     go = tmp_path / "go"
-    env = fake_env(libnvml, tmp_path, {"gpus": [{"mem_total": 10 * GiB}], "frames": [{"gpus": [
+    env = gpu_env(libnvml, tmp_path, {"gpus": [{"mem_total": 10 * GiB}], "frames": [{"gpus": [
         {"processes": [{"pid": "rank:0", "mem": 6 * GiB}, {"pid": "rank:1", "mem": GiB},
                        {"pid": "parent", "mem": 2 * GiB}]}]}]})
     run = headless(FIXTURES / "gpu_oom.py", go, n=2, opts=FAST, env=env)
@@ -141,7 +141,7 @@ def test_a_worker_dying_of_cuda_oom_raises_the_oom_alert(headless, tmp_path, lib
 
 
 def test_low_use_while_running_hints_the_batch_could_grow(headless, tmp_path, libnvml):
-    env = fake_env(libnvml, tmp_path, {"gpus": [{"mem_total": 80 * GiB}], "frames": [{"gpus": [
+    env = gpu_env(libnvml, tmp_path, {"gpus": [{"mem_total": 80 * GiB}], "frames": [{"gpus": [
         {"util_gpu": 4, "processes": [{"pid": "rank:0", "mem": 3 * GiB}]}]}]}, MPWATCH_GPU_IDLE_S="1")
     run = headless(REPORTER, "100000", n=1, opts=FAST, env=env)
     (ev,) = run.wait_event("gpu_alert", lambda e: e["kind"] == "idle", timeout=60)
@@ -150,7 +150,7 @@ def test_low_use_while_running_hints_the_batch_could_grow(headless, tmp_path, li
 
 def test_failing_nvml_calls_are_na_and_the_poller_goes_on(headless, tmp_path, libnvml):
     # Temperature always fails; the process query fails for the first 2 s, then works.
-    env = fake_env(libnvml, tmp_path, {"gpus": [{"mem_total": 10 * GiB}], "frames": [
+    env = gpu_env(libnvml, tmp_path, {"gpus": [{"mem_total": 10 * GiB}], "frames": [
         {"at": 0, "gpus": [{"util_gpu": 33, "fail": ["temperature", "processes"]}]},
         {"at": 2, "gpus": [{"util_gpu": 33, "fail": ["temperature"],
                             "processes": [{"pid": "rank:0", "mem": GiB}]}]}]})
@@ -171,7 +171,7 @@ def test_failing_nvml_calls_are_na_and_the_poller_goes_on(headless, tmp_path, li
 def test_without_nvml_the_gpu_line_is_clear_and_the_run_goes_on(headless, tmp_path):
     if nvml_present():
         pytest.skip("this machine has an NVIDIA driver")
-    env = {k: v for k, v in os.environ.items() if k != "MPWATCH_FAKE_NVML"}
+    env = {k: v for k, v in os.environ.items() if k != "MPWATCH_SCRIPTED_NVML"}
     run = headless(REPORTER, "100000", n=1, opts=FAST, env=dict(env, SLEEP="0.2"))
     st = wait_for(lambda: (lambda s: s if s["gpu_status"] else None)(run.status()), timeout=60,
                   what="the GPU status line")
@@ -184,7 +184,7 @@ def test_without_nvml_the_gpu_line_is_clear_and_the_run_goes_on(headless, tmp_pa
 
 
 def test_a_driver_that_fails_to_start_is_a_status_line_not_a_crash(headless, tmp_path, libnvml):
-    env = fake_env(libnvml, tmp_path, {"gpus": [{}], "init_error": "LIB_RM_VERSION_MISMATCH"})
+    env = gpu_env(libnvml, tmp_path, {"gpus": [{}], "init_error": "LIB_RM_VERSION_MISMATCH"})
     run = headless(REPORTER, "100000", n=1, opts=FAST, env=env)
     st = wait_for(lambda: (lambda s: s if s["gpu_status"] else None)(run.status()), timeout=60,
                   what="the GPU status line")
@@ -198,7 +198,7 @@ def test_ranks_on_their_own_gpus_by_uuid_children_strays_and_the_timeline(headle
     (CUDA_VISIBLE_DEVICES); rank 2 runs on GPU 0 with a child there, and left a stray
     context on GPU 1; this test process holds 6 GiB of GPU 0; GPU 1 has no process samples."""
     cap = 4096
-    env = fake_env(libnvml, tmp_path, {
+    env = gpu_env(libnvml, tmp_path, {
         "gpus": [{"name": "Fake A", "mem_total": 80 * GiB, "uuid": "GPU-aaaa"},
                  {"name": "Fake B", "mem_total": 80 * GiB, "uuid": "GPU-bbbb"}],
         "frames": [{"gpus": [
@@ -247,7 +247,7 @@ def test_ranks_on_their_own_gpus_by_uuid_children_strays_and_the_timeline(headle
 
     # The gpu_timeline command: ticks with every rank on its GPU, and the marks.
     # The timeline keeps one tick a second: wait for one taken after the settled status above.
-    with Client.connect(str(run.run_dir)) as c:
+    with Client.at(run.run_dir) as c:
         tl = wait_for(lambda: (lambda t: t if t["ticks"] and t["ticks"][-1]["ts"] > g0["ts"] else None)(
             c.gpu_timeline(120)), timeout=30, what="a timeline tick after the status")
         with pytest.raises(Exception, match="window"):
@@ -269,7 +269,7 @@ def test_ranks_on_their_own_gpus_by_uuid_children_strays_and_the_timeline(headle
 def test_allocator_counters_fragmentation_and_a_caught_oom(headless, tmp_path, libnvml):
     full = {"processes": [{"pid": "rank:0", "mem": 76 * GiB}]}
     cv = view("GPU-aaaa", 40 * GiB, 74 * GiB, inactive_split=12 * GiB)
-    env = fake_env(libnvml, tmp_path, {"gpus": [{"mem_total": 80 * GiB, "uuid": "GPU-aaaa"}],
+    env = gpu_env(libnvml, tmp_path, {"gpus": [{"mem_total": 80 * GiB, "uuid": "GPU-aaaa"}],
                                        "frames": [{"gpus": [full]}]},
                    cuda={"0": [dict(cv, at=0), {"at": 2, "alloc_retries": 5}, {"at": 3, "num_ooms": 1}]})
     run = headless(REPORTER, "100000", n=1, opts=FAST, env=env)
@@ -289,7 +289,7 @@ def test_allocator_counters_fragmentation_and_a_caught_oom(headless, tmp_path, l
 
 
 def test_a_gpu_idle_while_the_others_work(headless, tmp_path, libnvml):
-    env = fake_env(libnvml, tmp_path, {"gpus": [{"mem_total": 80 * GiB}, {"mem_total": 80 * GiB}], "frames": [{"gpus": [
+    env = gpu_env(libnvml, tmp_path, {"gpus": [{"mem_total": 80 * GiB}, {"mem_total": 80 * GiB}], "frames": [{"gpus": [
         {"util_gpu": 93, "processes": [{"pid": "rank:0", "mem": 20 * GiB}, {"pid": "rank:1", "mem": 20 * GiB}]},
         {"util_gpu": 0, "processes": []}]}]}, MPWATCH_GPU_IDLE_S="1")
     run = headless(REPORTER, "100000", n=2, opts=FAST, env=env)
@@ -299,7 +299,7 @@ def test_a_gpu_idle_while_the_others_work(headless, tmp_path, libnvml):
 
 def test_memory_the_driver_cannot_tell_is_na_not_16_eib(headless, tmp_path, libnvml):
     # NVML_VALUE_NOT_AVAILABLE (2**64 - 1) for rank 0's process, as under WDDM or some vGPUs.
-    env = fake_env(libnvml, tmp_path, {"gpus": [{"mem_total": 10 * GiB}], "frames": [{"gpus": [
+    env = gpu_env(libnvml, tmp_path, {"gpus": [{"mem_total": 10 * GiB}], "frames": [{"gpus": [
         {"mem_used": 3 * GiB, "processes": [{"pid": "rank:0", "mem": None}, {"pid": "parent", "mem": GiB}]}]}]})
     run = headless(REPORTER, "100000", n=1, opts=FAST, env=env)
     # The stand-in lists rank 0's process from its exec on (a driver, once it made a CUDA context:
@@ -319,7 +319,7 @@ def test_in_a_container_ranks_are_placed_by_their_cuda_view_and_nobody_is_an_out
     """Issue 20: NVML lists the ranks' processes under the host's pids, none of them a pid
     here (a PID namespace), while each rank's torch says it holds memory on its GPU (UUID)."""
     host = unused_pid()
-    env = fake_env(libnvml, tmp_path, {
+    env = gpu_env(libnvml, tmp_path, {
         "gpus": [{"name": "Fake A", "mem_total": 80 * GiB, "uuid": "GPU-aaaa"},
                  {"name": "Fake B", "mem_total": 80 * GiB, "uuid": "GPU-bbbb"}],
         "frames": [{"gpus": [{"util_gpu": 90, "processes": [{"pid": host, "mem": 20 * GiB}]},

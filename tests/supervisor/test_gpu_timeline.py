@@ -9,6 +9,7 @@ import pytest
 
 from mpwatch.rundir.layout import GPU_JSONL
 from mpwatch.rundir.writer import RunStore
+from mpwatch.settings import Settings
 from mpwatch.supervisor.gpu.timeline import MAX_TICKS, GpuTimeline
 from tests.helpers import mount_tmpfs, umount
 
@@ -52,7 +53,7 @@ def test_marks_come_with_their_window():
 
 def test_the_file_is_kept_under_its_cap_and_says_what_was_thinned(tmp_path):
     path = tmp_path / GPU_JSONL
-    tl = GpuTimeline(RunStore(tmp_path), 16 * 1024)
+    tl = GpuTimeline(RunStore(tmp_path, Settings()), 16 * 1024)
     for i in range(2000):
         tl.tick(tick(T0 + i, used=i))
         if i % 100 == 0:
@@ -70,7 +71,7 @@ def test_the_file_is_kept_under_its_cap_and_says_what_was_thinned(tmp_path):
 
 def test_a_flood_of_marks_drops_the_oldest_and_counts_them(tmp_path):
     path = tmp_path / GPU_JSONL
-    tl = GpuTimeline(RunStore(tmp_path), 8 * 1024)
+    tl = GpuTimeline(RunStore(tmp_path, Settings()), 8 * 1024)
     for i in range(1000):
         tl.mark(mark(T0 + i, i))
     recs = lines(path)
@@ -93,7 +94,7 @@ def test_disk_errors_never_raise_and_memory_goes_on(tmp_path):
                 f.write(b"x" * 65536)
         for run_dir in (tmp_path / "no" / "such" / "dir", full):
             path = run_dir / GPU_JSONL
-            tl = GpuTimeline(RunStore(run_dir), 1 << 20)
+            tl = GpuTimeline(RunStore(run_dir, Settings()), 1 << 20)
             for i in range(200):  # past what the file system's last blocks hold
                 tl.tick(tick(T0 + i))
                 tl.mark(mark(T0 + i))

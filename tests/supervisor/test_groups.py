@@ -7,8 +7,9 @@ import sys
 import threading
 import time
 
-from mpwatch.rundir.writer import RunStore
 from mpwatch.contract.status import State
+from mpwatch.rundir.writer import RunStore
+from mpwatch.settings import Settings
 from mpwatch.supervisor.eventlog import EventLog
 from mpwatch.supervisor.workers.groups import ProcessGroups
 from mpwatch.supervisor.workers.worker import Attempt, Worker
@@ -30,7 +31,7 @@ def test_a_group_that_ignores_sigterm_is_killed_at_its_deadline_whole(tmp_path):
                             start_new_session=True)
     try:
         child = int(proc.stdout.readline())
-        store = RunStore(tmp_path)
+        store = RunStore(tmp_path, Settings())
         store.create()
         log = EventLog(store)
         w = Worker(0, Attempt(proc, 1), State.STARTING, "test", log, strict=True, pid=proc.pid)

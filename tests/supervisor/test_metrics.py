@@ -67,7 +67,7 @@ def gpu_env(libnvml, tmp_path) -> dict:
 
 def test_a_real_scrape_parses_and_holds_every_metric_with_the_run_and_dcgm_labels(headless, tmp_path, libnvml):
     port = free_port()
-    run = headless(FIXTURES / "live_loop.py", "0", "0.05", n=2, opts=["--metrics-port", port, "--gpu-interval", "0.2"],
+    run = headless(FIXTURES / "control_loop.py", "0", "0.05", n=2, opts=["--metrics-port", port, "--gpu-interval", "0.2"],
                    env=dict(gpu_env(libnvml, tmp_path), PYTHONPROFILEIMPORTTIME="1"))  # it tells its imports
 
     def ready():
@@ -115,7 +115,7 @@ def test_a_real_scrape_parses_and_holds_every_metric_with_the_run_and_dcgm_label
 def test_the_port_comes_from_the_setting_too_and_listens_where_metrics_addr_says(headless, tmp_path):
     port = free_port()
     env = dict(os.environ, MPWATCH_METRICS_PORT=str(port))
-    run = headless(FIXTURES / "live_loop.py", "0", "0.05", n=1, opts=["--metrics-addr", "0.0.0.0"], env=env)
+    run = headless(FIXTURES / "control_loop.py", "0", "0.05", n=1, opts=["--metrics-addr", "0.0.0.0"], env=env)
     wait_for(lambda: listening(run.proc.pid, port), what="the metrics port")
     assert listening(run.proc.pid, port) == ["0.0.0.0"]
     wait_for(lambda: run.worker(0)["step"], what="a report")

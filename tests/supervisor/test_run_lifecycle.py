@@ -245,7 +245,7 @@ def test_status_tail_caps_the_loss_points_and_a_second_connection_works(headless
 
     run = headless(FIXTURES / "forever.py", n=1)
     wait_for(lambda: running_with_steps(run, 1, min_step=40), what="40 steps")
-    with Client.connect(str(run.run_dir)) as c, c.another() as c2:
+    with Client.at(run.run_dir) as c, c.another() as c2:
         assert len(c.status()["workers"][0]["loss_tail"]) == 32
         assert len(c2.status(tail=12)["workers"][0]["loss_tail"]) == 12
         assert c.status(tail=0)["workers"][0]["loss_tail"] == []

@@ -9,12 +9,12 @@ from collections import deque
 
 import pytest
 
-from mpwatch.rundir.writer import RunStore
 from mpwatch.contract.status import MERGED_WORKER_KEYS, Event, State, WorkerStatus
-from mpwatch.supervisor.workers import exits
-from mpwatch.supervisor.workers import states
+from mpwatch.rundir.writer import RunStore
+from mpwatch.settings import Settings
 from mpwatch.supervisor.eventlog import EventLog
 from mpwatch.supervisor.snapshot import worker_status
+from mpwatch.supervisor.workers import exits, states
 from mpwatch.supervisor.workers.worker import TAIL, Attempt, Worker
 
 MOVES = sorted(states.TRANSITIONS, key=lambda m: (str(m[0]), str(m[1])))
@@ -31,7 +31,7 @@ def proc():
 
 @pytest.fixture
 def log(tmp_path):
-    store = RunStore(tmp_path)
+    store = RunStore(tmp_path, Settings())
     store.create()
     yield EventLog(store)
     store.close()
@@ -93,7 +93,7 @@ def test_every_allowed_move_changes_the_state_and_records_its_event(old, new, pr
 
 def test_a_refused_move_raises_when_strict_and_is_an_internal_alert_otherwise(proc, tmp_path_factory):
     # (its own directory: the autouse check fails a test whose tmp_path holds internal alerts)
-    store = RunStore(tmp_path_factory.mktemp("refused"))
+    store = RunStore(tmp_path_factory.mktemp("refused"), Settings())
     store.create()
     log = EventLog(store)
     assert (State.STARTING, State.STARTING) not in states.TRANSITIONS

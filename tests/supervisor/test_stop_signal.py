@@ -90,6 +90,7 @@ def test_the_tuis_supervisor_gets_the_stop_signal_and_the_metrics_flags(tmp_path
     from mpwatch.cli.launch import options
     from mpwatch.cli.tui_launch import supervisor_argv
     from mpwatch.rundir.claim import Claim
+    from mpwatch.settings import Settings
 
     script = FIXTURES / "ticker.py"
     ns = cli.run_parser().parse_args(["--stop-signal", "usr2", "--metrics-port", "9400", "--metrics-addr", "::1",
@@ -97,7 +98,7 @@ def test_the_tuis_supervisor_gets_the_stop_signal_and_the_metrics_flags(tmp_path
     opts = options(ns, {})
     fd = os.open(tmp_path, os.O_RDONLY | os.O_DIRECTORY)
     try:
-        taken = Claim("RID", Path(tmp_path), fd)
+        taken = Claim("RID", Path(tmp_path), fd, Settings().tmpdir)
         back = cli.run_parser().parse_args(supervisor_argv(ns, opts, taken)[3:])
         plain = cli.run_parser().parse_args([str(script)])
         again = cli.run_parser().parse_args(supervisor_argv(plain, options(plain, {}), taken)[3:])

@@ -7,6 +7,7 @@ import os
 import time
 
 import pytest
+from textual.geometry import Region
 
 from mpwatch.sources.local import Client
 from mpwatch.tui.render import glyphs
@@ -30,6 +31,12 @@ async def until(pilot, pred, timeout: float = 60.0, what: str = "condition"):
 
 def worker_of(app, rank):
     return next((w for w in (app.status or {}).get("workers", []) if w["rank"] == rank), None)
+
+
+def drawn(widget) -> str:
+    """What a widget draws, its lines joined and its whitespace folded, so that a phrase
+    wrapped over two lines reads whole (the help's key grid wraps a line under its column)."""
+    return " ".join(" ".join(strip.text for strip in widget.render_lines(Region(0, 0, *widget.size))).split())
 
 
 def said(app, fragment: str) -> bool:
@@ -56,7 +63,7 @@ def tui(headless):
     async def make(n=2, env=None, opts=(), size=(120, 40), wait_running=True, script=WORKER, args=()):
         full_env = dict(os.environ, **(env or {}))
         run = headless(script, *args, n=n, opts=opts, env=full_env)
-        client = Client.connect(str(run.run_dir))
+        client = Client.at(run.run_dir)
         app = MpwatchApp(client, run.run_dir, glyphs=glyphs.UNICODE, notices=False)
         try:
             async with app.run_test(size=size) as pilot:

@@ -55,7 +55,10 @@ def test_short_paths():
         "torch/distributed/c10d.py"
     assert stackfmt.short_path("/srv/mpwatch/mpwatch/worker.py") == "mpwatch/worker.py"
     assert stackfmt.short_path("/home/ana/train.py") == "/home/ana/train.py"
-    assert not stackfmt.is_user_file("/srv/elsewhere/mpwatch/worker.py")  # this package, another checkout
+    assert not stackfmt.is_user_file("/srv/elsewhere/mpwatch/worker/sender.py")  # this package, another checkout
+    # an older mpwatch's sender (recorded dumps, an older checkout elsewhere): still mpwatch's own
+    assert not stackfmt.is_user_file("/srv/elsewhere/mpwatch/worker.py")
+    assert not stackfmt.is_user_file("/srv/elsewhere/mpwatch/live/state.py")
     assert stackfmt.is_user_file("/home/ana/mpwatch/train.py")  # a user's folder named mpwatch
 
 

@@ -16,7 +16,7 @@ async def test_attaching_late_shows_every_event_from_the_first(headless):
     wait_for(lambda: len({e["rank"] for e in run.events("report")}) == 2, 60, what="both ranks reporting")
     run.ctl("restart", "1")  # events before the TUI attaches: the first snapshot brings them
     run.wait_event("restarted", lambda e: e["rank"] == 1, timeout=60)
-    with Client.connect(str(run.run_dir)) as client:
+    with Client.at(run.run_dir) as client:
         app = MpwatchApp(client, run.run_dir, glyphs=glyphs.UNICODE, notices=False)
         async with app.run_test(size=(120, 40)) as pilot:
             await until(pilot, lambda: app.snapshots > 0, what="the first snapshot")

@@ -20,7 +20,7 @@ def gpu_env(lib, tmp_path) -> dict[str, str]:
     """The supervisor plays the scenario on the stand-in libnvidia-ml.so.1 (testing.libnvml)."""
     cuda = tmp_path / "cuda.json"
     cuda.write_text(json.dumps(cuda_two_gpus()))
-    return {**nvml_overlay(lib, tmp_path, nvml_two_gpus(unused_pid())), "MPWATCH_FAKE_CUDA": str(cuda), "CHILD": "1"}
+    return {**nvml_overlay(lib, tmp_path, nvml_two_gpus(unused_pid())), "MPWATCH_SCRIPTED_CUDA": str(cuda), "CHILD": "1"}
 
 
 def gpus_known(app) -> bool:

@@ -8,6 +8,7 @@ from mpwatch import cli
 from mpwatch.supervisor.core import Options
 from mpwatch.cli.tui_launch import supervisor_argv
 from mpwatch.rundir.claim import Claim
+from mpwatch.settings import Settings
 from tests.helpers import FIXTURES, mpwatch
 
 
@@ -20,7 +21,7 @@ def test_supervisor_gets_the_same_options(tmp_path):
                    resize_mode=ns.resize_mode, gpu_interval=ns.gpu_interval)
     fd = os.open(tmp_path, os.O_RDONLY | os.O_DIRECTORY)
     try:
-        argv = supervisor_argv(ns, opts, Claim("RID", Path("/tmp/rd"), fd))
+        argv = supervisor_argv(ns, opts, Claim("RID", Path("/tmp/rd"), fd, Settings().tmpdir))
     finally:
         os.close(fd)
     assert argv[1:3] == ["-m", "mpwatch"]

@@ -4,6 +4,7 @@ a real one for an hour). Counts, not timings."""
 from __future__ import annotations
 
 from mpwatch.tui.app import EVENTS_KEPT, MpwatchApp
+from mpwatch.tui.render import glyphs
 from mpwatch.tui.render.view import Column
 from mpwatch.tui.widgets import worker_table
 from mpwatch.tui.widgets.cell_cache import CellCache
@@ -42,7 +43,7 @@ def test_cells_that_repeat_stay_in_the_memo_across_turns(monkeypatch):
 
 
 def test_the_event_log_keeps_the_last_events_only():
-    app = MpwatchApp(None, None)
+    app = MpwatchApp(None, None, glyphs=glyphs.UNICODE)
     for batch in range(30):
         app.keep_events([{"event": "report", "seq": batch * 100 + i, "rank": 0} for i in range(1, 101)])
         assert len(app.event_log) <= EVENTS_KEPT

@@ -34,7 +34,7 @@ async def test_toasts_leave_the_table_in_view_and_the_end_is_said_once(headless,
     # a cause that reads as markup (gloo's source location): shown as it is, never parsed
     env = dict(os.environ, STEPS="60", FAIL_RANK="1", FAIL_AT="30", FAIL_MSG="[/w/gloo/pair.cc:545] Read error [x]")
     run = headless(WORKER, n=2, env=env)
-    client = Client.connect(str(run.run_dir))
+    client = Client.at(run.run_dir)
     app = Watched(client, run.run_dir, glyphs=glyphs.UNICODE, notices=True)
     try:
         async with app.run_test(size=size) as pilot:

@@ -46,7 +46,7 @@ class Target:
 
 def test_kick_polls_at_once_instead_of_at_the_interval(headless):
     run = headless(FIXTURES / "forever.py", n=1)
-    client = Client.connect(str(run.run_dir))
+    client = Client.at(run.run_dir)
     target = Target()
     p = target.poller = Poller(client, target, interval=30.0)
     try:

@@ -1,0 +1,1 @@
+"""Several nodes' supervisors read as one run: one Source, their statuses merged by global rank."""

@@ -34,7 +34,7 @@ from mpwatch.contract.status import (
     WorkerGpu,
     WorkerStatus,
 )
-from mpwatch.sources.multinode import live_merge
+from mpwatch.sources.multinode import control_merge
 
 NO_JOB_ID = "none"  # torchrun's rendezvous id when none is given (static): names no job
 TICK_SLACK_S = 0.5  # a node's tick this much after another's still belongs to its moment
@@ -259,7 +259,7 @@ def merge(parts: Sequence[NodePart], events_seq: int = 0,
     return Status(run=_run(parts, [p.status for p in have if p.status is not None]), workers=workers,
                   gpus=gpus, gpu_status="; ".join(notes) or None, alerts=alerts, events_seq=events_seq,
                   straggler=s, nodes=[node_status(p, ms[p.node]) for p in parts],
-                  tunables=live_merge.tunables(live), checkpoints=live_merge.checkpoints(live))
+                  tunables=control_merge.tunables(live), checkpoints=control_merge.checkpoints(live))
 
 
 # ---------------------------------------------------------- events, timeline ----

@@ -24,7 +24,7 @@ from typing import Any, cast
 from mpwatch.contract.status import EventFields, GpuTimelineReply, RunState, Status
 from mpwatch.rundir import layout, registry
 from mpwatch.rundir.textfiles import read_json
-from mpwatch.sources.local import Client, ClientError, EventsReply, LiveReply, Requests
+from mpwatch.sources.local import Client, ClientError, ControlReply, EventsReply, Requests
 from mpwatch.sources.multinode import combine
 from mpwatch.sources.remote.client import LinkLost, RemoteClient, RunEnded, Target, Transport
 
@@ -154,8 +154,8 @@ class NodePoller:
 class MergedSource:
     """The Source of a merged view: nodes added by `add` (and found through their peers)."""
 
-    def __init__(self, transport: Transport | None = None):
-        self.transport = transport or Transport.from_settings()
+    def __init__(self, transport: Transport):
+        self.transport = transport  # how to reach a node on another machine (settings.Settings.ssh)
         self.nodes: list[NodePoller] = []
         self._lock = threading.Lock()
         self._events: collections.deque[EventFields] = collections.deque(maxlen=EVENTS_KEPT)
@@ -166,11 +166,13 @@ class MergedSource:
     # ----------------------------------------------------------------- nodes ----
     def add(self, host: str, run: str | None, link: Requests | None = None, node: int | None = None,
             status: Status | None = None) -> NodePoller:
-        """A node to watch: host "" is this machine (run: an id or directory here); link and
+        """A node to watch: host "" is this machine (run: its directory here); link and
         status when the caller has reached it already."""
         def connect() -> Requests:
-            if not host:
-                return LocalLink.connect(run)
+            if not host:  # a run here: its directory
+                if run is None:
+                    raise ClientError("a run on this machine is added by its directory")
+                return LocalLink.at(run)
             return RemoteClient(Target(host, run), self.transport)
         n = NodePoller(host, run, connect, link, len(self.nodes) if node is None else node, status)
         with self._lock:
@@ -315,7 +317,7 @@ class MergedSource:
         return self._every(lambda link: link.stop())
 
     def checkpoint(self, target: int | str, step: int | None = None, by: str = "?",
-                   plan: bool = False) -> LiveReply:
+                   plan: bool = False) -> ControlReply:
         if target != "all":
             if not isinstance(target, int):
                 raise ClientError(f"bad target {target!r}")
@@ -325,11 +327,11 @@ class MergedSource:
         return self._everywhere(lambda link, s, p: link.checkpoint("all", s, by, p), step, plan)
 
     def set_tunable(self, name: str, value: str, step: int | None = None, by: str = "?",
-                    plan: bool = False) -> LiveReply:
+                    plan: bool = False) -> ControlReply:
         return self._everywhere(lambda link, s, p: link.set_tunable(name, value, s, by, p), step, plan)
 
-    def _everywhere(self, call: Callable[[Requests, int | None, bool], LiveReply], step: int | None,
-                    plan: bool) -> LiveReply:
+    def _everywhere(self, call: Callable[[Requests, int | None, bool], ControlReply], step: int | None,
+                    plan: bool) -> ControlReply:
         """A request every node takes at one step: each node's supervisor says the step it
         would pick, the latest wins (None if one has ranks without steps), then all get it."""
         if step is None and len(self.nodes) > 1:

@@ -1,0 +1,1 @@
+"""A live run on another machine, through `ssh -T HOST mpwatch bridge`: the client and the wire."""

@@ -85,10 +85,10 @@ class Transport:
     extra: tuple[str, ...] = field(default=())  # more ssh options (tests, benches)
 
     @classmethod
-    def from_settings(cls, settings: Settings | None = None, remote_mpwatch: str | None = None) -> Transport:
-        """settings: the CLI's (None: read them now). Raises ClientError for a --remote-mpwatch
-        that is no command line (an unclosed quote)."""
-        ssh = (settings or Settings.from_env()).ssh
+    def from_settings(cls, settings: Settings, remote_mpwatch: str | None = None) -> Transport:
+        """settings: the CLI's. Raises ClientError for a --remote-mpwatch that is no command
+        line (an unclosed quote)."""
+        ssh = settings.ssh
         try:
             if not shlex.split(remote_mpwatch or "mpwatch"):
                 raise ValueError("empty")
@@ -118,11 +118,10 @@ class _Slot:
 
 
 class RemoteClient(Requests):
-    def __init__(self, target: Target, transport: Transport | None = None, timeout: float = 30.0,
-                 ls: bool = False):
+    def __init__(self, target: Target, transport: Transport, timeout: float = 30.0, ls: bool = False):
         self.target = target
         self.host = target.host
-        self.transport = transport or Transport.from_settings()
+        self.transport = transport
         self.timeout = timeout
         self.run_id = "?"
         self.run_dir = ""  # on that machine
@@ -336,7 +335,7 @@ class RemoteClient(Requests):
         self.close()
 
 
-def remote_runs(host: str, transport: Transport | None = None) -> list[RegistryEntry]:
+def remote_runs(host: str, transport: Transport) -> list[RegistryEntry]:
     """The live runs of the SSH user on host (`mpwatch ls` there)."""
     client = RemoteClient(Target(host), transport, ls=True)
     client.close()

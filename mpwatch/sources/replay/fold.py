@@ -22,7 +22,7 @@ from mpwatch.contract.status import (
     State,
     alert_kind,
 )
-from mpwatch.rundir import live_events
+from mpwatch.rundir import control_events
 from mpwatch.text import eventtext
 
 ALERTS_KEPT = 50  # as the supervisor's status keeps (supervisor.eventlog)
@@ -61,7 +61,7 @@ class RunFold:
     gpu_alerts: dict[str, GpuAlert] = field(default_factory=dict)  # key -> the alert, as it started last
     hang: EventFields | None = None  # the last culprit finding (an `alert` of kind hang)
     # tunables and checkpoint requests
-    live: live_events.LiveFold = field(default_factory=live_events.LiveFold)
+    control: control_events.ControlFold = field(default_factory=control_events.ControlFold)
 
 
 def restarting_exits(events: Sequence[EventFields]) -> set[int]:
@@ -92,8 +92,8 @@ def fold(events: Sequence[EventFields], upto: int, run_dir: Path, restarting: se
         e = events[i]
         r = e["rank"]
         name = e["event"]
-        if name in live_events.LIVE_EVENTS:
-            live_events.apply(run.live, e)
+        if name in control_events.CONTROL_EVENTS:
+            control_events.apply(run.control, e)
         elif r is not None and name != Event.GPU_ALERT and name != Event.ALERT:
             _rank_event(run, run.ranks.setdefault(r, RankFold(r)), e, i in restarting, run_dir)
         elif name in (Event.ALERT, Event.GPU_ALERT) or r is None:

@@ -86,7 +86,7 @@ def worker_row(k: RankFold, reps: list[ReportRow], t: float, tail: int,
         last_dump=k.last_dump, unkillable=k.unkillable, foreign_groups=[], children=[],
         gpu=gpu if alive else None, stop=None,  # the events say when a stop signal went, not its deadline
         polls_checkpoint=False,  # nor whether the rank's loop asks should_checkpoint()
-        steps_from=None)  # nor whether its steps were counted by mpwatch.auto
+        steps_from=None)  # nor whether its steps were counted by mpwatch.worker.auto
     if k.rejected:
         row["rejected"] = {"count": k.rejected, "why": k.rejected_why or "?"}
     return row
@@ -221,7 +221,7 @@ def status_at(events: EventsFile, gpu: GpuFile, facts: RunFacts, run: RunFold, p
                    uptime=round(max(0.0, t - facts.started), 1), world_size=run.world or len(workers),
                    nprocs=len(workers), counts=counts, restarts=run.restarts, exit_code=run.exit_code,
                    options=facts.options, refused_connections=0, node=None)
-    tunables, checkpoints = run.live.status()
+    tunables, checkpoints = run.control.status()
     return Status(run=info, workers=workers, gpus=views, gpu_status=gpu_status, alerts=list(run.alerts),
                   events_seq=min(pos + 1, len(events.events)), straggler=straggler(workers, run),
                   tunables=tunables, checkpoints=checkpoints)

@@ -35,7 +35,7 @@ NAN = float("nan")
 @dataclass(frozen=True)
 class ReportRow:
     """One point of a rank's own curve as the replay reads it back (the wire's checked entry
-    is contract.protocol.Report)."""
+    is supervisor.ipc.batch_check.Report)."""
 
     ts: float
     step: int | None

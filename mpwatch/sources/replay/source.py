@@ -22,7 +22,7 @@ from mpwatch.contract.coerce import as_float
 from mpwatch.contract.status import Event, EventFields, GpuTimelineReply, RunOptions, RunState, Status
 from mpwatch.rundir import layout, reader
 from mpwatch.rundir.textfiles import read_json
-from mpwatch.sources.local import ClientError, EventsReply, LiveReply
+from mpwatch.sources.local import ClientError, ControlReply, EventsReply
 from mpwatch.sources.replay.cursor import Cursor, kind_of
 from mpwatch.sources.replay.files import EventsFile, GpuFile
 from mpwatch.sources.replay.fold import fold, restarting_exits
@@ -240,11 +240,11 @@ class ReplaySource:
         raise ClientError(READ_ONLY)
 
     def checkpoint(self, target: int | str, step: int | None = None, by: str = "?",
-                   plan: bool = False) -> LiveReply:
+                   plan: bool = False) -> ControlReply:
         raise ClientError(READ_ONLY)
 
     def set_tunable(self, name: str, value: str, step: int | None = None, by: str = "?",
-                    plan: bool = False) -> LiveReply:
+                    plan: bool = False) -> ControlReply:
         raise ClientError(READ_ONLY)
 
     # -------------------------------------------------------------- cursor ----

@@ -23,10 +23,9 @@ from mpwatch.text.stackfmt import DumpSummary, native_collective, summarize
 
 
 class Dumper:
-    def __init__(self, store: writer.RunStore, lock: threading.RLock, log: EventLog,
-                 settings: Settings | None = None):
+    def __init__(self, store: writer.RunStore, lock: threading.RLock, log: EventLog, settings: Settings):
         self.store = store
-        self.settings = settings or Settings.from_env()  # py-spy's policy, the flight recorder
+        self.settings = settings  # py-spy's policy, the flight recorder
         self.lock = lock
         self.log = log
         # One dump of a rank at a time: py-spy (native stacks) holds a process in a tracing stop

@@ -40,7 +40,7 @@ from mpwatch.contract.status import (
 )
 from mpwatch.probes.gpu import Backend, GpuProbe, GpuSample, ProcList, open_backend, reason_for
 from mpwatch.rundir.writer import RunStore
-from mpwatch.settings import GpuThresholds, Settings
+from mpwatch.settings import Settings
 from mpwatch.supervisor import errors
 from mpwatch.supervisor.errors import CommandError
 from mpwatch.supervisor.gpu import rank_alerts, ranks
@@ -52,7 +52,7 @@ from mpwatch.supervisor.gpu.tracker import AlertTracker
 PROCS_EVERY = 5  # the process list is refreshed every this many ticks
 OOMS_KEPT = 5  # OOM alerts shown per GPU
 
-# (the scripted NVML scenario, settings.Settings.fake_nvml) -> (backend, None) or (None, why)
+# (the scripted NVML scenario, settings.Settings.scripted_nvml) -> (backend, None) or (None, why)
 Opener = Callable[[str | None], "tuple[Backend | None, str | None]"]
 
 
@@ -105,20 +105,19 @@ class GpuPart(TypedDict):
 
 
 class GpuWatch:
-    def __init__(self, interval: float, workers: Callable[[], list[RankInfo]], emit: Emit,
-                 env: Mapping[str, str] | None = None, settings: Settings | None = None,
-                 config: GpuThresholds | None = None, opener: Opener | None = None,
+    def __init__(self, interval: float, workers: Callable[[], list[RankInfo]], emit: Emit, *,
+                 settings: Settings, env: Mapping[str, str] | None = None, opener: Opener | None = None,
                  timeline: RunStore | None = None, clock: Callable[[], float] = time.monotonic):
         """workers() -> the run's workers (alive or not, with a pid); emit(rank, **fields)
-        records one gpu_alert event; env: the workers' (CUDA_VISIBLE_DEVICES); settings: the
-        alerts' thresholds (unless config), the timeline's cap and the scripted NVML (None:
-        read from env); clock: the monotonic clock of slopes and idle spans."""
+        records one gpu_alert event; settings: the alerts' thresholds, the timeline's cap and
+        the scripted NVML; env: the workers' (CUDA_VISIBLE_DEVICES); clock: the monotonic clock
+        of slopes and idle spans."""
         self.interval = max(0.05, float(interval))
         self._workers = workers
         self._emit = emit
         self.env = dict(os.environ if env is None else env)
-        self.settings = settings or Settings.from_env(self.env)
-        self.cfg = config or self.settings.gpu
+        self.settings = settings
+        self.cfg = settings.gpu
         self._opener: Opener = opener or open_backend
         self._clock = clock
         self._lock = threading.Lock()
@@ -171,7 +170,7 @@ class GpuWatch:
 
     def open(self) -> bool:
         """Start the backend; False (and a status line) when there is none."""
-        backend, why = self._opener(self.settings.fake_nvml)
+        backend, why = self._opener(self.settings.scripted_nvml)
         if backend is None:
             self.status = why
             return False

@@ -1,0 +1,1 @@
+"""The supervisor's sockets: the workers' channel hub, its report ledger, the control socket."""

@@ -8,7 +8,7 @@ buffer, so a peer that stops mid-frame holds up nobody. A frame that does not de
 counted (by the ledger) and dropped; an oversized frame desynchronises the stream, so that
 connection is closed (the worker reconnects on its next batch).
 
-Frames go down too (protocol 2: the live requests of supervisor.live), from any thread
+Frames go down too (protocol 2: the control requests of supervisor.control), from any thread
 through `Peer.send`: written without blocking, what the socket does not take now waits in
 the peer's own buffer for `Peer.push` (the main loop's tick), and a peer that stops reading
 loses frames past OUT_MAX rather than holding anyone up.

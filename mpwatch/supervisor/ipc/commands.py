@@ -1,6 +1,6 @@
 """The control commands: what a key press in the TUI or `mpwatch ctl` becomes.
 
-`dispatch` runs on the control server's client threads (supervisor.ipc.control). Read-only
+`dispatch` runs on the control server's client threads (supervisor.ipc.ctl_server). Read-only
 requests (status, events, history, logs) are answered there under the run's lock; every
 command that signals or starts a process is handed to the main thread (`submit`), which
 alone touches processes, and its reply is waited for. A request that cannot be done raises
@@ -21,11 +21,11 @@ from mpwatch.contract import straggler
 from mpwatch.contract.status import RunState, State, Status
 from mpwatch.rundir import layout, textfiles, writer
 from mpwatch.supervisor import errors
+from mpwatch.supervisor.control.room import ControlRoom
 from mpwatch.supervisor.diagnose.dumps import Dumper
 from mpwatch.supervisor.errors import CommandError
 from mpwatch.supervisor.eventlog import EventLog
 from mpwatch.supervisor.gpu.watch import GpuWatch
-from mpwatch.supervisor.live.control import LiveControl
 from mpwatch.supervisor.options import Options
 from mpwatch.supervisor.workers import groups
 from mpwatch.supervisor.workers.worker import TAIL, Worker
@@ -61,9 +61,9 @@ class _Job:
 
 class Commands:
     def __init__(self, run: Lifecycle, workers: dict[int, Worker], lock: threading.RLock, opts: Options,
-                 store: writer.RunStore, log: EventLog, dumper: Dumper, gpu: GpuWatch, live: LiveControl):
+                 store: writer.RunStore, log: EventLog, dumper: Dumper, gpu: GpuWatch, control: ControlRoom):
         self.run = run
-        self.live = live
+        self.control = control
         self.gpu = gpu
         self.workers = workers
         self.lock = lock
@@ -127,7 +127,7 @@ class Commands:
             return self.submit(lambda: {"ok": True, "message": self.run.resize(n)}, cmd)
         if cmd == "stop":
             return self.submit(self._stop, cmd)
-        if cmd in ("checkpoint", "set"):  # {target | name, value; step, by, plan}: supervisor.live.control
+        if cmd in ("checkpoint", "set"):  # {target | name, value; step, by, plan}: supervisor.control.room
             return self.submit(lambda: self._live(cmd, req), cmd)
         if cmd == "gpu_timeline":  # {"window": SECONDS} -> {"ticks": [GpuTick], "marks": [GpuMark]}
             return {"ok": True, **self.gpu.timeline(req.get("window", 120))}
@@ -242,9 +242,9 @@ class Commands:
             name, value = req.get("name"), req.get("value")
             if not isinstance(name, str) or not isinstance(value, str):
                 raise CommandError("set needs a tunable's name and its value, as text")
-            return self.live.set(name, value, step, by, plan is True)
+            return self.control.set(name, value, step, by, plan is True)
         target = req.get("target")
-        return self.live.checkpoint(self._targets(target), target == "all", step, by, plan is True)
+        return self.control.checkpoint(self._targets(target), target == "all", step, by, plan is True)
 
     def _stop(self) -> Reply:
         if self.run.state in (RunState.STOPPING, RunState.FINISHED):

@@ -7,8 +7,8 @@ latest step and loss, every metric since, and n, the report() calls it stands fo
 main loop writes those held back once their slot comes (`flush`), and a worker's last
 report is written before its exit (`write_report`). The ledger owns a worker's "first report"
 (`Attempt.first_report`: its first progress, whatever sent it), where its stall clock starts. A
-batch's `live` entries (declarations, answers) and a hello of protocol 2 go on to the live room
-(supervisor.live.control).
+batch's `live` entries (declarations, answers) and a hello of protocol 2 go on to the control room
+(supervisor.control.room).
 """
 from __future__ import annotations
 
@@ -18,11 +18,11 @@ from typing import Any, Protocol
 
 from mpwatch.contract import protocol
 from mpwatch.contract.coerce import as_number
-from mpwatch.contract.live import LiveEntry, validate_live
-from mpwatch.contract.protocol import Report
+from mpwatch.contract.control import ControlEntry, validate_control
 from mpwatch.contract.status import Event, State
 from mpwatch.rundir import eventlines
 from mpwatch.supervisor.eventlog import EventLog
+from mpwatch.supervisor.ipc.batch_check import Report, validate_batch, validate_cuda
 from mpwatch.supervisor.workers.worker import ChildReport, Downlink, PendingReport, Worker
 
 # events.jsonl gets a rank's latest report at most this often; a point a second per rank
@@ -39,21 +39,21 @@ class Peer(Downlink, Protocol):
     version: int
 
 
-class Live(Protocol):
-    """Where live entries and a rank's channel go (supervisor.live.control's LiveControl)."""
+class Control(Protocol):
+    """Where a batch's control entries and a rank's channel go (supervisor.control.room's ControlRoom)."""
 
     def on_hello(self, w: Worker, peer: Downlink, version: int) -> None: ...
 
-    def on_entries(self, w: Worker, entries: list[LiveEntry]) -> None: ...
+    def on_entries(self, w: Worker, entries: list[ControlEntry]) -> None: ...
 
 
 class ReportLedger:
     def __init__(self, workers: dict[int, Worker], lock: threading.RLock, log: EventLog,
-                 live: Live | None = None):
+                 control: Control | None = None):
         self.workers = workers
         self.lock = lock
         self.log = log
-        self.live = live
+        self.control = control
 
     # ---------------------------------------------------------- hub callbacks ----
     def on_hello(self, peer: Peer, msg: dict[str, Any]) -> None:
@@ -70,8 +70,8 @@ class ReportLedger:
                 ppid = msg.get("ppid")
                 a.children.setdefault(peer.pid, ChildReport(peer.pid, ppid if type(ppid) is int else None))
                 return
-        if self.live is not None:
-            self.live.on_hello(w, peer, peer.version)
+        if self.control is not None:
+            self.control.on_hello(w, peer, peer.version)
 
     def on_close(self, peer: Peer) -> None:
         with self.lock:
@@ -112,7 +112,7 @@ class ReportLedger:
         if t != protocol.BATCH:
             raise protocol.BadFrame(f"unknown message type {t!r}")
         rejected: list[str] = []  # reports refused alone: the rest of the batch is applied
-        reports: list[Report] = protocol.validate_batch(msg, rejected)
+        reports: list[Report] = validate_batch(msg, rejected)
         if rejected:
             self.on_rejected(peer, rejected)
         dropped, phases, cuda = msg.get("dropped", 0), msg.get("phases"), msg.get("cuda")
@@ -120,7 +120,7 @@ class ReportLedger:
         if type(dropped) is not int or (phases is not None and not isinstance(phases, dict)) \
                 or type(dist) is not bool:
             raise protocol.BadFrame("batch fields of the wrong type")
-        live = validate_live(msg["live"]) if "live" in msg else None
+        entries = validate_control(msg["live"]) if "live" in msg else None
         now = time.monotonic()
         write = False
         child_step: int | None = None
@@ -145,8 +145,8 @@ class ReportLedger:
                 child=(peer.pid, child_of)))
         elif write:
             self.write_report(w, now)
-        if live and child_of == peer.pid and self.live is not None:
-            self.live.on_entries(w, live)
+        if entries and child_of == peer.pid and self.control is not None:
+            self.control.on_entries(w, entries)
 
     def _on_child(self, w: Worker, pid: int, reports: list[Report],
                   now: float) -> tuple[int | None, float | None]:
@@ -180,7 +180,7 @@ class ReportLedger:
         if phases:
             r.phases = {str(k): f for k, v in phases.items() if (f := as_number(v)) is not None}
         if cuda is not None:  # sent at most once a second: a batch without it keeps the last
-            r.cuda = protocol.validate_cuda(cuda)  # checked here, where it enters: None when malformed
+            r.cuda = validate_cuda(cuda)  # checked here, where it enters: None when malformed
         a.connected = True
         if not reports:
             return

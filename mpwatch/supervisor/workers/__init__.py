@@ -1,0 +1,1 @@
+"""The ranks' processes: state machine, process groups and kills, exits, reaping, the watchdog."""

@@ -8,15 +8,22 @@ also take.
 """
 from __future__ import annotations
 
+import threading
 import time
-from typing import TYPE_CHECKING
+from pathlib import Path
+from typing import TYPE_CHECKING, Protocol
 
 from mpwatch.contract.status import RunState, State
 from mpwatch.rundir import layout, textfiles
 from mpwatch.supervisor.workers import exits
 
 if TYPE_CHECKING:
-    from mpwatch.supervisor.core import Run
+    from mpwatch.supervisor.control.room import ControlRoom
+    from mpwatch.supervisor.gpu.watch import GpuWatch
+    from mpwatch.supervisor.ipc.ledger import ReportLedger
+    from mpwatch.supervisor.nodes.cluster import Nodes
+    from mpwatch.supervisor.options import Options
+    from mpwatch.supervisor.workers.groups import ProcessGroups
     from mpwatch.supervisor.workers.worker import Worker
 
 NO_HELLO_S = 2.0  # a worker silent this long after start is shown running, "no heartbeat"
@@ -26,8 +33,25 @@ DRAIN_S = 0.5
 CAUSE_LINES = 60  # lines of a failed rank's stderr searched for its cause
 
 
+class ReapHost(Protocol):
+    """What the exit path reads and calls of the run (supervisor.core's Run)."""
+
+    lock: threading.RLock
+    workers: dict[int, Worker]
+    opts: Options
+    run_dir: Path
+    state: RunState
+    groups: ProcessGroups
+    ledger: ReportLedger
+    control: ControlRoom
+    gpu: GpuWatch
+    nodes: Nodes | None
+
+    def restart(self, w: Worker, why: str) -> None: ...
+
+
 class Reaper:
-    def __init__(self, run: Run):
+    def __init__(self, run: ReapHost):
         self.run = run
         self.ends: dict[int, tuple[float, str]] = {}  # rank -> (monotonic, how) of its last process's end
 
@@ -60,7 +84,7 @@ class Reaper:
         a.exit_seen = None
         now = time.monotonic()
         run.ledger.write_report(w, now)  # the curve's last point comes before the exit
-        run.live.on_exit(w)  # the requests it never answered are missed
+        run.control.on_exit(w)  # the requests it never answered are missed
         # The process's own lines (after mpwatch's last marker), enough to find NCCL's watchdog line.
         tail = exits.own_output(
             textfiles.tail_lines(layout.log_path(run.run_dir, w.rank, "stderr"), CAUSE_LINES))

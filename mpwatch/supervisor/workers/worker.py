@@ -93,7 +93,7 @@ class Attempt:
     unkillable: list[dict[str, Any]] | None = None
     stop_signal: str | None = None  # the --stop-signal sent to its process ("SIGTERM"), when killed
     stop_sent: float | None = None  # wall clock
-    # live control (supervisor.live)
+    # control: checkpoint requests and tunables (supervisor.control)
     peer: Downlink | None = None  # its own process's channel, once its hello said protocol 2
     polls: bool = False  # its process calls mpwatch.should_checkpoint()
     live_from: int = 0  # the requests up to this id reached it through its environment
@@ -203,7 +203,7 @@ class Reports:
     count: int = 0  # report() calls
     dropped: int = 0  # declared lost by the worker's buffer
     bad_frames: int = 0
-    rejected: int = 0  # reports refused alone (contract.protocol.validate_batch)
+    rejected: int = 0  # reports refused alone (supervisor.ipc.batch_check)
     rejected_why: str | None = None  # the latest reason
     phases: dict[str, float] = field(default_factory=dict)
     source: StepsFrom | None = None  # where its latest steps came from (the worker's batch says)

@@ -15,10 +15,10 @@ import sys
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-SOURCES = ("fake_nvml.c", "script.c")
+SOURCES = ("stand_in.c", "script.c")
 LIB_NAME = "libnvidia-ml.so.1"
 # Variants: the library of a current driver, and of one older than R510 (no _v3 process list).
-VARIANTS = {"full": [], "no_v3": ["-DFAKE_NVML_WITHOUT_V3"]}
+VARIANTS = {"full": [], "no_v3": ["-DSTAND_IN_WITHOUT_V3"]}
 SYSTEM_HEADERS = ("/usr/local/cuda/include/nvml.h", "/usr/include/nvml.h")
 
 

@@ -1,9 +1,9 @@
 /* TEST-ONLY: reads the scenario script of the stand-in libnvidia-ml.so.1, and resolves the
  * scenario's pid names against /proc. Runs in whichever thread calls nvmlInit / a process query.
  *
- * The script is a JSON scenario (testing.scripted_nvml's format) turned into lines by
+ * The script is a JSON scenario (probes.nvml_scripted's format) turned into lines by
  * testing.libnvml.script, so no JSON parser is needed here. One record a line, fields split by
- * tabs, after a first line "mpwatch-fake-nvml 1":
+ * tabs, after a first line "mpwatch-nvml-stand-in 1":
  *     init  <nvmlReturn_t>                           nvmlInit fails with it
  *     gpu   <name> <uuid> <mem_total> <mig_capable>  the next device
  *     mig   <uuid>                                   a MIG instance of the last device
@@ -117,7 +117,7 @@ int fn_script_load(const char *path, struct fn_script *s) {
     FILE *in = path ? fopen(path, "r") : NULL;
     if (!in) return -1;
     char line[MAX_LINE];
-    int ok = fgets(line, sizeof line, in) && strcmp(line, "mpwatch-fake-nvml 1\n") == 0;
+    int ok = fgets(line, sizeof line, in) && strcmp(line, "mpwatch-nvml-stand-in 1\n") == 0;
     while (ok && fgets(line, sizeof line, in)) {
         line[strcspn(line, "\n")] = '\0';
         char *f[8] = {0}, *rest = line;
@@ -137,7 +137,7 @@ void fn_script_free(struct fn_script *s) {
 }
 
 const struct fn_dev *fn_script_dev(const struct fn_script *s, double elapsed, int gpu) {
-    /* Before any frame, or a frame listing fewer devices: the scripted fake's defaults. */
+    /* Before any frame, or a frame listing fewer devices: the scripted NVML's defaults. */
     static const struct fn_dev idle = {0, 0, 40, 50000, 0, 1, {0}, 0, NULL};
     const struct fn_frame *cur = NULL;
     for (int i = 0; i < s->nframes; i++)

@@ -1,7 +1,7 @@
 /* TEST-ONLY: the scenario a stand-in libnvidia-ml.so.1 plays (testing.libnvml). Shared by
- * script.c (reads it, resolves pid names) and fake_nvml.c (answers NVML's calls from it). */
-#ifndef MPWATCH_FAKE_NVML_SCRIPT_H
-#define MPWATCH_FAKE_NVML_SCRIPT_H
+ * script.c (reads it, resolves pid names) and stand_in.c (answers NVML's calls from it). */
+#ifndef MPWATCH_NVML_STAND_IN_SCRIPT_H
+#define MPWATCH_NVML_STAND_IN_SCRIPT_H
 
 #include <sys/types.h>
 
@@ -56,7 +56,7 @@ int fn_script_load(const char *path, struct fn_script *s);
 void fn_script_free(struct fn_script *s);
 /* The device values now: the last frame whose `at` has passed (defaults before any). */
 const struct fn_dev *fn_script_dev(const struct fn_script *s, double elapsed, int gpu);
-/* A scenario pid name resolved now, as testing.scripted_nvml.resolve_fake_pid does; 0 if none. */
+/* A scenario pid name resolved now, as probes.nvml_scripted.scenario_pid does; 0 if none. */
 pid_t fn_resolve_pid(const char *spec);
 
 #endif

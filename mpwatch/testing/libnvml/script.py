@@ -1,8 +1,8 @@
-"""TEST-ONLY: a scripted-NVML scenario (the JSON testing.scripted_nvml reads) as the line
+"""TEST-ONLY: a scripted-NVML scenario (the JSON probes.nvml_scripted reads) as the line
 script the stand-in libnvidia-ml.so.1 reads (format in testing.libnvml's script.c), and the
 environment that makes a process load that library. Runs in the test process.
 
-The values mean what they mean to testing.scripted_nvml: the same defaults, memory used as the
+The values mean what they mean to probes.nvml_scripted: the same defaults, memory used as the
 sum of the processes' plus `extra_used` unless `mem_used` is given, pid names ("rank:N",
 "rank:N/child", "parent", "self") resolved by the library at each call. What only a driver can
 say is said in NVML's own terms: a process's `"mem": null` is NVML_VALUE_NOT_AVAILABLE;
@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pynvml
 
-from mpwatch.settings import FAKE_NVML_ENV
+from mpwatch.settings import SCRIPTED_NVML_ENV
 from mpwatch.testing.libnvml import SCRIPT_ENV
 
 TEXT_MAX = 95  # NVML's 96-byte name and UUID buffers
@@ -82,7 +82,7 @@ def script_text(data: object) -> str:
     """The line script of a scenario; ValueError if it is not one."""
     if not isinstance(data, dict) or not isinstance(data.get("gpus", []), list):
         raise ValueError("the top level must be an object with a 'gpus' list")
-    lines = ["mpwatch-fake-nvml 1"]
+    lines = ["mpwatch-nvml-stand-in 1"]
     if data.get("init_error"):
         lines.append(f"init\t{nvml_code(str(data['init_error']))}")
     for i, g in enumerate(_obj(x) for x in _list(data.get("gpus"))):
@@ -110,8 +110,8 @@ def write_script(scenario: object, path: Path) -> Path:
 
 def env_for(lib_dir: Path, script: Path, base: Mapping[str, str]) -> dict[str, str]:
     """`base` changed so that a process started with it loads the stand-in library and plays
-    `script` (and not the Python stand-in, MPWATCH_FAKE_NVML)."""
-    env = {k: v for k, v in base.items() if k != FAKE_NVML_ENV}
+    `script` (and not the Python stand-in, MPWATCH_SCRIPTED_NVML)."""
+    env = {k: v for k, v in base.items() if k != SCRIPTED_NVML_ENV}
     ld = env.get("LD_LIBRARY_PATH")
     env["LD_LIBRARY_PATH"] = f"{lib_dir}:{ld}" if ld else str(lib_dir)
     env[SCRIPT_ENV] = str(script)

@@ -1,4 +1,4 @@
-"""Sparklines, stacked bars and meters as plain strings (pure: no Textual, no Rich).
+"""Sparklines and stacked bars as plain strings (pure: no Textual, no Rich).
 
 Each returns characters only; colour is added by the caller, so the shapes stay readable
 with NO_COLOR, and the ASCII glyph set gives the same shapes on a non-UTF-8 terminal.
@@ -93,11 +93,3 @@ def stacked_bar(shares: Mapping[str, float], width: int, fills: Mapping[str, str
         return []
     cells = split_width([shares.get(p, 0.0) for p in PHASES], width)
     return [(p, fills[p] * n) for p, n in zip(PHASES, cells, strict=True) if n]
-
-
-def meter(fraction: float | None, width: int, full: str, empty: str) -> str:
-    if fraction is None or width <= 0:
-        return ""
-    f = min(max(fraction, 0.0), 1.0)
-    n = round(f * width)
-    return full * n + empty * (width - n)

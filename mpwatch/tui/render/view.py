@@ -319,7 +319,7 @@ def selected_line(w: WorkerStatus | None, g: Glyphs) -> Line:
     segs += [(f"{g.state.get(st, '?')} {st}", STATE_STYLE.get(st, "")), (f"{g.sep}pid {w['pid']}", "")]
     if w["steps_per_s"] is not None:
         segs.append((f"{g.sep}{fmt.speed(w['steps_per_s'])} steps/s", ""))
-    if w.get("steps_from") == "auto":  # the script never reported: mpwatch.auto counted its optimizer steps
+    if w.get("steps_from") == "auto":  # never reported: mpwatch.worker.auto counted its optimizer steps
         segs.append((f"{g.sep}{auto_mark(g)} steps counted automatically", ""))
     wg = w["gpu"]
     gpu = gpu_text(wg)

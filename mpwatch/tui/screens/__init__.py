@@ -1,1 +1,1 @@
-"""Screens over the main one: detail, logs, help, filter, and the confirm/quit dialogs."""
+"""The screens over the main one (detail, logs, GPUs, events, tunables, help) and the dialogs."""

@@ -1,6 +1,13 @@
-"""The keys, on `?`."""
+"""The keys, on `?`: the rows the App hands in (tui.keys' table, less the keys that act where
+nothing can be acted on), then the legend of the screen's marks. UI thread."""
 from __future__ import annotations
 
+from collections.abc import Sequence
+
+from rich.console import Group
+from rich.padding import Padding
+from rich.table import Table
+from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import VerticalScroll
@@ -10,49 +17,29 @@ from textual.widgets import Static
 from mpwatch.tui.render.glyphs import Glyphs
 from mpwatch.tui.render.view import auto_mark
 
-KEYS = [
-    ("up/down, j", "select a worker (k is kill)"),
-    ("Enter", "detail: loss plot (y: log/linear), stdout/stderr tail, stack dump, children"),
-    ("g", "GPU screen: memory and utilization over time (w: 2 min/10 min/1 h), ranks, outsiders, alerts"),
-    ("p", "pause or resume the selected worker"),
-    ("P", "pause or resume all workers"),
-    ("k", "kill the selected worker (asks first)"),
-    ("r", "restart the selected worker (asks first; in a process group, offers to restart all)"),
-    ("R", "restart all workers (asks first)"),
-    ("+ / -", "resize the run by one worker (asks first when every worker restarts: --resize-mode restart)"),
-    ("d", "dump the stacks of the selected worker"),
-    ("c", "checkpoint now: the selected rank or all (asks first); should_checkpoint() is True at one step"),
-    ("t", "tunables: mpwatch.tunable() values, who changed them when; Enter changes one on every rank"),
-    ("l", "logs of the selected worker (stdout and stderr)"),
-    ("e", "events: every event of the run, from the first"),
-    (", . [ ]", "replay (mpwatch show): step an event back/on, jump to the last/next failure, "
-                "stall, restart, alert"),
-    ("Home End", "replay: the run's start, its end"),
-    ("f / F", "fold or unfold children of the selected worker / of all"),
-    ("/", "filter rows; Esc clears the filter"),
-    ("s", "sort by the next column (rank, state, step, loss, ...)"),
-    ("Ctrl+P", "command palette: every action by name"),
-    ("q", "leave: detach (the run goes on), stop the run, or cancel"),
-    ("?", "this help"),
-]
-
-
-ACTING_KEYS = frozenset({"p", "P", "k", "r", "R", "+ / -", "d"})  # they act on the run's processes
+KEY_W = 6  # the key column's least width (Enter, Home)
 
 
 class HelpScreen(ModalScreen[None]):
     BINDINGS = [Binding("escape,q,question_mark", "close", "Close")]
 
-    def __init__(self, glyphs: Glyphs, can_act: bool = True) -> None:
+    def __init__(self, glyphs: Glyphs, rows: Sequence[tuple[str, str]], can_act: bool = True) -> None:
         super().__init__()
         self.glyphs = glyphs
-        self.can_act = can_act  # a live run: the keys that act are listed
+        self.rows = list(rows)  # (key as shown, what it does)
+        self.can_act = can_act  # a live run: the keys that act are among the rows
 
     def compose(self) -> ComposeResult:
-        keys = [(k, v) for k, v in KEYS if self.can_act or k not in ACTING_KEYS]
-        lines = ["[b]mpwatch keys[/b]", ""] + [f"  [b]{k:<11}[/b] {v}" for k, v in keys]
+        # A grid, so that a long line wraps under its own column; plain text, no markup ("[" is a key).
+        keys = Table.grid(padding=(0, 1))
+        keys.add_column(style="bold", no_wrap=True, min_width=KEY_W)
+        keys.add_column()
+        for key, what in self.rows:
+            keys.add_row(key, what)
+        lines = ["Ctrl+P opens the command palette: every key here, by its name."]
         if not self.can_act:
-            lines += ["", "Read-only: nothing here acts on a process (pause, kill, restart, resize, dump)."]
+            lines += ["", "Read-only: nothing here acts on the run (pause, kill, restart, resize, dump, "
+                          "checkpoint)."]
         g = self.glyphs
         lines += ["", "States: " + "  ".join(f"{sym} {name}" for name, sym in g.state.items()),
                   "TIME bar (mpwatch.phase()): " + "  ".join(f"{ch} {name}" for name, ch in g.phase.items()),
@@ -60,7 +47,8 @@ class HelpScreen(ModalScreen[None]):
                   "never calls mpwatch.report())",
                   "", "Esc closes this help."]
         with VerticalScroll(classes="dialog wide"):
-            yield Static("\n".join(lines).replace("[/b]", "[/]").replace("[b]", "[bold]"), markup=True)
+            yield Static(Group(Text("mpwatch keys\n", style="bold"), Padding(keys, (0, 0, 1, 2)),
+                               Text("\n".join(lines))))
 
     def action_close(self) -> None:
         self.dismiss(None)

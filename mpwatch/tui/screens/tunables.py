@@ -2,7 +2,7 @@
 type, value and default, and who changed it when, from which step, and how many ranks took it;
 below, the "checkpoint now" requests and what each rank did. Enter on a tunable asks for a new
 value (SetTunableDialog); the App sends it (every rank takes it at one step). The rows follow
-each status the App applies (tui.render.live_rows). UI thread.
+each status the App applies (tui.render.control_rows). UI thread.
 """
 from __future__ import annotations
 
@@ -13,9 +13,9 @@ from textual.containers import Vertical, VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import DataTable, Footer, Input, Label, Static
 
-from mpwatch.contract.live import shown
+from mpwatch.contract.control import shown
 from mpwatch.contract.status import TunableStatus
-from mpwatch.tui.render import live_rows
+from mpwatch.tui.render import control_rows
 from mpwatch.tui.screens.run_screen import RunScreen
 from mpwatch.tui.widgets.cells import lines_to_text, to_text
 
@@ -40,7 +40,7 @@ class TunablesScreen(RunScreen):
         yield Footer()
 
     def on_mount(self) -> None:
-        for name, width in live_rows.COLS:
+        for name, width in control_rows.COLS:
             self.table.add_column(name, key=name, width=width)
         self.table.add_column("CHANGED", key="CHANGED")
         self.table.focus()
@@ -57,7 +57,7 @@ class TunablesScreen(RunScreen):
                                    "at one step) · Esc: back", style="bold"))
         if st is None:
             return
-        rows = [live_rows.tunable_cells(t, st) for t in ts]
+        rows = [control_rows.tunable_cells(t, st) for t in ts]
         keys = [tuple(r[:4]) + (str(r[4]),) for r in rows]
         if keys != self.shown:
             self.shown = keys
@@ -69,7 +69,7 @@ class TunablesScreen(RunScreen):
                 self.table.add_row(Text("none declared yet: mpwatch.tunable(NAME, DEFAULT) in the training "
                                         "loop declares one", style="bright_black"), "", "", "", "")
             self.table.move_cursor(row=min(at, max(len(rows) - 1, 0)))
-        self.checkpoints.update(lines_to_text(live_rows.checkpoint_lines(st)))
+        self.checkpoints.update(lines_to_text(control_rows.checkpoint_lines(st)))
 
     def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
         """Enter on a row (the table has the key first)."""

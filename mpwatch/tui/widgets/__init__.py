@@ -1,1 +1,1 @@
-"""Widgets of the main screen and the detail view, and the pure bar/sparkline helpers."""
+"""The main screen's Textual widgets: the worker table, header, GPU panel, loss plot, replay strip."""

@@ -10,13 +10,14 @@ from collections.abc import Sequence
 
 from mpwatch.contract.status import EventFields, State
 from mpwatch.sources.replay.cursor import ALERT, FAILURE, MARKED, RESTART, STALL
+from mpwatch.tui import keys
 from mpwatch.tui.render import event_lines, segs
 from mpwatch.tui.render.glyphs import Glyphs
 from mpwatch.tui.render.segs import Line, cut
 from mpwatch.tui.widgets.cells import lines_to_text
 from mpwatch.tui.widgets.lines import Lines
 
-KEYS = "  , . step  [ ] jump  Home End"
+KEYS = "  " + "  ".join(keys.summary(keys.CURSOR))  # "  , . step  [ ] jump  Home End"
 _STYLE = {FAILURE: "bold red", STALL: "bold yellow", RESTART: "magenta", ALERT: "yellow"}
 
 

@@ -1,0 +1,138 @@
+"""The real GPU backend: NVML through its official bindings (package nvidia-ml-py, `import
+pynvml`). Tests run it, with pynvml, on a stand-in libnvidia-ml.so.1 built from C
+(testing.libnvml). Runs on the supervisor's GPU poller thread (probes.gpu.GpuProbe asks it).
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from mpwatch.probes.gpu_backend import NotSupported, ProcList
+
+
+def _text(v: object) -> str:
+    return v.decode(errors="replace") if isinstance(v, bytes) else str(v)
+
+
+class NvmlBackend:
+    """The real thing, over nvidia-ml-py. `nv` is the pynvml module (a stand-in in tests)."""
+
+    kind = "nvml"
+
+    def __init__(self) -> None:
+        import pynvml  # nvidia-ml-py; imported here: the scripted backend needs no driver
+
+        self.nv = pynvml
+        self._procs_fn: object = None
+
+    def init(self) -> None:
+        self.nv.nvmlInit()
+
+    def shutdown(self) -> None:
+        try:
+            self.nv.nvmlShutdown()
+        except Exception:  # noqa: BLE001 - shutting down: nothing to tell
+            pass
+
+    def count(self) -> int:
+        return int(self.nv.nvmlDeviceGetCount())
+
+    def handle(self, index: int) -> object:
+        return self.nv.nvmlDeviceGetHandleByIndex(index)
+
+    def name(self, h: object) -> str:
+        return _text(self.nv.nvmlDeviceGetName(h))
+
+    def uuid(self, h: object) -> str:
+        return _text(self.nv.nvmlDeviceGetUUID(h))  # "GPU-…": the spelling CUDA_VISIBLE_DEVICES takes
+
+    def mig_uuids(self, h: object) -> list[str]:
+        """UUIDs ("MIG-…") of the MIG instances of a GPU in MIG mode: a worker on one of
+        them names it, and it maps to this GPU's index."""
+        nv = self.nv
+        try:
+            current, _ = nv.nvmlDeviceGetMigMode(h)
+            if current != getattr(nv, "NVML_DEVICE_MIG_ENABLE", 1):
+                return []
+            n = int(nv.nvmlDeviceGetMaxMigDeviceCount(h))
+        except Exception:  # noqa: BLE001 - no MIG on this GPU or driver
+            return []
+        out = []
+        for i in range(n):
+            try:
+                out.append(_text(nv.nvmlDeviceGetUUID(nv.nvmlDeviceGetMigDeviceHandleByIndex(h, i))))
+            except Exception:  # noqa: BLE001 - an empty slot
+                continue
+        return out
+
+    def memory(self, h: object) -> tuple[int, int]:
+        m = self.nv.nvmlDeviceGetMemoryInfo(h)
+        return int(m.used), int(m.total)
+
+    def utilization(self, h: object) -> tuple[int, int]:
+        u = self.nv.nvmlDeviceGetUtilizationRates(h)
+        return int(u.gpu), int(u.memory)
+
+    def temperature(self, h: object) -> int:
+        return int(self.nv.nvmlDeviceGetTemperature(h, self.nv.NVML_TEMPERATURE_GPU))
+
+    def power_w(self, h: object) -> float:
+        return float(self.nv.nvmlDeviceGetPowerUsage(h)) / 1000.0  # milliwatts
+
+    def processes(self, h: object) -> ProcList:
+        # The unversioned call needs the newest struct; an older driver only has _v2.
+        fns = [self._procs_fn] if self._procs_fn else [
+            self.nv.nvmlDeviceGetComputeRunningProcesses,
+            getattr(self.nv, "nvmlDeviceGetComputeRunningProcesses_v2", None)]
+        last: BaseException | None = None
+        for fn in fns:
+            if not callable(fn):
+                continue
+            try:
+                procs = fn(h)
+            except Exception as exc:
+                if not _missing_function(self.nv, exc):
+                    raise
+                last = exc
+                continue
+            self._procs_fn = fn
+            # usedGpuMemory is None where the driver cannot tell (WDDM, some vGPUs).
+            return [(int(p.pid), None if p.usedGpuMemory is None else int(p.usedGpuMemory)) for p in procs]
+        raise last if last is not None else RuntimeError("no process query in these bindings")
+
+    def process_utilization(self, h: object, since_us: int) -> tuple[dict[int, int], int]:
+        nv = self.nv
+        try:
+            samples = nv.nvmlDeviceGetProcessUtilization(h, since_us)
+        except nv.NVMLError as exc:
+            code = getattr(exc, "value", None)
+            if code in (nv.NVML_ERROR_NOT_FOUND, getattr(nv, "NVML_SUCCESS", 0)):
+                return {}, since_us  # no process ran a kernel since since_us
+            if code in (nv.NVML_ERROR_NOT_SUPPORTED, nv.NVML_ERROR_FUNCTION_NOT_FOUND):
+                raise NotSupported(str(exc)) from None
+            raise
+        return average_samples([(int(s.pid), int(s.timeStamp), int(s.smUtil)) for s in samples], since_us)
+
+
+def average_samples(samples: Sequence[tuple[int, int, int]], since_us: int) -> tuple[dict[int, int], int]:
+    """({pid: mean SM %} over samples newer than since_us, newest timestamp). Some drivers
+    return older samples too, and some an smUtil above 100: both are left out/clamped."""
+    sums: dict[int, list[int]] = {}
+    newest = since_us
+    for pid, ts, sm in samples:
+        if ts <= since_us:
+            continue
+        newest = max(newest, ts)
+        acc = sums.setdefault(pid, [0, 0])
+        acc[0] += min(max(sm, 0), 100)
+        acc[1] += 1
+    return {pid: round(total / n) for pid, (total, n) in sums.items()}, newest
+
+
+def _missing_function(nv: object, exc: BaseException) -> bool:
+    """The driver's NVML lacks this (versioned) entry point: try an older one."""
+    mismatch = getattr(nv, "NVMLLibraryMismatchError", None)
+    if isinstance(mismatch, type) and isinstance(exc, mismatch):
+        return True
+    err = getattr(nv, "NVMLError", None)
+    return (isinstance(err, type) and isinstance(exc, err)
+            and getattr(exc, "value", None) == getattr(nv, "NVML_ERROR_FUNCTION_NOT_FOUND", None))

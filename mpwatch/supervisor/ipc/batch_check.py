@@ -1,0 +1,111 @@
+"""A BATCH checked where it enters the supervisor: its reports (each one typed and within the
+bounds of contract.protocol: MAX_METRICS...) and its CUDA view. The supervisor's side of the
+wire format only: the worker side never loads it. Runs on the channel hub's threads
+(supervisor.ipc.ledger calls it, on the hot path: exact type checks, one pass).
+"""
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+from mpwatch.contract.coerce import as_float, as_number
+from mpwatch.contract.cuda_view import CudaView
+from mpwatch.contract.protocol import MAX_EXACT, MAX_METRIC_NAME, MAX_METRIC_TEXT, MAX_METRICS, BadFrame
+
+
+class Report(NamedTuple):
+    """A checked report of a BATCH (the supervisor's side: the worker sends plain lists)."""
+
+    ts: float  # the worker's wall clock
+    step: int | None
+    loss: float | None
+    metrics: dict[str, Any]
+    n: int  # how many report() calls the entry stands for
+
+
+def validate_batch(msg: dict[str, Any], rejected: list[str] | None = None) -> list[Report]:
+    """Checked reports of a BATCH frame: a list of (ts, step, loss, metrics, n), n being how
+    many report() calls the entry stands for. On the supervisor's hot path, so exact type
+    checks (bool is not int here) and one pass. A frame that is no batch is a BadFrame; a
+    report that is not one, or past the bounds (MAX_METRICS...), too, unless `rejected` is
+    given: then it alone is left out and why is added there."""
+    reports = msg.get("reports")
+    if type(reports) is not list:
+        raise BadFrame("batch without a reports list")
+    out = []
+    for item in reports:
+        try:
+            out.append(_report(item))
+        except BadFrame as exc:
+            if rejected is None:
+                raise
+            rejected.append(str(exc))
+    return out
+
+
+def _report(item: object) -> Report:
+    if type(item) is not list:
+        raise BadFrame("report is not [ts, step, loss, metrics]")
+    if len(item) == 4:
+        ts, step, loss, metrics = item
+        n = 1
+    elif len(item) == 5:
+        ts, step, loss, metrics, n = item
+        if type(n) is not int or n < 1:
+            raise BadFrame("report count is not a positive integer")
+    else:
+        raise BadFrame("report is not [ts, step, loss, metrics]")
+    if type(ts) is not float and (type(ts) is not int or (ts := as_float(ts)) is None):
+        raise BadFrame("report timestamp is not a number")
+    if step is not None and type(step) is not int:
+        raise BadFrame("report step is not an integer")
+    if loss is not None and type(loss) is not float and (loss := as_number(loss)) is None:
+        raise BadFrame("report loss is not a number")
+    if type(metrics) is not dict:
+        raise BadFrame("report metrics is not an object")
+    if metrics and (len(metrics) > MAX_METRICS or not all(map(_fair_metric, metrics.items()))):
+        raise BadFrame(_unfair(metrics))
+    return Report._make((ts, step, loss, metrics, n))  # faster than Report(...) on this hot path
+
+
+def _fair_metric(kv: tuple[str, object]) -> bool:
+    k, v = kv
+    if len(k) > MAX_METRIC_NAME:
+        return False
+    if isinstance(v, int):
+        return -MAX_EXACT <= v <= MAX_EXACT
+    return not isinstance(v, str) or len(v) <= MAX_METRIC_TEXT
+
+
+def _unfair(metrics: dict[str, Any]) -> str:
+    """Why a report's metrics are past the bounds (the slow path, for the rejected only)."""
+    if len(metrics) > MAX_METRICS:
+        return f"report has {len(metrics)} metrics (at most {MAX_METRICS})"
+    for k, v in metrics.items():
+        if _fair_metric((k, v)):
+            continue
+        if len(k) > MAX_METRIC_NAME:
+            return f"a metric name of {len(k)} characters (at most {MAX_METRIC_NAME})"
+        if isinstance(v, int):
+            return f"metric {k[:40]}: an integer too large for a float"
+        return f"metric {k[:40]}: a text of {len(v)} characters (at most {MAX_METRIC_TEXT})"
+    return "report metrics past the bounds"
+
+
+def validate_cuda(raw: object) -> CudaView | None:
+    """A BATCH's `cuda` (the worker's allocator view, contract.cuda_view.CudaView), or None when
+    it is not one: every field is checked before anything reads it, a uuid is cut short."""
+    if not isinstance(raw, dict):
+        return None
+    need = ("device", "allocated", "reserved", "max_allocated")
+    if not all(type(raw.get(k)) is int for k in need):
+        return None
+    view: CudaView = {"device": raw["device"], "allocated": raw["allocated"], "reserved": raw["reserved"],
+                      "max_allocated": raw["max_allocated"]}
+    uuid = raw.get("uuid")
+    if isinstance(uuid, str):
+        view["uuid"] = uuid[:96]
+    for key in ("alloc_retries", "num_ooms", "inactive_split"):
+        v = raw.get(key)
+        if type(v) is int:
+            view[key] = v
+    return view

@@ -1,0 +1,95 @@
+"""Control for the screen: the tunables screen's rows (`t`) and its list of checkpoint
+requests, and the news a new status brings (a checkpoint every rank took, a change every rank
+applied). Pure: a Status in (contract.status), lines and words out; moments are told from the
+run's start, as the replay and `summary` tell them. UI thread.
+"""
+from __future__ import annotations
+
+from mpwatch.contract.control import shown
+from mpwatch.contract.status import CheckpointRequest, Status, TunableChange, TunableStatus
+from mpwatch.text import fmt
+from mpwatch.tui.render.segs import Line, pad
+
+COLS = (("NAME", 16), ("TYPE", 6), ("VALUE", 14), ("DEFAULT", 14))
+Severity = str
+
+
+def at(ts: float, st: Status) -> str:
+    return "+" + fmt.duration(max(0.0, ts - st["run"]["started"]))
+
+
+def header() -> Line:
+    return (("  ".join(pad(name, w) for name, w in COLS) + "  CHANGED", "bold"),)
+
+
+def _when(step: int | None) -> str:
+    return f"from step {step}" if step is not None else "at each rank's next call"
+
+
+def changed(t: TunableStatus, st: Status) -> Line:
+    """Who changed it, when, from which step, and how far the ranks are with it."""
+    if not t["changes"]:
+        return (("never changed", "bright_black"),)
+    c = t["changes"][-1]
+    done = len(c["answers"])
+    late = [a["rank"] for a in c["answers"] if a["late"]]
+    out: Line = ((f"{at(c['ts'], st)} by {c['by']}, {_when(c['step'])}", ""),)
+    out += ((f" · {done}/{done + len(c['waiting'])} ranks", "green" if not c["waiting"] else "yellow"),)
+    if late:
+        out += ((f" · late: {fmt.ranks(late)}", "bold yellow"),)
+    return out
+
+
+def tunable_cells(t: TunableStatus, st: Status) -> tuple[str, str, str, str, Line]:
+    return (t["name"], t["type"], shown(t["value"]), shown(t["default"]), changed(t, st))
+
+
+def checkpoint_line(r: CheckpointRequest, st: Status) -> Line:
+    steps = sorted({a["step"] for a in r["answers"] if a["step"] is not None})
+    took = f"taken at step {', '.join(map(str, steps))}" if steps else "none taken yet"
+    line: Line = ((f"{at(r['ts'], st):>9} ", "bright_black"),
+                  (f"{fmt.ranks(r['ranks'])} {_when(r['step']).replace('from', 'at')}, by {r['by']}: "
+                   f"{took}", ""))
+    for what, ranks, style in (("waiting", r["waiting"], "yellow"), ("missed", r["missed"], "bold red"),
+                               ("late", [a["rank"] for a in r["answers"] if a["late"]], "bold yellow")):
+        if ranks:
+            line += ((f" · {what}: {fmt.ranks(ranks)}", style),)
+    return line
+
+
+def checkpoint_lines(st: Status) -> list[Line]:
+    reqs = st.get("checkpoints") or []
+    if not reqs:
+        return [(("no checkpoint asked yet (c on a rank, or: mpwatch ctl checkpoint all)", "bright_black"),)]
+    return [checkpoint_line(r, st) for r in reversed(reqs)]
+
+
+def _complete(answers: int, waiting: list[int]) -> bool:
+    return answers > 0 and not waiting
+
+
+def news(old: Status | None, new: Status) -> list[tuple[str, Severity]]:
+    """What finished between two statuses: a checkpoint every rank asked took, a change every
+    rank applied (each said once, when its last rank answers)."""
+    out: list[tuple[str, Severity]] = []
+    before = {r["id"]: r for r in (old.get("checkpoints") or [] if old is not None else [])}
+    for r in new.get("checkpoints") or []:
+        was = before.get(r["id"])
+        if _complete(len(r["answers"]), r["waiting"]) and (was is None or not _complete(len(was["answers"]),
+                                                                                          was["waiting"])):
+            steps = sorted({a["step"] for a in r["answers"] if a["step"] is not None})
+            late = any(a["late"] for a in r["answers"])
+            out.append((f"checkpoint taken by {fmt.ranks([a['rank'] for a in r['answers']])}"
+                        + (f" at step {', '.join(map(str, steps))}" if steps else "")
+                        + (" (some late: see t)" if late else ""), "warning" if late else "information"))
+    changes = {c["id"]: c for t in (old.get("tunables") or [] if old is not None else [])
+               for c in t["changes"]}
+    for t in new.get("tunables") or []:
+        for c in t["changes"]:
+            was_c: TunableChange | None = changes.get(c["id"])
+            if _complete(len(c["answers"]), c["waiting"]) and (
+                    was_c is None or not _complete(len(was_c["answers"]), was_c["waiting"])):
+                out.append((f"{t['name']} = {shown(c['value'])} "
+                            f"on {fmt.ranks([a['rank'] for a in c['answers']])} "
+                            + _when(c["step"]), "information"))
+    return out

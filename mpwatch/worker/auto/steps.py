@@ -1,0 +1,103 @@
+"""What counts as a step of a script that never calls report(), and where its time went.
+
+`Steps` is one process's counter, fed by the hooks (mpwatch.worker.auto.patches) on the training
+thread and nothing else; it never touches torch itself, so its rules test without it.
+
+- An optimizer step counts when a top-level backward() ran since the last step counted: the
+  optimizers a loop steps one after another after one backward() (an encoder's and a
+  decoder's) make one step; a loop that never calls backward() (torch.autograd.grad) counts
+  each optimizer step.
+- A step GradScaler skipped (inf or NaN gradients: the optimizer's own step never runs) still
+  counts when the scaler's step() returns: the loop went round.
+- A process that made no optimizer (it updates its parameters by hand) counts each top-level
+  backward(). One that made one never does, so gradient accumulation (backward() several
+  times, then one optimizer step) is one step, its loss the mean of the accumulated ones.
+- Time inside a DataLoader iterator's __next__ is `data`; the rest of the step `compute`.
+  A step starts where the last one ended (the first one at its first data or backward()).
+- Between steps (an evaluation loop, after the first step), a DataLoader batch is a heartbeat
+  without a step, at most once every BEAT_S: a long evaluation is progress, not a stall.
+"""
+from __future__ import annotations
+
+import time
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    # (step, the loss parts since the last step, data seconds, compute seconds); a heartbeat
+    # without a step is (None, [], 0.0, 0.0)
+    Emit = Callable[[int | None, list[object], float, float], None]
+
+BEAT_S = 1.0  # between steps, a DataLoader batch is a heartbeat at most this often
+
+
+class Steps:
+    """One process's automatic step count (training thread)."""
+
+    def __init__(self, emit: Emit, clock: Callable[[], float] = time.perf_counter):
+        self.emit = emit
+        self.clock = clock
+        self.step = 0
+        self.has_optimizer = False  # an optimizer was made here: backward() alone is no step
+        self.saw_backward = False
+        self.counted_since_backward = False
+        self.depth = 0  # top-level backward() calls running (a nested one is part of them)
+        self.data_depth = 0  # DataLoader __next__ calls running (one iterating another counts once)
+        self.parts: list[object] = []  # this step's losses (auto.loss makes them a number)
+        self.data_s = 0.0  # this step's time in a DataLoader's __next__
+        self.started: float | None = None  # when this step began
+        self.sent = 0.0  # when the last step or heartbeat was emitted
+
+    def reset(self) -> None:
+        """In a forked child (a Hogwild trainer): its own count from 0."""
+        self.step = 0
+        self.saw_backward = self.counted_since_backward = False
+        self.depth = self.data_depth = 0
+        self.parts = []
+        self.data_s = 0.0
+        self.started = None
+        self.sent = 0.0
+
+    # -- what the hooks say ----------------------------------------------------------
+    def begin(self) -> None:
+        """Work of a step began (a batch fetched, a backward()): the first step starts here."""
+        if self.started is None:
+            self.started = self.clock()
+
+    def data(self, seconds: float) -> None:
+        """A DataLoader batch came after `seconds` in its __next__."""
+        self.data_s += seconds
+        if self.step:
+            now = self.clock()
+            if now - self.sent >= BEAT_S:
+                self.sent = now
+                self.emit(None, [], 0.0, 0.0)
+
+    def backward_done(self) -> None:
+        """A top-level backward() returned (its losses are in `parts` already)."""
+        self.saw_backward = True
+        self.counted_since_backward = False
+        if not self.has_optimizer:
+            self.count()
+
+    def optimizer_stepped(self) -> None:
+        if not self.counted_since_backward or not self.saw_backward:
+            self.count()
+
+    def scaler_stepped(self) -> None:
+        """GradScaler.step returned: counts only when the optimizer did not (a skipped step)."""
+        if self.saw_backward and not self.counted_since_backward:
+            self.count()
+
+    # -- a step --------------------------------------------------------------------
+    def count(self) -> None:
+        now = self.clock()
+        start = self.started if self.started is not None else now
+        data, parts = self.data_s, self.parts
+        self.step += 1
+        self.counted_since_backward = True
+        self.parts = []
+        self.data_s = 0.0
+        self.started = self.sent = now
+        self.emit(self.step, parts, data, max(0.0, now - start - data))

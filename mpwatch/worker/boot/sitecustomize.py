@@ -1,0 +1,151 @@
+"""Loaded at start-up by every Python process of an mpwatch run (PYTHONPATH points here).
+
+It does what a worker must have even when its script never imports mpwatch:
+- a faulthandler on SIGUSR1 writing all threads' stacks to this rank's stack file, which
+  works from C without the GIL (a blocked or spinning main thread still dumps);
+- for a direct worker, a parent-death signal, so a SIGKILLed supervisor takes it along;
+  any process of a run that starts when its supervisor is already gone exits at once.
+- unless the run said --no-auto: a finder on sys.meta_path that waits for `import torch` and,
+  right after torch's own import, puts in the hooks of automatic steps (mpwatch.worker.auto). Until
+  then it costs one comparison per import; a process that never imports torch loads nothing.
+Then it hands over to any other sitecustomize further down sys.path. Runs at interpreter
+start-up, on the main thread, before the script.
+"""
+import io  # already loaded at start-up: this hook imports nothing costly (typing) into every process
+import os
+import sys
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+    from importlib.machinery import ModuleSpec
+    from types import ModuleType
+
+_stack_file: "io.TextIOWrapper | None" = None  # kept open (and referenced) for faulthandler's C handler
+
+
+def _mpwatch_boot() -> None:
+    global _stack_file
+    env = os.environ
+    stack_file = env.get("MPWATCH_STACK_FILE")
+    if stack_file:
+        import faulthandler
+        import signal
+
+        try:
+            f = open(stack_file, "a", buffering=1)  # noqa: SIM115 - open for the process's life
+            faulthandler.register(signal.SIGUSR1, file=f, all_threads=True, chain=False)
+            _stack_file = f
+        except (OSError, ValueError, RuntimeError):
+            pass
+    sup = env.get("MPWATCH_SUPERVISOR_PID")
+    if sup and sys.platform.startswith("linux"):
+        try:
+            sup_pid = int(sup)
+        except ValueError:
+            return
+        if os.getppid() == sup_pid:
+            try:
+                import ctypes
+                import signal
+
+                libc = ctypes.CDLL(None, use_errno=True)
+                libc.prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG
+            except (OSError, AttributeError):
+                pass
+            # The supervisor may have died before prctl took effect: then we are orphaned.
+            if os.getppid() != sup_pid:
+                os._exit(1)
+            # Children of this worker see another parent and skip this block.
+        elif not _alive(sup_pid):
+            # Started after its supervisor died (it was being started as the supervisor was
+            # killed, or by a worker that outlived it): a run without its supervisor has no one
+            # to stop it, so nothing of it starts. Its own children, whose parent is the
+            # worker, pass here while the supervisor lives.
+            os._exit(1)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # another user's: alive
+        return True
+    return True
+
+
+class _TorchFinder:
+    """Waits for `import torch` on sys.meta_path, then leaves it: the finders after it find
+    torch, and the loader they give runs mpwatch.worker.auto once torch's own code has run."""
+
+    def find_spec(self, name: str, path: "Sequence[str] | None" = None,
+                  target: "ModuleType | None" = None) -> "ModuleSpec | None":
+        if name != "torch":
+            return None
+        try:
+            sys.meta_path.remove(self)
+        except ValueError:
+            pass
+        for finder in sys.meta_path:
+            spec = finder.find_spec(name, path, target) if hasattr(finder, "find_spec") else None
+            if spec is not None:
+                break
+        else:
+            return None
+        loader = spec.loader
+        real = getattr(loader, "exec_module", None)
+        if loader is None or real is None:
+            return spec
+
+        def exec_module(module: "ModuleType") -> None:
+            try:
+                del loader.exec_module  # the loader as it was: this runs once
+            except AttributeError:
+                pass
+            real(module)
+            _auto(module)
+
+        try:
+            loader.exec_module = exec_module  # type: ignore[method-assign]  # this loader only: torch's
+        except (AttributeError, TypeError):
+            pass
+        return spec
+
+
+def _auto(torch: "ModuleType") -> None:
+    try:
+        from mpwatch.worker.auto import install
+
+        install(torch)
+    except Exception as exc:  # noqa: BLE001 - never fail the script's import of torch
+        sys.stderr.write(f"mpwatch: no automatic steps in this process: {type(exc).__name__}: {exc}\n")
+
+
+def _watch_torch() -> None:
+    if os.environ.get("MPWATCH_AUTO_HOOKS") == "1" and "torch" not in sys.modules:
+        sys.meta_path.insert(0, _TorchFinder())
+
+
+def _chain() -> None:
+    # Let a sitecustomize of the user's environment run as it would have.
+    here = os.path.dirname(os.path.abspath(__file__))
+    mod = sys.modules.pop("sitecustomize", None)
+    saved = sys.path[:]
+    try:
+        sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != here]
+        import importlib
+
+        try:
+            importlib.import_module("sitecustomize")
+        except ImportError:
+            pass
+    finally:
+        sys.path[:] = saved
+        if mod is not None:
+            sys.modules["sitecustomize"] = mod
+
+
+_mpwatch_boot()
+_watch_torch()
+_chain()

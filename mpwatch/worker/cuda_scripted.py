@@ -1,0 +1,59 @@
+"""A scripted allocator view, chosen by MPWATCH_SCRIPTED_CUDA=<scenario.json> where there is no GPU
+and no CUDA (tests, CI, the benches): the worker's CUDA view (worker.cuda's TorchCuda on a real
+GPU) comes from here, beside the scripted NVML (probes.nvml_scripted). Runs on the worker's
+sender thread, at most once a second, like the real one. Standard library only.
+
+Scenario: per rank (its MPWATCH_RANK, or "*" for any rank), frames whose "at" is seconds
+since the worker imported mpwatch; the last frame whose time has passed is the view:
+    {"ranks": {"0": [{"at": 0, "device": 0, "uuid": "GPU-fake-1",
+                      "allocated": 1073741824, "reserved": 2147483648,
+                      "max_allocated": 1073741824, "alloc_retries": 0, "num_ooms": 0,
+                      "inactive_split": 0},
+                     {"at": 2, "alloc_retries": 3}],    # keys not given keep their value
+               "*": [...]}}
+No frame yet (or no entry for the rank): no view, as when the script has not used CUDA.
+A missing or broken scenario file is no view, never an error in the worker.
+"""
+from __future__ import annotations
+
+import json
+import time
+
+TYPE_CHECKING = False  # no `typing` at run time on the worker side: it costs milliseconds
+if TYPE_CHECKING:
+    from mpwatch.contract.cuda_view import CudaView
+
+_INTS = ("device", "allocated", "reserved", "max_allocated", "alloc_retries", "num_ooms", "inactive_split")
+
+
+class ScriptedCuda:
+    """Callable like worker.cuda's TorchCuda: the scripted view of this rank now, or None."""
+
+    def __init__(self, path: str, rank: int):
+        self.t0 = time.monotonic()
+        self.frames: list[dict[str, object]] = []
+        try:
+            with open(path, encoding="utf-8") as f:
+                data = json.load(f)
+            ranks = data.get("ranks", {}) if isinstance(data, dict) else {}
+            frames = ranks.get(str(rank), ranks.get("*", [])) if isinstance(ranks, dict) else []
+            self.frames = [fr for fr in frames if isinstance(fr, dict)] if isinstance(frames, list) else []
+        except (OSError, ValueError):
+            pass
+
+    def __call__(self) -> CudaView | None:
+        elapsed = time.monotonic() - self.t0
+        merged: dict[str, object] = {}
+        for fr in self.frames:
+            at = fr.get("at", 0)
+            if isinstance(at, (int, float)) and at <= elapsed:
+                merged.update(fr)
+        if not merged:
+            return None
+        n = {k: int(v) if isinstance(v, (int, float)) else 0 for k, v in merged.items() if k in _INTS}
+        uuid = merged.get("uuid")
+        return {"device": n.get("device", 0), "allocated": n.get("allocated", 0),
+                "reserved": n.get("reserved", 0), "max_allocated": n.get("max_allocated", 0),
+                "uuid": uuid if isinstance(uuid, str) else None,
+                "alloc_retries": n.get("alloc_retries", 0), "num_ooms": n.get("num_ooms", 0),
+                "inactive_split": n.get("inactive_split", 0)}

@@ -1,0 +1,148 @@
+"""The sender thread: it says hello, ships a batch of the buffered reports every flush interval,
+reads the supervisor's requests, and flushes what is left at the process's exit.
+
+`report()` only appends to a bounded deque (worker.channel's ProcessState); this daemon thread
+ships batches to the supervisor every `flush_s` (0.25 s; longer in wide runs, as the supervisor
+sets). The training loop therefore never waits on the supervisor: if it is slow or gone, the
+deque drops its oldest entries and the gaps in the sequence numbers tell the supervisor how many
+were dropped. Each batch's reports are bounded and coerced here, on the sender thread
+(worker.bounds: a 1 MB metric is cut, 10**400 goes as a float), so that no report costs the batch
+it travels in; worker.batch shapes the batch. Its imports are made under the channel's `imports`
+lock, which a fork waits for (worker.channel). Standard library only.
+"""
+from __future__ import annotations
+
+import os
+import time
+
+from mpwatch.contract import protocol
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from mpwatch.worker.channel import Channel
+
+RETRY_S = 1.0  # the supervisor is gone or restarting: connect again after this
+REFUSED_RETRY_S = 5.0  # it refused us (a wrong key): try again, less often
+EXIT_JOIN_S = 1.0  # at exit, the thread's last flush gets this long: exit must not hang
+
+
+class Sender:
+    """One process's sender: runs on its thread (`run`), and at exit on the exiting one."""
+
+    def __init__(self, chan: Channel):
+        self.chan = chan
+
+    def run(self) -> None:
+        chan = self.chan
+        s = chan.state
+        if s.conn is None:
+            self._connect()  # hello now: the supervisor learns this process speaks the protocol
+        while not s.stop.wait(chan.config.flush_s):
+            self.flush()
+
+    def _connect(self) -> bool:
+        chan = self.chan
+        s, cfg = chan.state, chan.config
+        now = time.monotonic()
+        if now < s.retry_at:
+            return False
+        with s.imports:
+            from multiprocessing.connection import Client
+
+        try:
+            s.conn = conn = Client(cfg.address, family="AF_UNIX", authkey=cfg.authkey)
+            conn.send_bytes(
+                protocol.encode(
+                    {"t": protocol.HELLO, "v": protocol.VERSION, "rank": cfg.rank,
+                     "pid": os.getpid(), "ppid": os.getppid()}
+                )
+            )
+            return True
+        except (OSError, EOFError, ValueError):
+            s.conn = None
+            s.retry_at = now + RETRY_S
+            return False
+        except Exception:  # noqa: BLE001 - AuthenticationError and friends: never raise into training
+            s.conn = None
+            s.retry_at = now + REFUSED_RETRY_S
+            return False
+
+    def flush(self) -> None:
+        chan = self.chan
+        s = chan.state
+        buf = s.buf
+        if s.conn is not None:
+            self._read_requests()
+        ctl = chan.control
+        answers = ctl.take() if ctl is not None else None
+        if not buf and s.phases == s.last_phases and not answers:
+            return
+        if s.conn is None and not self._connect():
+            if answers and ctl is not None:
+                ctl.give_back(answers)
+            return
+        conn = s.conn
+        assert conn is not None  # _connect() succeeded
+        with s.imports:
+            from mpwatch.worker import batch  # each report bounded there, never in report()
+
+        items = batch.drain(buf)
+        dropped = 0
+        if items:
+            # The deque only ever drops its oldest entries, so every gap in the sequence
+            # numbers, whether before items[0] or between items, adds up to this.
+            dropped = items[-1][0] - s.last_sent_seq - len(items)
+            s.last_sent_seq = items[-1][0]
+        phases = dict(s.phases)
+        msg = batch.frame(chan, items, dropped, phases, answers)
+        try:
+            conn.send_bytes(protocol.encode_lossy(msg))
+            s.last_phases = phases
+        except (OSError, EOFError, ValueError):
+            if answers and ctl is not None:
+                ctl.give_back(answers)
+            self._lost()
+
+    def _lost(self) -> None:
+        s = self.chan.state
+        try:
+            if s.conn is not None:
+                s.conn.close()
+        except OSError:
+            pass
+        s.conn = None
+        s.retry_at = time.monotonic() + RETRY_S
+
+    def _read_requests(self) -> None:
+        """The supervisor's requests (protocol 2), read without waiting, for worker.control."""
+        s = self.chan.state
+        conn = s.conn
+        try:
+            while conn is not None and conn.poll(0):
+                msg = protocol.decode(conn.recv_bytes(protocol.MAX_FRAME))
+                with s.imports:
+                    from mpwatch.worker.control_state import attach  # stdlib; loaded by the first request
+
+                attach(self.chan).receive(msg)
+        except protocol.BadFrame:
+            pass  # the supervisor's own frame: never expected, never worth ending training for
+        except (OSError, EOFError, ValueError):
+            self._lost()
+
+    def close(self) -> None:
+        """Flush what is left at normal interpreter exit, briefly: exit must not hang."""
+        s = self.chan.state
+        if s.pid != os.getpid():
+            return
+        s.stop.set()
+        if s.thread is not None:
+            s.thread.join(timeout=EXIT_JOIN_S)
+            if s.thread.is_alive():
+                return  # stuck sending to a supervisor that does not read: do not hang exit
+            self.flush()
+        if s.conn is not None:
+            try:
+                s.conn.send_bytes(protocol.encode({"t": protocol.BYE}))
+                s.conn.close()
+            except (OSError, EOFError, ValueError):
+                pass

@@ -1,0 +1,83 @@
+"""Issue 23 after the fact: a run whose tunables were changed and that was asked to checkpoint,
+recorded by a real supervisor; the replay shows the tunables as they were at each moment (the
+`t` screen too), `summary` lists the changes and the checkpoints with each rank's answer, and a
+replay refuses `c` and a change."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from mpwatch.cli.summary import summary_lines
+from mpwatch.rundir import postmortem, reader
+from mpwatch.sources.replay import ReplaySource
+from mpwatch.tui.render import glyphs
+from mpwatch.tui.replay_app import ReplayApp
+from mpwatch.tui.screens.tunables import TunablesScreen
+from tests.helpers import FIXTURES, mpwatch
+from tests.replay.conftest import seek
+from tests.tui.conftest import said, until
+
+
+@pytest.fixture(scope="session")
+def tuned(record):
+    """control_loop.py on 2 ranks: lr set to 0.5, then a checkpoint of all, then the run stopped."""
+    def drive(run):
+        run.wait_event("tunable_declared", count=4)
+        run.ctl("set", "lr", "0.5")
+        run.wait_event("tunable_applied", count=2, timeout=60)
+        run.ctl("checkpoint", "all")
+        run.wait_event("checkpoint_taken", count=2, timeout=60)
+        run.ctl("stop")
+        run.wait_exit(60)
+    return record("tuned", FIXTURES / "control_loop.py", "0", "0.05", n=2, until=drive)
+
+
+def test_the_replay_shows_each_moments_tunables_and_checkpoints(tuned):
+    src = ReplaySource(tuned.dir)
+    seek(src, lambda e: e["event"] == "tunable_declared", "declared")
+    lr = next(t for t in src.status()["tunables"] if t["name"] == "lr")
+    assert (lr["value"], lr["changes"]) == (0.1, [])
+    seek(src, lambda e: e["event"] == "tunable_set", "set")
+    lr = next(t for t in src.status()["tunables"] if t["name"] == "lr")
+    assert lr["value"] == 0.5 and lr["changes"][0]["waiting"] == [0, 1] and lr["changes"][0]["answers"] == []
+    src.move("end")
+    st = src.status()
+    lr = next(t for t in st["tunables"] if t["name"] == "lr")
+    change = lr["changes"][0]
+    steps = {a["step"] for a in change["answers"]}
+    assert len(steps) == 1 and change["step"] in steps and change["waiting"] == [] and change["by"].startswith("ctl")
+    req = st["checkpoints"][0]
+    assert req["ranks"] == [0, 1] and {a["step"] for a in req["answers"]} == {req["step"]} and not req["waiting"]
+    final = json.loads((tuned.dir / "final.json").read_text())  # what the live status said at the end
+    assert st["tunables"] == final["tunables"] and st["checkpoints"] == final["checkpoints"]
+
+
+def test_summary_lists_the_changes_and_the_checkpoints(tuned):
+    s = postmortem.summarize(reader.read(tuned.dir))
+    lr = next(t for t in s["tunables"] if t["name"] == "lr")
+    step = lr["changes"][0]["step"]
+    req = s["checkpoints"][0]
+    text = "\n".join(summary_lines(s))
+    assert "tunables changed:" in text and f"lr = 0.5 (was 0.1) from step {step}, by ctl " in text
+    assert "2 rank(s) took it" in text
+    assert "checkpoints asked:" in text and f"ranks 0-1 at step {req['step']}, by ctl " in text
+    assert f"taken at step {req['step']}" in text
+    res = mpwatch("summary", tuned.dir, "--json")
+    assert res.returncode == 0 and json.loads(res.stdout)["checkpoints"][0]["step"] == req["step"]
+
+
+async def test_a_replay_shows_t_and_refuses_c_and_a_change(tuned):
+    app = ReplayApp(ReplaySource(tuned.dir), glyphs=glyphs.UNICODE, notices=False)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await until(pilot, lambda: app.snapshots > 0, what="the first status")
+        await pilot.press("c")
+        await until(pilot, lambda: said(app, "cannot checkpoint: this is a replay"), what="the refusal")
+        await pilot.press("t")
+        await until(pilot, lambda: isinstance(app.screen, TunablesScreen), what="the tunables screen")
+        screen = app.screen
+        await until(pilot, lambda: screen.table.row_count == 4, what="the rows")
+        assert [c.plain for c in screen.table.get_row("lr")][2] == "0.5"
+        await pilot.press("down", "enter")
+        await until(pilot, lambda: said(app, "cannot change lr: this is a replay"), what="the refusal to change")
+        assert isinstance(app.screen, TunablesScreen)
