@@ -27,8 +27,8 @@ import time
 
 import pytest
 
-from tests.helpers import HeadlessRun, internal_errors
 from tests.framework_runs import hf_run, lightning_run  # noqa: F401 - one run each, two tests read it
+from tests.helpers import HeadlessRun, internal_errors
 from tests.libnvml import libnvml, libnvml_no_v3  # noqa: F401 - session fixtures, built once
 from tests.recorded_runs import crashed, hung, killed, oom, record, stored_hang  # noqa: F401 - recorded once
 from tests.users import Nobody, why_not

@@ -49,8 +49,8 @@ def two_nodes(tmp_path):
              nnodes=2):
         port = port or free_port()
         for node in (0, 1):
-            run = HeadlessRun(tmp_path / f"node{node}", script, *args, n=n[node],
-                              opts=[*node_flags(backend, node, port, nnodes), *opts, *node_opts[node]], env=env)
+            flags = [*node_flags(backend, node, port, nnodes), *opts, *node_opts[node]]
+            run = HeadlessRun(tmp_path / f"node{node}", script, *args, n=n[node], opts=flags, env=env)
             run.tmp.mkdir(parents=True, exist_ok=True)
             runs.append(run)
             run.start()
