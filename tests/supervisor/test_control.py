@@ -107,7 +107,7 @@ def test_a_rank_started_again_or_by_a_resize_says_why_it_stopped_and_starts_with
     wait_for(lambda: "rank 1 restarted" in run.log(1) and "STEP 0 lr=0.1 tag='a' on=True batch=64"
              in run.log(1).split("rank 1 restarted")[-1], timeout=60, what="the new process's first values")
     assert not [e for e in run.events("tunable_applied") if e["rank"] == 1 and e["id"] == 2 and e["late"]]
-    [stopped] = run.events("worker_exited")
+    [stopped] = run.events("worker_exited")  # written before `restarted`
     assert stopped["rank"] == 1 and stopped["state"] == "killed", stopped
     assert stopped["cause"] == "stopped to restart (SIGTERM)", stopped
 
@@ -117,7 +117,8 @@ def test_a_rank_started_again_or_by_a_resize_says_why_it_stopped_and_starts_with
     wait_for(lambda: all(first_values(run.log(r), mark).endswith("on=True batch=64")
                          for r, mark in ((0, "rank 0 resized"), (1, "rank 1 resized"), (2, None))),
              timeout=120, what="every rank's new process's first values")
-    resized = run.events("worker_exited")[1:]
+    # events.jsonl is flushed within a second of the logs' lines: wait for the two ends there
+    resized = run.wait_event("worker_exited", timeout=60, count=3)[1:]
     assert sorted(e["rank"] for e in resized) == [0, 1], resized
     for e in resized:
         assert e["state"] == "killed" and e["cause"] == "stopped for a resize (SIGTERM)", e
