@@ -177,7 +177,7 @@ def _ctl_action(client: Requests, ns: argparse.Namespace) -> None:
     elif ns.action == "stop":
         print(safe.text(client.stop()))
     elif ns.action == "checkpoint":
-        print(safe.text(client.checkpoint(ns.target, ns.at_step, who("ctl"))["message"]))
+        print(safe.text(client.ask("checkpoint", ns.target, ns.at_step, who("ctl"))["message"]))
     elif ns.action == "set":
         print(safe.text(client.set_tunable(ns.name, ns.value, ns.at_step, who("ctl"))["message"]))
     elif ns.action == "logs":

@@ -2,9 +2,11 @@
 first, then the hang diagnosis, the GPUs and the run's alerts. Pure; the caller prints."""
 from __future__ import annotations
 
-from mpwatch.contract.control import shown
-from mpwatch.contract.status import GpuProcess, GpuView, State, Status, WorkerStatus
+from mpwatch.contract.control import in_force, pending_changes, shown
+from mpwatch.contract.status import GpuProcess, GpuView, State, Status, WorkerStatus, slowed_by
 from mpwatch.text import eventtext, fmt
+from mpwatch.text.children import child_note
+from mpwatch.text.gpu_names import ON_MIG, na_notes, slice_text
 
 
 def _v(v: object, unit: str = "") -> str:
@@ -16,14 +18,42 @@ def _na(v: float | None, unit: str = "") -> str:
     return fmt.NA if v is None else f"{v:g}{unit}"
 
 
-def gpu_line(g: GpuView) -> str:
-    """One GPU: N/A where NVML could not tell."""
+def _mem(g: GpuView) -> str:
     used, total = g["mem_used"], g["mem_total"]
     pct = f" ({used / total:.0%})" if used is not None and total else ""
+    return f"mem {fmt.size(used, fmt.NA)}/{fmt.size(total, fmt.NA)}{pct}"
+
+
+def gpu_line(g: GpuView) -> str:
+    """One GPU: N/A where NVML could not tell."""
+    sm, top = g.get("sm_clock_mhz"), g.get("sm_clock_max_mhz")
+    held = [r.replace("_", " ") for r in slowed_by(g.get("throttle_reasons"))]
+    clocks = "" if sm is None else f" · SM {sm}/{_na(top)} MHz"
+    clocks += f" (held: {', '.join(held)})" if held and clocks else ""
+    mig = f" · MIG, {len(g.get('slices', []))} slices" if "slices" in g else ""
     return (f"GPU {g['index']}: {g['name'] or fmt.NA}"
-            f" · mem {fmt.size(used, fmt.NA)}/{fmt.size(total, fmt.NA)}{pct}"
+            f" · {_mem(g)}"
             f" · util {_na(g['util_gpu'], '%')} (mem {_na(g['util_mem'], '%')})"
-            f" · {_na(g['temperature'], 'C')} · {_na(g['power_w'], 'W')}")
+            f" · {_na(g['temperature'], 'C')} · {_na(g['power_w'], 'W')}{clocks}{mig}")
+
+
+def slice_line(s: GpuView) -> str:
+    """A MIG slice of the GPU above: its own memory and the ranks whose own it is."""
+    mig = s.get("mig")
+    ranks = f" · {fmt.ranks(s['ranks'])}" if s["ranks"] else ""
+    return f"  {slice_text(mig) if mig else 'MIG'}: {_mem(s)}{ranks} · {s['uuid'] or fmt.NA}"
+
+
+def _device_lines(g: GpuView, skip: frozenset[str]) -> list[str]:
+    """A GPU's (or slice's) notes of what is N/A and why, its processes and its alerts."""
+    out = [f"    {note}" for note in na_notes(g["errors"], skip)]
+    for p in g["processes"]:
+        out.append(f"    pid {p['pid']:>7} {fmt.size(p['mem_bytes'], fmt.NA):>9}  {gpu_owner(p)}")
+    for a in g["alerts"]:
+        out.append(f"  ! {a['message']}")
+        if a.get("hint"):
+            out.append(f"    what to do: {a.get('hint')}")
+    return out
 
 
 def gpu_owner(p: GpuProcess) -> str:
@@ -44,7 +74,7 @@ def _worker_lines(w: WorkerStatus, st: Status) -> list[str]:
     for c in w["children"]:
         out.append(f"{'':>4} {c['pid']:>7} {'└ ' + c['status']:10} {_v(c['step']):>8} "
                    f"{_v(c['loss']):>10} {'':>6} {_v(c['cpu_percent']):>6} {fmt.size(c['rss_bytes'], '-'):>6}"
-                   f"           {c['cmd'][:50]}")
+                   f"           {child_note(c, w['rank'])}")
     stl = w["stall"] if w["state"] == State.STALLED else None
     slow = w.get("slow_start")
     if stl:  # the hang diagnosis: what it does, where it is stuck, the dump to read
@@ -69,17 +99,24 @@ def _worker_lines(w: WorkerStatus, st: Status) -> list[str]:
     rejected = w.get("rejected")
     if rejected:
         out.append(f"{'':>4} {rejected['count']} reports rejected: {rejected['why']}")
+    for refused in w.get("refused_tunables", []):
+        name, _, why = refused.partition(": ")
+        out.append(f"{'':>4} tunable {name} refused: {why}")
     return out
 
 
 def control_lines(st: Status) -> list[str]:
-    """The tunables' values (and who changed them), and the checkpoint requests still waiting."""
+    """The tunables' values in force (and who changed them), each change still pending (its
+    value, its step, how many ranks took it), and the checkpoint requests still waiting."""
     out = []
     for t in st.get("tunables") or []:
-        c = t["changes"][-1] if t["changes"] else None
+        c = in_force(t)
         how = f" (set by {c['by']}" + (f" from step {c['step']}" if c["step"] is not None else "") \
             + (f"; waiting: {fmt.ranks(c['waiting'])}" if c["waiting"] else "") + ")" if c else ""
         out.append(f"tunable {t['name']} = {shown(t['value'])} ({t['type']}){how}")
+        for p in pending_changes(t):
+            out.append(f"  then {shown(p['value'])} from step {p['step']} (set by {p['by']}; "
+                       f"{len(p['answers'])}/{len(p['answers']) + len(p['waiting'])} ranks took it)")
     for r in st.get("checkpoints") or []:
         if r["waiting"]:
             out.append(f"checkpoint asked of {fmt.ranks(r['ranks'])}"
@@ -104,12 +141,10 @@ def status_lines(st: Status) -> list[str]:
         out.append(f"GPU: {st['gpu_status']}")
     for g in st["gpus"]:
         out.append(gpu_line(g))
-        for p in g["processes"]:
-            out.append(f"    pid {p['pid']:>7} {fmt.size(p['mem_bytes'], fmt.NA):>9}  {gpu_owner(p)}")
-        for a in g["alerts"]:
-            out.append(f"  ! {a['message']}")
-            if a.get("hint"):
-                out.append(f"    what to do: {a.get('hint')}")
+        out += _device_lines(g, frozenset())
+        for s in g.get("slices", []):  # "n/a on MIG": said once, by its GPU
+            out.append(slice_line(s))
+            out += _device_lines(s, frozenset({ON_MIG}))
     out += control_lines(st)
     for ra in st["alerts"][-5:]:
         out.append(f"alert: {ra['message']}")

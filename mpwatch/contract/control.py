@@ -1,4 +1,5 @@
-"""Control's records: the status's tunables and checkpoint requests, a rank's stop signal,
+"""Control's records: the status's tunables (the actions' requests, checkpoints among them, are
+contract.actions'), a rank's stop signal,
 the BATCH `live` entries checked where they enter the supervisor, and a tunable's value read
 from a command line (`mpwatch ctl set`, the TUI's `t`). contract.status re-exports the records.
 Pure; any thread. The worker side (worker.control) never imports this module: `typing` is dear there.
@@ -6,24 +7,19 @@ Pure; any thread. The worker side (worker.control) never imports this module: `t
 from __future__ import annotations
 
 import math
-from typing import Literal, NamedTuple, TypedDict, cast
+from typing import Any, Literal, NamedTuple, TypedDict, cast
 
 from mpwatch.contract import protocol
+from mpwatch.contract.actions import CheckpointRequest as CheckpointRequest
+from mpwatch.contract.actions import ProfileRequest as ProfileRequest
+from mpwatch.contract.actions import RankAnswer as RankAnswer
+from mpwatch.contract.coerce import NON_FINITE
 
 TunableType = Literal["int", "float", "str", "bool"]
 TunableValue = int | float | str | bool
 TUNABLE_KINDS: dict[str, type] = {"int": int, "float": float, "str": str, "bool": bool}
 TRUE_WORDS = ("1", "true", "yes", "on")
 FALSE_WORDS = ("0", "false", "no", "off")
-
-
-class RankAnswer(TypedDict):
-    """A rank's answer to a request: the step it took effect at (None: the process had
-    reported no step), and whether that was past the step asked for."""
-
-    rank: int
-    step: int | None
-    late: bool
 
 
 class TunableChange(TypedDict):
@@ -37,6 +33,9 @@ class TunableChange(TypedDict):
     by: str  # who asked: "ctl", "tui", with the user and host
     answers: list[RankAnswer]
     waiting: list[int]  # ranks asked that have not applied it yet
+    # not in force yet: its step is ahead of a rank asked (the ranks answer as they reach it;
+    # in force once every rank asked has, see supervisor.control.records)
+    pending: bool
 
 
 class TunableStatus(TypedDict):
@@ -45,22 +44,28 @@ class TunableStatus(TypedDict):
     name: str
     type: TunableType
     default: TunableValue
-    value: TunableValue  # the run's value now: the last change's, else the default
+    value: TunableValue  # the value in force: the last change that came into force, else the default
     ranks: list[int]  # the ranks that declared it
-    changes: list[TunableChange]  # the last few, oldest first
+    changes: list[TunableChange]  # the last few, oldest first (the pending ones among them)
 
 
-class CheckpointRequest(TypedDict):
-    """A "checkpoint now" (`mpwatch ctl checkpoint`, the TUI's `c`), and what each rank did."""
+def pending_changes(t: TunableStatus) -> list[TunableChange]:
+    """A tunable's changes not in force yet, oldest first (a status of an older mpwatch has none)."""
+    return [c for c in t["changes"] if c.get("pending")]
 
-    id: int
-    ts: float
-    by: str
-    step: int | None  # the step it is taken at on every rank; None: at each rank's next call
-    ranks: list[int]  # the ranks asked
-    answers: list[RankAnswer]
-    waiting: list[int]
-    missed: list[int]  # ranks whose process ended before they answered
+
+def in_force(t: TunableStatus) -> TunableChange | None:
+    """The change whose value is in force (None: the default is)."""
+    done = [c for c in t["changes"] if not c.get("pending") and c["value"] == t["value"]]
+    return done[-1] if done else None
+
+
+class ControlView(NamedTuple):
+    """Control's part of a status (the live room's, or one folded from a run's events)."""
+
+    tunables: list[TunableStatus]
+    checkpoints: list[CheckpointRequest]
+    profiles: list[ProfileRequest]
 
 
 class StopInfo(TypedDict):
@@ -84,7 +89,42 @@ class Done(NamedTuple):
     late: bool
 
 
-ControlEntry = Declared | Done | Literal["polls"]
+class Result(NamedTuple):
+    """An action's outcome (protocol.LIVE_RESULT): its fields, read by contract.actions."""
+
+    id: int
+    fields: dict[str, Any]
+
+
+ControlEntry = Declared | Done | Result | Literal["polls"]
+RESULT_KEYS = 16  # fields a result may carry
+RESULT_TEXT = 4096  # characters of one of its strings
+RESULT_ROWS = 64  # rows of one of its lists (a profile's top operators), each a short list
+
+
+def _cell(x: object) -> bool:
+    return x is None or type(x) in (bool, int, float) or (isinstance(x, str) and len(x) <= 400)
+
+
+def _result_value(v: object) -> bool:
+    if v is None or type(v) in (bool, int, float):
+        return True
+    if isinstance(v, str):
+        return len(v) <= RESULT_TEXT
+    if isinstance(v, list):
+        return len(v) <= RESULT_ROWS and all(isinstance(row, list) and len(row) <= 8 and all(map(_cell, row))
+                                             for row in v)
+    return False
+
+
+def check_result(raw: object) -> dict[str, Any]:
+    """A result's fields, bounded: a small object of plain values; else a protocol.BadFrame."""
+    if type(raw) is not dict or len(raw) > RESULT_KEYS:
+        raise protocol.BadFrame("a result is not a small object")
+    fields = cast(dict[str, Any], raw)
+    if not all(type(k) is str and len(k) <= 40 and _result_value(v) for k, v in fields.items()):
+        raise protocol.BadFrame("a result's field of the wrong shape")
+    return fields
 
 
 def check_name(name: object) -> str | None:
@@ -110,8 +150,11 @@ def value_of(kind: str, value: object) -> TunableValue | None:
     return None
 
 
-def validate_control(raw: object) -> list[ControlEntry]:
-    """A BATCH's `live` list, checked: anything unexpected is a protocol.BadFrame."""
+def validate_control(raw: object, refused: list[str] | None = None) -> list[ControlEntry]:
+    """A BATCH's `live` list, checked: anything unexpected is a protocol.BadFrame, but for a
+    tunable's declaration that cannot be kept (a default that is not finite, a bad name) when
+    `refused` is given: that one alone is left out and "NAME: why" added there, so the
+    tunables declared beside it are kept."""
     if type(raw) is not list or len(raw) > 4096:
         raise protocol.BadFrame("live is not a list of entries")
     out: list[ControlEntry] = []
@@ -123,18 +166,37 @@ def validate_control(raw: object) -> list[ControlEntry]:
             out.append("polls")
         elif kind == protocol.LIVE_DECLARE and len(e) == 4:
             _, name, tname, default = e
-            value = value_of(tname, default) if type(tname) is str else None
-            if check_name(name) is not None or value is None:
+            why = check_name(name) or _bad_default(tname, default)
+            if why is None:
+                value = cast(TunableValue, value_of(tname, default))
+                out.append(Declared(name, cast(TunableType, tname), value))
+            elif refused is None:
                 raise protocol.BadFrame("a tunable declaration of the wrong shape")
-            out.append(Declared(name, cast(TunableType, tname), value))
+            else:
+                refused.append(f"{name if check_name(name) is None else '?'}: {why}")
         elif kind == protocol.LIVE_DONE and len(e) == 4:
             _, rid, step, late = e
             if type(rid) is not int or (step is not None and type(step) is not int) or type(late) is not bool:
                 raise protocol.BadFrame("a request's answer of the wrong shape")
             out.append(Done(rid, step, late))
+        elif kind == protocol.LIVE_RESULT and len(e) == 3:
+            if type(e[1]) is not int:
+                raise protocol.BadFrame("a result of the wrong shape")
+            out.append(Result(e[1], check_result(e[2])))
         else:
             raise protocol.BadFrame(f"unknown live entry {str(kind)[:40]!r}")
     return out
+
+
+def _bad_default(tname: object, default: object) -> str | None:
+    """Why `default` cannot be the default of a tunable of type `tname`; None when it can."""
+    if type(tname) is not str or tname not in TUNABLE_KINDS:
+        return f"no tunable type {str(tname)[:20]!r} (int, float, str or bool)"
+    if value_of(tname, default) is not None:
+        return None
+    if tname == "float" and (default in NON_FINITE or type(default) is float):
+        return f"a float tunable's default must be finite, not {str(default)[:20]}"
+    return f"a default that is no {tname}"
 
 
 # ---------------------------------------------------------------- values ----

@@ -84,6 +84,11 @@ class Event(_Name):
     CHECKPOINT_REQUESTED = "checkpoint_requested"  # `ctl checkpoint`, `c`: the ranks asked and the step
     CHECKPOINT_TAKEN = "checkpoint_taken"  # a rank's should_checkpoint() returned True (late: past the step)
     CHECKPOINT_MISSED = "checkpoint_missed"  # a rank's process ended before it answered
+    PROFILE_REQUESTED = "profile_requested"  # `ctl profile`, `o`: the ranks asked, the step, the steps
+    PROFILE_STARTED = "profile_started"  # a rank's profiler started (py-spy: its recording began)
+    PROFILE_WRITTEN = "profile_written"  # a rank's trace is written: its path, size, top operators
+    PROFILE_FAILED = "profile_failed"  # a rank could not be profiled, or its trace not written: why
+    PROFILE_MISSED = "profile_missed"  # a rank's process ended before its profile started
     TUNABLE_DECLARED = "tunable_declared"  # the first mpwatch.tunable() call of a name in the run
     TUNABLE_SET = "tunable_set"  # `ctl set`, `t`: the new value and the step it takes effect at
     TUNABLE_APPLIED = "tunable_applied"  # a rank took the new value (late: past the step)
@@ -110,7 +115,8 @@ class EventFields(EventRecord, total=False):
     cause: str | None  # worker_exited: "exit 1: <last stderr line>", "signal SIGKILL"
     exit_code: int | None  # worker_exited, run_finished
     stderr_tail: list[str]  # worker_exited: the last lines of its stderr
-    why: str  # restarted, stopping, bad_frame, reports_rejected
+    why: str  # restarted, stopping, bad_frame, reports_rejected, profile_failed; profile_written: a note
+    stopped: str  # run_finished of a run that was stopped: why (stopping's `why`: a stop asked, a signal)
     frm: int  # resized: workers before
     to: int  # resized: workers after
     mode: str  # resized: independent | restart
@@ -119,7 +125,7 @@ class EventFields(EventRecord, total=False):
     kind: str | None  # stalled, slow_start: what the process does; alert, gpu_alert: the alert's kind
     detail: str | None  # stalled, slow_start: the kind's detail (kernel wait)
     limit: float  # slow_start: the --startup-timeout it went past
-    path: str  # dump: the stack file, relative to the run directory
+    path: str  # dump: the stack file; profile_*: the trace; relative to the run directory
     where: str | None  # dump: the innermost frame of the user's code
     message: str  # alert, gpu_alert
     severity: str  # gpu_alert: error | warning | info
@@ -151,11 +157,16 @@ class EventFields(EventRecord, total=False):
     update: bool  # alert: it replaces the standing alert of its key (the finding learnt more)
     ended: bool  # alert: the condition of its key is over; the alert leaves the status
     gpu: int | None  # gpu_alert: the GPU
-    id: int  # checkpoint_*, tunable_set, tunable_applied: the request
-    at: int | None  # checkpoint_taken, tunable_applied: the step asked for (None: the next call)
-    late: bool  # checkpoint_taken, tunable_applied: it took effect past `at` (it learnt of it too late)
-    ranks: list[int]  # checkpoint_requested, tunable_set: the ranks asked
-    by: str  # checkpoint_requested, tunable_set: who asked
+    id: int  # checkpoint_*, profile_*, tunable_set, tunable_applied: the request
+    at: int | None  # checkpoint_taken, profile_started, tunable_applied: the step asked (None: the next call)
+    late: bool  # checkpoint_taken, profile_started, tunable_applied: it took effect past `at`
+    ranks: list[int]  # checkpoint_requested, profile_requested, tunable_set: the ranks asked
+    by: str  # checkpoint_requested, profile_requested, tunable_set: who asked
+    steps: int | None  # profile_requested: the steps asked; profile_written: the steps the trace holds
+    tool: str  # profile_started, profile_written, profile_failed: torch.profiler | py-spy
+    bytes: int | None  # profile_written: the file's size
+    top: list[list[Any]]  # profile_written: its top operators [name, self cpu us, self device us, calls]
+    held_ms: float | None  # profile_written: how long the training loop waited for the profiler
     tunable: str  # tunable_*: its name
     value: Any  # tunable_set, tunable_applied: the new value; tunable_declared: its default
     old: Any  # tunable_set: the value before

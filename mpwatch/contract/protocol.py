@@ -16,9 +16,11 @@ if TYPE_CHECKING:
     from typing import Any
 
 # 1: worker -> supervisor only. 2: the supervisor also sends requests down the channel
-# (CHECKPOINT, SET); a worker whose hello says 1 is never sent a frame.
-VERSION = 2
+# (CHECKPOINT, SET); a worker whose hello says 1 is never sent a frame. 3: the actions a
+# worker runs at a step boundary (PROFILE) and their outcome (LIVE_RESULT).
+VERSION = 3
 DOWN_VERSION = 2  # the first version whose workers read frames from the supervisor
+ACT_VERSION = 3  # the first version whose workers run STEP_ACTIONS
 
 # Largest frame either end accepts; a worker batch is far below this.
 MAX_FRAME = 1 << 20
@@ -31,6 +33,9 @@ MAX_METRICS = 256  # metrics a report may carry
 MAX_METRIC_NAME = 200
 MAX_METRIC_TEXT = 4096  # characters of a text metric
 MAX_EXACT = 1 << 63  # an integer metric past this is refused: no reader could show it
+# The largest step a request may name (and a worker's sender sends: mpwatch.sender.bounds): past
+# 2^53 an integer is no exact double, so not every JSON reader holds it.
+MAX_STEP = 1 << 53
 
 # Environment a worker sees (torchrun's contract plus ours).
 ENV_ADDRESS = "MPWATCH_CHANNEL"
@@ -63,10 +68,18 @@ LIVE_POLLS = "polls"  # ["polls"]: the process calls mpwatch.should_checkpoint()
 # ["declare", name, type, default]: mpwatch.tunable()'s first call (type: TUNABLE_TYPES)
 LIVE_DECLARE = "declare"
 LIVE_DONE = "done"  # ["done", id, step, late]: request `id` took effect at `step` (late: past its step)
+# ["result", id, {fields}]: what an action with an outcome (a file written) came to, after its
+# "done", or instead of it when it could not start (contract.actions reads the fields)
+LIVE_RESULT = "result"
 
 # Supervisor -> worker message types (protocol 2), read by the worker's sender thread:
 CHECKPOINT = "checkpoint"  # {t, id, step}: should_checkpoint() is True once, when the step reaches `step`
 SET = "set"  # {t, id, name, value, step}: tunable(name) is `value` from `step` on
+# An action the worker runs itself at a step boundary (report(), the automatic steps), once its
+# step reaches `step` (mpwatch.worker.actions runs them; contract.actions describes them):
+PROFILE = "profile"  # {t, id, step, steps, path}: torch.profiler for `steps` steps, the trace to `path`
+STEP_ACTIONS = (PROFILE,)
+TORCH_ACTIONS = (PROFILE,)  # a process that has not imported torch answers these at once: no torch
 # `step` None: at the process's next call. Request ids grow through a run; a resent one is one request.
 TUNABLE_TYPES = ("int", "float", "str", "bool")
 TUNABLE_NAME_MAX = 64

@@ -21,7 +21,7 @@ Rules of the house:
 from __future__ import annotations
 
 import sys
-from typing import Any, Literal, TypedDict
+from typing import Any, Literal, TypedDict, get_args
 
 if sys.version_info >= (3, 11):
     from typing import NotRequired
@@ -32,8 +32,12 @@ else:  # pragma: no cover - Python 3.10
 # The GPU timeline's records (gpu.jsonl, the gpu_timeline reply) live in contract.gpu_records,
 # the status's GPU view (Status.gpus) in contract.gpu_view, a worker's CUDA view in contract.cuda_view;
 # readers import every record of the contract from here.
-from mpwatch.contract.control import CheckpointRequest as CheckpointRequest
-from mpwatch.contract.control import RankAnswer as RankAnswer
+from mpwatch.contract.actions import ActionRequest as ActionRequest
+from mpwatch.contract.actions import CheckpointRequest as CheckpointRequest
+from mpwatch.contract.actions import FileResult as FileResult
+from mpwatch.contract.actions import ProfileRequest as ProfileRequest
+from mpwatch.contract.actions import RankAnswer as RankAnswer
+from mpwatch.contract.actions import TopOp as TopOp
 from mpwatch.contract.control import StopInfo as StopInfo
 from mpwatch.contract.control import TunableChange as TunableChange
 from mpwatch.contract.control import TunableStatus as TunableStatus
@@ -47,13 +51,22 @@ from mpwatch.contract.gpu_records import GpuTickRank as GpuTickRank
 from mpwatch.contract.gpu_records import GpuTimelineReply as GpuTimelineReply
 from mpwatch.contract.gpu_view import ALERT_KINDS as ALERT_KINDS
 from mpwatch.contract.gpu_view import HISTORY_POINTS as HISTORY_POINTS
+from mpwatch.contract.gpu_view import SLOWDOWNS as SLOWDOWNS
+from mpwatch.contract.gpu_view import THROTTLE_REASONS as THROTTLE_REASONS
 from mpwatch.contract.gpu_view import AlertKind as AlertKind
+from mpwatch.contract.gpu_view import DevKey as DevKey
 from mpwatch.contract.gpu_view import GpuAlert as GpuAlert
 from mpwatch.contract.gpu_view import GpuHistory as GpuHistory
 from mpwatch.contract.gpu_view import GpuProcess as GpuProcess
 from mpwatch.contract.gpu_view import GpuView as GpuView
 from mpwatch.contract.gpu_view import MemoryBreakdown as MemoryBreakdown
+from mpwatch.contract.gpu_view import MigSlice as MigSlice
+from mpwatch.contract.gpu_view import ThrottleReason as ThrottleReason
 from mpwatch.contract.gpu_view import alert_kind as alert_kind
+from mpwatch.contract.gpu_view import dev_key as dev_key
+from mpwatch.contract.gpu_view import devices as devices
+from mpwatch.contract.gpu_view import leaves as leaves
+from mpwatch.contract.gpu_view import slowed_by as slowed_by
 from mpwatch.contract.names import ALIVE_STATES as ALIVE_STATES
 from mpwatch.contract.names import ENDED_STATES as ENDED_STATES
 from mpwatch.contract.names import UNREACHABLE as UNREACHABLE
@@ -104,6 +117,8 @@ class StallInfo(TypedDict):
 class GpuShare(TypedDict):
     index: int
     mem_bytes: int  # NVML's used memory of the worker's processes on that GPU
+    gi: NotRequired[int]  # on a MIG slice of it: the slice's GPU and compute instance
+    ci: NotRequired[int]
 
 
 class WorkerGpu(TypedDict):
@@ -125,6 +140,7 @@ class WorkerGpu(TypedDict):
     ooms: int | None
     sm_util: int | None  # % of SM time of its processes (NVML process samples); None: N/A
     shared_with: list[int]  # other ranks whose own GPU is the same one (a collision)
+    mig: NotRequired[MigSlice]  # its own GPU is this MIG slice of GPU `index` (`uuid`: the slice's)
 
 
 class RejectedReports(TypedDict):
@@ -156,6 +172,9 @@ class WorkerStatus(TypedDict):
     dropped: int
     bad_frames: int
     rejected: NotRequired[RejectedReports]  # present once a report of the rank was rejected
+    # its tunable declarations the supervisor refused ("NAME: why": a default that is not finite),
+    # the first few; present once one was (the tunables declared beside it are kept)
+    refused_tunables: NotRequired[list[str]]
     phases: dict[str, float]
     cuda: CudaView | None
     # the run's loss smoothed: its mean over stretches of reports, oldest first (TREND)
@@ -253,9 +272,15 @@ class NodeInfo(TypedDict):
     slurm: str | None  # "job 123 step 0, node 1" when Slurm said where it runs
 
 
+# The run's own alerts (supervisor.eventlog's alert): every kind, so that a reader can list each one at 0
+# while it is not there (the metrics do, as they do the GPU alerts' ALERT_KINDS)
+RunAlertKind = Literal["disk", "hang", "unkillable", "internal", "node_lost", "rendezvous"]
+RUN_ALERT_KINDS = frozenset(get_args(RunAlertKind))
+
+
 class RunAlert(TypedDict):
     ts: float
-    kind: str  # disk | hang | unkillable
+    kind: str  # a RunAlertKind (a str: a run of another mpwatch may have others)
     message: str
     rank: int | None
     key: NotRequired[str]  # names the condition: a later alert with the same key replaces this one
@@ -290,6 +315,8 @@ class Status(TypedDict):
     straggler: Straggler | None
     tunables: list[TunableStatus]  # mpwatch.tunable()'s values, by name (contract.control)
     checkpoints: list[CheckpointRequest]  # the last "checkpoint now" requests
+    # the last profiles asked (contract.actions) and each rank's trace; present once one was asked
+    profiles: NotRequired[list[ProfileRequest]]
     # a merged view of several nodes (sources.multinode.source): each one's state
     nodes: NotRequired[list[NodeStatus]]
 

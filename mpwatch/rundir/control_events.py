@@ -1,32 +1,44 @@
-"""The tunables and checkpoint requests of a recorded run, folded from its events
-(supervisor.control.room writes them: tunable_declared, tunable_set, tunable_applied,
-checkpoint_requested, checkpoint_taken, checkpoint_missed) into the records the live status has
-(contract.control): the replay shows a moment's (sources.replay.fold), `summary` the run's
-(rundir.postmortem). Pure; fed the events in the order they were written.
+"""The tunables and the actions' requests (checkpoints, profiles) of a recorded run, folded
+from its events (supervisor.control writes them: tunable_declared, tunable_set, tunable_applied,
+and each action's requested, started, written, failed and missed: contract.actions' table) into
+the records the live status has (contract.control): the replay shows a moment's
+(sources.replay.fold), `summary` the run's (rundir.postmortem). Pure; fed the events in the
+order they were written. A change for a later step is in force once every rank it was asked
+of took it (the live status also stops waiting for a rank whose process ended: the events do
+not say when one was asked again).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Any, cast
 
+from mpwatch.contract.actions import ACTIONS, KEPT, Action, read_result
 from mpwatch.contract.coerce import as_int, as_str
-from mpwatch.contract.control import TUNABLE_KINDS, CheckpointRequest, RankAnswer, TunableType, value_of
+from mpwatch.contract.control import (
+    TUNABLE_KINDS,
+    CheckpointRequest,
+    ControlView,
+    ProfileRequest,
+    RankAnswer,
+    TunableType,
+    value_of,
+)
 from mpwatch.contract.status import Event, EventFields, TunableChange, TunableStatus
 
 CHANGES_KEPT = 8  # as supervisor.control.records keeps
-CHECKPOINTS_KEPT = 8
-CONTROL_EVENTS = frozenset({Event.TUNABLE_DECLARED, Event.TUNABLE_SET, Event.TUNABLE_APPLIED,
-                         Event.CHECKPOINT_REQUESTED, Event.CHECKPOINT_TAKEN, Event.CHECKPOINT_MISSED})
+_BY_EVENT: dict[str, Action] = {e: a for a in ACTIONS.values() for e in a.events}
+CONTROL_EVENTS = frozenset({Event.TUNABLE_DECLARED, Event.TUNABLE_SET, Event.TUNABLE_APPLIED, *_BY_EVENT})
 
 
 @dataclass
 class ControlFold:
     tunables: dict[str, TunableStatus] = field(default_factory=dict)
     checkpoints: dict[int, CheckpointRequest] = field(default_factory=dict)  # by id, oldest first
+    profiles: dict[int, ProfileRequest] = field(default_factory=dict)
 
-    def status(self) -> tuple[list[TunableStatus], list[CheckpointRequest]]:
-        return ([self.tunables[n] for n in sorted(self.tunables)],
-                list(self.checkpoints.values())[-CHECKPOINTS_KEPT:])
+    def status(self) -> ControlView:
+        return ControlView([self.tunables[n] for n in sorted(self.tunables)],
+                           list(self.checkpoints.values())[-KEPT:], list(self.profiles.values())[-KEPT:])
 
 
 def _ranks(raw: object) -> list[int]:
@@ -59,33 +71,52 @@ def _tunable(live: ControlFold, e: EventFields, raw: dict[str, Any]) -> None:
         rid = as_int(e.get("id"))
         if value is None or rid is None:
             return
+        step, asked = as_int(e.get("step")), _ranks(raw.get("ranks"))
+        pending = step is not None and bool(asked)  # as supervisor.control.records decides
         t["changes"] = (t["changes"] + [TunableChange(
-            id=rid, ts=e["ts"], value=value, old=t["value"] if old is None else old,
-            step=as_int(e.get("step")), by=as_str(raw.get("by")) or "?", answers=[],
-            waiting=_ranks(raw.get("ranks")))])[-CHANGES_KEPT:]
-        t["value"] = value
-        t["ranks"] = sorted(set(t["ranks"]) | set(_ranks(raw.get("ranks"))))  # the events name the first only
+            id=rid, ts=e["ts"], value=value, old=t["value"] if old is None else old, step=step,
+            by=as_str(raw.get("by")) or "?", answers=[], waiting=asked, pending=pending)])[-CHANGES_KEPT:]
+        if not pending:
+            t["value"] = value
+        t["ranks"] = sorted(set(t["ranks"]) | set(asked))  # the events name the first only
     elif e["event"] == Event.TUNABLE_APPLIED and t is not None:
         c = next((c for c in t["changes"] if c["id"] == as_int(e.get("id"))), None)
         if c is not None:
             _answer(e, c["answers"], c["waiting"])
+            if c["pending"] and c["answers"] and not c["waiting"]:  # every rank asked took it: in force
+                c["pending"] = False
+                t["value"] = c["value"]
 
 
 def apply(live: ControlFold, e: EventFields) -> None:
-    """One live event into the fold."""
+    """One control event into the fold."""
+    action = _BY_EVENT.get(e["event"])
+    if action is None:
+        _tunable(live, e, cast(dict[str, Any], e))
+        return
     raw = cast(dict[str, Any], e)
-    name, rid = e["event"], as_int(e.get("id"))
-    if name == Event.CHECKPOINT_REQUESTED and rid is not None:
-        ranks = _ranks(raw.get("ranks"))
-        live.checkpoints[rid] = CheckpointRequest(id=rid, ts=e["ts"], by=as_str(raw.get("by")) or "?",
-                                                  step=as_int(e.get("step")), ranks=ranks, answers=[],
-                                                  waiting=list(ranks), missed=[])
-    elif name in (Event.CHECKPOINT_TAKEN, Event.CHECKPOINT_MISSED) and rid in live.checkpoints:
-        req = live.checkpoints[rid]
-        if name == Event.CHECKPOINT_TAKEN:
-            _answer(e, req["answers"], req["waiting"])
-        elif e["rank"] is not None and e["rank"] in req["waiting"]:
-            req["waiting"].remove(e["rank"])
-            req["missed"] = sorted(req["missed"] + [e["rank"]])
-    else:
-        _tunable(live, e, raw)
+    rid, name = as_int(e.get("id")), e["event"]
+    reqs: dict[int, Any] = live.checkpoints if action.name == "checkpoint" else live.profiles
+    if name == action.requested and rid is not None:
+        ranks, by = _ranks(raw.get("ranks")), as_str(raw.get("by")) or "?"
+        asked = CheckpointRequest(id=rid, ts=e["ts"], by=by, step=as_int(e.get("step")), ranks=ranks,
+                                  answers=[], waiting=list(ranks), missed=[])
+        reqs[rid] = asked if action.name == "checkpoint" else ProfileRequest(
+            **asked, steps=as_int(raw.get("steps")) or 0, results=[])
+        return
+    req: Any = reqs.get(rid) if rid is not None else None
+    rank = e["rank"]
+    if req is None or rank is None:
+        return
+    if name == action.started:
+        _answer(e, req["answers"], req["waiting"] if not action.has_outcome else [])
+    elif name == action.missed and rank in req["waiting"]:
+        req["waiting"].remove(rank)
+        req["missed"] = sorted(req["missed"] + [rank])
+    elif name in (action.written, action.failed) and "results" in req:
+        fields = {**raw, "state": "written" if name == action.written else "failed"}
+        result = read_result(rank, fields, as_str(raw.get("tool")) or "?", as_str(raw.get("path")))
+        req["results"] = sorted([r for r in req["results"] if r["rank"] != rank] + [result],
+                                key=lambda r: r["rank"])
+        if rank in req["waiting"]:
+            req["waiting"].remove(rank)

@@ -14,10 +14,14 @@ rundir.reader and the others only read them. Pure names and paths; no I/O.
         rank-N/stderr.log
         rank-N/faulthandler.out  where the worker's faulthandler writes on SIGUSR1
         rank-N/stacks/<time>.txt  stack dumps, one file each
+        rank-N/profiles/<time>-<request id>.json.gz  a profile's Chrome trace (torch.profiler),
+                               written by the rank's own process (rundir.rank_files)
+        rank-N/profiles/<time>-<request id>.svg  a py-spy flame graph (a rank without torch)
 """
 from __future__ import annotations
 
 import re
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -33,6 +37,10 @@ STDERR_LOG = "stderr.log"
 STACK_FILE = "faulthandler.out"
 STACKS = "stacks"
 STACK_SUFFIX = ".txt"
+PROFILES = "profiles"
+TRACE_SUFFIX = ".json.gz"  # Perfetto and chrome://tracing open it as it is
+FLAME_SUFFIX = ".svg"
+PART_SUFFIX = ".part"  # a file being written; renamed to its name once whole
 LOG_MARK = "--- mpwatch: "  # begins the line the supervisor writes in a rank's logs before each restart
 LOG_MARK_END = " ---"  # ends it: such a line is mpwatch's own, never a cause
 
@@ -42,6 +50,12 @@ RUN_FILES = (RUN_JSON, EVENTS, FINAL_JSON, GPU_JSONL, SUPERVISOR_LOG)
 MARKERS = (RUN_JSON, EVENTS, FINAL_JSON)
 RANK_DIR = re.compile(r"^rank-(\d+)$")
 STREAMS = {"stdout": STDOUT_LOG, "stderr": STDERR_LOG}
+
+
+def action_stem(stamp: float, rid: int) -> str:
+    """A rank's action file's name, less its suffix: the request's time and id (every rank
+    asked gets the same one, in its own folder)."""
+    return time.strftime("%Y%m%d-%H%M%S", time.localtime(stamp)) + f"-{rid}"
 
 
 def rank_dir(run_dir: Path | str, rank: int) -> Path:

@@ -11,8 +11,15 @@ import time
 from typing import Literal, TypedDict, cast
 
 from mpwatch.contract.coerce import as_float, as_int, as_str
-from mpwatch.contract.status import CheckpointRequest, Event, EventFields, EventRecord, TunableStatus
-from mpwatch.rundir import control_events, eventlines, layout
+from mpwatch.contract.status import (
+    CheckpointRequest,
+    Event,
+    EventFields,
+    EventRecord,
+    ProfileRequest,
+    TunableStatus,
+)
+from mpwatch.rundir import control_events, crash, eventlines, layout
 from mpwatch.rundir.reader import RunDir
 
 Ending = Literal["live", "finished", "cut short"]  # cut short: the supervisor died mid-run
@@ -24,7 +31,7 @@ class Failure(TypedDict):
     rank: int
     ts: float
     cause: str | None  # as the supervisor put it: "exit 1: ValueError: ..." or "signal SIGKILL"
-    error: str | None  # the last line of its traceback (the exception), when it wrote one
+    error: str | None  # the exception its traceback ended with, when the event's stderr tail has it
 
 
 class RunListing(TypedDict):
@@ -89,6 +96,7 @@ class Summary(TypedDict):
     # mpwatch.tunable()'s values, each with its last changes and the ranks' answers
     tunables: list[TunableStatus]
     checkpoints: list[CheckpointRequest]  # "checkpoint now" requests and what each rank did
+    profiles: list[ProfileRequest]  # the profiles asked, and each rank's trace
     files: list[str]  # what the directory holds, relative to it
     notes: list[str]  # what could not be read
 
@@ -102,19 +110,10 @@ def _first_failure(exits: list[EventRecord]) -> Failure | None:
 
 
 def error_line(tail: object) -> str | None:
-    """The exception line of a traceback in a stderr tail: after the last 'Traceback'
-    header, the last line that is no frame (a bare crash has none)."""
+    """The exception a traceback in a stderr tail ends with (rundir.crash), when it has one."""
     if not isinstance(tail, list):
         return None
-    lines = [ln for ln in tail if isinstance(ln, str)]
-    starts = [i for i, ln in enumerate(lines) if ln.startswith("Traceback (most recent call last)")]
-    if not starts:
-        return None
-    for ln in reversed(lines[starts[-1] + 1:]):
-        s = ln.strip()
-        if s and not ln.startswith((" ", "\t")) and not s.startswith(("File ", "^", "~")):
-            return s
-    return None
+    return crash.exception_line([ln for ln in tail if isinstance(ln, str)])
 
 
 def ending(rd: RunDir) -> Ending:
@@ -267,10 +266,11 @@ def summarize(rd: RunDir, now: float | None = None) -> Summary:
     for e in evs:
         if e["event"] in control_events.CONTROL_EVENTS:
             control_events.apply(live, cast(EventFields, e))
-    tunables, checkpoints = live.status()
+    control = live.status()
     return {"listing": listing(rd, exits, now), "args": rd.run.args,
             "restarts": restarts if isinstance(restarts, int) else sum(r["restarts"] for r in ranks),
             "stopped": as_str(stops[0].get("why")) if stops else None, "ranks": ranks, "stalls": _stalls(evs),
             "slow_starts": _stalls(evs, Event.SLOW_START, "slow start"),
             "culprit": as_str(hangs[-1].get("message")) if hangs else None, "alerts": _alerts(evs),
-            "tunables": tunables, "checkpoints": checkpoints, "files": files, "notes": list(rd.notes)}
+            "tunables": control.tunables, "checkpoints": control.checkpoints, "profiles": control.profiles,
+            "files": files, "notes": list(rd.notes)}

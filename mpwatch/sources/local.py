@@ -28,8 +28,8 @@ class EventsReply(TypedDict):
 
 
 class ControlReply(TypedDict):
-    """The `checkpoint` and `set` commands' reply: the step every rank takes it at (None: each
-    at its next call), and what was done (none for a plan)."""
+    """The actions' (`checkpoint`, `profile`) and `set` commands' reply: the step every rank
+    takes it at (None: each at its next call), and what was done (none for a plan)."""
 
     step: int | None
     message: str
@@ -114,11 +114,12 @@ class Requests:
     def stop(self) -> str:
         return str(self.request("stop")["message"])
 
-    def checkpoint(self, target: int | str, step: int | None = None, by: str = "?",
-                   plan: bool = False) -> ControlReply:
-        """Ask a rank (or "all") to checkpoint (supervisor.control.room); with `plan`, only the
-        step it would be taken at. `step` given: that step, on every rank asked."""
-        return _control_reply(self.request("checkpoint", target=target, step=step, by=by, plan=plan))
+    def ask(self, action: str, target: int | str, step: int | None = None, by: str = "?", plan: bool = False,
+            **args: object) -> ControlReply:
+        """Ask a rank (or "all") for an action (contract.actions: "checkpoint", "profile" with
+        its `steps`) through supervisor.control; with `plan`, only the step it would be taken
+        at. `step` given: that step, on every rank asked."""
+        return _control_reply(self.request(action, target=target, step=step, by=by, plan=plan, **args))
 
     def set_tunable(self, name: str, value: str, step: int | None = None, by: str = "?",
                     plan: bool = False) -> ControlReply:

@@ -27,9 +27,10 @@ class Source(Protocol):
 
     def stop(self) -> str: ...
 
-    def checkpoint(self, target: int | str, step: int | None = None, by: str = "?",
-                   plan: bool = False) -> ControlReply:
-        """A "checkpoint now" (supervisor.control.room); `plan`: only the step it would be at."""
+    def ask(self, action: str, target: int | str, step: int | None = None, by: str = "?", plan: bool = False,
+            **args: object) -> ControlReply:
+        """An action at one step (contract.actions: "checkpoint", "profile" with its `steps`);
+        `plan`: only the step it would be at."""
         ...
 
     def set_tunable(self, name: str, value: str, step: int | None = None, by: str = "?",

@@ -78,14 +78,17 @@ def build(run: RunView, tail: int = TAIL) -> Status:
                      "stop_signal": o.stop_signal, "metrics": run.metrics_at},
             refused_connections=run.refused_connections(),
             node=None if run.nodes is None else run.nodes.info())
-        tunables, checkpoints = run.control.status()
-        return Status(
+        control = run.control.status()
+        st = Status(
             run=info, workers=workers,
             gpus=cast(list[GpuView], panel.get("gpus", [])),  # GpuWatch builds them as contract.status says
             gpu_status=panel.get("gpu_status"),
             alerts=run.log.alerts(), events_seq=run.log.seq,
             straggler=straggler.analyze(workers),  # lags, and the likely culprit of a hang
-            tunables=tunables, checkpoints=checkpoints)
+            tunables=control.tunables, checkpoints=control.checkpoints)
+        if control.profiles:
+            st["profiles"] = control.profiles
+        return st
 
 
 def worker_status(w: Worker, now: float, tail: int, gpu: GpuWatch | None,
@@ -121,6 +124,8 @@ def worker_status(w: Worker, now: float, tail: int, gpu: GpuWatch | None,
         stop=stop_info(a, now) if alive else None, polls_checkpoint=a.polls, steps_from=r.source)
     if r.rejected:
         row["rejected"] = {"count": r.rejected, "why": r.rejected_why or "?"}
+    if r.refused_tunables:
+        row["refused_tunables"] = list(r.refused_tunables)
     return row
 
 

@@ -9,6 +9,7 @@ from typing import Literal
 
 from mpwatch.contract.control import shown
 from mpwatch.contract.status import Event, EventFields, State
+from mpwatch.contract.straggler import ranks_text
 from mpwatch.text import fmt
 
 Severity = Literal["information", "warning", "error"]  # Textual's notification severities
@@ -17,11 +18,12 @@ Severity = Literal["information", "warning", "error"]  # Textual's notification 
 # (The run's end is no notice: the banner says it, once.)
 NOTICE_EVENTS = frozenset({Event.WORKER_EXITED, Event.STALLED, Event.SLOW_START, Event.RECOVERED,
                            Event.RESTARTED, Event.RESIZED, Event.ALERT, Event.GPU_ALERT, Event.STOPPING,
-                           Event.DUMP, Event.CHECKPOINT_MISSED})
+                           Event.DUMP, Event.CHECKPOINT_MISSED, Event.PROFILE_WRITTEN, Event.PROFILE_FAILED})
 # a rank that took a request past its step is news too (contract.control: `late`)
-LATE_NOTICES = frozenset({Event.CHECKPOINT_TAKEN, Event.TUNABLE_APPLIED})
+LATE_NOTICES = frozenset({Event.CHECKPOINT_TAKEN, Event.TUNABLE_APPLIED, Event.PROFILE_STARTED})
 _ALERT_SEVERITY: dict[str, Severity] = {"error": "error", "warning": "warning", "info": "information"}
 _EXIT_SEVERITY: dict[str, Severity] = {State.FAILED: "error", State.KILLED: "warning"}
+EXIT_GROUPS = 2  # causes one notice of ranks that ended together says, at most
 
 
 def _who(rec: EventFields) -> str:
@@ -74,9 +76,15 @@ def _live(rec: EventFields) -> str | None:
         return f"{who} took a checkpoint at step {fmt.num(rec.get('step'), na='-')}{late}"
     if e == Event.CHECKPOINT_MISSED:
         return f"{who} ended before its checkpoint ({rec.get('why')})"
+    if e in (Event.PROFILE_REQUESTED, Event.PROFILE_STARTED, Event.PROFILE_WRITTEN, Event.PROFILE_FAILED,
+             Event.PROFILE_MISSED):
+        return _profile(rec)
     if e == Event.TUNABLE_DECLARED:
         return (f"{who} declared tunable {rec.get('tunable')} ({rec.get('type')}, "
                 f"default {shown(rec.get('value'))})")
+    if e == Event.TUNABLE_SET and rec.get("step") is not None:  # asked now, in force at that step
+        return (f"{rec.get('tunable')} = {shown(rec.get('value'))} from step {rec.get('step')} "
+                f"({shown(rec.get('old'))} until then) by {rec.get('by')}")
     if e == Event.TUNABLE_SET:
         return (f"{rec.get('tunable')} = {shown(rec.get('value'))} (was {shown(rec.get('old'))}) "
                 f"{_at(rec.get('step'))} by {rec.get('by')}")
@@ -88,6 +96,25 @@ def _live(rec: EventFields) -> str | None:
     return None
 
 
+def _profile(rec: EventFields) -> str:
+    """A profile's events (supervisor.control.actions)."""
+    e, who, step = rec.get("event"), _who(rec), rec.get("step")
+    if e == Event.PROFILE_REQUESTED:
+        n = rec.get("steps")
+        when = f"steps {step + 1}-{step + (n or 1)}" if step is not None else f"its next {n} steps"
+        return f"profile of {when} asked of {fmt.ranks(rec.get('ranks') or [])} by {rec.get('by')}"
+    if e == Event.PROFILE_STARTED:
+        late = f" (late: asked for step {rec.get('at')})" if rec.get("late") else ""
+        at = f"after step {step}" if step is not None else "now"
+        return f"{who}: {rec.get('tool')} started {at}{late}"
+    if e == Event.PROFILE_WRITTEN:
+        note = f" ({rec.get('why')})" if rec.get("why") else ""
+        return f"{who}: profile written, {rec.get('path')} ({fmt.size_long(rec.get('bytes'))}){note}"
+    if e == Event.PROFILE_FAILED:
+        return f"{who}: no profile: {rec.get('why')}"
+    return f"{who} ended before its profile started"
+
+
 def line(rec: EventFields) -> str | None:
     """One line for an event (the --headless status line), or None for events not worth one."""
     e, who = rec.get("event"), _who(rec)
@@ -97,8 +124,7 @@ def line(rec: EventFields) -> str | None:
     if e == Event.WORKER_STARTED:
         return f"{who} started again (pid {rec.get('pid')})" if rec.get("attempt") else None
     if e == Event.WORKER_EXITED:
-        state, cause = exit_state(rec), str(rec.get("cause"))
-        return f"{who} {cause}" if cause.startswith(f"{state} ") else f"{who} {state}: {cause}"
+        return _ended(who, exit_state(rec), str(rec.get("cause")))
     if e in (Event.PAUSED, Event.RESUMED):
         return f"{who} {e}"
     if e == Event.RESTARTED:
@@ -125,6 +151,8 @@ def line(rec: EventFields) -> str | None:
         return f"GPU alert: {rec.get('message')}"
     if e == Event.STOPPING:
         return f"stopping the run ({rec.get('why')})"
+    if e == Event.RUN_FINISHED and rec.get("stopped"):  # a stop asked for, a signal: not a failure of its own
+        return f"run stopped ({rec.get('stopped')}), exit code {rec.get('exit_code')}"
     if e == Event.RUN_FINISHED:
         return f"run finished, exit code {rec.get('exit_code')}"
     if e == Event.ROUND:  # several nodes: a rendezvous round joined (node_lost is worded by its alert)
@@ -139,17 +167,35 @@ def line(rec: EventFields) -> str | None:
 
 
 def exits_notice(recs: list[EventFields]) -> tuple[str, Severity]:
-    """One notice for several ranks that ended together (a process group failing at once):
-    'rank 2 killed; ranks 0,1,3 failed (causes in the table)'."""
-    by_state: dict[str, list[int]] = {}
+    """One notice for several ranks that ended together (a process group failing at once, a
+    restart or a resize that stops them all), with their causes, ranks of one cause together:
+    'ranks 0,1,2 killed: stopped for a resize (exit 0)'. Past EXIT_GROUPS causes, the states
+    only, and where each cause is: the events screen (the table shows a rank started again
+    since as running, without the cause of its last end)."""
+    by_cause: dict[tuple[str, str], list[int]] = {}
     for rec in recs:
         if rec["rank"] is not None:
-            by_state.setdefault(exit_state(rec), []).append(rec["rank"])
-    parts = [(f"rank {rs[0]}" if len(rs) == 1 else "ranks " + ",".join(map(str, sorted(rs)))) + f" {state}"
-             for state, rs in by_state.items()]
-    worst: Severity = ("error" if State.FAILED in by_state
-                       else "warning" if State.KILLED in by_state else "information")
-    return "; ".join(parts) + " (their causes in the table)", worst
+            ranks = by_cause.setdefault((exit_state(rec), str(rec.get("cause") or "")), [])
+            if rec["rank"] not in ranks:
+                ranks.append(rec["rank"])
+    states = {state for state, _ in by_cause}
+    worst: Severity = ("error" if State.FAILED in states
+                       else "warning" if State.KILLED in states else "information")
+    if len(by_cause) <= EXIT_GROUPS:
+        parts = [_ended(ranks_text(rs), state, cause) for (state, cause), rs in by_cause.items()]
+        return "; ".join(parts), worst
+    by_state: dict[str, list[int]] = {}
+    for (state, _), rs in by_cause.items():
+        by_state.setdefault(state, []).extend(r for r in rs if r not in by_state.get(state, []))
+    return "; ".join(f"{ranks_text(rs)} {state}" for state, rs in by_state.items()) + \
+        " (each one's cause: e, the events)", worst
+
+
+def _ended(who: str, state: str, cause: str) -> str:
+    """'rank 2 killed: killed on request (exit 0)' as line() words a worker_exited."""
+    if not cause:
+        return f"{who} {state}"
+    return f"{who} {cause}" if cause.startswith(f"{state} ") else f"{who} {state}: {cause}"
 
 
 def severity(rec: EventFields) -> Severity:
@@ -161,7 +207,7 @@ def severity(rec: EventFields) -> Severity:
     if e == Event.GPU_ALERT:
         return _ALERT_SEVERITY.get(rec.get("severity") or "warning", "warning")
     if e in (Event.STALLED, Event.SLOW_START, Event.RESTARTED, Event.ALERT, Event.STOPPING, Event.BAD_FRAME,
-             Event.CHECKPOINT_MISSED, Event.REPORTS_REJECTED) or rec.get("late"):
+             Event.CHECKPOINT_MISSED, Event.REPORTS_REJECTED, Event.PROFILE_FAILED) or rec.get("late"):
         return "warning"
     return "information"
 

@@ -14,9 +14,9 @@ from rich.text import Text
 from textual import events
 from textual.app import ComposeResult, SystemCommand
 from textual.screen import Screen
-from textual.widgets import Footer, Static
+from textual.widgets import Static
 
-from mpwatch.contract.status import Event, EventFields, RunState, State, Status
+from mpwatch.contract.status import Event, EventFields, RunState, State, Status, devices
 from mpwatch.sources.source import Source
 from mpwatch.text import eventtext
 from mpwatch.tui import keys
@@ -35,6 +35,7 @@ from mpwatch.tui.screens.tunables import TunablesScreen
 from mpwatch.tui.widgets.cells import to_text
 from mpwatch.tui.widgets.gpu_panel import AlertLines, GpuPanel
 from mpwatch.tui.widgets.header import RunHeader
+from mpwatch.tui.widgets.keys_footer import KeysFooter
 from mpwatch.tui.widgets.worker_table import WorkerTable
 
 __all__ = ["MpwatchApp", "Outcome"]
@@ -68,6 +69,7 @@ class MpwatchApp(RunActions):
         self._selected_shown: Line | None = None
         self._multi_node = False  # a merged view of several nodes: the NODE column
         self._has_gpus = True  # the status has GPU data (a replay without any has no GPU column)
+        self._mig = False  # a GPU has MIG slices: a wider GPU column
         # every event received, the first snapshot's too (events screen)
         self.event_log: list[EventFields] = []
 
@@ -76,7 +78,7 @@ class MpwatchApp(RunActions):
         # Kept as attributes: app.query_one searches the active screen, which may be a dialog.
         yield from (self.header, self.banner, self.table, self.selected_line, self.gpu_panel,
                     self.alert_lines, self.status_line)
-        yield Footer(show_command_palette=False)
+        yield KeysFooter()
 
     def on_mount(self) -> None:
         self.set_class(self.size.height < SMALL_H, "small")
@@ -100,7 +102,8 @@ class MpwatchApp(RunActions):
         self.refresh_view()
 
     def _set_columns(self, width: int) -> None:
-        cols = view.columns(width, nodes=self._multi_node, replay=self.READ_ONLY, gpus=self._has_gpus)
+        cols = view.columns(width, nodes=self._multi_node, replay=self.READ_ONLY, gpus=self._has_gpus,
+                            mig=self._mig)
         if cols != self.table.cols:
             self.table.set_columns(cols)
             self.refresh_view()
@@ -128,8 +131,10 @@ class MpwatchApp(RunActions):
         news = control_rows.news(old, status) if old else []
         for text, severity in node_rows.changes(old, status) + news:
             self.say(text, severity)
-        if node_rows.multi(status) != self._multi_node or bool(status["gpus"]) != self._has_gpus:
-            self._multi_node, self._has_gpus = node_rows.multi(status), bool(status["gpus"])
+        mig = any("slices" in gpu for gpu in status["gpus"])
+        now = (node_rows.multi(status), bool(status["gpus"]), mig)
+        if now != (self._multi_node, self._has_gpus, self._mig):
+            self._multi_node, self._has_gpus, self._mig = now
             self._set_columns(self.size.width)
         self.refresh_view()
 
@@ -140,9 +145,10 @@ class MpwatchApp(RunActions):
         g = self.glyphs
         width, height = self.size.width, self.size.height
         small = height < SMALL_H  # the table keeps its rows: one GPU line, one alert, no sort line
-        gpu_fit = 1 if small else min(len(st["gpus"]) + bool(st["gpu_status"] and st["gpus"]),
+        gpu_rows_n = len(devices(st["gpus"]))  # a GPU in MIG mode has a row per slice too
+        gpu_fit = 1 if small else min(gpu_rows_n + bool(st["gpu_status"] and st["gpus"]),
                                       max(2, height // 5)) or 1
-        gpu_width = width - 2 - (1 if len(st["gpus"]) > gpu_fit else 0)
+        gpu_width = width - 2 - (1 if gpu_rows_n > gpu_fit else 0)
         with self.batch_update():
             head = view.header_lines(st, g, sort=self.sort, filter_text=self.filter_text,
                                      finished=not self.live)
@@ -285,7 +291,7 @@ class MpwatchApp(RunActions):
         return keys.offered(self.KEYS, self.can_act)
 
     def action_help(self) -> None:
-        rows = [(self.get_key_display(k), k.tooltip) for k in self.offered_keys()]
+        rows = [(self.get_key_display(k), keys.said(k, self.can_act)) for k in self.offered_keys()]
         self.push_screen(HelpScreen(self.glyphs, rows, can_act=self.can_act))
 
     def get_system_commands(self, screen: Screen[object]) -> Iterable[SystemCommand]:
@@ -293,5 +299,5 @@ class MpwatchApp(RunActions):
         then every key offered, by its name (tui.keys)."""
         yield from (c for c in super().get_system_commands(screen) if c.callback != self.action_quit)
         for k in self.offered_keys():
-            yield SystemCommand(k.description, f"{k.tooltip} ({self.get_key_display(k)})",
+            yield SystemCommand(k.description, f"{keys.said(k, self.can_act)} ({self.get_key_display(k)})",
                                 partial(self.run_action, k.action))

@@ -69,6 +69,8 @@ def _make_api(chan: Channel) -> tuple[Callable[..., None], Callable[[str], Phase
         seq = next(s.seq)
         if type(step) is int:
             s.step = step
+            if step >= s.act_due:
+                _at_step(chan, step)
         if s.explicit < 0 and (step is not None or loss is not None):
             s.explicit = seq
         s.buf.append((seq, clock(), step, loss, metrics))
@@ -84,6 +86,13 @@ def _make_api(chan: Channel) -> tuple[Callable[..., None], Callable[[str], Phase
         return p
 
     return report, phase
+
+
+def _at_step(chan: Channel, step: int) -> None:
+    """A step boundary where the control's actions are due (worker.actions: a profile starts or ends)."""
+    ctl = chan.control
+    if ctl is not None:
+        ctl.at_step(step)
 
 
 def _config() -> ChannelConfig | None:
@@ -173,6 +182,8 @@ def auto_step(step: int | None, loss: object, data_s: float, compute_s: float) -
     s.auto = True
     if step is not None:
         s.step = step
+        if step >= s.act_due:
+            _at_step(c, step)
     s.buf.append((next(s.seq), time.time(), step, loss, {}))
     if s.thread is None:
         c.start()

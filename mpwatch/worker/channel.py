@@ -37,10 +37,12 @@ if TYPE_CHECKING:
         def close(self) -> None: ...
 
     class Answers(Protocol):
-        """What control requests left for the next batch (worker.control_state.ControlState)."""
+        """What control requests left for the next batch, and the actions run at step
+        boundaries (worker.control_state.ControlState)."""
 
         def take(self) -> list[list[object]]: ...
         def give_back(self, entries: list[list[object]]) -> None: ...
+        def at_step(self, step: int) -> None: ...
 
 # How often the sender ships a batch: one frame per flush, and the supervisor's cost is
 # mostly per frame. The supervisor sets it by the run's size (protocol.flush_interval).
@@ -52,6 +54,7 @@ BUFFER = 2048
 # The longest a fork waits for the sender's import to end (one of a few small modules, or
 # torch's allocator view: milliseconds); past it the fork goes on, as without mpwatch.
 FORK_WAIT_S = 5.0
+NEVER = 1 << 62  # ProcessState.act_due while no action waits for a step
 
 
 class PhaseTimer:
@@ -95,6 +98,9 @@ class ProcessState:
         # (report(); the automatic steps too, a forked child's from 0): worker.control compares
         # it with a request's.
         self.step = -1
+        # The step at which a step boundary must run the control's actions (worker.actions: a
+        # profile starts or stops there); the sender lowers it when one comes. One compare a step.
+        self.act_due = NEVER
         self.buf: deque[Entry] = deque(maxlen=BUFFER)
         self.seq = itertools.count()
         self.phases: dict[str, float] = {}

@@ -8,17 +8,36 @@ Two threads share a `ControlState` without a lock:
   compare of `due` with this process's current step (worker.channel's `ProcessState.step`, the
   last step reported, by report() or by the automatic steps) and nothing else. When the step
   reaches `due`, `run_due()` drains the inbox, applies what is due, and queues the answers.
+
+What "at step S" means, in the script's own numbering: a checkpoint at S is due once step S is
+reported (`report(step=S)`, then should_checkpoint() is True: the state saved is step S's); a
+value set from step S is what tunable() returns for step S, so it is due once step S-1 is
+reported (a loop reads its tunables before the step they serve, at the top of the loop or
+after the last report), and its answer says S, the first step that uses it.
 A deque's append and popleft are atomic, and an attribute store is one, so the only order that
 matters is the sender's: item first, `due` after (see run_due for the other side).
+
+The actions a process runs at a step boundary (a profile: protocol.STEP_ACTIONS) come the
+same way and wait in worker.actions' StepActions: the sender lowers the process's `act_due`
+after the item, and the training thread's next step boundary (report() with a step, an automatic
+step) calls `at_step`. Their answers go back in the same outbox.
+
+A declaration the supervisor cannot keep is said on the rank's stderr where it happens, once:
+a float tunable whose default is not finite (the script gets its default; the supervisor
+refuses it alone and lists it in the rank's status, keeping the others), and the first name
+past DECLARED_MAX (it and the later ones keep their defaults, unseen by the supervisor).
 
 Stdlib only, and cheap to import: `import mpwatch` does not load it (mpwatch.__getattr__).
 """
 from __future__ import annotations
 
+import math
 import os
+import sys
 from collections import deque
 
 from mpwatch.contract import protocol
+from mpwatch.worker.actions import StepActions
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -27,12 +46,13 @@ if TYPE_CHECKING:
     # step (None: now), id, tunable name (None: checkpoint), value
     Item = tuple[int | None, int, str | None, object]
 
-NEVER = 1 << 62  # `due` when nothing is pending
+NEVER = 1 << 62  # `due` when nothing is pending (worker.channel's act_due is the same)
 NOW = -(1 << 62)  # `due` when the slow path must run at the next call
 SEEN_MAX = 4096  # request ids remembered (a request resent after a reconnect is applied once)
 DECLARED_MAX = 256  # tunables the supervisor is told of (it keeps as many); more still work here
 TAKE_MAX = 1024  # outbox entries a batch carries (the rest go with the next): frames stay small
 _MISSING = object()
+NO_TORCH = "this process has not imported torch"
 
 
 def coerce(value: object, kind: type) -> object:
@@ -74,6 +94,14 @@ class ControlState:
         self.polls = False  # should_checkpoint() was called (the supervisor is told once)
         self.started = False  # the sender thread was asked to start
         self.seen: set[int] = set()  # sender thread: request ids received
+        self.acts = StepActions(self)  # training thread: the actions run at step boundaries
+        self.acts_in: deque[tuple[int | None, int, str, dict[str, object]]] = deque()  # sender -> training
+        self.declared = 0  # declarations sent to the supervisor (at most DECLARED_MAX)
+        self.capped = False  # the first name past DECLARED_MAX was said on stderr
+
+    @property
+    def rank(self) -> int:
+        return self.chan.config.rank
 
     # ------------------------------------------------------------ sender thread ----
     def receive(self, msg: dict[str, object]) -> bool:
@@ -81,6 +109,8 @@ class ControlState:
         t, rid, step = msg.get("t"), msg.get("id"), msg.get("step")
         if type(rid) is not int or (step is not None and type(step) is not int):
             return False
+        if t in protocol.STEP_ACTIONS:
+            return self._receive_action(t, rid, step, msg)
         if t == protocol.CHECKPOINT:
             item: Item = (step, rid, None, None)
         elif t == protocol.SET:
@@ -90,13 +120,29 @@ class ControlState:
             item = (step, rid, name, value)
         else:
             return False
-        if rid in self.seen:
+        if not self._new(rid):
             return True
+        self.inbox.append(item)
+        self.due = self.ck_due = NOW  # after the append: the training thread finds the item
+        return True
+
+    def _receive_action(self, t: str, rid: int, step: int | None, msg: dict[str, object]) -> bool:
+        if not self._new(rid):
+            return True
+        if t in protocol.TORCH_ACTIONS and "torch" not in sys.modules:  # said at once: py-spy, perhaps
+            self.result(rid, {"state": "failed", "why": NO_TORCH, "no_torch": True})
+            return True
+        self.acts_in.append((step, rid, t, msg))
+        self.chan.state.act_due = NOW  # after the append: the next step boundary finds it
+        return True
+
+    def _new(self, rid: int) -> bool:
+        """Sender thread: the request id is seen for the first time."""
+        if rid in self.seen:
+            return False
         if len(self.seen) >= SEEN_MAX:
             self.seen.clear()  # ids only grow: an old one resent this late is long applied
         self.seen.add(rid)
-        self.inbox.append(item)
-        self.due = self.ck_due = NOW  # after the append: the training thread finds the item
         return True
 
     def take(self) -> list[list[object]]:
@@ -133,15 +179,15 @@ class ControlState:
         step = self.chan.state.step
         keep: list[Item] = []
         for item in self.pending:
-            at = item[0]
-            if at is not None and at > step:
+            at, is_set = item[0], item[2] is not None
+            if at is not None and due_at(at, is_set) > step:
                 keep.append(item)
-            elif item[2] is None:
+            elif not is_set:
                 self.ready.append(item)
             else:
                 self._set(item, step)
         self.pending = keep
-        due = min([it[0] for it in keep if it[0] is not None], default=NEVER)
+        due = min([due_at(it[0], it[2] is not None) for it in keep if it[0] is not None], default=NEVER)
         self.due = due
         self.ck_due = NOW if self.ready or not self.polls else due
         if inbox:  # the sender added one after the drain: it may have set `due` before we did
@@ -164,11 +210,33 @@ class ControlState:
             v = coerce(value, type(current))
             if v is not _MISSING:
                 self.values[name] = v
-        self._answer(rid, item[0], step)
+        self._answer(rid, item[0], step + 1 if step >= 0 else step)  # the first step that uses it
 
     def _answer(self, rid: int, at: int | None, step: int) -> None:
+        self.answer(rid, at, step)
+
+    # ----------------------------------------------- actions at step boundaries ----
+    def at_step(self, step: int) -> None:
+        """Training thread, at a step boundary once the step reached `act_due` (worker.api)."""
+        box, acts = self.acts_in, self.acts
+        while box:
+            try:
+                acts.queue(box.popleft())
+            except IndexError:
+                break
+        acts.at_step(step)
+        self.chan.state.act_due = acts.due()
+        if box:  # the sender added one after the drain: it may have set act_due before we did
+            self.chan.state.act_due = NOW
+
+    def answer(self, rid: int, at: int | None, step: int) -> None:
+        """Request `rid` took effect (or started) at `step`, asked for `at`. Any thread."""
         shown = step if step >= 0 else None  # -1: this process reported no step yet
         self.outbox.append([protocol.LIVE_DONE, rid, shown, at is not None and step > at])
+
+    def result(self, rid: int, fields: dict[str, object]) -> None:
+        """An action's outcome (contract.actions reads the fields). Any thread."""
+        self.outbox.append([protocol.LIVE_RESULT, rid, fields])
 
     def declare(self, name: str, default: object) -> object:
         """tunable()'s first call for `name`: its value (a value sent before wins over the
@@ -180,9 +248,17 @@ class ControlState:
             v = coerce(early, kind)
             value = default if v is _MISSING else v
         self.values[name] = value
-        if len(self.values) <= DECLARED_MAX:
+        if isinstance(default, float) and not math.isfinite(default):
+            _say(f"tunable({name!r}, {default!r}): a float tunable's default must be finite; the script "
+                 f"gets {default!r}, and mpwatch ctl set cannot change it (the other tunables are kept)")
+        if self.declared < DECLARED_MAX:
+            self.declared += 1
             shown = default if kind is not str else str(default)[:protocol.TUNABLE_STR_MAX]
             self.outbox.append([protocol.LIVE_DECLARE, name, kind.__name__, shown])
+        elif not self.capped:
+            self.capped = True
+            _say(f"tunable({name!r}, ...): past {DECLARED_MAX} tunables, this one and any declared after "
+                 "it keep their defaults: the supervisor is not told of them (ctl set cannot reach them)")
         if not self.started:
             self.started = True
             self.chan.start()
@@ -196,6 +272,14 @@ class ControlState:
         self.pending, self.ready = [], []
         self.polls = self.started = False
         self.seen = set()
+        self.acts.after_fork()
+        self.acts_in = deque()
+
+
+def due_at(at: int, is_set: bool) -> int:
+    """The last step reported at which a request for step `at` is due: a checkpoint's own step,
+    the step before a value's (see the module's doc)."""
+    return at - 1 if is_set else at
 
 
 def start_values() -> dict[str, object]:
@@ -224,3 +308,12 @@ def attach(chan: Channel) -> ControlState:
             chan.control = ctl
             os.register_at_fork(after_in_child=ctl.after_fork)
     return ctl
+
+
+def _say(text: str) -> None:
+    """One line on the process's stderr (the rank's log); never an error of the script's."""
+    try:
+        sys.stderr.write(f"mpwatch: {text}\n")
+        sys.stderr.flush()
+    except (OSError, ValueError, AttributeError):  # closed, or replaced by something that is no file
+        pass

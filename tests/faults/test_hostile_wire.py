@@ -25,17 +25,12 @@ WORKER = FIXTURES / "tui_worker.py"
 
 
 class Bridge:
-    """`mpwatch bridge RUN` on pipes, read with a deadline (a request left unanswered fails).
-
-    Its replies are read from the pipe's fd into a buffer of our own, and a line already in
-    that buffer is taken before waiting on the fd: select() on a file object that buffers
-    says nothing of what its buffer holds, and replies that came together once waited there
-    for the whole timeout (a fresh clone's `make test` failed so; alone it passed in 1 s)."""
+    """`mpwatch bridge RUN` on pipes, read with a deadline (a request left unanswered fails)."""
 
     def __init__(self, run_dir, env=None):
         self.proc = subprocess.Popen([*MPWATCH, "bridge", str(run_dir)], stdin=subprocess.PIPE,
                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
-        self.pending = b""  # read from the pipe, not yet a whole line
+        self.buf = b""  # read from stdout's fd, not yet a whole line
         self.send({"t": "hello", "proto": "mpwatch-bridge", "min": 1, "max": 1, "mpwatch": "test"})
         assert "run" in self.recv(), "no run in the bridge's hello"
 
@@ -44,16 +39,21 @@ class Bridge:
         self.proc.stdin.flush()
 
     def recv(self, timeout: float = 30.0) -> dict:
+        return json.loads(self.recv_line(timeout))
+
+    def recv_line(self, timeout: float = 30.0) -> bytes:
+        """The next reply line, read from the pipe's fd itself: a buffered readline after a
+        select would leave a second reply that came with the first in its buffer, unseen."""
         deadline = time.monotonic() + timeout
-        fd = self.proc.stdout.fileno()  # never read through proc.stdout: its buffer would hide lines
-        while b"\n" not in self.pending:
+        fd = self.proc.stdout.fileno()
+        while b"\n" not in self.buf:
             ready, _, _ = select.select([fd], [], [], max(0.0, deadline - time.monotonic()))
             assert ready, f"no answer from the bridge within {timeout:g}s"
-            chunk = os.read(fd, 1 << 16)
+            chunk = os.read(fd, 1 << 20)
             assert chunk, f"the bridge ended: {self.proc.stderr.read().decode()}"
-            self.pending += chunk
-        line, self.pending = self.pending.split(b"\n", 1)
-        return json.loads(line)
+            self.buf += chunk
+        line, _, self.buf = self.buf.partition(b"\n")
+        return line + b"\n"
 
     def close(self) -> None:
         if self.proc.poll() is None:

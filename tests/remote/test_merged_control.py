@@ -25,8 +25,8 @@ def test_checkpoint_all_and_a_change_reach_every_node_at_one_step(headless):
         st = wait_for(lambda: (lambda s: s if len(s["workers"]) == 3 else None)(source.status(tail=0)),
                       what="the merged status")
         assert [w["rank"] for w in st["workers"]] == [0, 1, 2]
-        plan = source.checkpoint("all", by="test", plan=True)["step"]
-        got = source.checkpoint("all", by="test")
+        plan = source.ask("checkpoint", "all", by="test", plan=True)["step"]
+        got = source.ask("checkpoint", "all", by="test")
         s = got["step"]
         assert s is not None and s >= plan
         assert re.search(rf"node 0: checkpoint asked of ranks 0-1 at step {s}\b", got["message"])

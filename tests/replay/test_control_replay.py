@@ -13,10 +13,11 @@ from mpwatch.rundir import postmortem, reader
 from mpwatch.sources.replay import ReplaySource
 from mpwatch.tui.render import glyphs
 from mpwatch.tui.replay_app import ReplayApp
+from mpwatch.tui.screens.help import HelpScreen
 from mpwatch.tui.screens.tunables import TunablesScreen
 from tests.helpers import FIXTURES, mpwatch
 from tests.replay.conftest import seek
-from tests.tui.conftest import said, until
+from tests.tui.conftest import drawn, said, until
 
 
 @pytest.fixture(scope="session")
@@ -40,11 +41,14 @@ def test_the_replay_shows_each_moments_tunables_and_checkpoints(tuned):
     assert (lr["value"], lr["changes"]) == (0.1, [])
     seek(src, lambda e: e["event"] == "tunable_set", "set")
     lr = next(t for t in src.status()["tunables"] if t["name"] == "lr")
-    assert lr["value"] == 0.5 and lr["changes"][0]["waiting"] == [0, 1] and lr["changes"][0]["answers"] == []
+    # asked, not taken yet: pending, the value in force still the old one (issue 31)
+    assert lr["value"] == 0.1 and lr["changes"][0]["pending"] and lr["changes"][0]["value"] == 0.5
+    assert lr["changes"][0]["waiting"] == [0, 1] and lr["changes"][0]["answers"] == []
     src.move("end")
     st = src.status()
     lr = next(t for t in st["tunables"] if t["name"] == "lr")
     change = lr["changes"][0]
+    assert lr["value"] == 0.5 and not change["pending"]
     steps = {a["step"] for a in change["answers"]}
     assert len(steps) == 1 and change["step"] in steps and change["waiting"] == [] and change["by"].startswith("ctl")
     req = st["checkpoints"][0]
@@ -81,3 +85,39 @@ async def test_a_replay_shows_t_and_refuses_c_and_a_change(tuned):
         await pilot.press("down", "enter")
         await until(pilot, lambda: said(app, "cannot change lr: this is a replay"), what="the refusal to change")
         assert isinstance(app.screen, TunablesScreen)
+
+
+@pytest.mark.parametrize("size", [(80, 24), (160, 48)], ids=lambda s: f"{s[0]}x{s[1]}")
+async def test_a_replays_t_says_it_is_read_only(tuned, size):
+    """Issue 31: the replay's help offered t as "...; Enter sets one", and its screen said
+    "Enter: change the selected one": in a replay t shows the tunables as of the cursor's
+    moment, and nothing is set. Its help line and its screen say that, and Enter's "Change"
+    leaves its footer."""
+    app = ReplayApp(ReplaySource(tuned.dir), glyphs=glyphs.UNICODE, notices=False)
+    async with app.run_test(size=size) as pilot:
+        await until(pilot, lambda: app.snapshots > 0, what="the first status")
+        await pilot.press("question_mark")
+        await until(pilot, lambda: isinstance(app.screen, HelpScreen), what="the help")
+        await pilot.pause()
+        text = drawn(app.screen.query_one("Static"))
+        assert "tunables as of the moment shown: mpwatch.tunable() values and changes (read-only)" in text
+        assert "Enter sets one" not in text
+        await pilot.press("escape", "t")
+        await until(pilot, lambda: isinstance(app.screen, TunablesScreen), what="the tunables screen")
+        await pilot.pause()
+        screen = app.screen
+        assert "as of the moment shown; read-only here" in drawn(screen.title_bar)
+        assert "Enter: change" not in drawn(screen.title_bar)
+        assert not [b for b in screen.active_bindings.values() if b.binding.action == "edit" and b.enabled]
+
+
+def test_summary_says_a_change_that_never_came_into_force_was_pending(headless):
+    """Issue 31, item 2: a value set for a step the run never reached is no value it had: the
+    summary says it stayed pending (it said "lr = 0.5 (was 0.1) from step 999999")."""
+    run = headless(FIXTURES / "control_loop.py", "80", "0.02", n=1)
+    run.wait_event("tunable_declared", count=4)
+    run.ctl("set", "lr", "0.5", "--at-step", "999999")
+    assert run.wait_exit(120) == 0
+    text = "\n".join(summary_lines(postmortem.summarize(reader.read(run.run_dir))))
+    assert "lr = 0.5 from step 999999 (0.1 until then), by ctl " in text, text
+    assert ": pending, 0 of 1 rank(s) took it" in text and "(was 0.1)" not in text

@@ -101,7 +101,7 @@ def _worker_gpu(wg: WorkerGpu, m: NodeMap) -> WorkerGpu:
     out = wg.copy()
     if wg["index"] is not None:
         out["index"] = wg["index"] + m.gpu_offset
-    out["gpus"] = [{"index": s["index"] + m.gpu_offset, "mem_bytes": s["mem_bytes"]} for s in wg["gpus"]]
+    out["gpus"] = [{**s, "index": s["index"] + m.gpu_offset} for s in wg["gpus"]]
     out["shared_with"] = [m.rank(r) or 0 for r in wg["shared_with"]]
     return out
 
@@ -119,6 +119,8 @@ def _gpu(gpu: GpuView, m: NodeMap) -> GpuView:
     out["alerts"] = [_gpu_alert(a, m) for a in gpu["alerts"]]
     if "ranks" in gpu:
         out["ranks"] = [m.rank(r) or 0 for r in gpu["ranks"]]
+    if "slices" in gpu:  # a GPU in MIG mode: its slices are numbered with it
+        out["slices"] = [_gpu(s, m) for s in gpu["slices"]]
     return out
 
 
@@ -256,10 +258,14 @@ def merge(parts: Sequence[NodePart], events_seq: int = 0,
     if hang_alert is not None:
         alerts.insert(0, hang_alert)
     live = [(p.status, ms[p.node].rank) for p in have if p.status is not None]
-    return Status(run=_run(parts, [p.status for p in have if p.status is not None]), workers=workers,
-                  gpus=gpus, gpu_status="; ".join(notes) or None, alerts=alerts, events_seq=events_seq,
-                  straggler=s, nodes=[node_status(p, ms[p.node]) for p in parts],
-                  tunables=control_merge.tunables(live), checkpoints=control_merge.checkpoints(live))
+    merged = Status(run=_run(parts, [p.status for p in have if p.status is not None]), workers=workers,
+                    gpus=gpus, gpu_status="; ".join(notes) or None, alerts=alerts, events_seq=events_seq,
+                    straggler=s, nodes=[node_status(p, ms[p.node]) for p in parts],
+                    tunables=control_merge.tunables(live), checkpoints=control_merge.checkpoints(live))
+    profiles = control_merge.profiles(live)
+    if profiles:
+        merged["profiles"] = profiles
+    return merged
 
 
 # ---------------------------------------------------------- events, timeline ----

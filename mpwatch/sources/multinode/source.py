@@ -316,15 +316,15 @@ class MergedSource:
     def stop(self) -> str:
         return self._every(lambda link: link.stop())
 
-    def checkpoint(self, target: int | str, step: int | None = None, by: str = "?",
-                   plan: bool = False) -> ControlReply:
+    def ask(self, action: str, target: int | str, step: int | None = None, by: str = "?", plan: bool = False,
+            **args: object) -> ControlReply:
         if target != "all":
             if not isinstance(target, int):
                 raise ClientError(f"bad target {target!r}")
             n, local = self._route(target)
-            got = self._link(n).checkpoint(local, step, by, plan)
+            got = self._link(n).ask(action, local, step, by, plan, **args)
             return {"step": got["step"], "message": f"node {n.node}: {got['message']}"}
-        return self._everywhere(lambda link, s, p: link.checkpoint("all", s, by, p), step, plan)
+        return self._everywhere(lambda link, s, p: link.ask(action, "all", s, by, p, **args), step, plan)
 
     def set_tunable(self, name: str, value: str, step: int | None = None, by: str = "?",
                     plan: bool = False) -> ControlReply:

@@ -1,2 +1,3 @@
-"""Control (issue 23): "checkpoint now" and tunables, sent down the workers' channels at one
-step on every rank: the control room (room), the step rule (plan), the records (records)."""
+"""Control (issues 23, 32): "checkpoint now", profiles and tunables, sent down the workers'
+channels at one step on every rank: the control room (room), the actions' requests and answers
+(actions), which ranks a request reaches and its step (reach, plan), the records (records)."""

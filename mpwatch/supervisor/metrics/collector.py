@@ -1,8 +1,10 @@
 """The run as Prometheus metrics, built from one status (contract.status's Status) at the moment
 of a scrape, so a run nobody scrapes pays nothing. Names follow Prometheus' naming guide (base
-units, `_total` for counters, ratios 0-1); labels join DCGM exporter's (`gpu`, `UUID`) and the
-run's (`run_id`, `rank`: the global rank, `node`: the node rank). A value the status does not
-know (None) is no sample, never a zero.
+units, `_total` for counters, ratios 0-1); labels join DCGM exporter's (`gpu`, `UUID`: the GPU's,
+and on a MIG slice `GPU_I_ID` and `GPU_I_PROFILE`, its GPU instance and profile) and the run's
+(`run_id`, `rank`: the global rank, `node`: the node rank). A GPU in MIG mode is exposed slice by
+slice (its whole memory would count its slices twice). A value the status does not know
+(None) is no sample, never a zero.
 
 `families()` makes plain records whose label sets are rendered once per worker (a worker's 14
 samples share one); `text()` writes them in Prometheus' text format 0.0.4, as prometheus_client's
@@ -23,7 +25,17 @@ from prometheus_client.registry import Collector
 from prometheus_client.samples import Sample
 
 from mpwatch import __version__
-from mpwatch.contract.status import ALERT_KINDS, State, Status, WorkerStatus
+from mpwatch.contract.status import (
+    ALERT_KINDS,
+    RUN_ALERT_KINDS,
+    GpuView,
+    MigSlice,
+    State,
+    Status,
+    WorkerStatus,
+    devices,
+    leaves,
+)
 
 Labels = dict[str, str]
 STATES = [s.value for s in State]
@@ -37,6 +49,7 @@ class Family(NamedTuple):
 
 
 def render(labels: Labels) -> str:
+    """`{k="v",...}` of labels already made writable (`_one`): the text format's escapes."""
     return "{" + ",".join(f'{k}="{_escape(v)}"' for k, v in labels.items()) + "}"
 
 
@@ -45,8 +58,29 @@ def _escape(v: str) -> str:
         if ("\\" in v or "\n" in v or '"' in v) else v
 
 
+def label_value(v: str) -> str:
+    """Any value from the run (a script's name, a host, an argument) as text every exposition
+    can encode: UTF-8 as it is; a byte that was no UTF-8 (a name from a non-UTF-8 argv reaches
+    Python as a lone surrogate, which no encoder takes) written as `\\xff`, any other lone
+    surrogate as `\\udXXX`. Never raises: the one way a label value is made (both formats)."""
+    try:
+        v.encode("utf-8")
+        return v
+    except UnicodeEncodeError:
+        return "".join(_char(c) for c in v)
+
+
+def _char(c: str) -> str:
+    n = ord(c)
+    if 0xDC80 <= n <= 0xDCFF:  # surrogateescape's stand-in for the byte n - 0xDC00
+        return f"\\x{n - 0xDC00:02x}"
+    return f"\\u{n:04x}" if 0xD800 <= n <= 0xDFFF else c
+
+
 def _one(labels: Labels) -> tuple[Labels, str]:
-    return labels, render(labels)
+    """Labels made writable (label_value) and rendered once; every sample's labels come here."""
+    clean = {k: label_value(v) for k, v in labels.items()}
+    return clean, render(clean)
 
 
 # (name, help, the WorkerStatus value) of the per-worker gauges
@@ -73,21 +107,30 @@ def families(st: Status, host: str) -> list[Family]:
             "stop_signal": run["options"].get("stop_signal", "SIGTERM")}
     out = [Family("mpwatch_run_info", "gauge", "The run this supervisor watches (one per node).",
                   [(*_one(info), 1.0)])]
-    out += _workers(st["workers"], run_id, node)
+    out += _workers(st["workers"], run_id, node, {g["index"]: g.get("uuid") for g in st["gpus"]})
     out += _gpus(st, run_id, node)
     out.append(_alerts(st, run_id, node))
     return out
 
 
-def _worker_labels(w: WorkerStatus, run_id: str, node: str) -> Labels:
+def _mig_labels(mig: MigSlice | None) -> Labels:
+    """DCGM exporter's labels of a MIG slice (none on a whole GPU)."""
+    return {} if mig is None else {"GPU_I_ID": str(mig["gi"]), "GPU_I_PROFILE": mig["profile"] or ""}
+
+
+def _worker_labels(w: WorkerStatus, run_id: str, node: str, gpu_uuids: dict[int, str | None]) -> Labels:
     gpu = w["gpu"]
+    mig = gpu.get("mig") if gpu is not None else None
+    uuid = gpu_uuids.get(gpu["index"]) if gpu is not None and mig is not None and gpu["index"] is not None \
+        else gpu["uuid"] if gpu is not None else None  # on a slice: its GPU's, as DCGM's UUID is
     return {"run_id": run_id, "node": node, "rank": str(w.get("global_rank", w["rank"])),
             "gpu": "" if gpu is None or gpu["index"] is None else str(gpu["index"]),
-            "UUID": "" if gpu is None or gpu["uuid"] is None else gpu["uuid"]}
+            "UUID": uuid or "", **_mig_labels(mig)}
 
 
-def _workers(workers: list[WorkerStatus], run_id: str, node: str) -> list[Family]:
-    labels = [_one(_worker_labels(w, run_id, node)) for w in workers]
+def _workers(workers: list[WorkerStatus], run_id: str, node: str,
+             gpu_uuids: dict[int, str | None]) -> list[Family]:
+    labels = [_one(_worker_labels(w, run_id, node, gpu_uuids)) for w in workers]
     out = []
     for name, text, value in WORKER_GAUGES:
         samples = []
@@ -112,9 +155,9 @@ def _workers(workers: list[WorkerStatus], run_id: str, node: str) -> list[Family
 
 def _gpus(st: Status, run_id: str, node: str) -> list[Family]:
     used, total, util = [], [], []
-    for g in st["gpus"]:
-        lab, rendered = _one({"run_id": run_id, "node": node, "gpu": str(g.get("node_index", g["index"])),
-                              "UUID": g.get("uuid") or ""})
+    uuids = {g["index"]: g.get("uuid") for g in st["gpus"]}
+    for g in leaves(st["gpus"]):
+        lab, rendered = _one(_gpu_labels(g, run_id, node, uuids))
         if g["mem_used"] is not None:
             used.append((lab, rendered, float(g["mem_used"])))
         if g["mem_total"] is not None:
@@ -127,11 +170,18 @@ def _gpus(st: Status, run_id: str, node: str) -> list[Family]:
                    util)]
 
 
+def _gpu_labels(g: GpuView, run_id: str, node: str, uuids: dict[int, str | None]) -> Labels:
+    mig = g.get("mig")
+    return {"run_id": run_id, "node": node, "gpu": str(g.get("node_index", g["index"])),
+            "UUID": (uuids.get(g["index"]) if mig is not None else g.get("uuid")) or "", **_mig_labels(mig)}
+
+
 def _alerts(st: Status, run_id: str, node: str) -> Family:
     """Alerts the status lists now: the GPUs' (while they last) and the run's (disk, hang,
-    unkillable: the recent ones), by kind; every GPU kind is there, at 0 when none."""
-    counts = dict.fromkeys(sorted(ALERT_KINDS), 0)
-    for g in st["gpus"]:
+    unkillable, ...: the recent ones), by kind; every kind of both is there, at 0 when none (one
+    rule: a dashboard's query finds each kind before it ever fires)."""
+    counts = dict.fromkeys(sorted(ALERT_KINDS | RUN_ALERT_KINDS), 0)
+    for g in devices(st["gpus"]):
         for a in g["alerts"]:
             counts[a["kind"]] = counts.get(a["kind"], 0) + 1
     for ra in st["alerts"]:

@@ -22,6 +22,8 @@ from mpwatch.contract.status import (
     WorkerStatus,
 )
 from mpwatch.text import eventtext, fmt
+from mpwatch.text.children import child_note
+from mpwatch.text.gpu_names import label
 from mpwatch.tui.render import bars, node_rows
 
 # The columns live in tui.render.columns; re-exported for the table and the tests.
@@ -51,12 +53,15 @@ def state_cell(state: str, g: Glyphs) -> Line:
 
 
 def gpu_text(gpu: WorkerGpu | None) -> str:
-    """`0 19.6G`: NVML's index of the rank's own GPU and the memory its processes hold there
-    (torch's reserved memory where NVML cannot tell: its pids not visible from a container)."""
-    if gpu is None or gpu.get("index") is None:
+    """`0 19.6G`: NVML's index of the rank's own GPU (`0:1` on GPU 0's MIG slice GI 1) and the
+    memory its processes hold there (torch's reserved memory where NVML cannot tell: its pids
+    not visible from a container)."""
+    index = gpu.get("index") if gpu is not None else None
+    if gpu is None or index is None:
         return ""
     mem = fmt.size(gpu.get("mem_bytes") if gpu.get("mem_bytes") is not None else gpu.get("reserved"))
-    return f"{gpu['index']} {mem}" if mem else str(gpu["index"])
+    where = label(index, gpu.get("mig"))
+    return f"{where} {mem}" if mem else where
 
 
 def gpu_cell(w: WorkerStatus, g: Glyphs) -> Cell:
@@ -118,6 +123,9 @@ def note_text(w: WorkerStatus) -> str:
     rejected = w.get("rejected")
     if rejected:
         parts.append(f"{rejected['count']} reports rejected: {rejected['why']}")
+    refused = w.get("refused_tunables")
+    if refused:
+        parts.append("tunables refused: " + ", ".join(refused))
     return "; ".join(parts)
 
 
@@ -188,7 +196,7 @@ def worker_cells(w: WorkerStatus, cols: list[Column], g: Glyphs, folded: bool) -
     return tuple(out)
 
 
-def child_cells(c: ChildStatus, cols: list[Column], g: Glyphs) -> tuple[Cell, ...]:
+def child_cells(c: ChildStatus, rank: int, cols: list[Column], g: Glyphs) -> tuple[Cell, ...]:
     values: dict[str, Cell] = {
         "rank": f"  {g.child}",
         "pid": str(c["pid"]),
@@ -198,7 +206,7 @@ def child_cells(c: ChildStatus, cols: list[Column], g: Glyphs) -> tuple[Cell, ..
         "hb": fmt.age(c["heartbeat_age"]),
         "cpu": _pct(c["cpu_percent"]),
         "rss": fmt.size(c["rss_bytes"]),
-        "note": (c["cmd"] or c["name"])[:120],
+        "note": child_note(c, rank),
     }
     if "pid" not in [col.key for col in cols[:3]]:  # no PID column in sight: the state cell says it
         values["state"] = ((f"{c['pid']} {c['status'][:5]}", "bright_black"),)
@@ -257,7 +265,7 @@ def rank_of_key(key: str | None) -> int | None:
 
 # A row's source: plain data that compares cheaply, formatted into cells only when drawn.
 WorkerRow = tuple[Literal["w"], WorkerStatus, bool]  # the worker, folded
-ChildRow = tuple[Literal["c"], ChildStatus]
+ChildRow = tuple[Literal["c"], ChildStatus, int]  # the child, its worker's rank
 RowSource = WorkerRow | ChildRow
 
 
@@ -270,14 +278,14 @@ def table_rows(status: Status, *, folded: Collection[int] = frozenset(), filter_
         is_folded = w["rank"] in folded
         rows.append((row_key(w["rank"]), ("w", w, is_folded)))
         if not is_folded:
-            rows += [(row_key(w["rank"], c["pid"]), ("c", c)) for c in w["children"]]
+            rows += [(row_key(w["rank"], c["pid"]), ("c", c, w["rank"])) for c in w["children"]]
     return rows
 
 
 def row_cells(source: RowSource, cols: list[Column], g: Glyphs) -> tuple[Cell, ...]:
     if source[0] == "w":
         return worker_cells(source[1], cols, g, source[2])
-    return child_cells(source[1], cols, g)
+    return child_cells(source[1], source[2], cols, g)
 
 
 # ------------------------------------------------------------------ header ----
@@ -344,5 +352,7 @@ def ending_lines(status: Status) -> list[str]:
     code = status["run"]["exit_code"]
     out = [f"run finished, exit code {code if code is not None else '?'}; press q to leave"]
     for w in status["workers"]:
-        out.append(f"rank {w['rank']}: {w['state']} ({w['cause'] or 'no cause recorded'})")
+        cause = w["cause"] or "no cause recorded"  # "killed on request (SIGTERM)" says its state once
+        said = cause if cause.startswith(f"{w['state']} ") else f"{w['state']} ({cause})"
+        out.append(f"rank {w['rank']}: {said}")
     return out

@@ -1,5 +1,6 @@
 """The tunables screen (`t`): every value the training loop reads with mpwatch.tunable(), its
-type, value and default, and who changed it when, from which step, and how many ranks took it;
+type, the value in force and its default, and who changed it when, from which step, and how many
+ranks took it; a change still pending on a second line (its value, its step, the ranks that took it);
 below, the "checkpoint now" requests and what each rank did. Enter on a tunable asks for a new
 value (SetTunableDialog); the App sends it (every rank takes it at one step). The rows follow
 each status the App applies (tui.render.control_rows). UI thread.
@@ -13,7 +14,6 @@ from textual.containers import Vertical, VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import DataTable, Footer, Input, Label, Static
 
-from mpwatch.contract.control import shown
 from mpwatch.contract.status import TunableStatus
 from mpwatch.tui.render import control_rows
 from mpwatch.tui.screens.run_screen import RunScreen
@@ -53,23 +53,29 @@ class TunablesScreen(RunScreen):
     def show_status(self) -> None:
         st = self.run.status
         ts = self.tunables()
-        self.title_bar.update(Text(f"tunables: {len(ts)} (Enter: change the selected one, on every rank "
-                                   "at one step) · Esc: back", style="bold"))
+        how = ("Enter: change one, on every rank at one step" if self.run.can_act
+               else "as of the moment shown; read-only here")
+        self.title_bar.update(Text(f"tunables: {len(ts)} · {how} · Esc: back", style="bold"))
         if st is None:
             return
         rows = [control_rows.tunable_cells(t, st) for t in ts]
-        keys = [tuple(r[:4]) + (str(r[4]),) for r in rows]
+        keys = [tuple(str(c) for c in r) for r in rows]
         if keys != self.shown:
             self.shown = keys
             at = self.table.cursor_row
             self.table.clear()
-            for t, r in zip(ts, rows, strict=True):
-                self.table.add_row(*(to_text(c) for c in r), key=t["name"])
+            for t, r in zip(ts, rows, strict=True):  # two lines where a change is pending
+                height = 2 if control_rows.next_change(t) is not None else 1
+                self.table.add_row(*(to_text(c) for c in r), height=height, key=t["name"])
             if not rows:
                 self.table.add_row(Text("none declared yet: mpwatch.tunable(NAME, DEFAULT) in the training "
                                         "loop declares one", style="bright_black"), "", "", "", "")
             self.table.move_cursor(row=min(at, max(len(rows) - 1, 0)))
         self.checkpoints.update(lines_to_text(control_rows.checkpoint_lines(st)))
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        """Enter's "Change" leaves the footer where nothing can be set (a replay, an ended run)."""
+        return action != "edit" or self.run.can_act
 
     def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
         """Enter on a row (the table has the key first)."""
@@ -108,8 +114,7 @@ class SetTunableDialog(ModalScreen[str | None]):
         value = t["value"]
         text = ("true" if value else "false") if isinstance(value, bool) else str(value)
         with Vertical(classes="dialog"):
-            yield Label(f"{t['name']} ({t['type']}): now {shown(value)}, default {shown(t['default'])}",
-                        classes="dialog-title")
+            yield Label(control_rows.dialog_title(t), classes="dialog-title")
             yield Label("Every rank takes it at one step. Enter: send it; Esc: cancel.")
             yield Input(value=text, id="tunable-input")
 
