@@ -56,6 +56,7 @@ def pytest_unconfigure(config):
         shutil.rmtree(rt, ignore_errors=True)
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist's own, which reads the groups (and names them in the ids)
 def pytest_collection_modifyitems(config, items):
     for item in items:
         groups = {SHARED_RUNS[name] for name in getattr(item, "fixturenames", ()) if name in SHARED_RUNS}
