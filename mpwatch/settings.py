@@ -91,6 +91,8 @@ class Settings:
     """MPWATCH_SCRIPTED_NVML (none): a scripted NVML's scenario (probes.nvml_scripted), no GPU needed."""
     max_workers: int | None = None
     """MPWATCH_MAX_WORKERS (64, or 4 per CPU or GPU if more): the most workers `resize` may ask for."""
+    cuda_history_entries: int = 20_000
+    """MPWATCH_CUDA_HISTORY_ENTRIES (20000): allocations each rank's history keeps (--cuda-memory-history)."""
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
@@ -241,6 +243,7 @@ SWITCHES: dict[str, tuple[str, Parser]] = {
     "MPWATCH_AUTO": ("auto", _switch),
     SCRIPTED_NVML_ENV: ("scripted_nvml", str),
     "MPWATCH_MAX_WORKERS": ("max_workers", _count(1, 1 << 20, "a number of workers")),
+    "MPWATCH_CUDA_HISTORY_ENTRIES": ("cuda_history_entries", _count(1, 10_000_000, "a number of entries")),
     "MPWATCH_GPU_MEM_ALERT": ("gpu.mem_high", _share),
     "MPWATCH_GPU_FILL_S": ("gpu.fill_s", _above(0, SECONDS_MAX, "a number of seconds")),
     "MPWATCH_GPU_IDLE_S": ("gpu.idle_s", _above(0, SECONDS_MAX, "a number of seconds")),

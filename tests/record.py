@@ -211,6 +211,30 @@ def cuda_eight_gpus() -> dict[str, Any]:
     return {"ranks": ranks}
 
 
+def nvml_oom() -> dict[str, Any]:
+    """Issue 33's OOM: the contention demo's mistake (ranks 0 and 1 both on GPU 0), rank 2 on GPU 1
+    with a stray context on GPU 0, the recorder outside the run there too; GPU 0 fills up."""
+    def gpu0(s: float) -> dict[str, Any]:
+        return {"util_gpu": 97, "util_mem": 41, "temperature": 71, "power_w": 640.0, "extra_used": 0,
+                "processes": [_proc("rank:0", 30.0 * s, 45), _proc("rank:1", 42.0 * s, 50), _proc("rank:2", 1.5, 0),
+                              _proc("parent", 5.5, 2)]}
+
+    def gpu1(s: float) -> dict[str, Any]:
+        return {"util_gpu": int(92 * s), "util_mem": 30, "temperature": 60, "power_w": 500.0, "extra_used": 0,
+                "processes": [_proc("rank:2", 22.0 * s, int(92 * s))]}
+    return {"gpus": [{"name": "NVIDIA H100 80GB HBM3", "mem_total": 80 * GiB, "uuid": uuid(30 + i)} for i in range(2)],
+            "frames": [{"at": at, "gpus": [gpu0(s), gpu1(s)]} for at, s in ((0, 0.5), (2, 0.9), (4, 1.0))]}
+
+
+def cuda_oom() -> dict[str, Any]:
+    """Their torch: ranks 0 and 1 on GPU 0 (torch's device 0 of each), rank 2 on GPU 1; rank 0's
+    allocator nearly all allocated, 1 GiB left free on the GPU for its next 2 GiB."""
+    def frames(gpu: int, alloc: float, reserved: float, **more: int) -> list[dict[str, Any]]:
+        return [_cuda(at, gpu, alloc * s, reserved * s, alloc * s, **more) for at, s in ((0, 0.5), (2, 0.9), (4, 1.0))]
+    return {"ranks": {"0": frames(30, 29.0, 29.4, total=80 * GiB, free=GiB), "1": frames(30, 41.0, 41.5),
+                      "2": frames(31, 20.0, 21.0)}}
+
+
 def nvml_node(node: int) -> dict[str, Any]:
     """A node of the two-node scenario: two GPUs, ranks 0 and 1 on GPU 0, ranks 2 and 3 on
     GPU 1 (node 1's second GPU less busy), memory ramping up over the first seconds."""
@@ -324,6 +348,17 @@ def _kill_rank_2(run: HeadlessRun) -> None:
     run.ctl("kill", "2")
 
 
+def _oom_rank_0(run: HeadlessRun) -> None:
+    """Once every rank is on its GPU with its torch view and GPU 0 is full, its process list naming
+    the three ranks, rank 0 allocates until it runs out."""
+    def full(st: dict[str, Any]) -> bool:
+        g0 = st["gpus"][0] if st["gpus"] else None
+        return bool(g0 and (g0["mem_used"] or 0) >= 75 * GiB and {p["rank"] for p in g0["processes"]} >= {0, 1, 2}
+                    and all(w["gpu"] and w["gpu"]["allocated"] for w in st["workers"]))
+    wait_for(lambda: full(run.status()), 120, what="every rank on its GPU, GPU 0 full")
+    (run.cwd / "go").write_text("")
+
+
 def _tune(run: HeadlessRun) -> None:
     """batch set now (both ranks take it), lr set for a step far ahead (pending), a checkpoint of all."""
     run.wait_event("tunable_declared", count=4)
@@ -399,6 +434,11 @@ def scenarios(ghost: int) -> dict[str, Scenario]:
     ended = {**states(r0="running", r1="exited", r2="killed", r3="failed"),
              "rank 3 could not start": lambda st: (_w(st, 3)["cause"] or "").startswith("could not start")
              and _w(st, 3)["pid"] is None}
+    oom = {**gpu_alerts("oom", "stray_context"),
+           "rank 0 failed, its finding naming rank 1": lambda st: _w(st, 0)["state"] == "failed"
+           and "rank 1" in _w(st, 0)["memory"]["oom"],
+           "the finding completed at its death": lambda st: any(
+               a["kind"] == "oom" and a["oom"]["died"] for g in st["gpus"] for a in g["alerts"])}
     return {s.name: s for s in [
         Scenario("gpu2", 2, {"CHILD": "0", "SLEEP": "0.1", "MPWATCH_GPU_GROWTH_WINDOW_S": "8"},
                  ["--gpu-interval", "0.5"], gpu2, lambda: nvml_two_gpus(ghost, outside=6.0, grow=True),
@@ -436,6 +476,11 @@ def scenarios(ghost: int) -> dict[str, Scenario]:
                  {"rank 1 a slow start, in its frame": lambda st: bool((_w(st, 1)["slow_start"] or {}).get("where")),
                   "rank 0 past step 20": lambda st: (_w(st, 0)["step"] or 0) >= 20},
                  script=ROOT / "tests" / "fixtures" / "slow_start.py"),
+        # Issue 33: rank 0 dies of CUDA OOM (tests/fixtures/cuda_oom.py on the scripted torch), GPU 0 crowded
+        # by rank 1 (the contention demo's set_device(0)), rank 2's stray context and a process outside the run.
+        Scenario("oom", 3, {"OOM_RANKS": "0", "CHUNK_MB": "2048", "SLEEP": "0.1"},
+                 ["--gpu-interval", "0.5", "--cuda-memory-history"], oom, nvml_oom, cuda_oom, setup=_oom_rank_0,
+                 script=ROOT / "tests" / "fixtures" / "cuda_oom.py", args=("go",), workdir=True),
         # Issue 31: tunables in force and pending, a checkpoint taken (tests/fixtures/control_loop.py).
         Scenario("control", 2, {}, [], CONTROL, setup=_tune, script=ROOT / "tests" / "fixtures" / "control_loop.py",
                  args=("0", "0.05")),

@@ -131,25 +131,42 @@ def stored_hang(tmp_path_factory) -> Recorded:
 
 @pytest.fixture(scope="session")
 def oom(record, tmp_path_factory) -> Recorded:
-    """Rank 0 dies of CUDA OOM on a scripted NVML (rank 0 holds 6 GiB, rank 1 1 GiB of 10)."""
-    scenario = tmp_path_factory.mktemp("nvml") / "scenario.json"
-    scenario.write_text(json.dumps({"gpus": [{"mem_total": 10 * GiB}], "frames": [{"gpus": [
-        {"processes": [{"pid": "rank:0", "mem": 6 * GiB}, {"pid": "rank:1", "mem": GiB}]}]}]}))
-    go = scenario.with_name("go")
+    """Rank 0 dies of CUDA OOM (tests/fixtures/cuda_oom.py, a scripted NVML and torch: see oom_env),
+    with --cuda-memory-history: its snapshot at the OOM is in rank-0/memory/."""
+    env, go = oom_env(tmp_path_factory.mktemp("oom-scenarios"))
 
     def until(run):
         oom_run_until(run, go)
-    return record("oom", FIXTURES / "gpu_oom.py", go, n=2, opts=["--gpu-interval", "0.1"],
-                  env=dict(os.environ, MPWATCH_SCRIPTED_NVML=str(scenario)), until=until)
+    return record("oom", FIXTURES / "cuda_oom.py", go, n=2, opts=OOM_OPTS, env=env, until=until)
+
+
+OOM_OPTS = ["--gpu-interval", "0.1", "--cuda-memory-history"]
+
+
+def oom_env(folder: Path) -> tuple[dict[str, str], Path]:
+    """(the workers' environment, the file that sets rank 0 off) of the recorded OOM: on a 10 GiB
+    GPU rank 0 holds 6 GiB (5.5 allocated by torch, 0.1 more reserved), rank 1 1 GiB; rank 0 asks
+    for 2 GiB more with 1.25 GiB free and dies of it."""
+    nvml, cuda = folder / "nvml.json", folder / "cuda.json"
+    nvml.write_text(json.dumps({"gpus": [{"mem_total": 10 * GiB}], "frames": [{"gpus": [
+        {"processes": [{"pid": "rank:0", "mem": 6 * GiB}, {"pid": "rank:1", "mem": GiB}]}]}]}))
+    cuda.write_text(json.dumps({"ranks": {
+        "0": [{"at": 0, "device": 0, "allocated": int(5.5 * GiB), "reserved": int(5.6 * GiB),
+               "max_allocated": int(5.5 * GiB), "total": 10 * GiB, "free": int(1.25 * GiB)}],
+        "1": [{"at": 0, "device": 0, "allocated": int(0.7 * GiB), "reserved": int(0.8 * GiB),
+               "max_allocated": int(0.7 * GiB)}]}}))
+    env = dict(os.environ, MPWATCH_SCRIPTED_NVML=str(nvml), MPWATCH_SCRIPTED_CUDA=str(cuda), OOM_RANKS="0",
+               CHUNK_MB="2048")
+    return env, folder / "go"
 
 
 def oom_run_until(run: HeadlessRun, go: Path) -> None:
     """Let rank 0 die of OOM once both ranks are on the GPU and in the GPU timeline's ticks,
-    then stop the run."""
+    then, once its finding says it died of it, stop the run."""
     wait_for(lambda: run.worker(0)["gpu"] and run.worker(1)["gpu"], 60, what="ranks 0 and 1 seen on GPU 0")
     wait_for(lambda: ranks_ticked(run.run_dir / "gpu.jsonl") >= {0, 1}, 60, what="gpu.jsonl ticks with ranks 0 and 1")
     go.write_text("")
-    run.wait_event("gpu_alert", lambda e: e["kind"] == "oom", timeout=60)
+    run.wait_event("gpu_alert", lambda e: e["kind"] == "oom" and e["oom"]["died"], timeout=60)
     run.ctl("stop")
     run.wait_exit(60)
 

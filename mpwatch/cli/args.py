@@ -50,6 +50,8 @@ other commands:
                                           mpwatch.should_checkpoint() is True once, at one step
   mpwatch ctl [--run RUN] set NAME VALUE [--at-step S]
                                           change mpwatch.tunable(NAME) on every rank at one step
+  mpwatch ctl [--run RUN] memory RANK|all [--at-step S]
+                                          torch's CUDA allocator snapshot into rank-N/memory/
   mpwatch ctl [--run RUN] logs RANK [--stderr] [--lines N] [--follow]
 RUN is a run id (see 'mpwatch ls --all') or a run directory.
 """
@@ -308,6 +310,11 @@ RUN_FLAGS = (
     _flag("--no-auto", relay=True, action="store_true",
           help="no automatic steps, losses and time split (what scripts that import torch and never call "
                "mpwatch.report() get; also MPWATCH_AUTO=0)"),
+    _flag("--cuda-memory-history", relay=True, action="store_true",
+          help="each rank records the stack of every CUDA allocation from its start (torch's memory "
+               "history), so an OOM's snapshot and ctl memory's say who allocated each block; it costs a "
+               "few microseconds an allocation and a few KB of host memory an entry kept "
+               "(MPWATCH_CUDA_HISTORY_ENTRIES)"),
     _flag("--supervise-only", action="store_true", help=argparse.SUPPRESS),
     _flag("--run-id", help=argparse.SUPPRESS),
     _flag("--made-run-dir", type=dir_id, help=argparse.SUPPRESS),  # DEV:INODE (cli.tui_launch)

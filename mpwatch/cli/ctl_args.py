@@ -44,6 +44,11 @@ def ctl_parser() -> Parser:
     ck.add_argument("target", type=rank_target, metavar="RANK|all")
     ck.add_argument("--at-step", type=at_step, metavar="S",
                     help="at step S, at most 2^53 (default: soon, from the pace of the ranks that agree)")
+    mem = sub.add_parser("memory", help="a rank (or all) writes torch's CUDA allocator snapshot into its "
+                                        "folder (rank-N/memory/, for pytorch.org/memory_viz) at a step")
+    mem.add_argument("target", type=rank_target, metavar="RANK|all")
+    mem.add_argument("--at-step", type=at_step, metavar="S",
+                     help="at step S, at most 2^53 (default: soon, from the pace of the ranks that agree)")
     tn = sub.add_parser("set", help="change a tunable (mpwatch.tunable) on every rank, at one step")
     tn.add_argument("name", metavar="NAME")
     tn.add_argument("value", metavar="VALUE", help="of the type the workers declared (int, float, str, "

@@ -176,8 +176,8 @@ def _ctl_action(client: Requests, ns: argparse.Namespace) -> None:
         print(safe.text(client.resize(ns.n)))
     elif ns.action == "stop":
         print(safe.text(client.stop()))
-    elif ns.action == "checkpoint":
-        print(safe.text(client.ask("checkpoint", ns.target, ns.at_step, who("ctl"))["message"]))
+    elif ns.action in ("checkpoint", "memory"):
+        print(safe.text(client.ask(ns.action, ns.target, ns.at_step, who("ctl"))["message"]))
     elif ns.action == "set":
         print(safe.text(client.set_tunable(ns.name, ns.value, ns.at_step, who("ctl"))["message"]))
     elif ns.action == "logs":

@@ -75,6 +75,10 @@ def _worker_lines(w: WorkerStatus, st: Status) -> list[str]:
         out.append(f"{'':>4} {c['pid']:>7} {'└ ' + c['status']:10} {_v(c['step']):>8} "
                    f"{_v(c['loss']):>10} {'':>6} {_v(c['cpu_percent']):>6} {fmt.size(c['rss_bytes'], '-'):>6}"
                    f"           {child_note(c, w['rank'])}")
+    mem = w.get("memory")  # its CUDA OOM (the finding's words) and its allocator snapshot
+    if mem is not None:
+        said = [mem["oom"], f"snapshot {mem['snapshot']}" if mem["snapshot"] else None]
+        out.append(f"{'':>4} memory: " + "; ".join(x for x in said if x))
     stl = w["stall"] if w["state"] == State.STALLED else None
     slow = w.get("slow_start")
     if stl:  # the hang diagnosis: what it does, where it is stuck, the dump to read

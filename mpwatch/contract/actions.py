@@ -1,7 +1,8 @@
 """The actions a control request asks of ranks at one step, and each rank's answer: one
 mechanism for "checkpoint now" (mpwatch.should_checkpoint() is True once) and for the actions a
 rank runs itself at a step boundary, with an outcome that comes later (a profile: torch.profiler
-for N steps, its trace written into rank-N/profiles/).
+for N steps, its trace written into rank-N/profiles/; a CUDA memory snapshot: torch's allocator
+snapshot pickled into rank-N/memory/, as pytorch.org/memory_viz opens it).
 
 `ACTIONS` is the table: for each action, its events (asked, started, written, failed, missed),
 the least channel protocol a worker must speak to run it, whether it has an outcome, and the
@@ -87,6 +88,13 @@ class ProfileRequest(ActionRequest):
     results: list[FileResult]  # each rank's outcome, once it has one
 
 
+class MemoryRequest(ActionRequest):
+    """A CUDA memory snapshot (`mpwatch ctl memory`, the TUI's `M`): torch.cuda.memory._snapshot()
+    at the step boundary after `step`, pickled into rank-N/memory/."""
+
+    results: list[FileResult]  # each rank's outcome, once it has one
+
+
 RankState = Literal["asked", "running", "written", "failed", "missed"]
 
 
@@ -100,6 +108,8 @@ class Action:
     failed: Event | None = None
     version: int = protocol.DOWN_VERSION  # the least channel protocol of a worker that runs it
     folder: str | None = None  # where in rank-N/ its files go
+    suffix: str = ".json.gz"  # its files' (rundir.layout: a profile's trace, a snapshot's pickle)
+    tool: str = ""  # what writes its files (a result says it: torch.profiler, torch.cuda.memory)
 
     @property
     def has_outcome(self) -> bool:
@@ -114,8 +124,12 @@ class Action:
 CHECKPOINT = Action(protocol.CHECKPOINT, Event.CHECKPOINT_REQUESTED, Event.CHECKPOINT_TAKEN,
                     Event.CHECKPOINT_MISSED)
 PROFILE = Action(protocol.PROFILE, Event.PROFILE_REQUESTED, Event.PROFILE_STARTED, Event.PROFILE_MISSED,
-                 Event.PROFILE_WRITTEN, Event.PROFILE_FAILED, protocol.ACT_VERSION, "profiles")
-ACTIONS: dict[str, Action] = {a.name: a for a in (CHECKPOINT, PROFILE)}
+                 Event.PROFILE_WRITTEN, Event.PROFILE_FAILED, protocol.ACT_VERSION, "profiles",
+                 tool="torch.profiler")
+MEMORY = Action(protocol.MEMORY, Event.MEMORY_REQUESTED, Event.MEMORY_STARTED, Event.MEMORY_MISSED,
+                Event.MEMORY_WRITTEN, Event.MEMORY_FAILED, protocol.ACT_VERSION, "memory", ".pickle",
+                "torch.cuda.memory")
+ACTIONS: dict[str, Action] = {a.name: a for a in (CHECKPOINT, PROFILE, MEMORY)}
 KEPT = 8  # requests of each action a status keeps (the newest)
 
 
@@ -181,6 +195,17 @@ def rank_state(req: ActionRequest, rank: int, results: list[FileResult] | None =
     if any(a["rank"] == rank for a in req["answers"]):
         return "running"
     return "asked" if rank in req["ranks"] else None
+
+
+def newest_written(reqs: list[MemoryRequest], rank: int, since: float) -> tuple[float, str] | None:
+    """(its request's time, its path) of the newest file a rank wrote for requests made from `since`
+    on (its current process's), or None."""
+    best: tuple[float, str] | None = None
+    for req in reqs:
+        r = next((r for r in req["results"] if r["rank"] == rank and r["state"] == "written"), None)
+        if r is not None and r["path"] and req["ts"] >= since and (best is None or req["ts"] > best[0]):
+            best = (req["ts"], r["path"])
+    return best
 
 
 def profile_span(req: ProfileRequest, rank: int) -> tuple[int, int] | None:

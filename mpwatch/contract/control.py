@@ -11,6 +11,7 @@ from typing import Any, Literal, NamedTuple, TypedDict, cast
 
 from mpwatch.contract import protocol
 from mpwatch.contract.actions import CheckpointRequest as CheckpointRequest
+from mpwatch.contract.actions import MemoryRequest as MemoryRequest
 from mpwatch.contract.actions import ProfileRequest as ProfileRequest
 from mpwatch.contract.actions import RankAnswer as RankAnswer
 from mpwatch.contract.coerce import NON_FINITE
@@ -66,6 +67,7 @@ class ControlView(NamedTuple):
     tunables: list[TunableStatus]
     checkpoints: list[CheckpointRequest]
     profiles: list[ProfileRequest]
+    memory_snapshots: list[MemoryRequest]
 
 
 class StopInfo(TypedDict):

@@ -1,5 +1,6 @@
 """A worker's CUDA view: what torch's caching allocator says, as the worker side sends it in a
-BATCH (`cuda`) and the status shows it (WorkerGpu.cuda). A leaf of the contract: it imports
+BATCH (`cuda`) and the status shows it (WorkerGpu.cuda); and a CUDA out-of-memory as the worker
+saw it (`OomRecord`, a BATCH's `oom`: mpwatch.worker.cuda_memory). A leaf of the contract: it imports
 nothing of mpwatch, so the wire format (contract.protocol) and the worker side name it without
 pulling in the status schema. contract.status re-exports it. Pure.
 """
@@ -26,3 +27,26 @@ class CudaView(TypedDict):
     alloc_retries: NotRequired[int]  # memory_stats()["num_alloc_retries"]: cache flushes to fit
     num_ooms: NotRequired[int]  # memory_stats()["num_ooms"]
     inactive_split: NotRequired[int]  # memory_stats()["inactive_split_bytes.all.current"]
+
+
+class OomRecord(TypedDict):
+    """A CUDA out-of-memory the worker saw, at the moment it happened: torch's OOM observer (it
+    fires whether or not the script catches the exception) gives what it tried to allocate and
+    what the driver had free, the allocator's counters are read then, and the snapshot is
+    written then (with --cuda-memory-history); an uncaught OutOfMemoryError adds its message.
+    Sent in a BATCH's `oom` list; a later record with the same `seq` completes an earlier one
+    (a field None there is not known yet)."""
+
+    seq: int  # the process's OOMs so far: 1 for its first
+    ts: float  # the worker's wall clock
+    device: int | None  # torch's device index
+    uuid: str | None  # as NVML spells it ("GPU-…", "MIG-…")
+    alloc: int | None  # bytes it tried to allocate
+    total: int | None  # the device's memory (or the fraction the allocator may use)
+    free: int | None  # what CUDA said was free on the device
+    allocated: int | None  # torch allocated, at the OOM
+    reserved: int | None  # torch reserved, at the OOM (after it released what it could)
+    inactive_split: int | None  # reserved bytes in split blocks (memory_stats' inactive_split_bytes)
+    snapshot: str | None  # the allocator snapshot written at the OOM (its path), else None
+    snapshot_error: str | None  # why a snapshot asked for was not written
+    message: str | None  # the exception's message, when the worker saw it raised to the top

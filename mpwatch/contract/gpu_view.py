@@ -38,7 +38,7 @@ AlertKind = Literal[
     "outside",  # a process outside the run holds a real share of a GPU a rank uses
     "memory_high",  # memory pressure, with the time to full at the current slope
     "alloc_retries",  # a rank's allocator retries rise: OOM is near
-    "oom",  # a rank died of CUDA out of memory
+    "oom",  # a rank ran out of CUDA memory (died of it, or caught it): the OOM finding
     "fragmentation",  # much reserved memory unallocated while little is free
     "idle",  # a GPU idle while the others work (or while its ranks run)
 ]
@@ -50,6 +50,21 @@ ALERT_KINDS = frozenset(get_args(AlertKind))
 def alert_kind(value: object) -> AlertKind | None:
     """The AlertKind a value read back from JSON names; None for anything else."""
     return cast(AlertKind, value) if value in ALERT_KINDS else None
+
+
+class OomDetail(TypedDict):
+    """An OOM finding's own fields (supervisor.gpu.oom): its numbers, its story, its note."""
+
+    story: Literal["fragmentation", "others", "own", "unknown"]  # what explains it (its hint says so)
+    note: str  # the rank's NOTE in the table: who held the memory, first
+    died: bool  # the rank died of it (else it caught it and went on)
+    tried: int | None  # bytes it asked for
+    free: int | None  # what the GPU had free
+    total: int | None
+    allocated: int | None  # the rank's allocator at the OOM
+    reserved: int | None
+    cached: int | None  # reserved but unallocated
+    snapshot: str | None  # the allocator snapshot written at the OOM (--cuda-memory-history)
 
 
 class GpuAlert(TypedDict):
@@ -73,6 +88,7 @@ class GpuAlert(TypedDict):
     time_to_full_s: NotRequired[float | None]
     others: NotRequired[list[dict[str, Any]]]
     line: NotRequired[str]
+    oom: NotRequired[OomDetail]  # an OOM finding's
 
 
 # Why a GPU's clocks are held back now (NVML's clock event reasons, once "throttle reasons"),

@@ -89,6 +89,11 @@ class Event(_Name):
     PROFILE_WRITTEN = "profile_written"  # a rank's trace is written: its path, size, top operators
     PROFILE_FAILED = "profile_failed"  # a rank could not be profiled, or its trace not written: why
     PROFILE_MISSED = "profile_missed"  # a rank's process ended before its profile started
+    MEMORY_REQUESTED = "memory_requested"  # `ctl memory`, `M`: the ranks asked for a snapshot, the step
+    MEMORY_STARTED = "memory_started"  # a rank took its snapshot, at its step boundary
+    MEMORY_WRITTEN = "memory_written"  # a rank's snapshot is written: its path and size
+    MEMORY_FAILED = "memory_failed"  # a rank could not take or write one: why (no CUDA in it...)
+    MEMORY_MISSED = "memory_missed"  # a rank's process ended before it took it
     TUNABLE_DECLARED = "tunable_declared"  # the first mpwatch.tunable() call of a name in the run
     TUNABLE_SET = "tunable_set"  # `ctl set`, `t`: the new value and the step it takes effect at
     TUNABLE_APPLIED = "tunable_applied"  # a rank took the new value (late: past the step)

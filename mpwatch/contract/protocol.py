@@ -47,6 +47,12 @@ ENV_SUPERVISOR_PID = "MPWATCH_SUPERVISOR_PID"
 ENV_FLUSH = "MPWATCH_FLUSH_S"  # how often the worker's sender ships a batch
 ENV_TUNABLES = "MPWATCH_TUNABLES"  # JSON {name: value}: the tunables' values when the worker was started
 ENV_AUTO = "MPWATCH_AUTO_HOOKS"  # "1": automatic steps after `import torch` (mpwatch.worker.auto); "0": none
+# CUDA memory forensics (mpwatch.worker.cuda_memory), armed after `import torch` once the process
+# initialises CUDA: "1" for torch's OOM observer (every run); the allocation history's entries kept
+# (--cuda-memory-history; absent: off); the rank's folder for its allocator snapshots (rank-N/memory/).
+ENV_CUDA_OOM = "MPWATCH_CUDA_OOM"
+ENV_CUDA_HISTORY = "MPWATCH_CUDA_HISTORY"
+ENV_MEMORY_DIR = "MPWATCH_MEMORY_DIR"
 
 
 def flush_interval(workers: int, stall_timeout: float) -> float:
@@ -62,6 +68,9 @@ BATCH = "batch"  # {t, reports: [[ts, step, loss, metrics(, n)]], dropped, phase
 # A report entry with a fifth element n stands for n consecutive report() calls folded into
 # one by the sender (the last step and loss among them, their metrics merged).
 # `auto`: true when the reports are automatic steps (mpwatch.worker.auto); absent: the process's own.
+# `oom`: CUDA out-of-memory records (contract.cuda_view.OomRecord), at most OOM_MAX a batch.
+OOM_MAX = 8
+OOM_MESSAGE_MAX = 2000  # characters of an OutOfMemoryError's message a record carries
 BYE = "bye"  # {t} the process is exiting normally
 # A BATCH may carry `live`: entries of mpwatch.worker.control (protocol 2), each a list led by its kind:
 LIVE_POLLS = "polls"  # ["polls"]: the process calls mpwatch.should_checkpoint()
@@ -78,7 +87,8 @@ SET = "set"  # {t, id, name, value, step}: tunable(name) is `value` from `step` 
 # An action the worker runs itself at a step boundary (report(), the automatic steps), once its
 # step reaches `step` (mpwatch.worker.actions runs them; contract.actions describes them):
 PROFILE = "profile"  # {t, id, step, steps, path}: torch.profiler for `steps` steps, the trace to `path`
-STEP_ACTIONS = (PROFILE,)
+MEMORY = "memory"  # {t, id, step, path}: torch.cuda.memory._snapshot() pickled to `path`
+STEP_ACTIONS = (PROFILE, MEMORY)
 TORCH_ACTIONS = (PROFILE,)  # a process that has not imported torch answers these at once: no torch
 # `step` None: at the process's next call. Request ids grow through a run; a resent one is one request.
 TUNABLE_TYPES = ("int", "float", "str", "bool")

@@ -35,6 +35,7 @@ else:  # pragma: no cover - Python 3.10
 from mpwatch.contract.actions import ActionRequest as ActionRequest
 from mpwatch.contract.actions import CheckpointRequest as CheckpointRequest
 from mpwatch.contract.actions import FileResult as FileResult
+from mpwatch.contract.actions import MemoryRequest as MemoryRequest
 from mpwatch.contract.actions import ProfileRequest as ProfileRequest
 from mpwatch.contract.actions import RankAnswer as RankAnswer
 from mpwatch.contract.actions import TopOp as TopOp
@@ -42,6 +43,7 @@ from mpwatch.contract.control import StopInfo as StopInfo
 from mpwatch.contract.control import TunableChange as TunableChange
 from mpwatch.contract.control import TunableStatus as TunableStatus
 from mpwatch.contract.cuda_view import CudaView as CudaView
+from mpwatch.contract.cuda_view import OomRecord as OomRecord
 from mpwatch.contract.gpu_records import GpuMark as GpuMark
 from mpwatch.contract.gpu_records import GpuThinned as GpuThinned
 from mpwatch.contract.gpu_records import GpuThinnedInfo as GpuThinnedInfo
@@ -61,6 +63,7 @@ from mpwatch.contract.gpu_view import GpuProcess as GpuProcess
 from mpwatch.contract.gpu_view import GpuView as GpuView
 from mpwatch.contract.gpu_view import MemoryBreakdown as MemoryBreakdown
 from mpwatch.contract.gpu_view import MigSlice as MigSlice
+from mpwatch.contract.gpu_view import OomDetail as OomDetail
 from mpwatch.contract.gpu_view import ThrottleReason as ThrottleReason
 from mpwatch.contract.gpu_view import alert_kind as alert_kind
 from mpwatch.contract.gpu_view import dev_key as dev_key
@@ -143,6 +146,13 @@ class WorkerGpu(TypedDict):
     mig: NotRequired[MigSlice]  # its own GPU is this MIG slice of GPU `index` (`uuid`: the slice's)
 
 
+class WorkerMemory(TypedDict):
+    """A rank's CUDA memory beyond its counters: its OOM and its allocator snapshots."""
+
+    oom: str | None  # its latest OOM finding's note (supervisor.gpu.oom), this process's
+    snapshot: str | None  # the latest allocator snapshot it wrote (at an OOM, or asked for)
+
+
 class RejectedReports(TypedDict):
     """A rank's reports refused by the supervisor (contract.protocol's bounds), each alone."""
 
@@ -172,6 +182,7 @@ class WorkerStatus(TypedDict):
     dropped: int
     bad_frames: int
     rejected: NotRequired[RejectedReports]  # present once a report of the rank was rejected
+    memory: NotRequired[WorkerMemory]  # present once its process ran out of CUDA memory or wrote a snapshot
     # its tunable declarations the supervisor refused ("NAME: why": a default that is not finite),
     # the first few; present once one was (the tunables declared beside it are kept)
     refused_tunables: NotRequired[list[str]]
@@ -317,6 +328,8 @@ class Status(TypedDict):
     checkpoints: list[CheckpointRequest]  # the last "checkpoint now" requests
     # the last profiles asked (contract.actions) and each rank's trace; present once one was asked
     profiles: NotRequired[list[ProfileRequest]]
+    # the last CUDA memory snapshots asked and each rank's file; present once one was asked
+    memory_snapshots: NotRequired[list[MemoryRequest]]
     # a merged view of several nodes (sources.multinode.source): each one's state
     nodes: NotRequired[list[NodeStatus]]
 

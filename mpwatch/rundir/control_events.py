@@ -1,4 +1,4 @@
-"""The tunables and the actions' requests (checkpoints, profiles) of a recorded run, folded
+"""The tunables and the actions' requests (checkpoints, profiles, memory snapshots) of a recorded run, folded
 from its events (supervisor.control writes them: tunable_declared, tunable_set, tunable_applied,
 and each action's requested, started, written, failed and missed: contract.actions' table) into
 the records the live status has (contract.control): the replay shows a moment's
@@ -18,6 +18,7 @@ from mpwatch.contract.control import (
     TUNABLE_KINDS,
     CheckpointRequest,
     ControlView,
+    MemoryRequest,
     ProfileRequest,
     RankAnswer,
     TunableType,
@@ -35,10 +36,12 @@ class ControlFold:
     tunables: dict[str, TunableStatus] = field(default_factory=dict)
     checkpoints: dict[int, CheckpointRequest] = field(default_factory=dict)  # by id, oldest first
     profiles: dict[int, ProfileRequest] = field(default_factory=dict)
+    memory_snapshots: dict[int, MemoryRequest] = field(default_factory=dict)
 
     def status(self) -> ControlView:
         return ControlView([self.tunables[n] for n in sorted(self.tunables)],
-                           list(self.checkpoints.values())[-KEPT:], list(self.profiles.values())[-KEPT:])
+                           list(self.checkpoints.values())[-KEPT:], list(self.profiles.values())[-KEPT:],
+                           list(self.memory_snapshots.values())[-KEPT:])
 
 
 def _ranks(raw: object) -> list[int]:
@@ -96,13 +99,15 @@ def apply(live: ControlFold, e: EventFields) -> None:
         return
     raw = cast(dict[str, Any], e)
     rid, name = as_int(e.get("id")), e["event"]
-    reqs: dict[int, Any] = live.checkpoints if action.name == "checkpoint" else live.profiles
+    reqs: dict[int, Any] = (live.checkpoints if action.name == "checkpoint" else
+                            live.profiles if action.name == "profile" else live.memory_snapshots)
     if name == action.requested and rid is not None:
         ranks, by = _ranks(raw.get("ranks")), as_str(raw.get("by")) or "?"
         asked = CheckpointRequest(id=rid, ts=e["ts"], by=by, step=as_int(e.get("step")), ranks=ranks,
                                   answers=[], waiting=list(ranks), missed=[])
         reqs[rid] = asked if action.name == "checkpoint" else ProfileRequest(
-            **asked, steps=as_int(raw.get("steps")) or 0, results=[])
+            **asked, steps=as_int(raw.get("steps")) or 0, results=[]) if action.name == "profile" \
+            else MemoryRequest(**asked, results=[])
         return
     req: Any = reqs.get(rid) if rid is not None else None
     rank = e["rank"]

@@ -16,6 +16,7 @@ from mpwatch.contract.status import (
     Event,
     EventFields,
     EventRecord,
+    MemoryRequest,
     ProfileRequest,
     TunableStatus,
 )
@@ -97,6 +98,7 @@ class Summary(TypedDict):
     tunables: list[TunableStatus]
     checkpoints: list[CheckpointRequest]  # "checkpoint now" requests and what each rank did
     profiles: list[ProfileRequest]  # the profiles asked, and each rank's trace
+    memory_snapshots: list[MemoryRequest]  # the CUDA memory snapshots asked, and each rank's file
     files: list[str]  # what the directory holds, relative to it
     notes: list[str]  # what could not be read
 
@@ -224,21 +226,23 @@ def _stalls(evs: list[EventRecord], event: Event = Event.STALLED, reason: str = 
 
 
 def _alerts(evs: list[EventRecord]) -> list[AlertEnd]:
-    """Every alert that fired, once: a finding updated in place (its `key` again) keeps its
-    first time and says its last words; its end is no alert."""
+    """Every alert that fired, once: a finding updated in place (its `key` again; a GPU alert's
+    `update`) keeps its first time and says its last words; its end is no alert."""
     out: list[AlertEnd] = []
     keyed: dict[str, AlertEnd] = {}
     for e in evs:
         if e["event"] not in (Event.ALERT, Event.GPU_ALERT) or e.get("ended"):
             continue
         key, message = as_str(e.get("key")), as_str(e.get("message")) or ""
-        if key is not None and e["event"] == Event.ALERT and key in keyed:
+        if e["event"] == Event.GPU_ALERT:  # a GPU finding completed in place (an OOM's death) says `update`
+            key = f"gpu:{e.get('kind')}:{e.get('gpu')}:{e['rank']}"
+        if key is not None and key in keyed and (e["event"] == Event.ALERT or e.get("update")):
             keyed[key]["message"] = message
             continue
         a: AlertEnd = {"ts": e["ts"], "kind": as_str(e.get("kind")) or "?", "rank": e["rank"],
                        "gpu": as_int(e.get("gpu")), "message": message}
         out.append(a)
-        if key is not None and e["event"] == Event.ALERT:
+        if key is not None:
             keyed[key] = a
     return out
 
@@ -273,4 +277,4 @@ def summarize(rd: RunDir, now: float | None = None) -> Summary:
             "slow_starts": _stalls(evs, Event.SLOW_START, "slow start"),
             "culprit": as_str(hangs[-1].get("message")) if hangs else None, "alerts": _alerts(evs),
             "tunables": control.tunables, "checkpoints": control.checkpoints, "profiles": control.profiles,
-            "files": files, "notes": list(rd.notes)}
+            "memory_snapshots": control.memory_snapshots, "files": files, "notes": list(rd.notes)}

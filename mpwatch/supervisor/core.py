@@ -109,10 +109,10 @@ class Run:
         self.marks = Marks(self.run_id, os.getpid())  # every process of the run (supervisor.workers.marks)
         self.groups = ProcessGroups(self.workers, self.lock, self.log, opts.stop_signal, self.marks)
         self.control = ControlRoom(self.workers, self.lock, self.log, self.flush_interval, self.store)
-        self.ledger = ReportLedger(self.workers, self.lock, self.log, self.control)
+        self.gpu = GpuWatch.for_run(self)  # NVML starts on its own thread (setup): never waited on
+        self.ledger = ReportLedger(self.workers, self.lock, self.log, self.control, self.gpu)
         self.hub = ChannelHub(str(rt / f"{self.run_id}.chan"), self.authkey, self.ledger)
         self.dumper = Dumper(self.store, self.lock, self.log, self.settings)
-        self.gpu = GpuWatch.for_run(self)  # NVML starts on its own thread (setup): never waited on
         self.commands = Commands(self, self.workers, self.lock, opts, self.store, self.log, self.dumper,
                                  self.gpu, self.control)
         self.ctl_server = CtlServer(str(rt / f"{self.run_id}.ctl"), self.authkey, self.commands.dispatch)
@@ -183,7 +183,10 @@ class Run:
         env = spawn.worker_env(os.environ, place, channel=self.hub.address, authkey=self.authkey,
                                run_id=self.run_id, rank_dir=paths.dir, stack_file=paths.stack_file,
                                virtual_local_rank=o.virtual_local_rank, flush_s=self.flush_interval(),
-                               nccl_flight=self.settings.nccl_flight, auto=o.auto and self.settings.auto)
+                               nccl_flight=self.settings.nccl_flight, auto=o.auto and self.settings.auto,
+                               cuda_history=self.settings.cuda_history_entries if o.cuda_history else 0)
+        if o.cuda_history:
+            self.store.action_dir(rank, layout.MEMORY)  # where an OOM's snapshot goes
         live_from = self.control.spawn_env(env, rank)
         try:
             with self.store.open_log(rank, "stdout") as out, self.store.open_log(rank, "stderr") as err:

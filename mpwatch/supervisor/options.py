@@ -77,6 +77,7 @@ class Options:
     rdzv_id: str | None = None  # one node: TORCHELASTIC_RUN_ID (None: the run id)
     virtual_local_rank: bool = False  # LOCAL_RANK=0, each worker sees its own GPU as device 0
     auto: bool = True  # automatic steps in the workers (mpwatch.worker.auto); --no-auto
+    cuda_history: bool = False  # --cuda-memory-history: each rank records its allocations' stacks
     nodes: NodesOptions | None = None  # several nodes
     # the flags above as typed, for a launcher that starts the supervisor in its own process
     supervisor_flags: list[str] = field(default_factory=list)

@@ -14,14 +14,17 @@ from pathlib import Path
 from typing import Any, Protocol, cast
 
 from mpwatch.contract import straggler
+from mpwatch.contract.actions import newest_written
 from mpwatch.contract.status import (
     ChildStatus,
     GpuView,
+    MemoryRequest,
     RunInfo,
     RunState,
     State,
     Status,
     StopInfo,
+    WorkerMemory,
     WorkerStatus,
 )
 from mpwatch.probes.procs import ProcInfo
@@ -61,11 +64,12 @@ def build(run: RunView, tail: int = TAIL) -> Status:
     with run.lock:
         counts: dict[str, int] = {}
         workers = []
+        control = run.control.status()
         for rank in sorted(run.workers):
             w = run.workers[rank]
             counts[w.state.value] = counts.get(w.state.value, 0) + 1
             grank = rank if run.nodes is None else run.nodes.global_rank(rank)
-            workers.append(worker_status(w, now, tail, run.gpu, grank))
+            workers.append(worker_status(w, now, tail, run.gpu, grank, control.memory_snapshots, run.run_dir))
         panel: Mapping[str, Any] = run.gpu.snapshot()  # takes only the GPU watcher's own lock
         o = run.opts
         info = RunInfo(
@@ -78,7 +82,6 @@ def build(run: RunView, tail: int = TAIL) -> Status:
                      "stop_signal": o.stop_signal, "metrics": run.metrics_at},
             refused_connections=run.refused_connections(),
             node=None if run.nodes is None else run.nodes.info())
-        control = run.control.status()
         st = Status(
             run=info, workers=workers,
             gpus=cast(list[GpuView], panel.get("gpus", [])),  # GpuWatch builds them as contract.status says
@@ -88,11 +91,14 @@ def build(run: RunView, tail: int = TAIL) -> Status:
             tunables=control.tunables, checkpoints=control.checkpoints)
         if control.profiles:
             st["profiles"] = control.profiles
+        if control.memory_snapshots:
+            st["memory_snapshots"] = control.memory_snapshots
         return st
 
 
 def worker_status(w: Worker, now: float, tail: int, gpu: GpuWatch | None,
-                  global_rank: int | None = None) -> WorkerStatus:
+                  global_rank: int | None = None, snapshots: list[MemoryRequest] | None = None,
+                  run_dir: Path | None = None) -> WorkerStatus:
     a, r = w.attempt, w.reports
     alive = w.alive
     info = a.proc_info if alive else None
@@ -126,7 +132,21 @@ def worker_status(w: Worker, now: float, tail: int, gpu: GpuWatch | None,
         row["rejected"] = {"count": r.rejected, "why": r.rejected_why or "?"}
     if r.refused_tunables:
         row["refused_tunables"] = list(r.refused_tunables)
+    memory = _memory(w, gpu, snapshots or [], run_dir)
+    if memory is not None:
+        row["memory"] = memory
     return row
+
+
+def _memory(w: Worker, gpu: GpuWatch | None, snapshots: list[MemoryRequest],
+            run_dir: Path | None) -> WorkerMemory | None:
+    """Its process's OOM (the finding's note) and its newest allocator snapshot: the one written
+    at that OOM, or one asked since (`ctl memory`), whichever is later."""
+    oom = gpu.memory(w.rank, w.attempt.pid) if gpu is not None else None
+    asked = newest_written(snapshots, w.rank, w.attempt.started_wall)
+    if asked is not None and run_dir is not None and (oom is None or asked[0] > oom[1]):
+        return {"oom": oom[0]["oom"] if oom is not None else None, "snapshot": str(run_dir / asked[1])}
+    return oom[0] if oom is not None else None
 
 
 def stop_info(a: Attempt, now: float) -> StopInfo | None:

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import IO
 
 from mpwatch.contract import protocol
+from mpwatch.rundir import layout
 from mpwatch.supervisor.diagnose import flight
 from mpwatch.supervisor.options import Options
 
@@ -80,10 +81,13 @@ def visible_device(base: Mapping[str, str], local_rank: int) -> str:
 
 def worker_env(base: Mapping[str, str], place: Placement, *, channel: str, authkey: bytes, run_id: str,
                rank_dir: Path, stack_file: Path, flush_s: float, virtual_local_rank: bool = False,
-               nccl_flight: bool = False, auto: bool = True) -> dict[str, str]:
+               nccl_flight: bool = False, auto: bool = True, cuda_history: int = 0) -> dict[str, str]:
     """torchrun's variables, ours, and the NCCL flight recorder's when it is switched on
     (settings.Settings.nccl_flight). `auto`: the workers put in automatic steps (mpwatch.worker.auto).
-    MPWATCH_RANK is the supervisor's own key for the worker: its local rank."""
+    The CUDA memory forensics (mpwatch.worker.cuda_memory) are armed in every worker; with
+    `cuda_history` (--cuda-memory-history) each keeps that many allocations' stacks; its snapshots
+    go to rank_dir's memory folder. MPWATCH_RANK is the supervisor's own key for the worker: its
+    local rank."""
     env = dict(base)
     env.update(place.torchrun_env())
     # As torchrun's agent sets it (1: abort on a collective error); with the flight recorder on,
@@ -101,7 +105,13 @@ def worker_env(base: Mapping[str, str], place: Placement, *, channel: str, authk
         protocol.ENV_SUPERVISOR_PID: str(os.getpid()),
         protocol.ENV_FLUSH: str(flush_s),
         protocol.ENV_AUTO: "1" if auto else "0",
+        protocol.ENV_CUDA_OOM: "1",
+        protocol.ENV_MEMORY_DIR: str(rank_dir / layout.MEMORY),
     })
+    if cuda_history > 0:
+        env[protocol.ENV_CUDA_HISTORY] = str(cuda_history)
+    else:
+        env.pop(protocol.ENV_CUDA_HISTORY, None)  # a supervisor's own environment never switches it on
     # Unbuffered so a crash's last words reach the log file; the user may override.
     env.setdefault("PYTHONUNBUFFERED", "1")
     # Only the start-up hook's own directory: the workers run our interpreter, where mpwatch

@@ -18,7 +18,8 @@ Severity = Literal["information", "warning", "error"]  # Textual's notification 
 # (The run's end is no notice: the banner says it, once.)
 NOTICE_EVENTS = frozenset({Event.WORKER_EXITED, Event.STALLED, Event.SLOW_START, Event.RECOVERED,
                            Event.RESTARTED, Event.RESIZED, Event.ALERT, Event.GPU_ALERT, Event.STOPPING,
-                           Event.DUMP, Event.CHECKPOINT_MISSED, Event.PROFILE_WRITTEN, Event.PROFILE_FAILED})
+                           Event.DUMP, Event.CHECKPOINT_MISSED, Event.PROFILE_WRITTEN, Event.PROFILE_FAILED,
+                           Event.MEMORY_WRITTEN, Event.MEMORY_FAILED})
 # a rank that took a request past its step is news too (contract.control: `late`)
 LATE_NOTICES = frozenset({Event.CHECKPOINT_TAKEN, Event.TUNABLE_APPLIED, Event.PROFILE_STARTED})
 _ALERT_SEVERITY: dict[str, Severity] = {"error": "error", "warning": "warning", "info": "information"}
@@ -79,6 +80,9 @@ def _live(rec: EventFields) -> str | None:
     if e in (Event.PROFILE_REQUESTED, Event.PROFILE_STARTED, Event.PROFILE_WRITTEN, Event.PROFILE_FAILED,
              Event.PROFILE_MISSED):
         return _profile(rec)
+    if e in (Event.MEMORY_REQUESTED, Event.MEMORY_STARTED, Event.MEMORY_WRITTEN, Event.MEMORY_FAILED,
+             Event.MEMORY_MISSED):
+        return _memory(rec)
     if e == Event.TUNABLE_DECLARED:
         return (f"{who} declared tunable {rec.get('tunable')} ({rec.get('type')}, "
                 f"default {shown(rec.get('value'))})")
@@ -115,6 +119,24 @@ def _profile(rec: EventFields) -> str:
     return f"{who} ended before its profile started"
 
 
+def _memory(rec: EventFields) -> str:
+    """A CUDA memory snapshot's events (supervisor.control.actions, contract.actions' MEMORY)."""
+    e, who, step = rec.get("event"), _who(rec), rec.get("step")
+    if e == Event.MEMORY_REQUESTED:
+        ranks = fmt.ranks(rec.get("ranks") or [])
+        return f"CUDA memory snapshot asked of {ranks} {_at(step)} by {rec.get('by')}"
+    if e == Event.MEMORY_STARTED:
+        late = f" (late: asked for step {rec.get('at')})" if rec.get("late") else ""
+        return f"{who}: CUDA memory snapshot taken at step {fmt.num(step, na='-')}{late}"
+    if e == Event.MEMORY_WRITTEN:
+        note = f" ({rec.get('why')})" if rec.get("why") else ""
+        size = fmt.size_long(rec.get("bytes"))
+        return f"{who}: CUDA memory snapshot written, {rec.get('path')} ({size}){note}"
+    if e == Event.MEMORY_FAILED:
+        return f"{who}: no CUDA memory snapshot: {rec.get('why')}"
+    return f"{who} ended before its CUDA memory snapshot"
+
+
 def line(rec: EventFields) -> str | None:
     """One line for an event (the --headless status line), or None for events not worth one."""
     e, who = rec.get("event"), _who(rec)
@@ -148,7 +170,7 @@ def line(rec: EventFields) -> str | None:
             return None
         return f"alert{' (updated)' if rec.get('update') else ''}: {rec.get('message')}"
     if e == Event.GPU_ALERT:
-        return f"GPU alert: {rec.get('message')}"
+        return f"GPU alert{' (updated)' if rec.get('update') else ''}: {rec.get('message')}"
     if e == Event.STOPPING:
         return f"stopping the run ({rec.get('why')})"
     if e == Event.RUN_FINISHED and rec.get("stopped"):  # a stop asked for, a signal: not a failure of its own

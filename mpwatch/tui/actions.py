@@ -1,5 +1,5 @@
-"""The keys that act on the run (pause, kill, restart, resize, dump, stop, checkpoint, a
-tunable's value) and, from tui.view_actions, the ones that only change the view (filter,
+"""The keys that act on the run (pause, kill, restart, resize, dump, stop, checkpoint, a CUDA
+memory snapshot, a tunable's value) and, from tui.view_actions, the ones that only change the view (filter,
 sort, fold), as the base class of the App. Every control
 request runs on a worker thread and reports back with ActionDone, so the UI thread never
 waits on the socket, and every action says what happened (the supervisor's reply, or why
@@ -283,6 +283,15 @@ class RunActions(ViewActions, App[Outcome]):
             self._request(f"checkpoint {target}",
                           lambda: self._actions().ask("checkpoint", target, by=who("tui"))["message"])
         self.push_screen(CheckpointDialog(rank, ranks, w.get("polls_checkpoint", False)), chosen)
+
+    def action_memory(self) -> None:
+        """`M`: the selected rank writes torch's CUDA allocator snapshot at its next step (ctl
+        memory RANK; `ctl memory all` for every rank). Read-only for the run: nothing to confirm."""
+        w = self._selected("take a CUDA memory snapshot")
+        if w is not None:
+            rank = w["rank"]
+            self._request(f"memory snapshot rank {rank}",
+                          lambda: self._actions().ask("memory", rank, by=who("tui"))["message"])
 
     def may_act(self, verb: str) -> bool:
         """Whether the keys that act work here (a live run, connected); says why not."""

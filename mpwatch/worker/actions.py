@@ -1,4 +1,5 @@
-"""The actions this process runs itself at a step boundary (protocol.STEP_ACTIONS: a profile),
+"""The actions this process runs itself at a step boundary (protocol.STEP_ACTIONS: a profile, a
+CUDA memory snapshot),
 asked by the supervisor at one step on every rank (contract.actions says what each is).
 
 The sender thread hands each request to worker.control_state (ControlState.receive), which
@@ -49,7 +50,8 @@ if TYPE_CHECKING:
         def at_step(self, step: int) -> bool: ...  # True: it is over (it left, or hands off, its result)
         def at_exit(self) -> None: ...  # the process exits while it runs: finish what can be
 
-RUNNERS = {protocol.PROFILE: "mpwatch.worker.profile"}  # action -> the module whose begin() runs it
+# action -> the module whose begin() runs it
+RUNNERS = {protocol.PROFILE: "mpwatch.worker.profile", protocol.MEMORY: "mpwatch.worker.memory_action"}
 NEVER = 1 << 62
 
 

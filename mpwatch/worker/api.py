@@ -34,7 +34,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable
     from typing import Literal
 
-    from mpwatch.worker.channel import CudaSource
+    from mpwatch.worker.cuda_scripted import ScriptedCuda
 
 SCRIPTED_CUDA_ENV = "MPWATCH_SCRIPTED_CUDA"  # a scripted allocator view (worker.cuda_scripted), no GPU needed
 
@@ -121,7 +121,7 @@ def _setup() -> Channel | None:
         return None
     from mpwatch.worker.sender import Sender
 
-    source: CudaSource | None = None
+    source: ScriptedCuda | None = None
     scenario = os.environ.get(SCRIPTED_CUDA_ENV)
     if scenario:
         from mpwatch.worker.cuda_scripted import ScriptedCuda
@@ -129,12 +129,22 @@ def _setup() -> Channel | None:
         source = ScriptedCuda(scenario, config.rank)
     chan = Channel(config, source)
     chan.sender = Sender(chan)
+    if source is not None:
+        _arm_scripted(source, chan)
     os.register_at_fork(before=chan.before_fork, after_in_child=chan.reset)
     os.register_at_fork(before=chan.hold_imports, after_in_parent=chan.release_imports)
     chan.before_fork()  # a spawned child of multiprocessing: it imports mpwatch before its run
     atexit.register(chan.close)
     chan.start()  # a daemon thread: it says hello at once, then ships batches
     return chan
+
+
+def _arm_scripted(view: ScriptedCuda, chan: Channel) -> None:
+    """The scripted torch (worker.torch_scripted) stands for torch's CUDA: the memory forensics
+    are armed on it as on a GPU (worker.cuda_memory; a real `import torch` later finds them armed)."""
+    from mpwatch.worker import cuda_memory, torch_scripted
+
+    cuda_memory.arm(torch_scripted.install(view), chan)
 
 
 _channel = _setup()

@@ -1,5 +1,6 @@
 """One batch frame, shaped from the reports a flush drains: the entries whose loss is there,
-a long run of them folded into FOLD, torch.distributed's and the allocator's state read.
+a long run of them folded into FOLD, torch.distributed's and the allocator's state read, the
+CUDA OOMs seen since the last one (worker.cuda_memory).
 
 Runs on the worker's sender thread (worker.sender's `Sender.flush`), loaded on its first
 flush, never at `import mpwatch`. Standard library only: torch is read when the script already
@@ -16,7 +17,7 @@ from mpwatch.worker import bounds
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from mpwatch.contract.cuda_view import CudaView
+    from mpwatch.contract.cuda_view import CudaView, OomRecord
     from mpwatch.worker.channel import Channel, Entry
 
 CUDA_EVERY_S = 1.0  # torch's memory view is sampled at most this often
@@ -41,7 +42,7 @@ def drain(buf: deque[Entry]) -> list[Entry]:
 
 
 def frame(chan: Channel, items: list[Entry], dropped: int, phases: dict[str, float],
-          live: object) -> dict[str, object]:
+          live: object, ooms: list[OomRecord] | None = None) -> dict[str, object]:
     """The batch message of these entries, bounded (mpwatch.worker.bounds)."""
     reports: list[list[object]]
     if len(items) <= FOLD:
@@ -57,6 +58,8 @@ def frame(chan: Channel, items: list[Entry], dropped: int, phases: dict[str, flo
         msg["cuda"] = cuda
     if live:
         msg["live"] = live
+    if ooms:
+        msg["oom"] = ooms
     s = chan.state
     if s.auto and items and (s.explicit < 0 or items[-1][0] < s.explicit):
         msg["auto"] = True  # every report of the batch is an automatic step

@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     from multiprocessing.connection import Connection
     from typing import Literal, Protocol
 
-    from mpwatch.contract.cuda_view import CudaView
+    from mpwatch.contract.cuda_view import CudaView, OomRecord
 
     Entry = tuple[int, float, int | None, object, dict[str, object]]  # seq, wall time, step, loss, metrics
     CudaSource = Callable[[], CudaView | None]
@@ -51,6 +51,7 @@ FLUSH_S = 0.25
 # the oldest are dropped and counted. The bound also caps the sender's per-flush work,
 # which otherwise competes with the training loop for the GIL.
 BUFFER = 2048
+OOMS_PENDING = 16  # OOM records kept for the next batches (a flush sends protocol.OOM_MAX of them)
 # The longest a fork waits for the sender's import to end (one of a few small modules, or
 # torch's allocator view: milliseconds); past it the fork goes on, as without mpwatch.
 FORK_WAIT_S = 5.0
@@ -112,6 +113,8 @@ class ProcessState:
         self.last_sent_seq = -1
         self.last_phases: dict[str, float] | None = None
         self.next_cuda = 0.0
+        # CUDA OOMs the process saw (worker.cuda_memory), for the next batch; the oldest go past the bound
+        self.ooms: deque[OomRecord] = deque(maxlen=OOMS_PENDING)
         self.retry_at = 0.0
         self.explicit = -1  # seq of the first report() with a step or a loss: automatic steps stop there
         self.auto = False  # worker.auto sent steps

@@ -62,7 +62,7 @@ class TorchCuda:
                 "allocated": _stat(s, "allocated_bytes", "all", "current"),
                 "reserved": _stat(s, "reserved_bytes", "all", "current"),
                 "max_allocated": _stat(s, "allocated_bytes", "all", "peak"),
-                "uuid": self._uuid(cuda, dev),
+                "uuid": self.uuid_of(cuda, dev),
                 "alloc_retries": _stat(s, "num_alloc_retries"),
                 "num_ooms": _stat(s, "num_ooms"),
                 "inactive_split": _stat(s, "inactive_split_bytes", "all", "current"),
@@ -79,7 +79,8 @@ class TorchCuda:
             dev = int(os.environ.get("LOCAL_RANK", "0")) % n
         return dev
 
-    def _uuid(self, cuda: ModuleType, dev: int) -> str | None:
+    def uuid_of(self, cuda: ModuleType, dev: int) -> str | None:
+        """The device's UUID as NVML spells it, asked of torch once."""
         if dev in self.uuids:
             return self.uuids[dev]
         uuid = None

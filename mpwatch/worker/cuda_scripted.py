@@ -13,6 +13,10 @@ since the worker imported mpwatch; the last frame whose time has passed is the v
                "*": [...]}}
 No frame yet (or no entry for the rank): no view, as when the script has not used CUDA.
 A missing or broken scenario file is no view, never an error in the worker.
+
+The scripted torch (worker.torch_scripted) allocates on top of the frames: what it holds and
+the OOMs it raised are added to the view (`extra`), as torch's own counters would show them;
+it reads the frames' allocator keys too (total, free, cache_block: see there).
 """
 from __future__ import annotations
 
@@ -30,8 +34,12 @@ class ScriptedCuda:
     """Callable like worker.cuda's TorchCuda: the scripted view of this rank now, or None."""
 
     def __init__(self, path: str, rank: int):
+        self.path = path
         self.t0 = time.monotonic()
         self.frames: list[dict[str, object]] = []
+        # what the scripted torch allocated and raised on top of the frames (its thread writes,
+        # the sender's reads: each a single int store)
+        self.extra: dict[str, int] = {"allocated": 0, "reserved": 0, "num_ooms": 0}
         try:
             with open(path, encoding="utf-8") as f:
                 data = json.load(f)
@@ -41,16 +49,30 @@ class ScriptedCuda:
         except (OSError, ValueError):
             pass
 
-    def __call__(self) -> CudaView | None:
+    def current(self) -> dict[str, object]:
+        """The frames whose time has passed, merged (later keys win); {} before the first."""
         elapsed = time.monotonic() - self.t0
         merged: dict[str, object] = {}
         for fr in self.frames:
             at = fr.get("at", 0)
             if isinstance(at, (int, float)) and at <= elapsed:
                 merged.update(fr)
-        if not merged:
-            return None
+        return merged
+
+    def numbers(self, merged: dict[str, object]) -> dict[str, int]:
+        """The frame's counters, the scripted torch's own added."""
         n = {k: int(v) if isinstance(v, (int, float)) else 0 for k, v in merged.items() if k in _INTS}
+        for k, v in self.extra.items():
+            n[k] = n.get(k, 0) + v
+        if self.extra["allocated"]:
+            n["max_allocated"] = max(n.get("max_allocated", 0), n.get("allocated", 0))
+        return n
+
+    def __call__(self) -> CudaView | None:
+        merged = self.current()
+        if not merged and not self.extra["reserved"]:
+            return None
+        n = self.numbers(merged)
         uuid = merged.get("uuid")
         return {"device": n.get("device", 0), "allocated": n.get("allocated", 0),
                 "reserved": n.get("reserved", 0), "max_allocated": n.get("max_allocated", 0),

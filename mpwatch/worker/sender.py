@@ -19,6 +19,9 @@ from mpwatch.contract import protocol
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from collections import deque
+
+    from mpwatch.contract.cuda_view import OomRecord
     from mpwatch.worker.channel import Channel
 
 RETRY_S = 1.0  # the supervisor is gone or restarting: connect again after this
@@ -78,11 +81,11 @@ class Sender:
             self._read_requests()
         ctl = chan.control
         answers = ctl.take() if ctl is not None else None
-        if not buf and s.phases == s.last_phases and not answers:
+        ooms = _take(s.ooms, protocol.OOM_MAX)
+        if not buf and s.phases == s.last_phases and not answers and not ooms:
             return
         if s.conn is None and not self._connect():
-            if answers and ctl is not None:
-                ctl.give_back(answers)
+            self._give_back(answers, ooms)
             return
         conn = s.conn
         assert conn is not None  # _connect() succeeded
@@ -97,14 +100,20 @@ class Sender:
             dropped = items[-1][0] - s.last_sent_seq - len(items)
             s.last_sent_seq = items[-1][0]
         phases = dict(s.phases)
-        msg = batch.frame(chan, items, dropped, phases, answers)
+        msg = batch.frame(chan, items, dropped, phases, answers, ooms)
         try:
             conn.send_bytes(protocol.encode_lossy(msg))
             s.last_phases = phases
         except (OSError, EOFError, ValueError):
-            if answers and ctl is not None:
-                ctl.give_back(answers)
+            self._give_back(answers, ooms)
             self._lost()
+
+    def _give_back(self, answers: list[list[object]] | None, ooms: list[OomRecord]) -> None:
+        """A batch that could not be sent: its answers and OOM records go with the next one."""
+        ctl = self.chan.control
+        if answers and ctl is not None:
+            ctl.give_back(answers)
+        self.chan.state.ooms.extendleft(reversed(ooms))
 
     def _lost(self) -> None:
         s = self.chan.state
@@ -149,3 +158,14 @@ class Sender:
                 s.conn.close()
             except (OSError, EOFError, ValueError):
                 pass
+
+
+def _take(box: deque[OomRecord], most: int) -> list[OomRecord]:
+    """Up to `most` of the OOM records waiting (worker.cuda_memory queues them on another thread)."""
+    out: list[OomRecord] = []
+    while box and len(out) < most:
+        try:
+            out.append(box.popleft())
+        except IndexError:
+            break
+    return out

@@ -2,8 +2,9 @@
 
     PYTHONPATH=$PWD .venv/bin/python -m tests.cli.record_runs
 
-oom-gpu/: tests/fixtures/gpu_oom.py on a scripted NVML (rank 0 holds 6 GiB, rank 1 1 GiB of
-10 GiB), rank 0 dies of CUDA OOM, then the run is stopped. Its gpu.jsonl is the GPU timeline
+oom-gpu/: tests/fixtures/cuda_oom.py on a scripted NVML and torch (rank 0 holds 6 GiB, rank 1 1 GiB
+of 10 GiB: tests.recorded_runs.oom_env), with --cuda-memory-history; rank 0 dies of CUDA OOM (its
+finding, its snapshot at the OOM), then the run is stopped. Its gpu.jsonl is the GPU timeline
 that supervisor wrote; tests/cli/test_summary.py reads it for the per-rank GPU peaks (the
 same test on a live run runs too, once the supervisor under test writes gpu.jsonl itself).
 thinned-gpu/: tests/fixtures/reporter.py on a scripted NVML with the GPU timeline capped at
@@ -19,7 +20,7 @@ import tempfile
 from pathlib import Path
 
 from tests.helpers import FIXTURES, HeadlessRun, keep_run_dir, wait_for
-from tests.recorded_runs import oom_run_until
+from tests.recorded_runs import OOM_OPTS, oom_env, oom_run_until
 from tests.replay.record_runs import normalise
 
 DATA = Path(__file__).resolve().parent / "data"
@@ -28,12 +29,8 @@ GiB = 1 << 30
 
 def record_oom(dest: Path) -> None:
     with tempfile.TemporaryDirectory(prefix="mpwatch-record-") as tmp:
-        scenario = Path(tmp) / "scenario.json"
-        scenario.write_text(json.dumps({"gpus": [{"mem_total": 10 * GiB}], "frames": [{"gpus": [
-            {"processes": [{"pid": "rank:0", "mem": 6 * GiB}, {"pid": "rank:1", "mem": GiB}]}]}]}))
-        go = Path(tmp) / "go"
-        run = HeadlessRun(Path(tmp), FIXTURES / "gpu_oom.py", go, n=2, opts=["--gpu-interval", "0.1"],
-                          env=dict(os.environ, MPWATCH_SCRIPTED_NVML=str(scenario)))
+        env, go = oom_env(Path(tmp))
+        run = HeadlessRun(Path(tmp), FIXTURES / "cuda_oom.py", go, n=2, opts=OOM_OPTS, env=env)
         try:
             run.start()
             oom_run_until(run, go)

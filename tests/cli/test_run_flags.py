@@ -53,6 +53,6 @@ def test_every_relayed_flag_reaches_the_supervisor_with_its_value():
     ns = run_parser({}).parse_args([*argv, "train.py"])
     again = run_parser({}).parse_args([*relayed_flags(ns), "train.py"])
     relayed = [f.dest for f in FLAGS if f.relay]
-    assert len(relayed) == 16
+    assert len(relayed) == 17
     assert {d: getattr(again, d) for d in relayed} == {d: getattr(ns, d) for d in relayed}
     assert relayed_flags(run_parser({}).parse_args(["train.py"])) == []  # defaults stay home

@@ -65,10 +65,13 @@ def test_an_oom_names_the_cause_and_the_alert(oom):
     assert f["rank"] == 0 and f["error"].startswith("torch.OutOfMemoryError: CUDA out of memory.")
     (alert,) = [a for a in s["alerts"] if a["kind"] == "oom"]
     assert alert["rank"] == 0 and alert["gpu"] == 0
-    assert alert["message"].startswith("rank 0 died of CUDA out of memory on GPU 0")
+    assert alert["message"].startswith("rank 0 ran out of CUDA memory on GPU 0 and died of it: rank 1 held 1.0 GiB")
+    assert "it asked for 2.0 GiB with 1.2 GiB free of 10.0 GiB" in alert["message"]
+    snapshot = str(oom.dir / "rank-0" / "memory")
+    assert f"snapshot at the OOM: {snapshot}/oom-" in alert["message"]  # one finding: the live one, completed
     text = summary_text(oom.dir)
     assert "first failure: rank 0 at +" in text and "CUDA out of memory" in text
-    assert "oom GPU 0 rank 0: rank 0 died of CUDA out of memory on GPU 0" in text
+    assert "oom GPU 0 rank 0: rank 0 ran out of CUDA memory on GPU 0 and died of it" in text
 
 
 def test_an_oom_shows_each_ranks_gpu_peak(oom):

@@ -88,12 +88,18 @@ def test_the_end_rebuilt_from_the_files_agrees_with_final_json(crashed, hung, oo
 
 def test_the_oom_at_its_moment(oom):
     src = ReplaySource(oom.dir)
-    seek(src, lambda e: e["event"] == "gpu_alert" and e.get("kind") == "oom", "the OOM alert")
+    seek(src, lambda e: e["event"] == "gpu_alert" and e.get("kind") == "oom", "the OOM finding")
+    st = src.status()  # the moment torch's observer saw it: rank 0 still runs, its finding is in
+    assert worker(st, 0)["state"] == State.RUNNING
+    assert worker(st, 0)["memory"]["oom"] == "CUDA OOM on GPU 0: rank 0 itself held 6.0G; asked 2.0G, 1.2G free"
+    seek(src, lambda e: e["event"] == "gpu_alert" and e.get("kind") == "oom" and e.get("update"), "its death")
     st = src.status()
     w = worker(st, 0)
     assert w["state"] == State.FAILED and "CUDA out of memory" in (w["cause"] or "")
+    assert w["memory"]["snapshot"].startswith(str(oom.dir / "rank-0" / "memory" / "oom-"))
     gpu = st["gpus"][0]
-    assert any(a["kind"] == "oom" and a["rank"] == 0 for a in gpu["alerts"])
+    (finding,) = [a for a in gpu["alerts"] if a["kind"] == "oom"]  # one finding, completed at the death
+    assert finding["rank"] == 0 and "and died of it" in finding["message"]
     assert gpu["mem_total"] == 10 << 30 and worker(st, 1)["gpu"]["mem_bytes"] == 1 << 30
     tl = src.gpu_timeline(120)
     t = src.time_at()

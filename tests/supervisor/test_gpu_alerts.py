@@ -203,8 +203,9 @@ def test_an_oom_on_exit_says_what_else_was_on_the_gpu(rig):
     tail = ["torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB."]
     a = r.watch.on_worker_exit(0, tail)
     m = a["message"]
-    assert m.startswith("rank 0 died of CUDA out of memory on GPU 0") and "79.0 GiB of 80.0 GiB used" in m
-    assert "rank 1 5.0 GiB" in m and "tried to allocate 2.00 GiB" in m and a["short"] == "OOM rank 0"
+    assert m.startswith("rank 0 ran out of CUDA memory on GPU 0 and died of it: rank 1 held 5.0 GiB")
+    assert "GPU 0 had 79.0 GiB of 80.0 GiB used" in m and a["short"] == "OOM rank 0"
+    assert "held 4.0 GiB (outside this run)" in m and "it asked for 2.0 GiB" in m
     assert a in r.gpu(0)["alerts"] and r.emitted("oom")
 
 

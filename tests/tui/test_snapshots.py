@@ -64,13 +64,13 @@ async def restart_dialog(pilot):
 
 @size_id
 @pytest.mark.parametrize("name", ["gpu2", "gpu8", "states", "paused", "slow", "container", "mnist", "wide", "auto",
-                                  "mig"])
+                                  "mig", "oom"])
 def test_main_screen(snap_compare, tmp_path, size, name):
     assert snap_compare(recorded_app(name, tmp_path), terminal_size=size, run_before=first_snapshot)
 
 
 @size_id
-@pytest.mark.parametrize("name", ["gpu2", "gpu8", "mig"])
+@pytest.mark.parametrize("name", ["gpu2", "gpu8", "mig", "oom"])
 def test_gpu_screen(snap_compare, tmp_path, size, name):
     assert snap_compare(recorded_app(name, tmp_path), terminal_size=size, run_before=gpu_screen)
 

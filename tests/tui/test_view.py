@@ -297,3 +297,19 @@ def test_automatic_steps_are_marked_in_the_step_cell_and_said_in_the_selected_li
     for w in reported["workers"]:
         assert segs.plain(view.worker_cells(w, cols, G, folded=False)[at]) == str(w["step"])
         assert "automatically" not in segs.plain(view.selected_line(w, G))
+
+
+def test_an_oom_says_who_held_the_memory_first_in_the_rank_row_and_in_its_alert():
+    """Issue 33 (tests.record oom): rank 0 died of CUDA OOM on a GPU that rank 1 shares by mistake;
+    at 80 columns the selected rank's line and the first alert line name rank 1 before they are cut."""
+    st = status("oom")
+    w0 = next(w for w in st["workers"] if w["rank"] == 0)
+    (finding,) = [a for g in st["gpus"] for a in g["alerts"] if a["kind"] == "oom"]
+    assert view.note_text(w0).startswith(w0["memory"]["oom"]) and w0["memory"]["oom"] == finding["oom"]["note"]
+    assert finding["oom"]["note"].startswith("CUDA OOM on GPU 0: rank 1 (sharing the GPU) held ")
+    assert "rank 1" in segs.plain(segs.cut(view.selected_line(w0, G), 78))
+    first = segs.plain(gpu_rows.alert_lines(st, G, 78, 3)[0])
+    assert first.startswith(f"{G.alert['error']} rank 0 ran out of CUDA memory on GPU 0 and died of it: rank 1 held")
+    # a rank that never ran out has no such note
+    assert all("memory" not in w for w in st["workers"] if w["rank"] != 0)
+    assert all("memory" not in w for name in ("gpu2", "gpu8", "states") for w in status(name)["workers"])

@@ -20,6 +20,7 @@ from mpwatch.contract.status import (
     RunState,
     StallInfo,
     State,
+    WorkerMemory,
     alert_kind,
 )
 from mpwatch.rundir import control_events
@@ -48,6 +49,7 @@ class RankFold:
     rejected: int = 0  # reports refused by the supervisor (reports_rejected), and the latest why
     rejected_why: str | None = None
     unkillable: list[dict[str, Any]] | None = None
+    memory: WorkerMemory | None = None  # this attempt's OOM finding's note and snapshot (gpu_alert oom)
 
 
 @dataclass
@@ -94,6 +96,8 @@ def fold(events: Sequence[EventFields], upto: int, run_dir: Path, restarting: se
         name = e["event"]
         if name in control_events.CONTROL_EVENTS:
             control_events.apply(run.control, e)
+            if name == Event.MEMORY_WRITTEN and r is not None and r in run.ranks:
+                _snapshot(run.ranks[r], e, run_dir)
         elif r is not None and name != Event.GPU_ALERT and name != Event.ALERT:
             _rank_event(run, run.ranks.setdefault(r, RankFold(r)), e, i in restarting, run_dir)
         elif name in (Event.ALERT, Event.GPU_ALERT) or r is None:
@@ -104,13 +108,20 @@ def fold(events: Sequence[EventFields], upto: int, run_dir: Path, restarting: se
     return run
 
 
+def _snapshot(k: RankFold, e: EventFields, run_dir: Path) -> None:
+    """A snapshot the rank wrote when asked (ctl memory): its newest, beside its OOM's note."""
+    path = as_str(cast(dict[str, Any], e).get("path"))
+    if path is not None:
+        k.memory = {"oom": k.memory["oom"] if k.memory is not None else None, "snapshot": str(run_dir / path)}
+
+
 def _rank_event(run: RunFold, k: RankFold, e: EventFields, restarting: bool, run_dir: Path) -> None:
     name = e["event"]
     if name == Event.WORKER_STARTED:
         k.pid, k.state, k.started = as_int(e.get("pid")), State.STARTING, e["ts"]
         k.global_rank = as_int(e.get("global_rank"))
         k.exit_code = k.signal = k.cause = None
-        k.stall, k.slow_start, k.unkillable = None, None, None
+        k.stall, k.slow_start, k.unkillable, k.memory = None, None, None, None
         k.world = as_int(e.get("world_size")) or k.world
         run.world = k.world or run.world
     elif name == Event.WORKER_EXITED:
@@ -216,8 +227,9 @@ def _gpu_alert(run: RunFold, e: EventFields) -> None:
         return
     gpu, gi, ci = as_int(raw.get("gpu")), as_int(raw.get("gi")), as_int(raw.get("ci"))
     key = f"{kind}:{gpu}:{e['rank']}" + (f":{gi}/{ci}" if gi is not None else "")
+    before = run.gpu_alerts.get(key) if raw.get("update") else None  # the same finding, completed
     a = GpuAlert(kind=kind, key=key, gpu=gpu, rank=e["rank"], message=as_str(raw.get("message")) or "",
-                 since=e["ts"])
+                 since=before["since"] if before is not None else e["ts"])
     if gi is not None and ci is not None:  # about a MIG slice of that GPU
         a["gi"], a["ci"] = gi, ci
     sev = raw.get("severity")
@@ -233,3 +245,8 @@ def _gpu_alert(run: RunFold, e: EventFields) -> None:
     if isinstance(raw.get("ranks"), list):
         a["ranks"] = [x for x in raw["ranks"] if isinstance(x, int)]
     run.gpu_alerts[key] = a
+    detail = raw.get("oom")
+    r = e["rank"]
+    if kind == "oom" and isinstance(detail, dict) and r is not None and r in run.ranks:
+        note, snap = as_str(detail.get("note")), as_str(detail.get("snapshot"))
+        run.ranks[r].memory = {"oom": note, "snapshot": snap}  # the table's words (supervisor.gpu.oom)

@@ -93,6 +93,8 @@ def worker_row(k: RankFold, reps: list[ReportRow], t: float, tail: int,
         steps_from=None)  # nor whether its steps were counted by mpwatch.worker.auto
     if k.rejected:
         row["rejected"] = {"count": k.rejected, "why": k.rejected_why or "?"}
+    if k.memory is not None:
+        row["memory"] = k.memory.copy()
     return row
 
 
@@ -265,4 +267,6 @@ def status_at(events: EventsFile, gpu: GpuFile, facts: RunFacts, run: RunFold, p
                 tunables=control.tunables, checkpoints=control.checkpoints)
     if control.profiles:
         st["profiles"] = control.profiles
+    if control.memory_snapshots:
+        st["memory_snapshots"] = control.memory_snapshots
     return st

@@ -21,7 +21,16 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from mpwatch.contract import protocol
-from mpwatch.contract.actions import CHECKPOINT, PROFILE, Action, FileResult, RankAnswer, read_result
+from mpwatch.contract.actions import (
+    ACTIONS,
+    CHECKPOINT,
+    MEMORY,
+    PROFILE,
+    Action,
+    FileResult,
+    RankAnswer,
+    read_result,
+)
 from mpwatch.contract.control import Done, Result
 from mpwatch.contract.names import Event
 from mpwatch.rundir import layout
@@ -35,7 +44,7 @@ from mpwatch.text import fmt
 
 Reply = dict[str, Any]
 Pending = list[tuple[Event, int | None, dict[str, Any]]]  # events to write once the lock is released
-TOOL = {protocol.PROFILE: "torch.profiler"}
+TOOL = {a.name: a.tool for a in ACTIONS.values() if a.tool}  # what writes each action's files
 NOT_WRITTEN = "its process ended before it was written"
 
 
@@ -106,7 +115,7 @@ class ActionDesk:
                 folder = self.store.action_dir(r, action.folder)
             except OSError as exc:
                 raise CommandError(f"cannot make rank {r}'s folder for it: {exc.strerror or exc}") from None
-            req.paths[r] = str((folder / (stem + layout.TRACE_SUFFIX)).relative_to(self.store.dir))
+            req.paths[r] = str((folder / (stem + action.suffix)).relative_to(self.store.dir))
 
     def _frame(self, req: Asked, rank: int) -> bytes:
         msg: dict[str, Any] = {"t": req.action, "id": req.id, "step": req.step, **req.args}
@@ -206,13 +215,12 @@ class ActionDesk:
 
 
 def _action(req: Asked) -> Action:
-    from mpwatch.contract.actions import ACTIONS
-
     return ACTIONS[req.action]
 
 
 def _verb(action: Action) -> str:
-    return "checkpoint" if action is CHECKPOINT else f"take a {action.name}"
+    return "checkpoint" if action is CHECKPOINT else "take a memory snapshot" if action is MEMORY \
+        else f"take a {action.name}"
 
 
 def _asked(action: Action, req: Asked) -> str:
@@ -220,6 +228,11 @@ def _asked(action: Action, req: Asked) -> str:
     who, step = fmt.ranks(req.asked), req.step
     if action is CHECKPOINT:
         return f"checkpoint asked of {who} " + (f"at step {step}" if step is not None else "at its next call")
+    if action is MEMORY:
+        where = sorted({str(Path(p).parent) for p in req.paths.values()})
+        return (f"CUDA memory snapshot asked of {who} " + (f"once step {step} is reported" if step is not None
+                                                             else "at its next step")
+                + (f"; it goes to {where[0]}/" if len(where) == 1 else "; they go to rank-N/memory/"))
     n = req.args.get("steps", 0)
     when = f"steps {step + 1}-{step + n}" if step is not None else f"its next {n} steps"
     where = sorted({str(Path(p).parent) for p in req.paths.values()})

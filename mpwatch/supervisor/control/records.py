@@ -21,6 +21,7 @@ from mpwatch.contract.actions import ACTIONS, KEPT, ActionRequest, FileResult
 from mpwatch.contract.control import (
     CheckpointRequest,
     ControlView,
+    MemoryRequest,
     ProfileRequest,
     RankAnswer,
     TunableChange,
@@ -195,4 +196,6 @@ class Registry:
         profiles = [ProfileRequest(**r.record(), steps=r.args.get("steps", 0),
                                    results=[r.results[k].copy() for k in sorted(r.results)])
                     for r in self.asked["profile"]]
-        return ControlView(tunables, checkpoints, profiles)
+        snapshots = [MemoryRequest(**r.record(), results=[r.results[k].copy() for k in sorted(r.results)])
+                     for r in self.asked["memory"]]
+        return ControlView(tunables, checkpoints, profiles, snapshots)

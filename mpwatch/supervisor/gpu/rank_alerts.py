@@ -9,8 +9,8 @@ import re
 from collections.abc import Iterable
 
 from mpwatch.contract.status import DevKey, GpuAlert, GpuView, WorkerGpu
-from mpwatch.supervisor.gpu.alerts import SET_DEVICE, AlertConfig, alert, describe_process, key_text, on
-from mpwatch.supervisor.gpu.ranks import own_key, owner, share_key
+from mpwatch.supervisor.gpu.alerts import SET_DEVICE, AlertConfig, alert, key_text, on
+from mpwatch.supervisor.gpu.ranks import own_key, share_key
 from mpwatch.text import fmt
 from mpwatch.text.gpu_names import device_name, view_name
 
@@ -97,8 +97,9 @@ def oom_line(tail: Iterable[str] | None) -> str | None:
     return None
 
 
-OOM_HINT = (f"lower the batch size, or free memory held elsewhere on the GPU; {EXPANDABLE} "
-            "helps when much memory is cached")
+# The bare count's hint (no finding: a worker whose torch has no OOM observer): what was held is unknown,
+# so fragmentation is never said here (supervisor.gpu.oom says it when it is the story).
+OOM_HINT = "lower the batch size, or free memory held elsewhere on the GPU"
 
 
 def oom_caught(rank: int, wg: WorkerGpu, rise: int) -> GpuAlert | None:
@@ -110,36 +111,4 @@ def oom_caught(rank: int, wg: WorkerGpu, rise: int) -> GpuAlert | None:
     a = alert("oom", f"oom:{rank}:{key_text(key) if key is not None else None}", wg["index"], rank,
               f"rank {rank} hit CUDA out of memory{where} and went on ({wg['ooms']} in all)",
               "error", OOM_HINT, f"OOM rank {rank}")
-    return on(a, key)
-
-
-def oom_alert(rank: int, key: DevKey | None, view: GpuView | None, line: str,
-              age_s: float | None = None) -> GpuAlert:
-    """A worker died of CUDA OOM: on which GPU (or MIG slice) and what else was there at the
-    last sample."""
-    gpu_index = None if key is None else key[0]
-    name = view_name(view) if view is not None else _name(key) if key is not None else ""
-    where = "on an unknown GPU (no sample showed it on one)" if key is None else f"on {name}"
-    msg = f"rank {rank} died of CUDA out of memory {where}"
-    others = []
-    if view is not None:
-        when = "at the last sample" + (f" ({age_s:.0f}s before)" if age_s is not None and age_s >= 1 else "")
-        parts = []
-        for p in sorted(view["processes"], key=lambda p: -(p["mem_bytes"] or 0)):
-            r = owner(p)
-            if r == rank:
-                continue
-            label = f"rank {r}" if p["rank"] is not None else (
-                f"a child of rank {r} (pid {p['pid']})" if r is not None else describe_process(p))
-            parts.append(f"{label} {fmt.size_long(p['mem_bytes'])}")
-            others.append({"pid": p["pid"], "rank": r, "mem_bytes": p["mem_bytes"]})
-        msg += (f"; {when} {name} had {fmt.size_long(view['mem_used'])} of "
-                f"{fmt.size_long(view['mem_total'])} used")
-        msg += (": also there " + ", ".join(parts)) if parts else ", nothing else of note on it"
-    tried = _TRIED.search(line)
-    if tried:
-        msg += f" (it tried to allocate {tried.group(1)})"
-    a = alert("oom", f"oom:{rank}:{key_text(key) if key is not None else None}", gpu_index, rank, msg,
-              "error", OOM_HINT, f"OOM rank {rank}")
-    a.update({"others": others, "line": line[:300]})
     return on(a, key)

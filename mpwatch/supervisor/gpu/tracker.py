@@ -153,6 +153,10 @@ class AlertTracker:
             out += [on_device(m, key) for m in marks]
         return out
 
+    def active(self, key: str) -> GpuAlert | None:
+        """The alert of this key standing now, if any."""
+        return self._active.get(key)
+
     def standing(self, found: list[GpuAlert], now: float) -> list[GpuAlert]:
         """Alerts that start now (and were not announced within the cooldown)."""
         current = {a["key"]: a for a in found}

@@ -10,8 +10,9 @@ to the timeline (supervisor.gpu.timeline: memory and gpu.jsonl). An alert that s
 event; one that goes on does not.
 
 Entry points for the run: `GpuWatch.for_run(run)` (the one place that reads the run's
-workers), `start()`/`close()`, and the readers `snapshot()`, `worker_gpu(rank)`,
-`on_worker_exit(...)`, `timeline(window)`.
+workers), `start()`/`close()`, the readers `snapshot()`, `worker_gpu(rank)`, `memory(rank, pid)`,
+`timeline(window)`, and a rank's CUDA OOM: `on_oom(...)` when its record comes, `on_worker_exit(...)`
+when it died (supervisor.gpu.ooms keeps the findings).
 Locks: the run's lock is taken only to copy the workers (for_run), never while holding
 this watcher's own lock; `snapshot()` is called under the run's lock and takes only ours.
 """
@@ -33,8 +34,10 @@ from mpwatch.contract.status import (
     GpuMark,
     GpuTimelineReply,
     GpuView,
+    OomRecord,
     State,
     WorkerGpu,
+    WorkerMemory,
     dev_key,
     devices,
     leaves,
@@ -44,7 +47,7 @@ from mpwatch.rundir.writer import RunStore
 from mpwatch.settings import Settings
 from mpwatch.supervisor import errors
 from mpwatch.supervisor.errors import CommandError
-from mpwatch.supervisor.gpu import rank_alerts, ranks
+from mpwatch.supervisor.gpu import ooms, rank_alerts, ranks
 from mpwatch.supervisor.gpu.alerts import alert_key
 from mpwatch.supervisor.gpu.ranks import RankInfo
 from mpwatch.supervisor.gpu.timeline import HOUR_S, GpuTimeline, cap_bytes, tick_record
@@ -52,7 +55,6 @@ from mpwatch.supervisor.gpu.tracker import AlertTracker
 from mpwatch.supervisor.gpu.views import Views
 
 PROCS_EVERY = 5  # the process list is refreshed every this many ticks
-OOMS_KEPT = 5  # OOM alerts shown per GPU
 
 # (the scripted NVML scenario, settings.Settings.scripted_nvml) -> (backend, None) or (None, why)
 Opener = Callable[[str | None], "tuple[Backend | None, str | None]"]
@@ -80,6 +82,8 @@ class _WorkerLike(Protocol):
 class _OptsLike(Protocol):
     @property
     def gpu_interval(self) -> float: ...
+    @property
+    def cuda_history(self) -> bool: ...
 
 
 class _RunLike(Protocol):
@@ -109,7 +113,8 @@ class GpuPart(TypedDict):
 class GpuWatch:
     def __init__(self, interval: float, workers: Callable[[], list[RankInfo]], emit: Emit, *,
                  settings: Settings, env: Mapping[str, str] | None = None, opener: Opener | None = None,
-                 timeline: RunStore | None = None, clock: Callable[[], float] = time.monotonic):
+                 timeline: RunStore | None = None, clock: Callable[[], float] = time.monotonic,
+                 cuda_history: bool = False):
         """workers() -> the run's workers (alive or not, with a pid); emit(rank, **fields)
         records one gpu_alert event; settings: the alerts' thresholds, the timeline's cap and
         the scripted NVML; env: the workers' (CUDA_VISIBLE_DEVICES); clock: the monotonic clock
@@ -137,7 +142,7 @@ class GpuWatch:
         self._wgpu: dict[int, WorkerGpu] = {}
         self.tracker = AlertTracker(self.cfg)
         self._last_gpu: dict[int, DevKey] = {}  # rank -> its own GPU (or MIG slice) when last seen
-        self._ooms: dict[DevKey, list[GpuAlert]] = {}  # GPU or slice -> OOM alerts of ranks that died
+        self.ooms = ooms.OomFindings(self.cfg, ooms.user(), cuda_history)  # the ranks' CUDA OOMs
 
     @classmethod
     def for_run(cls, run: _RunLike) -> GpuWatch:
@@ -157,7 +162,8 @@ class GpuWatch:
         def emit(rank: int | None, **fields: object) -> object:
             return run.event(Event.GPU_ALERT, rank, **fields)
 
-        return cls(run.opts.gpu_interval, workers, emit, settings=run.settings, timeline=run.store)
+        return cls(run.opts.gpu_interval, workers, emit, settings=run.settings, timeline=run.store,
+                   cuda_history=run.opts.cuda_history)
 
     # ------------------------------------------------------------ lifecycle ----
     def start(self) -> None:
@@ -233,10 +239,11 @@ class GpuWatch:
         placement, wgpus = self._place(views, alive)
         self._fill(views, alive, ranks.ranks_by_gpu(placement), hidden)
         loose = self.tracker.decide(leaves(views), alive, wgpus, self.visible, with_procs, now, hidden)
+        self.ooms.cover([v["alerts"] for v in devices(views)] + [loose])  # a finding's rank: an atomic test
         started = self.tracker.standing([a for v in devices(views) for a in v["alerts"]] + loose, now)
         with self._lock:
             for v in devices(views):
-                v["alerts"] = v["alerts"] + list(self._ooms.get(dev_key(v), ()))
+                v["alerts"] = v["alerts"] + self.ooms.on_gpu(dev_key(v))
             self._views, self._wgpu, self.pids_hidden = views, wgpus, hidden
             self._last_gpu.update({rank: p.key for rank, p in placement.items()})
         for a in started:
@@ -279,8 +286,9 @@ class GpuWatch:
             if v.get("slices"):
                 v["breakdown"] = ranks.sum_breakdowns([s["breakdown"] for s in v.get("slices", [])])
 
-    def _announce(self, a: GpuAlert) -> None:
+    def _announce(self, a: GpuAlert, update: bool = False) -> None:
         fields = {k: v for k, v in a.items() if k not in ("key", "rank", "since")}
+        fields.update({"update": True} if update else {})  # the same finding, completed: shown in place
         try:
             self._emit(a["rank"], **fields)
         except Exception as exc:  # noqa: BLE001 - a full disk must not stop the poller
@@ -310,29 +318,40 @@ class GpuWatch:
         ticks, marks = self.timeline_store.window(float(window))
         return {"ticks": ticks, "marks": marks}
 
-    def on_worker_exit(self, rank: int, stderr_tail: Iterable[str] | None,
-                       cuda: CudaView | None = None) -> GpuAlert | None:
-        """A worker ended: when its stderr says CUDA OOM, raise the OOM alert."""
+    def memory(self, rank: int, pid: int | None) -> tuple[WorkerMemory, float] | None:
+        with self._lock:  # the table's words of the rank's process's CUDA memory (its OOM), and when
+            return self.ooms.memory(rank, pid)
+
+    # ----------------------------------------------------------------- OOMs ----
+    def on_oom(self, rank: int, pid: int, record: OomRecord) -> GpuAlert:
+        """A rank's OOM record came (the channel hub's thread; the rank may have caught it)."""
+        return self._oom(rank, pid, record, None, died=False)
+
+    def on_worker_exit(self, rank: int, stderr_tail: Iterable[str] | None, cuda: CudaView | None = None,
+                       pid: int | None = None, record: OomRecord | None = None) -> GpuAlert | None:
+        """A worker failed: when its stderr or its record says it died of CUDA OOM, its finding
+        (that OOM's, completed, when its record came first)."""
         line = rank_alerts.oom_line(stderr_tail)
-        if line is None:
+        if line is None and (record is None or not record["message"]):
             return None
+        return self._oom(rank, pid, record, line, died=True, cuda=cuda)
+
+    def _oom(self, rank: int, pid: int | None, record: OomRecord | None, line: str | None, died: bool,
+             cuda: CudaView | None = None) -> GpuAlert:
+        by_pid = {i.pid: i.rank for i in self._workers()}  # the run's lock, never under ours
         with self._lock:
-            key = self._last_gpu.get(rank)
-            if key is None and cuda is not None and cuda.get("uuid") and self.probe is not None:
-                key = self.probe.uuid_keys.get(cuda.get("uuid") or "")
-            view = next((v for v in leaves(self._views) if dev_key(v) == key), None)
-            age = time.time() - view["processes_ts"] if view is not None and view["processes_ts"] else None
-            alert = rank_alerts.oom_alert(rank, key, view, line, age)
-            alert["since"] = time.time()
-            if key is not None:
-                kept = self._ooms.setdefault(key, [])
-                kept.append(alert)
-                del kept[:-OOMS_KEPT]
-                if view is not None:
-                    view["alerts"] = view["alerts"] + [alert]
-        self.timeline_store.mark(alert_mark(alert, alert["since"], "oom"))
-        self._announce(alert)
-        return alert
+            uuids = self.probe.uuid_keys if self.probe is not None else {}
+            place = ooms.place(rank, record, cuda, leaves(self._views), self._last_gpu, uuids, by_pid)
+            a, told = self.ooms.raise_(rank, pid, record, line, died, place, time.time())
+            if told == "new" and self.tracker.active(a["key"]) is not None:
+                told = "update"  # the tracker's caught-OOM alert of it was told first: this completes it
+            if place.view is not None:
+                place.view["alerts"] = [x for x in place.view["alerts"] if x["key"] != a["key"]] + [a]
+        if told == "new":  # the timeline marks the OOM once, where it happened
+            self.timeline_store.mark(alert_mark(a, a["since"], "oom"))
+        if told != "quiet":
+            self._announce(a, update=told == "update")
+        return a
 
 
 def _copy(v: GpuView) -> GpuView:

@@ -1,6 +1,6 @@
 """A BATCH checked where it enters the supervisor: its reports (each one typed and within the
-bounds of contract.protocol: MAX_METRICS...) and its CUDA view. The supervisor's side of the
-wire format only: the worker side never loads it. Runs on the channel hub's threads
+bounds of contract.protocol: MAX_METRICS...), its CUDA view and its CUDA OOM records. The
+supervisor's side of the wire format only: the worker side never loads it. Runs on the channel hub's threads
 (supervisor.ipc.ledger calls it, on the hot path: exact type checks, one pass).
 """
 from __future__ import annotations
@@ -8,8 +8,19 @@ from __future__ import annotations
 from typing import Any, NamedTuple
 
 from mpwatch.contract.coerce import as_float, as_number
-from mpwatch.contract.cuda_view import CudaView
-from mpwatch.contract.protocol import MAX_EXACT, MAX_METRIC_NAME, MAX_METRIC_TEXT, MAX_METRICS, BadFrame
+from mpwatch.contract.cuda_view import CudaView, OomRecord
+from mpwatch.contract.protocol import (
+    MAX_EXACT,
+    MAX_METRIC_NAME,
+    MAX_METRIC_TEXT,
+    MAX_METRICS,
+    OOM_MAX,
+    OOM_MESSAGE_MAX,
+    BadFrame,
+)
+
+PATH_MAX = 4096  # characters of a snapshot's path
+WHY_MAX = 300  # characters of why a snapshot was not written
 
 
 class Report(NamedTuple):
@@ -109,3 +120,33 @@ def validate_cuda(raw: object) -> CudaView | None:
         if type(v) is int:
             view[key] = v
     return view
+
+
+def _size(raw: dict[str, Any], key: str) -> int | None:
+    v = raw.get(key)
+    return v if type(v) is int and 0 <= v <= MAX_EXACT else None
+
+
+def _text(raw: dict[str, Any], key: str, most: int) -> str | None:
+    v = raw.get(key)
+    return v[:most] if isinstance(v, str) else None
+
+
+def validate_oom(raw: object) -> list[OomRecord]:
+    """A BATCH's `oom` (the worker's CUDA OOM records, contract.cuda_view.OomRecord): at most
+    OOM_MAX, every field checked (a wrong one is None: not known), texts cut; one without a
+    positive `seq` is left out."""
+    if type(raw) is not list:
+        return []
+    out: list[OomRecord] = []
+    for r in raw[:OOM_MAX]:
+        if not isinstance(r, dict) or type(r.get("seq")) is not int or r["seq"] < 1:
+            continue
+        out.append({"seq": r["seq"], "ts": as_float(r.get("ts")) or 0.0, "device": _size(r, "device"),
+                    "uuid": _text(r, "uuid", 96), "alloc": _size(r, "alloc"), "total": _size(r, "total"),
+                    "free": _size(r, "free"), "allocated": _size(r, "allocated"),
+                    "reserved": _size(r, "reserved"), "inactive_split": _size(r, "inactive_split"),
+                    "snapshot": _text(r, "snapshot", PATH_MAX),
+                    "snapshot_error": _text(r, "snapshot_error", WHY_MAX),
+                    "message": _text(r, "message", OOM_MESSAGE_MAX)})
+    return out

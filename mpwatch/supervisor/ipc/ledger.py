@@ -8,7 +8,8 @@ main loop writes those held back once their slot comes (`flush`), and a worker's
 report is written before its exit (`write_report`). The ledger owns a worker's "first report"
 (`Attempt.first_report`: its first progress, whatever sent it), where its stall clock starts. A
 batch's `live` entries (declarations, answers) and a hello of protocol 2 go on to the control room
-(supervisor.control.room).
+(supervisor.control.room). A batch's CUDA OOM records are merged into the attempt's and each new
+OOM goes on to the GPU watcher (`oom`: supervisor.gpu.watch's on_oom), outside the run's lock.
 """
 from __future__ import annotations
 
@@ -19,10 +20,10 @@ from typing import Any, Protocol
 from mpwatch.contract import protocol
 from mpwatch.contract.coerce import as_number
 from mpwatch.contract.control import ControlEntry, validate_control
-from mpwatch.contract.status import Event, State
+from mpwatch.contract.status import Event, OomRecord, State
 from mpwatch.rundir import eventlines
 from mpwatch.supervisor.eventlog import EventLog
-from mpwatch.supervisor.ipc.batch_check import Report, validate_batch, validate_cuda
+from mpwatch.supervisor.ipc.batch_check import Report, validate_batch, validate_cuda, validate_oom
 from mpwatch.supervisor.workers.worker import ChildReport, Downlink, PendingReport, Worker
 
 # events.jsonl gets a rank's latest report at most this often; a point a second per rank
@@ -48,13 +49,20 @@ class Control(Protocol):
     def on_entries(self, w: Worker, entries: list[ControlEntry]) -> None: ...
 
 
+class OomSink(Protocol):
+    """Where a rank's new CUDA OOM goes (supervisor.gpu.watch's GpuWatch)."""
+
+    def on_oom(self, rank: int, pid: int, record: OomRecord) -> object: ...
+
+
 class ReportLedger:
     def __init__(self, workers: dict[int, Worker], lock: threading.RLock, log: EventLog,
-                 control: Control | None = None):
+                 control: Control | None = None, oom: OomSink | None = None):
         self.workers = workers
         self.lock = lock
         self.log = log
         self.control = control
+        self.oom = oom
 
     # ---------------------------------------------------------- hub callbacks ----
     def on_hello(self, peer: Peer, msg: dict[str, Any]) -> None:
@@ -138,6 +146,7 @@ class ReportLedger:
         entries = validate_control(msg["live"], refused) if "live" in msg else None
         if refused:
             self.on_refused(peer, refused)
+        ooms = validate_oom(msg["oom"]) if "oom" in msg else []
         now = time.monotonic()
         write = False
         child_step: int | None = None
@@ -152,6 +161,7 @@ class ReportLedger:
             else:
                 w.attempt.dist = w.attempt.dist or dist
                 self._apply(w, reports, dropped, phases, cuda, now)
+                ooms = [m for m, new in map(w.attempt.take_oom, ooms) if new and m["alloc"] is not None]
                 if reports:
                     w.reports.source = "auto" if msg.get("auto") is True else "report"
                     self._hold(w, reports, dropped)
@@ -164,6 +174,15 @@ class ReportLedger:
             self.write_report(w, now)
         if entries and child_of == peer.pid and self.control is not None:
             self.control.on_entries(w, entries)
+        if child_of == peer.pid:
+            self._tell_ooms(w.rank, peer.pid, ooms)
+
+    def _tell_ooms(self, rank: int, pid: int, new: list[OomRecord]) -> None:
+        """The new OOMs of a batch to the GPU watcher (outside the run's lock: it takes its own);
+        a record that only completes one (an uncaught error's message) waits for the exit."""
+        if self.oom is not None:
+            for rec in new:
+                self.oom.on_oom(rank, pid, rec)
 
     def _on_child(self, w: Worker, pid: int, reports: list[Report],
                   now: float) -> tuple[int | None, float | None]:

@@ -103,7 +103,8 @@ class Reaper:
                          signal=end.signal, state=end.state.value, cause=end.cause, reason=a.kill_reason,
                          stderr_tail=tail)
         if end.state is State.FAILED:
-            run.gpu.on_worker_exit(w.rank, tail, w.reports.cuda)  # "CUDA out of memory" -> an OOM alert
+            # "CUDA out of memory" (its stderr, or its OOM record's message) -> its OOM finding
+            run.gpu.on_worker_exit(w.rank, tail, w.reports.cuda, a.pid, a.last_oom())
         run.groups.after_exit(w, run.opts.grace)
         if a.kill_reason == "restart":
             w.pending_restart = "restart"

@@ -21,13 +21,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
-from mpwatch.contract.status import CudaView, Event, RunAlertKind, StallInfo, State, StepsFrom
+from mpwatch.contract.status import CudaView, Event, OomRecord, RunAlertKind, StallInfo, State, StepsFrom
 from mpwatch.probes.procs import ProcInfo
 from mpwatch.supervisor.workers import states
 
 HISTORY = 1024  # loss points kept per rank; halved (every other point) when full
 TAIL = 32  # recent losses for the sparkline
 RATE_WINDOW = 32  # (time, step) samples behind steps/s
+OOMS_KEPT = 16  # a process's CUDA OOM records kept (its latest)
 
 RestartKind = Literal["restart", "auto"]  # by request | after a failure (counted against --max-restarts)
 
@@ -104,9 +105,28 @@ class Attempt:
     stall: StallInfo | None = None
     slow_start: StallInfo | None = None  # no first report within --startup-timeout (said once)
     stall_probed: float = 0.0  # last hang probe while stalled
+    # CUDA OOMs its process saw (supervisor.ipc.ledger merges a record completing an earlier one)
+    ooms: dict[int, OomRecord] = field(default_factory=dict)  # seq -> the record
 
     def __post_init__(self) -> None:
         self.pid = None if self.proc is None else self.proc.pid
+
+    def take_oom(self, rec: OomRecord) -> tuple[OomRecord, bool]:
+        """The record merged with the one of its OOM (`seq`) already taken: (the merged record,
+        whether that OOM is new)."""
+        cur = self.ooms.get(rec["seq"])
+        if cur is None:
+            self.ooms[rec["seq"]] = cur = rec.copy()
+            for seq in sorted(self.ooms)[:-OOMS_KEPT]:
+                del self.ooms[seq]
+            return cur.copy(), True
+        for k, v in rec.items():
+            if v is not None and k != "ts":
+                cur[k] = v  # type: ignore[literal-required]  # a key of OomRecord, from an OomRecord
+        return cur.copy(), False
+
+    def last_oom(self) -> OomRecord | None:
+        return self.ooms[max(self.ooms)].copy() if self.ooms else None
 
     def steps_per_second(self, now: float | None = None) -> float | None:
         """Steps over the rate window, oldest to `now`; None until two samples differ in time.

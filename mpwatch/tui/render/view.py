@@ -104,6 +104,9 @@ def note_text(w: WorkerStatus) -> str:
     if stop and st not in ENDED_STATES:  # mpwatch asked it to stop: its handler may be saving
         kill_in = stop["kill_in"]
         parts.append(f"{stop['signal']} sent" + (f", SIGKILL in {fmt.age(kill_in)}" if kill_in else ""))
+    memory = w.get("memory")
+    if memory is not None and memory["oom"]:  # the OOM finding's words: who held the memory, first
+        parts.append(memory["oom"])
     if st in ENDED_STATES and w["cause"]:
         parts.append(w["cause"])
     if st == State.STALLED:

@@ -136,6 +136,9 @@ class DetailScreen(RunScreen):
         note = view.note_text(w)
         if note:
             t.append(f"\n{note}", style="yellow")
+        memory = w.get("memory")
+        if memory is not None and memory["snapshot"]:  # at its OOM, or asked with M / ctl memory
+            t.append(f"\nCUDA memory snapshot: {memory['snapshot']} (pytorch.org/memory_viz opens it)")
         self.title_bar.update(t)
         body = [f"{c['pid']}  {c['status']}  cpu {fmt.num(c['cpu_percent'], na='-')}%  "
                 f"rss {fmt.size(c['rss_bytes'])}  {c['cmd'] or c['name']}" for c in w["children"]]

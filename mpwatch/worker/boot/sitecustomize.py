@@ -5,9 +5,10 @@ It does what a worker must have even when its script never imports mpwatch:
   works from C without the GIL (a blocked or spinning main thread still dumps);
 - for a direct worker, a parent-death signal, so a SIGKILLed supervisor takes it along;
   any process of a run that starts when its supervisor is already gone exits at once.
-- unless the run said --no-auto: a finder on sys.meta_path that waits for `import torch` and,
-  right after torch's own import, puts in the hooks of automatic steps (mpwatch.worker.auto). Until
-  then it costs one comparison per import; a process that never imports torch loads nothing.
+- a finder on sys.meta_path that waits for `import torch` and, right after torch's own import,
+  puts in the hooks of automatic steps (mpwatch.worker.auto; unless the run said --no-auto) and
+  arms the CUDA memory forensics (mpwatch.worker.cuda_memory: they wait for CUDA's initialisation).
+  Until then it costs one comparison per import; a process that never imports torch loads nothing.
 Then it hands over to any other sitecustomize further down sys.path, which runs as it would
 without mpwatch (see _chain). Runs at interpreter start-up, on the main thread, before the script.
 """
@@ -104,7 +105,7 @@ class _TorchFinder:
             except AttributeError:
                 pass
             real(module)
-            _auto(module)
+            _after_torch(module)
 
         try:
             loader.exec_module = exec_module  # type: ignore[method-assign]  # this loader only: torch's
@@ -113,17 +114,34 @@ class _TorchFinder:
         return spec
 
 
-def _auto(torch: "ModuleType") -> None:
-    try:
-        from mpwatch.worker.auto import install
+def _auto_wanted() -> bool:
+    return os.environ.get("MPWATCH_AUTO_HOOKS") == "1"
 
-        install(torch)
-    except Exception as exc:  # noqa: BLE001 - never fail the script's import of torch
-        sys.stderr.write(f"mpwatch: no automatic steps in this process: {type(exc).__name__}: {exc}\n")
+
+def _memory_wanted() -> bool:  # protocol.ENV_CUDA_OOM, ENV_CUDA_HISTORY (not imported: this hook stays cheap)
+    return os.environ.get("MPWATCH_CUDA_OOM") == "1" or os.environ.get("MPWATCH_CUDA_HISTORY", "0") != "0"
+
+
+def _after_torch(torch: "ModuleType") -> None:
+    if _auto_wanted():
+        try:
+            from mpwatch.worker.auto import install
+
+            install(torch)
+        except Exception as exc:  # noqa: BLE001 - never fail the script's import of torch
+            sys.stderr.write(f"mpwatch: no automatic steps in this process: {type(exc).__name__}: {exc}\n")
+    if _memory_wanted():
+        try:
+            from mpwatch.worker import api, cuda_memory
+
+            cuda_memory.arm(torch, api._channel)
+        except Exception as exc:  # noqa: BLE001 - never fail the script's import of torch
+            sys.stderr.write(f"mpwatch: no CUDA memory forensics in this process: {type(exc).__name__}: "
+                             f"{exc}\n")
 
 
 def _watch_torch() -> None:
-    if os.environ.get("MPWATCH_AUTO_HOOKS") == "1" and "torch" not in sys.modules:
+    if (_auto_wanted() or _memory_wanted()) and "torch" not in sys.modules:
         sys.meta_path.insert(0, _TorchFinder())
 
 
