@@ -50,6 +50,9 @@ class Sender:
         if now < s.retry_at:
             return False
         with s.imports:
+            # Client's handshake imports hmac inside itself: a fork in that import left the child
+            # a half-made hmac, and every connection of its failed. Imported here, where forks wait.
+            import hmac  # noqa: F401 - for the handshake
             from multiprocessing.connection import Client
 
         try:
