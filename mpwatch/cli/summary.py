@@ -33,7 +33,7 @@ def _head(s: postmortem.Summary) -> list[str]:
     took = fmt.duration(r["duration"]) + (" so far" if r["live"] else "")
     out = [f"run {r['run_id']} · {cmd}",
            f"ended: {ended_text(r)}" if r["ending"] != "live" else "live: still running",
-           f"started {started} · took {took} · {r['nprocs'] or '?'} workers · restarts {s['restarts']}"]
+           f"started {started} · took {took} · {_workers(s)} · restarts {s['restarts']}"]
     f = r["first_failure"]
     if f is not None:
         out.append(f"first failure: rank {f['rank']} at {_at(f['ts'], r['started'])}: "
@@ -41,6 +41,14 @@ def _head(s: postmortem.Summary) -> list[str]:
         if f["error"] and f["error"] not in (f["cause"] or ""):
             out.append(f"  traceback ends: {f['error']}")
     return out
+
+
+def _workers(s: postmortem.Summary) -> str:
+    """'3 workers', and the count it started with when a resize changed it."""
+    now, first = s["workers"], s["listing"]["nprocs"]
+    text = f"{now if now is not None else '?'} worker{'' if now == 1 else 's'}"
+    changed = first is not None and now is not None and now != first
+    return text + (f" ({first} at the start)" if changed else "")
 
 
 def _ranks(s: postmortem.Summary) -> list[str]:

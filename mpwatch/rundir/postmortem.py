@@ -100,6 +100,7 @@ class Summary(TypedDict):
 
     listing: RunListing
     args: list[str]
+    workers: int | None  # at the end: the last resize's count, else the start's (listing.nprocs)
     restarts: int
     stopped: str | None  # why a stop was asked (signal SIGTERM, requested), when one was
     ranks: list[RankEnd]
@@ -307,7 +308,9 @@ def summarize(rd: RunDir, now: float | None = None) -> Summary:
         if e["event"] in control_events.CONTROL_EVENTS:
             control_events.apply(live, cast(EventFields, e))
     control = live.status()
+    resizes = [n for e in evs if e["event"] == Event.RESIZED and (n := as_int(e.get("to"))) is not None]
     return {"listing": listing(rd, exits, now), "args": rd.run.args,
+            "workers": resizes[-1] if resizes else rd.run.nprocs,
             "restarts": restarts if isinstance(restarts, int) else sum(r["restarts"] for r in ranks),
             "stopped": as_str(stops[0].get("why")) if stops else None, "ranks": ranks, "stalls": _stalls(evs),
             "slow_starts": _stalls(evs, Event.SLOW_START, "slow start"),

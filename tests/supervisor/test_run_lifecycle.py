@@ -7,7 +7,7 @@ import signal
 import psutil
 import pytest
 
-from tests.helpers import FIXTURES, alive, assert_gone, wait_for
+from tests.helpers import FIXTURES, alive, assert_gone, mpwatch, wait_for
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -161,6 +161,10 @@ def test_resize_independent_adds_and_removes_ranks_only(headless):
     assert run.worker(0)["pid"] == before[0]
     assert_gone([after[1], after[2]])
     assert alive(before[0])
+    run.ctl("stop")
+    run.wait_exit(60)
+    summary = mpwatch("summary", run.run_dir).stdout  # the count it ended with, and the start's
+    assert " · 1 worker (2 at the start) · " in summary, summary
 
 
 def test_max_restarts_restarts_failed_workers(headless, tmp_path):
