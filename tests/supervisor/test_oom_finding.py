@@ -101,6 +101,18 @@ def test_the_rank_itself_holding_the_gpu_is_its_own_story(rig):
     assert a["oom"]["note"] == "CUDA OOM on GPU 0: rank 0 itself held 78.0G; asked 2.0G, 512M free"
 
 
+def test_the_drivers_reserve_is_said_apart_from_the_memory_the_ranks_may_use(rig):
+    """MemoryInfo_v2 tells the driver's reserve apart (never in mem_used): the GPU's room is
+    the total less it, and the finding says so (it said 78 of 80 GiB, as if 2 GiB were free)."""
+    frame = {"reserved": GiB, "processes": [{"pid": "rank:0", "mem": 78 * GiB}]}
+    r = rig({"gpus": TWO[:1], "frames": [{"at": 0, "gpus": [frame]}]}, ranks=1)
+    r.cuda[0] = cuda("GPU-aaaa", 77 * GiB, int(77.2 * GiB))
+    r.tick()
+    a = r.watch.on_oom(0, r.pid(0), record(allocated=77 * GiB, reserved=int(77.2 * GiB), free=512 * MiB))
+    assert ("(at the last sample, GPU 0 had 78.0 GiB of 79.0 GiB used; the driver keeps 1.0 GiB)"
+            in a["message"]), a["message"]
+
+
 # ---------------------------------------------------------- fragmentation ----
 def test_fragmentation_is_the_story_only_when_the_cache_held_the_bytes_asked_for(rig):
     r = crowded(rig)

@@ -22,7 +22,16 @@ from dataclasses import dataclass
 from typing import Literal
 
 from mpwatch.contract.status import DevKey, GpuAlert, GpuProcess, GpuView, OomRecord
-from mpwatch.supervisor.gpu.alerts import SET_DEVICE, AlertConfig, alert, describe_process, key_text, on
+from mpwatch.supervisor.gpu.alerts import (
+    SET_DEVICE,
+    AlertConfig,
+    alert,
+    describe_process,
+    key_text,
+    on,
+    reserve_text,
+    usable,
+)
 from mpwatch.supervisor.gpu.oom_words import OomWords
 from mpwatch.text import fmt
 from mpwatch.text.gpu_names import device_name
@@ -171,8 +180,10 @@ def _others(f: OomFacts, others: Sequence[Holder]) -> str:
         return f"no sample showed what else was on {f.where}"
     late = f.age_s is not None and f.age_s >= 1
     when = "at the last sample" + (f", {f.age_s:.0f}s before" if late else "")
-    if v["mem_used"] is not None and v["mem_total"]:
-        when += f", {f.where} had {fmt.size_long(v['mem_used'])} of {fmt.size_long(v['mem_total'])} used"
+    room = usable(v)  # the driver's own reserve is no one's to use: said apart
+    if v["mem_used"] is not None and room:
+        used = fmt.size_long(v["mem_used"])
+        when += f", {f.where} had {used} of {fmt.size_long(room)} used{reserve_text(v)}"
     if not others:
         return f"nothing else held memory on {f.where} ({when})"
     parts = [f"{h.who} held {fmt.size_long(h.mem_bytes)}" + (f" ({h.role})" if h.role else "")
