@@ -95,6 +95,17 @@ def attach_nodes(targets: list[str], remote_mpwatch: str | None, settings: Setti
     return 1 if outcome.exit_code is None else int(outcome.exit_code)
 
 
+def ended_lines(st: Status | None, code: int) -> list[str]:
+    """After 'stop the run' across nodes: how it ended, and where each node's ranks' ends are told
+    (`mpwatch summary` reads a run directory: on that node)."""
+    out = [f"mpwatch: the run ended on every node, exit code {code}"]
+    for n in (st.get("nodes") or []) if st is not None else []:
+        where = f"on {n['host']}" if n["host"] else "here"
+        if n["run_id"]:
+            out.append(f"mpwatch: node {n['node']}'s ranks: mpwatch summary {n['run_id']} ({where})")
+    return out
+
+
 def _wait_stopped(source: MergedSource) -> int:
     print("mpwatch: waiting for the run to stop on every node…", file=sys.stderr)
     deadline = time.monotonic() + STOP_WAIT_S
@@ -102,9 +113,12 @@ def _wait_stopped(source: MergedSource) -> int:
         try:
             source.status(tail=0)
         except ClientError:
-            _, info = source.ended()
+            st, info = source.ended()
             code = (info or {}).get("exit_code")
-            return code if isinstance(code, int) else 1
+            code = code if isinstance(code, int) else 1
+            for line in ended_lines(st, code):
+                print(safe.text(line), file=sys.stderr)
+            return code
         except NoNodeYet:
             pass  # no node answered this time: ask again
         time.sleep(0.5)
