@@ -183,7 +183,7 @@ def test_the_start_up_hook_reads_the_protocols_names():
     # sitecustomize imports nothing of mpwatch (it runs in every worker process): its names are copies
     hook = code_strings(PACKAGE / "worker" / "boot" / "sitecustomize.py")
     assert hook == {protocol.ENV_STACK_FILE, protocol.ENV_SUPERVISOR_PID, protocol.ENV_AUTO, protocol.ENV_CUDA_OOM,
-                    protocol.ENV_CUDA_HISTORY}
+                    protocol.ENV_CUDA_HISTORY, protocol.ENV_HOOK_ONLY}
 
 
 def test_the_settings_are_read_once_by_the_command_line_and_handed_in():

@@ -198,6 +198,6 @@ def _maybe(fn: Any, h: object) -> str | None:
 
 def _safe_mig(b: Backend, h: object) -> list[str]:
     try:
-        return [uuid for _, uuid, *_ in b.mig_slots(h) if uuid]  # the MIG-… a worker may name
+        return b.mig_uuids(h)
     except Exception:  # noqa: BLE001 - MIG is optional
         return []

@@ -50,6 +50,25 @@ class NvmlBackend(NvmlCalls):
     def uuid(self, h: object) -> str:
         return _text(self.nv.nvmlDeviceGetUUID(h))  # "GPU-…": the spelling CUDA_VISIBLE_DEVICES takes
 
+    def mig_uuids(self, h: object) -> list[str]:
+        """UUIDs ("MIG-…") of the MIG instances of a GPU in MIG mode: a worker on one of
+        them names it, and it maps to this GPU's index."""
+        nv = self.nv
+        try:
+            current, _ = nv.nvmlDeviceGetMigMode(h)
+            if current != getattr(nv, "NVML_DEVICE_MIG_ENABLE", 1):
+                return []
+            n = int(nv.nvmlDeviceGetMaxMigDeviceCount(h))
+        except Exception:  # noqa: BLE001 - no MIG on this GPU or driver
+            return []
+        out = []
+        for i in range(n):
+            try:
+                out.append(_text(nv.nvmlDeviceGetUUID(nv.nvmlDeviceGetMigDeviceHandleByIndex(h, i))))
+            except Exception:  # noqa: BLE001 - an empty slot
+                continue
+        return out
+
     def memory(self, h: object) -> tuple[int, int]:
         m = self.nv.nvmlDeviceGetMemoryInfo(h)
         return int(m.used), int(m.total)

@@ -226,6 +226,9 @@ class ScriptedNvml:
             return self.migs[h.gpu][h.k].uuid
         return str(self.gpus[_int(h)].get("uuid", f"GPU-fake-{h}"))
 
+    def mig_uuids(self, h: object) -> list[str]:
+        return [m.uuid for m in self.migs[_int(h)]]
+
     def mig_slots(self, h: object) -> list[SlotInfo]:
         i = _int(h)
         return [(Slot(i, k), m.uuid, self.name(Slot(i, k)), m.gi, m.ci) for k, m in enumerate(self.migs[i])]

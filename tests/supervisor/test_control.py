@@ -189,6 +189,8 @@ def test_a_forked_dataloader_worker_keeps_its_values_and_is_sent_no_request(head
     # the children are connected: their own reports (child_of the rank's process) are in
     kids = wait_for(lambda: {e["pid"] for e in run.events("report") if e.get("child_of")}, 120,
                     what="reports of the DataLoader's workers")
+    # its pace known: the step is picked from it (unknown, the next step, which a loaded machine misses)
+    wait_for(lambda: run.worker(0)["steps_per_s"], 60, what="rank 0's pace")
     said = run.ctl("set", "lr", "0.5").stdout
     m = re.match(r"lr = 0\.5 from step (\d+) on rank 0 \(now 0\.1\)", said)
     assert m, said
