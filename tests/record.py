@@ -33,6 +33,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from mpwatch.contract.actions import rank_state
 from mpwatch.sources.local import Client
 from tests.helpers import ROOT, HeadlessRun, wait_for
 
@@ -286,6 +287,28 @@ def _kill_rank_2(run: HeadlessRun) -> None:
     run.ctl("kill", "2")
 
 
+def _profile_ranks(run: HeadlessRun) -> None:
+    """Issue 32: a profile of both ranks (written), then a long one of rank 1 (running when recorded)."""
+    wait_for(lambda: all((w["step"] or 0) >= 5 for w in run.status()["workers"]), 180,
+             what="two ranks stepping")
+    run.ctl("profile", "all", "--steps", "3")
+    run.wait_event("profile_written", timeout=120, count=2)
+    run.ctl("profile", "1", "--steps", "50")
+
+
+def _profile(st: dict[str, Any], rank: int, which: int = 0) -> dict[str, Any]:
+    req = st["profiles"][which]
+    return {"state": rank_state(req, rank, req["results"]),
+            "top": next((r["top"] for r in req["results"] if r["rank"] == rank), [])}
+
+
+PROFILE: dict[str, Check] = {  # what the profile scenario is for: traces and their operators, one running
+    "both ranks' traces written, with their top operators": lambda st: all(
+        _profile(st, r)["state"] == "written" and _profile(st, r)["top"] for r in (0, 1)),
+    "rank 1's second profile running": lambda st: _profile(st, 1, -1)["state"] == "running",
+}
+
+
 def _gpu2(st: dict[str, Any]) -> dict[str, Any]:
     procs = st["gpus"][0]["processes"]
     return {p: [x for x in procs if f(x)] for p, f in (
@@ -356,6 +379,9 @@ def scenarios(ghost: int) -> dict[str, Scenario]:
                  {"rank 1 a slow start, in its frame": lambda st: bool((_w(st, 1)["slow_start"] or {}).get("where")),
                   "rank 0 past step 20": lambda st: (_w(st, 0)["step"] or 0) >= 20},
                  script=ROOT / "tests" / "fixtures" / "slow_start.py"),
+        # Issue 32: a torch loop with no line of mpwatch's, profiled (ctl profile all, then rank 1 again).
+        Scenario("profile", 2, {}, [], PROFILE, setup=_profile_ranks,
+                 script=AUTO_LOOP, args=("--steps", "250", "--sleep", "0.1", "--out", "/dev/null")),
         # A torch loop with no line of mpwatch's (automatic steps, issue 21), a DataLoader worker each.
         Scenario("auto", 2, {}, [], AUTO,
                  script=AUTO_LOOP, args=("--steps", "100000", "--sleep", "0.05", "--loader-workers", "1",

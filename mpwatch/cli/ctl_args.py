@@ -3,7 +3,18 @@ value a cli.args UsageError. Used by cli (main) and cli.live, on the main thread
 so `mpwatch --help` stays light."""
 from __future__ import annotations
 
+import argparse
+
 from mpwatch.cli.args import ACTIONS, Parser, count, positive_int, rank, rank_target
+from mpwatch.contract.actions import PROFILE_STEPS, PROFILE_STEPS_MAX
+
+
+def profile_steps(text: str) -> int:
+    v = positive_int(text)
+    if v > PROFILE_STEPS_MAX:
+        raise argparse.ArgumentTypeError(f"at most {PROFILE_STEPS_MAX} steps (a trace of more is seldom read "
+                                         f"and may be gigabytes), got {v}")
+    return v
 
 
 def ctl_parser() -> Parser:
@@ -24,6 +35,13 @@ def ctl_parser() -> Parser:
     ck.add_argument("target", type=rank_target, metavar="RANK|all")
     ck.add_argument("--at-step", type=count, metavar="S",
                     help="at step S (default: soon, picked from the pace)")
+    pf = sub.add_parser("profile", help="profile a rank or all from their next step: torch.profiler for N "
+                                         "steps, a Chrome trace in rank-N/profiles/ (py-spy for N seconds "
+                                         "where torch is not imported)")
+    pf.add_argument("target", type=rank_target, metavar="RANK|all")
+    pf.add_argument("--steps", type=profile_steps, default=PROFILE_STEPS, metavar="N",
+                    help=f"steps to profile, 1 to {PROFILE_STEPS_MAX} (default {PROFILE_STEPS})")
+    pf.add_argument("--at-step", type=count, metavar="S", help="once step S is reported (default: soon)")
     tn = sub.add_parser("set", help="change a tunable (mpwatch.tunable) on every rank, at one step")
     tn.add_argument("name", metavar="NAME")
     tn.add_argument("value", metavar="VALUE", help="of the type the workers declared (int, float, str, bool)")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from mpwatch.contract.control import shown
 from mpwatch.contract.status import GpuProcess, GpuView, State, Status, WorkerStatus
-from mpwatch.text import eventtext, fmt
+from mpwatch.text import eventtext, fmt, profile_text
 
 
 def _v(v: object, unit: str = "") -> str:
@@ -73,7 +73,8 @@ def _worker_lines(w: WorkerStatus, st: Status) -> list[str]:
 
 
 def control_lines(st: Status) -> list[str]:
-    """The tunables' values (and who changed them), and the checkpoint requests still waiting."""
+    """The tunables' values (and who changed them), the checkpoint requests still waiting, the
+    newest profile."""
     out = []
     for t in st.get("tunables") or []:
         c = t["changes"][-1] if t["changes"] else None
@@ -85,6 +86,9 @@ def control_lines(st: Status) -> list[str]:
             out.append(f"checkpoint asked of {fmt.ranks(r['ranks'])}"
                        + (f" at step {r['step']}" if r["step"] is not None else "")
                        + f": waiting for {fmt.ranks(r['waiting'])}")
+    profiles = st.get("profiles") or []
+    if profiles:  # the newest: where it stands on each rank
+        out.append(f"{profile_text.request_text(profiles[-1])}: {profile_text.outcome_text(profiles[-1])}")
     return out
 
 

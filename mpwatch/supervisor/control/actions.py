@@ -81,7 +81,9 @@ class ActionDesk:
             self.book.asked[action.name].append(req)
             quiet = [w.rank for w in reach_ if action is CHECKPOINT and not w.attempt.polls]
         lost = reach.send(reach_, lambda w: self._frame(req, w.rank), req, self.lock)
-        self.log.event(action.requested, None, id=req.id, ranks=sorted(req.asked), step=step, by=by, **args)
+        # at the request's own time: the replay's record of it is the live one
+        self.log.event(action.requested, None, ts=req.ts, id=req.id, ranks=sorted(req.asked), step=step,
+                       by=by, **args)
         for w in spy:
             self.spy(w, req, f"rank {w.rank} has no channel to mpwatch")
         notes = [f"{fmt.ranks(quiet)} never called mpwatch.should_checkpoint() yet"] if quiet else []
