@@ -34,7 +34,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from mpwatch.text import fmt  # noqa: E402  (after the path: the checkout's mpwatch)
+from mpwatch.tui.render.view import gpu_text  # noqa: E402  (after the path: the checkout's mpwatch)
 
 COLLISION = "r0,1"  # GPU 0's row names both ranks; the collision mark follows it
 _SVG_TEXT = re.compile(r'<text[^>]*?x="([\d.]+)"[^>]*?clip-path="url\(#[\w-]*?-line-(\d+)\)"[^>]*>(.*?)</text>',
@@ -58,13 +58,14 @@ def expected(st: dict[str, Any]) -> list[str] | None:
         return None
     if not any(a["kind"] == "contention" for g in st["gpus"] for a in g["alerts"]):
         return None
-    return [COLLISION] + [f"{w['gpu']['index']} {fmt.size(w['gpu']['mem_bytes'])}" for w in ws]
+    return [COLLISION] + [gpu_text(w["gpu"]) for w in ws]  # "0 19.6G" ("0:1 19.6G" on a MIG slice)
 
 
 def missing(screen: str, want: list[str]) -> list[str]:
     """The expected texts the screen lacks; the collision must be on a GPU row."""
     gone = [w for w in want if w not in screen]
-    rows = [ln for ln in screen.splitlines() if COLLISION in ln and "%" in ln]
+    # A GPU row has its utilization: a percentage, or "n/a" on a MIG slice (MIG reports none)
+    rows = [ln for ln in screen.splitlines() if COLLISION in ln and ("%" in ln or " n/a " in ln)]
     if COLLISION not in gone and not rows:
         gone.append(f"{COLLISION} on a GPU row")
     return gone

@@ -140,6 +140,42 @@ def cuda_container() -> dict[str, Any]:
                       for r, gib in ((0, 12.0), (1, 11.0))}}
 
 
+def nvml_mig(ghost: int) -> dict[str, Any]:
+    """Issue 33's MIG GPU, as a user (not root) sees it: an A100 split in three slices; ranks 0
+    and 1 both on the 3g.40gb one (a collision; it fills up), rank 2 alone on the 2g.20gb one
+    beside a process of another user (the recorder: its memory not available to a user), a
+    process of another PID namespace on the 1g.10gb one; the GPU's own memory and process list
+    refused (root's), its SM clock held by the power cap, the driver's reserve on the first slice
+    told apart from what is used (MemoryInfo_v2). Played by the stand-in
+    libnvidia-ml.so.1 under nvidia-ml-py (the Python stand-in has no MIG)."""
+    def frame(s: float) -> dict[str, Any]:
+        return {"temperature": 58 + int(6 * s), "power_w": 180.0 + 140 * s, "sm_clock": 1275, "sm_clock_max": 1410,
+                "throttle": ["sw_power_cap"], "fail": ["memory:NO_PERMISSION", "processes:NO_PERMISSION"],
+                "slices": [{"extra_used": 512 * MiB, "reserved": 256 * MiB,  # the driver's own, apart (v2)
+                            "processes": [_proc("rank:0", 17.5 * s), _proc("rank:1", 19.0 * s)]},
+                           {"extra_used": 256 * MiB, "processes": [_proc("rank:2", 9.0 * s),
+                                                                   {"pid": "parent", "mem": None}]},
+                           {"processes": [_proc(ghost, 1.5)]}]}
+    migs = [{"uuid": mig_uuid(1), "gi": 1, "ci": 0, "profile": "3g.40gb", "mem_total": 40 * GiB},
+            {"uuid": mig_uuid(2), "gi": 2, "ci": 0, "profile": "2g.20gb", "mem_total": 20 * GiB},
+            {"uuid": mig_uuid(3), "gi": 9, "ci": 0, "profile": "1g.10gb", "mem_total": 10 * GiB}]
+    return {"gpus": [{"name": "NVIDIA A100-SXM4-80GB", "mem_total": 80 * GiB, "uuid": uuid(30), "mig": migs}],
+            "frames": [{"at": at, "gpus": [frame(s)]} for at, s in ((0, 0.4), (2, 0.7), (4, 0.9), (6, 1.0))]}
+
+
+def mig_uuid(i: int) -> str:
+    return f"MIG-{0x7c3e5a10 + 0x101 * i:08x}-2b4d-5e6f-8a9b-{0x1c2d3e4f5a6b + i:012x}"
+
+
+def cuda_mig() -> dict[str, Any]:
+    """Each rank's torch on its MIG slice, named by its MIG UUID (its CUDA_VISIBLE_DEVICES)."""
+    def on(slot: int, gib: float) -> list[dict[str, Any]]:
+        return [{"at": at, "device": 0, "uuid": mig_uuid(slot), "allocated": int(gib * s * 0.8 * GiB),
+                 "reserved": int(gib * s * 0.92 * GiB), "max_allocated": int(gib * s * 0.85 * GiB)}
+                for at, s in ((0, 0.4), (2, 0.7), (4, 0.9), (6, 1.0))]
+    return {"ranks": {"0": on(1, 17.5), "1": on(1, 19.0), "2": on(2, 9.0)}}
+
+
 EIGHT_USES = [30.1, 41.7, 44.0, 39.5, 42.2, 76.3, 40.8, 2.0]  # GiB each rank holds on its own GPU
 EIGHT_UTILS = [97, 95, 96, 94, 92, 99, 95, 0]
 
@@ -201,7 +237,8 @@ class Scenario:
     def __init__(self, name: str, n: int, env: dict[str, str], opts: list[str], expect: dict[str, Check],
                  nvml: Callable[[], dict[str, Any]] | None = None, cuda: Callable[[], dict[str, Any]] | None = None,
                  setup: Callable[[HeadlessRun], None] | None = None, script: Path = WORKER,
-                 args: tuple[str, ...] = (), workdir: bool = False, details: bool = True, final: bool = False):
+                 args: tuple[str, ...] = (), workdir: bool = False, details: bool = True, final: bool = False,
+                 libnvml: bool = False):
         self.name = name
         self.script = script  # the workers' script (a real torch job for the process-group scenarios)
         self.args = args
@@ -215,6 +252,7 @@ class Scenario:
         self.workdir = workdir  # the workers start in an empty folder of their own, not the recorder's
         self.details = details  # each rank's loss history and log tails too (not for 256 ranks)
         self.final = final  # then stop the run and keep its final.json (`final`: a finished run's last status)
+        self.libnvml = libnvml  # `nvml` played by the stand-in libnvidia-ml.so.1 (MIG, clocks), not the Python one
 
     def unmet(self, st: dict[str, Any]) -> list[str]:
         """The conditions this status does not meet (none: the scenario is ready). Every rank
@@ -340,6 +378,18 @@ def scenarios(ghost: int) -> dict[str, Scenario]:
                   a["message"] for a in st["alerts"] if a["kind"] == "hang"),
               "ranks 0 and 2 stuck in their collective": lambda st: all(
                   (_w(st, r)["stall"] or {}).get("collective") for r in (0, 2))}
+    mig = {"1 GPU in MIG mode, 3 slices": lambda st: len(st["gpus"]) == 1 and len(st["gpus"][0]["slices"]) == 3,
+           **gpu_history(10),
+           "every rank on its slice, with its torch view": lambda st: all(
+               w["gpu"] is not None and "mig" in w["gpu"] and w["gpu"]["allocated"] is not None for w in st["workers"]),
+           "ranks 0 and 1 contend on the 3g.40gb slice": lambda st: any(
+               a["kind"] == "contention" for a in st["gpus"][0]["slices"][0]["alerts"]),
+           "the 3g.40gb slice nearly full": lambda st: any(
+               a["kind"] == "memory_high" for a in st["gpus"][0]["slices"][0]["alerts"]),
+           "the GPU's memory and process list need root": lambda st: st["gpus"][0]["errors"].get("memory")
+           == st["gpus"][0]["errors"].get("processes") == "needs root on this MIG GPU",
+           "another user's process memory not available": lambda st: "process_memory" in st["gpus"][0]["slices"][1]["errors"],
+           "the SM clock held by the power cap": lambda st: "sw_power_cap" in (st["gpus"][0]["throttle_reasons"] or [])}
     wide = {"256 ranks, every one stepping": lambda st: len(st["workers"]) == 256 and all(
         w["state"] == "running" and (w["step"] or 0) >= 3 for w in st["workers"])}
     ended = {**states(r0="running", r1="exited", r2="killed", r3="failed"),
@@ -351,6 +401,9 @@ def scenarios(ghost: int) -> dict[str, Scenario]:
                  lambda: cuda_two_gpus(grow=True)),
         Scenario("gpu8", 8, {"SLEEP": "0.2", "MPWATCH_GPU_IDLE_S": "3"}, ["--gpu-interval", "0.5"], gpu8,
                  nvml_eight_gpus, cuda_eight_gpus),
+        # Issue 33: MIG slices as GPUs of their own, and what the driver keeps from a user.
+        Scenario("mig", 3, {"SLEEP": "0.1"}, ["--gpu-interval", "0.5"], mig, lambda: nvml_mig(ghost + 200), cuda_mig,
+                 libnvml=True),
         Scenario("states", 5, {"CHILD": "0", "STALL": "1", "FAIL": "3", "FAIL_ONCE": "4", "SLEEP": "0.05"},
                  ["--stall-timeout", "2", "--max-restarts", "1", "--grace", "2"], state_ranks, setup=_pause_rank_2),
         # Ranks that ended every other way: exited by itself, killed on request, could not start
@@ -503,7 +556,12 @@ def until_met(sc: Scenario, client: Client, timeout: float = READY_S) -> Any:
 
 def record(sc: Scenario, tmp: Path) -> dict[str, Any]:
     env = dict(os.environ, **sc.env)
-    if sc.nvml is not None:
+    if sc.nvml is not None and sc.libnvml:
+        from mpwatch.testing.libnvml import build
+        from mpwatch.testing.libnvml.script import env_for, write_script
+
+        env = env_for(build.build(tmp / "libnvml"), write_script(sc.nvml(), tmp / "nvml-script.txt"), env)
+    elif sc.nvml is not None:
         path = tmp / "nvml.json"
         path.write_text(json.dumps(sc.nvml()))
         env["MPWATCH_SCRIPTED_NVML"] = str(path)

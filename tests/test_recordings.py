@@ -86,7 +86,7 @@ def _events_shape(events: list[dict]) -> dict[str, set[str]]:
 
 
 @pytest.mark.timeout(400)
-@pytest.mark.parametrize("name", ["gpu2", "states"])
+@pytest.mark.parametrize("name", ["gpu2", "states", "mig"])
 def test_a_fresh_status_has_the_shape_of_the_recorded_one(name, tmp_path):
     """The scenario recorded again, now, from the real supervisor: its status and its events
     have every key of the stored recording and no other (each alert and event kind apart)."""

@@ -10,6 +10,8 @@ cannot become another (not root, no setpriv).
 
 Only commands that start no process of their own (ls, summary, prune, ctl, attach's refusals):
 a process of nobody's may not be able to run the interpreter (pyenv's lives under /root here).
+`nobody.python(...)` runs this interpreter as uid 65534 on this checkout (PYTHONPATH kept), for
+what only another user sees (the GPU driver's refusals).
 """
 from __future__ import annotations
 
@@ -72,6 +74,15 @@ class Nobody:
                sys.executable, "-m", "mpwatch", *map(str, args)]
         return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=cwd or self.home,
                               env=self.env(**(env or {})))
+
+    def python(self, *args: object, timeout: float = 60,
+               env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+        """`python ARGS...` as uid 65534, importing this checkout's mpwatch, to completion."""
+        cmd = ["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups", "--inh-caps=-all",
+               sys.executable, *map(str, args)]
+        keep = {k: os.environ[k] for k in ("PYTHONPATH", "PYTHONDONTWRITEBYTECODE") if k in os.environ}
+        return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=self.home,
+                              env=self.env(**keep, **(env or {})))
 
     def close(self) -> None:
         shutil.rmtree(self.base, ignore_errors=True)

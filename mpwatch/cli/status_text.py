@@ -3,8 +3,9 @@ first, then the hang diagnosis, the GPUs and the run's alerts. Pure; the caller 
 from __future__ import annotations
 
 from mpwatch.contract.control import shown
-from mpwatch.contract.status import GpuProcess, GpuView, State, Status, WorkerStatus
+from mpwatch.contract.status import GpuProcess, GpuView, State, Status, WorkerStatus, slowed_by
 from mpwatch.text import eventtext, fmt, profile_text
+from mpwatch.text.gpu_names import ON_MIG, na_notes, slice_text
 
 
 def _v(v: object, unit: str = "") -> str:
@@ -16,14 +17,42 @@ def _na(v: float | None, unit: str = "") -> str:
     return fmt.NA if v is None else f"{v:g}{unit}"
 
 
-def gpu_line(g: GpuView) -> str:
-    """One GPU: N/A where NVML could not tell."""
+def _mem(g: GpuView) -> str:
     used, total = g["mem_used"], g["mem_total"]
     pct = f" ({used / total:.0%})" if used is not None and total else ""
+    return f"mem {fmt.size(used, fmt.NA)}/{fmt.size(total, fmt.NA)}{pct}"
+
+
+def gpu_line(g: GpuView) -> str:
+    """One GPU: N/A where NVML could not tell."""
+    sm, top = g.get("sm_clock_mhz"), g.get("sm_clock_max_mhz")
+    held = [r.replace("_", " ") for r in slowed_by(g.get("throttle_reasons"))]
+    clocks = "" if sm is None else f" · SM {sm}/{_na(top)} MHz"
+    clocks += f" (held: {', '.join(held)})" if held and clocks else ""
+    mig = f" · MIG, {len(g.get('slices', []))} slices" if "slices" in g else ""
     return (f"GPU {g['index']}: {g['name'] or fmt.NA}"
-            f" · mem {fmt.size(used, fmt.NA)}/{fmt.size(total, fmt.NA)}{pct}"
+            f" · {_mem(g)}"
             f" · util {_na(g['util_gpu'], '%')} (mem {_na(g['util_mem'], '%')})"
-            f" · {_na(g['temperature'], 'C')} · {_na(g['power_w'], 'W')}")
+            f" · {_na(g['temperature'], 'C')} · {_na(g['power_w'], 'W')}{clocks}{mig}")
+
+
+def slice_line(s: GpuView) -> str:
+    """A MIG slice of the GPU above: its own memory and the ranks whose own it is."""
+    mig = s.get("mig")
+    ranks = f" · {fmt.ranks(s['ranks'])}" if s["ranks"] else ""
+    return f"  {slice_text(mig) if mig else 'MIG'}: {_mem(s)}{ranks} · {s['uuid'] or fmt.NA}"
+
+
+def _device_lines(g: GpuView, skip: frozenset[str]) -> list[str]:
+    """A GPU's (or slice's) notes of what is N/A and why, its processes and its alerts."""
+    out = [f"    {note}" for note in na_notes(g["errors"], skip)]
+    for p in g["processes"]:
+        out.append(f"    pid {p['pid']:>7} {fmt.size(p['mem_bytes'], fmt.NA):>9}  {gpu_owner(p)}")
+    for a in g["alerts"]:
+        out.append(f"  ! {a['message']}")
+        if a.get("hint"):
+            out.append(f"    what to do: {a.get('hint')}")
+    return out
 
 
 def gpu_owner(p: GpuProcess) -> str:
@@ -108,12 +137,10 @@ def status_lines(st: Status) -> list[str]:
         out.append(f"GPU: {st['gpu_status']}")
     for g in st["gpus"]:
         out.append(gpu_line(g))
-        for p in g["processes"]:
-            out.append(f"    pid {p['pid']:>7} {fmt.size(p['mem_bytes'], fmt.NA):>9}  {gpu_owner(p)}")
-        for a in g["alerts"]:
-            out.append(f"  ! {a['message']}")
-            if a.get("hint"):
-                out.append(f"    what to do: {a.get('hint')}")
+        out += _device_lines(g, frozenset())
+        for s in g.get("slices", []):  # "n/a on MIG": said once, by its GPU
+            out.append(slice_line(s))
+            out += _device_lines(s, frozenset({ON_MIG}))
     out += control_lines(st)
     for ra in st["alerts"][-5:]:
         out.append(f"alert: {ra['message']}")

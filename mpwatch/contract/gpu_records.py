@@ -18,6 +18,8 @@ class GpuTickGpu(TypedDict):
     mem_total: int | None
     util_gpu: int | None
     outside: int | None  # bytes held by processes outside the run
+    gi: NotRequired[int]  # a MIG slice of GPU `index`: its GPU and compute instance
+    ci: NotRequired[int]
 
 
 class GpuTickRank(TypedDict):
@@ -26,6 +28,8 @@ class GpuTickRank(TypedDict):
     nvml: int | None  # NVML bytes of its processes on its own GPU
     allocated: int | None
     reserved: int | None
+    gi: NotRequired[int]  # its own GPU is a MIG slice of GPU `gpu`: the slice's instances
+    ci: NotRequired[int]
 
 
 class GpuTick(TypedDict):
@@ -46,6 +50,8 @@ class GpuMark(TypedDict):
     rank: int | None
     pid: NotRequired[int | None]
     text: str
+    gi: NotRequired[int]  # about a MIG slice of GPU `gpu`: its GPU and compute instance
+    ci: NotRequired[int]
 
 
 # What was thinned from gpu.jsonl to keep it under its cap: the ticks between the wall

@@ -1,6 +1,11 @@
 """The GPU view of a status (Status.gpus): each GPU NVML sees, its processes labelled by rank,
 where its memory goes, its recent history and its alerts (supervisor.gpu builds them).
 contract.status re-exports every name; readers import them from there. Pure; any thread.
+
+A GPU in MIG mode is split into slices (MIG devices), each a GpuView of its own under the GPU's
+`slices`, with `mig` saying which one: its memory, processes, ranks, alerts and history are its
+own, as a whole GPU's are. `leaves()` lists what ranks run on: every GPU outside MIG mode and
+every slice; `dev_key()` names one apart from its GPU.
 """
 from __future__ import annotations
 
@@ -58,6 +63,8 @@ class GpuAlert(TypedDict):
     hint: NotRequired[str]  # what to do about it
     short: NotRequired[str]  # a few words for the GPU row ("2 ranks share", "OOM rank 3")
     ranks: NotRequired[list[int]]
+    gi: NotRequired[int]  # about a MIG slice of GPU `gpu`: its GPU and compute instance
+    ci: NotRequired[int]
     pid: NotRequired[int]
     user: NotRequired[str | None]
     mem_bytes: NotRequired[int | None]
@@ -66,6 +73,41 @@ class GpuAlert(TypedDict):
     time_to_full_s: NotRequired[float | None]
     others: NotRequired[list[dict[str, Any]]]
     line: NotRequired[str]
+
+
+# Why a GPU's clocks are held back now (NVML's clock event reasons, once "throttle reasons"),
+# in nvidia-smi's words; GpuView.throttle_reasons lists those that hold.
+ThrottleReason = Literal[
+    "idle",  # nothing runs
+    "applications_clocks_setting",  # clocks set to the applications' values (nvidia-smi -ac)
+    "sw_power_cap",  # the power limit: the driver lowers the clocks to stay under it
+    "hw_slowdown",  # the hardware slows the clocks (too hot, or a power brake)
+    "sync_boost",  # held to the slowest GPU of its sync boost group
+    "sw_thermal_slowdown",  # the driver lowers the clocks: GPU or memory too hot
+    "hw_thermal_slowdown",  # the hardware lowers the clocks: too hot
+    "hw_power_brake_slowdown",  # the power brake (the power supply asks for less)
+    "display_clock_setting",  # held by the display clock
+    "board_limit",  # the board's limit policy
+    "reliability",  # the reliability policy
+]
+THROTTLE_REASONS: tuple[ThrottleReason, ...] = get_args(ThrottleReason)
+# The reasons that make a busy GPU run slower than it could: power and heat, not choices.
+SLOWDOWNS: frozenset[ThrottleReason] = frozenset({
+    "sw_power_cap", "hw_slowdown", "sw_thermal_slowdown", "hw_thermal_slowdown", "hw_power_brake_slowdown"})
+
+
+def slowed_by(reasons: list[ThrottleReason] | None) -> list[ThrottleReason]:
+    """The reasons among a GPU's `throttle_reasons` that slow it (SLOWDOWNS), in their order."""
+    return [r for r in reasons or () if r in SLOWDOWNS]
+
+
+class MigSlice(TypedDict):
+    """Which MIG slice a view (or a rank's GPU) is: a MIG device of its GPU, named by its GPU
+    instance and compute instance. DCGM exporter's labels GPU_I_ID and GPU_I_PROFILE."""
+
+    gi: int  # GPU instance id
+    ci: int  # compute instance id (0 unless the GPU instance is split further)
+    profile: str | None  # "1g.10gb": its share of the GPU's compute and memory
 
 
 class MemoryBreakdown(TypedDict):
@@ -77,6 +119,10 @@ class MemoryBreakdown(TypedDict):
     other: int | None  # the rest of the ranks' processes' NVML memory (context, non-torch)
     outside: int | None  # processes outside the run
 
+
+# The words of a view's `errors` that readers recognise (probes.nvml_words says them).
+ON_MIG = "n/a on MIG"  # what MIG does not report: utilization, per-process SM %
+ROOT_ON_MIG = "needs root on this MIG GPU"  # what NVML keeps for root on a GPU in MIG mode
 
 HISTORY_POINTS = 120  # points of GpuHistory: two minutes at the default 1 s GPU interval
 
@@ -109,3 +155,30 @@ class GpuView(TypedDict):
     node: NotRequired[int]  # a merged view: the node rank of the GPU's machine
     # a merged view: NVML's index there (`index` numbers every node's GPUs apart)
     node_index: NotRequired[int]
+    # The driver's own share (nvmlDeviceGetMemoryInfo_v2): not in mem_used, so not the ranks'.
+    # None: not told apart (an older driver counts it in mem_used).
+    mem_reserved: NotRequired[int | None]
+    sm_clock_mhz: NotRequired[int | None]  # the SM clock now
+    sm_clock_max_mhz: NotRequired[int | None]  # the most it can run at
+    throttle_reasons: NotRequired[list[ThrottleReason] | None]  # holding its clocks now; None: N/A
+    mig: NotRequired[MigSlice]  # a MIG slice of GPU `index` (a view in its GPU's `slices`)
+    slices: NotRequired[list[GpuView]]  # a GPU in MIG mode: its slices, each a view of its own
+
+
+DevKey = tuple[int, int | None, int | None]  # (GPU index, GPU instance, compute instance)
+
+
+def dev_key(view: GpuView) -> DevKey:
+    """A GPU's or a slice's key: (index, None, None) for a whole GPU, (index, gi, ci) for a slice."""
+    mig = view.get("mig")
+    return (view["index"], None, None) if mig is None else (view["index"], mig["gi"], mig["ci"])
+
+
+def leaves(gpus: list[GpuView]) -> list[GpuView]:
+    """What ranks run on: every GPU outside MIG mode, and the slices of those in it."""
+    return [leaf for g in gpus for leaf in (g.get("slices") or [g])]
+
+
+def devices(gpus: list[GpuView]) -> list[GpuView]:
+    """Every view: each GPU, then its slices."""
+    return [v for g in gpus for v in (g, *g.get("slices", ()))]

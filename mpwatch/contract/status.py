@@ -51,13 +51,22 @@ from mpwatch.contract.gpu_records import GpuTickRank as GpuTickRank
 from mpwatch.contract.gpu_records import GpuTimelineReply as GpuTimelineReply
 from mpwatch.contract.gpu_view import ALERT_KINDS as ALERT_KINDS
 from mpwatch.contract.gpu_view import HISTORY_POINTS as HISTORY_POINTS
+from mpwatch.contract.gpu_view import SLOWDOWNS as SLOWDOWNS
+from mpwatch.contract.gpu_view import THROTTLE_REASONS as THROTTLE_REASONS
 from mpwatch.contract.gpu_view import AlertKind as AlertKind
+from mpwatch.contract.gpu_view import DevKey as DevKey
 from mpwatch.contract.gpu_view import GpuAlert as GpuAlert
 from mpwatch.contract.gpu_view import GpuHistory as GpuHistory
 from mpwatch.contract.gpu_view import GpuProcess as GpuProcess
 from mpwatch.contract.gpu_view import GpuView as GpuView
 from mpwatch.contract.gpu_view import MemoryBreakdown as MemoryBreakdown
+from mpwatch.contract.gpu_view import MigSlice as MigSlice
+from mpwatch.contract.gpu_view import ThrottleReason as ThrottleReason
 from mpwatch.contract.gpu_view import alert_kind as alert_kind
+from mpwatch.contract.gpu_view import dev_key as dev_key
+from mpwatch.contract.gpu_view import devices as devices
+from mpwatch.contract.gpu_view import leaves as leaves
+from mpwatch.contract.gpu_view import slowed_by as slowed_by
 from mpwatch.contract.names import ALIVE_STATES as ALIVE_STATES
 from mpwatch.contract.names import ENDED_STATES as ENDED_STATES
 from mpwatch.contract.names import UNREACHABLE as UNREACHABLE
@@ -108,6 +117,8 @@ class StallInfo(TypedDict):
 class GpuShare(TypedDict):
     index: int
     mem_bytes: int  # NVML's used memory of the worker's processes on that GPU
+    gi: NotRequired[int]  # on a MIG slice of it: the slice's GPU and compute instance
+    ci: NotRequired[int]
 
 
 class WorkerGpu(TypedDict):
@@ -129,6 +140,7 @@ class WorkerGpu(TypedDict):
     ooms: int | None
     sm_util: int | None  # % of SM time of its processes (NVML process samples); None: N/A
     shared_with: list[int]  # other ranks whose own GPU is the same one (a collision)
+    mig: NotRequired[MigSlice]  # its own GPU is this MIG slice of GPU `index` (`uuid`: the slice's)
 
 
 class RejectedReports(TypedDict):

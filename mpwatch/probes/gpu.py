@@ -3,9 +3,12 @@ Runs on the supervisor's GPU poller thread (supervisor.gpu.watch).
 
 A backend answers a handful of per-device questions (name, UUID, memory, utilization,
 temperature, power, compute processes, per-process SM utilization); `GpuProbe` asks them
-and turns every failed call into None ("N/A") for that one value, so one unsupported
-counter or a lost GPU never stops the poller. Handles, names and UUIDs are got once, at
-`open()`.
+and turns every failed call into None ("N/A") for that one value, with why in plain words
+(probes.nvml_words), so one unsupported counter or a lost GPU never stops the poller.
+Handles, names, UUIDs and the MIG slices of a GPU in MIG mode are got once, at `open()`.
+The samples are probes.gpu_sample's; memory with the driver's reserve apart and the clocks
+are read by probes.gpu_reads, MIG slices by probes.gpu_mig, over NVML calls of
+probes.nvml_calls.
 
 Backends (probes.gpu_backend.Backend says what they answer):
 - probes.nvml's `NvmlBackend`: the official bindings (package nvidia-ml-py, `import pynvml`).
@@ -20,42 +23,18 @@ from __future__ import annotations
 
 import socket
 import time
-from dataclasses import dataclass, field
+from typing import Any
+
+from mpwatch.contract.gpu_view import DevKey
+from mpwatch.probes import gpu_mig, gpu_reads, nvml_words
 
 # The backends' interface, re-exported: the probe's users import it from here.
 from mpwatch.probes.gpu_backend import Backend as Backend
 from mpwatch.probes.gpu_backend import GpuUnavailable as GpuUnavailable
 from mpwatch.probes.gpu_backend import NotSupported as NotSupported
 from mpwatch.probes.gpu_backend import ProcList as ProcList
-
-
-@dataclass
-class GpuSample:
-    """One device at one instant. None means N/A (the call failed or is unsupported)."""
-
-    index: int
-    name: str | None
-    uuid: str | None = None
-    mem_used: int | None = None
-    mem_total: int | None = None
-    util_gpu: int | None = None
-    util_mem: int | None = None
-    temperature: int | None = None
-    power_w: float | None = None
-    processes: ProcList | None = None  # None when not sampled now (or the query failed)
-    proc_util: dict[int, int] | None = None  # pid -> SM %; None when not sampled now or N/A
-    errors: dict[str, str] = field(default_factory=dict)  # what -> why, for the values that are N/A
-    ts: float = 0.0  # wall clock
-
-
-@dataclass
-class Device:
-    index: int
-    handle: object
-    name: str | None
-    uuid: str | None
-    proc_util_ok: bool = True  # False once the device said it has no process samples
-    util_seen_us: int = 0  # NVML timestamp of the newest process sample read
+from mpwatch.probes.gpu_sample import Device as Device
+from mpwatch.probes.gpu_sample import GpuSample as GpuSample
 
 
 # --------------------------------------------------------------------- reasons ----
@@ -124,8 +103,7 @@ def open_backend(scenario: str | None = None) -> tuple[Backend | None, str | Non
 
 # ---------------------------------------------------------------------- probe ----
 def _why(exc: BaseException) -> str:
-    text = str(exc) or type(exc).__name__
-    return text[:120]
+    return nvml_words.words(exc)
 
 
 class GpuProbe:
@@ -135,10 +113,11 @@ class GpuProbe:
         self.backend = backend
         self.devices: list[Device] = []
         self.uuid_index: dict[str, int] = {}  # "GPU-…" or "MIG-…" -> NVML index of the GPU
+        self.uuid_keys: dict[str, DevKey] = {}  # the same UUIDs -> the GPU, or the MIG slice they name
         self.status: str | None = None  # one line when some devices could not be opened
 
     def open(self) -> None:
-        """Get the handles, names and UUIDs once."""
+        """Get the handles, names and UUIDs once, and the slices of a GPU in MIG mode."""
         b = self.backend
         skipped = []
         for i in range(b.count()):
@@ -147,18 +126,14 @@ class GpuProbe:
             except Exception as exc:  # noqa: BLE001 - a lost GPU: list the others
                 skipped.append(f"GPU {i}: {reason_for(exc)}")
                 continue
-            name = uuid = None
-            try:
-                name = b.name(h)
-            except Exception:  # noqa: BLE001
-                pass
-            try:
-                uuid = b.uuid(h)
-            except Exception:  # noqa: BLE001 - then ranks are mapped to it by pid only
-                pass
-            self.devices.append(Device(i, h, name, uuid))
-            for u in ([uuid] if uuid else []) + _safe_mig(b, h):
+            d = Device(i, h, _maybe(b.name, h), _maybe(b.uuid, h))  # no UUID: ranks mapped by pid
+            d.slots = gpu_mig.discover(b, h)
+            self.devices.append(d)
+            for u in ([d.uuid] if d.uuid else []) + _safe_mig(b, h):
                 self.uuid_index[u] = i
+                self.uuid_keys[u] = (i, None, None)
+            for u, key in gpu_mig.uuid_keys(d).items():
+                self.uuid_index[u], self.uuid_keys[u] = i, key
         if skipped:
             self.status = "; ".join(skipped)
         if not self.devices:
@@ -172,14 +147,12 @@ class GpuProbe:
     def _sample(self, d: Device, with_processes: bool) -> GpuSample:
         b, h = self.backend, d.handle
         s = GpuSample(index=d.index, name=d.name, uuid=d.uuid, ts=time.time())
-        try:
-            s.mem_used, s.mem_total = b.memory(h)
-        except Exception as exc:  # noqa: BLE001 - N/A for this value only
-            s.errors["memory"] = _why(exc)
-        try:
-            s.util_gpu, s.util_mem = b.utilization(h)
-        except Exception as exc:  # noqa: BLE001
-            s.errors["utilization"] = _why(exc)
+        gpu_reads.read_memory(b, d, h, s, mig=bool(d.slots))
+        if not d.slots:  # MIG reports no utilization: never asked, never 0
+            try:
+                s.util_gpu, s.util_mem = b.utilization(h)
+            except Exception as exc:  # noqa: BLE001 - N/A for this value only
+                s.errors["utilization"] = _why(exc)
         try:
             s.temperature = b.temperature(h)
         except Exception as exc:  # noqa: BLE001
@@ -188,26 +161,39 @@ class GpuProbe:
             s.power_w = round(b.power_w(h), 1)
         except Exception as exc:  # noqa: BLE001
             s.errors["power"] = _why(exc)
-        if not with_processes:
-            return s
+        gpu_reads.read_clocks(b, d, s)
+        if d.slots:
+            gpu_mig.sample_slices(b, d, s, with_processes)
+        elif with_processes:
+            self._processes(d, s)
+        return s
+
+    def _processes(self, d: Device, s: GpuSample) -> None:
+        b, h = self.backend, d.handle
         try:
             s.processes = b.processes(h)
         except Exception as exc:  # noqa: BLE001
             s.errors["processes"] = _why(exc)
         if not d.proc_util_ok:
             s.errors["proc_util"] = "not supported on this GPU or driver"
-            return s
+            return
         try:
             s.proc_util, d.util_seen_us = b.process_utilization(h, d.util_seen_us)
-        except NotSupported as exc:
+        except NotSupported:
             d.proc_util_ok = False
-            s.errors["proc_util"] = f"not supported on this GPU or driver ({_why(exc)})"
+            s.errors["proc_util"] = "not supported on this GPU or driver"
         except Exception as exc:  # noqa: BLE001 - asked again next time
             s.errors["proc_util"] = _why(exc)
-        return s
 
     def close(self) -> None:
         self.backend.shutdown()
+
+
+def _maybe(fn: Any, h: object) -> str | None:
+    try:
+        return str(fn(h))
+    except Exception:  # noqa: BLE001 - N/A: the device is listed without it
+        return None
 
 
 def _safe_mig(b: Backend, h: object) -> list[str]:

@@ -19,7 +19,10 @@ class NotSupported(Exception):
 
 
 class Backend(Protocol):
-    """What GpuProbe asks of a backend; `h` is whatever `handle()` returned."""
+    """What GpuProbe asks of a backend; `h` is whatever `handle()` returned. A backend may
+    have more (NvmlBackend's probes.nvml_calls.NvmlCalls: memory with the driver's reserve
+    apart, MIG slices, process instance ids, clocks); the probe asks for those only where they
+    exist."""
 
     kind: str
 

@@ -1,19 +1,23 @@
 """The real GPU backend: NVML through its official bindings (package nvidia-ml-py, `import
 pynvml`). Tests run it, with pynvml, on a stand-in libnvidia-ml.so.1 built from C
 (testing.libnvml). Runs on the supervisor's GPU poller thread (probes.gpu.GpuProbe asks it).
+The calls beyond the basic counters (memory with the driver's reserve apart, MIG slices,
+process instance ids, clocks) are probes.nvml_calls.NvmlCalls', mixed in.
 """
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 from mpwatch.probes.gpu_backend import NotSupported, ProcList
+from mpwatch.probes.nvml_calls import NvmlCalls
 
 
 def _text(v: object) -> str:
     return v.decode(errors="replace") if isinstance(v, bytes) else str(v)
 
 
-class NvmlBackend:
+class NvmlBackend(NvmlCalls):
     """The real thing, over nvidia-ml-py. `nv` is the pynvml module (a stand-in in tests)."""
 
     kind = "nvml"
@@ -21,7 +25,8 @@ class NvmlBackend:
     def __init__(self) -> None:
         import pynvml  # nvidia-ml-py; imported here: the scripted backend needs no driver
 
-        self.nv = pynvml
+        super().__init__()
+        self.nv: Any = pynvml
         self._procs_fn: object = None
 
     def init(self) -> None:
@@ -79,7 +84,13 @@ class NvmlBackend:
         return float(self.nv.nvmlDeviceGetPowerUsage(h)) / 1000.0  # milliwatts
 
     def processes(self, h: object) -> ProcList:
-        # The unversioned call needs the newest struct; an older driver only has _v2.
+        # usedGpuMemory is None where the driver cannot tell (WDDM, some vGPUs, MIG for a user).
+        return [(int(p.pid), None if p.usedGpuMemory is None else int(p.usedGpuMemory))
+                for p in self.proc_infos(h)]
+
+    def proc_infos(self, h: object) -> list[Any]:
+        """The compute processes as NVML's structs. The unversioned call needs the newest
+        struct; an older driver only has _v2."""
         fns = [self._procs_fn] if self._procs_fn else [
             self.nv.nvmlDeviceGetComputeRunningProcesses,
             getattr(self.nv, "nvmlDeviceGetComputeRunningProcesses_v2", None)]
@@ -95,8 +106,7 @@ class NvmlBackend:
                 last = exc
                 continue
             self._procs_fn = fn
-            # usedGpuMemory is None where the driver cannot tell (WDDM, some vGPUs).
-            return [(int(p.pid), None if p.usedGpuMemory is None else int(p.usedGpuMemory)) for p in procs]
+            return list(procs)
         raise last if last is not None else RuntimeError("no process query in these bindings")
 
     def process_utilization(self, h: object, since_us: int) -> tuple[dict[int, int], int]:

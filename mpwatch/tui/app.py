@@ -16,7 +16,7 @@ from textual.app import ComposeResult, SystemCommand
 from textual.screen import Screen
 from textual.widgets import Footer, Static
 
-from mpwatch.contract.status import Event, EventFields, RunState, State, Status
+from mpwatch.contract.status import Event, EventFields, RunState, State, Status, devices
 from mpwatch.sources.source import Source
 from mpwatch.text import eventtext
 from mpwatch.tui import keys
@@ -68,6 +68,7 @@ class MpwatchApp(RunActions):
         self._selected_shown: Line | None = None
         self._multi_node = False  # a merged view of several nodes: the NODE column
         self._has_gpus = True  # the status has GPU data (a replay without any has no GPU column)
+        self._mig = False  # a GPU has MIG slices: a wider GPU column
         # every event received, the first snapshot's too (events screen)
         self.event_log: list[EventFields] = []
 
@@ -100,7 +101,8 @@ class MpwatchApp(RunActions):
         self.refresh_view()
 
     def _set_columns(self, width: int) -> None:
-        cols = view.columns(width, nodes=self._multi_node, replay=self.READ_ONLY, gpus=self._has_gpus)
+        cols = view.columns(width, nodes=self._multi_node, replay=self.READ_ONLY, gpus=self._has_gpus,
+                            mig=self._mig)
         if cols != self.table.cols:
             self.table.set_columns(cols)
             self.refresh_view()
@@ -128,8 +130,10 @@ class MpwatchApp(RunActions):
         news = control_rows.news(old, status) if old else []
         for text, severity in node_rows.changes(old, status) + news:
             self.say(text, severity)
-        if node_rows.multi(status) != self._multi_node or bool(status["gpus"]) != self._has_gpus:
-            self._multi_node, self._has_gpus = node_rows.multi(status), bool(status["gpus"])
+        mig = any("slices" in gpu for gpu in status["gpus"])
+        now = (node_rows.multi(status), bool(status["gpus"]), mig)
+        if now != (self._multi_node, self._has_gpus, self._mig):
+            self._multi_node, self._has_gpus, self._mig = now
             self._set_columns(self.size.width)
         self.refresh_view()
 
@@ -140,9 +144,10 @@ class MpwatchApp(RunActions):
         g = self.glyphs
         width, height = self.size.width, self.size.height
         small = height < SMALL_H  # the table keeps its rows: one GPU line, one alert, no sort line
-        gpu_fit = 1 if small else min(len(st["gpus"]) + bool(st["gpu_status"] and st["gpus"]),
+        gpu_rows_n = len(devices(st["gpus"]))  # a GPU in MIG mode has a row per slice too
+        gpu_fit = 1 if small else min(gpu_rows_n + bool(st["gpu_status"] and st["gpus"]),
                                       max(2, height // 5)) or 1
-        gpu_width = width - 2 - (1 if len(st["gpus"]) > gpu_fit else 0)
+        gpu_width = width - 2 - (1 if gpu_rows_n > gpu_fit else 0)
         with self.batch_update():
             head = view.header_lines(st, g, sort=self.sort, filter_text=self.filter_text,
                                      finished=not self.live)

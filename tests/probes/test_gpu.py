@@ -71,7 +71,7 @@ def test_real_backend_without_a_driver_gives_the_clear_line():
 # ------------------------------------------------- both stand-ins, one scenario ----
 # "python": probes.nvml_scripted (a backend); "libnvml": the stand-in libnvidia-ml.so.1
 # (testing.libnvml) under the real NvmlBackend and nvidia-ml-py.
-FAILED = {"python": "scripted failure", "libnvml": "Unknown Error"}
+FAILED = {"python": "scripted failure", "libnvml": "the driver failed without saying why"}  # NVML_ERROR_UNKNOWN
 
 
 @pytest.fixture(params=["python", "libnvml"])
@@ -314,7 +314,8 @@ def test_real_backend_unsupported_values_are_na_and_sampling_goes_on():
     for _ in range(3):
         (s,) = probe.sample(with_processes=True)
         assert s.power_w is None and s.processes is None and s.mem_used == 3 * GiB
-        assert "Not Supported" in s.errors["power"] and "GPU is lost" in s.errors["processes"]
+        assert s.errors["power"] == "not supported on this GPU or driver"
+        assert s.errors["processes"] == "the GPU has fallen off the bus"
 
 
 def test_a_device_whose_handle_fails_is_skipped_and_said():
@@ -335,7 +336,8 @@ def test_uuids_and_mig_instances_map_to_nvml_indices(stand_in):
     probe = probe_of(stand_in, {"gpus": [{"uuid": "GPU-1111"}, {"uuid": "GPU-2222", "mig": ["MIG-aaaa", "MIG-bbbb"]},
                                          {}]})
     assert [d.uuid for d in probe.devices] == ["GPU-1111", "GPU-2222", "GPU-fake-2"]
-    assert probe.uuid_index == {"GPU-1111": 0, "GPU-2222": 1, "MIG-aaaa": 1, "MIG-bbbb": 1, "GPU-fake-2": 2}
+    new = {"GPU-1111": 0, "GPU-2222": 1, "MIG-aaaa": 1, "MIG-bbbb": 1, "GPU-fake-2": 2}
+    assert {u: i for u, i in probe.uuid_index.items() if "/" not in u} == new  # and the older MIG names
     assert [s.uuid for s in probe.sample(with_processes=False)] == ["GPU-1111", "GPU-2222", "GPU-fake-2"]
 
 

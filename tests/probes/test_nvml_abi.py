@@ -7,30 +7,8 @@ import os
 import pynvml
 import pytest
 
-from mpwatch.probes import gpu, nvml
-from tests.libnvml import loaded
-
 GiB = 1 << 30
 
-
-@pytest.fixture
-def probe(libnvml, tmp_path, monkeypatch):
-    """probe(scenario, lib=libnvml) -> an opened GpuProbe on the real backend; closed after."""
-    made = []
-
-    def make(data, lib=libnvml):
-        ctx = loaded(lib, monkeypatch, tmp_path, data)
-        ctx.__enter__()
-        made.append(ctx)
-        backend, why = gpu.open_backend(None)
-        assert why is None and isinstance(backend, nvml.NvmlBackend), why
-        p = gpu.GpuProbe(backend)
-        p.open()
-        made.append(p)
-        return p
-    yield make
-    for x in reversed(made):
-        x.close() if isinstance(x, gpu.GpuProbe) else x.__exit__(None, None, None)
 
 
 ONE = [{"pid": "self", "mem": GiB, "sm": 30}]
@@ -57,7 +35,7 @@ def test_a_current_driver_is_read_through_v3_and_its_other_errors_are_not_a_fall
     a, b = p.sample(with_processes=True)
     assert a.processes == [(os.getpid(), GiB)]
     assert p.backend._procs_fn is pynvml.nvmlDeviceGetComputeRunningProcesses
-    assert b.processes is None and b.errors["processes"] == "GPU is lost"
+    assert b.processes is None and b.errors["processes"] == "the GPU has fallen off the bus"
 
 
 def test_memory_the_driver_cannot_tell_is_none_not_16_eib(probe):
@@ -79,24 +57,27 @@ def test_mig_instances_map_to_their_gpu_and_a_gpu_without_mig_has_none(probe):
     p = probe({"gpus": [{"uuid": "GPU-a", "mig": ["MIG-1", "MIG-2", "MIG-3"]},
                         {"uuid": "GPU-b", "mig": []},  # MIG-capable, MIG off
                         {"uuid": "GPU-c"}]})          # no MIG at all: NOT_SUPPORTED
-    assert p.uuid_index == {"GPU-a": 0, "MIG-1": 0, "MIG-2": 0, "MIG-3": 0, "GPU-b": 1, "GPU-c": 2}
+    assert {u: i for u, i in p.uuid_index.items() if "/" not in u} == {
+        "GPU-a": 0, "MIG-1": 0, "MIG-2": 0, "MIG-3": 0, "GPU-b": 1, "GPU-c": 2}
+    assert [len(d.slots) for d in p.devices] == [3, 0, 0]
     assert pynvml.nvmlDeviceGetMigMode(p.devices[0].handle) == [pynvml.NVML_DEVICE_MIG_ENABLE] * 2
     with pytest.raises(pynvml.NVMLError_NotSupported):
         pynvml.nvmlDeviceGetMigMode(p.devices[2].handle)
 
 
 def test_a_mig_gpus_unsupported_counters_are_na_and_sampling_goes_on(probe):
-    # A GPU in MIG mode: no device utilization, no process samples; memory and processes work.
+    # A GPU in MIG mode reports no utilization and no process samples (n/a on MIG, never 0, and
+    # not asked); what fails otherwise is said in plain words; memory and processes work (root).
     p = probe({"gpus": [{"mig": ["MIG-1"]}], "frames": [{"gpus": [
-        {"fail": ["utilization:NOT_SUPPORTED", "power:NOT_SUPPORTED"], "proc_util": False,
-         "mem_used": 3 * GiB, "temperature": 51, "processes": ONE}]}]})
+        {"fail": ["power:NOT_SUPPORTED"], "temperature": 51,
+         "slices": [{"mem_used": 3 * GiB, "processes": ONE}]}]}]})
     for _ in range(3):
         (s,) = p.sample(with_processes=True)
         assert (s.util_gpu, s.util_mem, s.power_w, s.proc_util) == (None, None, None, None)
-        assert s.errors["utilization"] == "Not Supported" and s.errors["power"] == "Not Supported"
-        assert "not supported" in s.errors["proc_util"]
-        assert (s.mem_used, s.temperature, s.processes) == (3 * GiB, 51, [(os.getpid(), GiB)])
-    assert p.devices[0].proc_util_ok is False
+        assert s.errors == {"utilization": "n/a on MIG", "power": "not supported on this GPU or driver",
+                            "proc_util": "n/a on MIG"}
+        assert (s.mem_used, s.temperature, s.processes) == (3 * GiB, 51, [])
+        assert s.slices[0].processes == [(os.getpid(), GiB)]
 
 
 def test_process_samples_are_read_since_the_last_one_seen(probe):

@@ -4,7 +4,9 @@ the alert tests use are built by the watcher's own code (GpuWatch.tick), never b
 Each rank is a real sleeping process started with MPWATCH_RANK=N (so the scenario's
 "rank:N" names resolve to it, and psutil's lookups are real); with `child=True` it starts
 a sleeping child of its own ("rank:N/child"). The scenario's clock and the watcher's are
-one fake clock that the test moves.
+one fake clock that the test moves. With `lib` (the `libnvml` fixture's folder) the scenario
+is played by the stand-in libnvidia-ml.so.1 under the real backend and nvidia-ml-py instead
+(MIG, clocks: what only it plays), on its own clock.
 """
 from __future__ import annotations
 
@@ -13,16 +15,19 @@ import os
 import signal
 import subprocess
 import sys
+import contextlib
 from pathlib import Path
 
-from mpwatch.probes.nvml_scripted import ScriptedNvml
 from mpwatch.contract.status import CudaView
+from mpwatch.probes.gpu import open_backend
+from mpwatch.probes.nvml_scripted import ScriptedNvml
 from mpwatch.rundir.writer import RunStore
 from mpwatch.settings import Settings
 from mpwatch.supervisor.gpu.alerts import AlertConfig
 from mpwatch.supervisor.gpu.ranks import RankInfo
 from mpwatch.supervisor.gpu.watch import GpuWatch
 from tests.helpers import wait_for
+from tests.libnvml import loaded
 
 GiB = 1 << 30
 MiB = 1 << 20
@@ -41,7 +46,8 @@ class Clock:
 
 class Rig:
     def __init__(self, tmp_path: Path, scenario: dict, ranks: int = 2, child: bool = False,
-                 cfg: AlertConfig | None = None, env: dict | None = None, timeline: bool = False):
+                 cfg: AlertConfig | None = None, env: dict | None = None, timeline: bool = False,
+                 lib: Path | None = None, monkeypatch=None):
         self.clock = Clock()
         self.procs = [subprocess.Popen([sys.executable, "-c", PARENT if child else SLEEPER],
                                        env=dict(os.environ, MPWATCH_RANK=str(r)), start_new_session=True)
@@ -52,10 +58,16 @@ class Rig:
         self.running = set(range(ranks))
         self.alive = set(range(ranks))
         self.events: list[tuple[int | None, dict]] = []
-        path = tmp_path / "nvml.json"
-        path.write_text(json.dumps(self._own_pids(scenario)))
-        backend = ScriptedNvml(str(path), clock=self.clock)
-        backend.init()
+        self.stack = contextlib.ExitStack()
+        if lib is not None:
+            self.stack.enter_context(loaded(lib, monkeypatch, tmp_path, self._own_pids(scenario)))
+            backend, why = open_backend(None)
+            assert backend is not None, why
+        else:
+            path = tmp_path / "nvml.json"
+            path.write_text(json.dumps(self._own_pids(scenario)))
+            backend = ScriptedNvml(str(path), clock=self.clock)
+            backend.init()
         settings = Settings(gpu=cfg or AlertConfig())
         self.watch = GpuWatch(1.0, self.infos, lambda rank, **f: self.events.append((rank, f)), env=env or {},
                               settings=settings, opener=lambda env: (backend, None),
@@ -105,6 +117,7 @@ class Rig:
 
     def close(self) -> None:
         self.watch.close()
+        self.stack.close()
         for p in self.procs:
             try:
                 os.killpg(p.pid, signal.SIGKILL)

@@ -1,7 +1,7 @@
 """SVG snapshots of the screens at 80x24 and 160x48, fed statuses recorded from real runs
 (tests/data/statuses, made by `python -m tests.record`): the main screen and the GPU screen
 with 2 and with 8 GPUs, every worker state, a paused rank named as the cause of its peers'
-stall, a slow start, 256 ranks, the detail view with a stalled worker's stacks and a loss
+stall, a slow start, 256 ranks, an A100 in MIG mode seen by a user (issue 33), the detail view with a stalled worker's stacks and a loss
 plot in log scale, the help, the logs, the events, the filter, the confirm, restart and quit
 dialogs, the banner of a finished run, a node that cannot be reached, the ASCII fallback and
 NO_COLOR. After re-recording or a change of the screens:
@@ -63,13 +63,14 @@ async def restart_dialog(pilot):
 
 
 @size_id
-@pytest.mark.parametrize("name", ["gpu2", "gpu8", "states", "paused", "slow", "container", "mnist", "wide", "auto"])
+@pytest.mark.parametrize("name", ["gpu2", "gpu8", "states", "paused", "slow", "container", "mnist", "wide", "auto",
+                                  "mig"])
 def test_main_screen(snap_compare, tmp_path, size, name):
     assert snap_compare(recorded_app(name, tmp_path), terminal_size=size, run_before=first_snapshot)
 
 
 @size_id
-@pytest.mark.parametrize("name", ["gpu2", "gpu8"])
+@pytest.mark.parametrize("name", ["gpu2", "gpu8", "mig"])
 def test_gpu_screen(snap_compare, tmp_path, size, name):
     assert snap_compare(recorded_app(name, tmp_path), terminal_size=size, run_before=gpu_screen)
 

@@ -101,7 +101,7 @@ def _worker_gpu(wg: WorkerGpu, m: NodeMap) -> WorkerGpu:
     out = wg.copy()
     if wg["index"] is not None:
         out["index"] = wg["index"] + m.gpu_offset
-    out["gpus"] = [{"index": s["index"] + m.gpu_offset, "mem_bytes": s["mem_bytes"]} for s in wg["gpus"]]
+    out["gpus"] = [{**s, "index": s["index"] + m.gpu_offset} for s in wg["gpus"]]
     out["shared_with"] = [m.rank(r) or 0 for r in wg["shared_with"]]
     return out
 
@@ -119,6 +119,8 @@ def _gpu(gpu: GpuView, m: NodeMap) -> GpuView:
     out["alerts"] = [_gpu_alert(a, m) for a in gpu["alerts"]]
     if "ranks" in gpu:
         out["ranks"] = [m.rank(r) or 0 for r in gpu["ranks"]]
+    if "slices" in gpu:  # a GPU in MIG mode: its slices are numbered with it
+        out["slices"] = [_gpu(s, m) for s in gpu["slices"]]
     return out
 
 

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import cast
 
 from mpwatch.contract.coerce import as_float
-from mpwatch.contract.status import Event, EventFields, GpuMark, GpuTick
+from mpwatch.contract.status import DevKey, Event, EventFields, GpuMark, GpuTick
 from mpwatch.rundir import eventlines, layout, reader, textfiles
 from mpwatch.sources.replay.reports import SLICE, Data, ReportIndex, ReportRow, last_report, window
 
@@ -39,9 +39,9 @@ _GPU_LINE = re.compile(rb'\{"ts":(-?[0-9.eE+-]+),"(gpus|gpu|thinned)"')
 WINDOW_START = 192  # bytes a rank per wanted report: a report line is ~150 bytes
 TICK_CACHE = 512
 # A tick's GPUs as supervisor.gpu.timeline writes them (compact): what a GPU's history needs.
-_GPU_SAMPLE = re.compile(rb'\{"index":(\d+),"mem_used":(\d+|null),'
+_GPU_SAMPLE = re.compile(rb'\{"index":(\d+),(?:"gi":(\d+),"ci":(\d+),)?"mem_used":(\d+|null),'
                          rb'"mem_total":(?:\d+|null),"util_gpu":(\d+|null)')
-GpuSample = tuple[int, int | None, int | None]  # index, mem_used, util_gpu
+GpuSample = tuple[DevKey, int | None, int | None]  # the GPU or MIG slice, mem_used, util_gpu
 BUILD_WAIT_S = 60.0
 STEP_BYTES = 128 * 1024  # the index built a step at a time in the TUI's idle time: ~3 ms each
 
@@ -366,7 +366,8 @@ class GpuFile(_Mapped):
             def opt(raw: bytes) -> int | None:
                 return None if raw == b"null" else int(raw)
 
-            got = [(int(g), opt(m), opt(u)) for g, m, u in _GPU_SAMPLE.findall(line)]
+            got = [((int(g), opt(gi) if gi else None, opt(ci) if ci else None), opt(m), opt(u))
+                   for g, gi, ci, m, u in _GPU_SAMPLE.findall(line)]
             if len(self._samples) >= TICK_CACHE * 8:
                 self._samples.clear()
             self._samples[i] = got

@@ -214,10 +214,12 @@ def _gpu_alert(run: RunFold, e: EventFields) -> None:
     kind = alert_kind(raw.get("kind"))
     if kind is None:  # not a kind this mpwatch knows (a garbled line): nothing to show it by
         return
-    gpu = as_int(raw.get("gpu"))
-    key = f"{kind}:{gpu}:{e['rank']}"
+    gpu, gi, ci = as_int(raw.get("gpu")), as_int(raw.get("gi")), as_int(raw.get("ci"))
+    key = f"{kind}:{gpu}:{e['rank']}" + (f":{gi}/{ci}" if gi is not None else "")
     a = GpuAlert(kind=kind, key=key, gpu=gpu, rank=e["rank"], message=as_str(raw.get("message")) or "",
                  since=e["ts"])
+    if gi is not None and ci is not None:  # about a MIG slice of that GPU
+        a["gi"], a["ci"] = gi, ci
     sev = raw.get("severity")
     if sev in ("error", "warning", "info"):
         a["severity"] = sev

@@ -10,6 +10,7 @@ has them at the end). Pure given its inputs; called by sources.replay.source und
 """
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -17,9 +18,11 @@ from typing import Any
 from mpwatch.contract.status import (
     ALIVE_STATES,
     HISTORY_POINTS,
+    DevKey,
     GpuAlert,
     GpuHistory,
     GpuProcess,
+    GpuShare,
     GpuTick,
     GpuTickGpu,
     GpuTickRank,
@@ -54,7 +57,8 @@ class RunFacts:
     pid: int
     started: float
     options: RunOptions
-    gpu_names: dict[int, dict[str, Any]] = field(default_factory=dict)  # index -> name, uuid, mem_total
+    # each GPU's and MIG slice's name, uuid, mem_total (and a slice's mig), from final.json
+    gpu_names: dict[DevKey, dict[str, Any]] = field(default_factory=dict)
     gpu_status: str | None = None  # final.json's, when the run had no GPU data
 
 
@@ -108,17 +112,33 @@ def _rate(reps: list[ReportRow], t: float, started: float | None) -> float | Non
 
 
 # -------------------------------------------------------------------- GPUs ----
-def _worker_gpu(tr: GpuTickRank, on_gpu: dict[int | None, list[int]]) -> WorkerGpu:
+def _key(index: int | None, rec: Mapping[str, object]) -> DevKey | None:
+    """The GPU or MIG slice a tick's entry names (a slice has gi and ci)."""
+    gi, ci = rec.get("gi"), rec.get("ci")
+    if index is None:
+        return None
+    return (index, gi, ci) if isinstance(gi, int) and isinstance(ci, int) else (index, None, None)
+
+
+def _worker_gpu(tr: GpuTickRank, on_gpu: dict[DevKey | None, list[int]], facts: RunFacts) -> WorkerGpu:
     nvml, alloc, res = tr.get("nvml"), tr.get("allocated"), tr.get("reserved")
-    g = tr.get("gpu")
-    return WorkerGpu(
-        index=g, uuid=None, mapped_by="pid", mem_bytes=nvml,
-        gpus=[{"index": g, "mem_bytes": nvml}] if g is not None and nvml is not None else [],
+    key = _key(tr.get("gpu"), tr)
+    share: list[GpuShare] = []
+    if key is not None and nvml is not None:
+        share = [{"index": key[0], "mem_bytes": nvml}]
+        if key[1] is not None and key[2] is not None:
+            share[0]["gi"], share[0]["ci"] = key[1], key[2]
+    out = WorkerGpu(
+        index=tr.get("gpu"), uuid=None, mapped_by="pid", mem_bytes=nvml, gpus=share,
         allocated=alloc, reserved=res, peak=None,
         other_bytes=nvml - res if nvml is not None and res is not None else None,
         fragmentation=res - alloc if res is not None and alloc is not None else None,
         alloc_retries=None, ooms=None, sm_util=None,
-        shared_with=[r for r in on_gpu.get(g, []) if r != tr["rank"]] if g is not None else [])
+        shared_with=[r for r in on_gpu.get(key, []) if r != tr["rank"]] if key is not None else [])
+    mig = facts.gpu_names.get(key, {}).get("mig") if key is not None and key[1] is not None else None
+    if isinstance(mig, dict) and key is not None and key[1] is not None and key[2] is not None:
+        out["mig"] = {"gi": key[1], "ci": key[2], "profile": mig.get("profile")}
+    return out
 
 
 def _sum(values: list[int | None]) -> int | None:
@@ -128,33 +148,51 @@ def _sum(values: list[int | None]) -> int | None:
 def _gpu_view(g: GpuTickGpu, tick: GpuTick, facts: RunFacts, ranks: list[GpuTickRank],
               pids: dict[int, int | None], alerts: list[GpuAlert], history: GpuHistory) -> GpuView:
     i = g["index"]
-    mine = [tr for tr in ranks if tr.get("gpu") == i]
+    key = _key(i, g)
+    mine = [tr for tr in ranks if _key(tr.get("gpu"), tr) == key]
     nvml = [tr.get("nvml") for tr in mine]
     alloc = [tr.get("allocated") for tr in mine]
     res = [tr.get("reserved") for tr in mine]
     a, rv, n = _sum(alloc), _sum(res), _sum(nvml)
-    names = facts.gpu_names.get(i, {})
+    names = facts.gpu_names.get(key, {}) if key is not None else {}
     procs = [GpuProcess(pid=pid, rank=tr["rank"], child_of=None, user=None, cmd=None,
                         mem_bytes=tr.get("nvml"), visible=True, sm_util=None)
              for tr in mine if (pid := pids.get(tr["rank"])) is not None]
-    return GpuView(
+    view = GpuView(
         index=i, name=names.get("name"), uuid=names.get("uuid"), mem_used=g.get("mem_used"),
         mem_total=g.get("mem_total") or names.get("mem_total"), util_gpu=g.get("util_gpu"), util_mem=None,
         temperature=None, power_w=None, processes=procs, errors={}, ts=tick["ts"], processes_ts=tick["ts"],
-        alerts=[x for x in alerts if x["gpu"] == i], ranks=sorted(tr["rank"] for tr in mine),
+        alerts=[x for x in alerts if x["gpu"] is not None and _key(x["gpu"], x) == key],
+        ranks=sorted(tr["rank"] for tr in mine),
         breakdown={"allocated": a, "cached": rv - a if rv is not None and a is not None else None,
                    "other": n - rv if n is not None and rv is not None else None,
                    "outside": g.get("outside")},
         history=history)
+    if key is not None and key[1] is not None and key[2] is not None:
+        mig = names.get("mig")
+        profile = mig.get("profile") if isinstance(mig, dict) else None
+        view["mig"] = {"gi": key[1], "ci": key[2], "profile": profile}
+    return view
 
 
-def _history(gpu: GpuFile, i: int) -> dict[int, GpuHistory]:
-    out: dict[int, GpuHistory] = {}
+def _history(gpu: GpuFile, i: int) -> dict[DevKey, GpuHistory]:
+    out: dict[DevKey, GpuHistory] = {}
     for j in range(max(0, i - HISTORY_POINTS + 1), i + 1):
-        for index, mem, util in gpu.samples(j):
-            h = out.setdefault(index, {"mem_used": [], "util_gpu": []})
+        for key, mem, util in gpu.samples(j):
+            h = out.setdefault(key, {"mem_used": [], "util_gpu": []})
             h["mem_used"].append(mem)
             h["util_gpu"].append(util)
+    return out
+
+
+def _nest(views: list[GpuView]) -> list[GpuView]:
+    """Each MIG slice's view under its GPU's (a tick lists a slice after its GPU)."""
+    out: list[GpuView] = []
+    for v in views:
+        if "mig" in v and out and out[-1]["index"] == v["index"]:
+            out[-1].setdefault("slices", []).append(v)
+        elif "mig" not in v:
+            out.append(v)
     return out
 
 
@@ -170,9 +208,9 @@ def gpus_at(gpu: GpuFile, t: float, facts: RunFacts,
     if tick is None or t - tick["ts"] > TICK_STALE_S:
         return [], {}, "no GPU sample at this moment"
     ranks = [tr for tr in tick["ranks"] if isinstance(tr, dict) and isinstance(tr.get("rank"), int)]
-    on_gpu: dict[int | None, list[int]] = {}
+    on_gpu: dict[DevKey | None, list[int]] = {}
     for tr in ranks:
-        on_gpu.setdefault(tr.get("gpu"), []).append(tr["rank"])
+        on_gpu.setdefault(_key(tr.get("gpu"), tr), []).append(tr["rank"])
     alerts = [a.copy() for a in run.gpu_alerts.values()]  # placed below: the fold's own stay as they are
     first = min((g["index"] for g in tick["gpus"]), default=None)
     for a in alerts:
@@ -181,9 +219,9 @@ def gpus_at(gpu: GpuFile, t: float, facts: RunFacts,
     hist = _history(gpu, i)
     pids = {r: k.pid for r, k in run.ranks.items()}
     views = [_gpu_view(g, tick, facts, ranks, pids, alerts,
-                       hist.get(g["index"], {"mem_used": [], "util_gpu": []}))
+                       hist.get((g["index"], g.get("gi"), g.get("ci")), {"mem_used": [], "util_gpu": []}))
              for g in tick["gpus"] if isinstance(g, dict) and isinstance(g.get("index"), int)]
-    return views, {tr["rank"]: _worker_gpu(tr, on_gpu) for tr in ranks}, None
+    return _nest(views), {tr["rank"]: _worker_gpu(tr, on_gpu, facts) for tr in ranks}, None
 
 
 # --------------------------------------------------------------------- run ----

@@ -19,7 +19,17 @@ from pathlib import Path
 from typing import Any
 
 from mpwatch.contract.coerce import as_float
-from mpwatch.contract.status import Event, EventFields, GpuTimelineReply, RunOptions, RunState, Status
+from mpwatch.contract.status import (
+    DevKey,
+    Event,
+    EventFields,
+    GpuTimelineReply,
+    RunOptions,
+    RunState,
+    Status,
+    dev_key,
+    devices,
+)
 from mpwatch.rundir import layout, reader
 from mpwatch.rundir.textfiles import read_json
 from mpwatch.sources.local import ClientError, ControlReply, EventsReply
@@ -56,9 +66,10 @@ def _facts(rd: reader.RunDir, first: EventFields | None) -> RunFacts:
                          resize_mode=str(opts.get("resize_mode", "restart")),
                          stop_signal=_signal_name(opts.get("stop_signal")),
                          metrics=None)  # a replay serves no metrics
-    names: dict[int, dict[str, Any]] = {}
-    for g in final["gpus"] if final is not None else []:
-        names[g["index"]] = {"name": g.get("name"), "uuid": g.get("uuid"), "mem_total": g.get("mem_total")}
+    names: dict[DevKey, dict[str, Any]] = {}
+    for g in devices(final["gpus"]) if final is not None else []:
+        names[dev_key(g)] = {"name": g.get("name"), "uuid": g.get("uuid"), "mem_total": g.get("mem_total"),
+                             "mig": g.get("mig")}
     started = rd.run.started if rd.run.started is not None else (first["ts"] if first is not None else 0.0)
     return RunFacts(run_id=rd.run.run_id, dir=rd.path, script=rd.run.script or "?", args=list(rd.run.args),
                     pid=rd.run.pid or 0,  # 0: not recorded (run.json and the first event are gone)

@@ -3,9 +3,11 @@ each tick (the same dicts `ctl status --json` shows under gpus[]), tested withou
 processes. The rank-level ones (stray contexts, allocator retries, fragmentation, OOM)
 are in supervisor.gpu.rank_alerts. Called on the GPU poller thread.
 
-Each decision returns GpuAlert dicts; `key` names the condition, so the watcher can tell
-an alert that starts from one that goes on, and stamps `since`. Every alert says what to
-do (`hint`), how bad it is (`severity`) and a few words for the GPU row (`short`).
+Each decision runs on one leaf (a GPU, or a MIG slice: contract.gpu_view.leaves) and returns
+GpuAlert dicts, which name a slice by `gi`/`ci` beside its GPU's `gpu`; `key` names the
+condition, so the watcher can tell an alert that starts from one that goes on, and stamps
+`since`. Every alert says what to do (`hint`), how bad it is (`severity`) and a few words for
+the GPU row (`short`).
 Thresholds live in AlertConfig: settings.GpuThresholds, read with the other switches
 (docs/gpu-alerts.md says where each default comes from).
 """
@@ -14,10 +16,11 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Literal
 
-from mpwatch.contract.status import AlertKind, GpuAlert, GpuProcess, GpuView
+from mpwatch.contract.status import AlertKind, DevKey, GpuAlert, GpuProcess, GpuView, dev_key
 from mpwatch.settings import GpuThresholds
 from mpwatch.supervisor.gpu.ranks import owner
 from mpwatch.text import fmt
+from mpwatch.text.gpu_names import view_name
 
 Severity = Literal["error", "warning", "info"]
 SET_DEVICE = "torch.cuda.set_device(int(os.environ['LOCAL_RANK']))"
@@ -30,6 +33,23 @@ def alert(kind: AlertKind, key: str, gpu: int | None, rank: int | None, message:
     """A GpuAlert; the watcher stamps `since` when it starts."""
     return {"kind": kind, "key": key, "gpu": gpu, "rank": rank, "message": message, "since": 0.0,
             "severity": severity, "hint": hint, "short": short}
+
+
+def key_text(key: DevKey) -> str:
+    """A GPU's or a slice's part of an alert key: "0", "0/1/0"."""
+    return str(key[0]) if key[1] is None else f"{key[0]}/{key[1]}/{key[2]}"
+
+
+def on(a: GpuAlert, key: DevKey | None) -> GpuAlert:
+    """The alert placed on a MIG slice (gi, ci beside its GPU's index) when key names one."""
+    if key is not None and key[1] is not None and key[2] is not None:
+        a["gi"], a["ci"] = key[1], key[2]
+    return a
+
+
+def alert_key(a: GpuAlert) -> DevKey | None:
+    """The device an alert is about (None: no GPU)."""
+    return None if a["gpu"] is None else (a["gpu"], a.get("gi"), a.get("ci"))
 
 
 def ranks_on(view: GpuView) -> dict[int, int]:
@@ -65,16 +85,18 @@ def contention(view: GpuView, forced: bool) -> GpuAlert | None:
         return None
     held = ranks_on(view)
     each = ", ".join(f"rank {r} {fmt.size_long(held[r])}" for r in ranks if r in held)
-    index = view["index"]
+    key = dev_key(view)
     util = f" at {view['util_gpu']}% utilization" if view["util_gpu"] is not None else ""
-    a = alert("contention", f"contention:{index}:{','.join(map(str, ranks))}", index, None,
-              f"GPU {index}: {ranks_text(ranks)} share this GPU{util}" + (f" ({each})" if each else ""),
-              "warning" if forced else "error",
-              f"give each rank its own GPU: {SET_DEVICE} before any CUDA call, "
-              "and check CUDA_VISIBLE_DEVICES",
-              f"{len(ranks)} ranks share")
+    what, hint = (("MIG slice", "give each rank its own slice: set each rank's CUDA_VISIBLE_DEVICES to a "
+                   "MIG-… UUID of its own (nvidia-smi -L lists them)") if "mig" in view else
+                  ("GPU", f"give each rank its own GPU: {SET_DEVICE} before any CUDA call, "
+                   "and check CUDA_VISIBLE_DEVICES"))
+    a = alert("contention", f"contention:{key_text(key)}:{','.join(map(str, ranks))}", key[0], None,
+              f"{view_name(view)}: {ranks_text(ranks)} share this {what}{util}"
+              + (f" ({each})" if each else ""),
+              "warning" if forced else "error", hint, f"{len(ranks)} ranks share")
     a["ranks"] = ranks
-    return a
+    return on(a, key)
 
 
 def outsiders(view: GpuView, cfg: AlertConfig) -> list[GpuAlert]:
@@ -89,15 +111,16 @@ def outsiders(view: GpuView, cfg: AlertConfig) -> list[GpuAlert]:
         mem = p["mem_bytes"]
         if owner(p) is not None or mem is None or mem < cfg.outside * total:
             continue
-        a = alert("outside", f"outside:{view['index']}:{p['pid']}", view["index"], None,
-                  f"GPU {view['index']}: {describe_process(p)} outside this run holds {fmt.size_long(mem)} "
+        key = dev_key(view)
+        a = alert("outside", f"outside:{key_text(key)}:{p['pid']}", key[0], None,
+                  f"{view_name(view)}: {describe_process(p)} outside this run holds {fmt.size_long(mem)} "
                   f"({mem / total:.0%}), next to {ranks_text(mine)}",
                   "warning",
                   "another job shares this GPU: ask its owner, or run on free GPUs (CUDA_VISIBLE_DEVICES)",
                   f"outside {fmt.size(mem)}")
         a.update({"ranks": mine, "pid": p["pid"], "user": p["user"], "mem_bytes": mem,
                   "fraction": round(mem / total, 3)})
-        out.append(a)
+        out.append(on(a, key))
     return out
 
 
@@ -135,15 +158,16 @@ def memory_high(view: GpuView, growth: Mapping[int, float], rate: float | None,
     hint = ("memory keeps growing: look for tensors kept across steps (a loss summed without .item(), "
             "growing lists or caches), else lower the batch size" if soon else
             "little room is left: lower the batch size, use activation checkpointing or mixed precision")
-    a = alert("memory_high", f"memory_high:{index}", index, rank,
-              f"GPU {index} memory at {frac:.0%} ({fmt.size_long(used)} of {fmt.size_long(total)})"
+    key = dev_key(view)
+    a = alert("memory_high", f"memory_high:{key_text(key)}", index, rank,
+              f"{view_name(view)} memory at {frac:.0%} ({fmt.size_long(used)} of {fmt.size_long(total)})"
               f"{when}{detail}",
               "error" if soon else "warning", hint,
               f"full in {fmt.age(ttf)}" if soon and ttf is not None else f"mem {frac:.0%}")
     a.update({"fraction": round(frac, 3),
               "growth_bytes_per_s": growing.get(rank) if rank is not None else None,
               "time_to_full_s": round(ttf, 1) if ttf is not None else None})
-    return a
+    return on(a, key)
 
 
 # ---------------------------------------------------------------------- idle ----

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import psutil
 
-from mpwatch.contract.status import GpuMark, GpuProcess
+from mpwatch.contract.status import DevKey, GpuMark, GpuProcess
 
 WHO_RECHECK_S = 10.0  # a known GPU process is checked for pid reuse this often
 
@@ -100,18 +100,26 @@ def who_text(p: GpuProcess) -> str:
     return ": ".join(x for x in (p["user"], (p["cmd"] or "")[:40]) if x) or "outside the run"
 
 
-def proc_marks(gpu: int, old: Mapping[int, float], new: Mapping[int, float],
+def proc_marks(key: DevKey, where: str, old: Mapping[int, float], new: Mapping[int, float],
                label: Callable[[int], GpuProcess]) -> list[GpuMark]:
-    """A mark for each process that appeared on a GPU's list or left it."""
+    """A mark for each process that appeared on a GPU's (or a MIG slice's) list or left it;
+    `where` names it ("GPU 0")."""
     out: list[GpuMark] = []
     now = time.time()
     for pid in sorted(new.keys() - old.keys()):
         p = label(pid)
-        out.append({"ts": new[pid], "gpu": gpu, "kind": "proc_started",
-                    "rank": p["rank"] if p["rank"] is not None else p["child_of"], "pid": pid,
-                    "text": f"pid {pid} ({who_text(p)}) on GPU {gpu}"})
+        out.append(_on(key, {"ts": new[pid], "gpu": key[0], "kind": "proc_started",
+                             "rank": p["rank"] if p["rank"] is not None else p["child_of"], "pid": pid,
+                             "text": f"pid {pid} ({who_text(p)}) on {where}"}))
     for pid in sorted(old.keys() - new.keys()):
         p = label(pid)
-        out.append({"ts": now, "gpu": gpu, "kind": "proc_exited", "rank": p["rank"] if p["rank"] is not None
-                    else p["child_of"], "pid": pid, "text": f"pid {pid} ({who_text(p)}) left GPU {gpu}"})
+        out.append(_on(key, {"ts": now, "gpu": key[0], "kind": "proc_exited",
+                             "rank": p["rank"] if p["rank"] is not None else p["child_of"], "pid": pid,
+                             "text": f"pid {pid} ({who_text(p)}) left {where}"}))
     return out
+
+
+def _on(key: DevKey, mark: GpuMark) -> GpuMark:
+    if key[1] is not None and key[2] is not None:
+        mark["gi"], mark["ci"] = key[1], key[2]
+    return mark

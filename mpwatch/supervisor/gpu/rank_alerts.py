@@ -8,10 +8,11 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 
-from mpwatch.contract.status import GpuAlert, GpuView, WorkerGpu
-from mpwatch.supervisor.gpu.alerts import SET_DEVICE, AlertConfig, alert, describe_process
-from mpwatch.supervisor.gpu.ranks import owner
+from mpwatch.contract.status import DevKey, GpuAlert, GpuView, WorkerGpu
+from mpwatch.supervisor.gpu.alerts import SET_DEVICE, AlertConfig, alert, describe_process, key_text, on
+from mpwatch.supervisor.gpu.ranks import own_key, owner, share_key
 from mpwatch.text import fmt
+from mpwatch.text.gpu_names import device_name, view_name
 
 _TRIED = re.compile(r"Tried to allocate ([0-9.]+ ?[KMGTP]?i?B)")
 OOM_MARKERS = ("cuda out of memory", "outofmemoryerror", "cuda error: out of memory")
@@ -23,23 +24,28 @@ def stray_contexts(rank: int, wg: WorkerGpu) -> list[GpuAlert]:
     GPU 0 before set_device (or by a library call without a device), on every rank. A
     share at least half of what it holds on its own GPU is work, not a stray (a rank whose
     spawned trainers each use a GPU)."""
-    own = wg["index"]
+    own = own_key(wg)
     if own is None:
         return []
-    mine = next((s["mem_bytes"] for s in wg["gpus"] if s["index"] == own), 0)
+    mine = next((s["mem_bytes"] for s in wg["gpus"] if share_key(s) == own), 0)
     out = []
     for share in wg["gpus"]:
-        if share["index"] == own or (mine and share["mem_bytes"] >= mine / 2):
+        key = share_key(share)
+        if key == own or (mine and share["mem_bytes"] >= mine / 2):
             continue
-        g = share["index"]
-        a = alert("stray_context", f"stray_context:{rank}:{g}", g, rank,
-                  f"rank {rank} holds {fmt.size_long(share['mem_bytes'])} on GPU {g}, which is not its own "
-                  f"(GPU {own}): a CUDA context made before the device was set",
+        a = alert("stray_context", f"stray_context:{rank}:{key_text(key)}", key[0], rank,
+                  f"rank {rank} holds {fmt.size_long(share['mem_bytes'])} on {_name(key)}, which is not its "
+                  f"own ({device_name(wg['index'], wg.get('mig'))}): a CUDA context made before the device "
+                  "was set",
                   "warning", f"call {SET_DEVICE} before any CUDA call (and give DDP device_ids=[LOCAL_RANK])",
                   f"stray rank {rank}")
         a["mem_bytes"] = share["mem_bytes"]
-        out.append(a)
+        out.append(on(a, key))
     return out
+
+
+def _name(key: DevKey) -> str:
+    return device_name(key[0], None if key[1] is None else {"gi": key[1], "ci": key[2], "profile": None})
 
 
 def alloc_retries(rank: int, wg: WorkerGpu, rise: int, window_s: float, cfg: AlertConfig) -> GpuAlert | None:
@@ -47,16 +53,14 @@ def alloc_retries(rank: int, wg: WorkerGpu, rise: int, window_s: float, cfg: Ale
     within the window: the rank works at the edge of its memory and an OOM is near."""
     if rise < max(1, cfg.retries):
         return None
-    return alloc_alert(rank, wg["index"], rise, window_s, wg["alloc_retries"])
-
-
-def alloc_alert(rank: int, gpu: int | None, rise: int, window_s: float, total: int | None) -> GpuAlert:
-    where = f" on GPU {gpu}" if gpu is not None else ""
-    return alert("alloc_retries", f"alloc_retries:{rank}", gpu, rank,
-                 f"rank {rank}'s CUDA allocator retried {rise} time{'s' if rise != 1 else ''} in the last "
-                 f"{fmt.age(window_s)}{where} ({total} in all): it flushes its cache to fit, an OOM is near",
-                 "warning", f"lower the batch size, or set {EXPANDABLE} if much memory is cached",
-                 f"retries rank {rank}")
+    where = f" on {device_name(wg['index'], wg.get('mig'))}" if wg["index"] is not None else ""
+    a = alert("alloc_retries", f"alloc_retries:{rank}", wg["index"], rank,
+              f"rank {rank}'s CUDA allocator retried {rise} time{'s' if rise != 1 else ''} in the last "
+              f"{fmt.age(window_s)}{where} ({wg['alloc_retries']} in all): it flushes its cache to fit, "
+              "an OOM is near",
+              "warning", f"lower the batch size, or set {EXPANDABLE} if much memory is cached",
+              f"retries rank {rank}")
+    return on(a, own_key(wg))
 
 
 def fragmentation(rank: int, wg: WorkerGpu, view: GpuView | None, inactive_split: int | None,
@@ -73,14 +77,14 @@ def fragmentation(rank: int, wg: WorkerGpu, view: GpuView | None, inactive_split
         return None
     split = f", {fmt.size_long(inactive_split)} of it in split blocks" if inactive_split else ""
     a = alert("fragmentation", f"fragmentation:{rank}", view["index"], rank,
-              f"rank {rank} reserves {fmt.size_long(reserved)} on GPU {view['index']} but allocates only "
+              f"rank {rank} reserves {fmt.size_long(reserved)} on {view_name(view)} but allocates only "
               f"{fmt.size_long(wg['allocated'])}: {fmt.size_long(cached)} cached unused{split}, "
               f"with {fmt.size_long(total - used)} free on the GPU",
               "warning",
               f"set {EXPANDABLE} (fewer, growable segments), or torch.cuda.empty_cache() between phases",
               f"frag rank {rank}")
     a["fraction"] = round(cached / reserved, 3)
-    return a
+    return on(a, own_key(wg))
 
 
 # ---------------------------------------------------------------------- OOM ----
@@ -101,17 +105,21 @@ def oom_caught(rank: int, wg: WorkerGpu, rise: int) -> GpuAlert | None:
     """A live rank's num_ooms rose: it hit CUDA out of memory and caught it."""
     if rise <= 0:
         return None
-    g = wg["index"]
-    where = f" on GPU {g}" if g is not None else ""
-    return alert("oom", f"oom:{rank}:{g}", g, rank,
-                 f"rank {rank} hit CUDA out of memory{where} and went on ({wg['ooms']} in all)",
-                 "error", OOM_HINT, f"OOM rank {rank}")
+    key = own_key(wg)
+    where = f" on {device_name(wg['index'], wg.get('mig'))}" if key is not None else ""
+    a = alert("oom", f"oom:{rank}:{key_text(key) if key is not None else None}", wg["index"], rank,
+              f"rank {rank} hit CUDA out of memory{where} and went on ({wg['ooms']} in all)",
+              "error", OOM_HINT, f"OOM rank {rank}")
+    return on(a, key)
 
 
-def oom_alert(rank: int, gpu_index: int | None, view: GpuView | None, line: str,
+def oom_alert(rank: int, key: DevKey | None, view: GpuView | None, line: str,
               age_s: float | None = None) -> GpuAlert:
-    """A worker died of CUDA OOM: on which GPU and what else was there at the last sample."""
-    where = "on an unknown GPU (no sample showed it on one)" if gpu_index is None else f"on GPU {gpu_index}"
+    """A worker died of CUDA OOM: on which GPU (or MIG slice) and what else was there at the
+    last sample."""
+    gpu_index = None if key is None else key[0]
+    name = view_name(view) if view is not None else _name(key) if key is not None else ""
+    where = "on an unknown GPU (no sample showed it on one)" if key is None else f"on {name}"
     msg = f"rank {rank} died of CUDA out of memory {where}"
     others = []
     if view is not None:
@@ -125,12 +133,13 @@ def oom_alert(rank: int, gpu_index: int | None, view: GpuView | None, line: str,
                 f"a child of rank {r} (pid {p['pid']})" if r is not None else describe_process(p))
             parts.append(f"{label} {fmt.size_long(p['mem_bytes'])}")
             others.append({"pid": p["pid"], "rank": r, "mem_bytes": p["mem_bytes"]})
-        msg += (f"; {when} GPU {gpu_index} had {fmt.size_long(view['mem_used'])} of "
+        msg += (f"; {when} {name} had {fmt.size_long(view['mem_used'])} of "
                 f"{fmt.size_long(view['mem_total'])} used")
         msg += (": also there " + ", ".join(parts)) if parts else ", nothing else of note on it"
     tried = _TRIED.search(line)
     if tried:
         msg += f" (it tried to allocate {tried.group(1)})"
-    a = alert("oom", f"oom:{rank}:{gpu_index}", gpu_index, rank, msg, "error", OOM_HINT, f"OOM rank {rank}")
+    a = alert("oom", f"oom:{rank}:{key_text(key) if key is not None else None}", gpu_index, rank, msg,
+              "error", OOM_HINT, f"OOM rank {rank}")
     a.update({"others": others, "line": line[:300]})
-    return a
+    return on(a, key)

@@ -4,7 +4,9 @@ the watcher builds each tick and the ranks' own CUDA views. Run on the GPU polle
 A rank's own GPU is the one its CUDA view names by UUID (torch's device index is useless
 here: CUDA_VISIBLE_DEVICES and NVML's order can differ); without a UUID that NVML knows,
 the GPU where its processes (children included) hold the most memory. Memory a rank holds
-on any other GPU is a stray context.
+on any other GPU is a stray context. On a GPU in MIG mode a rank's own "GPU" is its MIG
+slice (a `MIG-…` UUID names one): the functions here take the leaves (contract.gpu_view.leaves)
+and key them by DevKey, so two ranks on two slices of one GPU never share.
 """
 from __future__ import annotations
 
@@ -12,7 +14,16 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
-from mpwatch.contract.status import CudaView, GpuProcess, GpuShare, GpuView, MemoryBreakdown, WorkerGpu
+from mpwatch.contract.status import (
+    CudaView,
+    DevKey,
+    GpuProcess,
+    GpuShare,
+    GpuView,
+    MemoryBreakdown,
+    WorkerGpu,
+    dev_key,
+)
 
 
 @dataclass
@@ -29,7 +40,7 @@ class RankInfo:
 
 @dataclass
 class Placement:
-    index: int | None
+    key: DevKey  # its GPU, or the MIG slice of one
     uuid: str | None
     mapped_by: Literal["uuid", "pid"]
 
@@ -39,16 +50,17 @@ def owner(p: GpuProcess) -> int | None:
     return p["rank"] if p["rank"] is not None else p["child_of"]
 
 
-def held(views: Sequence[GpuView]) -> dict[int, dict[int, int]]:
-    """{rank: {gpu: bytes}}: every GPU where a rank's processes are listed (a process whose
+def held(views: Sequence[GpuView]) -> dict[int, dict[DevKey, int]]:
+    """{rank: {device: bytes}}: every leaf where a rank's processes are listed (a process whose
     memory the driver cannot tell counts 0 bytes, but is there)."""
-    out: dict[int, dict[int, int]] = {}
+    out: dict[int, dict[DevKey, int]] = {}
     for v in views:
+        key = dev_key(v)
         for p in v["processes"]:
             r = owner(p)
             if r is not None:
                 per = out.setdefault(r, {})
-                per[v["index"]] = per.get(v["index"], 0) + (p["mem_bytes"] or 0)
+                per[key] = per.get(key, 0) + (p["mem_bytes"] or 0)
     return out
 
 
@@ -66,30 +78,30 @@ def pids_hidden(views: Sequence[GpuView], infos: Sequence[RankInfo]) -> bool:
     return listed and holding and not ours
 
 
-def place(infos: Sequence[RankInfo], holdings: Mapping[int, Mapping[int, int]],
-          uuid_index: Mapping[str, int], uuids: Mapping[int, str | None]) -> dict[int, Placement]:
-    """{rank: its own GPU}; ranks neither named by UUID nor seen on a GPU are left out."""
+def place(infos: Sequence[RankInfo], holdings: Mapping[int, Mapping[DevKey, int]],
+          uuid_keys: Mapping[str, DevKey], uuids: Mapping[DevKey, str | None]) -> dict[int, Placement]:
+    """{rank: its own GPU or slice}; ranks neither named by UUID nor seen on one are left out.
+    `uuids`: the leaves' own UUIDs (a UUID naming a GPU in MIG mode, not a leaf, places the
+    rank on the slice of that GPU where it holds the most)."""
     out: dict[int, Placement] = {}
     for info in infos:
         uuid = info.cuda.get("uuid") if info.cuda else None
-        if uuid and uuid in uuid_index:
-            index = uuid_index[uuid]
-            out[info.rank] = Placement(index, uuids.get(index), "uuid")
+        key = uuid_keys.get(uuid) if uuid else None
+        if key is not None and key in uuids:
+            out[info.rank] = Placement(key, uuids[key], "uuid")
             continue
-        per = holdings.get(info.rank)
+        per = {k: b for k, b in holdings.get(info.rank, {}).items() if key is None or k[0] == key[0]}
         if per:
-            index = max(per, key=lambda g: (per[g], -g))
-            out[info.rank] = Placement(index, uuids.get(index), "pid")
+            best = max(per, key=lambda k: (per[k], -k[0], -(k[1] or 0), -(k[2] or 0)))
+            out[info.rank] = Placement(best, uuids.get(best), "pid")
     return out
 
 
-def ranks_by_gpu(placement: Mapping[int, Placement]) -> dict[int, list[int]]:
-    """{gpu: sorted ranks whose own GPU it is}."""
-    out: dict[int, list[int]] = {}
+def ranks_by_gpu(placement: Mapping[int, Placement]) -> dict[DevKey, list[int]]:
+    """{device: sorted ranks whose own GPU (or slice) it is}."""
+    out: dict[DevKey, list[int]] = {}
     for rank in sorted(placement):
-        index = placement[rank].index
-        if index is not None:
-            out.setdefault(index, []).append(rank)
+        out.setdefault(placement[rank].key, []).append(rank)
     return out
 
 
@@ -99,25 +111,26 @@ def _sum_or_none(values: list[int | None]) -> int | None:
     return sum(v for v in values if v is not None)
 
 
-def worker_gpu(info: RankInfo, where: Placement | None, views: Mapping[int, GpuView],
-               holdings: Mapping[int, Mapping[int, int]], mates: Mapping[int, list[int]]) -> WorkerGpu | None:
+def worker_gpu(info: RankInfo, where: Placement | None, views: Mapping[DevKey, GpuView],
+               holdings: Mapping[int, Mapping[DevKey, int]],
+               mates: Mapping[DevKey, list[int]]) -> WorkerGpu | None:
     """A rank's GPU as the status shows it; None when it has neither a GPU nor a CUDA view."""
     cuda = info.cuda
     if where is None and cuda is None:
         return None
-    index = where.index if where is not None else None
-    view = views.get(index) if index is not None else None
+    view = views.get(where.key) if where is not None else None
     mine = [p for p in (view["processes"] if view is not None else ()) if owner(p) == info.rank]
     mem = _sum_or_none([p["mem_bytes"] for p in mine])
     sm = _sum_or_none([p.get("sm_util") for p in mine])
     allocated = cuda["allocated"] if cuda else None
     reserved = cuda["reserved"] if cuda else None
     per = holdings.get(info.rank, {})
-    return {
-        "index": index, "uuid": where.uuid if where is not None else None,
+    out: WorkerGpu = {
+        "index": where.key[0] if where is not None else None,
+        "uuid": where.uuid if where is not None else None,
         "mapped_by": where.mapped_by if where is not None else "pid",
         "mem_bytes": mem,
-        "gpus": [GpuShare(index=g, mem_bytes=per[g]) for g in sorted(per)],
+        "gpus": [share(k, per[k]) for k in sorted(per, key=_order)],
         "allocated": allocated, "reserved": reserved, "peak": cuda["max_allocated"] if cuda else None,
         # NVML counts the CUDA context and non-torch allocations (NCCL, cuBLAS workspaces) too.
         "other_bytes": max(0, mem - reserved) if mem is not None and reserved is not None else None,
@@ -126,8 +139,34 @@ def worker_gpu(info: RankInfo, where: Placement | None, views: Mapping[int, GpuV
         "alloc_retries": cuda.get("alloc_retries") if cuda else None,
         "ooms": cuda.get("num_ooms") if cuda else None,
         "sm_util": min(sm, 100) if sm is not None else None,
-        "shared_with": [r for r in mates.get(index, ()) if r != info.rank] if index is not None else [],
+        "shared_with": [r for r in mates.get(where.key, ()) if r != info.rank] if where is not None else [],
     }
+    if view is not None and "mig" in view:
+        out["mig"] = view["mig"]
+    return out
+
+
+def _order(k: DevKey) -> tuple[int, int, int]:
+    return k[0], -1 if k[1] is None else k[1], -1 if k[2] is None else k[2]
+
+
+def share(key: DevKey, mem: int) -> GpuShare:
+    out: GpuShare = {"index": key[0], "mem_bytes": mem}
+    if key[1] is not None and key[2] is not None:
+        out["gi"], out["ci"] = key[1], key[2]
+    return out
+
+
+def own_key(wg: WorkerGpu) -> DevKey | None:
+    """The device a rank's GPU names: its GPU, or its MIG slice."""
+    if wg["index"] is None:
+        return None
+    mig = wg.get("mig")
+    return (wg["index"], None, None) if mig is None else (wg["index"], mig["gi"], mig["ci"])
+
+
+def share_key(s: GpuShare) -> DevKey:
+    return s["index"], s.get("gi"), s.get("ci")
 
 
 def breakdown(view: GpuView, own: Sequence[RankInfo], procs_known: bool) -> MemoryBreakdown:
@@ -141,24 +180,35 @@ def breakdown(view: GpuView, own: Sequence[RankInfo], procs_known: bool) -> Memo
     if not procs_known:
         return {"allocated": allocated, "cached": cached, "other": None, "outside": None}
     ours = sum(p["mem_bytes"] or 0 for p in view["processes"] if owner(p) is not None)
-    outside = sum(p["mem_bytes"] or 0 for p in view["processes"] if owner(p) is None)
+    # Unknown when the driver keeps an outsider's memory from us (MIG, for a user): never 0.
+    outside = _sum_or_none([p["mem_bytes"] for p in view["processes"] if owner(p) is None] or [0])
     other = max(0, ours - (allocated or 0) - (cached or 0))
     return {"allocated": allocated, "cached": cached, "other": other, "outside": outside}
 
 
-def visible_gpu_indices(env: Mapping[str, str], uuid_index: Mapping[str, int], count: int) -> set[int] | None:
-    """NVML indices of the GPUs the workers may use, from CUDA_VISIBLE_DEVICES (indices or
-    UUIDs, which CUDA also takes by unique prefix); None when it is not set (all of them)."""
+def sum_breakdowns(parts: Sequence[MemoryBreakdown]) -> MemoryBreakdown:
+    """A GPU in MIG mode's breakdown: its slices' added up (unknown where one's is)."""
+    return {"allocated": _sum_or_none([p["allocated"] for p in parts]),
+            "cached": _sum_or_none([p["cached"] for p in parts]),
+            "other": _sum_or_none([p["other"] for p in parts]),
+            "outside": _sum_or_none([p["outside"] for p in parts])}
+
+
+def visible_keys(env: Mapping[str, str], uuid_keys: Mapping[str, DevKey],
+                 leaves_of: Mapping[int, list[DevKey]]) -> set[DevKey] | None:
+    """The leaves the workers may use, from CUDA_VISIBLE_DEVICES (indices or UUIDs, which CUDA
+    also takes by unique prefix; a `MIG-…` UUID names one slice, a GPU in MIG mode all of
+    its); None when it is not set (all of them). `leaves_of`: each GPU's leaves."""
     cvd = env.get("CUDA_VISIBLE_DEVICES")
     if cvd is None:
         return None
-    out: set[int] = set()
+    out: set[DevKey] = set()
     for entry in (e.strip() for e in cvd.split(",")):
         if entry.isdigit():
-            if int(entry) < count:
-                out.add(int(entry))
+            out.update(leaves_of.get(int(entry), ()))
         elif entry:
-            hits = {i for u, i in uuid_index.items() if u.startswith(entry) or u.startswith(f"GPU-{entry}")}
+            hits = {k for u, k in uuid_keys.items() if u.startswith(entry) or u.startswith(f"GPU-{entry}")}
             if len(hits) == 1:
-                out |= hits
+                (key,) = hits
+                out.update([key] if key[1] is not None else leaves_of.get(key[0], ()))
     return out

@@ -7,7 +7,8 @@ threads (under this object's lock).
 gpu.jsonl holds one JSON object a line, oldest first, of three kinds:
 - a tick (has "gpus"), status.GpuTick: {"ts", "gpus": [{"index", "mem_used", "mem_total",
   "util_gpu", "outside"}], "ranks": [{"rank", "gpu", "nvml", "allocated", "reserved"}]};
-  at most one a TICK_S (the poller may tick faster);
+  at most one a TICK_S (the poller may tick faster). A MIG slice is an entry of "gpus" after
+  its GPU's, with its "gi" and "ci"; a rank on one has them too (`tick_record` makes a tick);
 - a mark (has "kind"), status.GpuMark: {"ts", "gpu", "kind", "rank", "pid", "text"},
   kind one of proc_started, proc_exited, alert, alloc_retry, oom;
 - a note (has "thinned"), status.GpuThinned: {"ts", "thinned": {"from", "to",
@@ -27,7 +28,16 @@ from collections.abc import Mapping
 from typing import TextIO
 
 from mpwatch.contract.coerce import as_float
-from mpwatch.contract.status import GpuMark, GpuThinned, GpuTick
+from mpwatch.contract.status import (
+    GpuMark,
+    GpuThinned,
+    GpuTick,
+    GpuTickGpu,
+    GpuTickRank,
+    GpuView,
+    WorkerGpu,
+    devices,
+)
 from mpwatch.rundir import textfiles
 from mpwatch.rundir.layout import GPU_JSONL
 from mpwatch.rundir.writer import RunStore
@@ -49,6 +59,29 @@ def cap_bytes(mb: float) -> int:
 
 def _line(rec: Mapping[str, object]) -> str:
     return json.dumps(rec, separators=(",", ":"), allow_nan=False) + "\n"
+
+
+def tick_record(views: list[GpuView], wgpus: Mapping[int, WorkerGpu], wall: float) -> GpuTick:
+    """The tick of a moment: each GPU and MIG slice, each rank on its own."""
+    gpus: list[GpuTickGpu] = []
+    for v in devices(views):
+        mig, i = v.get("mig"), v["index"]
+        used, total, util = v["mem_used"], v["mem_total"], v["util_gpu"]
+        outside = v["breakdown"]["outside"] if "breakdown" in v else None
+        # A slice's ids right after its index: the replay reads a tick's samples by that order.
+        gpus.append({"index": i, "mem_used": used, "mem_total": total, "util_gpu": util, "outside": outside}
+                    if mig is None else
+                    {"index": i, "gi": mig["gi"], "ci": mig["ci"], "mem_used": used, "mem_total": total,
+                     "util_gpu": util, "outside": outside})
+    ranks: list[GpuTickRank] = []
+    for r, wg in sorted(wgpus.items()):
+        tr: GpuTickRank = {"rank": r, "gpu": wg["index"], "nvml": wg["mem_bytes"],
+                           "allocated": wg["allocated"], "reserved": wg["reserved"]}
+        rmig = wg.get("mig")
+        if rmig is not None:
+            tr["gi"], tr["ci"] = rmig["gi"], rmig["ci"]
+        ranks.append(tr)
+    return {"ts": wall, "gpus": gpus, "ranks": ranks}
 
 
 class GpuTimeline:

@@ -10,9 +10,9 @@ from collections import deque
 from collections.abc import Iterable, Mapping
 from typing import TypeVar
 
-from mpwatch.contract.status import GpuAlert, GpuMark, GpuView, WorkerGpu
+from mpwatch.contract.status import DevKey, GpuAlert, GpuMark, GpuView, WorkerGpu, dev_key
 from mpwatch.supervisor.gpu import alerts, rank_alerts
-from mpwatch.supervisor.gpu.ranks import RankInfo
+from mpwatch.supervisor.gpu.ranks import RankInfo, own_key
 
 _P = TypeVar("_P", tuple[float, int], tuple[float, int, int])
 
@@ -44,27 +44,28 @@ def sustained_growth(points: deque[tuple[float, int]], now: float, window: float
 class AlertTracker:
     def __init__(self, cfg: alerts.AlertConfig):
         self.cfg = cfg
-        self._used: dict[int, deque[tuple[float, int]]] = {}  # gpu -> (t, mem_used): its slope
-        self._rank_mem: dict[int, dict[int, deque[tuple[float, int]]]] = {}  # gpu -> rank -> (t, bytes)
+        self._used: dict[DevKey, deque[tuple[float, int]]] = {}  # device -> (t, mem_used): its slope
+        self._rank_mem: dict[DevKey, dict[int, deque[tuple[float, int]]]] = {}  # device -> rank -> (t, bytes)
         self._counters: dict[int, deque[tuple[float, int, int]]] = {}  # rank -> (t, retries, ooms)
-        self._idle: dict[int, tuple[alerts.IdleKind, float]] = {}  # gpu -> (kind, since)
+        self._idle: dict[DevKey, tuple[alerts.IdleKind, float]] = {}  # device -> (kind, since)
         self._active: dict[str, GpuAlert] = {}  # key -> alert standing now
         self._announced: dict[str, float] = {}  # key -> when its event was last emitted
 
     def decide(self, views: list[GpuView], alive: list[RankInfo], wgpus: Mapping[int, WorkerGpu],
-               visible: set[int] | None, with_procs: bool, now: float,
+               visible: set[DevKey] | None, with_procs: bool, now: float,
                pids_hidden: bool = False) -> list[GpuAlert]:
-        """Fill each view's alerts; returns the rank alerts that name no GPU. `visible`: the
-        GPUs the workers may use (None: all); with_procs: the process lists are new;
-        pids_hidden: NVML's pids are not this namespace's (supervisor.gpu.ranks.pids_hidden),
-        so no process on a GPU can be called an outsider."""
+        """Fill each view's alerts; returns the rank alerts that name no GPU. `views`: the
+        leaves (every GPU outside MIG mode, every MIG slice); `visible`: those the workers may
+        use (None: all); with_procs: the process lists are new; pids_hidden: NVML's pids are not
+        this namespace's (supervisor.gpu.ranks.pids_hidden), so no process on a GPU can be
+        called an outsider."""
         cfg, window = self.cfg, self.cfg.growth_window_s
-        by_index = {v["index"]: v for v in views}
+        by_key = {dev_key(v): v for v in views}
         running = {i.rank for i in alive if i.running}
         busy = [v for v in views if (v["util_gpu"] or 0) >= cfg.busy_util and alerts.ranks_on(v)]
         n_gpus = len(visible) if visible is not None else len(views)
         for v in views:
-            g = v["index"]
+            g = dev_key(v)
             rate = None
             if v["mem_used"] is not None:
                 rate = sustained_growth(_trimmed(self._used.setdefault(g, deque()), (now, v["mem_used"]),
@@ -82,26 +83,34 @@ class AlertTracker:
             since = self._idle_since(g, kind, now)
             idle = alerts.idle(v, kind, since, now, busy, cfg)
             v["alerts"] = alerts.evaluate(v, len(alive) > n_gpus, growth, rate, idle, cfg, pids_hidden)
-        loose: list[GpuAlert] = []
+        return self._rank_alerts(by_key, alive, wgpus, now)
+
+    def _rank_alerts(self, by_key: Mapping[DevKey, GpuView], alive: list[RankInfo],
+                     wgpus: Mapping[int, WorkerGpu], now: float) -> list[GpuAlert]:
+        """Each rank's alerts, put on the view of the GPU (or slice) they name; those that
+        name none are returned."""
+        cfg, loose = self.cfg, list[GpuAlert]()
         for i in alive:
             wg = wgpus.get(i.rank)
             if wg is None:
                 continue
             retries, ooms = self._rises(i, now)
             found = rank_alerts.stray_contexts(i.rank, wg)
-            own = by_index.get(wg["index"]) if wg["index"] is not None else None
+            key = own_key(wg)
+            own = by_key.get(key) if key is not None else None
             split = i.cuda.get("inactive_split") if i.cuda else None
-            for a in (rank_alerts.alloc_retries(i.rank, wg, retries, window, cfg),
+            for a in (rank_alerts.alloc_retries(i.rank, wg, retries, cfg.growth_window_s, cfg),
                       rank_alerts.fragmentation(i.rank, wg, own, split, cfg),
                       rank_alerts.oom_caught(i.rank, wg, ooms)):
                 if a is not None:
                     found.append(a)
             for a in found:
-                target = by_index.get(a["gpu"]) if a["gpu"] is not None else None
+                where = alerts.alert_key(a)
+                target = by_key.get(where) if where is not None else None
                 (target["alerts"] if target is not None else loose).append(a)
         return loose
 
-    def _idle_since(self, g: int, kind: alerts.IdleKind | None, now: float) -> float:
+    def _idle_since(self, g: DevKey, kind: alerts.IdleKind | None, now: float) -> float:
         """Since when GPU g has been idle of this kind (now, when it just became so); forgotten
         when not idle."""
         prev = self._idle.get(g)
@@ -132,14 +141,16 @@ class AlertTracker:
             if not d or len(d) < 2:
                 continue
             (_, r0, o0), (_, r1, o1) = d[-2], d[-1]
-            g = wgpus[i.rank]["index"] if i.rank in wgpus else None
+            key = own_key(wgpus[i.rank]) if i.rank in wgpus else None
+            marks: list[GpuMark] = []
             if r1 > r0:
-                out.append({"ts": wall, "gpu": g, "kind": "alloc_retry", "rank": i.rank, "pid": i.pid,
-                            "text": f"rank {i.rank}: {r1 - r0} allocator "
-                                    f"retr{'ies' if r1 - r0 > 1 else 'y'}"})
+                marks.append({"ts": wall, "gpu": None, "kind": "alloc_retry", "rank": i.rank, "pid": i.pid,
+                              "text": f"rank {i.rank}: {r1 - r0} allocator "
+                                      f"retr{'ies' if r1 - r0 > 1 else 'y'}"})
             if o1 > o0:
-                out.append({"ts": wall, "gpu": g, "kind": "oom", "rank": i.rank, "pid": i.pid,
-                            "text": f"rank {i.rank}: CUDA out of memory (caught)"})
+                marks.append({"ts": wall, "gpu": None, "kind": "oom", "rank": i.rank, "pid": i.pid,
+                              "text": f"rank {i.rank}: CUDA out of memory (caught)"})
+            out += [on_device(m, key) for m in marks]
         return out
 
     def standing(self, found: list[GpuAlert], now: float) -> list[GpuAlert]:
@@ -157,3 +168,12 @@ class AlertTracker:
                 started.append(a)
         self._active = current
         return started
+
+
+def on_device(m: GpuMark, key: DevKey | None) -> GpuMark:
+    """A mark placed on a GPU, or a MIG slice of one."""
+    if key is not None:
+        m["gpu"] = key[0]
+        if key[1] is not None and key[2] is not None:
+            m["gi"], m["ci"] = key[1], key[2]
+    return m

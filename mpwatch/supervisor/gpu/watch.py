@@ -1,9 +1,10 @@
 """The GPU watcher: a poller thread in the supervisor over probes.gpu.
 
-Every `interval` seconds it samples memory, utilization, temperature and power of each
-GPU; every PROCS_EVERY ticks it also asks for the compute processes and their SM
-utilization (milliseconds per call on real drivers). Processes are labelled by pid
-(supervisor.gpu.labels), each rank is given its own GPU by UUID or pid (supervisor.gpu.ranks),
+Every `interval` seconds it samples memory, utilization, temperature, power and clocks of
+each GPU (and of each MIG slice of a GPU in MIG mode); every PROCS_EVERY ticks it also asks
+for the compute processes and their SM utilization (milliseconds per call on real drivers).
+The views are built by supervisor.gpu.views, processes labelled by pid (supervisor.gpu.labels),
+each rank is given its own GPU or MIG slice by UUID or pid (supervisor.gpu.ranks),
 the alert decisions run (supervisor.gpu.alerts, supervisor.gpu.rank_alerts), and the tick goes
 to the timeline (supervisor.gpu.timeline: memory and gpu.jsonl). An alert that starts becomes one `gpu_alert`
 event; one that goes on does not.
@@ -19,35 +20,36 @@ from __future__ import annotations
 import os
 import threading
 import time
-from collections import deque
 from collections.abc import Callable, Iterable, Mapping
 from contextlib import AbstractContextManager
-from typing import Protocol, TypedDict
+from typing import Literal, Protocol, TypedDict
 
 from mpwatch.contract.status import (
     ALIVE_STATES,
-    HISTORY_POINTS,
     CudaView,
+    DevKey,
     Event,
     GpuAlert,
-    GpuHistory,
     GpuMark,
-    GpuTick,
     GpuTimelineReply,
     GpuView,
     State,
     WorkerGpu,
+    dev_key,
+    devices,
+    leaves,
 )
-from mpwatch.probes.gpu import Backend, GpuProbe, GpuSample, ProcList, open_backend, reason_for
+from mpwatch.probes.gpu import Backend, GpuProbe, open_backend, reason_for
 from mpwatch.rundir.writer import RunStore
 from mpwatch.settings import Settings
 from mpwatch.supervisor import errors
 from mpwatch.supervisor.errors import CommandError
 from mpwatch.supervisor.gpu import rank_alerts, ranks
-from mpwatch.supervisor.gpu.labels import ProcessLabeler, proc_marks
+from mpwatch.supervisor.gpu.alerts import alert_key
 from mpwatch.supervisor.gpu.ranks import RankInfo
-from mpwatch.supervisor.gpu.timeline import HOUR_S, GpuTimeline, cap_bytes
+from mpwatch.supervisor.gpu.timeline import HOUR_S, GpuTimeline, cap_bytes, tick_record
 from mpwatch.supervisor.gpu.tracker import AlertTracker
+from mpwatch.supervisor.gpu.views import Views
 
 PROCS_EVERY = 5  # the process list is refreshed every this many ticks
 OOMS_KEPT = 5  # OOM alerts shown per GPU
@@ -127,21 +129,15 @@ class GpuWatch:
         self.status: str | None = None  # one line when there is no GPU data, or a partial one
         self.ticks = 0
         self.last_tick_s: float | None = None
-        self.visible: set[int] | None = None  # GPUs the workers may use (CUDA_VISIBLE_DEVICES); None: all
+        self.visible: set[DevKey] | None = None  # the leaves CUDA_VISIBLE_DEVICES gives (None: all)
         self.pids_hidden = False  # NVML's pids are the host's: none is a rank (a container)
-        self.labels = ProcessLabeler()
         self.timeline_store = GpuTimeline(timeline, cap_bytes(self.settings.gpu_timeline_mb))
+        self.views = Views()
         self._views: list[GpuView] = []
         self._wgpu: dict[int, WorkerGpu] = {}
-        self._raw_procs: dict[int, ProcList] = {}  # gpu -> the last process list
-        self._proc_util: dict[int, dict[int, int] | None] = {}  # gpu -> pid -> SM % (None: N/A)
-        self._procs_ts: dict[int, float] = {}  # gpu -> wall time of that query
-        self._procs_error: dict[int, dict[str, str]] = {}  # gpu -> why its last query failed
-        self._seen: dict[int, dict[int, float]] = {}  # gpu -> pid -> wall time first listed
-        self._spark: dict[int, tuple[deque[int | None], deque[int | None]]] = {}  # gpu -> (mem, util)
         self.tracker = AlertTracker(self.cfg)
-        self._last_gpu: dict[int, int] = {}  # rank -> its own GPU when last seen
-        self._ooms: dict[int, list[GpuAlert]] = {}  # gpu -> OOM alerts of ranks that died
+        self._last_gpu: dict[int, DevKey] = {}  # rank -> its own GPU (or MIG slice) when last seen
+        self._ooms: dict[DevKey, list[GpuAlert]] = {}  # GPU or slice -> OOM alerts of ranks that died
 
     @classmethod
     def for_run(cls, run: _RunLike) -> GpuWatch:
@@ -184,7 +180,10 @@ class GpuWatch:
             return False
         self.probe = probe
         self.status = probe.status
-        self.visible = ranks.visible_gpu_indices(self.env, probe.uuid_index, len(probe.devices))
+        leaves_of: dict[int, list[DevKey]] = {
+            d.index: [(d.index, s.id.gi, s.id.ci) for s in d.slots] or [(d.index, None, None)]
+            for d in probe.devices}
+        self.visible = ranks.visible_keys(self.env, probe.uuid_keys, leaves_of)
         return True
 
     def _main(self) -> None:
@@ -227,89 +226,58 @@ class GpuWatch:
         children = {c: i.rank for i in infos for c in i.children}
         marks: list[GpuMark] = []
         if with_procs:
-            self._take_processes(samples, by_pid, children, marks)
-        views = [self._view(s, by_pid, children) for s in samples]
+            self.views.take_processes(samples, by_pid, children, marks)
+        views = [self.views.view(s, by_pid, children) for s in samples]
         alive = [i for i in infos if i.alive]
-        by_index = {v["index"]: v for v in views}
-        holdings = ranks.held(views)
-        hidden = ranks.pids_hidden(views, alive)
-        uuids = {d.index: d.uuid for d in self.probe.devices}
-        placement = ranks.place(alive, holdings, self.probe.uuid_index, uuids)
-        mates = ranks.ranks_by_gpu(placement)
-        wgpus: dict[int, WorkerGpu] = {}
-        for i in alive:
-            wg = ranks.worker_gpu(i, placement.get(i.rank), by_index, holdings, mates)
-            if wg is not None:
-                wgpus[i.rank] = wg
-        for v in views:
-            g = v["index"]
-            own = [i for i in alive if i.rank in mates.get(g, ())]
-            v["ranks"] = mates.get(g, [])
-            known = g in self._raw_procs and "processes" not in self._procs_error.get(g, {}) and not hidden
-            v["breakdown"] = ranks.breakdown(v, own, known)
-            v["history"] = self._history(v)
-        loose = self.tracker.decide(views, alive, wgpus, self.visible, with_procs, now, hidden)
-        started = self.tracker.standing([a for v in views for a in v["alerts"]] + loose, now)
+        hidden = ranks.pids_hidden(devices(views), alive)
+        placement, wgpus = self._place(views, alive)
+        self._fill(views, alive, ranks.ranks_by_gpu(placement), hidden)
+        loose = self.tracker.decide(leaves(views), alive, wgpus, self.visible, with_procs, now, hidden)
+        started = self.tracker.standing([a for v in devices(views) for a in v["alerts"]] + loose, now)
         with self._lock:
-            for v in views:
-                v["alerts"] = v["alerts"] + list(self._ooms.get(v["index"], ()))
+            for v in devices(views):
+                v["alerts"] = v["alerts"] + list(self._ooms.get(dev_key(v), ()))
             self._views, self._wgpu, self.pids_hidden = views, wgpus, hidden
-            self._last_gpu.update({rank: p.index for rank, p in placement.items() if p.index is not None})
+            self._last_gpu.update({rank: p.key for rank, p in placement.items()})
         for a in started:
-            marks.append({"ts": wall, "gpu": a["gpu"], "kind": "alert", "rank": a["rank"],
-                          "text": a["message"]})
+            marks.append(alert_mark(a, wall, "alert"))
             self._announce(a)
         marks.extend(self.tracker.counter_marks(alive, wgpus, wall))
         for m in marks:
             self.timeline_store.mark(m)
-        self.timeline_store.tick(self._tick_record(views, wgpus, wall))
+        self.timeline_store.tick(tick_record(views, wgpus, wall))
         self.last_tick_s = time.perf_counter() - t0
 
-    def _take_processes(self, samples: list[GpuSample], by_pid: Mapping[int, int],
-                        children: Mapping[int, int], marks: list[GpuMark]) -> None:
-        """A new process query: keep its lists, label new pids, mark who came and went."""
-        fresh: dict[int, tuple[dict[int, float], dict[int, float]]] = {}
-        for s in samples:
-            self._procs_error[s.index] = {k: s.errors[k] for k in ("processes", "proc_util") if k in s.errors}
-            self._proc_util[s.index] = s.proc_util
-            if s.processes is None:  # a failed query: the last list stands, and the error is said
-                continue
-            self._raw_procs[s.index] = s.processes
-            self._procs_ts[s.index] = s.ts
-            old = self._seen.get(s.index, {})
-            new = {pid: old.get(pid, s.ts) for pid, _ in s.processes}
-            self._seen[s.index] = new
-            fresh[s.index] = (old, new)
-        listed = {pid for lst in self._raw_procs.values() for pid, _ in lst}
-        self.labels.refresh({pid for _, new in fresh.values() for pid in new}, by_pid.keys(), keep=listed)
-        for g, (old, new) in fresh.items():
-            marks.extend(proc_marks(g, old, new, lambda pid: self.labels.label(pid, None, by_pid, children)))
+    def _place(self, views: list[GpuView], alive: list[RankInfo]
+               ) -> tuple[dict[int, ranks.Placement], dict[int, WorkerGpu]]:
+        """Each live rank's own GPU (or MIG slice), and its GPU as the status shows it."""
+        assert self.probe is not None
+        by_key = {dev_key(v): v for v in leaves(views)}
+        holdings = ranks.held(list(by_key.values()))
+        uuids = {k: v["uuid"] for k, v in by_key.items()}
+        placement = ranks.place(alive, holdings, self.probe.uuid_keys, uuids)
+        mates = ranks.ranks_by_gpu(placement)
+        wgpus: dict[int, WorkerGpu] = {}
+        for i in alive:
+            wg = ranks.worker_gpu(i, placement.get(i.rank), by_key, holdings, mates)
+            if wg is not None:
+                wgpus[i.rank] = wg
+        return placement, wgpus
 
-    def _view(self, s: GpuSample, by_pid: Mapping[int, int], children: Mapping[int, int]) -> GpuView:
-        errors = dict(s.errors)
-        errors.update(self._procs_error.get(s.index, {}))
-        util = self._proc_util.get(s.index)
-        seen = self._seen.get(s.index, {})
-        procs = []
-        for pid, mem in self._raw_procs.get(s.index, ()):
-            p = self.labels.label(pid, mem, by_pid, children)
-            p["sm_util"] = util.get(pid, 0) if util is not None else None
-            if pid in seen:
-                p["since"] = seen[pid]
-            procs.append(p)
-        return {"index": s.index, "name": s.name, "uuid": s.uuid, "mem_used": s.mem_used,
-                "mem_total": s.mem_total, "util_gpu": s.util_gpu, "util_mem": s.util_mem,
-                "temperature": s.temperature, "power_w": s.power_w,
-                "processes": procs, "errors": errors, "ts": s.ts, "processes_ts": self._procs_ts.get(s.index),
-                "alerts": [], "ranks": [], "history": {"mem_used": [], "util_gpu": []},  # both filled by tick
-                "breakdown": {"allocated": None, "cached": None, "other": None, "outside": None}}
-
-    def _history(self, v: GpuView) -> GpuHistory:
-        mem, util = self._spark.setdefault(v["index"], (deque(maxlen=HISTORY_POINTS),
-                                                        deque(maxlen=HISTORY_POINTS)))
-        mem.append(v["mem_used"])
-        util.append(v["util_gpu"])
-        return {"mem_used": list(mem), "util_gpu": list(util)}
+    def _fill(self, views: list[GpuView], alive: list[RankInfo], mates: Mapping[DevKey, list[int]],
+              hidden: bool) -> None:
+        """Each view's ranks, memory breakdown and history; a GPU in MIG mode's breakdown is its
+        slices' (its own ranks stay empty: two ranks on two of its slices share nothing)."""
+        for v in devices(views):
+            key = dev_key(v)
+            own = [i for i in alive if i.rank in mates.get(key, ())]
+            v["ranks"] = mates.get(key, [])
+            known = self.views.procs_known(key) and not hidden
+            v["breakdown"] = ranks.breakdown(v, own, known)
+            v["history"] = self.views.history(v, key)
+        for v in views:
+            if v.get("slices"):
+                v["breakdown"] = ranks.sum_breakdowns([s["breakdown"] for s in v.get("slices", [])])
 
     def _announce(self, a: GpuAlert) -> None:
         fields = {k: v for k, v in a.items() if k not in ("key", "rank", "since")}
@@ -318,28 +286,12 @@ class GpuWatch:
         except Exception as exc:  # noqa: BLE001 - a full disk must not stop the poller
             errors.note("GPU watcher: recording an alert", exc)
 
-    @staticmethod
-    def _tick_record(views: list[GpuView], wgpus: Mapping[int, WorkerGpu], wall: float) -> GpuTick:
-        return {"ts": wall,
-                "gpus": [{"index": v["index"], "mem_used": v["mem_used"], "mem_total": v["mem_total"],
-                          "util_gpu": v["util_gpu"],
-                          "outside": v["breakdown"]["outside"] if "breakdown" in v else None}
-                         for v in views],
-                "ranks": [{"rank": r, "gpu": wg["index"], "nvml": wg["mem_bytes"],
-                           "allocated": wg["allocated"], "reserved": wg["reserved"]}
-                          for r, wg in sorted(wgpus.items())]}
-
     # ------------------------------------------------------------- readers ----
     def snapshot(self) -> GpuPart:
         """The status's gpus and gpu_status; copies, so the caller may keep them."""
         with self._lock:
             views = self._views
-        out = []
-        for v in views:
-            c = v.copy()
-            c["processes"] = [p.copy() for p in v["processes"]]
-            c["alerts"] = [a.copy() for a in v["alerts"]]
-            out.append(c)
+        out = [_copy(v) for v in views]
         status = self.status
         if self.pids_hidden:  # said with whatever else is partial
             status = ranks.HIDDEN_PIDS + (f"; {status}" if status else "")
@@ -365,21 +317,37 @@ class GpuWatch:
         if line is None:
             return None
         with self._lock:
-            gpu = self._last_gpu.get(rank)
-            if gpu is None and cuda is not None and cuda.get("uuid") and self.probe is not None:
-                gpu = self.probe.uuid_index.get(cuda.get("uuid") or "")
-            view = next((v for v in self._views if v["index"] == gpu), None)
+            key = self._last_gpu.get(rank)
+            if key is None and cuda is not None and cuda.get("uuid") and self.probe is not None:
+                key = self.probe.uuid_keys.get(cuda.get("uuid") or "")
+            view = next((v for v in leaves(self._views) if dev_key(v) == key), None)
             age = time.time() - view["processes_ts"] if view is not None and view["processes_ts"] else None
-            alert = rank_alerts.oom_alert(rank, gpu, view, line, age)
+            alert = rank_alerts.oom_alert(rank, key, view, line, age)
             alert["since"] = time.time()
-            if gpu is not None:
-                kept = self._ooms.setdefault(gpu, [])
+            if key is not None:
+                kept = self._ooms.setdefault(key, [])
                 kept.append(alert)
                 del kept[:-OOMS_KEPT]
                 if view is not None:
                     view["alerts"] = view["alerts"] + [alert]
-        self.timeline_store.mark({"ts": alert["since"], "gpu": gpu, "kind": "oom", "rank": rank,
-                                  "text": alert["message"]})
+        self.timeline_store.mark(alert_mark(alert, alert["since"], "oom"))
         self._announce(alert)
         return alert
 
+
+def _copy(v: GpuView) -> GpuView:
+    c = v.copy()
+    c["processes"] = [p.copy() for p in v["processes"]]
+    c["alerts"] = [a.copy() for a in v["alerts"]]
+    if "slices" in v:
+        c["slices"] = [_copy(s) for s in v["slices"]]
+    return c
+
+
+def alert_mark(a: GpuAlert, ts: float, kind: Literal["alert", "oom"]) -> GpuMark:
+    """The timeline's mark of an alert that starts (on its GPU, or MIG slice)."""
+    mark: GpuMark = {"ts": ts, "gpu": a["gpu"], "kind": kind, "rank": a["rank"], "text": a["message"]}
+    where = alert_key(a)
+    if where is not None and where[1] is not None and where[2] is not None:
+        mark["gi"], mark["ci"] = where[1], where[2]
+    return mark

@@ -1,8 +1,10 @@
 """The run as Prometheus metrics, built from one status (contract.status's Status) at the moment
 of a scrape, so a run nobody scrapes pays nothing. Names follow Prometheus' naming guide (base
-units, `_total` for counters, ratios 0-1); labels join DCGM exporter's (`gpu`, `UUID`) and the
-run's (`run_id`, `rank`: the global rank, `node`: the node rank). A value the status does not
-know (None) is no sample, never a zero.
+units, `_total` for counters, ratios 0-1); labels join DCGM exporter's (`gpu`, `UUID`: the GPU's,
+and on a MIG slice `GPU_I_ID` and `GPU_I_PROFILE`, its GPU instance and profile) and the run's
+(`run_id`, `rank`: the global rank, `node`: the node rank). A GPU in MIG mode is exposed slice by
+slice (its whole memory would count its slices twice). A value the status does not know
+(None) is no sample, never a zero.
 
 `families()` makes plain records whose label sets are rendered once per worker (a worker's 14
 samples share one); `text()` writes them in Prometheus' text format 0.0.4, as prometheus_client's
@@ -23,7 +25,16 @@ from prometheus_client.registry import Collector
 from prometheus_client.samples import Sample
 
 from mpwatch import __version__
-from mpwatch.contract.status import ALERT_KINDS, State, Status, WorkerStatus
+from mpwatch.contract.status import (
+    ALERT_KINDS,
+    GpuView,
+    MigSlice,
+    State,
+    Status,
+    WorkerStatus,
+    devices,
+    leaves,
+)
 
 Labels = dict[str, str]
 STATES = [s.value for s in State]
@@ -73,21 +84,30 @@ def families(st: Status, host: str) -> list[Family]:
             "stop_signal": run["options"].get("stop_signal", "SIGTERM")}
     out = [Family("mpwatch_run_info", "gauge", "The run this supervisor watches (one per node).",
                   [(*_one(info), 1.0)])]
-    out += _workers(st["workers"], run_id, node)
+    out += _workers(st["workers"], run_id, node, {g["index"]: g.get("uuid") for g in st["gpus"]})
     out += _gpus(st, run_id, node)
     out.append(_alerts(st, run_id, node))
     return out
 
 
-def _worker_labels(w: WorkerStatus, run_id: str, node: str) -> Labels:
+def _mig_labels(mig: MigSlice | None) -> Labels:
+    """DCGM exporter's labels of a MIG slice (none on a whole GPU)."""
+    return {} if mig is None else {"GPU_I_ID": str(mig["gi"]), "GPU_I_PROFILE": mig["profile"] or ""}
+
+
+def _worker_labels(w: WorkerStatus, run_id: str, node: str, gpu_uuids: dict[int, str | None]) -> Labels:
     gpu = w["gpu"]
+    mig = gpu.get("mig") if gpu is not None else None
+    uuid = gpu_uuids.get(gpu["index"]) if gpu is not None and mig is not None and gpu["index"] is not None \
+        else gpu["uuid"] if gpu is not None else None  # on a slice: its GPU's, as DCGM's UUID is
     return {"run_id": run_id, "node": node, "rank": str(w.get("global_rank", w["rank"])),
             "gpu": "" if gpu is None or gpu["index"] is None else str(gpu["index"]),
-            "UUID": "" if gpu is None or gpu["uuid"] is None else gpu["uuid"]}
+            "UUID": uuid or "", **_mig_labels(mig)}
 
 
-def _workers(workers: list[WorkerStatus], run_id: str, node: str) -> list[Family]:
-    labels = [_one(_worker_labels(w, run_id, node)) for w in workers]
+def _workers(workers: list[WorkerStatus], run_id: str, node: str,
+             gpu_uuids: dict[int, str | None]) -> list[Family]:
+    labels = [_one(_worker_labels(w, run_id, node, gpu_uuids)) for w in workers]
     out = []
     for name, text, value in WORKER_GAUGES:
         samples = []
@@ -112,9 +132,9 @@ def _workers(workers: list[WorkerStatus], run_id: str, node: str) -> list[Family
 
 def _gpus(st: Status, run_id: str, node: str) -> list[Family]:
     used, total, util = [], [], []
-    for g in st["gpus"]:
-        lab, rendered = _one({"run_id": run_id, "node": node, "gpu": str(g.get("node_index", g["index"])),
-                              "UUID": g.get("uuid") or ""})
+    uuids = {g["index"]: g.get("uuid") for g in st["gpus"]}
+    for g in leaves(st["gpus"]):
+        lab, rendered = _one(_gpu_labels(g, run_id, node, uuids))
         if g["mem_used"] is not None:
             used.append((lab, rendered, float(g["mem_used"])))
         if g["mem_total"] is not None:
@@ -127,11 +147,17 @@ def _gpus(st: Status, run_id: str, node: str) -> list[Family]:
                    util)]
 
 
+def _gpu_labels(g: GpuView, run_id: str, node: str, uuids: dict[int, str | None]) -> Labels:
+    mig = g.get("mig")
+    return {"run_id": run_id, "node": node, "gpu": str(g.get("node_index", g["index"])),
+            "UUID": (uuids.get(g["index"]) if mig is not None else g.get("uuid")) or "", **_mig_labels(mig)}
+
+
 def _alerts(st: Status, run_id: str, node: str) -> Family:
     """Alerts the status lists now: the GPUs' (while they last) and the run's (disk, hang,
     unkillable: the recent ones), by kind; every GPU kind is there, at 0 when none."""
     counts = dict.fromkeys(sorted(ALERT_KINDS), 0)
-    for g in st["gpus"]:
+    for g in devices(st["gpus"]):
         for a in g["alerts"]:
             counts[a["kind"]] = counts.get(a["kind"], 0) + 1
     for ra in st["alerts"]:

@@ -15,9 +15,10 @@ import sys
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-SOURCES = ("stand_in.c", "script.c")
+SOURCES = ("stand_in.c", "stand_in_procs.c", "stand_in_mig.c", "stand_in_clocks.c", "script.c")
 LIB_NAME = "libnvidia-ml.so.1"
-# Variants: the library of a current driver, and of one older than R510 (no _v3 process list).
+# Variants: the library of a current driver, and of one older than R510 (no _v3 process list,
+# no MemoryInfo_v2, no clock event reasons).
 VARIANTS = {"full": [], "no_v3": ["-DSTAND_IN_WITHOUT_V3"]}
 SYSTEM_HEADERS = ("/usr/local/cuda/include/nvml.h", "/usr/include/nvml.h")
 
@@ -57,7 +58,7 @@ def build(out_dir: Path, variant: str = "full") -> Path:
         raise BuildError(missing() or "cannot build")
     flags = VARIANTS[variant]
     digest = hashlib.sha256()
-    for name in SOURCES + ("script.h",):
+    for name in SOURCES + ("script.h", "stand_in.h"):
         digest.update((HERE / name).read_bytes())
     digest.update(header.read_bytes())
     digest.update(" ".join(flags).encode())

@@ -6,11 +6,15 @@
  * tabs, after a first line "mpwatch-nvml-stand-in 1":
  *     init  <nvmlReturn_t>                           nvmlInit fails with it
  *     gpu   <name> <uuid> <mem_total> <mig_capable>  the next device
- *     mig   <uuid>                                   a MIG instance of the last device
+ *     mig   <uuid> <gi> <ci> <profile> <mem_total>   a MIG device of the last one (MIG mode on)
  *     frame <at>                                     values from <at> s after nvmlInit
  *     dev   <util_gpu> <util_mem> <temperature> <power_mw> <mem_used> <proc_util 0|1>
- *     fail  <what> <nvmlReturn_t>                    that query of the last dev fails
- *     proc  <pid name> <mem|-> <sm|->                a compute process on the last dev
+ *           <reserved> <sm_clock> <sm_clock_max> <clock event reason bits>
+ *     slice <mem_used> <reserved>                    the next MIG slice of the last dev
+ *     fail  <what> <nvmlReturn_t>                    that query of the last dev or slice fails
+ *     proc  <pid name> <mem|-> <sm|->                a compute process on the last dev or slice
+ * Fields after a dev's <proc_util> may be left out (no reserve; SM clock at its maximum, 1410
+ * MHz; no reason).
  */
 #define _DEFAULT_SOURCE
 #include "script.h"
@@ -19,6 +23,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #define MAX_LINE 4096
@@ -26,7 +31,9 @@
 #define MAX_PROCS 1024
 
 static const char *WHAT[FN_N_WHAT] = {"memory", "utilization", "temperature", "power", "processes",
-                                      "processes_v3", "proc_util"};
+                                      "processes_v3", "proc_util", "memory_v2", "clocks", "throttle"};
+#define MAX_FIELDS 12
+#define DEFAULT_CLOCK 1410u
 
 static void copy(char *dst, size_t size, const char *src) {
     snprintf(dst, size, "%s", src ? src : "");
@@ -34,6 +41,11 @@ static void copy(char *dst, size_t size, const char *src) {
 
 static long long num(const char *s) {
     return (s && strcmp(s, "-") != 0) ? strtoll(s, NULL, 10) : FN_NO_VALUE;
+}
+
+/* A field that may be left out: its value, else `dflt`. */
+static unsigned long long opt(const char *s, unsigned long long dflt) {
+    return (s && *s && strcmp(s, "-") != 0) ? strtoull(s, NULL, 10) : dflt;
 }
 
 static struct fn_dev *last_dev(struct fn_script *s) {
@@ -81,10 +93,10 @@ static int add_gpu(struct fn_script *s, char **f) {
     return 0;
 }
 
-static int add_dev(struct fn_script *s, char **f) {
-    if (s->nframes == 0) return -1;
+static struct fn_dev *add_dev(struct fn_script *s, char **f) {
+    if (s->nframes == 0) return NULL;
     struct fn_frame *fr = &s->frames[s->nframes - 1];
-    if (fr->ndevs >= FN_MAX_GPUS) return -1;
+    if (fr->ndevs >= FN_MAX_GPUS) return NULL;
     struct fn_dev *d = &fr->devs[fr->ndevs++];
     d->util_gpu = (unsigned)num(f[1]);
     d->util_mem = (unsigned)num(f[2]);
@@ -92,23 +104,51 @@ static int add_dev(struct fn_script *s, char **f) {
     d->power_mw = (unsigned)num(f[4]);
     d->mem_used = (unsigned long long)num(f[5]);
     d->proc_util = f[6] && atoi(f[6]);
+    d->reserved = opt(f[7], 0);
+    d->sm_clock_max = (unsigned)opt(f[9], DEFAULT_CLOCK);
+    d->sm_clock = (unsigned)opt(f[8], d->sm_clock_max);
+    d->throttle = opt(f[10], 0);
+    return d;
+}
+
+/* The next slice of the last dev: its values, in the GPU's `mig` order. */
+static struct fn_dev *add_slice(struct fn_script *s, char **f) {
+    struct fn_dev *d = last_dev(s);
+    if (!d || d->nslices >= FN_MAX_MIG) return NULL;
+    struct fn_dev *grown = realloc(d->slices, sizeof *grown * (size_t)(d->nslices + 1));
+    if (!grown) return NULL;
+    d->slices = grown;
+    struct fn_dev *sl = &grown[d->nslices++];
+    memset(sl, 0, sizeof *sl);
+    sl->mem_used = opt(f[1], 0);
+    sl->reserved = opt(f[2], 0);
+    return sl;
+}
+
+static int add_mig(struct fn_script *s, char **f) {
+    if (s->ngpus == 0 || s->gpus[s->ngpus - 1].nmig >= FN_MAX_MIG) return -1;
+    struct fn_gpu *g = &s->gpus[s->ngpus - 1];
+    struct fn_mig *m = &g->mig[g->nmig];
+    copy(m->uuid, sizeof m->uuid, f[1]);
+    m->gi = (unsigned)opt(f[2], (unsigned long long)g->nmig + 1);
+    m->ci = (unsigned)opt(f[3], 0);
+    copy(m->profile, sizeof m->profile, f[4] && *f[4] ? f[4] : "1g.10gb");
+    m->mem_total = opt(f[5], g->mem_total / 8);
+    g->nmig++;
     return 0;
 }
 
-static int record(struct fn_script *s, char **f) {
+/* One record; *cur is the dev or slice that `fail` and `proc` records describe. */
+static int record(struct fn_script *s, char **f, struct fn_dev **cur) {
     const char *kind = f[0];
     if (strcmp(kind, "init") == 0) return s->init_error = (int)num(f[1]), 0;
     if (strcmp(kind, "gpu") == 0) return add_gpu(s, f);
-    if (strcmp(kind, "mig") == 0) {
-        if (s->ngpus == 0 || s->gpus[s->ngpus - 1].nmig >= FN_MAX_MIG) return -1;
-        struct fn_gpu *g = &s->gpus[s->ngpus - 1];
-        copy(g->mig[g->nmig++], FN_TEXT, f[1]);
-        return 0;
-    }
-    if (strcmp(kind, "frame") == 0) return add_frame(s, f[1]);
-    if (strcmp(kind, "dev") == 0) return add_dev(s, f);
-    if (strcmp(kind, "fail") == 0) return set_fail(last_dev(s), f);
-    if (strcmp(kind, "proc") == 0) return add_proc(last_dev(s), f);
+    if (strcmp(kind, "mig") == 0) return add_mig(s, f);
+    if (strcmp(kind, "frame") == 0) return *cur = NULL, add_frame(s, f[1]);
+    if (strcmp(kind, "dev") == 0) return (*cur = add_dev(s, f)) ? 0 : -1;
+    if (strcmp(kind, "slice") == 0) return (*cur = add_slice(s, f)) ? 0 : -1;
+    if (strcmp(kind, "fail") == 0) return set_fail(*cur, f);
+    if (strcmp(kind, "proc") == 0) return add_proc(*cur, f);
     return -1;
 }
 
@@ -118,11 +158,12 @@ int fn_script_load(const char *path, struct fn_script *s) {
     if (!in) return -1;
     char line[MAX_LINE];
     int ok = fgets(line, sizeof line, in) && strcmp(line, "mpwatch-nvml-stand-in 1\n") == 0;
+    struct fn_dev *cur = NULL;
     while (ok && fgets(line, sizeof line, in)) {
         line[strcspn(line, "\n")] = '\0';
-        char *f[8] = {0}, *rest = line;
-        for (int i = 0; i < 8 && rest; i++) f[i] = strsep(&rest, "\t");
-        ok = record(s, f) == 0;
+        char *f[MAX_FIELDS] = {0}, *rest = line;
+        for (int i = 0; i < MAX_FIELDS && rest; i++) f[i] = strsep(&rest, "\t");
+        ok = record(s, f, &cur) == 0;
     }
     fclose(in);
     if (!ok) fn_script_free(s);
@@ -131,18 +172,30 @@ int fn_script_load(const char *path, struct fn_script *s) {
 
 void fn_script_free(struct fn_script *s) {
     for (int i = 0; i < s->nframes; i++)
-        for (int d = 0; d < s->frames[i].ndevs; d++) free(s->frames[i].devs[d].procs);
+        for (int d = 0; d < s->frames[i].ndevs; d++) {
+            struct fn_dev *dev = &s->frames[i].devs[d];
+            for (int k = 0; k < dev->nslices; k++) free(dev->slices[k].procs);
+            free(dev->slices);
+            free(dev->procs);
+        }
     free(s->frames);
     memset(s, 0, sizeof *s);
 }
 
 const struct fn_dev *fn_script_dev(const struct fn_script *s, double elapsed, int gpu) {
     /* Before any frame, or a frame listing fewer devices: the scripted NVML's defaults. */
-    static const struct fn_dev idle = {0, 0, 40, 50000, 0, 1, {0}, 0, NULL};
+    static const struct fn_dev idle = {.temperature = 40, .power_mw = 50000, .proc_util = 1,
+                                       .sm_clock = DEFAULT_CLOCK, .sm_clock_max = DEFAULT_CLOCK};
     const struct fn_frame *cur = NULL;
     for (int i = 0; i < s->nframes; i++)
         if (s->frames[i].at <= elapsed) cur = &s->frames[i];  /* the last one passed, in order */
     return (cur && gpu < cur->ndevs) ? &cur->devs[gpu] : &idle;
+}
+
+const struct fn_dev *fn_script_slice(const struct fn_script *s, double elapsed, int gpu, int slot) {
+    static const struct fn_dev empty = {.sm_clock = DEFAULT_CLOCK, .sm_clock_max = DEFAULT_CLOCK};
+    const struct fn_dev *d = fn_script_dev(s, elapsed, gpu);
+    return slot >= 0 && slot < d->nslices ? &d->slices[slot] : &empty;
 }
 
 /* ---------------------------------------------------------------- pid names ---- */
@@ -196,6 +249,13 @@ static pid_t child_of(pid_t pid, const char *rank) {
     }
     closedir(proc);
     return best;
+}
+
+long fn_pid_uid(pid_t pid) {
+    char path[64];
+    struct stat st;
+    snprintf(path, sizeof path, "/proc/%d", (int)pid);
+    return stat(path, &st) == 0 ? (long)st.st_uid : -1;
 }
 
 pid_t fn_resolve_pid(const char *spec) {

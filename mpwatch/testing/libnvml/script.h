@@ -12,7 +12,7 @@
 
 /* The values a query can be told to fail (the script's `fail` records). */
 enum fn_what { FN_MEMORY, FN_UTILIZATION, FN_TEMPERATURE, FN_POWER, FN_PROCESSES, FN_PROCESSES_V3,
-               FN_PROC_UTIL, FN_N_WHAT };
+               FN_PROC_UTIL, FN_MEMORY_V2, FN_CLOCKS, FN_THROTTLE, FN_N_WHAT };
 
 struct fn_proc {
     char spec[40];  /* "1234", "self", "parent", "rank:N", "rank:N/child" */
@@ -20,13 +20,18 @@ struct fn_proc {
     long long sm;   /* SM %; FN_NO_VALUE: no utilization sample for it */
 };
 
-struct fn_dev {  /* one GPU in one frame */
+struct fn_dev {  /* one GPU, or one MIG slice of it, in one frame */
     unsigned util_gpu, util_mem, temperature, power_mw;
-    unsigned long long mem_used;
+    unsigned long long mem_used;  /* allocated: what nvmlMemory_v2_t calls used */
+    unsigned long long reserved;  /* the driver's own share: v1's `used` counts it, v2 apart */
+    unsigned sm_clock, sm_clock_max;  /* MHz */
+    unsigned long long throttle;  /* nvmlClocksEventReason* bits */
     int proc_util;            /* 0: the device keeps no per-process samples */
     int fail[FN_N_WHAT];      /* an nvmlReturn_t, 0 where the query works */
     int nprocs;
     struct fn_proc *procs;
+    int nslices;              /* a GPU in MIG mode: its slices' values, in its `mig` order */
+    struct fn_dev *slices;
 };
 
 struct fn_frame {
@@ -35,12 +40,18 @@ struct fn_frame {
     struct fn_dev devs[FN_MAX_GPUS];
 };
 
+struct fn_mig {  /* a MIG device (a compute instance of a GPU instance) */
+    char uuid[FN_TEXT], profile[32];
+    unsigned gi, ci;          /* its GPU and compute instance ids */
+    unsigned long long mem_total;
+};
+
 struct fn_gpu {
     char name[FN_TEXT], uuid[FN_TEXT];
     unsigned long long mem_total;
     int mig_capable;          /* 0: nvmlDeviceGetMigMode says NOT_SUPPORTED */
-    int nmig;
-    char mig[FN_MAX_MIG][FN_TEXT];
+    int nmig;                 /* MIG mode is on when it has instances */
+    struct fn_mig mig[FN_MAX_MIG];
 };
 
 struct fn_script {
@@ -56,7 +67,11 @@ int fn_script_load(const char *path, struct fn_script *s);
 void fn_script_free(struct fn_script *s);
 /* The device values now: the last frame whose `at` has passed (defaults before any). */
 const struct fn_dev *fn_script_dev(const struct fn_script *s, double elapsed, int gpu);
+/* A MIG slice's values now (defaults before any frame or past the frame's slices). */
+const struct fn_dev *fn_script_slice(const struct fn_script *s, double elapsed, int gpu, int slot);
 /* A scenario pid name resolved now, as probes.nvml_scripted.scenario_pid does; 0 if none. */
 pid_t fn_resolve_pid(const char *spec);
+/* The owner of a live process (its /proc entry's uid); -1 if unknown. */
+long fn_pid_uid(pid_t pid);
 
 #endif

@@ -1,12 +1,14 @@
 /* TEST-ONLY stand-in for the NVIDIA driver's libnvidia-ml.so.1, built against NVIDIA's own
  * nvml.h by testing.libnvml at test time, and loaded by the real nvidia-ml-py (pynvml), so
  * its ctypes structs, versioned entry points and special values run as on a GPU machine.
- * It answers the calls probes.gpu.NvmlBackend makes, from a scenario script read at nvmlInit
+ * It answers the calls probes.nvml.NvmlBackend makes, from a scenario script read at nvmlInit
  * (the file named by MPWATCH_NVML_STAND_IN_SCRIPT; format in script.c). Calls may come from any
  * thread: the script is read once, at the first nvmlInit, and only read after that.
+ * This file: start and stop, error strings, devices, memory and the device counters; the
+ * process lists are in stand_in_procs.c, MIG in stand_in_mig.c, clocks in stand_in_clocks.c.
  *
- * Built with -DSTAND_IN_WITHOUT_V3 it lacks nvmlDeviceGetComputeRunningProcesses_v3, as a
- * driver older than R510 does.
+ * Built with -DSTAND_IN_WITHOUT_V3 it is the library of a driver older than R510: no
+ * nvmlDeviceGetComputeRunningProcesses_v3, no nvmlDeviceGetMemoryInfo_v2, no clock event reasons.
  *
  * nvml.h is NVIDIA's, under the notice at its top, which asks that code using it carry this:
  *   NVIDIA MAKES NO REPRESENTATION ABOUT THE SUITABILITY OF THIS SOURCE CODE FOR ANY PURPOSE.
@@ -24,32 +26,20 @@
  *   C.F.R.12.212 and 48 C.F.R. 227.7202-1 through 227.7202-4 (JUNE 1995), all U.S. Government
  *   End Users acquire the source code with only those rights set forth herein.
  */
-#define _DEFAULT_SOURCE
-#define NVML_NO_UNVERSIONED_FUNC_DEFS /* define the _v2 and _v3 entry points by their own names */
-#include <nvml.h>
+#include "stand_in.h"
 
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-
-#include "script.h"
-
-#define EXPORT __attribute__((visibility("default")))
-#define NO_INSTANCE 0xFFFFFFFFu /* gpuInstanceId / computeInstanceId outside MIG */
-
-/* A handle: the device's index, and which MIG slot (-1: the GPU itself). */
-struct nvmlDevice_st {
-    int index;
-    int mig;
-};
+#include <unistd.h>
 
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
-static int inits;             /* nvmlInit minus nvmlShutdown: NVML counts them */
-static struct fn_script script;
-static double t0;             /* CLOCK_MONOTONIC at the first nvmlInit */
-static struct nvmlDevice_st gpus[FN_MAX_GPUS], migs[FN_MAX_GPUS][FN_MAX_MIG + 1];
+int fn_inits;
+struct fn_script fn_script_now;
+struct nvmlDevice_st fn_gpus[FN_MAX_GPUS], fn_migs[FN_MAX_GPUS][FN_MAX_MIG + 1];
+static double t0; /* CLOCK_MONOTONIC at the first nvmlInit */
 
 static double now_s(clockid_t clock) {
     struct timespec ts;
@@ -57,35 +47,51 @@ static double now_s(clockid_t clock) {
     return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
-/* The device behind a GPU handle now, or NULL (not started, or not a GPU handle). */
-static const struct fn_dev *dev_of(nvmlDevice_t h) {
-    if (!inits || !h || h->mig != -1 || h->index < 0 || h->index >= script.ngpus) return NULL;
-    return fn_script_dev(&script, now_s(CLOCK_MONOTONIC) - t0, h->index);
+double fn_elapsed(void) { return now_s(CLOCK_MONOTONIC) - t0; }
+double fn_wall(void) { return now_s(CLOCK_REALTIME); }
+int fn_privileged(void) { return geteuid() == 0; }
+
+int fn_valid(nvmlDevice_t h) {
+    return fn_inits && h && h->index >= 0 && h->index < fn_script_now.ngpus
+           && (h->mig == -1 || (h->mig >= 0 && h->mig < fn_script_now.gpus[h->index].nmig));
 }
+
+const struct fn_dev *fn_dev_of(nvmlDevice_t h) {
+    if (!fn_valid(h) || h->mig != -1) return NULL;
+    return fn_script_dev(&fn_script_now, fn_elapsed(), h->index);
+}
+
+const struct fn_mig *fn_mig_of(nvmlDevice_t h, const struct fn_dev **values) {
+    if (!fn_valid(h) || h->mig == -1) return NULL;
+    if (values) *values = fn_script_slice(&fn_script_now, fn_elapsed(), h->index, h->mig);
+    return &fn_script_now.gpus[h->index].mig[h->mig];
+}
+
+int fn_in_mig_mode(nvmlDevice_t h) { return fn_valid(h) && fn_script_now.gpus[h->index].nmig > 0; }
 
 /* ------------------------------------------------------------ start and stop ---- */
 EXPORT nvmlReturn_t nvmlInitWithFlags(unsigned int flags) {
     (void)flags;
     nvmlReturn_t ret = NVML_SUCCESS;
     pthread_mutex_lock(&lock);
-    if (inits == 0) {
+    if (fn_inits == 0) {
         const char *path = getenv("MPWATCH_NVML_STAND_IN_SCRIPT");
         if (!path) {
             ret = NVML_ERROR_DRIVER_NOT_LOADED; /* as on a machine without the kernel module */
-        } else if (fn_script_load(path, &script) != 0) {
+        } else if (fn_script_load(path, &fn_script_now) != 0) {
             ret = NVML_ERROR_UNKNOWN;
-        } else if (script.init_error) {
-            ret = (nvmlReturn_t)script.init_error;
-            fn_script_free(&script);
+        } else if (fn_script_now.init_error) {
+            ret = (nvmlReturn_t)fn_script_now.init_error;
+            fn_script_free(&fn_script_now);
         } else {
             t0 = now_s(CLOCK_MONOTONIC);
             for (int i = 0; i < FN_MAX_GPUS; i++) {
-                gpus[i] = (struct nvmlDevice_st){i, -1};
-                for (int m = 0; m <= FN_MAX_MIG; m++) migs[i][m] = (struct nvmlDevice_st){i, m};
+                fn_gpus[i] = (struct nvmlDevice_st){i, -1};
+                for (int m = 0; m <= FN_MAX_MIG; m++) fn_migs[i][m] = (struct nvmlDevice_st){i, m};
             }
         }
     }
-    if (ret == NVML_SUCCESS) inits++;
+    if (ret == NVML_SUCCESS) fn_inits++;
     pthread_mutex_unlock(&lock);
     return ret;
 }
@@ -96,12 +102,13 @@ EXPORT nvmlReturn_t nvmlInit(void) { return nvmlInitWithFlags(0); }
 EXPORT nvmlReturn_t nvmlShutdown(void) {
     nvmlReturn_t ret = NVML_SUCCESS;
     pthread_mutex_lock(&lock);
-    if (inits == 0) ret = NVML_ERROR_UNINITIALIZED;
-    else if (--inits == 0) fn_script_free(&script);
+    if (fn_inits == 0) ret = NVML_ERROR_UNINITIALIZED;
+    else if (--fn_inits == 0) fn_script_free(&fn_script_now);
     pthread_mutex_unlock(&lock);
     return ret;
 }
 
+/* Every code nvml.h names, in words (pynvml asks the library for the codes it does not know). */
 EXPORT const char *nvmlErrorString(nvmlReturn_t result) {
     switch (result) {
     case NVML_SUCCESS: return "Success";
@@ -109,27 +116,49 @@ EXPORT const char *nvmlErrorString(nvmlReturn_t result) {
     case NVML_ERROR_INVALID_ARGUMENT: return "Invalid Argument";
     case NVML_ERROR_NOT_SUPPORTED: return "Not Supported";
     case NVML_ERROR_NO_PERMISSION: return "Insufficient Permissions";
+    case NVML_ERROR_ALREADY_INITIALIZED: return "Already Initialized";
     case NVML_ERROR_NOT_FOUND: return "Not Found";
     case NVML_ERROR_INSUFFICIENT_SIZE: return "Insufficient Size";
+    case NVML_ERROR_INSUFFICIENT_POWER: return "Insufficient External Power";
     case NVML_ERROR_DRIVER_NOT_LOADED: return "Driver Not Loaded";
+    case NVML_ERROR_TIMEOUT: return "Timeout";
+    case NVML_ERROR_IRQ_ISSUE: return "Interrupt Request Issue";
+    case NVML_ERROR_LIBRARY_NOT_FOUND: return "NVML Shared Library Not Found";
     case NVML_ERROR_FUNCTION_NOT_FOUND: return "Function Not Found";
+    case NVML_ERROR_CORRUPTED_INFOROM: return "Corrupted infoROM";
     case NVML_ERROR_GPU_IS_LOST: return "GPU is lost";
-    default: return "Unknown Error";
+    case NVML_ERROR_RESET_REQUIRED: return "GPU requires restart";
+    case NVML_ERROR_OPERATING_SYSTEM: return "The operating system has blocked the request.";
+    case NVML_ERROR_LIB_RM_VERSION_MISMATCH: return "RM has detected an NVML/RM version mismatch.";
+    case NVML_ERROR_IN_USE: return "In use by another client";
+    case NVML_ERROR_MEMORY: return "Insufficient Memory";
+    case NVML_ERROR_NO_DATA: return "No data";
+    case NVML_ERROR_VGPU_ECC_NOT_SUPPORTED: return "The requested vgpu operation is not available on target device, because ECC is enabled";
+    case NVML_ERROR_INSUFFICIENT_RESOURCES: return "Insufficient resources";
+    case NVML_ERROR_FREQ_NOT_SUPPORTED: return "Frequency not supported";
+    case NVML_ERROR_ARGUMENT_VERSION_MISMATCH: return "Argument version mismatch";
+    case NVML_ERROR_DEPRECATED: return "Deprecated";
+    case NVML_ERROR_NOT_READY: return "Not ready";
+    case NVML_ERROR_GPU_NOT_FOUND: return "GPU not found";
+    case NVML_ERROR_INVALID_STATE: return "Invalid state";
+    case NVML_ERROR_RESET_TYPE_NOT_SUPPORTED: return "Reset type not supported";
+    case NVML_ERROR_UNKNOWN: return "Unknown Error";
+    default: return "Unknown Error"; /* a code newer than this nvml.h */
     }
 }
 
 /* --------------------------------------------------------------- devices ---- */
 EXPORT nvmlReturn_t nvmlDeviceGetCount_v2(unsigned int *count) {
-    if (!inits) return NVML_ERROR_UNINITIALIZED;
+    if (!fn_inits) return NVML_ERROR_UNINITIALIZED;
     if (!count) return NVML_ERROR_INVALID_ARGUMENT;
-    *count = (unsigned)script.ngpus;
+    *count = (unsigned)fn_script_now.ngpus;
     return NVML_SUCCESS;
 }
 
 EXPORT nvmlReturn_t nvmlDeviceGetHandleByIndex_v2(unsigned int index, nvmlDevice_t *device) {
-    if (!inits) return NVML_ERROR_UNINITIALIZED;
-    if (!device || index >= (unsigned)script.ngpus) return NVML_ERROR_INVALID_ARGUMENT;
-    *device = &gpus[index];
+    if (!fn_inits) return NVML_ERROR_UNINITIALIZED;
+    if (!device || index >= (unsigned)fn_script_now.ngpus) return NVML_ERROR_INVALID_ARGUMENT;
+    *device = &fn_gpus[index];
     return NVML_SUCCESS;
 }
 
@@ -140,33 +169,84 @@ static nvmlReturn_t text(const char *value, char *out, unsigned int length) {
     return NVML_SUCCESS;
 }
 
+/* A MIG device is named as a driver names it: its GPU's name, "MIG" and its profile. */
 EXPORT nvmlReturn_t nvmlDeviceGetName(nvmlDevice_t device, char *name, unsigned int length) {
-    if (!dev_of(device)) return NVML_ERROR_INVALID_ARGUMENT;
-    return text(script.gpus[device->index].name, name, length);
+    if (!fn_valid(device)) return NVML_ERROR_INVALID_ARGUMENT;
+    const struct fn_gpu *g = &fn_script_now.gpus[device->index];
+    if (device->mig == -1) return text(g->name, name, length);
+    char both[FN_TEXT * 2];
+    snprintf(both, sizeof both, "%s MIG %s", g->name, g->mig[device->mig].profile);
+    return text(both, name, length);
 }
 
 EXPORT nvmlReturn_t nvmlDeviceGetUUID(nvmlDevice_t device, char *uuid, unsigned int length) {
-    if (!inits || !device || device->index < 0 || device->index >= script.ngpus) return NVML_ERROR_INVALID_ARGUMENT;
-    const struct fn_gpu *g = &script.gpus[device->index];
-    if (device->mig < 0) return text(g->uuid, uuid, length);
-    return device->mig < g->nmig ? text(g->mig[device->mig], uuid, length) : NVML_ERROR_INVALID_ARGUMENT;
+    if (!fn_valid(device)) return NVML_ERROR_INVALID_ARGUMENT;
+    const struct fn_gpu *g = &fn_script_now.gpus[device->index];
+    return text(device->mig == -1 ? g->uuid : g->mig[device->mig].uuid, uuid, length);
 }
 
-EXPORT nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t device, nvmlMemory_t *memory) {
-    const struct fn_dev *d = dev_of(device);
-    if (!d || !memory) return NVML_ERROR_INVALID_ARGUMENT;
+/* ---------------------------------------------------------------- memory ---- */
+/* A GPU's or a MIG device's memory: allocated (used) and the driver's reserve apart. A GPU in
+ * MIG mode adds its slices up, and only for root (its slices answer anyone). */
+static nvmlReturn_t memory_of(nvmlDevice_t h, int v2, unsigned long long *total, unsigned long long *used,
+                              unsigned long long *reserved) {
+    const struct fn_dev *d = NULL;
+    const struct fn_mig *m = fn_mig_of(h, &d);
+    if (!m) d = fn_dev_of(h);
+    if (!d) return NVML_ERROR_INVALID_ARGUMENT;
     if (d->fail[FN_MEMORY]) return (nvmlReturn_t)d->fail[FN_MEMORY];
-    unsigned long long total = script.gpus[device->index].mem_total;
-    memory->total = total;
-    memory->used = d->mem_used;
-    memory->free = d->mem_used < total ? total - d->mem_used : 0;
+    if (v2 && d->fail[FN_MEMORY_V2]) return (nvmlReturn_t)d->fail[FN_MEMORY_V2];
+    if (!m && fn_in_mig_mode(h) && !fn_privileged()) return NVML_ERROR_NO_PERMISSION;
+    *total = m ? m->mem_total : fn_script_now.gpus[h->index].mem_total;
+    *used = d->mem_used;
+    *reserved = d->reserved;
+    for (int i = 0; !m && i < d->nslices; i++) *used += d->slices[i].mem_used, *reserved += d->slices[i].reserved;
     return NVML_SUCCESS;
 }
 
+/* v1 counts the driver's reserve as used, as drivers do. */
+EXPORT nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t device, nvmlMemory_t *memory) {
+    unsigned long long total, used, reserved;
+    if (!memory) return NVML_ERROR_INVALID_ARGUMENT;
+    nvmlReturn_t ret = memory_of(device, 0, &total, &used, &reserved);
+    if (ret != NVML_SUCCESS) return ret;
+    memory->total = total;
+    memory->used = used + reserved;
+    memory->free = memory->used < total ? total - memory->used : 0;
+    return NVML_SUCCESS;
+}
+
+#ifndef STAND_IN_WITHOUT_V3
+EXPORT nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t device, nvmlMemory_v2_t *memory) {
+    unsigned long long total, used, reserved;
+    if (!memory) return NVML_ERROR_INVALID_ARGUMENT;
+    if (memory->version != nvmlMemory_v2) return NVML_ERROR_ARGUMENT_VERSION_MISMATCH;
+    nvmlReturn_t ret = memory_of(device, 1, &total, &used, &reserved);
+    if (ret != NVML_SUCCESS) return ret;
+    memory->total = total;
+    memory->used = used;
+    memory->reserved = reserved;
+    memory->free = used + reserved < total ? total - used - reserved : 0;
+    return NVML_SUCCESS;
+}
+#endif
+
+/* -------------------------------------------------------------- counters ---- */
+/* A counter of the whole GPU: a MIG device has none (NOT_SUPPORTED, as on a driver). */
+static nvmlReturn_t counter(nvmlDevice_t h, int what, const struct fn_dev **d) {
+    if (fn_mig_of(h, NULL)) return NVML_ERROR_NOT_SUPPORTED;
+    *d = fn_dev_of(h);
+    if (!*d) return NVML_ERROR_INVALID_ARGUMENT;
+    return (nvmlReturn_t)(*d)->fail[what];
+}
+
+/* Utilization is not reported in MIG mode, by the GPU nor its slices. */
 EXPORT nvmlReturn_t nvmlDeviceGetUtilizationRates(nvmlDevice_t device, nvmlUtilization_t *utilization) {
-    const struct fn_dev *d = dev_of(device);
-    if (!d || !utilization) return NVML_ERROR_INVALID_ARGUMENT;
-    if (d->fail[FN_UTILIZATION]) return (nvmlReturn_t)d->fail[FN_UTILIZATION];
+    const struct fn_dev *d;
+    nvmlReturn_t ret = counter(device, FN_UTILIZATION, &d);
+    if (ret != NVML_SUCCESS) return ret;
+    if (!utilization) return NVML_ERROR_INVALID_ARGUMENT;
+    if (fn_in_mig_mode(device)) return NVML_ERROR_NOT_SUPPORTED;
     utilization->gpu = d->util_gpu;
     utilization->memory = d->util_mem;
     return NVML_SUCCESS;
@@ -174,122 +254,19 @@ EXPORT nvmlReturn_t nvmlDeviceGetUtilizationRates(nvmlDevice_t device, nvmlUtili
 
 EXPORT nvmlReturn_t nvmlDeviceGetTemperature(nvmlDevice_t device, nvmlTemperatureSensors_t sensor,
                                              unsigned int *temp) {
-    const struct fn_dev *d = dev_of(device);
-    if (!d || !temp || sensor != NVML_TEMPERATURE_GPU) return NVML_ERROR_INVALID_ARGUMENT;
-    if (d->fail[FN_TEMPERATURE]) return (nvmlReturn_t)d->fail[FN_TEMPERATURE];
+    const struct fn_dev *d;
+    nvmlReturn_t ret = counter(device, FN_TEMPERATURE, &d);
+    if (ret != NVML_SUCCESS) return ret;
+    if (!temp || sensor != NVML_TEMPERATURE_GPU) return NVML_ERROR_INVALID_ARGUMENT;
     *temp = d->temperature;
     return NVML_SUCCESS;
 }
 
 EXPORT nvmlReturn_t nvmlDeviceGetPowerUsage(nvmlDevice_t device, unsigned int *power) {
-    const struct fn_dev *d = dev_of(device);
-    if (!d || !power) return NVML_ERROR_INVALID_ARGUMENT;
-    if (d->fail[FN_POWER]) return (nvmlReturn_t)d->fail[FN_POWER];
+    const struct fn_dev *d;
+    nvmlReturn_t ret = counter(device, FN_POWER, &d);
+    if (ret != NVML_SUCCESS) return ret;
+    if (!power) return NVML_ERROR_INVALID_ARGUMENT;
     *power = d->power_mw;
-    return NVML_SUCCESS;
-}
-
-/* ------------------------------------------------------------- processes ---- */
-/* The device's processes whose pid names resolve now; the count, at most max. */
-static int live_procs(const struct fn_dev *d, pid_t *pids, const struct fn_proc **procs, int max) {
-    int n = 0;
-    for (int i = 0; i < d->nprocs && n < max; i++) {
-        pid_t pid = fn_resolve_pid(d->procs[i].spec);
-        if (pid) pids[n] = pid, procs[n++] = &d->procs[i];
-    }
-    return n;
-}
-
-/* NVML's two-call protocol: too small a buffer (or none) gets the count and
- * INSUFFICIENT_SIZE; no process at all is SUCCESS with a count of 0. */
-static nvmlReturn_t processes(nvmlDevice_t device, unsigned int *count, nvmlProcessInfo_v2_t *infos, int v3) {
-    const struct fn_dev *d = dev_of(device);
-    if (!d || !count) return NVML_ERROR_INVALID_ARGUMENT;
-    if (v3 && d->fail[FN_PROCESSES_V3]) return (nvmlReturn_t)d->fail[FN_PROCESSES_V3];
-    if (d->fail[FN_PROCESSES]) return (nvmlReturn_t)d->fail[FN_PROCESSES];
-    pid_t pids[256];
-    const struct fn_proc *procs[256];
-    int n = live_procs(d, pids, procs, 256);
-    if (n == 0 || !infos || *count < (unsigned)n) {
-        *count = (unsigned)n;
-        return n == 0 ? NVML_SUCCESS : NVML_ERROR_INSUFFICIENT_SIZE;
-    }
-    for (int i = 0; i < n; i++) {
-        infos[i].pid = (unsigned)pids[i];
-        infos[i].usedGpuMemory = procs[i]->mem == FN_NO_VALUE ? (unsigned long long)NVML_VALUE_NOT_AVAILABLE
-                                                              : (unsigned long long)procs[i]->mem;
-        infos[i].gpuInstanceId = infos[i].computeInstanceId = NO_INSTANCE;
-    }
-    *count = (unsigned)n;
-    return NVML_SUCCESS;
-}
-
-EXPORT nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v2(nvmlDevice_t device, unsigned int *count,
-                                                            nvmlProcessInfo_v2_t *infos) {
-    return processes(device, count, infos, 0);
-}
-
-#ifndef STAND_IN_WITHOUT_V3
-EXPORT nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_t device, unsigned int *count,
-                                                            nvmlProcessInfo_t *infos) {
-    return processes(device, count, infos, 1);
-}
-#endif
-
-/* One sample per process that ran a kernel, stamped now (microseconds of wall clock, as
- * NVML's CPU timestamps are); none newer than lastSeen is NOT_FOUND, as on a driver. */
-EXPORT nvmlReturn_t nvmlDeviceGetProcessUtilization(nvmlDevice_t device, nvmlProcessUtilizationSample_t *utilization,
-                                                    unsigned int *count, unsigned long long lastSeen) {
-    const struct fn_dev *d = dev_of(device);
-    if (!d || !count) return NVML_ERROR_INVALID_ARGUMENT;
-    if (!d->proc_util) return NVML_ERROR_NOT_SUPPORTED;
-    if (d->fail[FN_PROC_UTIL]) return (nvmlReturn_t)d->fail[FN_PROC_UTIL];
-    unsigned long long stamp = (unsigned long long)(now_s(CLOCK_REALTIME) * 1e6);
-    pid_t pids[256];
-    const struct fn_proc *procs[256];
-    int n = live_procs(d, pids, procs, 256), k = 0;
-    for (int i = 0; i < n; i++)
-        if (procs[i]->sm != FN_NO_VALUE) pids[k] = pids[i], procs[k++] = procs[i];
-    if (k == 0 || stamp <= lastSeen) return NVML_ERROR_NOT_FOUND;
-    if (!utilization || *count < (unsigned)k) {
-        *count = (unsigned)k;
-        return NVML_ERROR_INSUFFICIENT_SIZE;
-    }
-    for (int i = 0; i < k; i++) {
-        memset(&utilization[i], 0, sizeof utilization[i]);
-        utilization[i].pid = (unsigned)pids[i];
-        utilization[i].timeStamp = stamp;
-        utilization[i].smUtil = (unsigned)procs[i]->sm;
-    }
-    *count = (unsigned)k;
-    return NVML_SUCCESS;
-}
-
-/* ------------------------------------------------------------------- MIG ---- */
-EXPORT nvmlReturn_t nvmlDeviceGetMigMode(nvmlDevice_t device, unsigned int *currentMode, unsigned int *pendingMode) {
-    if (!dev_of(device) || !currentMode || !pendingMode) return NVML_ERROR_INVALID_ARGUMENT;
-    const struct fn_gpu *g = &script.gpus[device->index];
-    if (!g->mig_capable) return NVML_ERROR_NOT_SUPPORTED;
-    *currentMode = *pendingMode = g->nmig ? NVML_DEVICE_MIG_ENABLE : NVML_DEVICE_MIG_DISABLE;
-    return NVML_SUCCESS;
-}
-
-/* One slot more than the instances made: an empty slot answers NOT_FOUND, as on a GPU
- * whose 7 slots are not all used. */
-EXPORT nvmlReturn_t nvmlDeviceGetMaxMigDeviceCount(nvmlDevice_t device, unsigned int *count) {
-    if (!dev_of(device) || !count) return NVML_ERROR_INVALID_ARGUMENT;
-    const struct fn_gpu *g = &script.gpus[device->index];
-    if (!g->mig_capable) return NVML_ERROR_NOT_SUPPORTED;
-    *count = (unsigned)g->nmig + 1;
-    return NVML_SUCCESS;
-}
-
-EXPORT nvmlReturn_t nvmlDeviceGetMigDeviceHandleByIndex(nvmlDevice_t device, unsigned int index,
-                                                        nvmlDevice_t *migDevice) {
-    if (!dev_of(device) || !migDevice) return NVML_ERROR_INVALID_ARGUMENT;
-    const struct fn_gpu *g = &script.gpus[device->index];
-    if (!g->nmig) return NVML_ERROR_INVALID_ARGUMENT;
-    if (index >= (unsigned)g->nmig) return NVML_ERROR_NOT_FOUND;
-    *migDevice = &migs[device->index][index];
     return NVML_SUCCESS;
 }

@@ -36,9 +36,12 @@ SCROLLBAR = 2  # the table's vertical scrollbar, when the rows overflow
 PAD = 2  # a cell's padding, both sides
 
 
-def _width(key: str, wide: bool) -> int:
+MIG_GPU = 10  # the GPU column where a rank runs on a MIG slice: "0:1 17.5G" and the collision mark
+
+
+def _width(key: str, wide: bool, mig: bool = False) -> int:
     _, narrow, broad = _COLS[key]
-    return broad if wide else narrow
+    return max(broad if wide else narrow, MIG_GPU if mig and key == "gpu" else 0)
 
 
 # A replay's files do not keep these (the processes' CPU and memory, phases, a heartbeat, a
@@ -48,14 +51,16 @@ REPLAY_PRIORITY = ("rank", "state", "step", "loss", "note", "trend", "gpu", "pid
 REPLAY_NOTE_MIN = 30  # the cause's room before any other column is added
 
 
-def columns(width: int, nodes: bool = False, replay: bool = False, gpus: bool = True) -> list[Column]:
+def columns(width: int, nodes: bool = False, replay: bool = False, gpus: bool = True,
+            mig: bool = False) -> list[Column]:
     """The columns that fit `width` in ORDER, chosen by PRIORITY; on a wide terminal the
     NOTE column takes the room left; the columns that did not fit follow (scrolled to).
     NODE only with `nodes` (a merged view of several nodes). A replay has no columns it
     cannot know (nor GPU without `gpus`: no GPU data), and its NOTE (the cause of a failure)
-    comes before the trend, GPU and pid; what does not fit is left out."""
+    comes before the trend, GPU and pid; what does not fit is left out. `mig`: a GPU has MIG
+    slices (the GPU column names the slice)."""
     if replay:
-        return _replay_columns(width, nodes, gpus)
+        return _replay_columns(width, nodes, gpus, mig)
     wide = width >= WIDE_COLS
     room = width - SCROLLBAR
     shown: list[str] = []
@@ -64,29 +69,30 @@ def columns(width: int, nodes: bool = False, replay: bool = False, gpus: bool = 
     for key in priority:
         if key == "note" and wide:
             continue
-        need = _width(key, wide) + PAD
+        need = _width(key, wide, mig) + PAD
         if need > room:
             break
         shown.append(key)
         room -= need
-    cols = [Column(k, _COLS[k][0], _width(k, wide)) for k in order if k in shown]
+    cols = [Column(k, _COLS[k][0], _width(k, wide, mig)) for k in order if k in shown]
     if wide:
         cols.append(Column("note", "NOTE", max(_width("note", True), room - PAD)))
     rest = [k for k in priority if k not in shown and not (wide and k == "note")]
-    return cols + [Column(k, _COLS[k][0], _width(k, False)) for k in rest]
+    return cols + [Column(k, _COLS[k][0], _width(k, False, mig)) for k in rest]
 
 
-def _replay_columns(width: int, nodes: bool, gpus: bool) -> list[Column]:
+def _replay_columns(width: int, nodes: bool, gpus: bool, mig: bool) -> list[Column]:
     room = width - SCROLLBAR
     priority = [k for k in (("rank", "node", *REPLAY_PRIORITY[1:]) if nodes else REPLAY_PRIORITY)
                 if gpus or k != "gpu"]
     shown: list[str] = []
     for key in priority:
-        need = (REPLAY_NOTE_MIN if key == "note" else _width(key, width >= WIDE_COLS)) + PAD
+        need = (REPLAY_NOTE_MIN if key == "note" else _width(key, width >= WIDE_COLS, mig)) + PAD
         if need > room:
             break
         shown.append(key)
         room -= need
     order = [k for k in (("rank", "node", *ORDER[1:]) if nodes else ORDER) if k in shown]
     wide = width >= WIDE_COLS
-    return [Column(k, _COLS[k][0], REPLAY_NOTE_MIN + room if k == "note" else _width(k, wide)) for k in order]
+    return [Column(k, _COLS[k][0], REPLAY_NOTE_MIN + room if k == "note" else _width(k, wide, mig))
+            for k in order]

@@ -1,13 +1,14 @@
 """The GPU screen's charts over time (pure: GpuTick and GpuMark records in, Lines out; the
 UI thread draws them): per GPU, memory stacked by rank with the processes outside the run
 apart and the capacity as the top line, utilization under it, and a row of markers where a
-process appeared or exited, an alert started, a rank's allocator retried or hit OOM.
+process appeared or exited, an alert started, a rank's allocator retried or hit OOM. A chart
+is of one device: a GPU's index, or a MIG slice's key (contract.gpu_view.DevKey).
 """
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
-from mpwatch.contract.status import GpuMark, GpuTick, GpuTickGpu
+from mpwatch.contract.status import DevKey, GpuMark, GpuTick, GpuTickGpu
 from mpwatch.text import fmt
 from mpwatch.tui.render import segs
 from mpwatch.tui.render.glyphs import Glyphs
@@ -49,24 +50,37 @@ def columns_of(ticks: Sequence[GpuTick], now: float, window: float, cols: int) -
     return out
 
 
-def _gpu_of(tick: GpuTick | None, index: int) -> GpuTickGpu | None:
+Device = int | DevKey  # a GPU's index, or a GPU's or a MIG slice's key
+
+
+def _key(dev: Device) -> DevKey:
+    return (dev, None, None) if isinstance(dev, int) else dev
+
+
+def _is(dev: Device, index: int | None, rec: Mapping[str, object]) -> bool:
+    """A tick's GPU entry, a rank's entry or a mark is about this device."""
+    return (index, rec.get("gi"), rec.get("ci")) == _key(dev)
+
+
+def _gpu_of(tick: GpuTick | None, dev: Device) -> GpuTickGpu | None:
     if tick is None:
         return None
-    return next((g for g in tick["gpus"] if g["index"] == index), None)
+    return next((g for g in tick["gpus"] if _is(dev, g["index"], g)), None)
 
 
 def rank_style(rank: int) -> str:
     return RANK_STYLES[rank % len(RANK_STYLES)]
 
 
-def _stack(tick: GpuTick | None, index: int) -> list[tuple[str, int, float]]:
+def _stack(tick: GpuTick | None, index: Device) -> list[tuple[str, int, float]]:
     """(who, rank or -1, bytes) from the bottom up: each rank whose own GPU it is, the memory
     NVML counts that no rank holds (context of other ranks, the driver), then outside."""
     g = _gpu_of(tick, index)
     if g is None or tick is None:
         return []
     parts = [("rank", r["rank"], float(r["nvml"] or 0))
-             for r in sorted(tick["ranks"], key=lambda r: r["rank"]) if r["gpu"] == index and r["nvml"]]
+             for r in sorted(tick["ranks"], key=lambda r: r["rank"])
+             if _is(index, r["gpu"], r) and r["nvml"]]
     outside = float(g["outside"] or 0)
     rest = float(g["mem_used"] or 0) - sum(p[2] for p in parts) - outside
     if rest > 0:
@@ -76,16 +90,16 @@ def _stack(tick: GpuTick | None, index: int) -> list[tuple[str, int, float]]:
     return parts
 
 
-def memory_chart(ticks: Sequence[GpuTick], index: int, now: float, window: float, width: int, height: int,
+def memory_chart(ticks: Sequence[GpuTick], index: Device, now: float, window: float, width: int, height: int,
                  g: Glyphs) -> list[Line]:
     """`height` rows of memory stacked by rank, under a capacity line."""
     cols = max(width - AXIS, 4)
     shown = columns_of(ticks, now, window, cols)
     total = next((float(x["mem_total"]) for t in reversed(ticks) for x in t["gpus"]
-                  if x["index"] == index and x["mem_total"]), 0.0)
+                  if _is(index, x["index"], x) and x["mem_total"]), 0.0)
     if not total:
-        total = max((float(x["mem_used"] or 0) for t in ticks for x in t["gpus"] if x["index"] == index),
-                    default=1.0)
+        total = max((float(x["mem_used"] or 0) for t in ticks for x in t["gpus"]
+                     if _is(index, x["index"], x)), default=1.0)
     stacks = [_stack(t, index) for t in shown]
     fills = g.stack
     lines: list[Line] = [((segs.pad(fmt.size(total, "?"), AXIS - 1, right=True) + " ", "bright_black"),
@@ -111,7 +125,7 @@ def memory_chart(ticks: Sequence[GpuTick], index: int, now: float, window: float
     return lines
 
 
-def util_chart(ticks: Sequence[GpuTick], index: int, now: float, window: float, width: int, height: int,
+def util_chart(ticks: Sequence[GpuTick], index: Device, now: float, window: float, width: int, height: int,
                g: Glyphs) -> list[Line]:
     """`height` rows of utilization (0-100%), the top cell of each column partly filled."""
     cols = max(width - AXIS, 4)
@@ -138,7 +152,7 @@ def util_chart(ticks: Sequence[GpuTick], index: int, now: float, window: float, 
     return lines
 
 
-def marks_line(marks: Sequence[GpuMark], index: int, now: float, window: float, width: int,
+def marks_line(marks: Sequence[GpuMark], index: Device, now: float, window: float, width: int,
                g: Glyphs) -> Line:
     """The markers of this GPU (and of the run, gpu None) on the time axis; where several
     share a cell, the most telling shows (an alert is never hidden by a process starting)."""
@@ -147,7 +161,7 @@ def marks_line(marks: Sequence[GpuMark], index: int, now: float, window: float, 
     rank: dict[int, int] = {}
     start = now - window
     for m in marks:
-        if m["gpu"] not in (None, index):
+        if m["gpu"] is not None and not _is(index, m["gpu"], m):
             continue
         c = min(int((m["ts"] - start) / window * cols), cols - 1)
         tells = MARK_ORDER.index(m["kind"]) if m["kind"] in MARK_ORDER else len(MARK_ORDER)
@@ -173,16 +187,17 @@ def legend(g: Glyphs) -> list[Line]:
     return [fills, marks]
 
 
-def rank_legend(ranks: Sequence[int], g: Glyphs) -> Line:
+def rank_legend(ranks: Sequence[int], g: Glyphs, what: str = "GPU") -> Line:
     out: list[Seg] = [(" " * AXIS, "")]
     for r in ranks:
         out += [(g.stack[r % len(g.stack)], rank_style(r)), (f" rank {r}  ", "")]
-    return tuple(out) if ranks else ((" " * AXIS + "no rank has this GPU as its own", "bright_black"),)
+    return tuple(out) if ranks else ((" " * AXIS + f"no rank has this {what} as its own", "bright_black"),)
 
 
-def recent_marks(marks: Sequence[GpuMark], index: int, now: float, window: float, n: int) -> list[Line]:
+def recent_marks(marks: Sequence[GpuMark], index: Device, now: float, window: float, n: int) -> list[Line]:
     """The last n marks of this GPU in the window, as text."""
-    mine = [m for m in marks if m["gpu"] in (None, index) and m["ts"] >= now - window][-n:]
+    mine = [m for m in marks
+            if (m["gpu"] is None or _is(index, m["gpu"], m)) and m["ts"] >= now - window][-n:]
     return [((f"  {fmt.age(now - m['ts'])} ago ", "bright_black"), (m["text"], MARK_STYLE.get(m["kind"], "")))
             for m in mine]
 

@@ -5,14 +5,18 @@ memory goes (torch allocated, the caching allocator's reserve, the ranks' other 
 processes outside the run, free), used/total, utilization, the ranks whose own GPU it is
 (a collision marked), memory held outside the run, and the worst standing alert in a few
 words. Wide terminals add temperature, power, and memory and utilization sparklines of the
-last minutes. Colours follow nvitop's bands; every shape has its own character (NO_COLOR).
+last minutes. A GPU in MIG mode has a row of its own ("MIG" for its utilization, "needs root"
+for a memory only root reads), then one per slice, named by its profile, with the slice's own
+memory and ranks ("n/a": MIG reports no utilization). Colours follow nvitop's bands; every
+shape has its own character (NO_COLOR).
 """
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-from mpwatch.contract.status import GpuAlert, GpuView, Status
+from mpwatch.contract.status import GpuAlert, GpuView, Status, devices
 from mpwatch.text import fmt
+from mpwatch.text.gpu_names import ROOT_ON_MIG, short_slice
 from mpwatch.tui.render import bars, node_rows, segs
 from mpwatch.tui.render.glyphs import Glyphs
 from mpwatch.tui.render.segs import Line, Seg
@@ -57,10 +61,12 @@ def outside_bytes(gpu: GpuView) -> int | None:
 
 def mem_parts(gpu: GpuView) -> list[tuple[str, float]]:
     """(part, bytes) for the bar: allocated, cached, other, outside, free. What NVML counts
-    beyond the attributed parts (driver, other namespaces' unlisted use) shows as other."""
+    beyond the attributed parts (driver, other namespaces' unlisted use) shows as other, the
+    driver's own reserve too (MemoryInfo_v2 tells it apart from used: it is not free)."""
     used, total = gpu["mem_used"], gpu["mem_total"]
     if used is None or not total:
         return []
+    used += gpu.get("mem_reserved") or 0
     if "breakdown" in gpu:
         b = gpu["breakdown"]
         known = {"allocated": b["allocated"] or 0, "cached": b["cached"] or 0, "outside": b["outside"] or 0}
@@ -124,19 +130,18 @@ def _history(gpu: GpuView, width: int, g: Glyphs) -> list[Seg]:
 
 
 def gpu_row(gpu: GpuView, g: Glyphs, width: int) -> Line:
+    """A GPU's row, or a MIG slice's (labelled by its profile, under its GPU's)."""
     wide = width >= WIDE
+    mig = gpu.get("mig")
+    label = f"{gpu['index']:>2} " if mig is None else f"{g.child}{segs.pad(short_slice(mig), 7)} "
     spark = max(min((width - 125) // 2 + 16, 24), 10) if wide and "history" in gpu else 0
     fixed = 38 + (11 + 2 * (spark + 1) if wide else 0)
-    bar_w = max(min(width - fixed - 20, 24), 8)
-    used, total = gpu["mem_used"], gpu["mem_total"]
-    mem = f"{fmt.size(used, fmt.NA)}/{fmt.size(total, fmt.NA)}"
-    out: list[Seg] = [(f"{gpu['index']:>2} ", "bold"), *mem_bar(gpu, bar_w, g),
-                      (" " + segs.pad(mem, 11), ""),
-                      (" " + segs.pad(fmt.pct(gpu["util_gpu"]), 4, right=True),
-                       band(gpu["util_gpu"], UTIL_BANDS))]
+    bar_w = max(min(width - fixed - 20, 24), 8) - (len(label) - 3)  # a slice's columns under its GPU's
+    out: list[Seg] = [(label, "bold"), *mem_bar(gpu, max(bar_w, 2), g),
+                      (" " + segs.pad(_mem_text(gpu), 11), ""), _util(gpu)]
     if wide:
-        temp = "N/A" if gpu["temperature"] is None else f"{gpu['temperature']}C"
-        power = "N/A" if gpu["power_w"] is None else f"{gpu['power_w']:.0f}W"
+        temp = "" if mig else "N/A" if gpu["temperature"] is None else f"{gpu['temperature']}C"
+        power = "" if mig else "N/A" if gpu["power_w"] is None else f"{gpu['power_w']:.0f}W"
         out += [(" " + segs.pad(temp, 4, right=True), ""), (" " + segs.pad(power, 5, right=True), "")]
         if spark:
             out += _history(gpu, spark, g)
@@ -155,6 +160,19 @@ def gpu_row(gpu: GpuView, g: Glyphs, width: int) -> Line:
     return segs.cut(tuple(out), width)
 
 
+def _mem_text(gpu: GpuView) -> str:
+    if gpu["mem_used"] is None and gpu["errors"].get("memory") == ROOT_ON_MIG:
+        return "needs root"  # the whole GPU's memory, in MIG mode: its slices' rows have theirs
+    return f"{fmt.size(gpu['mem_used'], fmt.NA)}/{fmt.size(gpu['mem_total'], fmt.NA)}"
+
+
+def _util(gpu: GpuView) -> Seg:
+    """Utilization; on MIG, which reports none, "MIG" on the GPU and "n/a" on its slices (never 0)."""
+    if gpu["util_gpu"] is None and ("slices" in gpu or "mig" in gpu):
+        return (" " + segs.pad("MIG" if "slices" in gpu else "n/a", 4, right=True), "bright_black")
+    return (" " + segs.pad(fmt.pct(gpu["util_gpu"]), 4, right=True), band(gpu["util_gpu"], UTIL_BANDS))
+
+
 def title(status: Status, g: Glyphs, width: int, rows: int) -> str:
     """The panel's border title: what the row's parts mean; how many GPUs scroll."""
     n = len(status["gpus"])
@@ -164,8 +182,10 @@ def title(status: Status, g: Glyphs, width: int, rows: int) -> str:
     legend = (f"{m['allocated']} torch {m['cached']} cached {m['other']} other {m['outside']} outside "
               f"{m['free']} free")
     nodes = len({gpu.get("node") for gpu in status["gpus"]})
+    slices = len(devices(status["gpus"])) - n
     head = (f"{n} GPU{'s' if n > 1 else ''}" + (f" on {nodes} nodes" if nodes > 1 else "")
-            + (f" ({rows} shown, scroll)" if rows < n else ""))
+            + (f", {slices} MIG slice{'s' if slices > 1 else ''}" if slices else "")
+            + (f" ({rows} shown, scroll)" if rows < n + slices else ""))
     if width >= WIDE:
         return g.sep.join((head, legend, "sparklines: memory, utilization (2 min)", "g: GPU screen"))
     return g.sep.join((head, legend, "g: GPU screen") if width >= 70 else (head, "g: GPU screen"))
@@ -183,10 +203,11 @@ def gpu_rows(status: Status, g: Glyphs, width: int) -> list[Line]:
     if not gpus:
         return [(("GPU: ", "bold"), (note or "no NVIDIA GPU found", "bright_black"))]
     if "node" in gpus[0]:  # a merged view: grouped by node, each labelled, NVML's own index shown
-        lines = [((label, "bold cyan"), *gpu_row(_as_on_node(gpu), g, width - len(label)))
-                 for label, gpu in zip(node_rows.gpu_label(status), gpus, strict=True)]
+        lines = [((lab, "bold cyan"), *gpu_row(_as_on_node(v), g, width - len(label)))
+                 for label, gpu in zip(node_rows.gpu_label(status), gpus, strict=True)
+                 for lab, v in ((label, gpu), *((" " * len(label), s) for s in gpu.get("slices", ())))]
     else:
-        lines = [gpu_row(gpu, g, width) for gpu in gpus]
+        lines = [gpu_row(v, g, width) for v in devices(gpus)]
     if note:
         lines.append(segs.cut(((note, "bright_black"),), width))
     return lines
@@ -197,7 +218,7 @@ def alert_items(status: Status) -> list[tuple[str, str]]:
     """(severity, full text) of every standing alert, the worst first: the run's own (a stuck
     rank, a full disk, a process that cannot be killed) before the GPUs'."""
     items = [("error", a["message"]) for a in status["alerts"]]
-    gpu_alerts = [a for gpu in status["gpus"] for a in gpu["alerts"]]
+    gpu_alerts = [a for gpu in devices(status["gpus"]) for a in gpu["alerts"]]
     gpu_alerts.sort(key=lambda a: SEVERITY_ORDER.get(severity(a), 1))
     return items + [(severity(a), a["message"]) for a in gpu_alerts]
 

@@ -1,13 +1,15 @@
 """The GPU screen's tables (pure: a Status in, Lines out; the UI thread draws them): each
-GPU's heading, the ranks with torch's and NVML's view of their memory, the processes
-outside the run, and every alert with its full text and what to do about it. Unknown
-values read N/A, never 0. Ages are taken against the status's own sample time, so a
-recorded status always draws the same screen.
+GPU's heading (and each MIG slice's under it), the ranks with torch's and NVML's view of their
+memory, the processes outside the run, and every alert with its full text and what to do
+about it. Unknown values read N/A, never 0, and why is said once per reason (text.gpu_names).
+Ages are taken against the status's own sample time, so a recorded status always draws the
+same screen.
 """
 from __future__ import annotations
 
-from mpwatch.contract.status import GpuProcess, GpuView, Status, WorkerGpu, WorkerStatus
+from mpwatch.contract.status import GpuProcess, GpuView, Status, WorkerGpu, WorkerStatus, devices, slowed_by
 from mpwatch.text import fmt
+from mpwatch.text.gpu_names import ON_MIG, label, na_notes, slice_text
 from mpwatch.tui.render import segs
 from mpwatch.tui.render.glyphs import Glyphs
 from mpwatch.tui.render.gpu_rows import (
@@ -34,21 +36,52 @@ def now_of(status: Status) -> float:
 
 
 def gpu_heading(gpu: GpuView, g: Glyphs) -> Line:
+    """A GPU's line: memory, utilization, temperature, power, name, UUID (`gpu_notes`: the
+    lines under it)."""
     pct = mem_pct(gpu)
     uuid = gpu.get("uuid")
     temp = NA if gpu["temperature"] is None else f"{gpu['temperature']}C"
     power = NA if gpu["power_w"] is None else f"{gpu['power_w']:.0f}W"
     node = f" (node {gpu['node']} GPU {gpu.get('node_index')})" if "node" in gpu else ""  # a merged view
+    util = "MIG" if "slices" in gpu and gpu["util_gpu"] is None else fmt.pct(gpu["util_gpu"])
     out: list[Seg] = [(f"GPU {gpu['index']}{node}", "bold"),
                       (f"  memory {fmt.size(gpu['mem_used'], NA)} / {fmt.size(gpu['mem_total'], NA)}",
                        band(pct, MEM_BANDS)),
-                      (f"  util {fmt.pct(gpu['util_gpu'])}", band(gpu["util_gpu"], UTIL_BANDS)),
+                      (f"  util {util}", band(gpu["util_gpu"], UTIL_BANDS)),
                       (f"  {temp}  {power}  {gpu['name'] or NA}", "")]
     if uuid:
         out.append((f"  {uuid}", "bright_black"))
-    for what, why in gpu["errors"].items():
-        out.append((f"  {what} N/A: {why}", "bright_black"))
     return tuple(out)
+
+
+def gpu_notes(v: GpuView, indent: str = "  ") -> list[Line]:
+    """Under a GPU's (or slice's) heading: its SM clock and what holds it back, then why what
+    is N/A is, a line per reason (a slice's "n/a on MIG" is its GPU's to say)."""
+    out: list[Line] = []
+    sm, top = v.get("sm_clock_mhz"), v.get("sm_clock_max_mhz")
+    if sm is not None:
+        held = [r.replace("_", " ") for r in slowed_by(v.get("throttle_reasons"))]
+        out.append(((f"{indent}SM clock {sm} of {top if top is not None else NA} MHz", ""),
+                    *(((f", held by {', '.join(held)}", "yellow"),) if held else ())))
+    skip = frozenset({ON_MIG}) if "mig" in v else frozenset()
+    out += [((f"{indent}{note}", "bright_black"),) for note in na_notes(v["errors"], skip)]
+    return out
+
+
+def slice_heading(s: GpuView, g: Glyphs) -> Line:
+    """A MIG slice's line, under its GPU's: which slice, its own memory and UUID."""
+    mig = s.get("mig")
+    out: list[Seg] = [(f"  {g.child} {slice_text(mig) if mig else 'MIG'}", "bold"),
+                      (f"  memory {fmt.size(s['mem_used'], NA)} / {fmt.size(s['mem_total'], NA)}",
+                       band(mem_pct(s), MEM_BANDS))]
+    if s.get("uuid"):
+        out.append((f"  {s.get('uuid')}", "bright_black"))
+    return tuple(out)
+
+
+def device_label(v: GpuView) -> str:
+    """A GPU's index, or a slice's "0:1" (its GPU, its GPU instance)."""
+    return label(v["index"], v.get("mig"))
 
 
 # ------------------------------------------------------------------- ranks ----
@@ -68,9 +101,11 @@ def _count(v: int | None) -> str:
 
 
 def _gpu_name(wg: WorkerGpu) -> str:
-    uuid = wg.get("uuid")
+    uuid, mig = wg.get("uuid"), wg.get("mig")
     if wg.get("index") is None:
         return NA
+    if mig is not None:  # its MIG slice, by GPU instance (the slice's UUID is in its heading)
+        return f"{wg['index']} GI{mig['gi']}" + (f" CI{mig['ci']}" if mig["ci"] else "")
     return f"{wg['index']} {uuid[:UUID_CHARS]}" if uuid else f"{wg['index']} by pid"
 
 
@@ -95,29 +130,26 @@ def _row(cells: list[str], style: str = "") -> Line:
 def rank_table(status: Status, width: int) -> list[Line]:
     """A row per rank; under it the children of the rank that hold GPU memory."""
     out: list[Line] = [segs.cut(_row([n for n, _ in RANK_COLS], HEAD), width)]
-    kids: dict[int, list[GpuProcess]] = {}
-    for gpu in status["gpus"]:
+    kids: dict[int, list[tuple[str, GpuProcess]]] = {}
+    for gpu in devices(status["gpus"]):
         for p in gpu["processes"]:
             if p["child_of"] is not None:
-                kids.setdefault(p["child_of"], []).append(p)
+                kids.setdefault(p["child_of"], []).append((device_label(gpu), p))
     for w in status["workers"]:
         wg = w["gpu"]
         style = "bold yellow" if wg is not None and wg.get("shared_with") else ""
         out.append(segs.cut(_row(rank_cells(w), style), width))
-        for p in kids.get(w["rank"], []):
-            child = ["", str(p["pid"]), f"{_gpu_of(status, p)} child", "", "", "",
+        for where, p in kids.get(w["rank"], []):
+            child = ["", str(p["pid"]), f"{where} child", "", "", "",
                      _size(p["mem_bytes"]), "", "", "", "", _sm(p)]
             out.append(segs.cut(_row(child, "bright_black"), width))
-    for gpu in status["gpus"]:
+    for gpu in devices(status["gpus"]):
         ranks = gpu.get("ranks") or []
         if len(ranks) > 1:
-            out.append(((f"ranks {', '.join(map(str, ranks))} all have GPU {gpu['index']} as their own",
-                         "yellow"),))
+            mig = gpu.get("mig")
+            what = f"GPU {gpu['index']}" + (f" {slice_text(mig)}" if mig else "")
+            out.append(((f"ranks {', '.join(map(str, ranks))} all have {what} as their own", "yellow"),))
     return out
-
-
-def _gpu_of(status: Status, proc: GpuProcess) -> str:
-    return next((str(g["index"]) for g in status["gpus"] if proc in g["processes"]), "?")
 
 
 def _sm(p: GpuProcess) -> str:
@@ -132,16 +164,19 @@ OUT_COLS = (("GPU", 3), ("PID", 8), ("USER", 10), ("MEM", 7), ("SM%", 4), ("SINC
 def outside_table(status: Status, width: int) -> list[Line]:
     """Processes on the run's GPUs that are not the run's, with who and since when."""
     now = now_of(status)
-    head = " ".join(segs.pad(n, w) for n, w in OUT_COLS) + " COMMAND"
+    views = devices(status["gpus"])
+    gpu_w = max([OUT_COLS[0][1], *(len(device_label(v)) for v in views)])
+    cols = [(n, gpu_w if n == "GPU" else w) for n, w in OUT_COLS]
+    head = " ".join(segs.pad(n, w) for n, w in cols) + " COMMAND"
     out: list[Line] = [segs.cut(((head, HEAD),), width)]
-    for gpu in status["gpus"]:
+    for gpu in views:
         for p in gpu["processes"]:
             if p["rank"] is not None or p["child_of"] is not None:
                 continue
             since = p.get("since")
-            cells = [str(gpu["index"]), str(p["pid"]), p["user"] or NA, _size(p["mem_bytes"]), _sm(p),
+            cells = [device_label(gpu), str(p["pid"]), p["user"] or NA, _size(p["mem_bytes"]), _sm(p),
                      NA if since is None else f"{fmt.age(max(now - since, 0.0))} ago"]
-            text = " ".join(segs.pad(c, w) for c, (_, w) in zip(cells, OUT_COLS, strict=True))
+            text = " ".join(segs.pad(c, w) for c, (_, w) in zip(cells, cols, strict=True))
             if p["visible"]:
                 out.append(segs.cut(((text, ""), (" " + (p["cmd"] or NA), "bright_black")), width))
             else:
@@ -159,7 +194,7 @@ def alert_list(status: Status, g: Glyphs) -> list[Line]:
     for ra in status["alerts"]:
         out.append(((f"{g.alert['error']} ", SEVERITY_STYLE["error"]), (ra["message"], ""),
                     (f"  ({fmt.age(max(now - ra['ts'], 0.0))} ago)", "bright_black")))
-    alerts = sorted((a for gpu in status["gpus"] for a in gpu["alerts"]),
+    alerts = sorted((a for gpu in devices(status["gpus"]) for a in gpu["alerts"]),
                     key=lambda a: (SEVERITY_ORDER.get(severity(a), 1), a["since"]))
     for a in alerts:
         sev = severity(a)

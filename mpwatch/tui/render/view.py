@@ -22,6 +22,7 @@ from mpwatch.contract.status import (
     WorkerStatus,
 )
 from mpwatch.text import eventtext, fmt
+from mpwatch.text.gpu_names import label
 from mpwatch.tui.render import bars, node_rows
 
 # The columns live in tui.render.columns; re-exported for the table and the tests.
@@ -51,12 +52,15 @@ def state_cell(state: str, g: Glyphs) -> Line:
 
 
 def gpu_text(gpu: WorkerGpu | None) -> str:
-    """`0 19.6G`: NVML's index of the rank's own GPU and the memory its processes hold there
-    (torch's reserved memory where NVML cannot tell: its pids not visible from a container)."""
-    if gpu is None or gpu.get("index") is None:
+    """`0 19.6G`: NVML's index of the rank's own GPU (`0:1` on GPU 0's MIG slice GI 1) and the
+    memory its processes hold there (torch's reserved memory where NVML cannot tell: its pids
+    not visible from a container)."""
+    index = gpu.get("index") if gpu is not None else None
+    if gpu is None or index is None:
         return ""
     mem = fmt.size(gpu.get("mem_bytes") if gpu.get("mem_bytes") is not None else gpu.get("reserved"))
-    return f"{gpu['index']} {mem}" if mem else str(gpu["index"])
+    where = label(index, gpu.get("mig"))
+    return f"{where} {mem}" if mem else where
 
 
 def gpu_cell(w: WorkerStatus, g: Glyphs) -> Cell:

@@ -1,5 +1,6 @@
 """The GPU screen (`g`): per GPU, memory over time stacked by rank with the capacity line,
-utilization, and markers; then the ranks' memory as torch and NVML see it, the processes
+utilization, and markers (a GPU in MIG mode: per MIG slice, memory and markers: MIG reports no
+utilization); then the ranks' memory as torch and NVML see it, the processes
 outside the run, and every alert with its full text and hint. `w` switches the window
 (2 min, 10 min, 1 h). The timeline is fetched on a worker thread every 2 s (the
 `gpu_timeline` control command); the tables follow each status the App applies.
@@ -15,7 +16,7 @@ from textual.containers import VerticalScroll
 from textual.message import Message
 from textual.widgets import Footer, Static
 
-from mpwatch.contract.status import GpuTimelineReply, Status
+from mpwatch.contract.status import DevKey, GpuMark, GpuTick, GpuTimelineReply, GpuView, Status, dev_key
 from mpwatch.sources.local import ClientError
 from mpwatch.tui.render import gpu_charts, gpu_tables
 from mpwatch.tui.render.glyphs import Glyphs
@@ -45,15 +46,33 @@ def chart_lines(status: Status, timeline: GpuTimelineReply | None, why: str | No
     for gpu in status["gpus"]:
         out.append(())
         out.append(gpu_tables.gpu_heading(gpu, g))
+        out += gpu_tables.gpu_notes(gpu)
+        slices = gpu.get("slices") or []
         if not ticks:
+            for s in slices:
+                out += [gpu_tables.slice_heading(s, g), *gpu_tables.gpu_notes(s, "      ")]
             out.append(((f"  no timeline: {why or 'no samples yet'}", "bright_black"),))
             continue
-        out.append(gpu_charts.rank_legend(own_ranks(gpu), g))
-        out += gpu_charts.memory_chart(ticks, gpu["index"], now, window, width, 6 if tall else 4, g)
-        out += gpu_charts.util_chart(ticks, gpu["index"], now, window, width, 3 if tall else 2, g)
-        out.append(gpu_charts.marks_line(marks, gpu["index"], now, window, width, g))
-        out.append(gpu_charts.time_axis(window, width))
-        out += gpu_charts.recent_marks(marks, gpu["index"], now, window, MARK_LINES)
+        if not slices:
+            out += _charts(gpu, dev_key(gpu), ticks, marks, (now, window, width), 6 if tall else 4,
+                           3 if tall else 2, g)
+        for s in slices:  # MIG: no utilization to chart
+            out += [gpu_tables.slice_heading(s, g), *gpu_tables.gpu_notes(s, "      ")]
+            out += _charts(s, dev_key(s), ticks, marks, (now, window, width), 4 if tall else 3, 0, g)
+    return out
+
+
+def _charts(v: GpuView, key: DevKey, ticks: list[GpuTick], marks: list[GpuMark],
+            span: tuple[float, float, int], mem_h: int, util_h: int, g: Glyphs) -> list[Line]:
+    """One device's charts: its ranks, memory, utilization (util_h rows; 0: none), marks."""
+    now, window, width = span
+    out = [gpu_charts.rank_legend(own_ranks(v), g, "MIG slice" if "mig" in v else "GPU")]
+    out += gpu_charts.memory_chart(ticks, key, now, window, width, mem_h, g)
+    if util_h:
+        out += gpu_charts.util_chart(ticks, key, now, window, width, util_h, g)
+    out.append(gpu_charts.marks_line(marks, key, now, window, width, g))
+    out.append(gpu_charts.time_axis(window, width))
+    out += gpu_charts.recent_marks(marks, key, now, window, MARK_LINES)
     return out
 
 

@@ -1,0 +1,81 @@
+"""The GPU probe's readings beyond a handful of counters: memory with the driver's reserve
+apart (nvmlDeviceGetMemoryInfo_v2, where the driver has it), and the SM clock with why it is
+held back (the clock event reasons). Each fills a GpuSample and says in plain words why a
+value is N/A; a backend without the call (the scripted one) leaves it N/A and says nothing.
+Runs on the supervisor's GPU poller thread (probes.gpu.GpuProbe).
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from mpwatch.contract.gpu_view import THROTTLE_REASONS
+from mpwatch.probes import nvml_words
+from mpwatch.probes.gpu_backend import NotSupported
+from mpwatch.probes.gpu_sample import Device, GpuSample, MigSlot
+
+# NVML's clock event reason bits (nvmlClocksEventReason*, nvml.h), in THROTTLE_REASONS' order.
+REASON_BITS: dict[str, int] = dict(zip(THROTTLE_REASONS, (1 << i for i in range(len(THROTTLE_REASONS))),
+                                       strict=True))
+
+
+def reason_names(mask: int) -> list[str]:
+    """The reasons a bitmask holds, in NVML's order; bits this mpwatch does not know are left out."""
+    return [name for name, bit in REASON_BITS.items() if mask & bit]
+
+
+def reason_mask(names: list[str]) -> int:
+    """The bitmask of reason names (the stand-in library's scripts); unknown names count 0."""
+    mask = 0
+    for name in names:
+        mask |= REASON_BITS.get(name, 0)
+    return mask
+
+
+def read_memory(b: Any, d: Device | MigSlot, h: object, s: GpuSample, mig: bool) -> None:
+    """Memory used (allocated) and total, with the driver's reserve apart where the driver
+    tells it (v2); an older driver's v1 counts the reserve as used."""
+    v2 = getattr(b, "memory_v2", None)
+    if d.mem_v2 and callable(v2):
+        try:
+            s.mem_used, s.mem_total, s.mem_reserved = v2(h)
+            return
+        except NotSupported:
+            d.mem_v2 = False  # an older driver or bindings: v1 from now on
+        except Exception as exc:  # noqa: BLE001 - N/A for this value only
+            if not nvml_words.not_there(exc):
+                s.errors["memory"] = nvml_words.words(exc, mig)
+                return
+            d.mem_v2 = False
+    try:
+        s.mem_used, s.mem_total = b.memory(h)
+    except Exception as exc:  # noqa: BLE001
+        s.errors["memory"] = nvml_words.words(exc, mig)
+
+
+def read_clocks(b: Any, d: Device, s: GpuSample) -> None:
+    """The SM clock now and at most, and the reasons it is held back (none: []); what the
+    device cannot tell at all is not asked again, and still said."""
+    clocks, reasons = getattr(b, "sm_clocks", None), getattr(b, "clock_reasons", None)
+    if callable(clocks) and _ask(d, s, "clocks"):
+        try:
+            s.sm_clock_mhz, s.sm_clock_max_mhz = clocks(d.handle)
+        except Exception as exc:  # noqa: BLE001 - N/A for this value only
+            _failed(d, s, "clocks", exc)
+    if callable(reasons) and _ask(d, s, "throttle"):
+        try:
+            s.throttle_reasons = reason_names(reasons(d.handle))
+        except Exception as exc:  # noqa: BLE001
+            _failed(d, s, "throttle", exc)
+
+
+def _ask(d: Device, s: GpuSample, what: str) -> bool:
+    if what in d.na:
+        s.errors[what] = d.na[what]
+        return False
+    return True
+
+
+def _failed(d: Device, s: GpuSample, what: str, exc: BaseException) -> None:
+    s.errors[what] = nvml_words.words(exc)
+    if nvml_words.not_there(exc):
+        d.na[what] = s.errors[what]
