@@ -42,18 +42,23 @@ json.dump(ends, open(out, "w"))
 '''
 
 
+LABEL = {"before": "before it", "during": "while it records", "export": "while its trace is written",
+         "after": "after it"}
+
+
 def _rate(ends: list[list[float]], a: int, b: int) -> float:
     """Steps per second over steps a+1..b (the wall clock between their ends)."""
     a, b = max(0, a), min(b, len(ends) - 1)
     return (b - a) / (ends[b][0] - ends[a][0])
 
 
-def _once(d, script, side: str, i: int, steps: int, at: int, n: int) -> dict:
+def _once(d, script, side: str, i: int | str, steps: int, at: int, n: int) -> dict:
     out = d / f"{side}-{i}.json"
     with measure.Headless(d, script, steps, out, n=1, name=f"{side}-{i}") as h:
         info: dict = {}
         if side == "profiled":
-            measure.wait_for(lambda: (h.status()["workers"][0]["step"] or 0) >= 3, 300, what="steps")
+            measure.wait_for(lambda: any((w["step"] or 0) >= 3 for w in h.status()["workers"]), 300,
+                             what="steps")
             h.client().ask("profile", 0, at, "bench", steps=n)
             written = measure.wait_for(lambda: h.events("profile_written"), 300, what="the trace")[0]
             info = {"held_ms": written["held_ms"], "bytes": written["bytes"], "written_ts": written["ts"],
@@ -76,16 +81,13 @@ def run(quick: bool = False) -> list[dict]:
     rounds, steps, at, n, span = (2, 500, 250, 5, 40) if quick else (5, 900, 450, 10, 100)
     with measure.scratch("profile") as d:
         script = measure.write_script(d, "loop.py", LOOP)
-        _once(d, script, "plain", 0, 60, at, n)  # warm-up: torch's files in the page cache
-        pairs = []
+        _once(d, script, "plain", "warm-up", 60, at, n)  # torch's files in the page cache
+        runs: dict[tuple[int, str], dict] = {}
         for i, side in measure.alternated(rounds, ["profiled", "plain"]):
-            got = _once(d, script, side, i, steps, at, n)
-            if side == "profiled":
-                pairs.append([got, None])
-            else:
-                pairs[-1][1] = got
-    cmd = measure.shown([*measure.mpwatch_cmd(), "--headless", "-n", "1", "loop.py", str(steps), "out.json"]) + \
-        f"; mpwatch ctl profile 0 --steps {n} --at-step {at}"
+            runs[i, side] = _once(d, script, side, i, steps, at, n)
+        pairs = [(runs[i, "profiled"], runs[i, "plain"]) for i in range(rounds)]
+    cmd = (measure.shown([*measure.mpwatch_cmd(), "--headless", "-n", "1", "loop.py", str(steps), "out.json"])
+           + f"; mpwatch ctl profile 0 --steps {n} --at-step {at}")
     rows = []
     for name in ("before", "during", "export", "after"):
         on, off, ratios = [], [], []
@@ -94,18 +96,18 @@ def run(quick: bool = False) -> list[dict]:
             on.append(_rate(p["ends"], a, b))
             off.append(_rate(q["ends"], a, b))
             ratios.append(on[-1] / off[-1])
-        rows.append(row(f"A profile's cost to the run: steps/s {name} it", cmd, round(statistics.median(on), 1),
-                        round(statistics.median(off), 1), alt_name="no profile", unit="steps/s",
-                        ratio=statistics.median(ratios),
-                        note=f"median of {rounds} alternated pairs' ratios ({min(ratios):.2f}-{max(ratios):.2f}); "
-                             + _what(name, n, span)))
+        spread = f"{min(ratios):.2f}-{max(ratios):.2f}"
+        note = f"median of {rounds} alternated pairs' ratios ({spread}); " + _what(name, n, span)
+        med_on, med_off = round(statistics.median(on), 1), round(statistics.median(off), 1)
+        rows.append(row(f"A profile's cost to the run: steps/s {LABEL[name]}", cmd, med_on, med_off,
+                        alt_name="no profile", unit="steps/s", ratio=statistics.median(ratios), note=note))
     held = [p["held_ms"] for p, _ in pairs]
     size = statistics.median(p["bytes"] for p, _ in pairs)
-    rows.append(row("A profile's cost to the run: the training thread held by the profiler's start and stop", cmd,
-                    round(statistics.median(held), 1), unit="ms",
-                    note=f"as the worker timed it (held_ms), {min(held):.1f}-{max(held):.1f} ms over {rounds} "
-                         f"profiles of {n} steps; the export (a {size / 1024:.0f} KiB gzipped trace), the gzip and "
-                         "the operators' table run on the worker's own thread (the export row)"))
+    note = (f"as the worker timed it (held_ms), {min(held):.1f}-{max(held):.1f} ms over {rounds} profiles of "
+            f"{n} steps; the export (a {size / 1024:.0f} KiB gzipped trace), the gzip and the operators' "
+            "table run on the worker's own thread (the export row)")
+    rows.append(row("A profile's cost to the run: the training thread held by the profiler's start and stop",
+                    cmd, round(statistics.median(held), 1), unit="ms", note=note))
     return rows
 
 

@@ -12,8 +12,8 @@ from collections.abc import Sequence
 from mpwatch.rundir import registry
 from mpwatch.text import fmt
 
-# ctl's actions that touch processes
-ACTING = ("pause", "resume", "kill", "restart", "dump", "resize", "stop")
+# ctl's actions that touch processes (a profile slows the steps it records)
+ACTING = ("pause", "resume", "kill", "restart", "dump", "resize", "stop", "profile")
 
 
 def when(ts: float) -> str:
