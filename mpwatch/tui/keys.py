@@ -53,7 +53,7 @@ LIVE: tuple[Key, ...] = (
     Key("c", "checkpoint", "Checkpoint now", show=False, acts=True,
         tooltip="checkpoint now: should_checkpoint() is True once (rank or all)"),
     Key("o", "profile", "Profile", show=False, acts=True,
-        tooltip="profile the selected worker or all: a trace of its next steps (detail: top operators)"),
+        tooltip="profile the selected worker or all: a trace of its next steps"),
     Key("t", "tunables", "Tunables", show=False,
         tooltip="tunables: mpwatch.tunable() values and changes; Enter sets one"),
     Key("l", "logs", "Logs", tooltip="logs of the selected worker (stdout and stderr)"),
