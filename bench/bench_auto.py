@@ -64,6 +64,8 @@ def emit(step, parts, data_s, compute_s):
 steps = Steps(emit)
 steps.has_optimizer = True
 backward = patches._backward(lambda *a, **k: None, steps, capture, worker.auto_wanted)
+# an optimizer class's step() as mpwatch wraps it, around what torch's own wrapper does for us: its hook
+step = patches._optimizer_step(lambda opt: steps.optimizer_stepped(), steps, capture, worker.auto_wanted)
 class Batches:
     def __next__(self):
         return None
@@ -76,7 +78,7 @@ def hooks(k):
     for _ in range(k):
         next(batches)
         backward(loss)
-        steps.optimizer_stepped()
+        step(None)
     time.sleep(0.6)  # the sender's flushes of these steps (reading their losses) count too
     return (cpu() - c) / k / 1000.0
 

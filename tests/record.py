@@ -347,6 +347,33 @@ PROFILE: dict[str, Check] = {  # what the profile scenario is for: traces and th
 }
 
 
+def _tune(run: HeadlessRun) -> None:
+    """batch set now (both ranks take it), lr set for a step far ahead (pending), a checkpoint of all."""
+    run.wait_event("tunable_declared", count=4)
+    wait_for(lambda: all((w["step"] or 0) >= 3 for w in run.status()["workers"]), 60, what="both ranks stepping")
+    run.ctl("set", "batch", "64")
+    run.wait_event("tunable_applied", count=2, timeout=60)
+    run.ctl("set", "lr", "0.03", "--at-step", str(FAR_STEP))
+    run.ctl("checkpoint", "all")
+    run.wait_event("checkpoint_taken", count=2, timeout=60)
+
+
+FAR_STEP = 999999  # the control scenario's pending change: a step the run never reaches
+
+
+def _tunable(st: dict[str, Any], name: str) -> dict[str, Any]:
+    return next(t for t in st["tunables"] if t["name"] == name)
+
+
+CONTROL: dict[str, Check] = {  # issue 31: a value in force and a change still pending, side by side
+    "batch 64 in force, taken by both ranks": lambda st: _tunable(st, "batch")["value"] == 64 and len(
+        _tunable(st, "batch")["changes"][-1]["answers"]) == 2,
+    "lr 0.1 in force, 0.03 pending from a step far ahead": lambda st: _tunable(st, "lr")["value"] == 0.1 and (
+        _tunable(st, "lr")["changes"][-1]["pending"] and _tunable(st, "lr")["changes"][-1]["step"] == FAR_STEP),
+    "a checkpoint taken by both ranks": lambda st: len(st["checkpoints"][-1]["answers"]) == 2,
+}
+
+
 def _gpu2(st: dict[str, Any]) -> dict[str, Any]:
     procs = st["gpus"][0]["processes"]
     return {p: [x for x in procs if f(x)] for p, f in (
@@ -435,6 +462,9 @@ def scenarios(ghost: int) -> dict[str, Scenario]:
         # Issue 32: a torch loop with no line of mpwatch's, profiled (ctl profile all, then rank 1 again).
         Scenario("profile", 2, {}, [], PROFILE, setup=_profile_ranks,
                  script=AUTO_LOOP, args=("--steps", "250", "--sleep", "0.1", "--out", "/dev/null")),
+        # Issue 31: tunables in force and pending, a checkpoint taken (tests/fixtures/control_loop.py).
+        Scenario("control", 2, {}, [], CONTROL, setup=_tune, script=ROOT / "tests" / "fixtures" / "control_loop.py",
+                 args=("0", "0.05")),
         # A torch loop with no line of mpwatch's (automatic steps, issue 21), a DataLoader worker each.
         Scenario("auto", 2, {}, [], AUTO,
                  script=AUTO_LOOP, args=("--steps", "100000", "--sleep", "0.05", "--loader-workers", "1",
@@ -452,11 +482,12 @@ class Normaliser:
         self.pids: dict[int, int] = {}
         self.next_other = 52000
         user = getpass.getuser()
+        host = socket.gethostname()
         roots = [(run_dir, f"/srv/runs/{scenario}"), (run_dir.parent, "/srv/runs"),
                  (ROOT, "/srv/mpwatch"), (Path(sys.prefix), "/srv/mpwatch/.venv"),
                  (Path(sys.base_prefix), "/usr"), (Path(tempfile.gettempdir()), "/tmp")]
-        pairs: dict[str, str] = {run_id: f"20260101-000000-{scenario}", f"on {socket.gethostname()}": "on gpu-node-1",
-                                 **(more or {})}
+        pairs: dict[str, str] = {run_id: f"20260101-000000-{scenario}", f"on {host}": "on gpu-node-1",
+                                 f"{user}@{host}": "ana@gpu-node-1", **(more or {})}  # who asked: `ctl ana@...`
         for path, to in roots:
             for form in {str(path), os.path.realpath(path)}:
                 pairs.setdefault(form, to)

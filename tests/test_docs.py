@@ -82,7 +82,7 @@ def test_the_readme_training_loop_runs_as_written(headless):
     wait_for(lambda: all((w["step"] or 0) >= 3 and w["polls_checkpoint"] for w in run.status()["workers"]),
              timeout=120, what="both ranks in the loop")
     said = run.ctl("set", "lr", "0.001").stdout
-    m = re.match(r"lr = 0.001 \(was 0.0003\) on ranks 0-1 from step (\d+)", said)
+    m = re.match(r"lr = 0.001 from step (\d+) on ranks 0-1 \(now 0.0003\)", said)
     assert m, said
     run.wait_event("tunable_applied", timeout=60, count=2)
     said = run.ctl("checkpoint", "all").stdout

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any, Literal, NoReturn, Protocol
 
 from mpwatch.rundir import layout
+from mpwatch.supervisor.options import machine_cap
 from mpwatch.text.safe import printable
 from mpwatch.text.safe import text as safe_text
 
@@ -274,7 +275,9 @@ def _flag(*names: str, env: str | None = None, relay: bool = False, **kw: Any) -
 RUN_FLAGS = (
     _flag("-n", "--nprocs", "--nproc-per-node", env="PET_NPROC_PER_NODE", dest="nprocs", type=nproc,
           default=None, metavar="N", help="workers on this node: a number, auto, cpu or gpu (default: "
-                                          "visible NVIDIA GPUs, or 2 without any)"),
+                                          "visible NVIDIA GPUs, or 2 without any); at most "
+                                          f"{machine_cap()} here, the larger of 64 and 4 per CPU or GPU, "
+                                          "as for resize (MPWATCH_MAX_WORKERS sets another bound)"),
     _flag("--headless", action="store_true", help="no TUI: status lines on stderr"),
     _flag("--run-dir", metavar="DIR", help=f"run directory (default ./{layout.RUNS_FOLDER}/<time>-<script>-"
                                            "<random>/); made when missing, else it must be empty"),
@@ -295,7 +298,8 @@ RUN_FLAGS = (
     _flag("--metrics-port", type=port, default=None, metavar="PORT",
           help="serve Prometheus metrics (and /healthz) on PORT (or MPWATCH_METRICS_PORT)"),
     _flag("--metrics-addr", default=None, metavar="ADDR",
-          help="the address --metrics-port listens on (default 127.0.0.1: this machine only)"),
+          help="the address --metrics-port listens on (default 127.0.0.1: this machine only, where any "
+               "user may read the page: steps, losses, the script's name)"),
     _flag("--resize-mode", choices=("restart", "independent"), default="restart",
           help="restart: stop all and start N (collectives); independent: add/remove ranks"),
     _flag("--gpu-interval", type=seconds, default=1.0, metavar="SECONDS",

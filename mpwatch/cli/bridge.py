@@ -81,24 +81,28 @@ class Bridge:
     def _handle(self, line: bytes) -> None:
         try:
             try:
-                req = wire.decode(line)
+                req = wire.decode(line)  # here, not a call deeper: a request nested 990 deep still decodes
             except protocol.BadFrame as exc:
                 self._write(wire.encode({"id": None, "reply": {"ok": False, "error": f"bad request: {exc}"}}))
                 return
-            req_id = req.pop("id", None)
-            cmd = req.pop("cmd", None)
-            if not isinstance(cmd, str):
-                self._write(wire.encode({"id": req_id,
-                                         "reply": {"ok": False, "error": "bad request: no cmd"}}))
-                return
-            try:
-                reply = self._relay(req_id, cmd, req)
-            except Exception as exc:  # noqa: BLE001 - every request gets its answer; the relay goes on
-                reply = wire.encode({"id": _plain_id(req_id), "reply": {
-                    "ok": False, "error": f"bad request: {type(exc).__name__}: {str(exc)[:200]}"}})
-            self._write(reply)
+            self._write(self._answer(req))
+        except Exception as exc:  # noqa: BLE001 - a request the bridge cannot even word still gets an answer
+            self._write(wire.encode({"id": None, "reply": {
+                "ok": False, "error": f"bad request: {type(exc).__name__}: {str(exc)[:200]}"}}))
         finally:
             self._slots.release()
+
+    def _answer(self, req: dict[str, Any]) -> bytes:
+        """The reply line to one request (its id sent back only when it is a plain one)."""
+        req_id = _plain_id(req.pop("id", None))
+        cmd = req.pop("cmd", None)
+        if not isinstance(cmd, str):
+            return wire.encode({"id": req_id, "reply": {"ok": False, "error": "bad request: no cmd"}})
+        try:
+            return self._relay(req_id, cmd, req)
+        except Exception as exc:  # noqa: BLE001 - every request gets its answer; the relay goes on
+            return wire.encode({"id": req_id, "reply": {
+                "ok": False, "error": f"bad request: {type(exc).__name__}: {str(exc)[:200]}"}})
 
     def _relay(self, req_id: object, cmd: str, args: dict[str, Any]) -> bytes:
         if self._gone is None:
@@ -147,7 +151,8 @@ class Bridge:
 
 
 def _plain_id(req_id: object) -> object:
-    """A request id as it can be sent back (an id nested too deep to encode is none)."""
+    """A request id as it can be sent back: a number or a string (clients send numbers); any
+    other (a list nested 990 deep, an object) is none, so that every reply can be written."""
     return req_id if req_id is None or isinstance(req_id, (int, str)) else None
 
 

@@ -4,9 +4,26 @@ so `mpwatch --help` stays light."""
 from __future__ import annotations
 
 import argparse
+import re
 
 from mpwatch.cli.args import ACTIONS, Parser, count, positive_int, rank, rank_target
 from mpwatch.contract.actions import PROFILE_STEPS, PROFILE_STEPS_MAX
+from mpwatch.contract.protocol import MAX_STEP
+
+# What `set` takes for a value, not an option, though it starts with a dash: every way Python
+# spells a negative number (argparse's own pattern has no exponent, inf or nan: `set lr -inf`
+# read as an unknown option, and VALUE as missing).
+NEGATIVE_NUMBER = re.compile(r"^-(?:(?:\d[\d_]*(?:\.[\d_]*)?|\.\d[\d_]*)(?:e[-+]?\d+)?|inf(?:inity)?|nan)$",
+                             re.IGNORECASE)
+
+
+def at_step(text: str) -> int:
+    """--at-step S: a step from 0 to 2^53, the largest a request carries (contract.protocol)."""
+    v = count(text)
+    if v > MAX_STEP:
+        raise argparse.ArgumentTypeError(f"a step is at most 2^53 ({MAX_STEP}), the largest a request "
+                                         f"carries; got {text}")
+    return v
 
 
 def profile_steps(text: str) -> int:
@@ -19,7 +36,8 @@ def profile_steps(text: str) -> int:
 
 def ctl_parser() -> Parser:
     p = Parser(prog="mpwatch ctl", description="Control a live run; read any run's logs.")
-    p.add_argument("--run", metavar="RUN", help="run id or directory (default: the newest live run)")
+    p.add_argument("--run", metavar="RUN", help="run id or directory (default: the live run; among "
+                   "several, status and logs take the newest and every other action refuses)")
     sub = p.add_subparsers(dest="action", metavar="ACTION", parser_class=Parser)
     sub.required = True
     st = sub.add_parser("status", help="workers' state")
@@ -33,19 +51,22 @@ def ctl_parser() -> Parser:
     ck = sub.add_parser("checkpoint", help="ask a rank or all to checkpoint: mpwatch.should_checkpoint() "
                                            "returns True once there, at the same step on every rank")
     ck.add_argument("target", type=rank_target, metavar="RANK|all")
-    ck.add_argument("--at-step", type=count, metavar="S",
-                    help="at step S (default: soon, picked from the pace)")
+    ck.add_argument("--at-step", type=at_step, metavar="S",
+                    help="at step S, at most 2^53 (default: soon, from the pace of the ranks that agree)")
     pf = sub.add_parser("profile", help="profile a rank or all from their next step: torch.profiler for N "
                                          "steps, a Chrome trace in rank-N/profiles/ (py-spy for N seconds "
                                          "where torch is not imported)")
     pf.add_argument("target", type=rank_target, metavar="RANK|all")
     pf.add_argument("--steps", type=profile_steps, default=PROFILE_STEPS, metavar="N",
                     help=f"steps to profile, 1 to {PROFILE_STEPS_MAX} (default {PROFILE_STEPS})")
-    pf.add_argument("--at-step", type=count, metavar="S", help="once step S is reported (default: soon)")
+    pf.add_argument("--at-step", type=at_step, metavar="S", help="once step S is reported (default: soon)")
     tn = sub.add_parser("set", help="change a tunable (mpwatch.tunable) on every rank, at one step")
     tn.add_argument("name", metavar="NAME")
-    tn.add_argument("value", metavar="VALUE", help="of the type the workers declared (int, float, str, bool)")
-    tn.add_argument("--at-step", type=count, metavar="S", help="from step S on (default: soon)")
+    tn.add_argument("value", metavar="VALUE", help="of the type the workers declared (int, float, str, "
+                                                   "bool); a negative number as it is: -1e-3, -5")
+    tn._negative_number_matcher = NEGATIVE_NUMBER  # argparse's hook for what reads as a number
+    tn.add_argument("--at-step", type=at_step, metavar="S",
+                    help="from step S on, at most 2^53 (default: soon)")
     lg = sub.add_parser("logs", help="a rank's stdout (or stderr) from the run directory; finished runs too")
     lg.add_argument("rank", type=rank, metavar="RANK")
     lg.add_argument("--stderr", action="store_true", help="stderr instead of stdout")

@@ -172,8 +172,19 @@ def options(ns: argparse.Namespace, env: Mapping[str, str]) -> Options:
         supervisor_flags=relayed_flags(ns), made_run_dir=ns.made_run_dir)
 
 
+def check_bound(nprocs: int, settings: Settings) -> None:
+    """-n past the bound a run's workers share with `resize` (supervisor.options.worker_cap)."""
+    from mpwatch.supervisor.options import worker_cap
+
+    cap = worker_cap(settings.max_workers)
+    if nprocs > cap:
+        raise UsageError(f"-n {nprocs}: at most {cap} workers on this machine (MPWATCH_MAX_WORKERS "
+                         "sets another bound)")
+
+
 def cmd_run(ns: argparse.Namespace, settings: Settings) -> int:
     opts = options(ns, os.environ)
+    check_bound(opts.nprocs, settings)
     if opts.metrics_port is None:
         opts.metrics_port = settings.metrics_port
     if ns.metrics_addr is not None and opts.metrics_port is None:

@@ -42,7 +42,8 @@ def all_runs(folders: list[Path], tmpdir: Path) -> list[postmortem.RunListing]:
 
 
 def ended_text(r: postmortem.RunListing) -> str:
-    """How a run ended, in a few words: 'live', 'exit 0', 'exit 1: rank 0 exit 3: ...',
+    """How a run ended, in a few words: 'live', 'exit 0', 'exit 1: rank 0: ValueError: ...'
+    (the rank's own exit code said only where it is not the run's: 'exit 1: rank 0 exit 3: ...'),
     'stopped (asked with ctl stop or the TUI)': a stopped run did not fail by itself."""
     if r["ending"] == "live":
         return "live"
@@ -55,7 +56,12 @@ def ended_text(r: postmortem.RunListing) -> str:
         head = f"exit {r['exit_code']}"
     f = r["first_failure"]
     if f is not None:
-        head += f": rank {f['rank']} {f['error'] or f['cause'] or 'failed'}"
+        cause = f["cause"] or f["error"] or "failed"
+        code = f"exit {r['exit_code']}: "
+        if head.startswith(code[:-2]) and cause.startswith(code):  # the run's exit code is the rank's: once
+            head += f": rank {f['rank']}: {cause.removeprefix(code)}"
+        else:
+            head += f": rank {f['rank']} {cause}"
     return head
 
 

@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 from mpwatch.cli.args import Parser, UsageError, count, days, die, note, say
-from mpwatch.rundir import layout, postmortem, reader, registry
+from mpwatch.rundir import layout, postmortem, reader, registry, runs_folder
 from mpwatch.settings import Settings
 from mpwatch.text import fmt
 
@@ -91,6 +91,11 @@ def cmd_prune(argv: list[str], settings: Settings) -> int:
     if ns.keep is None and ns.older_than is None:
         raise UsageError("say what to remove: --keep N, --older-than DAYS, or both")
     folders = [Path(f) for f in ns.folders] or [registry.DEFAULT_RUNS]
+    if not ns.folders and os.path.lexists(registry.DEFAULT_RUNS):
+        try:  # a name anyone may have made first: a link to another's runs is never pruned through
+            runs_folder.check_own_runs_folder(registry.DEFAULT_RUNS)
+        except OSError as exc:
+            return die(f"not pruning {registry.DEFAULT_RUNS}: {exc.strerror}")
     for f in folders:
         if not f.is_dir():
             return die(f"no such folder: {f}")

@@ -2,9 +2,10 @@
 first, then the hang diagnosis, the GPUs and the run's alerts. Pure; the caller prints."""
 from __future__ import annotations
 
-from mpwatch.contract.control import shown
+from mpwatch.contract.control import in_force, pending_changes, shown
 from mpwatch.contract.status import GpuProcess, GpuView, State, Status, WorkerStatus, slowed_by
 from mpwatch.text import eventtext, fmt, profile_text
+from mpwatch.text.children import child_note
 from mpwatch.text.gpu_names import ON_MIG, na_notes, slice_text
 
 
@@ -73,7 +74,7 @@ def _worker_lines(w: WorkerStatus, st: Status) -> list[str]:
     for c in w["children"]:
         out.append(f"{'':>4} {c['pid']:>7} {'└ ' + c['status']:10} {_v(c['step']):>8} "
                    f"{_v(c['loss']):>10} {'':>6} {_v(c['cpu_percent']):>6} {fmt.size(c['rss_bytes'], '-'):>6}"
-                   f"           {c['cmd'][:50]}")
+                   f"           {child_note(c, w['rank'])}")
     stl = w["stall"] if w["state"] == State.STALLED else None
     slow = w.get("slow_start")
     if stl:  # the hang diagnosis: what it does, where it is stuck, the dump to read
@@ -98,18 +99,25 @@ def _worker_lines(w: WorkerStatus, st: Status) -> list[str]:
     rejected = w.get("rejected")
     if rejected:
         out.append(f"{'':>4} {rejected['count']} reports rejected: {rejected['why']}")
+    for refused in w.get("refused_tunables", []):
+        name, _, why = refused.partition(": ")
+        out.append(f"{'':>4} tunable {name} refused: {why}")
     return out
 
 
 def control_lines(st: Status) -> list[str]:
-    """The tunables' values (and who changed them), the checkpoint requests still waiting, the
+    """The tunables' values in force (and who changed them), each change still pending (its
+    value, its step, how many ranks took it), the checkpoint requests still waiting, and the
     newest profile."""
     out = []
     for t in st.get("tunables") or []:
-        c = t["changes"][-1] if t["changes"] else None
+        c = in_force(t)
         how = f" (set by {c['by']}" + (f" from step {c['step']}" if c["step"] is not None else "") \
             + (f"; waiting: {fmt.ranks(c['waiting'])}" if c["waiting"] else "") + ")" if c else ""
         out.append(f"tunable {t['name']} = {shown(t['value'])} ({t['type']}){how}")
+        for p in pending_changes(t):
+            out.append(f"  then {shown(p['value'])} from step {p['step']} (set by {p['by']}; "
+                       f"{len(p['answers'])}/{len(p['answers']) + len(p['waiting'])} ranks took it)")
     for r in st.get("checkpoints") or []:
         if r["waiting"]:
             out.append(f"checkpoint asked of {fmt.ranks(r['ranks'])}"

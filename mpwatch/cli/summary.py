@@ -107,9 +107,15 @@ def _live(s: postmortem.Summary) -> list[str]:
         out.append("tunables changed:")
     for ts, name, c in changes:
         late = [a["rank"] for a in c["answers"] if a["late"]]
+        took = f"{len(c['answers'])} rank(s) took it" + (f", late: {fmt.ranks(late)}" if late else "")
+        if c.get("pending"):  # never in force: not every rank asked took it
+            out.append(f"  {_at(ts, started)} {name} = {shown(c['value'])} from step {c['step']} "
+                       f"({shown(c['old'])} until then), by {c['by']}: pending, {len(c['answers'])} of "
+                       f"{len(c['answers']) + len(c['waiting'])} rank(s) took it")
+            continue
         out.append(f"  {_at(ts, started)} {name} = {shown(c['value'])} (was {shown(c['old'])}) "
                    f"{'from step ' + str(c['step']) if c['step'] is not None else 'at once'}, by {c['by']}: "
-                   f"{len(c['answers'])} rank(s) took it" + (f", late: {fmt.ranks(late)}" if late else ""))
+                   + took)
     if s["checkpoints"]:
         out.append("checkpoints asked:")
     for r in s["checkpoints"]:

@@ -1,8 +1,8 @@
-"""Which run a command without --run means, when several are live: a command that acts on
-processes (ctl pause|resume|kill|restart|dump|resize|stop) refuses, with exit code 2 and the
-list of live runs, rather than act on whichever happened to start last; a read-only one (ctl
-status, ctl logs) takes the newest and says so on stderr; `attach` asks (tui.picker).
-Pure text here and a look at the registry; main thread."""
+"""Which run a command without --run means, when several are live: a read-only `ctl` command
+(READ_ONLY: status, logs) takes the newest and says so on stderr; every other one changes the
+run (pause, checkpoint, set, stop, ... and any command added later) and refuses, with exit code
+2 and the list of live runs, rather than act on whichever happened to start last; `attach`
+asks (tui.picker). Pure text here and a look at the registry; main thread."""
 from __future__ import annotations
 
 import sys
@@ -12,8 +12,9 @@ from collections.abc import Sequence
 from mpwatch.rundir import registry
 from mpwatch.text import fmt
 
-# ctl's actions that touch processes (a profile slows the steps it records)
-ACTING = ("pause", "resume", "kill", "restart", "dump", "resize", "stop", "profile")
+# the ctl actions that only read the run: the one list (an action not named here changes the
+# run, so it refuses among several live runs; a new action is safe until it is added here)
+READ_ONLY = frozenset({"status", "logs"})
 
 
 def when(ts: float) -> str:
@@ -53,11 +54,11 @@ class SeveralRuns(Exception):
 
 def choose(action: str, entries: Sequence[registry.RegistryEntry], where: str = "") -> str | None:
     """For a command given no --run: the run to use (its id; None when there is no live run:
-    the command says so itself). Raises SeveralRuns for an acting command among several live
-    runs; a read-only one takes the newest and says so on stderr."""
+    the command says so itself). Raises SeveralRuns for a command that changes the run among several live
+    runs (any action not in READ_ONLY); a read-only one takes the newest and says so on stderr."""
     if len(entries) <= 1:
         return entries[0]["run_id"] if entries else None
-    if action in ACTING:
+    if action not in READ_ONLY:
         raise SeveralRuns(refusal(entries, action, where))
     print(newest_note(entries, where), file=sys.stderr)
     return entries[0]["run_id"]

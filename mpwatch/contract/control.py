@@ -13,6 +13,7 @@ from mpwatch.contract import protocol
 from mpwatch.contract.actions import CheckpointRequest as CheckpointRequest
 from mpwatch.contract.actions import ProfileRequest as ProfileRequest
 from mpwatch.contract.actions import RankAnswer as RankAnswer
+from mpwatch.contract.coerce import NON_FINITE
 
 TunableType = Literal["int", "float", "str", "bool"]
 TunableValue = int | float | str | bool
@@ -32,6 +33,9 @@ class TunableChange(TypedDict):
     by: str  # who asked: "ctl", "tui", with the user and host
     answers: list[RankAnswer]
     waiting: list[int]  # ranks asked that have not applied it yet
+    # not in force yet: its step is ahead of a rank asked (the ranks answer as they reach it;
+    # in force once every rank asked has, see supervisor.control.records)
+    pending: bool
 
 
 class TunableStatus(TypedDict):
@@ -40,9 +44,20 @@ class TunableStatus(TypedDict):
     name: str
     type: TunableType
     default: TunableValue
-    value: TunableValue  # the run's value now: the last change's, else the default
+    value: TunableValue  # the value in force: the last change that came into force, else the default
     ranks: list[int]  # the ranks that declared it
-    changes: list[TunableChange]  # the last few, oldest first
+    changes: list[TunableChange]  # the last few, oldest first (the pending ones among them)
+
+
+def pending_changes(t: TunableStatus) -> list[TunableChange]:
+    """A tunable's changes not in force yet, oldest first (a status of an older mpwatch has none)."""
+    return [c for c in t["changes"] if c.get("pending")]
+
+
+def in_force(t: TunableStatus) -> TunableChange | None:
+    """The change whose value is in force (None: the default is)."""
+    done = [c for c in t["changes"] if not c.get("pending") and c["value"] == t["value"]]
+    return done[-1] if done else None
 
 
 class ControlView(NamedTuple):
@@ -135,8 +150,11 @@ def value_of(kind: str, value: object) -> TunableValue | None:
     return None
 
 
-def validate_control(raw: object) -> list[ControlEntry]:
-    """A BATCH's `live` list, checked: anything unexpected is a protocol.BadFrame."""
+def validate_control(raw: object, refused: list[str] | None = None) -> list[ControlEntry]:
+    """A BATCH's `live` list, checked: anything unexpected is a protocol.BadFrame, but for a
+    tunable's declaration that cannot be kept (a default that is not finite, a bad name) when
+    `refused` is given: that one alone is left out and "NAME: why" added there, so the
+    tunables declared beside it are kept."""
     if type(raw) is not list or len(raw) > 4096:
         raise protocol.BadFrame("live is not a list of entries")
     out: list[ControlEntry] = []
@@ -148,10 +166,14 @@ def validate_control(raw: object) -> list[ControlEntry]:
             out.append("polls")
         elif kind == protocol.LIVE_DECLARE and len(e) == 4:
             _, name, tname, default = e
-            value = value_of(tname, default) if type(tname) is str else None
-            if check_name(name) is not None or value is None:
+            why = check_name(name) or _bad_default(tname, default)
+            if why is None:
+                value = cast(TunableValue, value_of(tname, default))
+                out.append(Declared(name, cast(TunableType, tname), value))
+            elif refused is None:
                 raise protocol.BadFrame("a tunable declaration of the wrong shape")
-            out.append(Declared(name, cast(TunableType, tname), value))
+            else:
+                refused.append(f"{name if check_name(name) is None else '?'}: {why}")
         elif kind == protocol.LIVE_DONE and len(e) == 4:
             _, rid, step, late = e
             if type(rid) is not int or (step is not None and type(step) is not int) or type(late) is not bool:
@@ -164,6 +186,17 @@ def validate_control(raw: object) -> list[ControlEntry]:
         else:
             raise protocol.BadFrame(f"unknown live entry {str(kind)[:40]!r}")
     return out
+
+
+def _bad_default(tname: object, default: object) -> str | None:
+    """Why `default` cannot be the default of a tunable of type `tname`; None when it can."""
+    if type(tname) is not str or tname not in TUNABLE_KINDS:
+        return f"no tunable type {str(tname)[:20]!r} (int, float, str or bool)"
+    if value_of(tname, default) is not None:
+        return None
+    if tname == "float" and (default in NON_FINITE or type(default) is float):
+        return f"a float tunable's default must be finite, not {str(default)[:20]}"
+    return f"a default that is no {tname}"
 
 
 # ---------------------------------------------------------------- values ----

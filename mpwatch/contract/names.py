@@ -116,6 +116,7 @@ class EventFields(EventRecord, total=False):
     exit_code: int | None  # worker_exited, run_finished
     stderr_tail: list[str]  # worker_exited: the last lines of its stderr
     why: str  # restarted, stopping, bad_frame, reports_rejected, profile_failed; profile_written: a note
+    stopped: str  # run_finished of a run that was stopped: why (stopping's `why`: a stop asked, a signal)
     frm: int  # resized: workers before
     to: int  # resized: workers after
     mode: str  # resized: independent | restart

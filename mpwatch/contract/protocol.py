@@ -33,6 +33,9 @@ MAX_METRICS = 256  # metrics a report may carry
 MAX_METRIC_NAME = 200
 MAX_METRIC_TEXT = 4096  # characters of a text metric
 MAX_EXACT = 1 << 63  # an integer metric past this is refused: no reader could show it
+# The largest step a request may name (and a worker's sender sends: mpwatch.sender.bounds): past
+# 2^53 an integer is no exact double, so not every JSON reader holds it.
+MAX_STEP = 1 << 53
 
 # Environment a worker sees (torchrun's contract plus ours).
 ENV_ADDRESS = "MPWATCH_CHANNEL"

@@ -21,7 +21,7 @@ Rules of the house:
 from __future__ import annotations
 
 import sys
-from typing import Any, Literal, TypedDict
+from typing import Any, Literal, TypedDict, get_args
 
 if sys.version_info >= (3, 11):
     from typing import NotRequired
@@ -172,6 +172,9 @@ class WorkerStatus(TypedDict):
     dropped: int
     bad_frames: int
     rejected: NotRequired[RejectedReports]  # present once a report of the rank was rejected
+    # its tunable declarations the supervisor refused ("NAME: why": a default that is not finite),
+    # the first few; present once one was (the tunables declared beside it are kept)
+    refused_tunables: NotRequired[list[str]]
     phases: dict[str, float]
     cuda: CudaView | None
     # the run's loss smoothed: its mean over stretches of reports, oldest first (TREND)
@@ -269,9 +272,15 @@ class NodeInfo(TypedDict):
     slurm: str | None  # "job 123 step 0, node 1" when Slurm said where it runs
 
 
+# The run's own alerts (supervisor.eventlog's alert): every kind, so that a reader can list each one at 0
+# while it is not there (the metrics do, as they do the GPU alerts' ALERT_KINDS)
+RunAlertKind = Literal["disk", "hang", "unkillable", "internal", "node_lost", "rendezvous"]
+RUN_ALERT_KINDS = frozenset(get_args(RunAlertKind))
+
+
 class RunAlert(TypedDict):
     ts: float
-    kind: str  # disk | hang | unkillable
+    kind: str  # a RunAlertKind (a str: a run of another mpwatch may have others)
     message: str
     rank: int | None
     key: NotRequired[str]  # names the condition: a later alert with the same key replaces this one

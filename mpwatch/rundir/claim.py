@@ -44,8 +44,7 @@ def claim(script: str, nprocs: int, cwd: str, tmpdir: Path, run_dir: Path | str 
     the id to take (a launcher's choice), else a new one each try. tmpdir: the registry's
     (settings.Settings.tmpdir). Raises registry.RunError with the one line the user sees."""
     started = time.time()
-    if run_id is not None:
-        registry.live_runs(tmpdir)  # a stale entry of the same id (its supervisor gone) is removed
+    registry.live_runs(tmpdir)  # stale entries (a stale one of the same id too) and stale sockets are removed
     for _ in range(TRIES):
         rid = run_id or registry.new_run_id(script)
         d = Path(run_dir) if run_dir is not None else Path(folder or Path(cwd) / layout.RUNS_FOLDER) / rid
@@ -57,7 +56,8 @@ def claim(script: str, nprocs: int, cwd: str, tmpdir: Path, run_dir: Path | str 
                 raise registry.RunError(f"run id {run_id} is taken by a live run")
             continue
         try:
-            fd = writer.open_run_dir(d) if run_dir is not None else writer.make_run_dir(d)
+            # the default runs folder must be this user's own (rundir.runs_folder)
+            fd = writer.open_run_dir(d) if run_dir is not None else writer.make_run_dir(d, folder is None)
         except FileExistsError:  # a name planted, or made by another run: the next id
             registry.unregister(rid, tmpdir)
             if run_id is not None:

@@ -3,7 +3,9 @@ from its events (supervisor.control writes them: tunable_declared, tunable_set, 
 and each action's requested, started, written, failed and missed: contract.actions' table) into
 the records the live status has (contract.control): the replay shows a moment's
 (sources.replay.fold), `summary` the run's (rundir.postmortem). Pure; fed the events in the
-order they were written.
+order they were written. A change for a later step is in force once every rank it was asked
+of took it (the live status also stops waiting for a rank whose process ended: the events do
+not say when one was asked again).
 """
 from __future__ import annotations
 
@@ -69,16 +71,21 @@ def _tunable(live: ControlFold, e: EventFields, raw: dict[str, Any]) -> None:
         rid = as_int(e.get("id"))
         if value is None or rid is None:
             return
+        step, asked = as_int(e.get("step")), _ranks(raw.get("ranks"))
+        pending = step is not None and bool(asked)  # as supervisor.control.records decides
         t["changes"] = (t["changes"] + [TunableChange(
-            id=rid, ts=e["ts"], value=value, old=t["value"] if old is None else old,
-            step=as_int(e.get("step")), by=as_str(raw.get("by")) or "?", answers=[],
-            waiting=_ranks(raw.get("ranks")))])[-CHANGES_KEPT:]
-        t["value"] = value
-        t["ranks"] = sorted(set(t["ranks"]) | set(_ranks(raw.get("ranks"))))  # the events name the first only
+            id=rid, ts=e["ts"], value=value, old=t["value"] if old is None else old, step=step,
+            by=as_str(raw.get("by")) or "?", answers=[], waiting=asked, pending=pending)])[-CHANGES_KEPT:]
+        if not pending:
+            t["value"] = value
+        t["ranks"] = sorted(set(t["ranks"]) | set(asked))  # the events name the first only
     elif e["event"] == Event.TUNABLE_APPLIED and t is not None:
         c = next((c for c in t["changes"] if c["id"] == as_int(e.get("id"))), None)
         if c is not None:
             _answer(e, c["answers"], c["waiting"])
+            if c["pending"] and c["answers"] and not c["waiting"]:  # every rank asked took it: in force
+                c["pending"] = False
+                t["value"] = c["value"]
 
 
 def apply(live: ControlFold, e: EventFields) -> None:

@@ -19,7 +19,7 @@ from mpwatch.contract.status import (
     ProfileRequest,
     TunableStatus,
 )
-from mpwatch.rundir import control_events, eventlines, layout
+from mpwatch.rundir import control_events, crash, eventlines, layout
 from mpwatch.rundir.reader import RunDir
 
 Ending = Literal["live", "finished", "cut short"]  # cut short: the supervisor died mid-run
@@ -31,7 +31,7 @@ class Failure(TypedDict):
     rank: int
     ts: float
     cause: str | None  # as the supervisor put it: "exit 1: ValueError: ..." or "signal SIGKILL"
-    error: str | None  # the last line of its traceback (the exception), when it wrote one
+    error: str | None  # the exception its traceback ended with, when the event's stderr tail has it
 
 
 class RunListing(TypedDict):
@@ -110,19 +110,10 @@ def _first_failure(exits: list[EventRecord]) -> Failure | None:
 
 
 def error_line(tail: object) -> str | None:
-    """The exception line of a traceback in a stderr tail: after the last 'Traceback'
-    header, the last line that is no frame (a bare crash has none)."""
+    """The exception a traceback in a stderr tail ends with (rundir.crash), when it has one."""
     if not isinstance(tail, list):
         return None
-    lines = [ln for ln in tail if isinstance(ln, str)]
-    starts = [i for i, ln in enumerate(lines) if ln.startswith("Traceback (most recent call last)")]
-    if not starts:
-        return None
-    for ln in reversed(lines[starts[-1] + 1:]):
-        s = ln.strip()
-        if s and not ln.startswith((" ", "\t")) and not s.startswith(("File ", "^", "~")):
-            return s
-    return None
+    return crash.exception_line([ln for ln in tail if isinstance(ln, str)])
 
 
 def ending(rd: RunDir) -> Ending:

@@ -16,6 +16,7 @@ import json
 import os
 import re
 import secrets
+import socket
 import stat
 import time
 from collections.abc import Iterable
@@ -28,6 +29,7 @@ from mpwatch.rundir import layout, textfiles
 
 DEFAULT_RUNS = Path(layout.RUNS_FOLDER)  # where a run's directory goes, relative to its cwd
 SUFFIX_CHARS = 8  # the random end of a run id
+SOCKET_KINDS = ("ctl", "chan")  # <run id>.ctl, <run id>.chan in the runtime directory (supervisor.core)
 
 
 class RunError(Exception):
@@ -136,7 +138,54 @@ def _entry(raw: object) -> RegistryEntry | None:
 
 
 def live_runs(tmpdir: Path) -> list[RegistryEntry]:
-    """Registered runs whose supervisor is alive, newest first; stale entries are removed."""
+    """Registered runs whose supervisor is alive, newest first; stale entries are removed, and
+    then the sockets no live supervisor owns (sweep_sockets). tmpdir: settings.Settings.tmpdir."""
+    out = _live_entries(tmpdir)
+    sweep_sockets(tmpdir)
+    return out
+
+
+def sweep_sockets(tmpdir: Path) -> list[str]:
+    """Remove the sockets of supervisors that died without closing them (SIGKILL): in the
+    runtime directory, a `<id>.ctl` or `<id>.chan` of this user's that is a socket itself (not
+    a link), whose id has no registry entry left (live_runs removed those of dead supervisors;
+    a starting run reserves its entry before it binds), and that refuses a connection (nobody
+    listens: proof its supervisor is gone). The names removed."""
+    rt = runtime_dir(tmpdir)
+    taken = {p.stem for p in (rt / "runs").glob("*.json")}
+    removed = []
+    for entry in os.scandir(rt):
+        stem, dot, ext = entry.name.rpartition(".")
+        if not dot or ext not in SOCKET_KINDS or not stem or stem in taken:
+            continue
+        try:
+            st = os.lstat(entry.path)
+        except OSError:
+            continue
+        if stat.S_ISSOCK(st.st_mode) and st.st_uid == os.getuid() and _nobody_listens(entry.path):
+            try:
+                os.unlink(entry.path)
+                removed.append(entry.name)
+            except OSError:
+                pass
+    return removed
+
+
+def _nobody_listens(path: str) -> bool:
+    """True only when a connection to the socket is refused (no process listens on it); a
+    listener, even one too busy to accept (EAGAIN), or any other error: False."""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+        s.setblocking(False)
+        try:
+            s.connect(path)
+        except ConnectionRefusedError:
+            return True
+        except OSError:
+            return False
+    return False
+
+
+def _live_entries(tmpdir: Path) -> list[RegistryEntry]:
     out = []
     reg = runtime_dir(tmpdir) / "runs"
     for path in reg.glob("*.json"):

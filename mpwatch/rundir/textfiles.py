@@ -31,6 +31,10 @@ MAX_LINE = 4 << 20  # a .jsonl line longer than this is skipped unread (an event
 # a JSON file longer than this is not read (a status of thousands of workers is a few MiB)
 MAX_JSON = 256 << 20
 _SKIP_CHUNK = 1 << 20  # how an over-long line is read past
+LINE_KEEP = 4096  # bytes of a log's line read back at most (tail_lines): a longer one is shown cut
+SCAN_MAX = 16 << 20  # bytes tail_lines looks back through at most for the starts of its lines
+_SCAN_BLOCK = 64 * 1024
+CUT = "…"  # where a line shown cut was cut
 
 
 def _finite_or_none(text: str) -> float | None:
@@ -186,19 +190,62 @@ def tail_bytes(path: Path, max_bytes: int, end: int | None = None) -> tuple[byte
 
 
 def tail_lines(path: Path, n: int = 20, max_bytes: int = 64 * 1024, end: int | None = None) -> list[str]:
-    """The last n lines of a log before byte `end` (its end when None), made printable; at most
-    max_bytes are read back from there (logs can be huge). A log that is no regular file
-    (a FIFO a worker left) reads as empty, at once."""
+    """The last n lines of a log before byte `end` (its end when None), made printable. A line
+    is bounded by cutting it, never by dropping it (nor the lines before it): one longer than
+    LINE_KEEP shows its end when it holds carriage returns (a progress bar's last redraw),
+    else its start, marked with "…". Lines are looked for through at most max(max_bytes,
+    SCAN_MAX) bytes back from `end` (logs can be huge); past that the oldest line is shown
+    from where the look began. A log that is no regular file (a FIFO a worker left) reads as
+    empty, at once."""
     try:
-        data, start = tail_bytes(path, max_bytes, end)
+        with open_regular(path) as f:
+            stop = f.seek(0, os.SEEK_END) if end is None else end
+            spans = _line_spans(f, stop, n, max(max_bytes, SCAN_MAX))
+            return [printable(_shown_line(f, span)) for span in spans]
     except OSError:
         return []
-    lines = data.decode("utf-8", errors="replace").split("\n")
-    if lines and lines[-1] == "":
-        lines.pop()  # the newline that ends the last line
-    if start > 0 and lines:
-        lines = lines[1:]  # the first line was cut by the seek
-    return [printable(as_shown(line)) for line in lines[-n:]]
+
+
+def _line_spans(f: BinaryIO, end: int, n: int, scan: int) -> list[tuple[int, int, bool]]:
+    """(start, stop, whole) of the last n lines before byte `end`, oldest first: stop is where
+    the line's newline is (or `end`); whole is False for a line whose start lies further back
+    than `scan` bytes (its span then starts where the look began). Reads blocks backwards."""
+    if end <= 0 or n <= 0:
+        return []
+    f.seek(end - 1)
+    stop = end - 1 if f.read(1) == b"\n" else end  # a newline that ends the log ends its last line
+    lo, pos = max(0, end - scan), stop
+    spans: list[tuple[int, int, bool]] = []
+    while len(spans) < n:
+        if pos <= lo:
+            spans.append((lo, stop, lo == 0))
+            break
+        base = max(lo, pos - _SCAN_BLOCK)
+        f.seek(base)
+        block = f.read(pos - base)
+        i = len(block)
+        while len(spans) < n and (nl := block.rfind(b"\n", 0, i)) >= 0:
+            spans.append((base + nl + 1, stop, True))
+            stop, i = base + nl, nl
+        pos = base
+    spans.reverse()
+    return spans
+
+
+def _shown_line(f: BinaryIO, span: tuple[int, int, bool]) -> str:
+    """One line of a log as a terminal would show it, read back whole or cut (tail_lines)."""
+    start, stop, whole = span
+    if whole and stop - start <= LINE_KEEP:
+        f.seek(start)
+        return as_shown(f.read(stop - start).decode("utf-8", errors="replace"))
+    f.seek(stop - LINE_KEEP)
+    tail = f.read(LINE_KEEP)
+    if b"\r" in tail:  # redrawn in place: its last redraws are what a terminal shows
+        return as_shown(tail[tail.index(b"\r") + 1:].decode("utf-8", errors="replace"))
+    if not whole:
+        return CUT + tail.decode("utf-8", errors="replace")
+    f.seek(start)
+    return f.read(LINE_KEEP).decode("utf-8", errors="replace") + CUT
 
 
 def as_shown(line: str) -> str:

@@ -5,8 +5,8 @@ file: the GPU timeline appends to gpu.jsonl and rewrites it through RunStore, a 
 and stack dumps are opened here and written by their owners.
 
 Hostile by default. A run directory is made fresh (`mkdir`, which fails when anything is
-there, a planted link included), 0700, in a runs folder of this user or root that others
-cannot rename it out of (`check_runs_folder`); an existing `--run-dir` is taken only when
+there, a planted link included), 0700, in a runs folder others can neither swap nor rename it
+out of (rundir.runs_folder), opened first and used by its fd; an existing `--run-dir` is taken only when
 it is a real, empty directory of this user that nobody else may write in, and its mode is
 left as it was (`open_run_dir`). RunStore then holds the directory open and makes every file
 relative to it, never through a link (O_NOFOLLOW), never a FIFO or device (each is checked
@@ -42,19 +42,14 @@ from typing import IO, Any, BinaryIO, TextIO
 
 from mpwatch.contract.status import Event
 from mpwatch.rundir import eventlines, layout, textfiles, thinning
+from mpwatch.rundir.runs_folder import DIR_FLAGS, open_runs_folder, refused
 from mpwatch.settings import Settings
 
 APPEND = os.O_WRONLY | os.O_APPEND
 TRUNCATE = os.O_WRONLY | os.O_TRUNC
 NEW = os.O_WRONLY | os.O_EXCL  # a file that must not be there yet
 FILE_MODE = 0o600  # every file of a run: the owner's alone, whatever the folder's mode
-DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 DirId = tuple[int, int]  # (st_dev, st_ino) of a directory: the one a launcher made (cli.tui_launch)
-
-
-def refused(why: str) -> OSError:
-    """An OSError whose strerror says why a path is not used (callers print strerror)."""
-    return OSError(errno.EPERM, why)
 
 
 def _regular(fd: int, name: str) -> int:
@@ -84,22 +79,16 @@ def _mkdir(dir_fd: int, name: str) -> None:
         os.close(os.open(name, DIR_FLAGS, dir_fd=dir_fd))  # ELOOP/ENOTDIR when it is not one
 
 
-def check_runs_folder(folder: Path) -> None:
-    """The folder a run directory is made in: this user's or root's, and sticky when every
-    user may write in it (else another user could rename the run away). Raises OSError."""
-    st = os.stat(folder)
-    if st.st_uid not in (os.getuid(), 0):
-        raise refused(f"{folder} belongs to another user (uid {st.st_uid})")
-    if st.st_mode & stat.S_IWOTH and not st.st_mode & stat.S_ISVTX:
-        raise refused(f"every user may write in {folder} and it is not sticky")
-
-
-def make_run_dir(path: Path) -> int:
-    """A fresh run directory, 0700, and its fd: FileExistsError when anything is at path."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    check_runs_folder(path.parent)
-    os.mkdir(path, 0o700)
-    fd = os.open(path, DIR_FLAGS)
+def make_run_dir(path: Path, own_folder: bool = False) -> int:
+    """A fresh run directory, 0700, and its fd: FileExistsError when anything is at path. It is
+    made inside its folder opened first (open_runs_folder; own_folder: the default runs folder),
+    so that folder cannot be swapped for another between the check and the mkdir."""
+    pfd = open_runs_folder(path.parent, own_folder)
+    try:
+        os.mkdir(path.name, 0o700, dir_fd=pfd)
+        fd = os.open(path.name, DIR_FLAGS, dir_fd=pfd)
+    finally:
+        os.close(pfd)
     try:
         os.fchmod(fd, 0o700)  # whatever the umask
         _check_own(fd, path)

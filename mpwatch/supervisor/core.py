@@ -9,7 +9,8 @@ The rooms it drives, each with one job:
 - supervisor.snapshot: the status (contract.status's Status) clients read;
 - supervisor.eventlog: events.jsonl, the recent events and the run alerts;
 - supervisor.diagnose.stall_watch: stalled workers, what they do, and the rank the others wait for;
-- supervisor.resize: the `resize` command, stopping and starting ranks over the ticks;
+- supervisor.resize: the first launch and the `resize` command, starting (and stopping) ranks over
+  the ticks;
 - supervisor.control.room: "checkpoint now" and tunables, sent down the workers' channels;
 - supervisor.diagnose.sampler, supervisor.diagnose.dumps, supervisor.gpu.watch: the process sampler,
   stack dumps, the GPU watcher.
@@ -97,6 +98,7 @@ class Run:
         self.state = RunState.RUNNING
         self.started_wall, self.started = time.time(), time.monotonic()
         self.exit_code: int | None = None
+        self.stopped_why: str | None = None  # why the run was stopped (a stop asked, a signal), once it was
         self.restarts_total = 0
         self._signals: list[int] = []
         self._registered = False
@@ -165,12 +167,11 @@ class Run:
         # the time setup took, 0.1 s under load)
         self.log.event(Event.RUN_STARTED, ts=self.started_wall, script=o.script, args=o.args,
                        nprocs=o.nprocs, run_dir=str(run_dir), pid=os.getpid())
+        self.sampler.start()
         if self.nodes is not None:
             self.nodes.start()  # the workers start once torch's rendezvous has formed the first round
         else:
-            for rank in range(o.nprocs):
-                self.start(rank)
-        self.sampler.start()
+            self.resizing.launch(o.nprocs)  # a few a tick (supervisor.resize): a stop cancels the rest
 
     # ------------------------------------------------------------- starting ----
     def start(self, rank: int, reason: str | None = None) -> None:
@@ -185,7 +186,7 @@ class Run:
                                run_id=self.run_id, rank_dir=paths.dir, stack_file=paths.stack_file,
                                virtual_local_rank=o.virtual_local_rank, flush_s=self.flush_interval(),
                                nccl_flight=self.settings.nccl_flight, auto=o.auto and self.settings.auto)
-        live_from = self.control.spawn_env(env)
+        live_from = self.control.spawn_env(env, rank)
         try:
             with self.store.open_log(rank, "stdout") as out, self.store.open_log(rank, "stderr") as err:
                 proc = spawn.start_worker(spawn.command(o.launch, o.script, o.args), env, out, err, cwd=o.cwd)
@@ -241,7 +242,7 @@ class Run:
         next_flush = 0.0
         while self.state is not RunState.FINISHED:
             self.ticked = time.monotonic()
-            self.commands.run_next(timeout=TICK_S)
+            self.commands.run_next(timeout=0.0 if self.resizing.starting() else TICK_S)
             self._handle_signals()
             self.ledger.flush(time.monotonic())
             self.control.push()
@@ -278,6 +279,8 @@ class Run:
         """Stop every worker (TERM, grace, KILL); the number that were running."""
         with self.lock:
             self.state = RunState.STOPPING
+        if self.stopped_why is None:
+            self.stopped_why = why
         self.resizing.cancel()  # ranks a resize has yet to start are never started
         for w in self.workers.values():
             w.pending_restart = None
@@ -306,12 +309,16 @@ class Run:
         self._finish()
 
     def _finish(self) -> None:
-        ok = all(w.state is State.EXITED and w.attempt.exit_code == 0 for w in self.workers.values())
+        # 0 only when every rank ended by itself, with 0: one mpwatch stopped did not finish its work,
+        # even where it exited 0 on the stop signal
+        ok = all(w.state is State.EXITED and w.attempt.exit_code == 0 and w.attempt.kill_reason is None
+                 for w in self.workers.values())
         self.exit_code = 0 if ok and self.workers else 1
         with self.lock:
             self.state = RunState.FINISHED
-        self.log.event(Event.RUN_FINISHED, exit_code=self.exit_code,
-                       workers=records.ends(self.workers.values()))
+        stopped: dict[str, Any] = {"stopped": self.stopped_why} if self.stopped_why is not None else {}
+        self.log.event(Event.RUN_FINISHED, None, exit_code=self.exit_code,
+                       workers=records.ends(self.workers.values()), **stopped)
         self.store.write_json(layout.FINAL_JSON, self.snapshot())
         self.store.update_json(layout.RUN_JSON, finished=time.time(), exit_code=self.exit_code)
         self.close()

@@ -12,7 +12,7 @@ import time
 from collections import deque
 from typing import Any, Protocol
 
-from mpwatch.contract.status import Event, RunAlert
+from mpwatch.contract.status import Event, RunAlert, RunAlertKind
 from mpwatch.rundir import writer
 
 RECENT_EVENTS = 1000  # notable events kept for clients
@@ -52,9 +52,9 @@ class EventLog:
         """A report event (fields: rundir.eventlines.report_fields): a point of a curve, not news."""
         self.store.report(rank, ts, fields)
 
-    def alert(self, kind: str, message: str, rank: int | None = None, *, culprits: list[int] | None = None,
-              waiting: list[int] | None = None, processes: list[dict[str, Any]] | None = None,
-              key: str | None = None) -> None:
+    def alert(self, kind: RunAlertKind, message: str, rank: int | None = None, *,
+              culprits: list[int] | None = None, waiting: list[int] | None = None,
+              processes: list[dict[str, Any]] | None = None, key: str | None = None) -> None:
         """A run alert (disk, hang, unkillable, internal): kept for the status, and an event.
         An alert with the `key` of a standing one replaces it where it stands (a finding that
         learnt more: one finding, updated), and its event says `update`."""

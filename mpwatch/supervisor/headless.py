@@ -36,7 +36,9 @@ class Reporter:
 
     def _print(self, text: str) -> None:
         try:
-            self.stream.write(f"[mpwatch {time.strftime('%H:%M:%S')}] {safe.text(text)}\n")
+            # one line whatever the text holds (a script named with a newline: '?' in its place)
+            line = safe.printable(text, safe.LINE_WIDTH)
+            self.stream.write(f"[mpwatch {time.strftime('%H:%M:%S')}] {line}\n")
             self.stream.flush()
         except (OSError, ValueError):
             pass  # a closed terminal must not stop the run

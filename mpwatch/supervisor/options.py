@@ -1,6 +1,8 @@
-"""What a run was asked to do: the command line's options, as the supervisor takes them."""
+"""What a run was asked to do: the command line's options, as the supervisor takes them; and
+the one bound on a run's workers (`worker_cap`), which -n/--nproc-per-node and `resize` share."""
 from __future__ import annotations
 
+import glob
 import os
 import sys
 from dataclasses import dataclass, field
@@ -8,6 +10,26 @@ from pathlib import Path
 from typing import Literal
 
 Launch = Literal["python", "module", "exec"]  # python SCRIPT | python -m MODULE | the executable itself
+
+# The most workers a run may have on one node, by -n or by `resize`: the larger of CAP_FLOOR and
+# PER_CPU a CPU or a GPU of this machine (a worker per GPU is torchrun's norm, a few per core is as
+# far as CPU-bound workers go, 64 lets a small box try a wide run), unless MPWATCH_MAX_WORKERS says.
+# A typo (-n 100000 for 10) is refused at the command line instead of flooding the machine.
+CAP_FLOOR = 64
+PER_CPU = 4  # workers a CPU (or a GPU) of this machine may have
+GPU_DEVICES = "/dev/nvidia[0-9]*"
+
+
+def machine_cap() -> int:
+    """The default bound: the larger of 64 and four a CPU or a GPU (counted by their device
+    files: no NVML needed)."""
+    return max(CAP_FLOOR, PER_CPU * (os.cpu_count() or 1), PER_CPU * len(glob.glob(GPU_DEVICES)))
+
+
+def worker_cap(max_workers: int | None) -> int:
+    """The bound on a run's workers: MPWATCH_MAX_WORKERS (settings.Settings.max_workers) when
+    set, else machine_cap()."""
+    return max_workers or machine_cap()
 
 
 @dataclass

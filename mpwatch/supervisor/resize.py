@@ -1,28 +1,28 @@
-"""The `resize` command of a single-node run. In `independent` mode ranks are started or
-stopped one by one and the others run on; in `restart` mode (torchrun's way, every rank sees
-the new world) all workers are stopped, then N are started on a fresh rendezvous port.
+"""Ranks started over the ticks: the run's first launch, and the `resize` command of a
+single-node run. In `independent` mode ranks are started or stopped one by one and the others
+run on; in `restart` mode (torchrun's way, every rank sees the new world) all workers are
+stopped, then N are started on a fresh rendezvous port.
 
-Bounded: a run may grow to at most `cap()` workers (MPWATCH_MAX_WORKERS; by default the
-larger of 64 and four per CPU or GPU of this machine: a worker per GPU is torchrun's norm and
-a few per core is as far as CPU-bound workers go, while 64 lets a small box try a wide run),
-never past that by `resize`. New ranks are started START_PER_TICK at a time, a tick apart,
-so the control socket and signals are answered meanwhile; `stop` (and a signal) cancels
-the ranks not started yet at once.
+Bounded: a run may grow to at most `cap()` workers (supervisor.options.worker_cap, the bound -n
+shares), never past that by `resize`. Ranks to start are queued and started at most
+START_PER_TICK (and START_BUDGET_S) at a time, once a tick, so the control socket and signals
+are answered meanwhile: `stop` (and SIGTERM, Ctrl-C) cancels a launch or a resize in progress
+within a tick, and the ranks not started yet never are.
 
-Main thread: `begin` from a control command, `advance` each tick of the serve loop, `cancel`
-from Run.stop.
+Main thread: `launch` from Run.setup, `begin` from a control command, `advance` each tick of
+the serve loop, `cancel` from Run.stop.
 """
 from __future__ import annotations
 
-import glob
-import os
 import threading
+import time
 from collections import deque
 from typing import TYPE_CHECKING, Protocol
 
 from mpwatch.contract.status import Event, RunState
 from mpwatch.supervisor import spawn
 from mpwatch.supervisor.errors import CommandError
+from mpwatch.supervisor.options import worker_cap
 
 if TYPE_CHECKING:
     from mpwatch.settings import Settings
@@ -33,15 +33,7 @@ if TYPE_CHECKING:
     from mpwatch.supervisor.workers.worker import Worker
 
 START_PER_TICK = 8  # new ranks started in one tick of the serve loop (each is a fork and an exec)
-CAP_FLOOR = 64
-PER_CPU = 4  # workers a CPU (or a GPU) of this machine may have
-GPU_DEVICES = "/dev/nvidia[0-9]*"
-
-
-def machine_cap() -> int:
-    """The default cap: the larger of 64 and four a CPU or a GPU (counted by their device
-    files: no NVML needed)."""
-    return max(CAP_FLOOR, PER_CPU * (os.cpu_count() or 1), PER_CPU * len(glob.glob(GPU_DEVICES)))
+START_BUDGET_S = 0.1  # and no more once this long has gone by (a loaded machine forks slowly)
 
 
 class ResizeHost(Protocol):
@@ -71,7 +63,16 @@ class Resize:
         self.frm = 0  # restart mode: the size before
 
     def cap(self) -> int:
-        return self.run.settings.max_workers or machine_cap()
+        return worker_cap(self.run.settings.max_workers)
+
+    def launch(self, n: int) -> None:
+        """The run's first n ranks, queued (started by `advance`, the first batch at once)."""
+        self.starts.extend((rank, None) for rank in range(n))
+        self._start_some()
+
+    def starting(self) -> bool:
+        """Ranks wait to be started: the serve loop turns without waiting for a command."""
+        return bool(self.starts)
 
     def busy(self) -> bool:
         """A resize is under way (the run must not be judged finished meanwhile)."""
@@ -157,9 +158,12 @@ class Resize:
 
     def _start_some(self) -> None:
         run = self.run
+        until = time.monotonic() + START_BUDGET_S
         for _ in range(min(START_PER_TICK, len(self.starts))):
             rank, reason = self.starts.popleft()
             run.start(rank, reason=reason)
+            if time.monotonic() > until:
+                break
         if self.starts or self.mode != "restart":
             if not self.starts and self.to is None:
                 self.mode = None

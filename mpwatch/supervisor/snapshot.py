@@ -124,6 +124,8 @@ def worker_status(w: Worker, now: float, tail: int, gpu: GpuWatch | None,
         stop=stop_info(a, now) if alive else None, polls_checkpoint=a.polls, steps_from=r.source)
     if r.rejected:
         row["rejected"] = {"count": r.rejected, "why": r.rejected_why or "?"}
+    if r.refused_tunables:
+        row["refused_tunables"] = list(r.refused_tunables)
     return row
 
 

@@ -80,6 +80,9 @@ def _live(rec: EventFields) -> str | None:
     if e == Event.TUNABLE_DECLARED:
         return (f"{who} declared tunable {rec.get('tunable')} ({rec.get('type')}, "
                 f"default {shown(rec.get('value'))})")
+    if e == Event.TUNABLE_SET and rec.get("step") is not None:  # asked now, in force at that step
+        return (f"{rec.get('tunable')} = {shown(rec.get('value'))} from step {rec.get('step')} "
+                f"({shown(rec.get('old'))} until then) by {rec.get('by')}")
     if e == Event.TUNABLE_SET:
         return (f"{rec.get('tunable')} = {shown(rec.get('value'))} (was {shown(rec.get('old'))}) "
                 f"{_at(rec.get('step'))} by {rec.get('by')}")
@@ -147,6 +150,8 @@ def line(rec: EventFields) -> str | None:
         return f"GPU alert: {rec.get('message')}"
     if e == Event.STOPPING:
         return f"stopping the run ({rec.get('why')})"
+    if e == Event.RUN_FINISHED and rec.get("stopped"):  # a stop asked for, a signal: not a failure of its own
+        return f"run stopped ({rec.get('stopped')}), exit code {rec.get('exit_code')}"
     if e == Event.RUN_FINISHED:
         return f"run finished, exit code {rec.get('exit_code')}"
     if e == Event.ROUND:  # several nodes: a rendezvous round joined (node_lost is worded by its alert)

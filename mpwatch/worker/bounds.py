@@ -3,7 +3,9 @@ batch it travels in (a frame past protocol.MAX_FRAME, or a number no float can h
 refused whole by the supervisor) and the supervisor's bounds (protocol.MAX_METRICS...) are
 never reached by a well-meaning script.
 
-- a step that is no int is made one when it can be (a numpy int), else dropped;
+- a step that is no int is made one when it can be (a numpy int), else dropped; one past 2^53
+  (contract.protocol.MAX_STEP: the largest integer every reader holds exactly) is dropped too,
+  and said once on the process's stderr;
 - a loss or a metric that is an int too big for a float exactly is sent as a float (10**400:
   inf); a number type that is not int or float (a numpy scalar) as a float;
 - a string metric longer than MAX_TEXT is cut, with a note of its length; any other value
@@ -19,12 +21,14 @@ from __future__ import annotations
 
 import json
 import math
+import sys
 
 MAX_TEXT = 256  # characters of a metric's text
 MAX_NAME = 64  # characters of a metric's or a phase's name
 MAX_METRICS = 64  # metrics a report carries
 MAX_PHASES = 64
 EXACT = 1 << 53  # past this an int is no exact float: sent as one, so that every reader can use it
+_said: set[str] = set()  # what was said on stderr once in this process ("step")
 CUT_NOTE = "…(cut: {n} characters)"
 MORE = "…"  # the note of the metrics past MAX_METRICS: its value says how many
 
@@ -93,7 +97,17 @@ def step(s: object) -> int | None:
     n = index() if callable(index) else None
     if not isinstance(n, int):
         return None
-    return n if -EXACT <= n <= EXACT else None
+    if -EXACT <= n <= EXACT:
+        return n
+    if "step" not in _said:
+        _said.add("step")
+        shown = str(n) if n.bit_length() < 128 else f"a {n.bit_length()}-bit number"
+        try:
+            sys.stderr.write(f"mpwatch: report(step={shown}): a step past 2^53 is not sent (the largest "
+                             "integer every reader holds exactly); mpwatch shows no step for this rank\n")
+        except (OSError, ValueError, AttributeError):
+            pass
+    return None
 
 
 def reports(entries: list[list[object]]) -> list[list[object]]:

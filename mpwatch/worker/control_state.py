@@ -8,6 +8,12 @@ Two threads share a `ControlState` without a lock:
   compare of `due` with this process's current step (worker.channel's `ProcessState.step`, the
   last step reported, by report() or by the automatic steps) and nothing else. When the step
   reaches `due`, `run_due()` drains the inbox, applies what is due, and queues the answers.
+
+What "at step S" means, in the script's own numbering: a checkpoint at S is due once step S is
+reported (`report(step=S)`, then should_checkpoint() is True: the state saved is step S's); a
+value set from step S is what tunable() returns for step S, so it is due once step S-1 is
+reported (a loop reads its tunables before the step they serve, at the top of the loop or
+after the last report), and its answer says S, the first step that uses it.
 A deque's append and popleft are atomic, and an attribute store is one, so the only order that
 matters is the sender's: item first, `due` after (see run_due for the other side).
 
@@ -16,10 +22,16 @@ same way and wait in worker.actions' StepActions: the sender lowers the process'
 after the item, and the training thread's next step boundary (report() with a step, an automatic
 step) calls `at_step`. Their answers go back in the same outbox.
 
+A declaration the supervisor cannot keep is said on the rank's stderr where it happens, once:
+a float tunable whose default is not finite (the script gets its default; the supervisor
+refuses it alone and lists it in the rank's status, keeping the others), and the first name
+past DECLARED_MAX (it and the later ones keep their defaults, unseen by the supervisor).
+
 Stdlib only, and cheap to import: `import mpwatch` does not load it (mpwatch.__getattr__).
 """
 from __future__ import annotations
 
+import math
 import os
 import sys
 from collections import deque
@@ -84,6 +96,8 @@ class ControlState:
         self.seen: set[int] = set()  # sender thread: request ids received
         self.acts = StepActions(self)  # training thread: the actions run at step boundaries
         self.acts_in: deque[tuple[int | None, int, str, dict[str, object]]] = deque()  # sender -> training
+        self.declared = 0  # declarations sent to the supervisor (at most DECLARED_MAX)
+        self.capped = False  # the first name past DECLARED_MAX was said on stderr
 
     @property
     def rank(self) -> int:
@@ -167,15 +181,15 @@ class ControlState:
         step = self.chan.state.step
         keep: list[Item] = []
         for item in self.pending:
-            at = item[0]
-            if at is not None and at > step:
+            at, is_set = item[0], item[2] is not None
+            if at is not None and due_at(at, is_set) > step:
                 keep.append(item)
-            elif item[2] is None:
+            elif not is_set:
                 self.ready.append(item)
             else:
                 self._set(item, step)
         self.pending = keep
-        due = min([it[0] for it in keep if it[0] is not None], default=NEVER)
+        due = min([due_at(it[0], it[2] is not None) for it in keep if it[0] is not None], default=NEVER)
         self.due = due
         self.ck_due = NOW if self.ready or not self.polls else due
         if inbox:  # the sender added one after the drain: it may have set `due` before we did
@@ -198,7 +212,7 @@ class ControlState:
             v = coerce(value, type(current))
             if v is not _MISSING:
                 self.values[name] = v
-        self._answer(rid, item[0], step)
+        self._answer(rid, item[0], step + 1 if step >= 0 else step)  # the first step that uses it
 
     def _answer(self, rid: int, at: int | None, step: int) -> None:
         self.answer(rid, at, step)
@@ -236,9 +250,17 @@ class ControlState:
             v = coerce(early, kind)
             value = default if v is _MISSING else v
         self.values[name] = value
-        if len(self.values) <= DECLARED_MAX:
+        if isinstance(default, float) and not math.isfinite(default):
+            _say(f"tunable({name!r}, {default!r}): a float tunable's default must be finite; the script "
+                 f"gets {default!r}, and mpwatch ctl set cannot change it (the other tunables are kept)")
+        if self.declared < DECLARED_MAX:
+            self.declared += 1
             shown = default if kind is not str else str(default)[:protocol.TUNABLE_STR_MAX]
             self.outbox.append([protocol.LIVE_DECLARE, name, kind.__name__, shown])
+        elif not self.capped:
+            self.capped = True
+            _say(f"tunable({name!r}, ...): past {DECLARED_MAX} tunables, this one and any declared after "
+                 "it keep their defaults: the supervisor is not told of them (ctl set cannot reach them)")
         if not self.started:
             self.started = True
             self.chan.start()
@@ -254,6 +276,12 @@ class ControlState:
         self.seen = set()
         self.acts.after_fork()
         self.acts_in = deque()
+
+
+def due_at(at: int, is_set: bool) -> int:
+    """The last step reported at which a request for step `at` is due: a checkpoint's own step,
+    the step before a value's (see the module's doc)."""
+    return at - 1 if is_set else at
 
 
 def start_values() -> dict[str, object]:
@@ -282,3 +310,12 @@ def attach(chan: Channel) -> ControlState:
             chan.control = ctl
             os.register_at_fork(after_in_child=ctl.after_fork)
     return ctl
+
+
+def _say(text: str) -> None:
+    """One line on the process's stderr (the rank's log); never an error of the script's."""
+    try:
+        sys.stderr.write(f"mpwatch: {text}\n")
+        sys.stderr.flush()
+    except (OSError, ValueError, AttributeError):  # closed, or replaced by something that is no file
+        pass

@@ -121,3 +121,29 @@ def test_between_steps_a_batch_is_a_heartbeat_at_most_once_a_second_and_never_be
     backward(steps, "m")
     steps.optimizer_stepped()
     assert sent[-1][0] == 2  # the next step is step 2: heartbeats count no step
+
+
+def test_a_step_that_returns_a_loss_has_that_loss_and_one_that_returns_none_the_mean():
+    """Issue 31, item 5: optimizer.step(closure) (LBFGS evaluates the closure up to 20 times) is
+    one step whose loss is what step() returned, not the mean of its closure's backward() calls;
+    torch's hook fires inside step(), so the count waits for step() to return. Fails on the code
+    before (no step_returned: the step was counted in the hook with the mean)."""
+    steps, _, sent = make()
+    steps.has_optimizer = True
+    steps.stepping += 1  # step(closure) begins
+    for loss in ("first", "second", "third"):
+        backward(steps, loss)
+    steps.optimizer_stepped()  # torch's post hook, inside step()
+    assert sent == []
+    steps.stepping -= 1
+    steps.step_returned(["returned"])
+    assert [(s, p) for s, p, _, _ in sent] == [(1, ["returned"])]
+    steps.stepping += 1  # a step() that returns None: its backward() losses stand
+    backward(steps, "a")
+    backward(steps, "b")
+    steps.optimizer_stepped()
+    steps.stepping -= 1
+    steps.step_returned(None)
+    assert [(s, p) for s, p, _, _ in sent][1:] == [(2, ["a", "b"])]
+    steps.step_returned(["no step was taken"])  # a step() whose hook never fired: nothing counted
+    assert len(sent) == 2

@@ -132,7 +132,7 @@ def test_ls_all_lists_finished_cut_short_and_live_runs_newest_first(crashed, kil
     assert lines[0].split()[:5] == ["RUN", "STARTED", "TOOK", "WORKERS", "ENDED"]
     by_dir = {ln.split()[-1]: ln for ln in lines[1:]}
     assert "live" in by_dir[str(live.run_dir.resolve())].split() or "live" in by_dir[str(live.run_dir)].split()
-    assert " ZeroDivisionError: divis…  " in by_dir[str(folder / "crashed")]  # cut at 40, and says so
+    assert ": ZeroDivisionError: divi…  " in by_dir[str(folder / "crashed")]  # cut at 40, and says so
     assert "stopped (asked with ctl stop or the TUI)" in by_dir[str(folder / "hung")]  # stopped, not failed
     assert "cut short (supervisor gone)" in by_dir[str(folder / "killed")]
     assert not any("not-a-run" in ln for ln in lines)

@@ -1,10 +1,14 @@
 """With two live runs and no --run (issue 20, item 5): the ctl commands that act refuse, with
 exit code 2 and the list of live runs (id, script, started, directory), and act on neither;
 the read-only ones take the newest and say so on stderr. Real supervisors, real workers."""
+import argparse
 import json
 
 import pytest
 
+from mpwatch.cli.args import UsageError
+from mpwatch.cli.ctl_args import ctl_parser
+from mpwatch.cli.which_run import READ_ONLY
 from tests.helpers import FIXTURES, mpwatch, wait_for
 
 pytestmark = pytest.mark.xdist_group("which_run")  # the two runs are started once, in one lane
@@ -67,3 +71,50 @@ def test_read_only_commands_take_the_newest_and_say_so(two_runs):
     assert not newer.events("paused")
     older.ctl("resume", "0")  # as it was found (the runs are the module's)
     older.wait_state(0, "running")
+    older.wait_event("resumed", count=paused + 1)  # written after the state turns (the next test counts)
+
+
+def _subcommands() -> dict[str, argparse.ArgumentParser]:
+    """Every action the ctl parser has, today's and any added later."""
+    sub = next(a for a in ctl_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    return dict(sub.choices)
+
+
+def _argv(name: str, parser: argparse.ArgumentParser) -> list[str]:
+    """The action with a value its parser takes for each positional argument ("0", "1" or "all")."""
+    out = [name]
+    for a in parser._actions:
+        if a.option_strings or isinstance(a, argparse._HelpAction):
+            continue
+        for candidate in ("0", "1", "all"):
+            try:
+                (a.type or str)(candidate)
+            except (ValueError, TypeError, argparse.ArgumentTypeError, UsageError):
+                continue
+            out.append(candidate)
+            break
+        else:
+            raise AssertionError(f"no sample value for ctl {name}'s {a.dest}")
+    return out
+
+
+def test_every_action_but_the_read_only_ones_refuses_among_several_live_runs(two_runs):
+    """Issue 31, item 1: `ctl set` and `ctl checkpoint` acted on the newest of two runs; now
+    every action the parser has refuses unless it is in the one read-only list (so one added
+    later refuses too). Fails on the code before: set and checkpoint answered exit 0."""
+    older, newer = two_runs
+    actions = _subcommands()
+    assert {"status", "logs", "set", "checkpoint", "pause", "stop"} <= set(actions)
+    assert {"status", "logs"} == READ_ONLY
+    acting = sorted(set(actions) - READ_ONLY)
+    before = {run: len(run.events()) for run in two_runs}
+    for name in acting:
+        argv = _argv(name, actions[name])
+        res = mpwatch("ctl", *argv)
+        assert res.returncode == 2 and res.stdout == "", (argv, res.returncode, res.stdout, res.stderr)
+        head = f"mpwatch: error: 2 live runs: say which one to {name} with --run RUN"
+        assert res.stderr.startswith(head), (argv, res.stderr)
+        assert len(res.stderr.splitlines()) == 4  # the line, the header, the two runs
+    for run in (older, newer):  # neither was asked anything
+        assert not [e for e in run.events()[before[run]:]
+                    if e["event"] in ACTING or e["event"] in ("tunable_set", "checkpoint_requested")]

@@ -16,7 +16,7 @@ import psutil
 import pytest
 
 from mpwatch.sources.local import Client
-from mpwatch.supervisor import resize, spawn
+from mpwatch.supervisor import options, resize, spawn
 from mpwatch.supervisor.workers import marks
 from tests.faults.conftest import FAULTS, NOBODY, pid_lines, reporting
 from tests.faults.hostile import needs_root
@@ -132,7 +132,7 @@ def test_resize_past_the_cap_is_refused_in_one_line(headless):
 
 
 def test_the_default_cap_comes_from_the_machine(headless):
-    cap = resize.machine_cap()
+    cap = options.machine_cap()
     assert cap >= max(64, 4 * (os.cpu_count() or 1))
     run = headless("/bin/sleep", "600", n=1, opts=["--no-python", "--grace", "1"])
     wait_for(lambda: run.status()["workers"][0]["pid"], 60, what="rank 0 started")

@@ -87,7 +87,8 @@ def test_a_name_taken_in_the_runs_folder_moves_the_claim_to_the_next_id(tmp_path
 
 @needs_root
 def test_links_planted_by_another_user_are_never_followed():
-    """A runs folder every user may write in (sticky, as /tmp): another user plants
+    """A runs folder every user may write in (sticky, as /tmp), named with --log-dir (the default
+    ./mpwatch-runs must be this user's alone: test_hostile_runs_folder): another user plants
     `<time>-<script>` links for the coming minute, pointing at a folder of theirs whose
     rank-0/stdout.log points at a root-only file. Root's run goes elsewhere, touches neither."""
     with shared_folder() as d:
@@ -111,7 +112,7 @@ def test_links_planted_by_another_user_are_never_followed():
                     os.symlink(target, runs / name)
             return len(os.listdir(runs))
         planted = as_user(plant)
-        res = mpwatch("--headless", "-n", "1", REPORTER, "3", cwd=d)
+        res = mpwatch("--headless", "-n", "1", "--log-dir", runs, REPORTER, "3", cwd=d)
         assert res.returncode == 0, res.stderr
         assert secret.read_text() == "root only\n" and mode(target) == 0o777
         assert sorted(p.name for p in target.iterdir()) == ["rank-0"] and os.lstat(target).st_uid == NOBODY
@@ -235,7 +236,8 @@ def test_another_users_runs_are_skipped_with_a_note(tmp_path):
         ls = as_nobody("ls", "--all", cwd=d, env=env)
         assert ls.returncode == 0 and ls.stdout.startswith("no runs"), ls
         assert "mpwatch: note: skipped 1 folder(s) this user may not read" in ls.stderr and root_run.name in ls.stderr
-        prune = as_nobody("prune", "--keep", "0", "--dry-run", cwd=d, env=env)
+        # (the folder named: ./mpwatch-runs itself is refused, being root's: test_hostile_runs_folder)
+        prune = as_nobody("prune", "--keep", "0", "--dry-run", "mpwatch-runs", cwd=d, env=env)
         assert prune.returncode == 0 and "would remove 0 run(s)" in prune.stdout, prune
         assert "skipped 1 folder(s)" in prune.stderr
         summary = as_nobody("summary", "20300101-000000-other", cwd=d, env=env)

@@ -6,6 +6,7 @@ the supervisor's, counted and said in the status."""
 from __future__ import annotations
 
 import json
+import os
 import select
 import socket
 import subprocess
@@ -29,6 +30,7 @@ class Bridge:
     def __init__(self, run_dir, env=None):
         self.proc = subprocess.Popen([*MPWATCH, "bridge", str(run_dir)], stdin=subprocess.PIPE,
                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+        self.buf = b""  # read from stdout's fd, not yet a whole line
         self.send({"t": "hello", "proto": "mpwatch-bridge", "min": 1, "max": 1, "mpwatch": "test"})
         assert "run" in self.recv(), "no run in the bridge's hello"
 
@@ -37,11 +39,21 @@ class Bridge:
         self.proc.stdin.flush()
 
     def recv(self, timeout: float = 30.0) -> dict:
-        ready, _, _ = select.select([self.proc.stdout], [], [], timeout)
-        assert ready, f"no answer from the bridge within {timeout:g}s"
-        line = self.proc.stdout.readline()
-        assert line, f"the bridge ended: {self.proc.stderr.read().decode()}"
-        return json.loads(line)
+        return json.loads(self.recv_line(timeout))
+
+    def recv_line(self, timeout: float = 30.0) -> bytes:
+        """The next reply line, read from the pipe's fd itself: a buffered readline after a
+        select would leave a second reply that came with the first in its buffer, unseen."""
+        deadline = time.monotonic() + timeout
+        fd = self.proc.stdout.fileno()
+        while b"\n" not in self.buf:
+            ready, _, _ = select.select([fd], [], [], max(0.0, deadline - time.monotonic()))
+            assert ready, f"no answer from the bridge within {timeout:g}s"
+            chunk = os.read(fd, 1 << 20)
+            assert chunk, f"the bridge ended: {self.proc.stderr.read().decode()}"
+            self.buf += chunk
+        line, _, self.buf = self.buf.partition(b"\n")
+        return line + b"\n"
 
     def close(self) -> None:
         if self.proc.poll() is None:

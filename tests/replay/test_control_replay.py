@@ -40,11 +40,14 @@ def test_the_replay_shows_each_moments_tunables_and_checkpoints(tuned):
     assert (lr["value"], lr["changes"]) == (0.1, [])
     seek(src, lambda e: e["event"] == "tunable_set", "set")
     lr = next(t for t in src.status()["tunables"] if t["name"] == "lr")
-    assert lr["value"] == 0.5 and lr["changes"][0]["waiting"] == [0, 1] and lr["changes"][0]["answers"] == []
+    # asked, not taken yet: pending, the value in force still the old one (issue 31)
+    assert lr["value"] == 0.1 and lr["changes"][0]["pending"] and lr["changes"][0]["value"] == 0.5
+    assert lr["changes"][0]["waiting"] == [0, 1] and lr["changes"][0]["answers"] == []
     src.move("end")
     st = src.status()
     lr = next(t for t in st["tunables"] if t["name"] == "lr")
     change = lr["changes"][0]
+    assert lr["value"] == 0.5 and not change["pending"]
     steps = {a["step"] for a in change["answers"]}
     assert len(steps) == 1 and change["step"] in steps and change["waiting"] == [] and change["by"].startswith("ctl")
     req = st["checkpoints"][0]
@@ -81,3 +84,15 @@ async def test_a_replay_shows_t_and_refuses_c_and_a_change(tuned):
         await pilot.press("down", "enter")
         await until(pilot, lambda: said(app, "cannot change lr: this is a replay"), what="the refusal to change")
         assert isinstance(app.screen, TunablesScreen)
+
+
+def test_summary_says_a_change_that_never_came_into_force_was_pending(headless):
+    """Issue 31, item 2: a value set for a step the run never reached is no value it had: the
+    summary says it stayed pending (it said "lr = 0.5 (was 0.1) from step 999999")."""
+    run = headless(FIXTURES / "control_loop.py", "80", "0.02", n=1)
+    run.wait_event("tunable_declared", count=4)
+    run.ctl("set", "lr", "0.5", "--at-step", "999999")
+    assert run.wait_exit(120) == 0
+    text = "\n".join(summary_lines(postmortem.summarize(reader.read(run.run_dir))))
+    assert "lr = 0.5 from step 999999 (0.1 until then), by ctl " in text, text
+    assert ": pending, 0 of 1 rank(s) took it" in text and "(was 0.1)" not in text

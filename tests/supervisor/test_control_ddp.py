@@ -28,7 +28,7 @@ def test_checkpoint_and_lr_change_at_one_step_on_every_ddp_rank(headless, tmp_pa
     taken = run.wait_event("checkpoint_taken", timeout=120, count=n)
     assert {(e["step"], e["late"]) for e in taken} == {(s, False)}, taken
     said = run.ctl("set", "lr", "0.02").stdout
-    at = int(re.search(r"on ranks 0-2 from step (\d+)", said).group(1))
+    at = int(re.match(r"lr = 0.02 from step (\d+) on ranks 0-2", said).group(1))
     applied = run.wait_event("tunable_applied", timeout=120, count=n)
     assert {(e["step"], e["late"]) for e in applied} == {(at, False)}, applied
     wait_for(lambda: all(len(_lines(run, r, "D")) > at + 5 for r in range(n)), timeout=120,
@@ -46,4 +46,5 @@ def test_checkpoint_and_lr_change_at_one_step_on_every_ddp_rank(headless, tmp_pa
     for i in range(common):  # every rank: the same lr and the same parameters at every step
         assert len({tuple(steps[r][i]) for r in range(n)}) == 1, [steps[r][i] for r in range(n)]
     lrs = [(int(st), float(lr)) for st, lr, _ in steps[0][:common]]
-    assert {lr for st, lr in lrs if st <= at} == {0.1} and {lr for st, lr in lrs if st > at} == {0.02}
+    # "from step S" is the script's step S: the first one trained with 0.02 (issue 31: it was S+1)
+    assert {lr for st, lr in lrs if st < at} == {0.1} and {lr for st, lr in lrs if st >= at} == {0.02}

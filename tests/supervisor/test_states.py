@@ -128,9 +128,10 @@ def test_a_worker_that_could_not_start_is_failed_with_its_cause(log):
 def test_a_worker_row_has_every_key_of_the_schema_and_no_other(proc, log):
     w = worker_in(State.RUNNING, proc, log)
     st = worker_status(w, 0.0, TAIL, None)
-    assert set(st) == set(WorkerStatus.__annotations__) - MERGED_WORKER_KEYS - {"rejected"}
+    assert set(st) == set(WorkerStatus.__annotations__) - MERGED_WORKER_KEYS - {"rejected", "refused_tunables"}
     json.dumps(st)
     w.reports.rejected, w.reports.rejected_why = 2, "report loss is not a number"  # present once there are some
+    w.reports.refused_tunables = ["x: a float tunable's default must be finite, not inf"]
     st = worker_status(w, 0.0, TAIL, None)
     assert set(st) == set(WorkerStatus.__annotations__) - MERGED_WORKER_KEYS
     assert st["rejected"] == {"count": 2, "why": "report loss is not a number"}
@@ -150,6 +151,16 @@ def test_a_worker_row_has_every_key_of_the_schema_and_no_other(proc, log):
 ])
 def test_exit_verdicts(rc, reason, tail, want):
     assert tuple(exits.judge(rc, reason, tail)) == want
+
+
+@pytest.mark.parametrize(("reason", "why"), [("stop", "the run was stopped"), ("kill", "a kill asked for"),
+                                             ("restart", "to restart"), ("resize", "for a resize")])
+def test_a_rank_that_exits_0_on_its_stop_signal_stopped_cleanly(reason, why):
+    """Issue 31, item 7: `killed` was shown for a rank that saved and exited 0 on --stop-signal."""
+    end = exits.judge(0, reason, [], stop_signal="SIGUSR2")
+    assert tuple(end) == (State.EXITED, 0, None, f"stopped cleanly on SIGUSR2 ({why}), exit 0")
+    assert exits.judge(-9, reason, [], stop_signal="SIGUSR2").state is State.KILLED  # the grace ran out
+    assert exits.judge(3, reason, [], stop_signal="SIGUSR2").state is State.KILLED
 
 
 def test_the_loss_tail_is_the_whole_run_smoothed(proc, log):

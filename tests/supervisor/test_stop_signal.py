@@ -34,7 +34,17 @@ def test_the_stop_signal_reaches_the_rank_alone_and_its_children_live_through_th
     assert run.wait_exit(timeout=60) == 1  # a stopped run
     assert "SAVED child_alive=True" in run.log(0)
     assert_gone(pids | {child})
-    assert run.events("worker_exited")[0]["cause"] == "stopped with the run (exit 0)"
+    # issue 31: it saved and exited 0 on its stop signal: it stopped cleanly, it was not killed
+    (ended,) = run.events("worker_exited")
+    assert ended["state"] == "exited" and ended["cause"] == "stopped cleanly on SIGUSR2 (the run was stopped), exit 0"
+    # and the run's end says it was a stop asked for, not a failure of its own (the exit code stays 1)
+    (fin,) = run.events("run_finished")
+    assert fin["stopped"] == "asked with ctl stop or the TUI" and fin["exit_code"] == 1
+    assert "run stopped (asked with ctl stop or the TUI), exit code 1" in run.stderr_text
+    assert "run finished" not in run.stderr_text
+    text = mpwatch("summary", run.run_dir).stdout
+    assert "ended: stopped (asked with ctl stop or the TUI)" in text
+    assert "exited" in text and "stopped cleanly on SIGUSR2 (the run was stopped), exit 0" in text
 
 
 def test_a_batch_systems_usr1_to_mpwatch_stops_the_run_gracefully(headless, tmp_path):
@@ -63,7 +73,7 @@ def test_a_signal_the_moment_the_run_is_announced_is_a_stop_never_a_death(headle
     os.kill(run.proc.pid, sig)
     assert run.wait_exit(timeout=60) == 1, run.stderr_text
     assert run.events("stopping")[0]["why"] == f"signal {signal.Signals(sig).name}"
-    assert "run finished" in run.stderr_text
+    assert f"run stopped (signal {signal.Signals(sig).name}), exit code 1" in run.stderr_text
     run.assert_gone()
 
 

@@ -36,10 +36,12 @@ def _join_change(into: list[TunableChange], c: TunableChange, rank: Rank) -> Non
     answers, waiting = _answers(c["answers"], rank), _global(c["waiting"], rank)
     if same is None:
         into.append(TunableChange(id=c["id"], ts=c["ts"], value=c["value"], old=c["old"], step=c["step"],
-                                  by=c["by"], answers=answers, waiting=waiting))
+                                  by=c["by"], answers=answers, waiting=waiting,
+                                  pending=bool(c.get("pending"))))
     else:
         same["answers"] = sorted(same["answers"] + answers, key=lambda a: a["rank"])
         same["waiting"] = sorted(same["waiting"] + waiting)
+        same["pending"] = same["pending"] or bool(c.get("pending"))  # in force once on every node
 
 
 def tunables(parts: Sequence[tuple[Status, Rank]]) -> list[TunableStatus]:
@@ -54,8 +56,10 @@ def tunables(parts: Sequence[tuple[Status, Rank]]) -> list[TunableStatus]:
             for c in t["changes"]:
                 _join_change(m["changes"], c, rank)
             m["changes"].sort(key=lambda c: c["ts"])
-            if m["changes"]:
-                m["value"] = m["changes"][-1]["value"]
+    for m in out.values():  # the value in force on every node: the last change in force everywhere
+        done = [c for c in m["changes"] if not c["pending"]]
+        if done:
+            m["value"] = done[-1]["value"]
     return [out[n] for n in sorted(out)]
 
 

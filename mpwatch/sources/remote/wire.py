@@ -46,7 +46,11 @@ class BridgeRun(TypedDict):
 
 
 def encode(msg: dict[str, Any]) -> bytes:
-    return protocol.encode_lossy(msg) + b"\n"
+    """One line; protocol.BadFrame for a value nested too deep for JSON (never a RecursionError)."""
+    try:
+        return protocol.encode_lossy(msg) + b"\n"
+    except RecursionError:
+        raise protocol.BadFrame("a value nested too deep to encode") from None
 
 
 def decode(line: bytes) -> dict[str, Any]:

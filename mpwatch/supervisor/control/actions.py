@@ -72,7 +72,8 @@ class ActionDesk:
             if not reach_ and not spy:
                 why = reach.away(self.workers, away) if away else "its mpwatch is older (it cannot)"
                 raise CommandError(f"cannot ask {fmt.ranks(away + old)} to {_verb(action)}: {why}")
-            step = reach.step_for(reach_, every, at, self.flush_s())
+            picked = reach.step_for(reach_, every, at, self.flush_s())
+            step = picked.step
             if plan_only:
                 return {"ok": True, "step": step}
             req = Asked(self.book.next_id(), by, step, {w.rank for w in reach_ + spy}, action=action.name,
@@ -86,7 +87,8 @@ class ActionDesk:
                        by=by, **args)
         for w in spy:
             self.spy(w, req, f"rank {w.rank} has no channel to mpwatch")
-        notes = [f"{fmt.ranks(quiet)} never called mpwatch.should_checkpoint() yet"] if quiet else []
+        notes = reach.apart_notes(picked)
+        notes += [f"{fmt.ranks(quiet)} never called mpwatch.should_checkpoint() yet"] if quiet else []
         notes += [f"{fmt.ranks(away)} cannot be asked: {reach.away(self.workers, away)}"] if away else []
         notes += [f"{fmt.ranks(old)} cannot be asked: its mpwatch is older"] if old else []
         notes += [f"{fmt.ranks(lost)}: its channel is full (it does not read)"] if lost else []

@@ -1,8 +1,14 @@
 """The run's tunables: what the ranks declared (mpwatch.tunable's first call), each one's
-value now, and its recent changes with each rank's answer; and the requests of actions
+value in force, and its recent changes with each rank's answer; and the requests of actions
 (contract.actions: checkpoints, profiles) with theirs. Plain records, changed by
 supervisor.control.room and supervisor.control.actions under the run's lock; `status()` copies
 them into contract.control's records for the snapshot.
+
+A change for a later step is pending until it is in force: every rank asked took it, at least
+one did (a rank whose process ended before is no longer waited for; a change nobody took yet
+stays pending, for the ranks started again). Only then is its value the tunable's `value`, the
+one a rank started again starts with (`values`); a change at each rank's next call (no step)
+is in force at once, as is one no rank could be asked (the next ones start with it).
 """
 from __future__ import annotations
 
@@ -24,7 +30,7 @@ from mpwatch.contract.control import (
 )
 
 CHANGES_KEPT = 8  # per tunable
-TUNABLES_MAX = 256  # declared names a run keeps; past it new names are ignored
+TUNABLES_MAX = 256  # declared names a run keeps (a rank sends as many); past it a refusal says so
 
 
 @dataclass(eq=False)
@@ -69,7 +75,13 @@ class Asked(Request):
 @dataclass(eq=False)
 class Change(Request):
     value: TunableValue = 0
-    old: TunableValue = 0
+    old: TunableValue = 0  # the value in force when it was asked
+    pending: bool = False  # not in force yet (see the module's doc)
+    forced: int = 0  # the registry's epoch when it came into force (Registry.epoch)
+
+    def due(self) -> bool:
+        """A pending change every rank asked has taken (and one at least)."""
+        return self.pending and bool(self.answers) and not self.waiting()
 
 
 @dataclass(eq=False)
@@ -77,15 +89,24 @@ class Tunable:
     name: str
     type: TunableType
     default: TunableValue
-    value: TunableValue
+    value: TunableValue  # the value in force
+    forced: int = 0  # the registry's epoch when a change last came into force (0: never)
     ranks: set[int] = field(default_factory=set)
-    changes: deque[Change] = field(default_factory=lambda: deque(maxlen=CHANGES_KEPT))
+    changes: list[Change] = field(default_factory=list)  # oldest first
+
+    def add(self, c: Change) -> None:
+        """A new change; the oldest one in force goes past CHANGES_KEPT (a pending one stays
+        while it can: the ranks still take it)."""
+        self.changes.append(c)
+        while len(self.changes) > CHANGES_KEPT:
+            done = next((x for x in self.changes if not x.pending), self.changes[0])
+            self.changes.remove(done)
 
     def status(self) -> TunableStatus:
         return TunableStatus(
             name=self.name, type=self.type, default=self.default, value=self.value, ranks=sorted(self.ranks),
             changes=[TunableChange(id=c.id, ts=c.ts, value=c.value, old=c.old, step=c.step, by=c.by,
-                                   answers=c.answers_list(), waiting=c.waiting())
+                                   answers=c.answers_list(), waiting=c.waiting(), pending=c.pending)
                      for c in self.changes])
 
 
@@ -96,6 +117,7 @@ class Registry:
         self.tunables: dict[str, Tunable] = {}
         self.asked: dict[str, deque[Asked]] = {name: deque(maxlen=KEPT) for name in ACTIONS}
         self.last_id = 0
+        self.epoch = 0  # counts the changes that came into force: what a starting rank's values cover
 
     def next_id(self) -> int:
         self.last_id += 1
@@ -107,7 +129,7 @@ class Registry:
         if t is None:
             if len(self.tunables) >= TUNABLES_MAX:
                 return None
-            t = self.tunables[name] = Tunable(name, kind, default, default, {rank})
+            t = self.tunables[name] = Tunable(name, kind, default, default, ranks={rank})
             return t
         if t.type == kind:  # one of another type keeps its own default: its set values are refused there
             t.ranks.add(rank)
@@ -125,9 +147,47 @@ class Registry:
                     return c, t
         return None
 
+    def set(self, t: Tunable, c: Change) -> None:
+        """A new change of `t`: in force at once when it has no step or no rank was asked."""
+        c.pending = c.step is not None and bool(c.asked)
+        t.add(c)
+        if not c.pending:
+            self.force(t, c)
+
+    def force(self, t: Tunable, c: Change) -> None:
+        c.pending = False
+        self.epoch += 1
+        c.forced = t.forced = self.epoch
+        t.value = c.value
+
+    def settle(self) -> None:
+        """The pending changes every rank asked has taken come into force (after answers, exits)."""
+        for t in self.tunables.values():
+            for c in t.changes:
+                if c.due():
+                    self.force(t, c)
+
+    def forget(self, rank: int) -> None:
+        """A new process of `rank` starts: the pending changes its last one took, it takes again."""
+        for t in self.tunables.values():
+            for c in t.changes:
+                if c.pending:
+                    c.answers.pop(rank, None)
+                    c.asked.discard(rank)
+
     def values(self) -> dict[str, TunableValue]:
-        """The values a worker starts with: every tunable changed from its default."""
-        return {t.name: t.value for t in self.tunables.values() if t.changes}
+        """The values a worker starts with: every tunable whose value in force is a change's."""
+        return {t.name: t.value for t in self.tunables.values() if t.forced}
+
+    def owed(self, t: Tunable, rank: int, covered: int) -> list[Change]:
+        """What a rank's new channel is sent of `t`: the pending changes it has not taken, and
+        the value in force when it came into force after `covered` (the epoch its environment
+        had) and the rank has not taken it."""
+        out = [c for c in t.changes if c.pending and rank not in c.answers]
+        latest = max((c for c in t.changes if c.forced), key=lambda c: c.forced, default=None)
+        if latest is not None and latest.forced > covered and rank not in latest.answers:
+            out.insert(0, latest)
+        return out
 
     def status(self) -> ControlView:
         tunables = [self.tunables[n].status() for n in sorted(self.tunables)]

@@ -34,7 +34,7 @@ from mpwatch.contract.status import Event
 from mpwatch.rundir.writer import RunStore
 from mpwatch.supervisor.control import reach
 from mpwatch.supervisor.control.actions import ActionDesk, Flames
-from mpwatch.supervisor.control.records import Asked, Change, Registry
+from mpwatch.supervisor.control.records import TUNABLES_MAX, Asked, Change, Registry
 from mpwatch.supervisor.errors import CommandError
 from mpwatch.supervisor.eventlog import EventLog
 from mpwatch.supervisor.workers.worker import Downlink, Worker
@@ -42,6 +42,7 @@ from mpwatch.text import fmt
 
 Reply = dict[str, Any]
 Pending = list[tuple[Event, int | None, dict[str, Any]]]  # events to write once the lock is released
+NAMES_SHOWN = 20  # declared names a refusal lists (a run may have 256)
 
 
 class ControlRoom:
@@ -55,10 +56,13 @@ class ControlRoom:
         self.desk = ActionDesk(workers, lock, log, self.book, flush_s, store, flames)
 
     # ------------------------------------------------------------ main thread ----
-    def spawn_env(self, env: dict[str, str]) -> int:
-        """The tunables' values into a starting rank's environment; the last request id they cover."""
+    def spawn_env(self, env: dict[str, str], rank: int) -> int:
+        """The tunables' values in force into a starting rank's environment (a change still
+        pending reaches it on its channel, at its step, as the other ranks take it); the epoch
+        they cover (records.Registry.epoch)."""
         with self.lock:
-            values, last = self.book.values(), self.book.last_id
+            self.book.forget(rank)
+            values, last = self.book.values(), self.book.epoch
         if values:
             env[protocol.ENV_TUNABLES] = json.dumps(values)
         else:
@@ -76,28 +80,31 @@ class ControlRoom:
         with self.lock:
             t = self.book.tunables.get(name)
             if t is None:
-                names = ", ".join(sorted(self.book.tunables)) or "none yet (mpwatch.tunable(NAME, DEFAULT) " \
-                    "declares one)"
-                raise CommandError(f"no worker declared a tunable {name!r}; declared: {names}")
+                raise CommandError(f"no worker declared a tunable {name!r}; declared: {self._declared()}")
             try:
                 value = parse_value(text, t.type)
             except ValueError as exc:
                 raise CommandError(f"{name} is {'an' if t.type == 'int' else 'a'} {t.type}: {exc}") from None
             reached, _ = reach.reachable([self.workers[r] for r in sorted(self.workers)])
-            step = reach.step_for(reached, True, at, self.flush_s())
+            picked = reach.step_for(reached, True, at, self.flush_s())
+            step = picked.step
             if plan_only:
                 return {"ok": True, "step": step}
             change = Change(self.book.next_id(), by, step, {w.rank for w in reached}, value=value,
                             old=t.value)
-            t.changes.append(change)
-            t.value = value
+            self.book.set(t, change)
         frame = protocol.encode({"t": protocol.SET, "id": change.id, "name": name, "value": value,
                                  "step": step})
         reach.send(reached, lambda w: frame, change, self.lock)
         self.log.event(Event.TUNABLE_SET, None, id=change.id, tunable=name, value=value, old=change.old,
                        step=step, by=by, ranks=sorted(change.asked))
-        text = f"{name} = {shown(value)} (was {shown(change.old)}) on {fmt.ranks(change.asked)} " \
-            + (f"from step {step}" if step is not None else "at each one's next call")
+        if step is not None:  # not in force before the ranks reach it
+            text = f"{name} = {shown(value)} from step {step} on {fmt.ranks(change.asked)} " \
+                f"(now {shown(change.old)})"
+        else:
+            text = f"{name} = {shown(value)} (was {shown(change.old)}) on {fmt.ranks(change.asked)} " \
+                "at each one's next call"
+        text += "".join(f"; {n}" for n in reach.apart_notes(picked))
         if not reached:
             text = (f"{name} = {shown(value)} (was {shown(change.old)}): no rank runs now; "
                     "the next ones start with it")
@@ -114,6 +121,7 @@ class ControlRoom:
                 for c in t.changes:
                     if w.rank not in c.answers:
                         c.asked.discard(w.rank)
+            self.book.settle()  # what the others all took comes into force
         self._write(events)
 
     def push(self) -> None:
@@ -126,7 +134,8 @@ class ControlRoom:
     # ----------------------------------------------------------- hub threads ----
     def on_hello(self, w: Worker, peer: Downlink, version: int) -> None:
         """A rank's own process opened its channel: requests it has not answered go again
-        (a reconnect: the worker applies each id once), and tunable changes made since it started."""
+        (a reconnect: the worker applies each id once), and of each tunable the changes still
+        pending (at their step) and the value that came into force since it started (at once)."""
         if version < protocol.DOWN_VERSION:
             return
         frames: list[bytes] = []
@@ -135,11 +144,10 @@ class ControlRoom:
             a.peer = peer
             frames += self.desk.frames(w)
             for t in self.book.tunables.values():
-                c = t.changes[-1] if t.changes else None
-                if c is not None and c.id > a.live_from and w.rank not in c.answers:
+                for c in self.book.owed(t, w.rank, a.live_from):
                     c.asked.add(w.rank)
                     frames.append(protocol.encode({"t": protocol.SET, "id": c.id, "name": t.name,
-                                                   "value": c.value, "step": c.step}))
+                                                   "value": c.value, "step": c.step if c.pending else None}))
         for f in frames:
             peer.send(f)
 
@@ -178,6 +186,8 @@ class ControlRoom:
         if t is not None:
             assert isinstance(req, Change)  # a tunable's request is one of its changes
             events.append((Event.TUNABLE_APPLIED, rank, {**fields, "tunable": t.name, "value": req.value}))
+            if req.due():
+                self.book.force(t, req)
 
     # --------------------------------------------------------------- readers ----
     def status(self) -> ControlView:
@@ -187,3 +197,14 @@ class ControlRoom:
     def _write(self, events: Pending) -> None:
         for name, rank, fields in events:
             self.log.event(name, rank, **fields)
+
+    def _declared(self) -> str:
+        """The declared names for a refusal: the first NAMES_SHOWN, and the cap when it is reached."""
+        names = sorted(self.book.tunables)
+        if not names:
+            return "none yet (mpwatch.tunable(NAME, DEFAULT) declares one)"
+        listed = ", ".join(names[:NAMES_SHOWN]) + (f" and {len(names) - NAMES_SHOWN} more"
+                                                   if len(names) > NAMES_SHOWN else "")
+        if len(names) >= TUNABLES_MAX:
+            listed += f" (a run keeps {TUNABLES_MAX} tunables: names declared past them are not kept)"
+        return listed

@@ -29,6 +29,7 @@ from mpwatch.supervisor.workers.worker import ChildReport, Downlink, PendingRepo
 # draws the curve of a finished run (a live run's curves come from the in-memory history).
 REPORT_EVENT_S = 1.0
 BAD_FRAME_EVENTS = (1, 10, 100, 1000)  # a worker's bad frames that get an event (counted all)
+REFUSED_KEPT = 8  # a rank's refused tunable declarations its status lists
 
 
 class Peer(Downlink, Protocol):
@@ -104,6 +105,19 @@ class ReportLedger:
         if any(before < n <= count for n in BAD_FRAME_EVENTS):
             self.log.event(Event.REPORTS_REJECTED, w.rank, pid=peer.pid, why=reasons[-1], count=count)
 
+    def on_refused(self, peer: Peer, refused: list[str]) -> None:
+        """Tunable declarations of a rank refused alone: kept for its status (at most
+        REFUSED_KEPT, one per name)."""
+        with self.lock:
+            w = self.workers.get(peer.rank)
+            if w is None:
+                return
+            kept = w.reports.refused_tunables
+            for why in refused:
+                name = why.partition(":")[0]
+                if len(kept) < REFUSED_KEPT and not any(k.partition(":")[0] == name for k in kept):
+                    kept.append(why)
+
     def on_frame(self, peer: Peer, msg: dict[str, Any]) -> None:
         """Apply one frame; anything malformed raises protocol.BadFrame (counted by the hub)."""
         t = msg.get("t")
@@ -120,7 +134,10 @@ class ReportLedger:
         if type(dropped) is not int or (phases is not None and not isinstance(phases, dict)) \
                 or type(dist) is not bool:
             raise protocol.BadFrame("batch fields of the wrong type")
-        entries = validate_control(msg["live"]) if "live" in msg else None
+        refused: list[str] = []  # tunable declarations refused alone: the others are kept
+        entries = validate_control(msg["live"], refused) if "live" in msg else None
+        if refused:
+            self.on_refused(peer, refused)
         now = time.monotonic()
         write = False
         child_step: int | None = None

@@ -27,6 +27,7 @@ from prometheus_client.samples import Sample
 from mpwatch import __version__
 from mpwatch.contract.status import (
     ALERT_KINDS,
+    RUN_ALERT_KINDS,
     GpuView,
     MigSlice,
     State,
@@ -48,6 +49,7 @@ class Family(NamedTuple):
 
 
 def render(labels: Labels) -> str:
+    """`{k="v",...}` of labels already made writable (`_one`): the text format's escapes."""
     return "{" + ",".join(f'{k}="{_escape(v)}"' for k, v in labels.items()) + "}"
 
 
@@ -56,8 +58,29 @@ def _escape(v: str) -> str:
         if ("\\" in v or "\n" in v or '"' in v) else v
 
 
+def label_value(v: str) -> str:
+    """Any value from the run (a script's name, a host, an argument) as text every exposition
+    can encode: UTF-8 as it is; a byte that was no UTF-8 (a name from a non-UTF-8 argv reaches
+    Python as a lone surrogate, which no encoder takes) written as `\\xff`, any other lone
+    surrogate as `\\udXXX`. Never raises: the one way a label value is made (both formats)."""
+    try:
+        v.encode("utf-8")
+        return v
+    except UnicodeEncodeError:
+        return "".join(_char(c) for c in v)
+
+
+def _char(c: str) -> str:
+    n = ord(c)
+    if 0xDC80 <= n <= 0xDCFF:  # surrogateescape's stand-in for the byte n - 0xDC00
+        return f"\\x{n - 0xDC00:02x}"
+    return f"\\u{n:04x}" if 0xD800 <= n <= 0xDFFF else c
+
+
 def _one(labels: Labels) -> tuple[Labels, str]:
-    return labels, render(labels)
+    """Labels made writable (label_value) and rendered once; every sample's labels come here."""
+    clean = {k: label_value(v) for k, v in labels.items()}
+    return clean, render(clean)
 
 
 # (name, help, the WorkerStatus value) of the per-worker gauges
@@ -155,8 +178,9 @@ def _gpu_labels(g: GpuView, run_id: str, node: str, uuids: dict[int, str | None]
 
 def _alerts(st: Status, run_id: str, node: str) -> Family:
     """Alerts the status lists now: the GPUs' (while they last) and the run's (disk, hang,
-    unkillable: the recent ones), by kind; every GPU kind is there, at 0 when none."""
-    counts = dict.fromkeys(sorted(ALERT_KINDS), 0)
+    unkillable, ...: the recent ones), by kind; every kind of both is there, at 0 when none (one
+    rule: a dashboard's query finds each kind before it ever fires)."""
+    counts = dict.fromkeys(sorted(ALERT_KINDS | RUN_ALERT_KINDS), 0)
     for g in devices(st["gpus"]):
         for a in g["alerts"]:
             counts[a["kind"]] = counts.get(a["kind"], 0) + 1

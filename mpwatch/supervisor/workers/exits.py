@@ -12,19 +12,20 @@ import signal
 from typing import NamedTuple
 
 from mpwatch.contract.status import State
-from mpwatch.rundir.layout import LOG_MARK, LOG_MARK_END
+from mpwatch.rundir import crash
 
 _NCCL_WATCHDOG = re.compile(r"Watchdog caught collective operation timeout: WorkNCCL\(SeqNum=(\d+), "
                             r"OpType=(\w+).*?\) ran for (\d+) milliseconds")
 # What a rank says when a peer of its process group went away (gloo, NCCL, the TCP store).
 _COMM_ERROR = re.compile(r"Connection (?:reset|closed) by peer|Broken pipe|DistBackendError|NCCL|gloo|"
                          r"ProcessGroup|c10d|Socket Timeout|timed out|TCPStore|Connection refused", re.I)
-_RANK_PREFIX = re.compile(r"^\[rank\d+\]:\s*")  # torch's prefix on each line of a rank's error
-_SOURCE_AT = re.compile(r"\[[^\]\s]+\.(?:cc|cpp|cu|h|hpp):\d+\]\s*")  # gloo's "[.../pair.cc:545] "
-_BLURB = re.compile(r"\.\s+This is typically caused by .*$")  # gloo's advice after the message
 # Why mpwatch ended a process, as its cause says it (the kill_reason of supervisor.workers.groups).
 KILLED_WHY = {"kill": "killed on request", "restart": "stopped to restart", "resize": "stopped for a resize",
               "stop": "stopped with the run", "new round": "stopped for a new rendezvous round"}
+# Why mpwatch asked a process to end, as the cause of one that then exited 0 on the stop signal says it.
+CLEAN_WHY = {"kill": "a kill asked for", "restart": "to restart", "resize": "for a resize",
+             "stop": "the run was stopped", "new round": "a new rendezvous round"}
+NCCL_LINES = 60  # the last lines searched for NCCL's watchdog line
 PEER_WINDOW_S = 660.0  # a peer's end this long before a failure can explain it (NCCL's 10 min timeout)
 
 
@@ -53,48 +54,6 @@ def exit_cause(returncode: int) -> tuple[int | None, str | None]:
     return returncode, None
 
 
-def is_mark(line: str) -> bool:
-    return line.startswith(LOG_MARK) and line.endswith(LOG_MARK_END)
-
-
-def own_output(tail: list[str]) -> list[str]:
-    """The lines of a log tail the current process wrote: after mpwatch's last marker
-    (a restart or a resize starts a new process there)."""
-    marks = [i for i, line in enumerate(tail) if is_mark(line.strip())]
-    return tail[marks[-1] + 1:] if marks else list(tail)
-
-
-def clean(line: str) -> str:
-    """An error line as a cause: without torch's [rankN] prefix, a C++ source location, or gloo's advice."""
-    line = _SOURCE_AT.sub("", _RANK_PREFIX.sub("", line.strip()))
-    return _BLURB.sub("", line).rstrip(".") if _BLURB.search(line) else line
-
-
-_SYNTAX = ("SyntaxError", "IndentationError", "TabError")
-_FILE_LINE = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+)')
-
-
-def last_error_line(stderr_tail: list[str]) -> str | None:
-    """The line a user wants first from a crash: the exception, not the traceback frames
-    (mpwatch's own marker lines are never one). A syntax error says where: its file and line
-    are on a line of their own above it ("SyntaxError: invalid syntax (train.py:12)")."""
-    for i in range(len(stderr_tail) - 1, -1, -1):
-        s = _RANK_PREFIX.sub("", stderr_tail[i].strip())
-        if s and not is_mark(s) and not s.startswith(("File ", "^", "~")) \
-                and s != "Traceback (most recent call last):":
-            return clean(s) + (_where(stderr_tail[:i]) if s.startswith(_SYNTAX) else "")
-    return None
-
-
-def _where(above: list[str]) -> str:
-    """' (file.py:12)' from the last 'File "...", line N' line above, else ''."""
-    for line in reversed(above):
-        m = _FILE_LINE.match(line)
-        if m:
-            return f" ({m.group('file').rsplit('/', 1)[-1]}:{m.group('line')})"
-    return ""
-
-
 def nccl_timeout(tail: list[str]) -> str | None:
     """NCCL's watchdog line in words: 'NCCL timeout in ALLREDUCE #5 after 600 s'."""
     for line in reversed(tail):
@@ -113,20 +72,25 @@ def peer_failure(peer: PeerEnd | None, dist: bool, err: str | None, sig: str | N
 
 
 def judge(returncode: int, kill_reason: str | None, stderr_tail: list[str], peer: PeerEnd | None = None,
-          dist: bool = False) -> Exit:
-    """killed when mpwatch ended it (kill, restart, resize, stop), exited on exit 0, else
-    failed, with the signal or code and what the process itself said (its last error line,
-    or NCCL's watchdog timeout), and the peer whose end made its collectives fail."""
+          dist: bool = False, stop_signal: str | None = None) -> Exit:
+    """killed when mpwatch ended it (kill, restart, resize, stop), exited on exit 0 (one that
+    exits 0 on the stop signal mpwatch sent it, `stop_signal`, stopped cleanly: exited too, and
+    its cause says so), else failed, with the signal or code and what the process itself said
+    (its last error line, or NCCL's watchdog timeout), and the peer whose end made its
+    collectives fail."""
     code, sig = exit_cause(returncode)
+    if kill_reason is not None and code == 0 and stop_signal is not None:
+        why = CLEAN_WHY.get(kill_reason, kill_reason)
+        return Exit(State.EXITED, code, sig, f"stopped cleanly on {stop_signal} ({why}), exit 0")
     if kill_reason is not None:
         why = KILLED_WHY.get(kill_reason, f"{kill_reason} by mpwatch")
         return Exit(State.KILLED, code, sig, why + (f" ({sig})" if sig else f" (exit {code})"))
     if code == 0:
         return Exit(State.EXITED, code, sig, "exit 0")
-    tail = own_output(stderr_tail)
+    tail = crash.own_output(stderr_tail)
     how = f"exit {code}" if sig is None else sig if sig.startswith("signal ") else f"signal {sig}"
-    timeout = nccl_timeout(tail)
-    err = last_error_line(tail)
+    timeout = nccl_timeout(tail[-NCCL_LINES:])
+    err = crash.error_line(tail)
     if timeout is not None:
         err = timeout
     if peer_failure(peer, dist, err, sig):

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
 from mpwatch.contract.status import RunState, State
-from mpwatch.rundir import layout, textfiles
+from mpwatch.rundir import crash, layout, textfiles
 from mpwatch.supervisor.workers import exits
 
 if TYPE_CHECKING:
@@ -30,7 +30,10 @@ NO_HELLO_S = 2.0  # a worker silent this long after start is shown running, "no 
 # After a worker's process ends, how long its channel may take to reach end of file: the
 # frames it sent on the way out (its last reports) are read before its exit is recorded.
 DRAIN_S = 0.5
-CAUSE_LINES = 60  # lines of a failed rank's stderr searched for its cause
+# A failed rank's stderr searched for its cause: enough for the last traceback's frames above a
+# message of many lines (rundir.crash); bounded, as every read of a log is.
+CAUSE_LINES = 2000
+CAUSE_BYTES = 256 * 1024
 
 
 class ReapHost(Protocol):
@@ -85,10 +88,12 @@ class Reaper:
         now = time.monotonic()
         run.ledger.write_report(w, now)  # the curve's last point comes before the exit
         run.control.on_exit(w)  # the requests it never answered are missed
-        # The process's own lines (after mpwatch's last marker), enough to find NCCL's watchdog line.
-        tail = exits.own_output(
-            textfiles.tail_lines(layout.log_path(run.run_dir, w.rank, "stderr"), CAUSE_LINES))
-        end = exits.judge(returncode, a.kill_reason, tail, self._first_peer_end(w, now), a.dist)
+        # The process's own lines (after mpwatch's last marker), enough to find NCCL's watchdog line
+        # and the last traceback's frames.
+        tail = crash.own_output(textfiles.tail_lines(layout.log_path(run.run_dir, w.rank, "stderr"),
+                                                     CAUSE_LINES, CAUSE_BYTES))
+        end = exits.judge(returncode, a.kill_reason, tail, self._first_peer_end(w, now), a.dist,
+                          a.stop_signal)
         self.ends[w.rank] = (now, exits.ended_how(end.state, a.kill_reason, end.signal))
         tail = tail[-10:]
         with run.lock:

@@ -21,7 +21,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
-from mpwatch.contract.status import CudaView, Event, StallInfo, State, StepsFrom
+from mpwatch.contract.status import CudaView, Event, RunAlertKind, StallInfo, State, StepsFrom
 from mpwatch.probes.procs import ProcInfo
 from mpwatch.supervisor.workers import states
 
@@ -48,7 +48,7 @@ class Recorder(Protocol):
 
     def event(self, name: Event, rank: int | None = None, **fields: Any) -> dict[str, Any]: ...
 
-    def alert(self, kind: str, message: str, rank: int | None = None) -> None: ...
+    def alert(self, kind: RunAlertKind, message: str, rank: int | None = None) -> None: ...
 
 
 @dataclass(eq=False)
@@ -97,7 +97,7 @@ class Attempt:
     # control: checkpoint requests and tunables (supervisor.control)
     peer: Downlink | None = None  # its own process's channel, once its hello said protocol 2
     polls: bool = False  # its process calls mpwatch.should_checkpoint()
-    live_from: int = 0  # the requests up to this id reached it through its environment
+    live_from: int = 0  # the tunables in force at this epoch reached it through its environment
     # pauses and stalls
     resumed: float | None = None
     paused_at: float | None = None  # wall clock of the pause in force (None when not paused)
@@ -206,6 +206,8 @@ class Reports:
     bad_frames: int = 0
     rejected: int = 0  # reports refused alone (supervisor.ipc.batch_check)
     rejected_why: str | None = None  # the latest reason
+    # tunable declarations refused alone ("NAME: why", contract.control.validate_control), the first few
+    refused_tunables: list[str] = field(default_factory=list)
     phases: dict[str, float] = field(default_factory=dict)
     source: StepsFrom | None = None  # where its latest steps came from (the worker's batch says)
     cuda: CudaView | None = None

@@ -5,12 +5,14 @@ run's start, as the replay and `summary` tell them. UI thread.
 """
 from __future__ import annotations
 
-from mpwatch.contract.control import shown
+from mpwatch.contract.control import in_force, pending_changes, shown
 from mpwatch.contract.status import CheckpointRequest, Status, TunableChange, TunableStatus
 from mpwatch.text import fmt
 from mpwatch.tui.render.segs import Line, pad
 
-COLS = (("NAME", 16), ("TYPE", 6), ("VALUE", 14), ("DEFAULT", 14))
+# narrow enough that at 80 columns CHANGED keeps a pending change's "from step S · k/n ranks"
+COLS = (("NAME", 12), ("TYPE", 5), ("VALUE", 10), ("DEFAULT", 10))
+PENDING = "yellow"
 Severity = str
 
 
@@ -26,22 +28,56 @@ def _when(step: int | None) -> str:
     return f"from step {step}" if step is not None else "at each rank's next call"
 
 
-def changed(t: TunableStatus, st: Status) -> Line:
-    """Who changed it, when, from which step, and how far the ranks are with it."""
-    if not t["changes"]:
-        return (("never changed", "bright_black"),)
-    c = t["changes"][-1]
+def _took(c: TunableChange) -> str:
     done = len(c["answers"])
-    late = [a["rank"] for a in c["answers"] if a["late"]]
-    out: Line = ((f"{at(c['ts'], st)} by {c['by']}, {_when(c['step'])}", ""),)
-    out += ((f" · {done}/{done + len(c['waiting'])} ranks", "green" if not c["waiting"] else "yellow"),)
-    if late:
-        out += ((f" · late: {fmt.ranks(late)}", "bold yellow"),)
+    return f"{done}/{done + len(c['waiting'])} ranks"
+
+
+def next_change(t: TunableStatus) -> TunableChange | None:
+    """The pending change that comes into force first (the nearest step), if any."""
+    pend = pending_changes(t)
+    return min(pend, key=lambda c: (c["step"] is None, c["step"] or 0, c["id"])) if pend else None
+
+
+def changed(t: TunableStatus, st: Status) -> Line:
+    """The change that made the value in force: from which step, how many ranks took it, who
+    asked when; below it, a change still pending, the same way (the step first: a narrow
+    screen cuts the end)."""
+    c = in_force(t)
+    if c is None:
+        out: Line = (("never changed", "bright_black"),)
+    else:
+        late = [a["rank"] for a in c["answers"] if a["late"]]
+        out = ((f"{_when(c['step'])} · ", ""), (_took(c), "green" if not c["waiting"] else PENDING))
+        if late:
+            out += ((f" · late: {fmt.ranks(late)}", "bold yellow"),)
+        out += ((f" · {at(c['ts'], st)} by {c['by']}", ""),)
+    p = next_change(t)
+    if p is not None:  # the second line, beside VALUE's pending value: the step first, never cut
+        more = len(pending_changes(t)) - 1
+        out += ((f"\n{_when(p['step'])} · {_took(p)}", PENDING),
+                (f" · {at(p['ts'], st)} by {p['by']}" + (f" · {more} more pending" if more else ""), ""))
     return out
 
 
-def tunable_cells(t: TunableStatus, st: Status) -> tuple[str, str, str, str, Line]:
-    return (t["name"], t["type"], shown(t["value"]), shown(t["default"]), changed(t, st))
+def value_cell(t: TunableStatus) -> Line:
+    """The value in force; below it, the value a pending change brings."""
+    out: Line = ((shown(t["value"]), ""),)
+    p = next_change(t)
+    if p is not None:
+        out += ((f"\n→ {shown(p['value'])}", PENDING),)
+    return out
+
+
+def dialog_title(t: TunableStatus) -> str:
+    """The change dialog's first line: the value in force, a pending change, the default."""
+    p = next_change(t)
+    then = f"; {shown(p['value'])} {_when(p['step'])} ({_took(p)} took it)" if p is not None else ""
+    return f"{t['name']} ({t['type']}): now {shown(t['value'])}{then}; default {shown(t['default'])}"
+
+
+def tunable_cells(t: TunableStatus, st: Status) -> tuple[str, str, Line, str, Line]:
+    return (t["name"], t["type"], value_cell(t), shown(t["default"]), changed(t, st))
 
 
 def checkpoint_line(r: CheckpointRequest, st: Status) -> Line:

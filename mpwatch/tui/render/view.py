@@ -22,6 +22,7 @@ from mpwatch.contract.status import (
     WorkerStatus,
 )
 from mpwatch.text import eventtext, fmt
+from mpwatch.text.children import child_note
 from mpwatch.text.gpu_names import label
 from mpwatch.tui.render import bars, node_rows
 
@@ -122,6 +123,9 @@ def note_text(w: WorkerStatus) -> str:
     rejected = w.get("rejected")
     if rejected:
         parts.append(f"{rejected['count']} reports rejected: {rejected['why']}")
+    refused = w.get("refused_tunables")
+    if refused:
+        parts.append("tunables refused: " + ", ".join(refused))
     return "; ".join(parts)
 
 
@@ -192,7 +196,7 @@ def worker_cells(w: WorkerStatus, cols: list[Column], g: Glyphs, folded: bool) -
     return tuple(out)
 
 
-def child_cells(c: ChildStatus, cols: list[Column], g: Glyphs) -> tuple[Cell, ...]:
+def child_cells(c: ChildStatus, rank: int, cols: list[Column], g: Glyphs) -> tuple[Cell, ...]:
     values: dict[str, Cell] = {
         "rank": f"  {g.child}",
         "pid": str(c["pid"]),
@@ -202,7 +206,7 @@ def child_cells(c: ChildStatus, cols: list[Column], g: Glyphs) -> tuple[Cell, ..
         "hb": fmt.age(c["heartbeat_age"]),
         "cpu": _pct(c["cpu_percent"]),
         "rss": fmt.size(c["rss_bytes"]),
-        "note": (c["cmd"] or c["name"])[:120],
+        "note": child_note(c, rank),
     }
     if "pid" not in [col.key for col in cols[:3]]:  # no PID column in sight: the state cell says it
         values["state"] = ((f"{c['pid']} {c['status'][:5]}", "bright_black"),)
@@ -261,7 +265,7 @@ def rank_of_key(key: str | None) -> int | None:
 
 # A row's source: plain data that compares cheaply, formatted into cells only when drawn.
 WorkerRow = tuple[Literal["w"], WorkerStatus, bool]  # the worker, folded
-ChildRow = tuple[Literal["c"], ChildStatus]
+ChildRow = tuple[Literal["c"], ChildStatus, int]  # the child, its worker's rank
 RowSource = WorkerRow | ChildRow
 
 
@@ -274,14 +278,14 @@ def table_rows(status: Status, *, folded: Collection[int] = frozenset(), filter_
         is_folded = w["rank"] in folded
         rows.append((row_key(w["rank"]), ("w", w, is_folded)))
         if not is_folded:
-            rows += [(row_key(w["rank"], c["pid"]), ("c", c)) for c in w["children"]]
+            rows += [(row_key(w["rank"], c["pid"]), ("c", c, w["rank"])) for c in w["children"]]
     return rows
 
 
 def row_cells(source: RowSource, cols: list[Column], g: Glyphs) -> tuple[Cell, ...]:
     if source[0] == "w":
         return worker_cells(source[1], cols, g, source[2])
-    return child_cells(source[1], cols, g)
+    return child_cells(source[1], source[2], cols, g)
 
 
 # ------------------------------------------------------------------ header ----

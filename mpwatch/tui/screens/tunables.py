@@ -1,5 +1,6 @@
 """The tunables screen (`t`): every value the training loop reads with mpwatch.tunable(), its
-type, value and default, and who changed it when, from which step, and how many ranks took it;
+type, the value in force and its default, and who changed it when, from which step, and how many
+ranks took it; a change still pending on a second line (its value, its step, the ranks that took it);
 below, the "checkpoint now" requests and what each rank did. Enter on a tunable asks for a new
 value (SetTunableDialog); the App sends it (every rank takes it at one step). The rows follow
 each status the App applies (tui.render.control_rows). UI thread.
@@ -13,7 +14,6 @@ from textual.containers import Vertical, VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import DataTable, Footer, Input, Label, Static
 
-from mpwatch.contract.control import shown
 from mpwatch.contract.status import TunableStatus
 from mpwatch.tui.render import control_rows
 from mpwatch.tui.screens.run_screen import RunScreen
@@ -58,13 +58,14 @@ class TunablesScreen(RunScreen):
         if st is None:
             return
         rows = [control_rows.tunable_cells(t, st) for t in ts]
-        keys = [tuple(r[:4]) + (str(r[4]),) for r in rows]
+        keys = [tuple(str(c) for c in r) for r in rows]
         if keys != self.shown:
             self.shown = keys
             at = self.table.cursor_row
             self.table.clear()
-            for t, r in zip(ts, rows, strict=True):
-                self.table.add_row(*(to_text(c) for c in r), key=t["name"])
+            for t, r in zip(ts, rows, strict=True):  # two lines where a change is pending
+                height = 2 if control_rows.next_change(t) is not None else 1
+                self.table.add_row(*(to_text(c) for c in r), height=height, key=t["name"])
             if not rows:
                 self.table.add_row(Text("none declared yet: mpwatch.tunable(NAME, DEFAULT) in the training "
                                         "loop declares one", style="bright_black"), "", "", "", "")
@@ -108,8 +109,7 @@ class SetTunableDialog(ModalScreen[str | None]):
         value = t["value"]
         text = ("true" if value else "false") if isinstance(value, bool) else str(value)
         with Vertical(classes="dialog"):
-            yield Label(f"{t['name']} ({t['type']}): now {shown(value)}, default {shown(t['default'])}",
-                        classes="dialog-title")
+            yield Label(control_rows.dialog_title(t), classes="dialog-title")
             yield Label("Every rank takes it at one step. Enter: send it; Esc: cancel.")
             yield Input(value=text, id="tunable-input")
 

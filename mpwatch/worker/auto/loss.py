@@ -10,7 +10,8 @@ Nothing there waits for the device, and `.item()` is never called there.
 `ready()` before it takes the entry (the events of its CUDA parts have completed, or waited
 READY_WAIT_S: the step then goes without its loss rather than hold back the heartbeat), then
 `float()` reads it: CPU tensors converted there, CUDA slots read from the host ring. Several
-losses in one step (gradient accumulation) give their mean.
+losses in one step (gradient accumulation) give their mean; a step whose optimizer step()
+returned a loss (`optimizer.step(closure)`) has that one alone (`Capture.returned`).
 """
 from __future__ import annotations
 
@@ -74,6 +75,17 @@ class Capture:
             for i, t in enumerate(tensors):
                 if type(t) is self.tensor_type and (grads is None or i >= len(grads) or grads[i] is None):
                     self._one(t, parts)
+
+    def returned(self, value: object) -> list[object] | None:
+        """What an optimizer's step() returned, as the step's loss (one part): a scalar tensor
+        (a closure's loss) or a number; None for anything else."""
+        if type(value) is self.tensor_type:
+            parts: list[object] = []
+            self._one(value, parts)
+            return parts or None
+        if type(value) in (float, int):
+            return [float(value)]  # type: ignore[arg-type]  # a float or an int, checked above
+        return None
 
     def _one(self, t: Tensor, parts: list[object]) -> None:
         t = t.__dict__.get(UNSCALED, t)  # what GradScaler.scale was given

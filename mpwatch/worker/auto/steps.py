@@ -12,6 +12,10 @@ thread and nothing else; it never touches torch itself, so its rules test withou
 - A process that made no optimizer (it updates its parameters by hand) counts each top-level
   backward(). One that made one never does, so gradient accumulation (backward() several
   times, then one optimizer step) is one step, its loss the mean of the accumulated ones.
+- An optimizer step's loss is what its step() returned, where it returned one: with a closure
+  (`optimizer.step(closure)`: LBFGS evaluates it up to 20 times, and returns the first) that is
+  the closure's loss; else the mean of the step's backward() losses. So the step counts when its
+  outermost step() returns (`stepping` holds the count torch's hook asked for until then).
 - Time inside a DataLoader iterator's __next__ is `data`; the rest of the step `compute`.
   A step starts where the last one ended (the first one at its first data or backward()).
 - Between steps (an evaluation loop, after the first step), a DataLoader batch is a heartbeat
@@ -48,6 +52,8 @@ class Steps:
         self.data_s = 0.0  # this step's time in a DataLoader's __next__
         self.started: float | None = None  # when this step began
         self.sent = 0.0  # when the last step or heartbeat was emitted
+        self.stepping = 0  # optimizer step() calls running (an optimizer may step another)
+        self.step_asked = False  # torch's hook said an optimizer stepped, inside a step() still running
 
     def reset(self) -> None:
         """In a forked child (a Hogwild trainer): its own count from 0."""
@@ -58,6 +64,8 @@ class Steps:
         self.data_s = 0.0
         self.started = None
         self.sent = 0.0
+        self.stepping = 0
+        self.step_asked = False
 
     # -- what the hooks say ----------------------------------------------------------
     def begin(self) -> None:
@@ -82,8 +90,21 @@ class Steps:
             self.count()
 
     def optimizer_stepped(self) -> None:
-        if not self.counted_since_backward or not self.saw_backward:
+        """torch's hook: an optimizer stepped (inside its step(), when that is wrapped)."""
+        if self.stepping:
+            self.step_asked = True  # counted when step() returns, with what it returned
+        elif not self.counted_since_backward or not self.saw_backward:
             self.count()
+
+    def step_returned(self, loss: list[object] | None) -> None:
+        """The outermost optimizer step() returned; `loss` is the loss it returned (one part),
+        None when it returned none (the backward() losses stand)."""
+        if not self.step_asked:
+            return
+        self.step_asked = False
+        if loss is not None:
+            self.parts = loss
+        self.optimizer_stepped()
 
     def scaler_stepped(self) -> None:
         """GradScaler.step returned: counts only when the optimizer did not (a skipped step)."""

@@ -8,8 +8,8 @@ It does what a worker must have even when its script never imports mpwatch:
 - unless the run said --no-auto: a finder on sys.meta_path that waits for `import torch` and,
   right after torch's own import, puts in the hooks of automatic steps (mpwatch.worker.auto). Until
   then it costs one comparison per import; a process that never imports torch loads nothing.
-Then it hands over to any other sitecustomize further down sys.path. Runs at interpreter
-start-up, on the main thread, before the script.
+Then it hands over to any other sitecustomize further down sys.path, which runs as it would
+without mpwatch (see _chain). Runs at interpreter start-up, on the main thread, before the script.
 """
 import io  # already loaded at start-up: this hook imports nothing costly (typing) into every process
 import os
@@ -127,23 +127,33 @@ def _watch_torch() -> None:
         sys.meta_path.insert(0, _TorchFinder())
 
 
+OWN_NAME = "_mpwatch_sitecustomize"  # where this module stays loaded once the user's takes its name
+
+
 def _chain() -> None:
-    # Let a sitecustomize of the user's environment run as it would have.
+    """Run the user's own sitecustomize further down sys.path as Python would have without
+    mpwatch: it becomes `sitecustomize` (its attributes are there), and an error of its own
+    goes on up, for `site` to say "Error in sitecustomize; ..." as it always does. This module
+    stays loaded under OWN_NAME (its stack file and its torch finder live on); it keeps the
+    name `sitecustomize` only where the user has none."""
     here = os.path.dirname(os.path.abspath(__file__))
-    mod = sys.modules.pop("sitecustomize", None)
+    mine = sys.modules.pop("sitecustomize", None)
+    if mine is not None:
+        sys.modules[OWN_NAME] = mine
     saved = sys.path[:]
     try:
         sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != here]
         import importlib
 
         try:
-            importlib.import_module("sitecustomize")
-        except ImportError:
-            pass
+            importlib.import_module("sitecustomize")  # the import system keeps it as `sitecustomize`
+        except ImportError as exc:
+            if exc.name != "sitecustomize":
+                raise  # the user's module failed to import something: theirs to see, as without mpwatch
+            if mine is not None:
+                sys.modules["sitecustomize"] = mine  # the user has none: this one keeps the name
     finally:
         sys.path[:] = saved
-        if mod is not None:
-            sys.modules["sitecustomize"] = mod
 
 
 _mpwatch_boot()
