@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shlex
 import subprocess
 import sys
 import time
@@ -16,7 +17,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
 from mpwatch.cli.args import die as _die
-from mpwatch.rundir import layout, registry, writer
+from mpwatch.cli.listing import ended_text
+from mpwatch.rundir import layout, postmortem, reader, registry, writer
 from mpwatch.rundir.claim import Claim
 from mpwatch.rundir.textfiles import read_json, tail_lines
 from mpwatch.settings import Settings
@@ -124,7 +126,24 @@ def attach_tui(client: Client, settings: Settings, mouse: bool = True,
     code = outcome.exit_code
     if code is None:
         code = wait_finished(handle, supervisor)
+    if outcome.kind == "stopped" and code is not None:
+        for line in stopped_lines(handle, code):
+            print(safe.text(line), file=sys.stderr)
     return 1 if code is None else int(code)
+
+
+def stopped_lines(handle: registry.RunHandle, code: int) -> list[str]:
+    """After 'stop the run' (q, s): the run, how it ended, and where each rank's end is told.
+    `mpwatch summary` finds a finished run by its id in ./mpwatch-runs; elsewhere, by its path."""
+    try:
+        how = ended_text(postmortem.listing(reader.read(handle.run_dir)))
+    except (reader.NotARunDir, OSError):
+        how = "stopped"
+    by_id = (Path.cwd() / registry.DEFAULT_RUNS / handle.run_id).resolve() == Path(handle.run_dir).resolve()
+    name = handle.run_id if by_id else shlex.quote(str(handle.run_dir))
+    said = "" if how.startswith(f"exit {code}") else f", exit code {code}"
+    return [f"mpwatch: run {handle.run_id} ended: {how}{said}",
+            f"mpwatch: how each rank ended: mpwatch summary {name}"]
 
 
 def _code(info: dict[str, object]) -> int | None:

@@ -29,7 +29,7 @@ class ProcInfo(TypedDict):
     pid: int
     pgid: int
     cpu_percent: float
-    rss_bytes: int
+    rss_bytes: int | None  # None: never read but as 0 (see ProcProbe._rss_of)
     status: str  # psutil's: running, sleeping, stopped, zombie, disk-sleep
     name: str
     cmd: NotRequired[str]
@@ -43,6 +43,7 @@ class ProcProbe:
         self._tree: tuple[dict[int, list[int]], dict[int, int]] | None = None
         self._tree_at = 0.0
         self._tree_roots: set[int] = set()
+        self._rss: dict[int, int] = {}  # pid -> its last resident size read above 0
 
     def _proc(self, pid: int) -> psutil.Process:
         p = self._cache.get(pid)
@@ -60,13 +61,22 @@ class ProcProbe:
                     "pid": pid,
                     "pgid": os.getpgid(pid),
                     "cpu_percent": round(p.cpu_percent(None), 1),
-                    "rss_bytes": p.memory_info().rss,
+                    "rss_bytes": self._rss_of(pid, p.memory_info().rss),
                     "status": p.status(),
                     "name": p.name(),
                 }
         except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess, ProcessLookupError):
             self._cache.pop(pid, None)
             return None
+
+    def _rss_of(self, pid: int, rss: int) -> int | None:
+        """A live process holds memory: a resident size of 0 is one whose memory is gone
+        already (a zombie not yet reaped, one tearing its memory down on its way out) while
+        its row still says running. Its last size read above 0 stands for it, never a 0."""
+        if rss > 0:
+            self._rss[pid] = rss
+            return rss
+        return self._rss.get(pid)
 
     def _scan_tree(self) -> tuple[dict[int, list[int]], dict[int, int]]:
         """Parent -> children over the whole process table (the costly part of a sample)."""
@@ -120,6 +130,8 @@ class ProcProbe:
             out[pid] = info
         for stale in set(self._cache) - seen:
             self._cache.pop(stale, None)
+        for gone in set(self._rss) - seen:
+            del self._rss[gone]
         return out
 
 

@@ -9,6 +9,7 @@ from typing import Literal
 
 from mpwatch.contract.control import shown
 from mpwatch.contract.status import Event, EventFields, State
+from mpwatch.contract.straggler import ranks_text
 from mpwatch.text import fmt
 
 Severity = Literal["information", "warning", "error"]  # Textual's notification severities
@@ -22,6 +23,7 @@ NOTICE_EVENTS = frozenset({Event.WORKER_EXITED, Event.STALLED, Event.SLOW_START,
 LATE_NOTICES = frozenset({Event.CHECKPOINT_TAKEN, Event.TUNABLE_APPLIED, Event.PROFILE_STARTED})
 _ALERT_SEVERITY: dict[str, Severity] = {"error": "error", "warning": "warning", "info": "information"}
 _EXIT_SEVERITY: dict[str, Severity] = {State.FAILED: "error", State.KILLED: "warning"}
+EXIT_GROUPS = 2  # causes one notice of ranks that ended together says, at most
 
 
 def _who(rec: EventFields) -> str:
@@ -122,8 +124,7 @@ def line(rec: EventFields) -> str | None:
     if e == Event.WORKER_STARTED:
         return f"{who} started again (pid {rec.get('pid')})" if rec.get("attempt") else None
     if e == Event.WORKER_EXITED:
-        state, cause = exit_state(rec), str(rec.get("cause"))
-        return f"{who} {cause}" if cause.startswith(f"{state} ") else f"{who} {state}: {cause}"
+        return _ended(who, exit_state(rec), str(rec.get("cause")))
     if e in (Event.PAUSED, Event.RESUMED):
         return f"{who} {e}"
     if e == Event.RESTARTED:
@@ -166,17 +167,35 @@ def line(rec: EventFields) -> str | None:
 
 
 def exits_notice(recs: list[EventFields]) -> tuple[str, Severity]:
-    """One notice for several ranks that ended together (a process group failing at once):
-    'rank 2 killed; ranks 0,1,3 failed (causes in the table)'."""
-    by_state: dict[str, list[int]] = {}
+    """One notice for several ranks that ended together (a process group failing at once, a
+    restart or a resize that stops them all), with their causes, ranks of one cause together:
+    'ranks 0,1,2 killed: stopped for a resize (exit 0)'. Past EXIT_GROUPS causes, the states
+    only, and where each cause is: the events screen (the table shows a rank started again
+    since as running, without the cause of its last end)."""
+    by_cause: dict[tuple[str, str], list[int]] = {}
     for rec in recs:
         if rec["rank"] is not None:
-            by_state.setdefault(exit_state(rec), []).append(rec["rank"])
-    parts = [(f"rank {rs[0]}" if len(rs) == 1 else "ranks " + ",".join(map(str, sorted(rs)))) + f" {state}"
-             for state, rs in by_state.items()]
-    worst: Severity = ("error" if State.FAILED in by_state
-                       else "warning" if State.KILLED in by_state else "information")
-    return "; ".join(parts) + " (their causes in the table)", worst
+            ranks = by_cause.setdefault((exit_state(rec), str(rec.get("cause") or "")), [])
+            if rec["rank"] not in ranks:
+                ranks.append(rec["rank"])
+    states = {state for state, _ in by_cause}
+    worst: Severity = ("error" if State.FAILED in states
+                       else "warning" if State.KILLED in states else "information")
+    if len(by_cause) <= EXIT_GROUPS:
+        parts = [_ended(ranks_text(rs), state, cause) for (state, cause), rs in by_cause.items()]
+        return "; ".join(parts), worst
+    by_state: dict[str, list[int]] = {}
+    for (state, _), rs in by_cause.items():
+        by_state.setdefault(state, []).extend(r for r in rs if r not in by_state.get(state, []))
+    return "; ".join(f"{ranks_text(rs)} {state}" for state, rs in by_state.items()) + \
+        " (each one's cause: e, the events)", worst
+
+
+def _ended(who: str, state: str, cause: str) -> str:
+    """'rank 2 killed: killed on request (exit 0)' as line() words a worker_exited."""
+    if not cause:
+        return f"{who} {state}"
+    return f"{who} {cause}" if cause.startswith(f"{state} ") else f"{who} {state}: {cause}"
 
 
 def severity(rec: EventFields) -> Severity:

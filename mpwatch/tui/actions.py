@@ -15,23 +15,22 @@ from pathlib import Path
 from textual.app import App
 from textual.binding import Binding
 from textual.message import Message
-from textual.scrollbar import ScrollBar, ScrollBarRender
+from textual.scrollbar import ScrollBar
 
 from mpwatch.contract.actions import PROFILE_STEPS
 from mpwatch.contract.status import State, Status, WorkerStatus
-from mpwatch.contract.straggler import ranks_text
 from mpwatch.sources.local import ClientError, who
 from mpwatch.sources.source import Source
 from mpwatch.tui.outcome import Outcome
 from mpwatch.tui.poller import Poller
-from mpwatch.tui.render import segs, view
+from mpwatch.tui.render import segs, stop_text, view
 from mpwatch.tui.render.glyphs import Glyphs
 from mpwatch.tui.screens.checkpoint import CheckpointDialog
 from mpwatch.tui.screens.confirm import Choice, ChoiceDialog, ConfirmDialog
 from mpwatch.tui.screens.profile import ProfileDialog
 from mpwatch.tui.screens.quit import QuitDialog
 from mpwatch.tui.view_actions import ViewActions
-from mpwatch.tui.widgets.scrollbars import AsciiScrollBarRender
+from mpwatch.tui.widgets.scrollbars import AsciiScrollBarRender, WholeCellScrollBarRender
 from mpwatch.tui.widgets.worker_table import WorkerTable
 
 
@@ -57,7 +56,7 @@ class RunActions(ViewActions, App[Outcome]):
         # An ASCII terminal (LANG=C, MPWATCH_ASCII=1): ASCII cuts, scrollbars, borders (app.tcss)
         # and keys too.
         segs.use_ellipsis(self.glyphs.ellipsis)
-        ScrollBar.renderer = ScrollBarRender if self.glyphs.unicode else AsciiScrollBarRender
+        ScrollBar.renderer = WholeCellScrollBarRender if self.glyphs.unicode else AsciiScrollBarRender
         self.set_class(not self.glyphs.unicode, "ascii")
         self.status: Status | None = None
         self.live = True
@@ -177,7 +176,7 @@ class RunActions(ViewActions, App[Outcome]):
         cmd = "resume" if alive and all(w["state"] == State.PAUSED for w in alive) else "pause"
         self._request(f"{cmd} all", lambda: self._actions().act(cmd, "all"))
 
-    def _confirmed(self, verb: str, w: WorkerStatus, detail: str) -> None:
+    def _confirmed(self, verb: str, w: WorkerStatus, detail: str, warning: str = "") -> None:
         rank = w["rank"]
 
         def answer(yes: bool | None) -> None:
@@ -185,21 +184,26 @@ class RunActions(ViewActions, App[Outcome]):
                 self._request(f"{verb} rank {rank}", lambda: self._actions().act(verb, rank))
             else:
                 self.say(f"{verb} of rank {rank} cancelled", notify=False)
-        self.push_screen(ConfirmDialog(f"{verb.capitalize()} rank {rank} (pid {w['pid']})?", detail), answer)
+        self.push_screen(ConfirmDialog(f"{verb.capitalize()} rank {rank} (pid {w['pid']})?", detail, warning),
+                         answer)
 
     def action_kill(self) -> None:
+        """`k`: what groups.ProcessGroups.kill sends, and what it does to a process group."""
         w = self._selected("kill")
-        if w is not None:
-            self._confirmed("kill", w, "SIGTERM to its process group, SIGKILL after the grace period.")
+        if w is None or self.status is None:
+            return
+        opts, peers = self.status["run"]["options"], stop_text.group_peers(self.status, w)
+        self._confirmed("kill", w, stop_text.stop_one(opts),
+                        stop_text.kill_warning(opts, w["rank"], peers) if peers else "")
 
     def action_restart(self) -> None:
         w = self._selected("restart")
-        if w is None:
+        if w is None or self.status is None:
             return
-        others = self.status["workers"] if self.status else []
-        peers = [x["rank"] for x in others if x["rank"] != w["rank"] and x["state"] in view.ALIVE]
-        if not (w.get("dist") and peers):
-            self._confirmed("restart", w, "Stop it (SIGTERM, then SIGKILL) and start it again.")
+        peers = stop_text.group_peers(self.status, w)
+        if not peers:
+            self._confirmed("restart", w, "Stopped, then started again: "
+                            + stop_text.stop_one(self.status["run"]["options"]))
             return
         rank, n = w["rank"], len(peers) + 1
 
@@ -211,10 +215,7 @@ class RunActions(ViewActions, App[Outcome]):
             else:
                 self.say(f"restart of rank {rank} cancelled", notify=False)
         self.push_screen(ChoiceDialog(
-            f"Restart rank {rank} (pid {w['pid']})?",
-            f"Rank {rank} shares a process group with {ranks_text(peers)} (torch.distributed): "
-            f"restarted alone, it cannot rejoin them, and their collectives fail. Restart all {n} to start "
-            "the group anew.",
+            f"Restart rank {rank} (pid {w['pid']})?", stop_text.restart_warning(rank, peers),
             [Choice("a", f"Restart all {n}", "all", "error"),
              Choice("o", f"Only rank {rank}", "one", "warning"),
              Choice("n", "Cancel", "cancel", "primary")]), chosen)
@@ -230,9 +231,9 @@ class RunActions(ViewActions, App[Outcome]):
                 self._request("restart all", lambda: self._actions().act("restart", "all"))
             else:
                 self.say("restart of all workers cancelled", notify=False)
-        self.push_screen(ConfirmDialog(f"Restart all {n} workers?",
-                                       "Stop every worker (SIGTERM, then SIGKILL) and start them again: "
-                                       "a process group they share forms anew."), answer)
+        how = stop_text.stop_every(st["run"]["options"])
+        self.push_screen(ConfirmDialog(f"Restart all {n} workers?", f"Every worker is stopped ({how}) and "
+                                       "started again: a process group they share forms anew."), answer)
 
     def _resize(self, delta: int) -> None:
         st = self._can_act("resize")
@@ -253,8 +254,9 @@ class RunActions(ViewActions, App[Outcome]):
                 self.say(f"resize to {n} cancelled", notify=False)
         self.push_screen(ConfirmDialog(
             f"Resize to {n} workers, restarting every worker?",
-            f"Resize mode restart: all {len(st['workers'])} workers are stopped (SIGTERM, then SIGKILL) "
-            f"and {n} are started (a process group they share forms anew at the new size)."), answer)
+            f"Resize mode restart: all {len(st['workers'])} workers are stopped "
+            f"({stop_text.stop_every(st['run']['options'])}) and {n} are started (a process group they "
+            "share forms anew at the new size)."), answer)
 
     def action_grow(self) -> None:
         self._resize(+1)

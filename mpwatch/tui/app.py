@@ -14,7 +14,7 @@ from rich.text import Text
 from textual import events
 from textual.app import ComposeResult, SystemCommand
 from textual.screen import Screen
-from textual.widgets import Footer, Static
+from textual.widgets import Static
 
 from mpwatch.contract.status import Event, EventFields, RunState, State, Status, devices
 from mpwatch.sources.source import Source
@@ -35,6 +35,7 @@ from mpwatch.tui.screens.tunables import TunablesScreen
 from mpwatch.tui.widgets.cells import to_text
 from mpwatch.tui.widgets.gpu_panel import AlertLines, GpuPanel
 from mpwatch.tui.widgets.header import RunHeader
+from mpwatch.tui.widgets.keys_footer import KeysFooter
 from mpwatch.tui.widgets.worker_table import WorkerTable
 
 __all__ = ["MpwatchApp", "Outcome"]
@@ -77,7 +78,7 @@ class MpwatchApp(RunActions):
         # Kept as attributes: app.query_one searches the active screen, which may be a dialog.
         yield from (self.header, self.banner, self.table, self.selected_line, self.gpu_panel,
                     self.alert_lines, self.status_line)
-        yield Footer(show_command_palette=False)
+        yield KeysFooter()
 
     def on_mount(self) -> None:
         self.set_class(self.size.height < SMALL_H, "small")
@@ -290,7 +291,7 @@ class MpwatchApp(RunActions):
         return keys.offered(self.KEYS, self.can_act)
 
     def action_help(self) -> None:
-        rows = [(self.get_key_display(k), k.tooltip) for k in self.offered_keys()]
+        rows = [(self.get_key_display(k), keys.said(k, self.can_act)) for k in self.offered_keys()]
         self.push_screen(HelpScreen(self.glyphs, rows, can_act=self.can_act))
 
     def get_system_commands(self, screen: Screen[object]) -> Iterable[SystemCommand]:
@@ -298,5 +299,5 @@ class MpwatchApp(RunActions):
         then every key offered, by its name (tui.keys)."""
         yield from (c for c in super().get_system_commands(screen) if c.callback != self.action_quit)
         for k in self.offered_keys():
-            yield SystemCommand(k.description, f"{k.tooltip} ({self.get_key_display(k)})",
+            yield SystemCommand(k.description, f"{keys.said(k, self.can_act)} ({self.get_key_display(k)})",
                                 partial(self.run_action, k.action))

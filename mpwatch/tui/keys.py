@@ -22,16 +22,20 @@ class Key(Binding):
     acts: bool = False
     """It acts on the run: its processes (signals, restarts, a resize, a stack dump) or what its
     training loop is told (a checkpoint). Offered only on a live run."""
+    read_only: str = ""
+    """What the key does where nothing can act (a replay, a run that has ended), when that
+    differs from its tooltip: the help and the palette say this there."""
 
 
-# In footer order: ? and q first, since a narrow footer cuts its end and they must stay (60
-# columns). The help and the palette follow the same order.
+# In footer order: ? and q first, since a narrow footer leaves out its last keys and they must
+# stay (60 columns); at 80 columns it ends after l (tui.widgets.keys_footer). The help and the
+# palette follow the same order.
 # A description is the footer's word for a key it shows, and the palette's name for every key.
 LIVE: tuple[Key, ...] = (
     Key("question_mark", "help", "Help", tooltip="these keys"),
     Key("q", "quit_dialog", "Quit", tooltip="leave; on a live run: detach (it goes on), stop it, or cancel"),
     Key("enter", "detail", "Detail of the selected worker", show=False, key_display="Enter",
-        tooltip="detail: loss plot (y: log/linear), logs' tail, stacks, children"),
+        tooltip="detail: loss plot (log scale where it spans 10x; y switches), logs' tail, stacks, children"),
     Key("j", "cursor_down", "Select the next worker", show=False,
         tooltip="select the next worker (as down does; up goes back)"),
     Key("g", "gpus", "GPUs",
@@ -48,15 +52,18 @@ LIVE: tuple[Key, ...] = (
         tooltip="add a worker: resize by +1 (asks first when all restart)"),
     Key("minus", "shrink", "Remove a worker", show=False, acts=True,
         tooltip="remove a worker: resize by -1 (asks first when all restart)"),
+    Key("c", "checkpoint", "Checkpoint", acts=True,
+        tooltip="checkpoint now: should_checkpoint() is True once (rank or all)"),
+    # In a replay (and once a run has ended) t shows the tunables as of the moment shown, which is
+    # what a post-mortem asks (which lr was in force when the loss diverged); nothing is set there.
+    Key("t", "tunables", "Tunables",
+        tooltip="tunables: mpwatch.tunable() values and changes; Enter sets one",
+        read_only="tunables as of the moment shown: mpwatch.tunable() values and changes (read-only)"),
+    Key("l", "logs", "Logs", tooltip="logs of the selected worker (stdout and stderr)"),
     Key("d", "dump", "Dump", acts=True,
         tooltip="dump the stacks of the selected worker (faulthandler, py-spy)"),
-    Key("c", "checkpoint", "Checkpoint now", show=False, acts=True,
-        tooltip="checkpoint now: should_checkpoint() is True once (rank or all)"),
     Key("o", "profile", "Profile", show=False, acts=True,
         tooltip="profile the selected worker or all: a trace of its next steps"),
-    Key("t", "tunables", "Tunables", show=False,
-        tooltip="tunables: mpwatch.tunable() values and changes; Enter sets one"),
-    Key("l", "logs", "Logs", tooltip="logs of the selected worker (stdout and stderr)"),
     Key("e", "events", "Events", show=False, tooltip="events: every event of the run, from the first"),
     Key("slash", "filter", "Filter", tooltip="filter the rows by rank, pid, state or cause"),
     Key("escape", "clear_filter", "Clear the filter", show=False, key_display="Esc",
@@ -97,6 +104,12 @@ def offered(keys: Iterable[Key], can_act: bool) -> list[Key]:
     """The keys the help and the palette offer: all of them on a live run, else those that do
     not act."""
     return [k for k in keys if can_act or not k.acts]
+
+
+def said(k: Key, can_act: bool) -> str:
+    """The sentence the help and the palette show for a key: its read-only one where nothing
+    can act and it has one."""
+    return k.read_only if k.read_only and not can_act else k.tooltip
 
 
 def off_footer(keys: Iterable[Key]) -> list[Key]:

@@ -1,6 +1,7 @@
 """`mpwatch attach` with two live runs and no RUN (issue 20, item 5), in tmux at 80x24 and
 160x48: a picker lists both (id, script, start, directory), never opening one by chance;
-Enter on the older one attaches to it; q in the picker leaves without attaching."""
+Enter on the older one attaches to it; q in the picker leaves without attaching, and its
+footer says q, as its title does."""
 from __future__ import annotations
 
 import json
@@ -35,6 +36,8 @@ def test_attach_asks_which_of_two_live_runs(tmp_path, size):
                              "the picker with both runs")
         assert "forever.py" in s and "tui_worker.py" in s and "started " in s
         assert "RANK" not in s  # no run opened by chance
+        # its footer says the key its title says (issue 31: the footer said "esc Leave")
+        assert "q or Esc leaves" in s and "q Leave" in s and "esc Leave" not in s, s
         tmux.key("q")
         tmux.wait_screen(lambda s: "no run chosen; nothing attached" in s and "ATTACH-EXIT=0" in s, "leaving the picker")
         tmux.type("clear")

@@ -13,10 +13,11 @@ from mpwatch.rundir import postmortem, reader
 from mpwatch.sources.replay import ReplaySource
 from mpwatch.tui.render import glyphs
 from mpwatch.tui.replay_app import ReplayApp
+from mpwatch.tui.screens.help import HelpScreen
 from mpwatch.tui.screens.tunables import TunablesScreen
 from tests.helpers import FIXTURES, mpwatch
 from tests.replay.conftest import seek
-from tests.tui.conftest import said, until
+from tests.tui.conftest import drawn, said, until
 
 
 @pytest.fixture(scope="session")
@@ -84,6 +85,30 @@ async def test_a_replay_shows_t_and_refuses_c_and_a_change(tuned):
         await pilot.press("down", "enter")
         await until(pilot, lambda: said(app, "cannot change lr: this is a replay"), what="the refusal to change")
         assert isinstance(app.screen, TunablesScreen)
+
+
+@pytest.mark.parametrize("size", [(80, 24), (160, 48)], ids=lambda s: f"{s[0]}x{s[1]}")
+async def test_a_replays_t_says_it_is_read_only(tuned, size):
+    """Issue 31: the replay's help offered t as "...; Enter sets one", and its screen said
+    "Enter: change the selected one": in a replay t shows the tunables as of the cursor's
+    moment, and nothing is set. Its help line and its screen say that, and Enter's "Change"
+    leaves its footer."""
+    app = ReplayApp(ReplaySource(tuned.dir), glyphs=glyphs.UNICODE, notices=False)
+    async with app.run_test(size=size) as pilot:
+        await until(pilot, lambda: app.snapshots > 0, what="the first status")
+        await pilot.press("question_mark")
+        await until(pilot, lambda: isinstance(app.screen, HelpScreen), what="the help")
+        await pilot.pause()
+        text = drawn(app.screen.query_one("Static"))
+        assert "tunables as of the moment shown: mpwatch.tunable() values and changes (read-only)" in text
+        assert "Enter sets one" not in text
+        await pilot.press("escape", "t")
+        await until(pilot, lambda: isinstance(app.screen, TunablesScreen), what="the tunables screen")
+        await pilot.pause()
+        screen = app.screen
+        assert "as of the moment shown; read-only here" in drawn(screen.title_bar)
+        assert "Enter: change" not in drawn(screen.title_bar)
+        assert not [b for b in screen.active_bindings.values() if b.binding.action == "edit" and b.enabled]
 
 
 def test_summary_says_a_change_that_never_came_into_force_was_pending(headless):

@@ -76,9 +76,12 @@ async def test_y_switches_the_loss_plot_to_a_log_scale(tui):
         await pilot.press("enter")
         screen = app.screen
         assert isinstance(screen, DetailScreen)
-        await until(pilot, lambda: screen.loads > 0 and screen.query_one(LossPlot).series.get(0),
-                    what="the loss history")
         plot = screen.query_one(LossPlot)
-        assert "linear scale" in plot.render().plain
+        # 1/(step+1) spans 10x from step 9 on: the plot opens on the log scale (issue 31), y switches
+        await until(pilot, lambda: screen.loads > 0 and len(plot.series.get(0) or []) >= 10,
+                    what="ten points of the loss history")
+        assert plot.log_scale and "log scale (press y for linear)" in plot.render().plain
+        await pilot.press("y")
+        assert not plot.log_scale and "linear scale (press y for log)" in plot.render().plain
         await pilot.press("y")
         assert plot.log_scale and "log scale" in plot.render().plain

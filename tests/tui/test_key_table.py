@@ -60,7 +60,8 @@ def footer(app) -> list[str]:
 
 
 def table_rows(app, table) -> list[tuple[str, str]]:
-    return [(app.get_key_display(k), k.tooltip) for k in table]
+    """The rows the table says the help shows: where nothing can act, a key's read-only sentence."""
+    return [(app.get_key_display(k), keys.said(k, app.can_act)) for k in table]
 
 
 def palette(app) -> list[tuple[str, str]]:
@@ -89,6 +90,8 @@ async def test_the_live_help_and_palette_offer_exactly_the_table():
         assert app.can_act
         assert await help_rows(pilot) == table_rows(app, keys.LIVE)
         assert palette(app) == [(k.description, f"{k.tooltip} ({app.get_key_display(k)})") for k in keys.LIVE]
+        live_t = "tunables: mpwatch.tunable() values and changes; Enter sets one"
+        assert ("t", live_t) in table_rows(app, keys.LIVE)
         # The footer shows the table's shown keys, ? and q first.
         assert footer(app)[:2] == ["help", "quit_dialog"]
         assert set(footer(app)) == {k.action for k in keys.LIVE if k.show}
@@ -117,8 +120,11 @@ async def test_a_replay_offers_its_cursor_and_no_key_that_acts():
         rows = await help_rows(pilot)
         assert rows == table_rows(app, offered)
         assert not {"c", "p", "k", "d", "+", "-"} & {key for key, _ in rows}
-        # t shows the moment's tunables (a change is refused: tests/replay/test_live_replay.py)
+        # t shows the moment's tunables, and its line says so: nothing is set here (issue 31; a
+        # change is refused: tests/replay/test_control_replay.py)
         assert {",", ".", "[", "]", "Home", "End", "t"} <= {key for key, _ in rows}
+        (t,) = [what for key, what in rows if key == "t"]
+        assert t == "tunables as of the moment shown: mpwatch.tunable() values and changes (read-only)"
         assert [t for t, _ in palette(app)] == [k.description for k in offered]
         assert footer(app) and not set(footer(app)) & WANTED_ACTING
         # The cursor from the palette.

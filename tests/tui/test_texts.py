@@ -80,7 +80,14 @@ def test_ranks_that_end_together_are_one_notice_and_a_cause_is_not_said_twice():
     from mpwatch.text import eventtext
     exits = [e for e in recording("states")["events"] if e["event"] == "worker_exited"]
     text, sev = eventtext.exits_notice(exits[:2])
-    assert (text, sev) == ("ranks 3,4 failed (their causes in the table)", "error")
+    # their cause, said (issue 31: "in the table" was false where a rank was started again since)
+    cause = "exit 1: RuntimeError: CUDA error: an illegal memory access was encountered"
+    assert [e["cause"] for e in exits[:2]] == [cause, cause]
+    assert (text, sev) == (f"ranks 3,4 failed: {cause}", "error")
+    ended = [e for e in recording("ended")["events"] if e["event"] == "worker_exited"]
+    assert len({(e["state"], e["cause"]) for e in ended}) > eventtext.EXIT_GROUPS
+    text, sev = eventtext.exits_notice(ended)  # more causes than a notice says: where they are
+    assert text.endswith("(each one's cause: e, the events)") and sev == "error", text
     # a failure whose cause holds its own words adds no raw stderr line under it
     note, _ = eventtext.notice(exits[0])
     assert note == "rank 3 failed: exit 1: RuntimeError: CUDA error: an illegal memory access was encountered"

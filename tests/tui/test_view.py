@@ -238,6 +238,9 @@ def test_ending_lines_name_each_worker():
     lines = view.ending_lines(st)
     assert lines[0].startswith("run finished, exit code ?")
     assert lines[4] == f"rank 3: failed ({st['workers'][3]['cause']})"
+    # a cause that starts with its state says it once (issue 31: "rank 2: killed (killed on request (SIGTERM))")
+    ended = view.ending_lines(status("ended"))
+    assert "rank 2: killed on request (SIGTERM)" in ended and "rank 1: exited (exit 0)" in ended, ended
 
 
 def test_diff_patches_rows_reorders_and_rebuilds_only_when_most_are_gone():

@@ -208,7 +208,14 @@ class Commands:
         groups.send(w.pid, signal.SIGCONT)
         with self.lock:
             w.attempt.resumed, w.attempt.paused_at = time.monotonic(), None
-            w.attempt.rate.clear()  # steps/s from the resume on: the pause is no slowness of its own
+            # Steps/s from the resume on: the pause is no slowness of its own, nor of the ranks
+            # of its process group, which waited for it in their collectives (lock-step peers
+            # read 1.2 beside its 9.8 steps/s for the length of their window).
+            w.attempt.rate.clear()
+            if w.attempt.dist:
+                for peer in self.workers.values():
+                    if peer.attempt.dist and peer.alive:
+                        peer.attempt.rate.clear()
             w.transition(State.RUNNING, "SIGCONT on request", pid=w.pid)
         return True, f"resumed rank {w.rank} (pid {w.pid})"
 

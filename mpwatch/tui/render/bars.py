@@ -12,22 +12,37 @@ PHASES = ("data", "compute", "sync", "other")
 
 
 LOG_SPAN = 10.0  # positive values spanning this factor or more are drawn on a log scale
+# Values closer together than this share of their size are one value: the rounding of a
+# float sum (0.09999999999999999 and 0.10000000000000002 for a loss of 0.1) or of float32
+# arithmetic (~1e-7), never a trend to draw at full height.
+FLAT_SHARE = 1e-6
+
+
+def flat(lo: float, hi: float) -> bool:
+    """lo..hi is one value but for rounding: a range under FLAT_SHARE of the values."""
+    return hi - lo <= FLAT_SHARE * max(abs(lo), abs(hi))
+
+
+def spans_log(lo: float, hi: float) -> bool:
+    """Positive values spanning LOG_SPAN or more: read on a log scale."""
+    return lo > 0 and hi / lo >= LOG_SPAN
 
 
 def sparkline(values: Sequence[float | None], width: int, levels: str) -> str:
     """The finite values in at most `width` cells (neighbours averaged, so the whole series
     shows), scaled between their min and max; on a log scale when all are positive and span
-    LOG_SPAN or more (a loss from 2.3 to 8e-5 reads falling, not flat then a drop)."""
+    LOG_SPAN or more (a loss from 2.3 to 8e-5 reads falling, not flat then a drop); a flat
+    line at mid height when they differ only by rounding (`flat`)."""
     nums = [float(v) for v in values if v is not None and math.isfinite(v)]
     if not nums or width <= 0:
         return ""
     nums = _fit(nums, width)
     lo, hi = min(nums), max(nums)
-    if lo > 0 and hi / lo >= LOG_SPAN:
-        nums, lo, hi = [math.log(v) for v in nums], math.log(lo), math.log(hi)
     top = len(levels) - 1
-    if hi == lo:
+    if flat(lo, hi):
         return levels[top // 2] * len(nums)
+    if spans_log(lo, hi):
+        nums, lo, hi = [math.log(v) for v in nums], math.log(lo), math.log(hi)
     return "".join(levels[round((v - lo) / (hi - lo) * top)] for v in nums)
 
 

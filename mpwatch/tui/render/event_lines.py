@@ -1,7 +1,8 @@
 """Events as lines for the events screen and the replay's timeline strip: when (from the
 run's start), who, what. The words are text.eventtext's (the headless lines' and notices');
 the events it leaves unsaid (a first start, a report) get a plain line here, so that a
-list of every event leaves none out. Pure; UI thread.
+list of every event leaves none out (an alert that ended says which, and that it no longer
+holds). Pure; UI thread.
 """
 from __future__ import annotations
 
@@ -26,6 +27,8 @@ def text(rec: EventFields) -> str:
         return said.splitlines()[0]
     who = f"rank {rec['rank']}" if rec.get("rank") is not None else "run"
     e = rec.get("event")
+    if e == Event.ALERT and rec.get("ended"):  # which alert: the bare event read "run alert"
+        return f"{rec.get('kind') or 'run'} alert no longer holds: {rec.get('message')}"
     if e == Event.WORKER_STARTED:
         return f"{who} started (pid {rec.get('pid')})"
     if e == Event.REPORT:

@@ -352,5 +352,7 @@ def ending_lines(status: Status) -> list[str]:
     code = status["run"]["exit_code"]
     out = [f"run finished, exit code {code if code is not None else '?'}; press q to leave"]
     for w in status["workers"]:
-        out.append(f"rank {w['rank']}: {w['state']} ({w['cause'] or 'no cause recorded'})")
+        cause = w["cause"] or "no cause recorded"  # "killed on request (SIGTERM)" says its state once
+        said = cause if cause.startswith(f"{w['state']} ") else f"{w['state']} ({cause})"
+        out.append(f"rank {w['rank']}: {said}")
     return out

@@ -23,11 +23,12 @@ class CheckpointDialog(ModalScreen[str | None]):
     def compose(self) -> ComposeResult:
         with Vertical(classes="dialog"):
             yield Label("Checkpoint now?", classes="dialog-title")
-            yield Label("mpwatch.should_checkpoint() returns True once in the training loop;")
-            yield Label("asked of all ranks, at the same step on every one.")
+            yield Label("mpwatch.should_checkpoint() returns True once in the training loop, at a step "
+                        f"mpwatch picks: on rank {self.rank} alone, or on every rank at the same step.",
+                        classes="dialog-detail", markup=False)
             if not self.polls:
                 yield Label(f"Rank {self.rank} has not called mpwatch.should_checkpoint() yet: "
-                            "it answers when it does.", classes="warning")
+                            "it answers when it does.", classes="dialog-detail dialog-warning warning")
             with Horizontal(classes="dialog-buttons"):
                 yield Button(Content(f"[r] Rank {self.rank}"), id="rank", variant="primary")
                 yield Button(Content(f"[a] All {self.ranks} ranks"), id="all", variant="warning")

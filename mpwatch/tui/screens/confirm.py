@@ -16,18 +16,23 @@ from textual.widgets.button import ButtonVariant
 
 
 class ConfirmDialog(ModalScreen[bool]):
+    """Yes or no; a warning, when given, after the detail and in the warning's colour."""
+
     BINDINGS = [Binding("y", "answer(True)", "Yes"), Binding("n,escape", "answer(False)", "No")]
 
-    def __init__(self, question: str, detail: str = ""):
+    def __init__(self, question: str, detail: str = "", warning: str = ""):
         super().__init__()
         self.question = question
         self.detail = detail
+        self.warning = warning
 
     def compose(self) -> ComposeResult:
         with Vertical(classes="dialog"):
             yield Label(self.question, classes="dialog-title", markup=False)
             if self.detail:
                 yield Label(self.detail, classes="dialog-detail", markup=False)
+            if self.warning:
+                yield Label(self.warning, classes="dialog-detail dialog-warning warning", markup=False)
             with Horizontal(classes="dialog-buttons"):
                 yield Button(Content("[y] Yes"), id="yes", variant="error")
                 yield Button(Content("[n] No"), id="no", variant="primary")

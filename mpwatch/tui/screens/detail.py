@@ -1,7 +1,8 @@
 """The detail view of one worker (Enter): loss plot of all ranks with this one highlighted
-(`y`: log or linear scale), its latest profile once one was asked (`o`: where it stands, where
-its trace is, its top operators by self time), the tail of its stdout and stderr, its latest
-stack dump (the main thread first, mpwatch's threads folded, one line a frame), its children.
+(on the log scale where the loss spans 10x; `y` switches), its latest profile once one was
+asked (`o`: where it stands, where its trace is, its top operators by self time), the end of its
+stdout and stderr, its latest stack dump (the main thread first, mpwatch's threads folded, one
+line a frame), its children.
 
 Data is fetched on a worker thread once a second and posted back as a message; after the
 run has ended it comes from the run directory. Drawing runs on the UI thread.
@@ -16,16 +17,17 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, VerticalScroll
 from textual.message import Message
-from textual.widgets import Footer, Static
+from textual.widgets import Static
 
 from mpwatch.contract.status import ProfileRequest, WorkerStatus
 from mpwatch.text import fmt, profile_text, stackfmt
 from mpwatch.tui import rundata
 from mpwatch.tui.render import view
 from mpwatch.tui.screens.run_screen import RunScreen
+from mpwatch.tui.widgets.keys_footer import KeysFooter
 from mpwatch.tui.widgets.loss_plot import LossPlot
 
-LOG_LINES = 12
+LOG_LINES = 40  # the most a log box shows: the file's last lines, as many as fit
 OVERLAY_RANKS = 16  # at most this many curves besides the selected one
 TOP_SHOWN = (4, 8)  # operators of a profile the view lists, on a short and a tall screen (the trace has all)
 TALL = 40  # rows from which a screen is tall
@@ -128,7 +130,7 @@ class DetailScreen(RunScreen):
             with VerticalScroll(classes="pane"):
                 yield Static("children", classes="pane-title")
                 yield self.children_pane
-        yield Footer()
+        yield KeysFooter()  # whole keys only: at 80 columns it cut 'l Logs' to 'l Log'
 
     def worker(self) -> WorkerStatus | None:
         return self.run.worker(self.rank)
@@ -193,9 +195,17 @@ class DetailScreen(RunScreen):
         self.loads += 1
         self.show_status()
         self.query_one(LossPlot).set_data(d.series, self.rank)
-        self.query_one("#detail-stdout", Static).update(_plain(d.stdout, "(empty)"))
-        self.query_one("#detail-stderr", Static).update(_plain(d.stderr, "(empty)"))
+        self._show_log("stdout", d.stdout)
+        self._show_log("stderr", d.stderr)
         self.query_one("#detail-dump", Static).update(dump_text(d.dump, self.run.can_act))
+
+    def _show_log(self, stream: str, lines: list[str]) -> None:
+        """The file's last lines, as many as the box shows below its title: its end in view,
+        never the start of a longer tail (the logs view, `l`, has the rest)."""
+        body = self.query_one(f"#detail-{stream}", Static)
+        box = body.parent
+        room = box.scrollable_content_region.height - 1 if isinstance(box, VerticalScroll) else 0
+        body.update(_plain(lines[-max(room, 1):], "(empty)"))
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         """The keys that act leave the footer where nothing can act (a replay, an ended run)."""

@@ -1,6 +1,7 @@
 """`mpwatch attach` with several live runs and no RUN: pick the one to watch, never the newest
 by chance. One option a run (its id and script; when it started and its directory), Enter
-attaches, q or Escape leaves without attaching. UI thread; the App is tui.picker's."""
+attaches, q (or Esc) leaves without attaching: the footer shows q, as the title says. UI
+thread; the App is tui.picker's."""
 from __future__ import annotations
 
 import time
@@ -36,7 +37,7 @@ class RunList(OptionList):
 
 
 class PickRunScreen(Screen[str | None]):
-    BINDINGS = [Binding("escape,q", "leave", "Leave")]
+    BINDINGS = [Binding("q,escape", "leave", "Leave")]  # the footer shows the first: q
 
     def __init__(self, entries: Sequence[RegistryEntry]):
         super().__init__()
@@ -44,7 +45,7 @@ class PickRunScreen(Screen[str | None]):
 
     def compose(self) -> ComposeResult:
         yield Static(Text(f"{len(self.entries)} live runs: which one to attach to? "
-                          "(Enter attaches, q leaves)", style="bold"), id="pick-title")
+                          "(Enter attaches, q or Esc leaves)", style="bold"), id="pick-title")
         now = time.time()
         sep = glyphs.pick().sep
         yield RunList(*[Option(option_text(e, now, sep), id=e["run_id"]) for e in self.entries],

@@ -53,8 +53,9 @@ class TunablesScreen(RunScreen):
     def show_status(self) -> None:
         st = self.run.status
         ts = self.tunables()
-        self.title_bar.update(Text(f"tunables: {len(ts)} (Enter: change the selected one, on every rank "
-                                   "at one step) · Esc: back", style="bold"))
+        how = ("Enter: change one, on every rank at one step" if self.run.can_act
+               else "as of the moment shown; read-only here")
+        self.title_bar.update(Text(f"tunables: {len(ts)} · {how} · Esc: back", style="bold"))
         if st is None:
             return
         rows = [control_rows.tunable_cells(t, st) for t in ts]
@@ -71,6 +72,10 @@ class TunablesScreen(RunScreen):
                                         "loop declares one", style="bright_black"), "", "", "", "")
             self.table.move_cursor(row=min(at, max(len(rows) - 1, 0)))
         self.checkpoints.update(lines_to_text(control_rows.checkpoint_lines(st)))
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        """Enter's "Change" leaves the footer where nothing can be set (a replay, an ended run)."""
+        return action != "edit" or self.run.can_act
 
     def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
         """Enter on a row (the table has the key first)."""

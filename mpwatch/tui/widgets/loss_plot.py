@@ -1,7 +1,8 @@
 """Loss over steps for every rank, the selected one drawn last and highlighted, on a linear
 or a log scale (a loss that falls over orders of magnitude is flat after the first steps on
-a linear one). `plot_lines` is pure (series in, lines of segments out); LossPlot draws it
-to fit its own size, on the UI thread.
+a linear one): it opens on the log scale where the losses span 10x or more, as the TREND
+does (tui.render.bars), and `y` switches. `plot_lines` is pure (series in, lines of
+segments out); LossPlot draws it to fit its own size, on the UI thread.
 """
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from collections.abc import Mapping, Sequence
 
 from textual.widgets import Static
 
+from mpwatch.tui.render import bars
 from mpwatch.tui.render.glyphs import Glyphs
 from mpwatch.tui.render.segs import Line, Seg
 from mpwatch.tui.widgets.cells import lines_to_text
@@ -35,9 +37,20 @@ def _label(y: float, log: bool) -> str:
     return f"{10 ** y:.3g}" if log else f"{y:.3g}"
 
 
+def scale_label(log: bool) -> str:
+    """The scale shown, then what `y` shows instead (the key, not the axis)."""
+    return "log scale (press y for linear)" if log else "linear scale (press y for log)"
+
+
+def spans_log(series: Mapping[int, Points]) -> bool:
+    """The losses are all positive and span 10x or more: the scale the plot opens on is log."""
+    ys = [v for p in series.values() for _, v in _finite(p, False)]
+    return bool(ys) and bars.spans_log(min(ys), max(ys))
+
+
 def plot_lines(series: Mapping[int, Points], selected: int | None, width: int, height: int, g: Glyphs,
                log: bool = False) -> list[Line]:
-    scale = "log scale (y: linear)" if log else "linear scale (y: log)"
+    scale = scale_label(log)
     curves = {r: _finite(p, log) for r, p in series.items()}
     curves = {r: p for r, p in curves.items() if p}
     if not curves:
@@ -49,7 +62,7 @@ def plot_lines(series: Mapping[int, Points], selected: int | None, width: int, h
     x0, x1, y0, y1 = min(xs), max(xs), min(ys), max(ys)
     if x1 == x0:
         x1 = x0 + 1
-    if y1 == y0:
+    if bars.flat(*((10 ** y0, 10 ** y1) if log else (y0, y1))):  # one value but for rounding
         y1 = y0 + abs(y0) * 0.1 + 1e-9
     grid = [[(" ", "")] * cols for _ in range(rows)]
     order = sorted(curves, key=lambda r: r == selected)  # the selected rank last, on top
@@ -69,7 +82,8 @@ def plot_lines(series: Mapping[int, Points], selected: int | None, width: int, h
             else:
                 segs.append((ch, st))
         out.append(tuple(segs))
-    legend = f"rank {selected} {g.dot_selected}, others {g.dot_other}{g.sep}" if selected is not None else ""
+    # two spaces apart, not the separator: with ASCII dots it read "others . . log scale"
+    legend = f"rank {selected} {g.dot_selected}, others {g.dot_other}  " if selected is not None else ""
     left, right = f"step {x0:g}  {legend}{scale}", f"{x1:g}"
     pad = max(cols - len(left) - len(right), 1)
     out.append(((" " * AXIS_W + left + " " * pad + right, "bright_black"),))
@@ -84,16 +98,20 @@ class LossPlot(Static):
         self.glyphs = glyphs
         self.series: dict[int, list[tuple[float, float]]] = {}
         self.selected: int | None = None
-        self.log_scale = False
+        self.chosen: bool | None = None  # the scale `y` chose (log: True); None: by the losses' span
+
+    @property
+    def log_scale(self) -> bool:
+        return spans_log(self.series) if self.chosen is None else self.chosen
 
     def set_data(self, series: dict[int, list[tuple[float, float]]], selected: int | None) -> None:
         self.series, self.selected = series, selected
         self._draw()
 
     def toggle_log(self) -> bool:
-        self.log_scale = not self.log_scale
+        self.chosen = not self.log_scale
         self._draw()
-        return self.log_scale
+        return self.chosen
 
     def on_resize(self) -> None:
         self._draw()
