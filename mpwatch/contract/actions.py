@@ -9,11 +9,14 @@ folder of the rank's files it writes. The status records are here too (ActionReq
 rank's outcome, FileResult), with the rules every reader shares: the arguments a request may
 carry, a worker's result bounded, a rank's state in a request.
 
-Adding an action (issue 33's CUDA memory snapshot): its Events (contract.names), its row here
-(and its arguments in `check_args`), its frame in contract.protocol, its runner on the worker
-side (mpwatch.worker.actions' table), a ctl subcommand and a key. The control room
-(supervisor.control.actions), the channel, the answers, the events, the replay's fold
-(rundir.control_events) and the status's list are this mechanism's. Pure; any thread.
+Adding an action (issue 33's CUDA memory snapshot): its Events (contract.names) and its row
+here (its arguments in `check_args`); its frame name in contract.protocol (STEP_ACTIONS, and
+TORCH_ACTIONS when it needs torch); its file's suffix in rundir.layout.ACTION_SUFFIX; its runner
+in mpwatch.worker.actions.RUNNERS (a module whose `begin` answers and writes through
+rundir.rank_files); its list in the status (a request record like ProfileRequest, then
+Registry.status, ControlView, the replay's fold and the merged view's join name it); a ctl
+subcommand (Source.ask(NAME, ...)) and a key. Asking, sending, resending after a reconnect, the
+answers and outcomes, their events and the missed ones are this mechanism's. Pure; any thread.
 """
 from __future__ import annotations
 
@@ -99,7 +102,8 @@ class Action:
     written: Event | None = None  # the outcome, for an action that has one
     failed: Event | None = None
     version: int = protocol.DOWN_VERSION  # the least channel protocol of a worker that runs it
-    folder: str | None = None  # where in rank-N/ its files go
+    folder: str | None = None  # where in rank-N/ its files go (their names: rundir.layout.ACTION_SUFFIX)
+    tool: str = ""  # what writes its file in the rank (an outcome's `tool` unless it says another)
 
     @property
     def has_outcome(self) -> bool:
@@ -114,7 +118,8 @@ class Action:
 CHECKPOINT = Action(protocol.CHECKPOINT, Event.CHECKPOINT_REQUESTED, Event.CHECKPOINT_TAKEN,
                     Event.CHECKPOINT_MISSED)
 PROFILE = Action(protocol.PROFILE, Event.PROFILE_REQUESTED, Event.PROFILE_STARTED, Event.PROFILE_MISSED,
-                 Event.PROFILE_WRITTEN, Event.PROFILE_FAILED, protocol.ACT_VERSION, "profiles")
+                 Event.PROFILE_WRITTEN, Event.PROFILE_FAILED, protocol.ACT_VERSION, folder="profiles",
+                 tool="torch.profiler")
 ACTIONS: dict[str, Action] = {a.name: a for a in (CHECKPOINT, PROFILE)}
 KEPT = 8  # requests of each action a status keeps (the newest)
 

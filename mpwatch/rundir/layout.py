@@ -41,6 +41,7 @@ PROFILES = "profiles"
 TRACE_SUFFIX = ".json.gz"  # Perfetto and chrome://tracing open it as it is
 FLAME_SUFFIX = ".svg"
 PART_SUFFIX = ".part"  # a file being written; renamed to its name once whole
+ACTION_SUFFIX = {"profile": TRACE_SUFFIX}  # an action's file (contract.actions), by the action's name
 LOG_MARK = "--- mpwatch: "  # begins the line the supervisor writes in a rank's logs before each restart
 LOG_MARK_END = " ---"  # ends it: such a line is mpwatch's own, never a cause
 
