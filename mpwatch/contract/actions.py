@@ -10,11 +10,14 @@ folder of the rank's files it writes. The status records are here too (ActionReq
 rank's outcome, FileResult), with the rules every reader shares: the arguments a request may
 carry, a worker's result bounded, a rank's state in a request.
 
-Adding an action (issue 33's CUDA memory snapshot): its Events (contract.names), its row here
-(and its arguments in `check_args`), its frame in contract.protocol, its runner on the worker
-side (mpwatch.worker.actions' table), a ctl subcommand and a key. The control room
-(supervisor.control.actions), the channel, the answers, the events, the replay's fold
-(rundir.control_events) and the status's list are this mechanism's. Pure; any thread.
+Adding an action (as the memory snapshot was): its Events (contract.names) and its row
+here (its folder, its files' suffix and tool; its arguments in `check_args`); its frame name in
+contract.protocol (STEP_ACTIONS, and TORCH_ACTIONS when it needs torch); its runner in
+mpwatch.worker.actions.RUNNERS (a module whose `begin` answers and writes through
+rundir.rank_files); its list in the status (a request record like ProfileRequest, then
+Registry.status, ControlView, the replay's fold and the merged view's join name it); a ctl
+subcommand (Source.ask(NAME, ...)) and a key. Asking, sending, resending after a reconnect, the
+answers and outcomes, their events and the missed ones are this mechanism's. Pure; any thread.
 """
 from __future__ import annotations
 
@@ -55,7 +58,7 @@ class FileResult(TypedDict):
 
     rank: int
     state: Literal["written", "failed"]
-    tool: str  # what made it: torch.profiler, py-spy
+    tool: str  # what made it: torch.profiler, py-spy, torch.cuda.memory
     path: str | None  # relative to the run directory (written; else where it was to go)
     bytes: int | None
     why: str | None  # failed: why; written: a note (cut short, ...) or None
@@ -107,9 +110,9 @@ class Action:
     written: Event | None = None  # the outcome, for an action that has one
     failed: Event | None = None
     version: int = protocol.DOWN_VERSION  # the least channel protocol of a worker that runs it
-    folder: str | None = None  # where in rank-N/ its files go
+    folder: str | None = None  # where in rank-N/ its files go (rundir.layout: PROFILES, MEMORY)
     suffix: str = ".json.gz"  # its files' (rundir.layout: a profile's trace, a snapshot's pickle)
-    tool: str = ""  # what writes its files (a result says it: torch.profiler, torch.cuda.memory)
+    tool: str = ""  # what writes its file in the rank (an outcome's `tool` unless it says another)
 
     @property
     def has_outcome(self) -> bool:
@@ -124,11 +127,11 @@ class Action:
 CHECKPOINT = Action(protocol.CHECKPOINT, Event.CHECKPOINT_REQUESTED, Event.CHECKPOINT_TAKEN,
                     Event.CHECKPOINT_MISSED)
 PROFILE = Action(protocol.PROFILE, Event.PROFILE_REQUESTED, Event.PROFILE_STARTED, Event.PROFILE_MISSED,
-                 Event.PROFILE_WRITTEN, Event.PROFILE_FAILED, protocol.ACT_VERSION, "profiles",
-                 tool="torch.profiler")
+                 Event.PROFILE_WRITTEN, Event.PROFILE_FAILED, protocol.ACT_VERSION, folder="profiles",
+                 suffix=".json.gz", tool="torch.profiler")
 MEMORY = Action(protocol.MEMORY, Event.MEMORY_REQUESTED, Event.MEMORY_STARTED, Event.MEMORY_MISSED,
-                Event.MEMORY_WRITTEN, Event.MEMORY_FAILED, protocol.ACT_VERSION, "memory", ".pickle",
-                "torch.cuda.memory")
+                Event.MEMORY_WRITTEN, Event.MEMORY_FAILED, protocol.ACT_VERSION, folder="memory",
+                suffix=".pickle", tool="torch.cuda.memory")
 ACTIONS: dict[str, Action] = {a.name: a for a in (CHECKPOINT, PROFILE, MEMORY)}
 KEPT = 8  # requests of each action a status keeps (the newest)
 

@@ -247,16 +247,6 @@ class RunStore:
             _mkdir(d, f"{paths.dir.name}/{folder}")
         return paths.dir / folder
 
-    def new_file(self, rel: str) -> int:
-        """A new, empty file of the run (rel: its path in the run directory), open to write:
-        what a tool run for a rank writes into (py-spy's flame graph). Raises OSError."""
-        return self._open(rel, NEW)
-
-    def rename(self, rel: str, to: str) -> None:
-        """A file of the run renamed within it (a file written whole, given its name). Raises OSError."""
-        with self._at() as d:
-            os.replace(rel, to, src_dir_fd=d, dst_dir_fd=d)
-
     # ------------------------------------------------------------ run files ----
     def open_append(self, name: str) -> TextIO:
         """A .jsonl file of the run (gpu.jsonl) opened to append lines to. Raises OSError."""

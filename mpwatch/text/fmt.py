@@ -49,6 +49,17 @@ def age(s: float | None, na: str = "") -> str:
     return f"{s / 3600:.0f}h"
 
 
+def span(s: float | None, na: str = NA) -> str:
+    """A time a step or a phase of it takes: 0.4 ms, 11 ms, 212 ms, 1.2 s, 35 s."""
+    if not isinstance(s, (int, float)) or not math.isfinite(s):
+        return na
+    if s < 0.00995:
+        return f"{s * 1000:.1f} ms"
+    if s < 0.9995:
+        return f"{s * 1000:.0f} ms"
+    return f"{s:.1f} s" if s < 9.95 else f"{s:.0f} s"
+
+
 def duration(s: float | None, na: str = "-") -> str:
     """A run's length: 4m05s, 1h02m03s."""
     if not isinstance(s, (int, float)) or not math.isfinite(s):

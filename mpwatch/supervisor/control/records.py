@@ -42,7 +42,7 @@ class Request:
     by: str
     step: int | None
     asked: set[int]  # ranks whose channel got it
-    ts: float = field(default_factory=time.time)
+    ts: float = field(default_factory=lambda: round(time.time(), 6))  # as events.jsonl keeps it
     answers: dict[int, RankAnswer] = field(default_factory=dict)
     missed: set[int] = field(default_factory=set)  # ended before answering
 
