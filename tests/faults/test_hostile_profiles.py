@@ -1,8 +1,9 @@
 """Issue 32's files written for a rank (a profile's trace by the rank's own process, py-spy's
-flame graph by the supervisor) under the run directory's rules (rundir.rank_files): a folder
-that is a link, or that others may write in, is refused; a name planted as a link is replaced,
-never followed; every file is 0600 whatever the umask, whole or absent, and bounded; the
-supervisor never makes a rank's profiles folder through a link either."""
+flame graph by the supervisor) under the run directory's rules (rundir.rank_files, the writer of
+a rank's files: tests/faults/test_hostile_rank_files.py has the rest): a folder that is a link,
+or that others may write in, is refused; a name planted as a link is never followed nor
+replaced; every file is 0600 whatever the umask, whole or absent, and bounded; the supervisor
+never makes a rank's profiles folder through a link either."""
 from __future__ import annotations
 
 import gzip
@@ -28,21 +29,24 @@ def _source(folder: rank_files.RankFolder, data: bytes) -> str:
     return name
 
 
-def test_a_trace_is_written_whole_0600_and_a_planted_link_at_its_name_is_replaced_not_followed(tmp_path):
+def test_a_trace_is_written_whole_0600_and_a_planted_link_at_its_name_is_neither_followed_nor_replaced(
+        tmp_path):
     d = _folder(tmp_path)
     victim = tmp_path / "victim"
     victim.write_text("keep me")
-    (d / "t.json.gz").symlink_to(victim)
+    (d / "planted.json.gz").symlink_to(victim)
     old = os.umask(0o000)
     try:
         with rank_files.RankFolder(str(d / "t.json.gz")) as f:
             size = f.gzip_from(_source(f, b'{"traceEvents": []}' * 100), 1 << 20)
+        with rank_files.RankFolder(str(d / "planted.json.gz")) as f, pytest.raises(FileExistsError):
+            f.gzip_from(_source(f, b'{"traceEvents": []}'), 1 << 20)
     finally:
         os.umask(old)
     st = os.lstat(d / "t.json.gz")
     assert stat.S_ISREG(st.st_mode) and stat.S_IMODE(st.st_mode) == 0o600 and st.st_size == size
-    assert victim.read_text() == "keep me"
     assert gzip.decompress((d / "t.json.gz").read_bytes()) == b'{"traceEvents": []}' * 100
+    assert victim.read_text() == "keep me" and os.readlink(d / "planted.json.gz") == str(victim)
     assert sorted(p.name for p in d.iterdir() if p.name.endswith(".part")) == []
 
 

@@ -5,9 +5,9 @@ own ("mpwatch-flame"), since it takes its seconds.
 
 The SVG goes to rank-N/profiles/<stem>.svg: py-spy writes into a new hidden file made under
 the writer's rules (rundir.rank_files: 0600, never through a link), reached through this
-process's fd (/proc/self/fd, passed to py-spy), which is renamed to its name once py-spy has
-written a flame graph. py-spy carries the run's marks in its environment, so the watchdog ends it
-with the run (supervisor.workers.marks).
+process's fd (/proc/self/fd, passed to py-spy), which is given its name (never over another
+file) once py-spy has written a flame graph. py-spy carries the run's marks in its environment,
+so the watchdog ends it with the run (supervisor.workers.marks).
 """
 from __future__ import annotations
 
@@ -73,15 +73,18 @@ class FlameRecorder:
             part, fd = folder.new(layout.PART_SUFFIX)
             env = {**os.environ, protocol.ENV_RUN: self.run_id, protocol.ENV_SUPERVISOR_PID: str(os.getpid())}
             try:
-                ok, why = pyspy.record(pid, seconds, f"/proc/self/fd/{fd}", (fd,), env)
-                size = os.fstat(fd).st_size
+                try:
+                    ok, why = pyspy.record(pid, seconds, f"/proc/self/fd/{fd}", (fd,), env)
+                    size = os.fstat(fd).st_size
+                finally:
+                    os.close(fd)
+                if ok and (not size or b"<svg" not in folder.head(part, HEAD)):
+                    ok, why = False, "py-spy wrote no flame graph"
+                if ok:
+                    folder.publish(part)  # never over a file at its name
+            except OSError as exc:
+                ok, why = False, f"cannot write {final}: {exc.strerror or exc}"
             finally:
-                os.close(fd)
-            if ok and (not size or b"<svg" not in folder.head(part, HEAD)):
-                ok, why = False, "py-spy wrote no flame graph"
-            if ok:
-                folder.publish(part)
-            else:
                 folder.remove(part)
         if not ok:
             done(_failed(rank, final, why or "py-spy failed"), req)
