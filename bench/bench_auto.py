@@ -23,6 +23,7 @@ from bench.bench_training import run_plain
 from bench.harness import ROOT, row
 
 MARK = "MPWATCH_BENCH_AUTO "
+BEFORE_ISSUE_32 = "7eb6a79f6af9a4e77f98af73a146745aad443901"  # main before the phase times (data and compute only)
 IMPORT_TARGET_MS = 5.0  # "import torch slowed by at most a few ms"
 SHARE_TARGET = 0.01  # the hooks under 1% of the mnist demo's step
 
@@ -58,9 +59,14 @@ from mpwatch.worker.auto import patches
 from mpwatch.worker.auto.loss import Capture, StepLoss
 from mpwatch.worker.auto.steps import Steps
 n, reps = int(sys.argv[1]), int(sys.argv[2])
+import inspect
 capture = Capture(torch)
-def emit(step, parts, data_s, compute_s):
-    worker.auto_step(step, StepLoss(parts, capture.ring) if parts else None, data_s, compute_s)
+if len(inspect.signature(worker.auto_step).parameters) == 4:  # before issue 32: data and compute seconds
+    def emit(step, parts, data_s, compute_s):
+        worker.auto_step(step, StepLoss(parts, capture.ring) if parts else None, data_s, compute_s)
+else:  # each phase's seconds (worker.auto.split), as worker.auto's own emit passes them
+    def emit(step, parts, times, pairs):
+        worker.auto_step(step, StepLoss(parts, capture.ring) if parts else None, times)
 steps = Steps(emit)
 steps.has_optimizer = True
 backward = patches._backward(lambda *a, **k: None, steps, capture, worker.auto_wanted)
@@ -139,10 +145,12 @@ def _env(d) -> dict:
     return env
 
 
-def _under(d, script, args, auto: bool, name: str) -> str:
-    """rank 0's stdout of `mpwatch --headless -n 1 [--no-auto] script args`."""
+def _under(d, script, args, auto: bool, name: str, tree=None) -> str:
+    """rank 0's stdout of `mpwatch --headless -n 1 [--no-auto] script args` (under the mpwatch
+    of `tree`, measure.tree_at's folder, when given)."""
     opts = () if auto else ("--no-auto",)
-    with measure.Headless(d, script, *args, n=1, opts=opts, name=name, env=_env(d)) as h:
+    env = _env(d) if tree is None else dict(_env(d), PYTHONPATH=str(tree))
+    with measure.Headless(d, script, *args, n=1, opts=opts, name=name, env=env) as h:
         rc = h.wait(timeout=600)
         text = (h.run_dir / "rank-0" / "stdout.log").read_text(errors="replace")
         if rc != 0:
@@ -150,11 +158,15 @@ def _under(d, script, args, auto: bool, name: str) -> str:
     return text
 
 
-def _sides(d, script, args, rounds: int, tag: str, parse, sides=("auto", "off")) -> dict[str, list]:
+def _sides(d, script, args, rounds: int, tag: str, parse, sides=("auto", "off"), tree=None) -> dict[str, list]:
+    """Alternated runs of each side: auto (the hooks), off (--no-auto), before (the hooks of the
+    mpwatch in `tree`)."""
     _under(d, script, args, True, f"{tag}-warm-up")  # compiles mpwatch's modules once, outside the measurement
+    if "before" in sides:
+        _under(d, script, args, True, f"{tag}-warm-up-before", tree)
     out: dict[str, list] = {side: [] for side in sides}
     for i, side in measure.alternated(rounds, list(sides)):
-        got = parse(_under(d, script, args, side == "auto", f"{tag}-{side}-{i}"))
+        got = parse(_under(d, script, args, side != "off", f"{tag}-{side}-{i}", tree if side == "before" else None))
         out[side].append(got)
     return out
 
@@ -193,18 +205,25 @@ def import_rows(d, rounds: int) -> list[dict]:
 
 def step_rows(d, rounds: int, n: int, reps: int, step_cpu_us: float) -> list[dict]:
     script = measure.write_script(d, "hooks_timer.py", MICRO)
-    runs = _sides(d, script, (n, reps), rounds, "hooks", _parse, sides=("auto",))["auto"]
+    with measure.tree_at(BEFORE_ISSUE_32) as tree:
+        sides = ("auto",) if isinstance(tree, str) else ("auto", "before")
+        runs = _sides(d, script, (n, reps), rounds, "hooks", _parse, sides=sides,
+                      tree=None if isinstance(tree, str) else tree)
     cmd = measure.shown([*measure.mpwatch_cmd(), "--headless", "-n", "1", "hooks_timer.py", str(n), str(reps)])
-    costs = [r["us"] for r in runs]
+    costs = [r["us"] for r in runs["auto"]]
+    before = [r["us"] for r in runs.get("before", [])]
     cost = statistics.median(costs)
     share = cost / step_cpu_us
     return [
-        row("Automatic steps: the hooks' cost per optimizer step, CPU", cmd, round(cost, 2), unit="µs",
+        row("Automatic steps: the hooks' cost per optimizer step, CPU (phase times included)", cmd, round(cost, 2),
+            round(statistics.median(before), 2) if before else None,
+            alt_name=f"before issue 32 ({BEFORE_ISSUE_32[:7]}): data and compute only", unit="µs",
             note=f"the wrappers mpwatch.worker.auto puts into torch, around no-ops, called as a step calls them (a "
                  f"DataLoader batch, backward() of a scalar loss, an optimizer step), in a worker under mpwatch: "
-                 f"CPU time of the whole process (the buffer, and the sender reading the loss and shipping the "
-                 f"step), minus an empty loop; median of {rounds} runs x {reps} loops of {n} steps "
-                 f"({_spread(costs, '.2f')} µs)"),
+                 f"CPU time of the whole process (the buffer, each phase's boundaries and times, and the sender "
+                 f"reading the loss and shipping the step), minus an empty loop; median of {rounds} alternated runs "
+                 f"x {reps} loops of {n} steps ({_spread(costs, '.2f')} µs"
+                 + (f"; before {_spread(before, '.2f')} µs)" if before else ")")),
         row("Automatic steps: the hooks' cost as a share of the mnist demo's step", cmd, round(100 * share, 3),
             unit="%", target=f"< {100 * SHARE_TARGET:g}%", ok=share < SHARE_TARGET,
             note=f"{cost:.2f} µs of {step_cpu_us / 1000:.2f} ms, the CPU time of a step of the mnist demo's model "

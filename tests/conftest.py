@@ -9,8 +9,9 @@
   unless it is marked `injects_bugs`.
 - `nobody`: mpwatch's CLI run as uid 65534 through setpriv (tests/users.py), for the permission
   cases where the suite runs as root; skipped, with the reason, where it cannot be.
-- A test that reads the runs recorded once per session (tests/recorded_runs.py: record,
-  crashed, killed, hung, oom) runs in the lane that recorded them (xdist group `recorded`).
+- A test that reads a run shared by several tests (a session fixture named in SHARED_RUNS: the
+  runs recorded once per session, tests/recorded_runs.py, and the others) runs in the lane that
+  made it (the run's xdist group, e.g. `recorded`).
 - At the end, the time spent per folder (setup, call and teardown of its tests, summed), and the
   CPU time its tests cost: the lane's own and that of every process it started and reaped (a
   supervisor counts its workers). The suite is bound by the CPU on a 2-core machine, not by waits.
@@ -18,7 +19,6 @@
 from __future__ import annotations
 
 import collections
-import json
 import os
 import resource
 import shutil
@@ -27,13 +27,17 @@ import time
 
 import pytest
 
-from mpwatch.supervisor import errors
-from tests.helpers import HeadlessRun
+from tests.framework_runs import hf_run, lightning_run  # noqa: F401 - one run each, two tests read it
+from tests.helpers import HeadlessRun, internal_errors
 from tests.libnvml import libnvml, libnvml_no_v3  # noqa: F401 - session fixtures, built once
 from tests.recorded_runs import crashed, hung, killed, oom, record, stored_hang  # noqa: F401 - recorded once
 from tests.users import Nobody, why_not
 
-RECORDED = frozenset({"record", "crashed", "hung", "killed", "oom"})  # session fixtures: one lane records them
+# Runs shared by several tests (session fixtures) -> the xdist group their tests share: a
+# session fixture read in two lanes is made twice. One group a run, so the lanes split them.
+SHARED_RUNS = {**dict.fromkeys(("record", "crashed", "hung", "killed", "oom"), "recorded"),
+               "three_ranks": "three-ranks", "lightning_run": "lightning", "hf_run": "hugging-face",
+               "opted_out": "opted-out"}
 _RUNTIME: list[str] = []
 
 
@@ -52,10 +56,13 @@ def pytest_unconfigure(config):
         shutil.rmtree(rt, ignore_errors=True)
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist's own, which reads the groups (and names them in the ids)
 def pytest_collection_modifyitems(config, items):
     for item in items:
-        if RECORDED & set(getattr(item, "fixturenames", ())):
-            item.add_marker(pytest.mark.xdist_group("recorded"))
+        groups = {SHARED_RUNS[name] for name in getattr(item, "fixturenames", ()) if name in SHARED_RUNS}
+        assert len(groups) <= 1, f"{item.nodeid} reads runs of two xdist groups: {groups}"
+        for group in groups:
+            item.add_marker(pytest.mark.xdist_group(group))
 
 
 @pytest.fixture(autouse=True)
@@ -63,22 +70,8 @@ def strict_supervisor(monkeypatch, tmp_path, request):
     """Every supervisor a test starts is strict; its internal alerts and logged bugs fail the test."""
     monkeypatch.setenv("MPWATCH_STRICT_STATES", "1")
     yield
-    internal = []
-    for path in tmp_path.rglob("events.jsonl"):
-        if not path.is_file() or path.is_symlink():  # a FIFO or a link a hostile test left: never read
-            continue
-        for line in path.read_text(errors="replace").splitlines():
-            try:
-                rec = json.loads(line)
-            except ValueError:
-                continue
-            if isinstance(rec, dict) and rec.get("event") == "alert" and rec.get("kind") == "internal":
-                internal.append(rec["message"])
-    assert not internal, f"the supervisor recorded internal errors: {internal}"
-    if request.node.get_closest_marker("injects_bugs") is None:
-        bugs = [line for path in tmp_path.rglob(errors.FILE_NAME) if path.is_file() and not path.is_symlink()
-                for line in path.read_text(errors="replace").splitlines() if " ERROR [" in line]
-        assert not bugs, f"the supervisor logged bugs (see its supervisor.log): {bugs}"
+    found = internal_errors(tmp_path, bugs=request.node.get_closest_marker("injects_bugs") is None)
+    assert not found, f"the supervisor recorded internal errors or logged bugs (its supervisor.log): {found}"
 
 
 @pytest.fixture
@@ -118,10 +111,13 @@ def headless_module(tmp_path_factory):
     last test). Pytest ends it before another module's test runs in the same lane, so its runs
     are never live beside another module's; mark the module with an xdist_group of its own to
     keep its tests in one lane, else each lane starts them."""
-    make, runs = _headless(tmp_path_factory.mktemp("module-runs"))
+    folder = tmp_path_factory.mktemp("module-runs")
+    make, runs = _headless(folder)
     yield make
     for run in runs:
         run.cleanup()
+    found = internal_errors(folder)  # the autouse check sees only a test's own tmp_path
+    assert not found, f"a module's run recorded internal errors or logged bugs: {found}"
 
 
 # ------------------------------------------------------------ time per folder ----

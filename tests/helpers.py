@@ -270,6 +270,30 @@ class HeadlessRun:
                 getattr(self, f).close()
 
 
+def internal_errors(folder: Path, bugs: bool = True) -> list[str]:
+    """What the supervisors of the runs under `folder` said was their own fault: each run's
+    `internal` alerts, and (with `bugs`) the bugs logged to its supervisor.log. A FIFO or a
+    link a hostile test left where one of these files goes is never read."""
+    from mpwatch.supervisor import errors
+
+    out = []
+    for path in folder.rglob("events.jsonl"):
+        if not path.is_file() or path.is_symlink():
+            continue
+        for line in path.read_text(errors="replace").splitlines():
+            try:
+                rec = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(rec, dict) and rec.get("event") == "alert" and rec.get("kind") == "internal":
+                out.append(f"internal alert: {rec['message']}")
+    if bugs:
+        out += [f"bug in {path}: {line}" for path in folder.rglob(errors.FILE_NAME)
+                if path.is_file() and not path.is_symlink()
+                for line in path.read_text(errors="replace").splitlines() if " ERROR [" in line]
+    return out
+
+
 def assert_gone(pids, timeout: float = 15.0):
     """Every pid ends (zombies count as gone); fails naming the survivors."""
     wait_for(lambda: not [p for p in pids if alive(p)], timeout,

@@ -147,7 +147,7 @@ def nvml_mig(ghost: int) -> dict[str, Any]:
     process of another PID namespace on the 1g.10gb one; the GPU's own memory and process list
     refused (root's), its SM clock held by the power cap, the driver's reserve on the first slice
     told apart from what is used (MemoryInfo_v2). Played by the stand-in
-    libnvidia-ml.so.1 under nvidia-ml-py (the Python stand-in has no MIG)."""
+    libnvidia-ml.so.1 under nvidia-ml-py (the Python stand-in plays the same alike)."""
     def frame(s: float) -> dict[str, Any]:
         return {"temperature": 58 + int(6 * s), "power_w": 180.0 + 140 * s, "sm_clock": 1275, "sm_clock_max": 1410,
                 "throttle": ["sw_power_cap"], "fail": ["memory:NO_PERMISSION", "processes:NO_PERMISSION"],
@@ -454,6 +454,14 @@ def scenarios(ghost: int) -> dict[str, Scenario]:
            "the SM clock held by the power cap": lambda st: "sw_power_cap" in (st["gpus"][0]["throttle_reasons"] or [])}
     wide = {"256 ranks, every one stepping": lambda st: len(st["workers"]) == 256 and all(
         w["state"] == "running" and (w["step"] or 0) >= 3 for w in st["workers"])}
+    stragglers = {**run_alerts("straggler"),
+                  "the finding names rank 1 and its forward": lambda st: next(
+                      a["message"] for a in st["alerts"] if a["kind"] == "straggler").startswith(
+                      "rank 1 is the straggler: its forward takes"),
+                  "every rank's pace against the others": lambda st: all(
+                      w["pace"] and w["pace"]["relative"] for w in st["workers"]),
+                  "the finding has cost the run 5 s": lambda st: next(
+                      a["straggler"]["lost_s"] for a in st["alerts"] if a["kind"] == "straggler") > 5}
     ended = {**states(r0="running", r1="exited", r2="killed", r3="failed"),
              "rank 3 could not start": lambda st: (_w(st, 3)["cause"] or "").startswith("could not start")
              and _w(st, 3)["pid"] is None}
@@ -499,6 +507,9 @@ def scenarios(ghost: int) -> dict[str, Scenario]:
                  {"rank 1 a slow start, in its frame": lambda st: bool((_w(st, 1)["slow_start"] or {}).get("where")),
                   "rank 0 past step 20": lambda st: (_w(st, 0)["step"] or 0) >= 20},
                  script=ROOT / "tests" / "fixtures" / "slow_start.py"),
+        # Issue 32: an unmodified 3-rank DDP run (gloo) whose rank 1's forward is 0.2 s slower: the straggler.
+        Scenario("straggler", 3, {}, [], stragglers, script=ROOT / "tests" / "fixtures" / "ddp_pace.py",
+                 args=("--slow-rank", "1", "--slow-forward", "0.2")),
         # Issue 33: rank 0 dies of CUDA OOM (tests/fixtures/cuda_oom.py on the scripted torch), GPU 0 crowded
         # by rank 1 (the contention demo's set_device(0)), rank 2's stray context and a process outside the run.
         Scenario("oom", 3, {"OOM_RANKS": "0", "CHUNK_MB": "2048", "SLEEP": "0.1"},

@@ -11,20 +11,27 @@ from pathlib import Path
 
 import pytest
 
+from mpwatch.rundir.reader import read_events
 from mpwatch.rundir.textfiles import read_jsonl
 from tests.faults.conftest import FAULTS
-from tests.helpers import FIXTURES, ROOT, HeadlessRun, assert_gone, wait_for
+from tests.helpers import FIXTURES, ROOT, HeadlessRun, WaitTimeout, assert_gone, internal_errors, wait_for
 
 GiB = 1 << 30
 
 
 class Recorded:
-    """A run directory left by a real run, and the folder that holds it."""
+    """A run directory left by a real run, the folder that holds it, and what the run said
+    live before it ended (`seen`: whatever its `until` returned, e.g. a status over the socket)."""
 
-    def __init__(self, run_dir: Path, folder: Path):
+    def __init__(self, run_dir: Path, folder: Path, seen: object = None):
         self.dir = run_dir
         self.folder = folder
+        self.seen = seen
         self.run_id = json.loads((run_dir / "run.json").read_text())["run_id"]
+
+    def events(self, kind: str | None = None) -> list[dict]:
+        """The run's events as written, only `kind` when given."""
+        return list(read_events(self.dir, None if kind is None else {kind}))
 
     def copy(self, to: Path, name: str = "run") -> Path:
         """A copy to cut short or move (the recording itself stays whole)."""
@@ -36,17 +43,19 @@ class Recorded:
 @pytest.fixture(scope="session")
 def record(tmp_path_factory):
     """record(name, script, *args, n, opts, env, until) -> Recorded: start a headless run,
-    let `until(run)` drive it to its end, clean up whatever is left."""
+    let `until(run)` drive it to its end (what it returns is the recording's `seen`), clean up
+    whatever is left."""
     runs: list[HeadlessRun] = []
 
     def make(name, script, *args, n=2, opts=(), env=None, until=None) -> Recorded:
         run = HeadlessRun(tmp_path_factory.mktemp(name), script, *args, n=n, opts=opts, env=env)
         runs.append(run)
         run.start()
-        if until is not None:
-            until(run)
+        seen = until(run) if until is not None else None
         assert run.proc.poll() is not None, "a recorded run must have ended"
-        return Recorded(run.run_dir, run.tmp)
+        bugs = internal_errors(run.tmp)  # the autouse check sees only a test's own tmp_path
+        assert not bugs, f"the recorded run's supervisor had a bug: {bugs}"
+        return Recorded(run.run_dir, run.tmp, seen)
 
     yield make
     for run in runs:
@@ -77,7 +86,8 @@ def killed(record) -> Recorded:
 def hung(record) -> Recorded:
     """demo/hang.py: rank 1 stops before its all_reduce at step 5; ranks 0 and 2 wait in it.
     Stopped (ctl stop) once mpwatch has named the culprit with its frame and every rank's
-    stall dump is in (they land in any order, and a busy box makes them late)."""
+    stall dump is in (they land in any order, and a busy box makes them late). `seen`: the
+    live status just before the stop (tests/supervisor/test_hang_run.py reads it)."""
     pytest.importorskip("torch", reason="demo/hang.py needs torch (pip install -e '.[demo]')")
 
     def until(run):
@@ -85,10 +95,25 @@ def hung(record) -> Recorded:
                        and "(in " in r["message"], 240)  # the peers' collective and the culprit's frame
         wait_for(lambda: {d["rank"] for d in run.events("dump") if d["reason"] == "stall"} == {0, 1, 2}, 120,
                  what="every rank's stall dump")
+        seen = finding_in_status(run)
         run.ctl("stop")
         run.wait_exit(60)
+        return seen
     return record("hung", ROOT / "demo" / "hang.py", "--hang-rank", "1", "--hang-step", "5", "--step-time", "0.02",
                   n=3, opts=["--stall-timeout", "6"], until=until)  # a busy box once slowed a step past 3 s
+
+
+def finding_in_status(run: HeadlessRun, timeout: float = 30.0) -> dict:
+    """The live status once its own analysis says what the last hang alert says (the tick
+    after a dump makes it); past `timeout`, the status as it is, for the test to judge."""
+    def agrees() -> dict | None:
+        st = run.status()
+        hangs = [a["message"] for a in st["alerts"] if a["kind"] == "hang"]
+        return st if st["straggler"] and hangs == [st["straggler"]["text"]] else None
+    try:
+        return wait_for(agrees, timeout, what="the finding in the status")
+    except WaitTimeout:
+        return run.status()
 
 
 STORED = ROOT / "tests" / "replay" / "data"

@@ -7,6 +7,7 @@ from __future__ import annotations
 import ast
 import json
 import math
+import shutil
 from pathlib import Path
 
 import mpwatch
@@ -118,3 +119,61 @@ def test_the_writer_makes_each_file_of_a_rank(tmp_path):
     assert paths.stderr.read_text() == f"\n{layout.LOG_MARK}rank 3 restarted at 12:00:00 ---\n"
     store.close()
     assert (tmp_path / "run").stat().st_mode & 0o777 == 0o700
+
+
+# ------------------------------------------------------------ bounded reads ----
+STORED_HANG = Path(__file__).resolve().parent / "replay" / "data" / "hang"  # a real run's files
+
+
+class _Counted:
+    """A run file opened by textfiles.open_regular, counting the bytes read from it."""
+
+    def __init__(self, f, counts: list[int]):
+        self.f, self.counts = f, counts
+
+    def read(self, n: int = -1) -> bytes:
+        data = self.f.read(n)
+        self.counts.append(len(data))
+        return data
+
+    def __getattr__(self, name):  # readline, seek...: the file's own
+        return getattr(self.f, name)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.f.close()
+
+
+def test_a_json_file_over_the_size_limit_is_not_read(tmp_path, monkeypatch):
+    """textfiles' promise: a JSON file past MAX_JSON is not read (its first MAX_JSON + 1 bytes tell
+    it is too long), and the run's facts come from its other files. The limit is made small here
+    (256 MiB of file would be the real case's)."""
+    limit = 64 << 10
+    monkeypatch.setattr(textfiles, "MAX_JSON", limit)
+    opened = textfiles.open_regular
+    counts: list[int] = []
+    monkeypatch.setattr(textfiles, "open_regular", lambda path: _Counted(opened(path), counts))
+    at_limit, over = tmp_path / "at.json", tmp_path / "over.json"
+    at_limit.write_bytes(b'{"a": 1}' + b" " * (limit - 8))  # valid JSON, exactly the limit: read
+    over.write_bytes(b'{"a": 1}' + b" " * (8 * limit))  # valid JSON, far past it
+    assert textfiles.read_json_file(at_limit) == ({"a": 1}, None)
+    counts.clear()
+    data, why = textfiles.read_json_file(over)
+    assert data is None and why is not None and why.startswith("unreadable (larger than"), why
+    assert sum(counts) == limit + 1  # no byte past the one that tells
+    assert textfiles.read_json(over.parent, over.name) is None
+
+    # the reader of a run directory: run.json and final.json past the limit are notes, not facts
+    run = tmp_path / "run"
+    shutil.copytree(STORED_HANG, run)
+    assert reader.read(run).final is not None and not reader.read(run).notes
+    for name in (layout.RUN_JSON, layout.FINAL_JSON):
+        with open(run / name, "ab") as f:
+            f.write(b" " * limit)  # still valid JSON, now past the limit
+    rd = reader.read(run)
+    assert rd.final is None
+    assert any(n.startswith(f"{layout.FINAL_JSON} is unreadable (larger than") for n in rd.notes), rd.notes
+    assert any(n.startswith(f"{layout.RUN_JSON} is unreadable (larger than") for n in rd.notes), rd.notes
+    assert rd.run.script == "/home/user/mpwatch/demo/hang.py" and rd.run.nprocs == 3  # from its first event

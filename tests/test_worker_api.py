@@ -9,6 +9,8 @@ import threading
 import types
 from multiprocessing.connection import Listener
 
+import pytest
+
 from mpwatch.contract import protocol
 from mpwatch.supervisor.ipc import batch_check
 from tests.helpers import ROOT, wait_for
@@ -16,11 +18,11 @@ from tests.helpers import ROOT, wait_for
 KEY = os.urandom(16)
 
 
-def run_worker(code: str, env_extra: dict, timeout=60):
-    """Run `code` as a worker; in its own process group, ended whole on a timeout (a child it
-    forked, hung, must not outlive the test)."""
+def run_worker(code: str, env_extra: dict, timeout=60, args=()):
+    """Run `code` as a worker (`args` its sys.argv[1:]); in its own process group, ended whole
+    on a timeout (a child it forked, hung, must not outlive the test)."""
     env = dict(os.environ, PYTHONPATH=str(ROOT), **env_extra)
-    with subprocess.Popen([sys.executable, "-c", textwrap.dedent(code)], env=env, stdout=subprocess.PIPE,
+    with subprocess.Popen([sys.executable, "-c", textwrap.dedent(code), *args], env=env, stdout=subprocess.PIPE,
                           stderr=subprocess.PIPE, text=True, start_new_session=True) as p:
         try:
             out, err = p.communicate(timeout=timeout)
@@ -121,20 +123,31 @@ def test_reports_phases_and_forked_children_use_their_own_channels(tmp_path):
     listener.close()
 
 
-def test_a_fork_while_the_sender_imports_leaves_the_child_a_working_channel(tmp_path):
-    # The sender imports its CUDA view's module lazily, on its first flush in a torch script. A
-    # fork inside that import gave the child the module's lock, held by a thread the child does
-    # not have: the child's flush hung on it for ever and its reports were lost (seen in CI: a
-    # Hogwild trainer of demo/independent.py never ended). Here the import is held open (1 s)
-    # and the fork lands inside it, every time.
+# The sender's imports a fork may land in: the CUDA view's module (its first flush in a torch
+# script), and hmac, which multiprocessing's handshake imports inside Client() as the sender
+# connects (its first report).
+LAZY = ["mpwatch.worker.cuda", "hmac"]
+
+
+@pytest.mark.parametrize("module", LAZY)
+def test_a_fork_while_the_sender_imports_leaves_the_child_a_working_channel(tmp_path, module):
+    # A fork inside one of the sender's imports gave the child that module's lock, held by a
+    # thread the child does not have: the child's flush hung on it for ever and its reports were
+    # lost (seen in CI: a Hogwild trainer of demo/independent.py never ended). In the handshake's
+    # import of hmac, the child's sender, whose thread may get the parent's sender's ident, took
+    # the half-made module (an import cycle to importlib) and failed every connection: a Hogwild
+    # child beside busy processes never reported (tests/supervisor/test_slow_start.py, 3 runs of
+    # 12 with six CPU burners). Here the import is held open (1 s) and the fork lands inside it,
+    # every time.
     address, listener, conns, t = listening(tmp_path, 2)
     res = run_worker("""
         import importlib.abc, importlib.machinery, os, sys, threading, time, types
         entered = threading.Event()
+        MODULE = sys.argv[1]
 
         class Slow(importlib.abc.MetaPathFinder):
             def find_spec(self, name, path, target=None):
-                if name != "mpwatch.worker.cuda":
+                if name != MODULE:
                     return None
                 sys.meta_path.remove(self)
                 spec = importlib.machinery.PathFinder.find_spec(name, path)
@@ -151,18 +164,19 @@ def test_a_fork_while_the_sender_imports_leaves_the_child_a_working_channel(tmp_
                 spec.loader = Loader()
                 return spec
 
+        assert MODULE not in sys.modules
         sys.meta_path.insert(0, Slow())
         sys.modules["torch"] = types.ModuleType("torch")  # a torch script: the sender reads the CUDA view
         import mpwatch
         mpwatch.report(step=0, loss=1.0)
-        assert entered.wait(30), "the sender never imported its CUDA view"
+        assert entered.wait(30), "the sender never imported " + MODULE
         pid = os.fork()  # inside the sender's import
         if pid == 0:
             mpwatch.report(step=1, loss=0.5)
             raise SystemExit(0)
         _, status = os.waitpid(pid, 0)
         print(os.getpid(), os.waitstatus_to_exitcode(status))
-    """, channel_env(address, rank=0))
+    """, channel_env(address, rank=0), args=[module])
     assert res.returncode == 0, res.stderr
     worker_pid, child_exit = map(int, res.stdout.split())
     assert child_exit == 0
@@ -257,14 +271,31 @@ def test_the_scripted_cuda_view_rides_with_the_batches_at_most_once_a_second(tmp
         {"at": 0, "device": 1, "uuid": "GPU-x", "allocated": 100, "reserved": 300, "max_allocated": 200},
         {"at": 1.0, "alloc_retries": 4, "num_ooms": 1, "inactive_split": 50}]}}))
     address, listener, conns, t = listening(tmp_path, 1)
-    res = run_worker("""
-        import time, mpwatch
+    stop = tmp_path / "stop"
+
+    def cuda_views() -> list[dict]:
+        return [m["cuda"] for m in (conns[0] if conns else []) if m["t"] == "batch" and "cuda" in m]
+
+    def views_seen():
+        """The worker reports until the scenario's second frame has ridden in a view, the third
+        (its own clock keeps views a second apart however slow the box: a fixed 2.6 s loop that
+        needed two 0.85 s gaps failed under load)."""
+        try:
+            wait_for(lambda: (lambda v: len(v) >= 3 and v[-1]["alloc_retries"] == 4)(cuda_views()), 60,
+                     what="three CUDA views, the last from the scenario's second frame")
+        finally:
+            stop.write_text("")
+    watcher = threading.Thread(target=views_seen, daemon=True)
+    watcher.start()
+    res = run_worker(f"""
+        import os, time, mpwatch
         t0 = time.monotonic()
-        while time.monotonic() - t0 < 2.6:
+        while not os.path.exists({str(stop)!r}) and time.monotonic() - t0 < 90:
             mpwatch.report(step=1, loss=0.5)
             time.sleep(0.02)
-    """, dict(channel_env(address, rank=2), MPWATCH_SCRIPTED_CUDA=str(scen), MPWATCH_FLUSH_S="0.1"))
+    """, dict(channel_env(address, rank=2), MPWATCH_SCRIPTED_CUDA=str(scen), MPWATCH_FLUSH_S="0.1"), timeout=120)
     assert res.returncode == 0, res.stderr
+    watcher.join(30)
     read_until_bye(t, conns)
     views = [m["cuda"] for m in conns[0] if m["t"] == "batch" and "cuda" in m]
     batches = [m for m in conns[0] if m["t"] == "batch"]

@@ -97,6 +97,19 @@ def _alerts(s: postmortem.Summary) -> list[str]:
     return out
 
 
+def _stragglers(s: postmortem.Summary) -> list[str]:
+    """Each straggler finding: from when to when, what it cost the run, its last words."""
+    started = s["listing"]["started"]
+    found = s["stragglers"]
+    out = ["stragglers (a rank the others waited for at every step):"] if found else []
+    for f in found[:MAX_ALERTS]:
+        until = f"to {_at(f['until'], started)}" if f["until"] is not None else "to the end"
+        cost = f", cost the run {fmt.span(f['lost_s'])}" if f["lost_s"] is not None else ""
+        who = f"rank {f['rank']}" if f["rank"] is not None else "a rank"
+        out += [f"  {who} from {_at(f['since'], started)} {until}{cost}", f"      {f['message']}"]
+    return out
+
+
 def _live(s: postmortem.Summary) -> list[str]:
     """Tunables changed, checkpoints and profiles asked, when and by whom, and how the ranks took them."""
     started = s["listing"]["started"]
@@ -156,7 +169,7 @@ def _span(ranks: list[int]) -> str:
 
 def summary_lines(s: postmortem.Summary) -> list[str]:
     out = _head(s) + [""] + _ranks(s)
-    for part in (_stalls(s), _alerts(s), _live(s)):
+    for part in (_stalls(s), _stragglers(s), _alerts(s), _live(s)):
         if part:
             out += [""] + part
     out += ["", f"files in {s['listing']['run_dir']}:"] + _files(s["files"])

@@ -176,6 +176,20 @@ def value_of(kind: str, value: object) -> TunableValue | None:
     return None
 
 
+REFUSED_KEPT = 8  # a rank's refused tunable declarations its status lists: the first, one per name
+
+
+def keep_refused(kept: list[str], refusal: str) -> bool:
+    """A rank's refused declaration ("NAME: why", validate_control's) added to the ones it keeps
+    unless one of that name is there or REFUSED_KEPT are: the supervisor's rule (its status, and
+    a tunable_refused event for each added) and the replay's; True when added."""
+    name = refusal.partition(":")[0]
+    if len(kept) >= REFUSED_KEPT or any(k.partition(":")[0] == name for k in kept):
+        return False
+    kept.append(refusal)
+    return True
+
+
 def validate_control(raw: object, refused: list[str] | None = None) -> list[ControlEntry]:
     """A BATCH's `live` list, checked: anything unexpected is a protocol.BadFrame, but for a
     tunable's declaration that cannot be kept (a default that is not finite, a bad name) when

@@ -97,6 +97,8 @@ class Event(_Name):
     TUNABLE_DECLARED = "tunable_declared"  # the first mpwatch.tunable() call of a name in the run
     TUNABLE_SET = "tunable_set"  # `ctl set`, `t`: the new value and the step it takes effect at
     TUNABLE_APPLIED = "tunable_applied"  # a rank took the new value (late: past the step)
+    # a rank's tunable declaration refused alone (a default that is not finite): the first few a rank
+    TUNABLE_REFUSED = "tunable_refused"
     STOP_SIGNAL = "stop_signal"  # --stop-signal sent to a rank's process (kill, restart, resize, stop)
 
 
@@ -120,7 +122,8 @@ class EventFields(EventRecord, total=False):
     cause: str | None  # worker_exited: "exit 1: <last stderr line>", "signal SIGKILL"
     exit_code: int | None  # worker_exited, run_finished
     stderr_tail: list[str]  # worker_exited: the last lines of its stderr
-    why: str  # restarted, stopping, bad_frame, reports_rejected, profile_failed; profile_written: a note
+    why: str  # restarted, stopping, bad_frame, reports_rejected, profile_failed, tunable_refused;
+    # profile_written: a note
     stopped: str  # run_finished of a run that was stopped: why (stopping's `why`: a stop asked, a signal)
     frm: int  # resized: workers before
     to: int  # resized: workers after
@@ -172,7 +175,7 @@ class EventFields(EventRecord, total=False):
     bytes: int | None  # profile_written: the file's size
     top: list[list[Any]]  # profile_written: its top operators [name, self cpu us, self device us, calls]
     held_ms: float | None  # profile_written: how long the training loop waited for the profiler
-    tunable: str  # tunable_*: its name
+    tunable: str  # tunable_*: its name (tunable_refused: "?" for a name that is not one)
     value: Any  # tunable_set, tunable_applied: the new value; tunable_declared: its default
     old: Any  # tunable_set: the value before
     type: str  # tunable_declared: int | float | str | bool

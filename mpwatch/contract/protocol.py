@@ -51,6 +51,9 @@ ENV_AUTO = "MPWATCH_AUTO_HOOKS"  # "1": automatic steps after `import torch` (mp
 # initialises CUDA: "1" for torch's OOM observer (every run); the allocation history's entries kept
 # (--cuda-memory-history; absent: off); the rank's folder for its allocator snapshots (rank-N/memory/).
 ENV_CUDA_OOM = "MPWATCH_CUDA_OOM"
+# Set by the start-up hook (worker.boot) only while it imports mpwatch for the CUDA memory
+# forensics alone: the channel's hello is quiet (HELLO), the supervisor waits for no report.
+ENV_HOOK_ONLY = "MPWATCH_HOOK_ONLY"
 ENV_CUDA_HISTORY = "MPWATCH_CUDA_HISTORY"
 ENV_MEMORY_DIR = "MPWATCH_MEMORY_DIR"
 
@@ -62,7 +65,9 @@ def flush_interval(workers: int, stall_timeout: float) -> float:
     return round(max(0.05, min(max(0.25, workers / 128), 2.0, stall_timeout / 4)), 3)
 
 # Worker -> supervisor message types.
-HELLO = "hello"  # {t, v, rank, pid, ppid}
+HELLO = "hello"  # {t, v, rank, pid, ppid, quiet}
+# `quiet`: true when mpwatch's start-up hook, not the script, imported mpwatch (for the CUDA
+# memory forensics): the process promises no reports; absent: it may report.
 BATCH = "batch"  # {t, reports: [[ts, step, loss, metrics(, n)]], dropped, phases, cuda (a CudaView), dist}
 # `dist`: true when torch.distributed is initialised in the process (absent otherwise).
 # A report entry with a fifth element n stands for n consecutive report() calls folded into

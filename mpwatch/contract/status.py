@@ -160,6 +160,21 @@ class RejectedReports(TypedDict):
     why: str  # the latest reason
 
 
+class Pace(TypedDict):
+    """A rank's time a step and in each phase of it over its latest stretches of steps (the
+    medians, contract.pace: one slow stretch, a checkpoint save, is no pace), and each phase's
+    speed against the other ranks' (contract.straggler)."""
+
+    window_s: float  # the time its stretches cover
+    steps: int  # the steps in them
+    step_s: float  # seconds a step
+    phases: dict[str, float]  # seconds a step in each phase; "other": the step's time in none of them
+    # each phase's speed against the median rank's: 1.0 as fast, 0.05 twenty times slower ({} alone)
+    relative: dict[str, float]
+    # what the supervisor sees slowing its process (short of CPU, its GPU throttled); None: nothing
+    why: str | None
+
+
 class WorkerStatus(TypedDict):
     rank: int  # the supervisor's own key for the worker: its local rank on this node
     global_rank: int  # RANK in the worker's environment (multi-node: differs from rank)
@@ -186,7 +201,8 @@ class WorkerStatus(TypedDict):
     # its tunable declarations the supervisor refused ("NAME: why": a default that is not finite),
     # the first few; present once one was (the tunables declared beside it are kept)
     refused_tunables: NotRequired[list[str]]
-    phases: dict[str, float]
+    phases: dict[str, float]  # seconds in each phase since its process started (the worker's totals)
+    pace: Pace | None  # None until it has stepped for a while, and while it does not step
     cuda: CudaView | None
     # the run's loss smoothed: its mean over stretches of reports, oldest first (TREND)
     loss_tail: list[float]
@@ -283,9 +299,23 @@ class NodeInfo(TypedDict):
     slurm: str | None  # "job 123 step 0, node 1" when Slurm said where it runs
 
 
+class StragglerInfo(TypedDict):
+    """The straggler finding's numbers (an alert of kind `straggler`, contract.straggler)."""
+
+    rank: int  # its global rank (RunAlert.rank is a node's local one)
+    phase: str  # where it loses its time
+    own_s: float  # seconds a step in that phase, on it
+    others_s: float  # the same on the others (their median)
+    wait_phase: str | None  # where the others wait for it
+    cost_s: float  # each step is this much slower for it
+    lost_s: float  # what it has cost the run since the finding began (cost_s over the steps since)
+    reason: str | None  # why, where mpwatch sees it: short of CPU, its GPU throttled, its DataLoader
+    node: NotRequired[int]  # a merged view's: the node it runs on
+
+
 # The run's own alerts (supervisor.eventlog's alert): every kind, so that a reader can list each one at 0
 # while it is not there (the metrics do, as they do the GPU alerts' ALERT_KINDS)
-RunAlertKind = Literal["disk", "hang", "unkillable", "internal", "node_lost", "rendezvous"]
+RunAlertKind = Literal["disk", "hang", "straggler", "unkillable", "internal", "node_lost", "rendezvous"]
 RUN_ALERT_KINDS = frozenset(get_args(RunAlertKind))
 
 
@@ -298,6 +328,7 @@ class RunAlert(TypedDict):
     culprits: NotRequired[list[int]]
     waiting: NotRequired[list[int]]
     processes: NotRequired[list[dict[str, Any]]]
+    straggler: NotRequired[StragglerInfo]  # a straggler finding's numbers
 
 
 class Lag(TypedDict):
@@ -306,7 +337,11 @@ class Lag(TypedDict):
     lag: int
 
 
-class Straggler(TypedDict):
+class Culprit(TypedDict):
+    """Each rank's lag behind the leading step and, while ranks are stalled, the likely culprit
+    of a collective hang (contract.culprit). Not the straggler finding: a rank that is slow at
+    every step is an alert of kind `straggler` (contract.straggler)."""
+
     leader_step: int
     lags: list[Lag]
     culprits: list[int]
@@ -323,7 +358,9 @@ class Status(TypedDict):
     gpu_status: str | None  # one line when there is no GPU data, or only part of it
     alerts: list[RunAlert]
     events_seq: int
-    straggler: Straggler | None
+    # lags and the hang's culprit (contract.culprit); the key kept its first name for `ctl status
+    # --json` users, and the straggler finding is an alert of kind `straggler`
+    straggler: Culprit | None
     tunables: list[TunableStatus]  # mpwatch.tunable()'s values, by name (contract.control)
     checkpoints: list[CheckpointRequest]  # the last "checkpoint now" requests
     # the last profiles asked (contract.actions) and each rank's trace; present once one was asked

@@ -1,135 +1,205 @@
-"""Which rank holds the others up? Pure: from each rank's last reported step, its state
-and what its stall diagnosis says (the collective its main thread waits in, where it
-is stuck), name the likely culprit of a collective hang.
+"""Which rank makes the others wait at every step, where it loses the time, and why. Pure: from
+the ranks' paces (contract.pace: seconds a step in each phase, the medians of their latest
+stretches). The supervisor runs it over its ranks (supervisor.diagnose.straggler_watch), a merged
+view of several nodes over all of theirs (sources.multinode). Not the hang's culprit
+(contract.culprit): a straggler steps, slowly, and the others with it.
 
-A collective blocks every rank that reached it until the last one arrives. So when
-ranks are stalled, a rank the user paused, a rank behind the leading step, or a stalled
-rank that is not inside a collective while its peers are, is the one the others wait for;
-only when the ranks are known to share collectives (a worker says torch.distributed is
-initialised, or a stalled rank's stack is in a collective): independent workers wait for
-nobody.
-The finding says the waiting first, then whom they wait for and why:
-"ranks 0,2 wait in all_reduce at step 84 for rank 1, which was paused at 17:35:20 (p resumes)",
-"ranks 0,1,3 wait at step 119 for rank 2, which is at step 118 (in load (t.py:9))".
+Ranks that step together (a collective in each step) take the same time a step, so the time a
+rank loses in its own work lands in the others' collectives: DDP's all-reduce in backward,
+FSDP's in the optimizer step, an explicit all_reduce in `sync`. Against the median rank (each
+phase's median over the ranks: the straggler is never its own reference once there are three),
+a straggler spends more in the phases where it works (`excess`) and less in the one where the
+others wait (`saving`); both are the time the others lose, so the smaller of the two, as a share
+of the step, is its score: relative to the step, never a fixed number of milliseconds (a 5 ms
+step made 15 ms is as much a straggler as a 2 s step made 6 s). Ranks that do not step together
+wait for nobody: a slow one only spends more, and saves nowhere; and one whose step is not the
+median rank's (LOCKSTEP) does not step with the others at all.
+
+Two ranks are each other's median: one spends more where it works, the other more where it
+waits. WAITS ranks the phases by how likely they hold a collective; a rank whose excess is in a
+phase more likely to wait than the one it saves in is a waiter, never the straggler.
+
+`Standing` adds the hysteresis: a rank is named after SCORE_HOLD_S of scores at APPEAR or more,
+one finding updated in place, that ends when its score stays under END for END_HOLD_S (it caught
+up) or it has no pace any more (it stopped stepping: the hang's rules take over). The finding in
+words is text.straggler_text's.
 """
 from __future__ import annotations
 
-import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from statistics import median
 
-from mpwatch.contract.status import Lag, State, Straggler
+from mpwatch.contract.coerce import as_float, as_int, as_str
+from mpwatch.contract.pace import OTHER
+from mpwatch.contract.status import Pace, StragglerInfo, WorkerStatus
 
-Row = Mapping[str, Any]
-Label = Callable[[Sequence[int]], str]  # ranks -> "rank 1" | "ranks 0,2" (a merged view adds their nodes)
+APPEAR = 0.25  # the others lose at least this share of each step waiting for it
+END = 0.12  # under this share it has caught up
+SCORE_HOLD_S = 8.0  # the score holds this long before the finding appears
+END_HOLD_S = 8.0  # and stays low this long before it ends
+LOCKSTEP = 0.2  # a rank whose step is this share longer or shorter than the median's does not step with them
+TEXT_MAX = 400  # a finding's words read back from a file are cut here
+EPS = 0.01  # a share of the step added to each phase time before a ratio (a phase of ~0 s is no speed)
+# How likely a phase holds a collective the others wait in (names not here: 0, the user's work).
+WAITS = {"sync": 3, "comm": 3, "communication": 3, "collective": 3, "all_reduce": 3, "allreduce": 3,
+         "reduce": 3, "barrier": 3, OTHER: 2, "backward": 1, "optimizer": 1, "compute": 1, "step": 1}
 
-
-def ranks_text(rs: Iterable[int]) -> str:
-    rs = sorted(rs)
-    return f"rank {rs[0]}" if len(rs) == 1 else "ranks " + ",".join(map(str, rs))
-
-
-def _is(rs: Sequence[object]) -> str:
-    return "is" if len(rs) == 1 else "are"
-
-
-def clock(ts: float) -> str:
-    """A wall-clock time of today as people read it: 17:35:20 (local time)."""
-    return time.strftime("%H:%M:%S", time.localtime(ts))
+Label = Callable[[int], str]  # a rank in words: "rank 1", "rank 9 on node 1"
 
 
-def analyze(workers: Sequence[Row], label: Label = ranks_text) -> Straggler | None:
-    """workers: [{rank, step, state, dist, stall: {collective, where} | None, paused_at}] (WorkerStatus
-    rows). Returns None with fewer than two ranks that reported a step, else
-    {leader_step, lags: [{rank, step, lag}], culprits: [...], waiting: [...], text}
-    (a list, not a dict keyed by rank: it crosses JSON). text is None while nothing is
-    stalled."""
-    ws = [w for w in workers if w.get("step") is not None and isinstance(w.get("step"), (int, float))]
-    if len(ws) < 2:
-        return None
-    lead = max(w["step"] for w in ws)
-    lag = {w["rank"]: lead - w["step"] for w in ws}
-    out = Straggler(leader_step=lead,
-                    lags=[Lag(rank=w["rank"], step=w["step"], lag=lag[w["rank"]]) for w in ws],
-                    culprits=[], waiting=[], text=None)
-    stalled = [w for w in ws if w.get("state") == State.STALLED]
-    if not stalled:
-        return out
-    found = _culprits(ws, stalled, lag)
-    if found is None:
-        out["text"] = _no_culprit(ws, stalled, lead, label)
-        return out
-    culprits, waiting = found
-    out["culprits"] = sorted(w["rank"] for w in culprits)
-    out["waiting"] = sorted(w["rank"] for w in waiting)
-    out["text"] = describe(culprits, waiting, label)
+def rank_label(rank: int) -> str:
+    return f"rank {rank}"
+
+
+@dataclass(frozen=True)
+class Score:
+    """One rank against the median rank."""
+
+    rank: int
+    share: float  # the share of each step the others lose waiting for it
+    slow: str  # the phase where it spends most beyond the median rank
+    wait: str | None  # the phase where it spends least against it: where the others wait
+    own_s: float  # seconds a step in `slow`, on it
+    others_s: float  # the same on the other ranks (their median)
+    cost_s: float  # its excess: each step is this much slower for it
+
+    @property
+    def waiter(self) -> bool:
+        """Its excess is in a phase likelier to wait than the one it saves in: it waits."""
+        return self.wait is not None and WAITS.get(self.slow, 0) > WAITS.get(self.wait, 0)
+
+    @property
+    def straggles(self) -> bool:
+        return self.share >= APPEAR and not self.waiter
+
+
+def _times(paces: Mapping[int, Pace]) -> tuple[list[str], dict[int, dict[str, float]]]:
+    names = sorted({k for p in paces.values() for k in p["phases"]})
+    return names, {r: {k: p["phases"].get(k, 0.0) for k in names} for r, p in paces.items()}
+
+
+def relative(paces: Mapping[int, Pace]) -> dict[int, dict[str, float]]:
+    """Each rank's speed in each phase against the median rank's: 1.0 as fast, 0.05 twenty times
+    slower, 3.0 three times faster (a rank that waits less). {} for each with fewer than two."""
+    if len(paces) < 2:
+        return {r: {} for r in paces}
+    names, t = _times(paces)
+    eps = EPS * median(p["step_s"] for p in paces.values())
+    ref = {k: median(t[r][k] for r in t) for k in names}
+    return {r: {k: round((ref[k] + eps) / (t[r][k] + eps), 3) for k in names} for r in t}
+
+
+def fill_relative(workers: Sequence[WorkerStatus]) -> None:
+    """Set each pace's `relative` (WorkerStatus rows just built, the pace theirs alone)."""
+    paces = {w["rank"]: p for w in workers if (p := w["pace"]) is not None}
+    for r, rel in relative(paces).items():
+        paces[r]["relative"] = rel
+
+
+def scores(paces: Mapping[int, Pace]) -> dict[int, Score]:
+    """Each rank's score against the median rank; {} with fewer than two ranks."""
+    if len(paces) < 2:
+        return {}
+    names, t = _times(paces)
+    step = median(p["step_s"] for p in paces.values())
+    ref = {k: median(t[r][k] for r in t) for k in names}
+    out = {}
+    for r, mine in t.items():
+        over = {k: mine[k] - ref[k] for k in names}
+        excess = sum(v for v in over.values() if v > 0)
+        saving = -sum(v for v in over.values() if v < 0)
+        slow = max(names, key=lambda k: over[k])
+        wait = min(names, key=lambda k: over[k]) if saving > 0 else None
+        together = step > 0 and abs(paces[r]["step_s"] - step) <= LOCKSTEP * step
+        share = min(excess, saving) / step if together else 0.0
+        # the others' own median where it may be said (a rank of no account: the median rank's,
+        # which it hardly moves; a pass over every rank for each would cost 256 ranks 65536 reads)
+        others = median(t[q][slow] for q in t if q != r) if share >= END else ref[slow]
+        out[r] = Score(r, share, slow, wait, mine[slow], others, excess)
     return out
 
 
-def _culprits(ws: list[Row], stalled: list[Row],
-              lag: Mapping[int, int]) -> tuple[list[Row], list[Row]] | None:
-    """(culprits, waiting), or None when nothing tells the culprit apart (or the ranks share
-    no collective)."""
-    stall = {w["rank"]: (w.get("stall") or {}) for w in ws}
-    if not any(w.get("dist") for w in ws) and not any(stall[w["rank"]].get("collective") for w in stalled):
+def info(s: Score, lost_s: float, why: str | None, rank: int | None = None) -> StragglerInfo:
+    """The finding's numbers; `rank`: its global rank where the score's is a node's local one."""
+    return StragglerInfo(rank=s.rank if rank is None else rank, phase=s.slow, own_s=round(s.own_s, 6),
+                         others_s=round(s.others_s, 6), wait_phase=s.wait, cost_s=round(s.cost_s, 6),
+                         lost_s=round(lost_s, 3), reason=why)
+
+
+def read_info(raw: object) -> StragglerInfo | None:
+    """A finding's numbers read back from a file (events.jsonl: a replay, a summary), checked;
+    None for anything that is not what the supervisor writes."""
+    if not isinstance(raw, dict):
         return None
-    top = max(w["step"] for w in stalled)
-    paused = [w for w in ws if w.get("state") == State.PAUSED and w["step"] <= top]
-    if paused:  # the user stopped it: its peers cannot finish a collective without it
-        behind = [w for w in ws if w.get("state") not in (State.PAUSED, State.STALLED) and w["step"] < top]
-        return paused + behind, stalled
-    at_lead = [w for w in ws if lag[w["rank"]] == 0]
-    behind = [w for w in ws if lag[w["rank"]] > 0]
-    if behind and all(w.get("state") == State.STALLED for w in at_lead):
-        return behind, at_lead  # those at the front cannot go on: they wait for the ones behind
-    in_coll = [w for w in stalled if stall[w["rank"]].get("collective")]
-    outside = [w for w in stalled if not stall[w["rank"]].get("collective") and stall[w["rank"]].get("where")]
-    if in_coll and outside:
-        return outside, in_coll
-    return None
+    rank, node = as_int(raw.get("rank")), as_int(raw.get("node"))
+    phase, wait, why = as_str(raw.get("phase")), raw.get("wait_phase"), raw.get("reason")
+    nums = [as_float(raw.get(k)) for k in ("own_s", "others_s", "cost_s", "lost_s")]
+    if rank is None or phase is None or not all(v is not None and math.isfinite(v) for v in nums) \
+            or not (wait is None or isinstance(wait, str)) or not (why is None or isinstance(why, str)):
+        return None
+    own_s, others_s, cost_s, lost_s = (float(v or 0.0) for v in nums)
+    out = StragglerInfo(rank=rank, phase=phase[:TEXT_MAX], own_s=own_s, others_s=others_s,
+                        wait_phase=None if wait is None else wait[:TEXT_MAX], cost_s=cost_s, lost_s=lost_s,
+                        reason=None if why is None else why[:TEXT_MAX])
+    if node is not None:
+        out["node"] = node
+    return out
 
 
-def _steps(rows: Sequence[Row]) -> str:
-    steps = sorted({w["step"] for w in rows})
-    return f"step {steps[0]}" if len(steps) == 1 else f"steps {steps[0]}..{steps[-1]}"
+# ---------------------------------------------------------------- hysteresis ----
+class Finding:
+    """A standing straggler: since when its score passed, when it was named (wall clock), its
+    latest score, what it cost so far."""
+
+    def __init__(self, score: Score, since: float, named: float, step: int | None):
+        self.score = score
+        self.since = since
+        self.named = named
+        self.lost_s = 0.0
+        self.step = step  # its step when `lost_s` was last added to
 
 
-def _no_culprit(ws: list[Row], stalled: list[Row], lead: int, label: Label) -> str:
-    moving = [w["rank"] for w in ws if w.get("state") != State.STALLED]
-    text = f"{label([w['rank'] for w in stalled])} stalled at {_steps(stalled)}"
-    if moving:
-        text += f"; {label(moving)} {_is(moving)} not stalled (leading step {lead})"
-    elif len(stalled) > 1:
-        text += "; no rank lags behind: compare their stacks"
-    return text
+class Standing:
+    """The findings over successive scores: who is named, since when, and who caught up."""
 
+    def __init__(self) -> None:
+        self.passing: dict[int, float] = {}  # rank -> since when its score is at APPEAR or more
+        self.calm: dict[int, float] = {}  # named rank -> since when its score is under END
+        self.found: dict[int, Finding] = {}
 
-def describe(culprits: Sequence[Row], waiting: Sequence[Row], label: Label = ranks_text) -> str:
-    """The finding in words: who waits, where and at which step, for whom, and why that one
-    holds them up (paused by the user, behind at its step, stuck in its own code)."""
-    colls = sorted({str(c) for w in waiting if (c := (w.get("stall") or {}).get("collective"))})
-    rs = [w["rank"] for w in waiting]
-    verb = "waits" if len(rs) == 1 and label(rs).startswith("rank ") else "wait"
-    head = f"{label(rs)} {verb}" + (f" in {colls[0]}" if len(colls) == 1 else "") + f" at {_steps(waiting)}"
-    return f"{head} for " + " and ".join(_why(group, label) for group in _groups(culprits))
+    def update(self, got: Mapping[int, Score], steps: Mapping[int, int | None],
+               now: float) -> tuple[list[Finding], list[int]]:
+        """The standing findings after these scores (`steps`: each rank's step now, for what
+        it costs), and the ranks whose finding ended."""
+        ended = []
+        for r in list(self.found):
+            s = got.get(r)
+            if s is None or s.share < END:
+                since = self.calm.setdefault(r, now)
+                if s is None or now - since >= END_HOLD_S:
+                    ended.append(r)
+                    del self.found[r]
+                    self.calm.pop(r, None)
+            else:
+                self.calm.pop(r, None)
+        for r, s in got.items():
+            if not s.straggles:
+                self.passing.pop(r, None)
+            elif r not in self.found and now - self.passing.setdefault(r, now) >= SCORE_HOLD_S:
+                self.found[r] = Finding(s, self.passing[r], now, steps.get(r))
+        self._advance(got, steps)
+        return list(self.found.values()), ended
 
-
-def _groups(culprits: Sequence[Row]) -> list[list[Row]]:
-    """Paused ranks together, then the others by step."""
-    paused = [w for w in culprits if w.get("state") == State.PAUSED]
-    rest = [w for w in culprits if w.get("state") != State.PAUSED]
-    by_step: dict[int, list[Row]] = {}
-    for w in rest:
-        by_step.setdefault(w["step"], []).append(w)
-    return ([paused] if paused else []) + [by_step[s] for s in sorted(by_step)]
-
-
-def _why(group: Sequence[Row], label: Label) -> str:
-    who = label([w["rank"] for w in group])
-    if group[0].get("state") == State.PAUSED:
-        times = [t for w in group if isinstance(t := w.get("paused_at"), (int, float))]
-        when = f" at {clock(min(times))}" if times else ""
-        return f"{who}, which {'was' if len(group) == 1 else 'were'} paused{when} (p resumes)"
-    where = [x for w in group if (x := (w.get("stall") or {}).get("where"))]
-    return f"{who}, which {_is(group)} at step {group[0]['step']}" + (
-        f" (in {where[0]})" if len(group) == 1 and where else "")
+    def _advance(self, got: Mapping[int, Score], steps: Mapping[int, int | None]) -> None:
+        """Each finding's latest score (kept while the rank is catching up: the words stay those
+        of its straggling) and what it cost since the last check (each step, its excess now)."""
+        for r, f in self.found.items():
+            s, step = got.get(r), steps.get(r)
+            if s is not None and s.share >= END:
+                f.score = s
+            if step is not None and f.step is not None and step > f.step:
+                f.lost_s += (step - f.step) * (s.cost_s if s is not None else f.score.cost_s)
+            if step is not None:
+                f.step = step

@@ -7,6 +7,8 @@ from __future__ import annotations
 from typing import Protocol
 
 ProcList = list[tuple[int, "int | None"]]  # [(pid, used bytes or None where the driver cannot tell)]
+SlotInfo = tuple[object, "str | None", "str | None", int, int]  # a MIG device: (handle, uuid, name, gi, ci)
+InstanceProc = tuple[int, "int | None", "int | None", "int | None"]  # (pid, bytes, gi, ci); None: N/A
 
 
 class GpuUnavailable(Exception):
@@ -19,10 +21,11 @@ class NotSupported(Exception):
 
 
 class Backend(Protocol):
-    """What GpuProbe asks of a backend; `h` is whatever `handle()` returned. A backend may
-    have more (NvmlBackend's probes.nvml_calls.NvmlCalls: memory with the driver's reserve
-    apart, MIG slices, process instance ids, clocks); the probe asks for those only where they
-    exist."""
+    """What GpuProbe asks of a backend; `h` is whatever `handle()` returned, or a MIG device's
+    handle from `mig_slots()`. Both backends answer all of it, each call as NVML would (the
+    real one, probes.nvml.NvmlBackend with probes.nvml_calls.NvmlCalls; the scripted one,
+    probes.nvml_scripted.ScriptedNvml): a failure raises an exception whose `value` is NVML's
+    code where there is one (probes.nvml_words words it), or NotSupported."""
 
     kind: str
 
@@ -42,4 +45,25 @@ class Backend(Protocol):
     def process_utilization(self, h: object, since_us: int) -> tuple[dict[int, int], int]:
         """({pid: SM %} averaged over the samples newer than since_us, newest sample's
         timestamp); raises NotSupported where the device has no process samples."""
+        ...
+
+    def memory_v2(self, h: object) -> tuple[int, int, int]:
+        """(used, total, reserved): `used` leaves out the driver's own reserve
+        (nvmlDeviceGetMemoryInfo_v2); NotSupported where the driver or bindings lack it."""
+        ...
+
+    def mig_slots(self, h: object) -> list[SlotInfo]:
+        """The MIG devices of a GPU in MIG mode (none otherwise)."""
+        ...
+
+    def instance_processes(self, h: object) -> list[InstanceProc]:
+        """The compute processes with the MIG instance each runs in (None outside MIG)."""
+        ...
+
+    def sm_clocks(self, h: object) -> tuple[int, int]:
+        """The SM clock now and its maximum, MHz."""
+        ...
+
+    def clock_reasons(self, h: object) -> int:
+        """The clock event reasons' bitmask (NVML's bits: probes.gpu_reads.REASON_BITS)."""
         ...

@@ -10,10 +10,9 @@ the memory of another user's process is not available either.
 """
 from __future__ import annotations
 
-from typing import Any
-
 from mpwatch.contract.gpu_view import DevKey
 from mpwatch.probes import nvml_words
+from mpwatch.probes.gpu_backend import Backend
 from mpwatch.probes.gpu_reads import read_memory
 from mpwatch.probes.gpu_sample import Device, GpuSample, MigId, MigSlot
 
@@ -28,13 +27,10 @@ def profile_of(name: str | None) -> str | None:
     return name.rsplit(" MIG ", 1)[1].strip() or None
 
 
-def discover(b: Any, h: object) -> list[MigSlot]:
-    """The slices of a GPU in MIG mode; none for another GPU, or a backend that has no MIG."""
-    find = getattr(b, "mig_slots", None)
-    if not callable(find):
-        return []
+def discover(b: Backend, h: object) -> list[MigSlot]:
+    """The slices of a GPU in MIG mode; none for another GPU."""
     try:
-        found = find(h)
+        found = b.mig_slots(h)
     except Exception:  # noqa: BLE001 - MIG is optional: the GPU is sampled whole
         return []
     return [MigSlot(handle, uuid, name, MigId(gi, ci, profile_of(name)))
@@ -54,7 +50,7 @@ def uuid_keys(d: Device) -> dict[str, DevKey]:
     return out
 
 
-def sample_slices(b: Any, d: Device, parent: GpuSample, with_processes: bool) -> None:
+def sample_slices(b: Backend, d: Device, parent: GpuSample, with_processes: bool) -> None:
     """Each slice of a GPU in MIG mode under its sample; with_processes, who runs on each."""
     parent.errors["utilization"] = ON_MIG
     parent.slices = [_slice(b, slot, parent) for slot in d.slots]
@@ -64,23 +60,17 @@ def sample_slices(b: Any, d: Device, parent: GpuSample, with_processes: bool) ->
         _processes(b, d, parent)
 
 
-def _slice(b: Any, slot: MigSlot, parent: GpuSample) -> GpuSample:
+def _slice(b: Backend, slot: MigSlot, parent: GpuSample) -> GpuSample:
     s = GpuSample(index=parent.index, name=slot.name, uuid=slot.uuid, ts=parent.ts, mig=slot.id)
     read_memory(b, slot, slot.handle, s, mig=True)
     s.errors["utilization"] = ON_MIG
     return s
 
 
-def _processes(b: Any, d: Device, parent: GpuSample) -> None:
+def _processes(b: Backend, d: Device, parent: GpuSample) -> None:
     """As root, the GPU's one list, each process sent to its slice by its instance ids; a user
     is refused it (said once, on the GPU) and reads each slice's own."""
-    listing = getattr(b, "instance_processes", None)
-    if not callable(listing):  # a backend without instance ids: the GPU's list, as outside MIG
-        try:
-            parent.processes = b.processes(d.handle)
-        except Exception as exc:  # noqa: BLE001
-            parent.errors["processes"] = nvml_words.words(exc, mig=True)
-        return
+    listing = b.instance_processes
     if d.parent_procs:
         try:
             procs = listing(d.handle)

@@ -1,16 +1,14 @@
 """The GPU probe's readings beyond a handful of counters: memory with the driver's reserve
 apart (nvmlDeviceGetMemoryInfo_v2, where the driver has it), and the SM clock with why it is
 held back (the clock event reasons). Each fills a GpuSample and says in plain words why a
-value is N/A; a backend without the call (the scripted one) leaves it N/A and says nothing.
+value is N/A.
 Runs on the supervisor's GPU poller thread (probes.gpu.GpuProbe).
 """
 from __future__ import annotations
 
-from typing import Any
-
 from mpwatch.contract.gpu_view import THROTTLE_REASONS
 from mpwatch.probes import nvml_words
-from mpwatch.probes.gpu_backend import NotSupported
+from mpwatch.probes.gpu_backend import Backend, NotSupported
 from mpwatch.probes.gpu_sample import Device, GpuSample, MigSlot
 
 # NVML's clock event reason bits (nvmlClocksEventReason*, nvml.h), in THROTTLE_REASONS' order.
@@ -31,13 +29,12 @@ def reason_mask(names: list[str]) -> int:
     return mask
 
 
-def read_memory(b: Any, d: Device | MigSlot, h: object, s: GpuSample, mig: bool) -> None:
+def read_memory(b: Backend, d: Device | MigSlot, h: object, s: GpuSample, mig: bool) -> None:
     """Memory used (allocated) and total, with the driver's reserve apart where the driver
     tells it (v2); an older driver's v1 counts the reserve as used."""
-    v2 = getattr(b, "memory_v2", None)
-    if d.mem_v2 and callable(v2):
+    if d.mem_v2:
         try:
-            s.mem_used, s.mem_total, s.mem_reserved = v2(h)
+            s.mem_used, s.mem_total, s.mem_reserved = b.memory_v2(h)
             return
         except NotSupported:
             d.mem_v2 = False  # an older driver or bindings: v1 from now on
@@ -52,18 +49,17 @@ def read_memory(b: Any, d: Device | MigSlot, h: object, s: GpuSample, mig: bool)
         s.errors["memory"] = nvml_words.words(exc, mig)
 
 
-def read_clocks(b: Any, d: Device, s: GpuSample) -> None:
+def read_clocks(b: Backend, d: Device, s: GpuSample) -> None:
     """The SM clock now and at most, and the reasons it is held back (none: []); what the
     device cannot tell at all is not asked again, and still said."""
-    clocks, reasons = getattr(b, "sm_clocks", None), getattr(b, "clock_reasons", None)
-    if callable(clocks) and _ask(d, s, "clocks"):
+    if _ask(d, s, "clocks"):
         try:
-            s.sm_clock_mhz, s.sm_clock_max_mhz = clocks(d.handle)
+            s.sm_clock_mhz, s.sm_clock_max_mhz = b.sm_clocks(d.handle)
         except Exception as exc:  # noqa: BLE001 - N/A for this value only
             _failed(d, s, "clocks", exc)
-    if callable(reasons) and _ask(d, s, "throttle"):
+    if _ask(d, s, "throttle"):
         try:
-            s.throttle_reasons = reason_names(reasons(d.handle))
+            s.throttle_reasons = reason_names(b.clock_reasons(d.handle))
         except Exception as exc:  # noqa: BLE001
             _failed(d, s, "throttle", exc)
 

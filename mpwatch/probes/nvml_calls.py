@@ -10,11 +10,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from mpwatch.probes.gpu_backend import NotSupported
+from mpwatch.probes.gpu_backend import InstanceProc, NotSupported, SlotInfo
 from mpwatch.probes.gpu_sample import NO_INSTANCE
-
-SlotInfo = tuple[object, "str | None", "str | None", int, int]  # (handle, uuid, name, gi, ci)
-InstanceProc = tuple[int, "int | None", "int | None", "int | None"]  # (pid, bytes, gi, ci); None: N/A
 
 
 def _text(v: object) -> str:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import sys
 import time
+from collections import deque
 from typing import TypedDict
 
 import psutil
@@ -20,6 +21,7 @@ else:  # pragma: no cover - Python 3.10
     from typing_extensions import NotRequired
 
 TREE_S = 2.0  # new descendants are found within this long (a full process-table scan)
+WAIT_SAMPLES = 8  # a worker's cpu_wait is over its last samples, not one second's luck
 
 
 class ProcInfo(TypedDict):
@@ -35,11 +37,26 @@ class ProcInfo(TypedDict):
     cmd: NotRequired[str]
     ppid: NotRequired[int | None]
     children: NotRequired[list[ProcInfo]]
+    # a worker's: the share of the time over its last samples (about WAIT_SAMPLES seconds) its main
+    # thread was ready to run but waited for a CPU (the kernel's schedstat run delay); absent where unknown
+    cpu_wait: NotRequired[float]
+
+
+def run_delay(pid: int) -> float | None:
+    """Seconds the process's main thread has waited on a run queue, ready to run (the second
+    field of /proc/PID/schedstat); None where the kernel does not keep it."""
+    try:
+        with open(f"/proc/{pid}/schedstat", "rb") as f:
+            return int(f.read(256).split()[1]) / 1e9
+    except (OSError, ValueError, IndexError):
+        return None
 
 
 class ProcProbe:
     def __init__(self) -> None:
         self._cache: dict[int, psutil.Process] = {}
+        # pid -> (monotonic, run delay) of its last samples: cpu_wait is over WAIT_SAMPLES of them
+        self._delays: dict[int, deque[tuple[float, float]]] = {}
         self._tree: tuple[dict[int, list[int]], dict[int, int]] | None = None
         self._tree_at = 0.0
         self._tree_roots: set[int] = set()
@@ -127,12 +144,27 @@ class ProcProbe:
                 children.append(cinfo)
                 stack.extend(kids.get(cpid, ()))
             info["children"] = sorted(children, key=lambda c: c["pid"])
+            self._cpu_wait(info)
             out[pid] = info
         for stale in set(self._cache) - seen:
             self._cache.pop(stale, None)
+        for stale in set(self._delays) - seen:
+            del self._delays[stale]
         for gone in set(self._rss) - seen:
             del self._rss[gone]
         return out
+
+    def _cpu_wait(self, info: ProcInfo) -> None:
+        """A worker's share of time ready to run but without a CPU, since its last sample."""
+        pid, now = info["pid"], time.monotonic()
+        delay = run_delay(pid)
+        if delay is None:
+            return
+        got = self._delays.setdefault(pid, deque(maxlen=WAIT_SAMPLES))
+        got.append((now, delay))
+        t0, d0 = got[0]
+        if now - t0 > 0.2:
+            info["cpu_wait"] = round(min(1.0, max(0.0, (delay - d0) / (now - t0))), 3)
 
 
 def descendants(pid: int) -> list[int]:

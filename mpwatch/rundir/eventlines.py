@@ -4,7 +4,8 @@ every reader, parsed (rundir.reader, rundir.postmortem) or not (rundir.thinning 
 sources.replay scan the bytes, so their patterns follow the key order fixed here).
 
 Every line: {"ts", "event", "rank", then the event's own fields}. A report's own fields are
-step, loss, metrics, n, dropped; a report a process the worker started sent (a DataLoader
+step, loss, metrics, n, dropped, and phases when its process times phases (its seconds in each
+since it started: contract.pace's samples); a report a process the worker started sent (a DataLoader
 worker, a spawned trainer) adds pid and `child_of` (the worker's pid) last: its own curve,
 never part of its rank's. A line is written with json's default separators (", ", ": "),
 or compact when it holds a NaN (contract.protocol.encode_lossy), so the patterns take both.
@@ -29,10 +30,14 @@ def record(event: str, rank: int | None, ts: float, fields: Mapping[str, Any]) -
 
 
 def report_fields(step: int | None, loss: float | None, metrics: Mapping[str, Any], n: int, dropped: int,
-                  child: tuple[int, int | None] | None = None) -> dict[str, Any]:
+                  child: tuple[int, int | None] | None = None,
+                  phases: Mapping[str, float] | None = None) -> dict[str, Any]:
     """A report's own fields in the order the patterns below expect; child: (its pid, the
-    worker's pid) for a report a process the worker started sent."""
+    worker's pid) for a report a process the worker started sent; phases: the process's phase
+    totals then (to the tenth of a millisecond)."""
     out: dict[str, Any] = {"step": step, "loss": loss, "metrics": dict(metrics), "n": n, "dropped": dropped}
+    if phases:
+        out["phases"] = {k: round(v, 4) for k, v in phases.items()}
     if child is not None:
         out["pid"], out[CHILD_OF] = child
     return out

@@ -10,6 +10,7 @@ import os
 import time
 from typing import Literal, TypedDict, cast
 
+from mpwatch.contract import straggler
 from mpwatch.contract.coerce import as_float, as_int, as_str
 from mpwatch.contract.status import (
     CheckpointRequest,
@@ -82,6 +83,18 @@ class AlertEnd(TypedDict):
     message: str
 
 
+class StragglerEnd(TypedDict):
+    """A straggler finding (alerts of kind `straggler`, one key): when it began and ended, what it
+    said last and what it cost the run (its last `lost_s`)."""
+
+    rank: int | None  # the global rank (a node's alert is under its local rank)
+    since: float
+    until: float | None  # None: it stood until the log's end (the run stopped, or goes on)
+    phase: str | None
+    lost_s: float | None
+    message: str
+
+
 class Summary(TypedDict):
     """`mpwatch summary --json`."""
 
@@ -94,6 +107,7 @@ class Summary(TypedDict):
     slow_starts: list[StallEnd]  # no first report within --startup-timeout (never stalls: step is None)
     culprit: str | None  # the last hang alert: who the others wait for, and where
     alerts: list[AlertEnd]
+    stragglers: list[StragglerEnd]
     # mpwatch.tunable()'s values, each with its last changes and the ranks' answers
     tunables: list[TunableStatus]
     checkpoints: list[CheckpointRequest]  # "checkpoint now" requests and what each rank did
@@ -247,6 +261,28 @@ def _alerts(evs: list[EventRecord]) -> list[AlertEnd]:
     return out
 
 
+def _stragglers(evs: list[EventRecord]) -> list[StragglerEnd]:
+    out: list[StragglerEnd] = []
+    open_: dict[str, StragglerEnd] = {}
+    for e in evs:
+        key = as_str(e.get("key"))
+        if e["event"] != Event.ALERT or e.get("kind") != "straggler" or key is None:
+            continue
+        s = open_.get(key)
+        if s is None:
+            s = open_[key] = StragglerEnd(rank=e["rank"], since=e["ts"], until=None, phase=None, lost_s=None,
+                                          message="")
+            out.append(s)
+        s["message"] = as_str(e.get("message")) or s["message"]
+        found = straggler.read_info(e.get("straggler"))
+        if found is not None:
+            s["rank"], s["phase"], s["lost_s"] = found["rank"], found["phase"], found["lost_s"]
+        if e.get("ended"):
+            s["until"] = e["ts"]
+            del open_[key]
+    return out
+
+
 def _files(rd: RunDir) -> list[str]:
     out = [n for n in layout.RUN_FILES if os.path.lexists(rd.path / n)]
     for f in rd.ranks().values():
@@ -277,5 +313,6 @@ def summarize(rd: RunDir, now: float | None = None) -> Summary:
             "stopped": as_str(stops[0].get("why")) if stops else None, "ranks": ranks, "stalls": _stalls(evs),
             "slow_starts": _stalls(evs, Event.SLOW_START, "slow start"),
             "culprit": as_str(hangs[-1].get("message")) if hangs else None, "alerts": _alerts(evs),
+            "stragglers": _stragglers(evs),
             "tunables": control.tunables, "checkpoints": control.checkpoints, "profiles": control.profiles,
             "memory_snapshots": control.memory_snapshots, "files": files, "notes": list(rd.notes)}

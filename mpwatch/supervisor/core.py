@@ -9,6 +9,7 @@ The rooms it drives, each with one job:
 - supervisor.snapshot: the status (contract.status's Status) clients read;
 - supervisor.eventlog: events.jsonl, the recent events and the run alerts;
 - supervisor.diagnose.stall_watch: stalled workers, what they do, and the rank the others wait for;
+- supervisor.diagnose.straggler_watch: the rank that makes the others wait at every step;
 - supervisor.resize: the first launch and the `resize` command, starting (and stopping) ranks over
   the ticks;
 - supervisor.control.room: "checkpoint now" and tunables, sent down the workers' channels;
@@ -45,6 +46,7 @@ from mpwatch.supervisor.control.room import ControlRoom
 from mpwatch.supervisor.diagnose.dumps import Dumper
 from mpwatch.supervisor.diagnose.sampler import Sampler
 from mpwatch.supervisor.diagnose.stall_watch import StallWatch
+from mpwatch.supervisor.diagnose.straggler_watch import StragglerWatch
 from mpwatch.supervisor.eventlog import EventLog
 from mpwatch.supervisor.gpu.watch import GpuWatch
 from mpwatch.supervisor.headless import Reporter
@@ -121,8 +123,9 @@ class Run:
         self.sampler = Sampler(self.workers, self.lock, self.groups)
         self.stalls = StallWatch(self.workers, self.lock, self.log, self.dumper, opts.stall_timeout,
                                  opts.startup_timeout)
-        self.nodes = Nodes(opts.nodes, self, self.start) if opts.nodes is not None else None  # several nodes
-        self.resizing = Resize(self)
+        self.resizing = Resize(self)  # starts ranks over the ticks: the first launch, a round, a resize
+        self.nodes = Nodes(opts.nodes, self, self.resizing) if opts.nodes is not None else None
+        self.stragglers = StragglerWatch(self.workers, self.lock, self.log, self._global_rank, self.gpu)
         self.reaper = Reaper(self)  # the exit path: ended processes, restarts due
         self.metrics: MetricsServer | None = None  # --metrics-port (supervisor.metrics)
         self.metrics_at: str | None = None  # host:port Prometheus scrapes, once serving
@@ -254,6 +257,7 @@ class Run:
                 self.nodes.tick()  # a round joined, a stop or a lost node found by the node thread
             if self.state is not RunState.STOPPING:  # while stopping, ranks going quiet are no news
                 self.stalls.check(time.monotonic())
+                self.stragglers.check(time.monotonic())
             self.resizing.advance()
             self._check_finished()
             now = time.monotonic()
@@ -287,6 +291,7 @@ class Run:
         self.resizing.cancel()  # ranks a resize has yet to start are never started
         for w in self.workers.values():
             w.pending_restart = None
+        self.stragglers.close()  # a standing straggler's last numbers (its cost) go to the events
         self.log.event(Event.STOPPING, why=why)
         if self.nodes is not None:
             self.nodes.on_stop(why)  # through the rendezvous store to every other node
@@ -356,6 +361,9 @@ class Run:
     def flush_interval(self) -> float:
         """How often the workers' senders ship a batch (protocol.flush_interval, by the run's size)."""
         return protocol.flush_interval(self.world, self.opts.stall_timeout)
+
+    def _global_rank(self, rank: int) -> int:
+        return rank if self.nodes is None else self.nodes.global_rank(rank)
 
     def snapshot(self, tail: int = TAIL) -> Status:
         return snapshot.build(self, tail)

@@ -12,7 +12,7 @@ import time
 from collections import deque
 from typing import Any, Protocol
 
-from mpwatch.contract.status import Event, RunAlert, RunAlertKind
+from mpwatch.contract.status import Event, RunAlert, RunAlertKind, StragglerInfo
 from mpwatch.rundir import writer
 
 RECENT_EVENTS = 1000  # notable events kept for clients
@@ -54,8 +54,9 @@ class EventLog:
 
     def alert(self, kind: RunAlertKind, message: str, rank: int | None = None, *,
               culprits: list[int] | None = None, waiting: list[int] | None = None,
-              processes: list[dict[str, Any]] | None = None, key: str | None = None) -> None:
-        """A run alert (disk, hang, unkillable, internal): kept for the status, and an event.
+              processes: list[dict[str, Any]] | None = None, key: str | None = None,
+              straggler: StragglerInfo | None = None) -> None:
+        """A run alert (disk, hang, straggler, unkillable, internal): kept for the status, and an event.
         An alert with the `key` of a standing one replaces it where it stands (a finding that
         learnt more: one finding, updated), and its event says `update`."""
         rec = RunAlert(ts=time.time(), kind=kind, message=message, rank=rank)
@@ -68,6 +69,8 @@ class EventLog:
             rec["processes"] = extra["processes"] = processes
         if key is not None:
             rec["key"] = extra["key"] = key
+        if straggler is not None:
+            rec["straggler"] = extra["straggler"] = straggler
         with self._lock:
             at = next((i for i, a in enumerate(self._alerts)
                        if key is not None and a.get("key") == key), None)
@@ -80,6 +83,17 @@ class EventLog:
                 extra["update"] = True
         self.event(Event.ALERT, rank, kind=kind, message=message, **extra)
 
+    def refresh(self, key: str, message: str, straggler: StragglerInfo | None = None) -> None:
+        """A standing keyed alert's words and numbers now, with no event: a finding whose numbers
+        move every second (what a straggler has cost so far) is current in the status, and its
+        events say it when it changes."""
+        with self._lock:
+            for a in self._alerts:
+                if a.get("key") == key:
+                    a["message"] = message
+                    if straggler is not None:
+                        a["straggler"] = straggler
+
     def end_alert(self, key: str) -> None:
         """The condition of a keyed alert is over (a hang whose ranks report again): it leaves
         the status, and an event says so (`ended`), so a replay drops it at that moment too."""
@@ -87,7 +101,9 @@ class EventLog:
             gone = [a for a in self._alerts if a.get("key") == key]
             self._alerts = [a for a in self._alerts if a.get("key") != key]
         for a in gone:
-            self.event(Event.ALERT, a["rank"], kind=a["kind"], message=a["message"], key=key, ended=True)
+            last = {"straggler": a["straggler"]} if "straggler" in a else {}  # its numbers in the end
+            self.event(Event.ALERT, a["rank"], kind=a["kind"], message=a["message"], key=key, ended=True,
+                       **last)
 
     def alerts(self) -> list[RunAlert]:
         with self._lock:

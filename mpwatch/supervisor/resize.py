@@ -1,4 +1,5 @@
-"""Ranks started over the ticks: the run's first launch, and the `resize` command of a
+"""Ranks started over the ticks: the run's first launch (a node's ranks in each round of a
+multi-node run too: supervisor.nodes.cluster queues them here), and the `resize` command of a
 single-node run. In `independent` mode ranks are started or stopped one by one and the others
 run on; in `restart` mode (torchrun's way, every rank sees the new world) all workers are
 stopped, then N are started on a fresh rendezvous port.
@@ -9,15 +10,16 @@ START_PER_TICK (and START_BUDGET_S) at a time, once a tick, so the control socke
 are answered meanwhile: `stop` (and SIGTERM, Ctrl-C) cancels a launch or a resize in progress
 within a tick, and the ranks not started yet never are.
 
-Main thread: `launch` from Run.setup, `begin` from a control command, `advance` each tick of
-the serve loop, `cancel` from Run.stop.
+Main thread: `launch` from Run.setup, `queue` from a multi-node round, `begin` from a control
+command, `advance` each tick of the serve loop, `cancel` from Run.stop and a node's new round.
 """
 from __future__ import annotations
 
 import threading
 import time
 from collections import deque
-from typing import TYPE_CHECKING, Protocol
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, NamedTuple, Protocol
 
 from mpwatch.contract.status import Event, RunState
 from mpwatch.supervisor import spawn
@@ -36,6 +38,15 @@ START_PER_TICK = 8  # new ranks started in one tick of the serve loop (each is a
 START_BUDGET_S = 0.1  # and no more once this long has gone by (a loaded machine forks slowly)
 
 
+class Start(NamedTuple):
+    """A rank to start: its first start (reason None), again for a resize (reason "resized"), or
+    a restart counted as one (`restart`: why; a multi-node run's next round)."""
+
+    rank: int
+    reason: str | None = None
+    restart: str | None = None
+
+
 class ResizeHost(Protocol):
     """What a resize reads and calls of the run (supervisor.core's Run)."""
 
@@ -51,6 +62,7 @@ class ResizeHost(Protocol):
     nodes: Nodes | None
 
     def start(self, rank: int, reason: str | None = None) -> None: ...
+    def restart(self, w: Worker, why: str) -> None: ...
     def kill(self, w: Worker, reason: str) -> bool: ...
 
 
@@ -58,7 +70,7 @@ class Resize:
     def __init__(self, run: ResizeHost):
         self.run = run
         self.to: int | None = None  # the size being reached, until it is
-        self.starts: deque[tuple[int, str | None]] = deque()  # ranks still to start, each with its reason
+        self.starts: deque[Start] = deque()  # ranks still to start
         self.mode: str | None = None  # "independent" | "restart": the resize under way
         self.frm = 0  # restart mode: the size before
 
@@ -67,7 +79,12 @@ class Resize:
 
     def launch(self, n: int) -> None:
         """The run's first n ranks, queued (started by `advance`, the first batch at once)."""
-        self.starts.extend((rank, None) for rank in range(n))
+        self.queue(Start(rank) for rank in range(n))
+
+    def queue(self, starts: Iterable[Start]) -> None:
+        """Ranks to start over the ticks (the first batch at once): the first launch, or a
+        multi-node round's ranks (supervisor.nodes.cluster)."""
+        self.starts.extend(starts)
         self._start_some()
 
     def starting(self) -> bool:
@@ -98,7 +115,7 @@ class Resize:
             self.mode = "independent"
             run.world = n
             if n > cur:
-                self.starts.extend((rank, None) for rank in range(cur, n))
+                self.starts.extend(Start(rank) for rank in range(cur, n))
             else:
                 self.to = n
                 for rank in range(n, cur):
@@ -114,7 +131,7 @@ class Resize:
         return f"resizing from {cur} to {n} workers: stopping all, then starting {n}"
 
     def cancel(self) -> None:
-        """The run is being stopped: no rank is started any more."""
+        """The run is being stopped (or a node's round ends): no queued rank is started any more."""
         self.starts.clear()
         self.to = None
         self.mode = None
@@ -152,7 +169,7 @@ class Resize:
                 del run.workers[r]
         run.world = n
         run.master_port = spawn.free_port()  # the old rendezvous may linger in TIME_WAIT
-        self.starts.extend((rank, "resized" if rank in run.workers else None) for rank in range(n))
+        self.starts.extend(Start(rank, "resized" if rank in run.workers else None) for rank in range(n))
         self.to = None
         self._start_some()
 
@@ -160,8 +177,12 @@ class Resize:
         run = self.run
         until = time.monotonic() + START_BUDGET_S
         for _ in range(min(START_PER_TICK, len(self.starts))):
-            rank, reason = self.starts.popleft()
-            run.start(rank, reason=reason)
+            s = self.starts.popleft()
+            w = run.workers.get(s.rank)
+            if s.restart is not None and w is not None:
+                run.restart(w, s.restart)
+            else:
+                run.start(s.rank, reason=s.reason)
             if time.monotonic() > until:
                 break
         if self.starts or self.mode != "restart":

@@ -9,16 +9,17 @@ from __future__ import annotations
 import os
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol, cast
 
-from mpwatch.contract import straggler
+from mpwatch.contract import culprit, straggler
 from mpwatch.contract.actions import newest_written
 from mpwatch.contract.status import (
     ChildStatus,
     GpuView,
     MemoryRequest,
+    Pace,
     RunInfo,
     RunState,
     State,
@@ -29,6 +30,7 @@ from mpwatch.contract.status import (
 )
 from mpwatch.probes.procs import ProcInfo
 from mpwatch.supervisor.control.room import ControlRoom
+from mpwatch.supervisor.diagnose import slowness
 from mpwatch.supervisor.eventlog import EventLog
 from mpwatch.supervisor.gpu.watch import GpuWatch
 from mpwatch.supervisor.nodes.cluster import Nodes
@@ -62,6 +64,9 @@ class RunView(Protocol):
 def build(run: RunView, tail: int = TAIL) -> Status:
     now = time.monotonic()
     with run.lock:
+        panel: Mapping[str, Any] = run.gpu.snapshot()  # takes only the GPU watcher's own lock
+        node = slowness.Node.now({r: w.attempt.proc_info for r, w in run.workers.items()},
+                                 gpu_reasons(run.gpu, panel.get("gpus", []), run.workers))
         counts: dict[str, int] = {}
         workers = []
         control = run.control.status()
@@ -69,8 +74,9 @@ def build(run: RunView, tail: int = TAIL) -> Status:
             w = run.workers[rank]
             counts[w.state.value] = counts.get(w.state.value, 0) + 1
             grank = rank if run.nodes is None else run.nodes.global_rank(rank)
-            workers.append(worker_status(w, now, tail, run.gpu, grank, control.memory_snapshots, run.run_dir))
-        panel: Mapping[str, Any] = run.gpu.snapshot()  # takes only the GPU watcher's own lock
+            workers.append(worker_status(w, now, tail, run.gpu, grank, control.memory_snapshots, run.run_dir,
+                                         node))
+        straggler.fill_relative(workers)
         o = run.opts
         info = RunInfo(
             id=run.run_id, dir=str(run.run_dir), script=o.script, args=list(o.args), state=run.state.value,
@@ -87,14 +93,32 @@ def build(run: RunView, tail: int = TAIL) -> Status:
             gpus=cast(list[GpuView], panel.get("gpus", [])),  # GpuWatch builds them as contract.status says
             gpu_status=panel.get("gpu_status"),
             alerts=run.log.alerts(), events_seq=run.log.seq,
-            straggler=straggler.analyze(workers),  # lags, and the likely culprit of a hang
+            straggler=culprit.analyze(workers),  # lags, and the likely culprit of a hang
             tunables=control.tunables, checkpoints=control.checkpoints)
         return control.into(st)  # each action's list (contract.control.ControlView)
 
 
+def gpu_reasons(gpu: GpuWatch, views: Sequence[GpuView], workers: Mapping[int, Worker]) -> dict[int, str]:
+    """The ranks whose own GPU is throttled (slowness.gpu_reasons), placed as the GPU watcher did."""
+    placed = {r: (g["index"] if (g := gpu.worker_gpu(r)) is not None else None)
+              for r, w in workers.items() if w.alive}
+    return slowness.gpu_reasons(views, placed)
+
+
+def pace(w: Worker, node: slowness.Node | None = None) -> Pace | None:
+    """A stepping rank's pace (contract.pace), with what slows its process (node: what it is
+    compared with); None for one that does not step (paused, stalled, ended)."""
+    if w.state is not State.RUNNING:
+        return None
+    p = w.attempt.pace.pace(time.time())
+    if p is not None:
+        p["why"] = (node or slowness.Node()).why(w.rank, w.attempt.proc_info)
+    return p
+
+
 def worker_status(w: Worker, now: float, tail: int, gpu: GpuWatch | None,
                   global_rank: int | None = None, snapshots: list[MemoryRequest] | None = None,
-                  run_dir: Path | None = None) -> WorkerStatus:
+                  run_dir: Path | None = None, node: slowness.Node | None = None) -> WorkerStatus:
     a, r = w.attempt, w.reports
     alive = w.alive
     info = a.proc_info if alive else None
@@ -114,7 +138,7 @@ def worker_status(w: Worker, now: float, tail: int, gpu: GpuWatch | None,
         proc_status=None if info is None else info["status"],
         restarts=w.restarts, exit_code=a.exit_code, signal=a.signal, cause=a.cause,
         reports=r.count, dropped=r.dropped, bad_frames=r.bad_frames,
-        phases=dict(r.phases), cuda=r.cuda, loss_tail=r.trend.points(tail),
+        phases=dict(r.phases), pace=pace(w, node), cuda=r.cuda, loss_tail=r.trend.points(tail),
         world_size=a.world, dist=a.dist, uptime=round(now - a.started, 1) if a.proc is not None else None,
         stall=None if a.stall is None else a.stall.copy(),  # a copy: dump threads update it
         paused_at=a.paused_at if w.state is State.PAUSED else None,

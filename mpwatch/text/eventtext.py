@@ -8,8 +8,8 @@ from __future__ import annotations
 from typing import Literal
 
 from mpwatch.contract.control import shown
+from mpwatch.contract.culprit import ranks_text
 from mpwatch.contract.status import Event, EventFields, State
-from mpwatch.contract.straggler import ranks_text
 from mpwatch.text import fmt
 
 Severity = Literal["information", "warning", "error"]  # Textual's notification severities
@@ -92,6 +92,8 @@ def _live(rec: EventFields) -> str | None:
     if e == Event.TUNABLE_SET:
         return (f"{rec.get('tunable')} = {shown(rec.get('value'))} (was {shown(rec.get('old'))}) "
                 f"{_at(rec.get('step'))} by {rec.get('by')}")
+    if e == Event.TUNABLE_REFUSED:
+        return f"{who}: tunable {rec.get('tunable')} refused: {rec.get('why')}"
     if e == Event.TUNABLE_APPLIED:
         return f"{who} took {rec.get('tunable')} = {shown(rec.get('value'))} at step {rec.get('step')}{late}"
     if e == Event.STOP_SIGNAL:
@@ -117,6 +119,14 @@ def _profile(rec: EventFields) -> str:
     if e == Event.PROFILE_FAILED:
         return f"{who}: no profile: {rec.get('why')}"
     return f"{who} ended before its profile started"
+
+
+def _alert(rec: EventFields) -> str | None:
+    if rec.get("ended") and rec.get("kind") == "straggler":
+        return f"rank {rec.get('rank')}: no longer the straggler"
+    if rec.get("ended"):  # its ranks report again (their `recovered` lines say so)
+        return None
+    return f"alert{' (updated)' if rec.get('update') else ''}: {rec.get('message')}"
 
 
 def _memory(rec: EventFields) -> str:
@@ -166,9 +176,7 @@ def line(rec: EventFields) -> str | None:
         at = "stuck in" if reason == "stall" else "in"
         return f"{who} stack dump{why}: {rec.get('path')}" + (f", {at} {where}" if where else "")
     if e == Event.ALERT:
-        if rec.get("ended"):  # its ranks report again (their `recovered` lines say so)
-            return None
-        return f"alert{' (updated)' if rec.get('update') else ''}: {rec.get('message')}"
+        return _alert(rec)
     if e == Event.GPU_ALERT:
         return f"GPU alert{' (updated)' if rec.get('update') else ''}: {rec.get('message')}"
     if e == Event.STOPPING:
@@ -229,7 +237,8 @@ def severity(rec: EventFields) -> Severity:
     if e == Event.GPU_ALERT:
         return _ALERT_SEVERITY.get(rec.get("severity") or "warning", "warning")
     if e in (Event.STALLED, Event.SLOW_START, Event.RESTARTED, Event.ALERT, Event.STOPPING, Event.BAD_FRAME,
-             Event.CHECKPOINT_MISSED, Event.REPORTS_REJECTED, Event.PROFILE_FAILED) or rec.get("late"):
+             Event.CHECKPOINT_MISSED, Event.REPORTS_REJECTED, Event.PROFILE_FAILED, Event.TUNABLE_REFUSED) \
+            or rec.get("late"):
         return "warning"
     return "information"
 

@@ -69,6 +69,7 @@ class MpwatchApp(RunActions):
         self._selected_shown: Line | None = None
         self._multi_node = False  # a merged view of several nodes: the NODE column
         self._has_gpus = True  # the status has GPU data (a replay without any has no GPU column)
+        self._has_pace = False  # a rank has had a pace (the PACE column, from then on)
         self._mig = False  # a GPU has MIG slices: a wider GPU column
         # every event received, the first snapshot's too (events screen)
         self.event_log: list[EventFields] = []
@@ -103,7 +104,7 @@ class MpwatchApp(RunActions):
 
     def _set_columns(self, width: int) -> None:
         cols = view.columns(width, nodes=self._multi_node, replay=self.READ_ONLY, gpus=self._has_gpus,
-                            mig=self._mig)
+                            pace=self._has_pace, mig=self._mig)
         if cols != self.table.cols:
             self.table.set_columns(cols)
             self.refresh_view()
@@ -132,9 +133,10 @@ class MpwatchApp(RunActions):
         for text, severity in node_rows.changes(old, status) + news:
             self.say(text, severity)
         mig = any("slices" in gpu for gpu in status["gpus"])
-        now = (node_rows.multi(status), bool(status["gpus"]), mig)
-        if now != (self._multi_node, self._has_gpus, self._mig):
-            self._multi_node, self._has_gpus, self._mig = now
+        paced = self._has_pace or any(w["pace"] for w in status["workers"])
+        now = (node_rows.multi(status), bool(status["gpus"]), mig, paced)
+        if now != (self._multi_node, self._has_gpus, self._mig, self._has_pace):
+            self._multi_node, self._has_gpus, self._mig, self._has_pace = now
             self._set_columns(self.size.width)
         self.refresh_view()
 

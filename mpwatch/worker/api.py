@@ -127,7 +127,9 @@ def _setup() -> Channel | None:
         from mpwatch.worker.cuda_scripted import ScriptedCuda
 
         source = ScriptedCuda(scenario, config.rank)
-    chan = Channel(config, source)
+    # mpwatch's start-up hook imports this module for the CUDA memory forensics alone: the script
+    # promised no reports (protocol.ENV_HOOK_ONLY, set only while it imports)
+    chan = Channel(config, source, quiet=os.environ.pop(protocol.ENV_HOOK_ONLY, None) == "1")
     chan.sender = Sender(chan)
     if source is not None:
         _arm_scripted(source, chan)
@@ -175,18 +177,18 @@ def auto_wanted() -> bool:
     return c is not None and c.state.explicit < 0
 
 
-def auto_step(step: int | None, loss: object, data_s: float, compute_s: float) -> None:
+def auto_step(step: int | None, loss: object, times: dict[str, float]) -> None:
     """An automatic step (step None: a heartbeat between steps): into the buffer as report()
-    would put it, unless the process reported itself; its time split goes to the phases unless
-    the script times its own."""
+    would put it, unless the process reported itself; its seconds in each phase (worker.auto.split)
+    go to the phases unless the script times its own."""
     c = _channel
     if c is None:
         return
     s = c.state
     if not s.phase_cache:
         ph = s.phases
-        ph["data"] = ph.get("data", 0.0) + data_s
-        ph["compute"] = ph.get("compute", 0.0) + compute_s
+        for name, secs in times.items():
+            ph[name] = ph.get(name, 0.0) + secs
     if s.explicit >= 0:
         return
     s.auto = True

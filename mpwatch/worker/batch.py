@@ -18,7 +18,7 @@ from mpwatch.worker import bounds
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from mpwatch.contract.cuda_view import CudaView, OomRecord
-    from mpwatch.worker.channel import Channel, Entry
+    from mpwatch.worker.channel import Channel, Entry, ProcessState
 
 CUDA_EVERY_S = 1.0  # torch's memory view is sampled at most this often
 # Entries per batch: a flush holding more reports folds runs of consecutive ones into one
@@ -39,6 +39,22 @@ def drain(buf: deque[Entry]) -> list[Entry]:
         except IndexError:
             break
     return items
+
+
+def with_gpu_times(s: ProcessState, items: list[Entry], own: dict[str, float]) -> dict[str, float]:
+    """The process's phase totals: the training thread's (`own`), and the GPU times of the
+    automatic steps drained now (worker.auto.gpu_times: read here, once their events completed)."""
+    if not s.phase_cache:  # the script times its own phases: none of the automatic steps'
+        gpu = s.gpu_phases
+        for item in items:
+            read = getattr(item[3], "gpu_phases", None)
+            got = read() if read is not None else None
+            for name, secs in (got or {}).items():
+                gpu[name] = gpu.get(name, 0.0) + secs
+    phases = dict(own)
+    for name, secs in s.gpu_phases.items():
+        phases[name] = phases.get(name, 0.0) + secs
+    return phases
 
 
 def frame(chan: Channel, items: list[Entry], dropped: int, phases: dict[str, float],

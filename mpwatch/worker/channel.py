@@ -106,6 +106,8 @@ class ProcessState:
         self.seq = itertools.count()
         self.phases: dict[str, float] = {}
         self.phase_cache: dict[str, PhaseTimer] = {}  # phase() allocates nothing after a name's first call
+        # the automatic steps' GPU times (worker.auto.gpu_times), added by the sender thread alone
+        self.gpu_phases: dict[str, float] = {}
         self.conn: Connection | None = None
         self.thread: threading.Thread | None = None
         self.lock = threading.Lock()
@@ -130,13 +132,14 @@ class Channel:
     """This process's connection to the supervisor: its configuration, its per-process state,
     and what lives as long as the process's memory (a forked child keeps them)."""
 
-    def __init__(self, config: ChannelConfig, cuda_source: CudaSource | None = None):
+    def __init__(self, config: ChannelConfig, cuda_source: CudaSource | None = None, quiet: bool = False):
         self.config = config
         self.state = ProcessState()
         self.cuda_source: CudaSource | None = cuda_source  # None: torch's, made when first needed
         self.sender: Sender | None = None  # the thread's work (worker.sender), set by whoever starts it
         self.control: Answers | None = None  # worker.control's state, once used or once a request came
         self.mp_exit = False  # multiprocessing's children flush at their exit (before_fork)
+        self.quiet = quiet  # its hello promises no reports (protocol.ENV_HOOK_ONLY)
 
     def start(self) -> None:
         """Start this process's sender thread, once (a forked child starts its own)."""

@@ -50,16 +50,18 @@ class Sender:
         if now < s.retry_at:
             return False
         with s.imports:
+            # Client's handshake imports hmac inside itself: a fork in that import left the child
+            # a half-made hmac, and every connection of its failed. Imported here, where forks wait.
+            import hmac  # noqa: F401 - for the handshake
             from multiprocessing.connection import Client
 
         try:
             s.conn = conn = Client(cfg.address, family="AF_UNIX", authkey=cfg.authkey)
-            conn.send_bytes(
-                protocol.encode(
-                    {"t": protocol.HELLO, "v": protocol.VERSION, "rank": cfg.rank,
-                     "pid": os.getpid(), "ppid": os.getppid()}
-                )
-            )
+            hello: dict[str, object] = {"t": protocol.HELLO, "v": protocol.VERSION, "rank": cfg.rank,
+                                        "pid": os.getpid(), "ppid": os.getppid()}
+            if chan.quiet:
+                hello["quiet"] = True
+            conn.send_bytes(protocol.encode(hello))
             return True
         except (OSError, EOFError, ValueError):
             s.conn = None
@@ -96,11 +98,12 @@ class Sender:
             # numbers, whether before items[0] or between items, adds up to this.
             dropped = items[-1][0] - s.last_sent_seq - len(items)
             s.last_sent_seq = items[-1][0]
-        phases = dict(s.phases)
+        own = dict(s.phases)  # the training thread's totals, to tell whether they moved (above)
+        phases = batch.with_gpu_times(s, items, own)
         msg = batch.frame(chan, items, dropped, phases, answers, ooms)
         try:
             conn.send_bytes(protocol.encode_lossy(msg))
-            s.last_phases = phases
+            s.last_phases = own
         except (OSError, EOFError, ValueError):
             self._give_back(answers, ooms)
             self._lost()

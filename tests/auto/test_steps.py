@@ -15,12 +15,12 @@ class Clock:
 
 def make():
     clock, sent = Clock(), []
-    steps = Steps(lambda step, parts, data, compute: sent.append((step, list(parts), data, compute)), clock)
+    steps = Steps(lambda step, parts, times, pairs: sent.append((step, list(parts), times, pairs)), clock)
     return steps, clock, sent
 
 
 def backward(steps: Steps, loss: object) -> None:
-    steps.begin()
+    steps.backward_start()
     steps.parts.append(loss)
     steps.backward_done()
 
@@ -50,7 +50,7 @@ def test_accumulated_backwards_are_one_step_holding_every_loss():
     for i in range(4):
         backward(steps, i)
     steps.optimizer_stepped()
-    assert sent == [(1, [0, 1, 2, 3], 0.0, 0.0)]
+    assert [(s, p) for s, p, _, _ in sent] == [(1, [0, 1, 2, 3])]
 
 
 def test_a_step_the_scaler_skipped_counts_when_its_step_returns():
@@ -76,22 +76,25 @@ def test_without_any_backward_each_optimizer_step_counts():
     assert [(s, p) for s, p, _, _ in sent] == [(1, []), (2, [])]
 
 
-def test_time_in_data_is_data_the_rest_compute_from_the_first_work_on():
+def test_time_in_data_is_data_and_the_rest_forward_backward_and_optimizer():
     steps, clock, sent = make()
     steps.has_optimizer = True
     clock.t += 5.0  # imports, set-up: no step's time
-    steps.begin()  # the first batch is asked for
-    clock.t += 0.3
-    steps.data(0.3)
-    clock.t += 0.7  # forward and backward
-    backward(steps, "l")
-    steps.optimizer_stepped()
-    clock.t += 0.1
-    steps.data(0.1)
-    clock.t += 0.4
-    backward(steps, "m")
-    steps.optimizer_stepped()
-    assert [(round(d, 6), round(c, 6)) for _, _, d, c in sent] == [(0.3, 0.7), (0.1, 0.4)]
+    for data, fwd, bwd, opt, after in ((0.3, 0.2, 0.4, 0.1, 0.05), (0.1, 0.15, 0.3, 0.02, 0.5)):
+        steps.batch_start()
+        clock.t += data
+        steps.data(data)
+        clock.t += fwd
+        steps.backward_start()
+        clock.t += bwd
+        steps.parts.append("l")
+        steps.backward_done()
+        clock.t += opt
+        steps.optimizer_stepped()
+        clock.t += after  # logging, a checkpoint: in no phase
+    assert [{k: round(v, 6) for k, v in t.items()} for _, _, t, _ in sent] == [
+        {"data": 0.3, "forward": 0.2, "backward": 0.4, "optimizer": 0.1},
+        {"data": 0.1, "forward": 0.15, "backward": 0.3, "optimizer": 0.02}]
 
 
 def test_a_forked_child_counts_from_one():
@@ -117,7 +120,7 @@ def test_between_steps_a_batch_is_a_heartbeat_at_most_once_a_second_and_never_be
         clock.t += 0.25
         steps.data(0.01)
     beats = [s for s in sent if s[0] is None]
-    assert len(beats) == 3 and all(s == (None, [], 0.0, 0.0) for s in beats)
+    assert len(beats) == 3 and all(s == (None, [], {}, []) for s in beats)
     backward(steps, "m")
     steps.optimizer_stepped()
     assert sent[-1][0] == 2  # the next step is step 2: heartbeats count no step

@@ -16,6 +16,7 @@ import pytest
 
 from mpwatch.contract import protocol
 from mpwatch.supervisor.spawn import INJECT_DIR
+from tests.auto.conftest import LOOP_ARGS
 from tests.helpers import FIXTURES, ROOT
 
 pytest.importorskip("torch", reason="automatic steps are torch's (pip install -e '.[demo]')")
@@ -63,11 +64,11 @@ class Channel:
         return [e for b in self.batches(pid) for e in b["reports"]]
 
 
-def run_loop(tmp_path, chan: Channel, *args, auto: str = "1", timeout: float = 180) -> dict:
+def run_loop(tmp_path, chan: Channel, *args, timeout: float = 180) -> dict:
     out = tmp_path / "out.json"
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([INJECT_DIR, str(ROOT)]),
                **{protocol.ENV_ADDRESS: chan.address, protocol.ENV_AUTHKEY: KEY.hex(), protocol.ENV_RANK: "0",
-                  protocol.ENV_FLUSH: "0.05", protocol.ENV_AUTO: auto})
+                  protocol.ENV_FLUSH: "0.05", protocol.ENV_AUTO: "1"})
     res = subprocess.run([sys.executable, str(LOOP), "--out", str(out), *map(str, args)], env=env,
                          capture_output=True, text=True, timeout=timeout, cwd=tmp_path)
     assert res.returncode == 0, res.stderr
@@ -97,7 +98,7 @@ def test_an_unmodified_loop_sends_each_optimizer_step_its_loss_and_its_time_spli
     batches = chan.batches(out["pid"])
     assert all(b.get("auto") is True for b in batches if b["reports"])
     phases = batches[-1]["phases"]
-    assert set(phases) == {"data", "compute"} and phases["data"] > 0 and phases["compute"] > 0
+    assert set(phases) == {"data", "forward", "backward", "optimizer"} and all(v > 0 for v in phases.values())
     # The loss is read as a number on the sender thread only, never on the training thread.
     mpwatch_dir = str(ROOT / "mpwatch")
     ours = [r for r in out["reads"] if mpwatch_dir in r]
@@ -180,17 +181,12 @@ def test_a_process_that_never_imports_torch_loads_nothing_of_mpwatch(tmp_path):
     assert chan.by_pid == {}
 
 
-def test_without_auto_torch_is_left_as_it_is(tmp_path):
+def test_the_losses_are_bit_identical_with_and_without_the_hooks(tmp_path, opted_out):
+    """Without: the loop's own losses in tests/auto/conftest.py's opted-out runs (the same
+    arguments, under a supervisor: MPWATCH_AUTO_HOOKS=0, as tests/auto/test_runs.py reads them)."""
     chan = Channel(tmp_path)
-    out = run_loop(tmp_path, chan, "--steps", 5, auto="0")
-    assert not out["hooked"]
-    assert chan.by_pid == {}
-
-
-def test_the_losses_are_bit_identical_with_and_without_the_hooks(tmp_path):
-    chan = Channel(tmp_path)
-    args = ("--steps", 25, "--accum", 2, "--optimizers", 2, "--checkpoint", "--sleep", 0)
-    with_hooks = run_loop(tmp_path, chan, *args)
-    without = run_loop(tmp_path, chan, *args, auto="0")
-    assert with_hooks["hooked"] and not without["hooked"]
-    assert with_hooks["losses"] == without["losses"]  # exact: the same floats, step for step
+    with_hooks = run_loop(tmp_path, chan, *LOOP_ARGS)
+    assert with_hooks["hooked"]
+    for how, without in opted_out.items():
+        assert not without.out["hooked"], how
+        assert with_hooks["losses"] == without.out["losses"], how  # exact: the same floats, step for step

@@ -27,7 +27,9 @@ torch = pytest.importorskip("torch", reason="the demos need torch (pip install -
 sys.path.insert(0, str(ROOT / "demo"))
 import mnist_data  # noqa: E402
 
-pytestmark = pytest.mark.torch
+# One lane for the module: its data folder is made once, and its mnist run (the `mnist` fixture,
+# which two tests read) is trained once.
+pytestmark = [pytest.mark.torch, pytest.mark.xdist_group("demos")]
 DEMO = ROOT / "demo"
 
 
@@ -119,12 +121,41 @@ def test_stand_in_is_deterministic_and_not_noise():
 
 
 # ------------------------------------------------------------------ mnist ----
-def test_mnist_trains_under_mpwatch_and_the_loss_falls(headless, data_dir, tmp_path):
-    run = headless(DEMO / "mnist.py", "--data-dir", data_dir, "--no-download", "--max-steps", 60,
-                   "--checkpoint-dir", tmp_path / "ck", "--log-every", 10, n=2)
-    assert run.wait_exit(timeout=180) == 0, explain(run, (0, 1))
+class MnistRun:
+    """demo/mnist.py trained once for this module's mnist tests: 2 ranks from scratch, paused
+    past step 30 and resized to 3, which resume from the checkpoint and finish at step 150."""
+
+    def __init__(self, run, ck, said: str, code: int):
+        self.run = run
+        self.ck = ck  # the checkpoint folder
+        self.said = said  # what `ctl resize 3` printed
+        self.code = code  # the supervisor's exit code
+        self.events = run.events()
+        # the first attempt: the two ranks' own events until they were paused for the resize
+        paused = next(i for i, e in enumerate(self.events) if e["event"] == "paused")
+        self.before_resize = self.events[:paused]
+
+
+@pytest.fixture(scope="module")
+def mnist(headless_module, data_dir, tmp_path_factory):
+    ck = tmp_path_factory.mktemp("ck")
+    run = headless_module(DEMO / "mnist.py", "--data-dir", data_dir, "--no-download", "--max-steps", 150,
+                          "--checkpoint-dir", ck, "--checkpoint-every", 10, "--log-every", 10,
+                          n=2, opts=["--grace", "60"])
+    run.wait_event("report", lambda r: r["rank"] == 0 and r["step"] >= 30, timeout=150)
+    # Pause first so the resize lands mid-training however fast the box is; resize wakes them.
+    run.ctl("pause", "all")
+    run.wait_event("paused", count=2)
+    said = run.ctl("resize", "3").stdout
+    return MnistRun(run, ck, said, run.wait_exit(timeout=240))
+
+
+@pytest.mark.timeout(600)  # the module's mnist run, when it starts here
+def test_mnist_trains_under_mpwatch_and_the_loss_falls(mnist):
+    run = mnist.run
+    assert mnist.code == 0, explain(run, (0, 1, 2))
     reports = reports_by_rank(run)
-    assert set(reports) == {0, 1}, explain(run, (0, 1))
+    assert set(reports) == {0, 1, 2}, explain(run, (0, 1, 2))
     losses = [r["loss"] for rank in (0, 1) for r in reports[rank]]
     k = max(1, len(losses) // 6)
     first = [r["loss"] for rank in (0, 1) for r in reports[rank][:k]]
@@ -133,31 +164,28 @@ def test_mnist_trains_under_mpwatch_and_the_loss_falls(headless, data_dir, tmp_p
     for rank in (0, 1):
         # The script's reports win over mpwatch.worker.auto's steps from its first report on. Its first
         # optimizer step comes just before that report: a loaded machine may flush it alone.
-        own = list(itertools.dropwhile(lambda r: "samples_per_s" not in r["metrics"], reports[rank]))
-        assert own and len(reports[rank]) - len(own) <= 3, reports[rank][:5]
+        started = [r for r in mnist.before_resize if r["event"] == "report" and r["rank"] == rank]
+        own = list(itertools.dropwhile(lambda r: "samples_per_s" not in r["metrics"], started))
+        assert own and len(started) - len(own) <= 3, started[:5]
         assert all(r["metrics"].get("samples_per_s") is not None for r in own), own
-    assert max(r["step"] for r in reports[0]) == 60
+    assert max(r["step"] for r in reports[0]) == 150
+    first_starts = [e for e in mnist.before_resize if e["event"] == "worker_started"]
+    assert sorted(e["rank"] for e in first_starts) == [0, 1]
+    assert {e["world_size"] for e in first_starts} == {2}
     final = json.loads((run.run_dir / "final.json").read_text())
     for w in final["workers"]:
         assert {"data", "compute", "sync", "optimizer"} <= set(w["phases"]), w["phases"]
-        assert w["world_size"] == 2
     out0, out1 = log(run, 0), log(run, 1)
     assert "rank 0: WORLD_SIZE 2, cpu, backend gloo" in out0 and "rank 1: WORLD_SIZE 2" in out1
-    assert "finished (max steps (60) reached) at step 60" in out0
+    assert "finished (max steps (150) reached) at step 150" in out0
     assert re.search(r"^samples/s: \d+\.\d$", out0, re.M), out0
 
 
-def test_mnist_resize_2_to_3_resumes_from_the_checkpoint(headless, data_dir, tmp_path):
-    run = headless(DEMO / "mnist.py", "--data-dir", data_dir, "--no-download", "--max-steps", 150,
-                   "--checkpoint-dir", tmp_path / "ck", "--checkpoint-every", 10, "--log-every", 10,
-                   n=2, opts=["--grace", "60"])
-    run.wait_event("report", lambda r: r["rank"] == 0 and r["step"] >= 30, timeout=150)
-    # Pause first so the resize lands mid-training however fast the box is; resize wakes them.
-    run.ctl("pause", "all")
-    run.wait_event("paused", count=2)
-    res = run.ctl("resize", "3")
-    assert "resizing from 2 to 3" in res.stdout
-    assert run.wait_exit(timeout=240) == 0, explain(run, (0, 1, 2))
+@pytest.mark.timeout(600)  # the module's mnist run, when it starts here
+def test_mnist_resize_2_to_3_resumes_from_the_checkpoint(mnist):
+    run, ck = mnist.run, mnist.ck
+    assert "resizing from 2 to 3" in mnist.said
+    assert mnist.code == 0, explain(run, (0, 1, 2))
 
     stop = re.search(r"rank 0: checkpoint at step (\d+) \(stopped by SIGTERM\)", log(run, 0))
     assert stop, explain(run, (0, 1, 2))
@@ -165,12 +193,12 @@ def test_mnist_resize_2_to_3_resumes_from_the_checkpoint(headless, data_dir, tmp
     assert 30 <= saved < 150
     for rank in (0, 1, 2):
         out = log(run, rank)
-        assert (f"rank {rank}: resumed from {tmp_path / 'ck' / 'latest.pt'} at step {saved} (epoch 0, saved with "
+        assert (f"rank {rank}: resumed from {ck / 'latest.pt'} at step {saved} (epoch 0, saved with "
                 f"WORLD_SIZE 2); now WORLD_SIZE 3") in out, out
         assert f"rank {rank}: max steps (150) reached at step 150" in out, out
     assert "training: 312 steps per epoch of 192 samples (3 x 64)" in log(run, 0)
 
-    events = run.events()
+    events = mnist.events
     [resized] = [e for e in events if e["event"] == "resized"]
     assert (resized["frm"], resized["to"], resized["mode"]) == (2, 3, "restart")
     after = events[events.index(resized) - 3:]  # the three starts come just before "resized"

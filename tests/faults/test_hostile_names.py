@@ -27,8 +27,10 @@ def test_ctl_set_takes_a_negative_number_as_its_value(headless):
     run = headless(LOOP, "0", "0.05", n=2)
     run.wait_event("tunable_declared", count=4)
     wait_for(lambda: all(w["step"] for w in run.status()["workers"]), what="every rank's steps")
-    assert run.ctl("set", "lr", "-1e-3").stdout.startswith("lr = -0.001 (was 0.1) on ranks 0-1 from step ")
-    assert run.ctl("set", "batch", "-5").stdout.startswith("batch = -5 (was 32) on ranks 0-1 from step ")
+    said = run.ctl("set", "lr", "-1e-3").stdout
+    assert said.startswith("lr = -0.001 from step ") and said.rstrip().endswith("on ranks 0-1 (now 0.1)"), said
+    said = run.ctl("set", "batch", "-5").stdout
+    assert said.startswith("batch = -5 from step ") and said.rstrip().endswith("on ranks 0-1 (now 32)"), said
     refused = run.ctl("set", "lr", "-inf", check=False)
     one_line_error(refused, "lr is a float: expected a finite float, got '-inf'")
     applied = run.wait_event("tunable_applied", count=4, timeout=60)

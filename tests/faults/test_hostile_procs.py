@@ -10,7 +10,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 
 import psutil
 import pytest
@@ -18,9 +17,9 @@ import pytest
 from mpwatch.sources.local import Client
 from mpwatch.supervisor import options, resize, spawn
 from mpwatch.supervisor.workers import marks
-from tests.faults.conftest import FAULTS, NOBODY, pid_lines, reporting
+from tests.faults.conftest import FAULTS, NOBODY, helpers_of, pid_lines, reporting
 from tests.faults.hostile import needs_root
-from tests.helpers import FIXTURES, alive, assert_gone, mpwatch, one_line_error, wait_for
+from tests.helpers import FIXTURES, alive, assert_gone, assert_run_gone, mpwatch, one_line_error, wait_for
 
 pytestmark = pytest.mark.timeout(300)
 DAEMON = FAULTS / "daemonizer.py"
@@ -109,9 +108,13 @@ def test_another_users_process_is_never_touched_whatever_its_environment(headles
     theirs = subprocess.Popen(["/bin/sleep", "600"], env=env, user=NOBODY, group=NOBODY, extra_groups=[],
                               start_new_session=True)
     try:
+        wait_for(lambda: helpers_of(run.proc.pid), 30, what="the supervisor's watchdog")
+        watchdog = helpers_of(run.proc.pid)
         run.ctl("stop")
         assert run.wait_exit(60) == 1
-        time.sleep(0.5)  # the watchdog's sweeps, just past
+        # the watchdog sweeps the run's marks as the supervisor closes its pipe, then ends: it has
+        # looked once it is gone (a fixed 0.5 s passed before it had, on a loaded box)
+        assert_gone(watchdog, timeout=60)
         assert theirs.poll() is None, "another user's process was killed"
     finally:
         theirs.kill()
@@ -186,8 +189,9 @@ def test_a_supervisor_killed_in_the_middle_of_a_resize_leaves_nothing(headless):
     wait_for(lambda: len(run.events("worker_started")) >= 10, 60, what="the resize under way")
     os.kill(run.proc.pid, signal.SIGKILL)
     run.wait_exit(30)
-    wait_for(lambda: not marks.scan(run_id, run.proc.pid), 30,
-             what=f"every process of the run gone: {marks.scan(run_id, run.proc.pid)}")
+    # found by the test's own scan of the process table (tests.helpers.of_run), never by the
+    # product's marks.scan: a scan that finds nothing would have passed
+    assert_run_gone(run_id, run.all_pids(), timeout=60)
 
 
 def test_an_empty_cgroup_left_by_a_dead_supervisor_is_removed_by_the_next_run():

@@ -40,15 +40,17 @@ def registered(run: HeadlessRun) -> bool:
 
 @pytest.fixture
 def two_nodes(tmp_path):
-    """Factory: two_nodes(script, *args, backend=..., n=(1, 1), opts=[...]) -> [node0, node1],
-    both started (node 0 first); every process of both is gone after the test."""
+    """Factory: two_nodes(script, *args, backend=..., n=(1, 1), opts=[...], node_opts=([...], [...]))
+    -> [node0, node1], both started (node 0 first); `node_opts`: each node's own flags. Every
+    process of both is gone after the test."""
     runs: list[HeadlessRun] = []
 
-    def make(script, *args, backend="static", n=(1, 1), opts=(), env=None, port=None, nnodes=2):
+    def make(script, *args, backend="static", n=(1, 1), opts=(), node_opts=((), ()), env=None, port=None,
+             nnodes=2):
         port = port or free_port()
         for node in (0, 1):
-            run = HeadlessRun(tmp_path / f"node{node}", script, *args, n=n[node],
-                              opts=[*node_flags(backend, node, port, nnodes), *opts], env=env)
+            flags = [*node_flags(backend, node, port, nnodes), *opts, *node_opts[node]]
+            run = HeadlessRun(tmp_path / f"node{node}", script, *args, n=n[node], opts=flags, env=env)
             run.tmp.mkdir(parents=True, exist_ok=True)
             runs.append(run)
             run.start()

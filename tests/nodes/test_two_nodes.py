@@ -1,14 +1,16 @@
 """Two supervisors as two nodes of one run (127.0.0.1 and 127.0.0.2 on this machine), on
 torch's own rendezvous, static and c10d: the workers' torchrun environment and global
-ranks, each node's records of the others in its status and run.json."""
+ranks, each node's records of the others in its status and run.json, and the metrics each node
+serves (its own ranks, by global rank, labelled with its node)."""
 from __future__ import annotations
 
 import json
+import urllib.request
 
 import pytest
 
 from tests.helpers import FIXTURES, wait_for
-from tests.nodes.conftest import ADDRS, env_lines, explain, final, node_info
+from tests.nodes.conftest import ADDRS, env_lines, explain, final, free_port, node_info
 
 pytest.importorskip("torch", reason="several nodes meet in torch's rendezvous (the demo extra)")
 pytestmark = [pytest.mark.torch, pytest.mark.timeout(240)]
@@ -20,10 +22,25 @@ def control(run) -> dict:
     return json.loads((run.run_dir / "control.json").read_text())
 
 
+def scrape(url: str) -> dict[str, list]:
+    """A real scrape of a node's metrics, read by prometheus_client's own parser: name -> samples."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    with urllib.request.urlopen(url, timeout=30) as r:
+        text = r.read().decode()
+    out: dict[str, list] = {}
+    for fam in text_string_to_metric_families(text):
+        for sample in fam.samples:
+            out.setdefault(sample.name, []).append(sample)
+    return out
+
+
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_two_nodes_get_torchruns_environment_and_find_each_other(two_nodes, backend):
     # node 0 runs 2 workers, node 1 one: global ranks and world sizes must come out as torch's agent gives them
-    a, b = two_nodes(FIXTURES / "print_env.py", "600", backend=backend, n=(2, 1))
+    metrics = free_port()  # each node serves its own metrics at its own address, on the same port
+    a, b = two_nodes(FIXTURES / "print_env.py", "600", backend=backend, n=(2, 1),
+                     node_opts=[["--metrics-port", metrics, "--metrics-addr", addr] for addr in ADDRS])
     infos = [wait_for(lambda r=r: node_info(r), 90, what="the first round") for r in (a, b)]
     by_rank = {i["node_rank"]: (run, i) for run, i in zip((a, b), infos, strict=True)}
     assert sorted(by_rank) == [0, 1], infos
@@ -72,6 +89,15 @@ def test_two_nodes_get_torchruns_environment_and_find_each_other(two_nodes, back
             assert env["TORCHELASTIC_USE_AGENT_STORE"] == str(backend == "static")
             master = master or (env["MASTER_ADDR"], env["MASTER_PORT"])
             assert (env["MASTER_ADDR"], env["MASTER_PORT"]) == master  # every worker of every node: one store
+    # each node's metrics: its own ranks, by their global rank, labelled with its node rank
+    for run, info in zip((a, b), infos, strict=True):
+        wait_for(lambda run=run: all(w["step"] is not None for w in run.status()["workers"]), 60,
+                 what="every worker's report")
+        got = scrape(f"http://{info['host']}:{metrics}/metrics")
+        assert {s.labels["rank"] for s in got["mpwatch_worker_step"]} == {
+            str(info["base_rank"] + k) for k in range(run.n)}, got["mpwatch_worker_step"]
+        assert {s.labels["node"] for fam in got.values() for s in fam} == {str(info["node_rank"])}
+        assert got["mpwatch_run_info"][0].labels["world_size"] == "3"
     # ctl on a node takes that node's local ranks, as on one node; the size is torch's rendezvous's
     assert "dumping rank 0" in b.ctl("dump", "0").stdout
     res = b.ctl("kill", "1", check=False)

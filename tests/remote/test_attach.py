@@ -12,9 +12,10 @@ import psutil
 import pytest
 
 from mpwatch.cli.attach_nodes import connect
+from mpwatch.settings import Settings
 from mpwatch.sources.remote.client import Transport
-from mpwatch.tui.render import glyphs
 from mpwatch.tui.app import MpwatchApp
+from mpwatch.tui.render import glyphs
 from mpwatch.tui.screens.quit import QuitDialog
 from tests.helpers import FIXTURES, assert_gone, wait_for
 from tests.remote.sshd import ADDRESSES, REMOTE_MPWATCH
@@ -51,7 +52,7 @@ def ssh_pids(source) -> list[int]:
 
 async def test_attach_two_nodes_shows_every_rank_and_routes_actions(two_nodes, sshd):
     runs, targets = two_nodes
-    source = connect(targets, transport(sshd))
+    source = connect(targets, transport(sshd), Settings().tmpdir)
     app = MpwatchApp(source, None, glyphs=glyphs.UNICODE, notices=False)
     try:
         async with app.run_test(size=(140, 40)) as pilot:
@@ -93,7 +94,7 @@ async def test_attach_two_nodes_shows_every_rank_and_routes_actions(two_nodes, s
 
 async def test_a_lost_node_is_unreachable_then_back_never_a_hang(two_nodes, sshd):
     _, targets = two_nodes
-    source = connect(targets, transport(sshd))
+    source = connect(targets, transport(sshd), Settings().tmpdir)
     app = MpwatchApp(source, None, glyphs=glyphs.UNICODE, notices=False)
     try:
         async with app.run_test(size=(120, 40)) as pilot:

@@ -9,14 +9,11 @@ import copy
 
 import pytest
 
+from mpwatch.contract.status import UNREACHABLE, State
 from mpwatch.sources.multinode import combine
 from mpwatch.text import fmt
-from mpwatch.contract.status import UNREACHABLE, State
-from mpwatch.tui.render import glyphs
-from mpwatch.tui.render import gpu_rows
-from mpwatch.tui.render import node_rows
-from mpwatch.tui.render import view
 from mpwatch.tui.app import MpwatchApp
+from mpwatch.tui.render import glyphs, gpu_rows, node_rows, view
 from mpwatch.tui.screens.gpu import GpuScreen
 from mpwatch.tui.widgets.cells import lines_to_text
 from tests.tui.conftest import until

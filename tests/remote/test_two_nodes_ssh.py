@@ -8,9 +8,10 @@ from __future__ import annotations
 import pytest
 
 from mpwatch.cli.attach_nodes import connect, has_peers
+from mpwatch.settings import Settings
 from mpwatch.sources.local import Client
-from mpwatch.tui.render import glyphs
 from mpwatch.tui.app import MpwatchApp
+from mpwatch.tui.render import glyphs
 from tests.helpers import HeadlessRun, assert_gone, wait_for
 from tests.nodes.conftest import free_port, node_flags, node_info
 from tests.remote.sshd import ADDRESSES
@@ -46,7 +47,8 @@ async def test_attach_one_node_finds_the_other_and_names_the_hang_across_nodes(r
     node0 = runs[0].status()["run"]
     with Client.at(runs[0].run_dir) as c:
         assert has_peers(c)  # `mpwatch attach RUN` here would open the merged view too
-    source = connect([f"{ADDRESSES[0]}:{node0['id']}"], transport(sshd))  # node 0 only: node 1 is found
+    # node 0 only: node 1 is found
+    source = connect([f"{ADDRESSES[0]}:{node0['id']}"], transport(sshd), Settings().tmpdir)
     app = MpwatchApp(source, None, glyphs=glyphs.UNICODE, notices=False)
     try:
         async with app.run_test(size=(160, 48)) as pilot:

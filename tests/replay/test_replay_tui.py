@@ -84,9 +84,11 @@ async def test_the_detail_view_shows_the_stack_dump_of_the_moment():
         when = worker_of(app, 1)["last_dump"].rsplit("-", 2)[1]  # the dump file's time: HHMMSS
         assert "> hang_here  hang.py:28" in dump and f"at {when[:2]}:{when[2:4]}:{when[4:]}" in dump
         loads = screen.loads
-        # two events back (the last finding and rank 1's dump undone) is before that dump: none then,
-        # and a replay offers no key to take one
-        for _ in range(2):
+        # back to the event before rank 1's dump (the ranks' dumps come in the order their stalls
+        # were found): no dump then, and a replay offers no key to take one
+        events = app.replay.files.events
+        dumped = next(i for i, e in enumerate(events) if e["event"] == "dump" and e["rank"] == 1)
+        for _ in range(app.replay.where()[0] - (dumped - 1)):
             await pilot.press("comma")
         await until(pilot, lambda: screen.loads > loads and "no stack dump at this moment" in str(
             screen.query_one("#detail-dump").render()), what="no dump before it")

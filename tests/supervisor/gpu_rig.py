@@ -6,7 +6,8 @@ Each rank is a real sleeping process started with MPWATCH_RANK=N (so the scenari
 a sleeping child of its own ("rank:N/child"). The scenario's clock and the watcher's are
 one fake clock that the test moves. With `lib` (the `libnvml` fixture's folder) the scenario
 is played by the stand-in libnvidia-ml.so.1 under the real backend and nvidia-ml-py instead
-(MIG, clocks: what only it plays), on its own clock.
+(MIG and clocks as the scripted one plays them: tests/probes/test_scripted_parity.py), on its
+own clock.
 """
 from __future__ import annotations
 

@@ -1,8 +1,12 @@
 """Issue 23 against real runs: `ctl checkpoint` and `ctl set` reach every rank at one step
 through the channel, each rank's answer is an event, the status lists the tunables and the
-requests, a bad value or name is one line and exit code 2, a rank started again starts with
-the values set, and a worker of the older protocol is never sent a frame."""
+requests, a bad value or name is one line and exit code 2, a rank started again (restarted, or
+by a resize) says why it was stopped and starts with the values set, and a worker of the older
+protocol is never sent a frame."""
+import json
 import re
+
+import pytest
 
 from tests.helpers import FIXTURES, one_line_error, wait_for
 
@@ -87,7 +91,13 @@ def test_one_rank_takes_it_at_its_next_call_and_one_that_never_asks_misses_it_wh
     assert st["checkpoints"][0]["missed"] == [1] and st["checkpoints"][0]["waiting"] == []
 
 
-def test_a_rank_started_again_starts_with_the_values_set(headless):
+def first_values(log: str, after: str | None) -> str:
+    """The first STEP line a rank's new process printed (after mpwatch's marker `after`)."""
+    tail = log.split(after)[-1] if after else log
+    return next((ln for ln in tail.splitlines() if ln.startswith("STEP ")), "")
+
+
+def test_a_rank_started_again_or_by_a_resize_says_why_it_stopped_and_starts_with_the_values_set(headless):
     run = headless(LOOP, "0", "0.05", n=2)
     run.wait_event("tunable_declared", count=4)
     run.ctl("set", "batch", "64")
@@ -98,6 +108,23 @@ def test_a_rank_started_again_starts_with_the_values_set(headless):
     wait_for(lambda: "rank 1 restarted" in run.log(1) and "STEP 0 lr=0.1 tag='a' on=True batch=64"
              in run.log(1).split("rank 1 restarted")[-1], timeout=60, what="the new process's first values")
     assert not [e for e in run.events("tunable_applied") if e["rank"] == 1 and e["id"] == 2 and e["late"]]
+    [stopped] = run.events("worker_exited")  # written before `restarted`
+    assert stopped["rank"] == 1 and stopped["state"] == "killed", stopped
+    assert stopped["cause"] == "stopped to restart (SIGTERM)", stopped
+
+    # a resize (restart mode) stops every rank and starts the new world: each process, the new
+    # rank's too, starts with the values set; the ranks it stopped say why
+    run.ctl("resize", "3")
+    wait_for(lambda: all(first_values(run.log(r), mark).endswith("on=True batch=64")
+                         for r, mark in ((0, "rank 0 resized"), (1, "rank 1 resized"), (2, None))),
+             timeout=120, what="every rank's new process's first values")
+    # events.jsonl is flushed within a second of the logs' lines: wait for the two ends there
+    resized = run.wait_event("worker_exited", timeout=60, count=3)[1:]
+    assert sorted(e["rank"] for e in resized) == [0, 1], resized
+    for e in resized:
+        assert e["state"] == "killed" and e["cause"] == "stopped for a resize (SIGTERM)", e
+    assert {t["name"]: t["value"] for t in run.status()["tunables"]} == {"lr": 0.1, "tag": "a", "on": True,
+                                                                        "batch": 64}
 
 
 def test_a_worker_of_the_older_protocol_is_never_sent_a_frame(headless, tmp_path):
@@ -141,3 +168,57 @@ def test_a_value_set_for_a_later_step_is_pending_and_a_rank_started_again_before
     assert all(e["step"] == at and not e["late"] for e in applied), applied
     wait_for(lambda: next(t for t in run.status()["tunables"] if t["name"] == "lr")["value"] == 0.5,
              what="0.5 in force once both ranks took it")
+
+
+def loader_lines(run) -> list[tuple[int, int, float, list[tuple[int, float]]]]:
+    """tests/fixtures/control_loader.py's lines: (epoch, step, the loop's lr, [(worker pid, its lr)])."""
+    out = []
+    for m in re.finditer(r"^EPOCH (\d+) STEP (\d+) main=(\S+) workers=(.*)$", run.log(0), re.M):
+        out.append((int(m.group(1)), int(m.group(2)), float(m.group(3)),
+                    [(int(p), float(v)) for p, v in json.loads(m.group(4))]))
+    return out
+
+
+def test_a_forked_dataloader_worker_keeps_its_values_and_is_sent_no_request(headless):
+    """docs/control.md: "A forked child (a DataLoader worker) keeps the values it was forked with
+    and is sent no request." The DataLoader's workers (forked at each epoch) read `lr` and report a
+    metric of their own, so each has its channel open while the value is set."""
+    pytest.importorskip("torch", reason="a torch DataLoader (the demo extra)")
+    run = headless(FIXTURES / "control_loader.py", "0.2", n=1)
+    run.wait_event("tunable_declared", timeout=120)
+    # the children are connected: their own reports (child_of the rank's process) are in
+    kids = wait_for(lambda: {e["pid"] for e in run.events("report") if e.get("child_of")}, 120,
+                    what="reports of the DataLoader's workers")
+    said = run.ctl("set", "lr", "0.5").stdout
+    m = re.match(r"lr = 0\.5 from step (\d+) on rank 0 \(now 0\.1\)", said)
+    assert m, said
+    at = int(m.group(1))
+    [applied] = _answers(run, "tunable_applied", 1, 1)  # the rank's own answer, once
+    assert applied["rank"] == 0 and applied["step"] == at and not applied["late"], applied
+
+    def switched() -> int | None:
+        """The last step the loop printed before it read 0.5 (the value "from step S" is read by
+        the call that ends step S-1 or S: the loop reads it after each report)."""
+        return next((s for _, s, lr, _ in loader_lines(run) if lr == 0.5), None)
+
+    def epochs_forked_after() -> int:  # whole epochs whose workers were forked after the loop took it
+        k, first = switched(), {}
+        for e, s, _, _ in loader_lines(run):
+            first.setdefault(e, s)
+        return 0 if k is None else sum(s > k for s in list(first.values())[:-1])  # the last may be under way
+    wait_for(lambda: epochs_forked_after() >= 2, 120, what="two whole epochs after the value was taken")
+    lines, k = loader_lines(run), switched()
+    assert k in (at - 1, at), (k, at)
+    assert kids <= {p for _, _, _, ws in lines for p, _ in ws}, kids  # the children that reported are these
+    assert [lr for _, _, lr, _ in lines] == [0.1 if s < k else 0.5 for _, s, _, _ in lines], lines
+    by_epoch: dict[int, list] = {}
+    for e, s, _, ws in lines:
+        by_epoch.setdefault(e, []).append((s, ws))
+    for e, steps in by_epoch.items():
+        seen = {v for _, ws in steps for _, v in ws}
+        forked_after = steps[0][0] > k  # forked when the epoch began: after the loop took the value
+        # the value it was forked with, all its life: no request reached it
+        assert seen == ({0.5} if forked_after else {0.1}), (e, steps, k)
+    assert len(run.events("tunable_applied")) == 1
+    lr = next(t for t in run.status()["tunables"] if t["name"] == "lr")
+    assert [a["rank"] for a in lr["changes"][-1]["answers"]] == [0] and lr["changes"][-1]["waiting"] == []

@@ -4,7 +4,7 @@ signals; every wait is for a condition with a generous deadline (a busy 2-core b
 import os
 import signal
 
-from tests.helpers import FIXTURES, ROOT, wait_for
+from tests.helpers import FIXTURES, wait_for
 
 STUCK = {1: ("lock", "stuck_on_lock", "blocked"), 2: ("sleep", "stuck_in_sleep", "blocked"),
          3: ("spin", "stuck_spinning", "busy"), 4: ("pipe", "stuck_reading_pipe", "blocked"),
@@ -99,31 +99,33 @@ def test_unmodified_script_is_never_stalled_and_dumps_on_demand(headless, tmp_pa
     run.wait_exit(60)
 
 
-def test_demo_hang_names_the_culprit(headless):
-    run = headless(ROOT / "demo" / "hang.py", "--hang-rank", "1", "--hang-step", "5", "--step-time", "0.02",
-                   n=3, opts=["--stall-timeout", "6"])
+def test_demo_hang_names_the_culprit(hung):
+    """The recorded `hung` run (tests/recorded_runs.py: demo/hang.py, rank 1 stops before its
+    all_reduce at step 5), read from its events and the live status it gave before its stop."""
+    alerts = [r for r in hung.events("alert") if r.get("kind") == "hang"]
     # One finding, updated in place as more ranks stall (its `key`; later events say `update`):
     # under load rank 2 may stall a tick after rank 0, so the first version may name rank 0 only.
-    alert = run.wait_event("alert", lambda r: r.get("kind") == "hang" and r.get("waiting") == [0, 2], timeout=240)[0]
+    alert = next((r for r in alerts if r.get("waiting") == [0, 2]), None)
+    assert alert is not None, alerts
     assert alert["culprits"] == [1]
-    assert len({r["key"] for r in run.events("alert") if r.get("kind") == "hang"}) == 1  # the same finding
-    assert alert["message"].startswith("ranks 0,2 wait") and " at step 5 for rank 1, which is at step 4" in alert["message"]
+    assert len({r["key"] for r in alerts}) == 1  # the same finding
+    assert alert["message"].startswith("ranks 0,2 wait")
+    assert " at step 5 for rank 1, which is at step 4" in alert["message"]
     # The stacks agree: the waiting ranks sit in all_reduce, the culprit in its own code.
-    dumps = {d["rank"]: d for d in run.wait_event("dump", lambda r: r["reason"] == "stall", timeout=120, count=3)}
+    dumps = {d["rank"]: d for d in hung.events("dump") if d["reason"] == "stall"}
+    assert sorted(dumps) == [0, 1, 2], dumps
     assert dumps[1]["where"].startswith("hang_here (hang.py:") and dumps[1]["collective"] is None
     for r in (0, 2):
         assert dumps[r]["collective"] == "all_reduce" and dumps[r]["where"].startswith("main (hang.py:")
     # The finding once every stall dump is in (they land in any order: a finding may name the
-    # peers' all_reduce before the culprit's own frame is known).
-    final = run.wait_event("alert", lambda r: r.get("kind") == "hang" and "in all_reduce" in r["message"]
-                           and "(in " in r["message"], timeout=120)[0]
-    assert final["message"].startswith("ranks 0,2 wait in all_reduce at step 5 for rank 1, which is at step 4 "
-                                       "(in hang_here (hang.py:"), final["message"]
-    st = run.status()
+    # peers' all_reduce before the culprit's own frame is known, or rank 0 alone): the last one,
+    # as the recording stopped the run once the status agreed with it.
+    final = alerts[-1]
+    assert final["message"].startswith("ranks 0,2 wait in all_reduce at step 5 for rank 1, which is at "
+                                       "step 4 (in hang_here (hang.py:"), final["message"]
+    # one finding, updated in place: the status's own analysis agreed with it, live, before the stop
+    st = hung.seen
     assert st["straggler"]["culprits"] == [1]
-    # one finding, updated in place (the status's own analysis agrees once the tick after a dump made it)
-    st = wait_for(lambda: (lambda st: st if [a["message"] for a in st["alerts"] if a["kind"] == "hang"]
-                           == [st["straggler"]["text"]] else None)(run.status()), 30, what="the finding in the status")
+    hangs = [a["message"] for a in st["alerts"] if a["kind"] == "hang"]
+    assert hangs == [st["straggler"]["text"]], st["alerts"]
     assert "(in hang_here (hang.py:" in st["straggler"]["text"]
-    run.ctl("stop")
-    run.wait_exit(60)

@@ -7,8 +7,6 @@ import json
 import os
 import re
 import socket
-import subprocess
-import sys
 import urllib.error
 import urllib.request
 
@@ -70,7 +68,7 @@ def gpu_env(libnvml, tmp_path) -> dict:
 def test_a_real_scrape_parses_and_holds_every_metric_with_the_run_and_dcgm_labels(headless, tmp_path, libnvml):
     port = free_port()
     run = headless(FIXTURES / "control_loop.py", "0", "0.05", n=2, opts=["--metrics-port", port, "--gpu-interval", "0.2"],
-                   env=gpu_env(libnvml, tmp_path))
+                   env=dict(gpu_env(libnvml, tmp_path), PYTHONPROFILEIMPORTTIME="1"))  # it tells its imports
 
     def ready():
         st = run.status()
@@ -108,6 +106,7 @@ def test_a_real_scrape_parses_and_holds_every_metric_with_the_run_and_dcgm_label
     assert get(f"http://127.0.0.1:{port}/healthz") == (200, "ok\n")
     assert get(f"http://127.0.0.1:{port}/other")[0] == 404
     assert listening(run.proc.pid, port) == ["127.0.0.1"]  # loopback only, by default
+    assert "prometheus_client" in imported(run.stderr_text)  # with the flag, loaded (below: only then)
     wanted = set(re.findall(r"\bmpwatch_[a-z_]+", " ".join(
         t["expr"] for p in json.loads(DASHBOARD.read_text())["panels"] for t in p.get("targets", []))))
     assert wanted and wanted <= set(got) | {"mpwatch_run_info"}, wanted - set(got)
@@ -148,11 +147,18 @@ def test_healthz_says_503_once_the_loop_stops_ticking():
         server.close()
 
 
-def test_a_supervisor_without_the_flag_never_loads_prometheus_client():
-    code = ("import sys, mpwatch.supervisor.core, mpwatch.cli.launch; "
-            "assert 'prometheus_client' not in sys.modules, 'loaded'; print('ok')")
-    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
-    assert res.returncode == 0 and res.stdout.strip() == "ok", res.stderr
+def imported(stderr: str) -> set[str]:
+    """The modules a process imported, as PYTHONPROFILEIMPORTTIME=1 made it say on its stderr."""
+    return {line.rsplit("|", 1)[1].strip() for line in stderr.splitlines() if line.startswith("import time:")}
+
+
+def test_a_supervisor_without_the_flag_never_loads_prometheus_client(headless):
+    """A real run to its end, its supervisor telling every import (python's own import log)."""
+    run = headless(FIXTURES / "reporter.py", "5", n=1, env=dict(os.environ, PYTHONPROFILEIMPORTTIME="1"))
+    assert run.wait_exit(60) == 0
+    mods = imported(run.stderr_text)
+    assert {"mpwatch.supervisor.core", "mpwatch.supervisor.metrics"} <= mods, sorted(mods)[:20]  # it does tell
+    assert not {m for m in mods if m.split(".")[0] == "prometheus_client"}, "loaded without --metrics-port"
 
 
 def test_each_node_of_a_multi_node_run_labels_its_own_ranks_globally():

@@ -2,11 +2,9 @@
 and the NCCL flight recorder's bookkeeping. No processes here."""
 import pickle
 
-from mpwatch.probes import hang
-from mpwatch.probes import pyspy
-from mpwatch.supervisor.diagnose import flight
-from mpwatch.supervisor.diagnose import stall
-from mpwatch.contract import straggler
+from mpwatch.contract import culprit
+from mpwatch.probes import hang, pyspy
+from mpwatch.supervisor.diagnose import flight, stall
 
 
 # ------------------------------------------------------------------ is_stalled ----
@@ -91,7 +89,7 @@ def test_majority_of_reads_wins():
     assert hang.classify(facts(["S", "R", "S"]), cpu_percent=2.0)["kind"] == "blocked"
 
 
-# ------------------------------------------------------------------- straggler ----
+# ------------------------------------------------------------------- culprit ----
 def W(rank, step, state="stalled", paused_at=None, dist=True, **stall_info):
     """A row of ranks that share a process group (dist), as a DDP job's say."""
     return {"rank": rank, "step": step, "state": state, "stall": stall_info or None, "paused_at": paused_at,
@@ -100,27 +98,27 @@ def W(rank, step, state="stalled", paused_at=None, dist=True, **stall_info):
 
 def test_independent_workers_wait_for_nobody():
     # no process group said, no stack in a collective: a rank behind or paused is no culprit
-    s = straggler.analyze([W(0, 119, dist=False), W(1, 50, "running", dist=False), W(2, 4, "paused", dist=False)])
+    s = culprit.analyze([W(0, 119, dist=False), W(1, 50, "running", dist=False), W(2, 4, "paused", dist=False)])
     assert s["culprits"] == [] and s["text"] == "rank 0 stalled at step 119; ranks 1,2 are not stalled (leading step 119)"
     # ...but a stalled rank's stack in a collective says they share one
-    s = straggler.analyze([W(0, 119, dist=False, collective="all_reduce"), W(1, 118, dist=False)])
+    s = culprit.analyze([W(0, 119, dist=False, collective="all_reduce"), W(1, 118, dist=False)])
     assert s["culprits"] == [1]
 
 
 def test_rank_behind_while_others_wait_is_the_culprit():
-    s = straggler.analyze([W(0, 119), W(1, 119), W(2, 118), W(3, 119)])
+    s = culprit.analyze([W(0, 119), W(1, 119), W(2, 118), W(3, 119)])
     assert s["culprits"] == [2] and s["waiting"] == [0, 1, 3]
     assert s["text"] == "ranks 0,1,3 wait at step 119 for rank 2, which is at step 118"
     assert {x["rank"]: x["lag"] for x in s["lags"]} == {0: 0, 1: 0, 2: 1, 3: 0}
 
 
 def test_culprit_lagging_but_not_yet_flagged_is_still_named():
-    s = straggler.analyze([W(0, 50), W(1, 48, "running"), W(2, 50)])
+    s = culprit.analyze([W(0, 50), W(1, 48, "running"), W(2, 50)])
     assert s["culprits"] == [1]
 
 
 def test_same_step_culprit_found_from_stacks():
-    s = straggler.analyze([W(0, 5, collective="all_reduce", where="main (t.py:3)"),
+    s = culprit.analyze([W(0, 5, collective="all_reduce", where="main (t.py:3)"),
                            W(1, 5, where="load (t.py:9)"),
                            W(2, 5, collective="all_reduce", where="main (t.py:3)")])
     assert s["culprits"] == [1] and s["waiting"] == [0, 2]
@@ -131,32 +129,32 @@ def test_a_paused_rank_is_named_as_the_cause_with_the_time_it_was_paused():
     import time
     at = time.mktime((2026, 1, 1, 17, 35, 20, 0, 0, -1))  # local time, as the finding says it
     ws = [W(0, 84, collective="all_reduce"), W(1, 83, "paused", paused_at=at), W(2, 84, collective="all_reduce")]
-    s = straggler.analyze(ws)
+    s = culprit.analyze(ws)
     assert s["culprits"] == [1] and s["waiting"] == [0, 2]
     assert s["text"] == "ranks 0,2 wait in all_reduce at step 84 for rank 1, which was paused at 17:35:20 (p resumes)"
     # paused after its report, before the collective: at the same step as its peers, still the cause
     ws[1]["step"] = 84
-    assert straggler.analyze(ws)["culprits"] == [1]
+    assert culprit.analyze(ws)["culprits"] == [1]
     # before its peers stall there is no finding, only lags
-    assert straggler.analyze([W(0, 84, "running"), W(1, 83, "paused", paused_at=at)])["text"] is None
+    assert culprit.analyze([W(0, 84, "running"), W(1, 83, "paused", paused_at=at)])["text"] is None
 
 
 def test_no_culprit_when_nothing_tells_them_apart():
-    s = straggler.analyze([W(0, 5), W(1, 5)])
+    s = culprit.analyze([W(0, 5), W(1, 5)])
     assert s["culprits"] == [] and "no rank lags" in s["text"]
 
 
 def test_a_running_leader_is_not_waiting():
-    s = straggler.analyze([W(0, 200, "running"), W(1, 2), W(2, 2)])
+    s = culprit.analyze([W(0, 200, "running"), W(1, 2), W(2, 2)])
     assert s["culprits"] == []
     assert s["text"] == "ranks 1,2 stalled at step 2; rank 0 is not stalled (leading step 200)"
 
 
 def test_healthy_run_has_lags_but_no_text():
-    s = straggler.analyze([W(0, 10, "running"), W(1, 9, "running")])
+    s = culprit.analyze([W(0, 10, "running"), W(1, 9, "running")])
     assert s["text"] is None and s["culprits"] == []
-    assert straggler.analyze([W(0, 10)]) is None
-    assert straggler.analyze([W(0, None), W(1, 3)]) is None
+    assert culprit.analyze([W(0, 10)]) is None
+    assert culprit.analyze([W(0, None), W(1, 3)]) is None
 
 
 # ---------------------------------------------------------------------- py-spy ----

@@ -128,12 +128,14 @@ def test_a_worker_that_could_not_start_is_failed_with_its_cause(log):
 def test_a_worker_row_has_every_key_of_the_schema_and_no_other(proc, log):
     w = worker_in(State.RUNNING, proc, log)
     st = worker_status(w, 0.0, TAIL, None)
-    assert set(st) == set(WorkerStatus.__annotations__) - MERGED_WORKER_KEYS - {"rejected", "refused_tunables"}
+    # present only once there are some: reports rejected, tunables refused, an OOM or a memory snapshot
+    assert set(st) == set(WorkerStatus.__annotations__) - MERGED_WORKER_KEYS - {"rejected", "refused_tunables",
+                                                                                "memory"}
     json.dumps(st)
     w.reports.rejected, w.reports.rejected_why = 2, "report loss is not a number"  # present once there are some
     w.reports.refused_tunables = ["x: a float tunable's default must be finite, not inf"]
     st = worker_status(w, 0.0, TAIL, None)
-    assert set(st) == set(WorkerStatus.__annotations__) - MERGED_WORKER_KEYS
+    assert set(st) == set(WorkerStatus.__annotations__) - MERGED_WORKER_KEYS - {"memory"}
     assert st["rejected"] == {"count": 2, "why": "report loss is not a number"}
 
 

@@ -16,7 +16,7 @@ def stalled_dump() -> tuple[str, dict]:
 def test_the_main_thread_comes_first_and_mpwatch_threads_are_folded():
     dump, w = stalled_dump()
     raw = dump.splitlines()
-    assert raw[1].startswith("Thread ") and "mpwatch/worker.py" in raw[4]  # faulthandler: the sender first
+    assert raw[1].startswith("Thread ") and "mpwatch/worker" in raw[4]  # faulthandler: the sender first
     (proc,) = stackfmt.stack_view(dump)
     assert proc.heading.startswith(f"mpwatch stack dump: pid {w['pid']}")
     main, *rest = proc.threads
@@ -41,7 +41,7 @@ def test_one_line_a_frame_and_readable_without_colour():
     assert sum(line.startswith(">") for line in lines) == 1
     folded = [line for line in lines if "report sender" in line]
     assert len(folded) == 1 and folded[0].endswith("frames folded")
-    assert not any("mpwatch/worker.py" in line for line in lines[:lines.index(folded[0])])
+    assert not any("mpwatch/worker" in line for line in lines[:lines.index(folded[0])])
     # the user's frames bright, the library's dim
     styles = {span.style for span in text.spans if text.plain[span.start:span.end] == "wait_for_batch"}
     assert "bold" in styles

@@ -24,8 +24,13 @@ def gpu_env(lib, tmp_path) -> dict[str, str]:
 
 
 def gpus_known(app) -> bool:
+    """The scenario's last frame is in the app's status: both GPUs, the ranks' GPU views, and the
+    process outside the run on GPU 0 (its `out` in the row). The screen is drawn from the status
+    in the same call that applies it (MpwatchApp.apply_status): once the status has it, so do the
+    rows and cells, read without an await between them."""
     st = app.status
     return (len(st["gpus"]) == 2 and st["gpus"][0]["util_gpu"] == 93 and st["gpus"][0].get("breakdown") is not None
+            and any(p["rank"] is None and p["child_of"] is None for p in st["gpus"][0]["processes"])
             and all(w["gpu"] and w["gpu"]["allocated"] is not None and w["gpu"]["shared_with"]
                     for w in st["workers"]))
 
@@ -34,7 +39,6 @@ async def test_gpu_rows_and_cells_at_80_columns(tui, tmp_path, libnvml):
     env = gpu_env(libnvml, tmp_path)
     async with tui(n=2, env=env, opts=["--gpu-interval", "0.2"], size=(80, 24)) as (app, pilot, _):
         await until(pilot, lambda: gpus_known(app), what="both GPUs and the ranks' GPU views")
-        await pilot.pause(0.3)
         st = app.status
         rows = app.gpu_panel.body.render().plain.splitlines()
         assert len(rows) == 2 and rows[0].lstrip().startswith("0 ") and rows[1].lstrip().startswith("1 ")

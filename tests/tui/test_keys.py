@@ -3,6 +3,8 @@ tests/fixtures/tui_worker.py. Effects are checked where they happen: the supervi
 events.jsonl for actions, the app's table and messages for what the user sees."""
 from __future__ import annotations
 
+from textual.command import CommandList, CommandPalette
+
 from mpwatch.tui.outcome import Outcome
 from mpwatch.tui.screens.confirm import ConfirmDialog
 from mpwatch.tui.screens.detail import DetailScreen
@@ -75,7 +77,14 @@ async def test_shift_p_pauses_and_resumes_all(tui):
         # The same action from the command palette (Ctrl+P), by name.
         await pilot.press("ctrl+p")
         await pilot.press(*"Pause / resume all")
-        await pilot.pause(0.5)
+        palette = app.screen
+        assert isinstance(palette, CommandPalette)
+
+        def offered() -> bool:  # the palette searches in a worker: its hit, highlighted, comes later
+            hits = palette.query_one(CommandList)
+            return hits.highlighted is not None and "Pause / resume all" in str(
+                hits.get_option_at_index(hits.highlighted).prompt)
+        await until(pilot, offered, what="the palette offering 'Pause / resume all'")
         await pilot.press("enter")
         run.wait_event("resumed", count=2)
         await until(pilot, lambda: said(app, "resumed rank 0") and said(app, "resumed rank 1"),

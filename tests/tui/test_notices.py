@@ -39,7 +39,11 @@ async def test_toasts_leave_the_table_in_view_and_the_end_is_said_once(headless,
     try:
         async with app.run_test(size=size) as pilot:
             await until(pilot, lambda: not app.live, 60, what="the run to end")
-            await pilot.pause(0.3)
+            # The end is the poller's last message (RunGone, posted as its thread returns): once
+            # the thread has ended and the messages it posted are handled, nothing more is said.
+            app.poller.join(30)
+            assert not app.poller._thread.is_alive()
+            await pilot.pause()
             ends = [text for text, _ in app.messages if text.startswith("run finished")]
             assert len(ends) == 1, app.messages
             assert "run finished, exit code 1" in str(app.query_one("#banner").render())

@@ -1,7 +1,8 @@
 """SVG snapshots of the screens at 80x24 and 160x48, fed statuses recorded from real runs
 (tests/data/statuses, made by `python -m tests.record`): the main screen and the GPU screen
 with 2 and with 8 GPUs, every worker state, a paused rank named as the cause of its peers'
-stall, a slow start, 256 ranks, an A100 in MIG mode seen by a user (issue 33), the detail view with a stalled worker's stacks and a loss
+stall, a slow start, 256 ranks, a straggler (its PACE at 160 columns, its detail view), an A100 in MIG mode
+seen by a user (issue 33), the detail view with a stalled worker's stacks and a loss
 plot in log scale, the help, the logs, the events, the filter, the confirm, restart and quit
 dialogs, the banner of a finished run, a node that cannot be reached, the ASCII fallback and
 NO_COLOR. After re-recording or a change of the screens:
@@ -64,7 +65,7 @@ async def restart_dialog(pilot):
 
 @size_id
 @pytest.mark.parametrize("name", ["gpu2", "gpu8", "states", "paused", "slow", "container", "mnist", "wide", "auto",
-                                  "mig", "oom"])
+                                  "straggler", "mig", "oom"])
 def test_main_screen(snap_compare, tmp_path, size, name):
     assert snap_compare(recorded_app(name, tmp_path), terminal_size=size, run_before=first_snapshot)
 
@@ -78,6 +79,19 @@ def test_gpu_screen(snap_compare, tmp_path, size, name):
 @size_id
 def test_detail_view_of_a_stalled_worker(snap_compare, tmp_path, size):
     assert snap_compare(recorded_app("states", tmp_path), terminal_size=size, run_before=stalled_detail)
+
+
+async def straggler_detail(pilot):
+    await first_snapshot(pilot)
+    await pilot.press("down", "enter")  # rank 1, the straggler
+    await until(pilot, lambda: isinstance(pilot.app.screen, DetailScreen) and pilot.app.screen.loads > 0,
+                what="the detail data")
+
+
+@size_id
+def test_detail_view_of_the_straggler(snap_compare, tmp_path, size):
+    """Issue 32: rank 1's pace (its data against the median rank's) under its title."""
+    assert snap_compare(recorded_app("straggler", tmp_path), terminal_size=size, run_before=straggler_detail)
 
 
 @size_id

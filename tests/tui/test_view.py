@@ -299,6 +299,11 @@ def test_automatic_steps_are_marked_in_the_step_cell_and_said_in_the_selected_li
         assert "automatically" not in segs.plain(view.selected_line(w, G))
 
 
+def test_phase_shares_count_the_automatic_steps_forward_backward_and_optimizer_as_compute():
+    s = bars.phase_shares({"data": 1.0, "forward": 2.0, "backward": 3.0, "optimizer": 1.0}, uptime=10)
+    assert s == {"data": 1.0, "compute": 6.0, "sync": 0, "other": 3.0}
+
+
 def test_an_oom_says_who_held_the_memory_first_in_the_rank_row_and_in_its_alert():
     """Issue 33 (tests.record oom): rank 0 died of CUDA OOM on a GPU that rank 1 shares by mistake;
     at 80 columns the selected rank's line and the first alert line name rank 1 before they are cut."""

@@ -6,9 +6,11 @@ Each worker's `rank` becomes its global rank (WorkerStatus.global_rank, else the
 base rank plus its local rank), with `node` and `local_rank` kept beside it; every other
 rank a status names (a GPU's ranks, its processes, alerts, a worker's GPU neighbours) is
 mapped the same way. GPUs get indexes of their own across nodes (node 0's first), keeping
-NVML's as `node_index`. The straggler and culprit analysis (contract.straggler, pure)
+NVML's as `node_index`. The lags and the hang's culprit (contract.culprit, pure)
 runs again over the merged ranks, which no single node could do: steps order the ranks, never
-the nodes' clocks. The nodes' own hang alerts, each blind to the others, give way to it.
+the nodes' clocks. The nodes' own hang alerts, each blind to the others, give way to it; so do
+their straggler findings, to sources.multinode.merged_straggler's over every rank (the ranks'
+speeds against the median rank, too, are measured across the nodes).
 """
 from __future__ import annotations
 
@@ -16,9 +18,10 @@ import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
-from mpwatch.contract import straggler
+from mpwatch.contract import culprit, straggler
 from mpwatch.contract.status import (
     UNREACHABLE,
+    Culprit,
     EventFields,
     GpuAlert,
     GpuMark,
@@ -30,11 +33,10 @@ from mpwatch.contract.status import (
     RunInfo,
     RunState,
     Status,
-    Straggler,
     WorkerGpu,
     WorkerStatus,
 )
-from mpwatch.sources.multinode import control_merge
+from mpwatch.sources.multinode import control_merge, merged_straggler
 
 NO_JOB_ID = "none"  # torchrun's rendezvous id when none is given (static): names no job
 TICK_SLACK_S = 0.5  # a node's tick this much after another's still belongs to its moment
@@ -87,6 +89,8 @@ def maps(parts: Sequence[NodePart]) -> dict[int, NodeMap]:
 # ------------------------------------------------------------------ workers ----
 def _worker(w: WorkerStatus, m: NodeMap, error: str | None) -> WorkerStatus:
     out = w.copy()
+    pace = w.get("pace")  # (a node of an older mpwatch sends none)
+    out["pace"] = None if pace is None else {**pace, "relative": {}}  # relative again, across the nodes
     g = m.rank(w["rank"])
     assert g is not None
     out["rank"], out["global_rank"], out["local_rank"], out["node"] = g, g, w["rank"], m.node
@@ -164,14 +168,14 @@ def _where(rs: Sequence[int], node_of: dict[int, int]) -> str:
     return f"node {nodes[0]}" if len(nodes) == 1 else "nodes " + ",".join(map(str, nodes))
 
 
-def analyze(workers: Sequence[WorkerStatus]) -> Straggler | None:
-    """contract.straggler's analysis with each rank's node named, and the waiting ranks as
+def analyze(workers: Sequence[WorkerStatus]) -> Culprit | None:
+    """contract.culprit's analysis with each rank's node named, and the waiting ranks as
     'the 15 others' when every other rank waits: 'the 15 others wait in all_reduce at step 119
     for rank 13 on node 1, which is at step 118'."""
     node_of = {w["rank"]: w.get("node", 0) for w in workers}
     def label(rs: Sequence[int]) -> str:
         return f"{_ranks(rs)} on {_where(rs, node_of)}"
-    s = straggler.analyze(workers, label)
+    s = culprit.analyze(workers, label)
     if s is None or not s["culprits"] or s["text"] is None:
         return s
     waiting, others = s["waiting"], len(workers) - len(s["culprits"])
@@ -180,8 +184,8 @@ def analyze(workers: Sequence[WorkerStatus]) -> Straggler | None:
     return s
 
 
-def hang(workers: Sequence[WorkerStatus]) -> tuple[Straggler | None, RunAlert | None]:
-    """The merged straggler analysis, over the ranks of the nodes that can be reached (an
+def hang(workers: Sequence[WorkerStatus]) -> tuple[Culprit | None, RunAlert | None]:
+    """The merged lags and culprit, over the ranks of the nodes that can be reached (an
     unreachable node's rows are old: never evidence of a hang), and its alert."""
     live = [w for w in workers if "node_error" not in w]
     s = analyze(live)
@@ -232,10 +236,11 @@ def node_status(p: NodePart, m: NodeMap) -> NodeStatus:
                       counts=dict(st["run"]["counts"]) if st else {})
 
 
-def merge(parts: Sequence[NodePart], events_seq: int = 0,
-          ms: dict[int, NodeMap] | None = None) -> Status | None:
+def merge(parts: Sequence[NodePart], events_seq: int = 0, ms: dict[int, NodeMap] | None = None,
+          standing: straggler.Standing | None = None) -> Status | None:
     """The merged status, None until some node has been reached (ms: maps(parts), when the
-    caller has them already)."""
+    caller has them already; standing: the straggler finding across nodes, kept by the caller
+    from one merge to the next, or none)."""
     parts = sorted(parts, key=lambda p: p.node)
     have = [p for p in parts if p.status is not None]
     if not have:
@@ -250,13 +255,16 @@ def merge(parts: Sequence[NodePart], events_seq: int = 0,
         assert st is not None
         workers += [_worker(w, m, p.error) for w in st["workers"]]
         gpus += [_gpu(g, m) for g in st["gpus"]]
-        alerts += [_run_alert(a, m) for a in st["alerts"] if a["kind"] != "hang"]
+        alerts += [_run_alert(a, m) for a in st["alerts"] if a["kind"] not in ("hang", "straggler")]
         if st["gpu_status"]:
             notes.append(f"node {p.node}: {st['gpu_status']}")
     workers.sort(key=lambda w: w["rank"])
+    straggler.fill_relative(workers)
     s, hang_alert = hang(workers)
     if hang_alert is not None:
         alerts.insert(0, hang_alert)
+    if standing is not None:
+        alerts += merged_straggler.alerts(workers, standing, time.time())
     control = control_merge.view([(p.status, ms[p.node].rank) for p in have if p.status is not None])
     merged = Status(run=_run(parts, [p.status for p in have if p.status is not None]), workers=workers,
                     gpus=gpus, gpu_status="; ".join(notes) or None, alerts=alerts, events_seq=events_seq,

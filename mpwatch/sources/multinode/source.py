@@ -21,6 +21,7 @@ import time
 from collections.abc import Callable
 from typing import Any, cast
 
+from mpwatch.contract import straggler
 from mpwatch.contract.status import EventFields, GpuTimelineReply, RunState, Status
 from mpwatch.rundir import layout, registry
 from mpwatch.rundir.textfiles import read_json
@@ -161,6 +162,7 @@ class MergedSource:
         self._events: collections.deque[EventFields] = collections.deque(maxlen=EVENTS_KEPT)
         self._seq = 0
         self._maps: dict[int, combine.NodeMap] = {}
+        self._standing = straggler.Standing()  # the straggler finding across the nodes, look after look
         self._closed = False
 
     # ----------------------------------------------------------------- nodes ----
@@ -222,7 +224,7 @@ class MergedSource:
         self._take_events()
         if self.nodes and all(n.ended is not None for n in self.nodes):
             raise ClientError("the run has ended on every node")
-        st = combine.merge(parts, self._seq, self._maps)
+        st = combine.merge(parts, self._seq, self._maps, self._standing)
         if st is None:  # not the run's end: the poller says so and tries again
             why = "; ".join(f"{n.host or 'here'}: {n.error}" for n in self.nodes if n.error)
             raise NoNodeYet(f"no node reached yet ({why})")

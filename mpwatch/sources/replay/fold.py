@@ -11,7 +11,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, cast
 
+from mpwatch.contract import straggler
 from mpwatch.contract.coerce import as_float, as_int, as_str
+from mpwatch.contract.control import keep_refused
 from mpwatch.contract.status import (
     Event,
     EventFields,
@@ -48,6 +50,7 @@ class RankFold:
     bad_frames: int = 0
     rejected: int = 0  # reports refused by the supervisor (reports_rejected), and the latest why
     rejected_why: str | None = None
+    refused_tunables: list[str] = field(default_factory=list)  # "NAME: why", as the status lists them
     unkillable: list[dict[str, Any]] | None = None
     memory: WorkerMemory | None = None  # this attempt's OOM finding's note and snapshot (gpu_alert oom)
 
@@ -157,6 +160,8 @@ def _rank_event(run: RunFold, k: RankFold, e: EventFields, restarting: bool, run
     elif name == Event.REPORTS_REJECTED:
         k.rejected = as_int(e.get("count")) or k.rejected + 1
         k.rejected_why = as_str(e.get("why")) or k.rejected_why
+    elif name == Event.TUNABLE_REFUSED:
+        keep_refused(k.refused_tunables, f"{as_str(e.get('tunable')) or '?'}: {as_str(e.get('why')) or '?'}")
 
 
 def _dump(k: RankFold, e: EventFields, run_dir: Path) -> None:
@@ -211,6 +216,9 @@ def _alert(run: RunFold, e: EventFields) -> None:
         a["culprits"] = [x for x in culprits if isinstance(x, int)]
     if isinstance(waiting, list):
         a["waiting"] = [x for x in waiting if isinstance(x, int)]
+    found = straggler.read_info(e.get("straggler"))
+    if found is not None:  # a straggler's numbers: what it had cost the run by then
+        a["straggler"] = found
     if at is None:
         run.alerts = (run.alerts + [a])[-ALERTS_KEPT:]
     else:

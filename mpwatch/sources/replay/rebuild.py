@@ -18,6 +18,7 @@ from typing import Any
 from mpwatch.contract.status import (
     ALIVE_STATES,
     HISTORY_POINTS,
+    Culprit,
     DevKey,
     GpuAlert,
     GpuHistory,
@@ -32,7 +33,6 @@ from mpwatch.contract.status import (
     RunOptions,
     State,
     Status,
-    Straggler,
     WorkerGpu,
     WorkerStatus,
 )
@@ -80,7 +80,9 @@ def worker_row(k: RankFold, reps: list[ReportRow], t: float, tail: int,
         heartbeat_age=round(max(0.0, t - last.ts), 2) if heard and last is not None and alive else None,
         heartbeat="ok" if heard else "none", cpu_percent=None, rss_bytes=None, proc_status=None,
         restarts=k.restarts, exit_code=k.exit_code, signal=k.signal, cause=k.cause,
-        reports=0, dropped=0, bad_frames=k.bad_frames, phases={}, cuda=None,
+        reports=0, dropped=0, bad_frames=k.bad_frames, phases={},
+        pace=None,  # the report events' phase totals are not read back here: the finding's alert is
+        cuda=None,
         loss_tail=losses[-tail:] if tail else [], world_size=k.world or 0,
         dist=False,  # the events do not say
         uptime=round(t - k.started, 1) if k.started is not None and alive else None,
@@ -93,6 +95,8 @@ def worker_row(k: RankFold, reps: list[ReportRow], t: float, tail: int,
         steps_from=None)  # nor whether its steps were counted by mpwatch.worker.auto
     if k.rejected:
         row["rejected"] = {"count": k.rejected, "why": k.rejected_why or "?"}
+    if k.refused_tunables:
+        row["refused_tunables"] = list(k.refused_tunables)
     if k.memory is not None:
         row["memory"] = k.memory.copy()
     return row
@@ -227,14 +231,14 @@ def gpus_at(gpu: GpuFile, t: float, facts: RunFacts,
 
 
 # --------------------------------------------------------------------- run ----
-def straggler(workers: list[WorkerStatus], run: RunFold) -> Straggler | None:
+def straggler(workers: list[WorkerStatus], run: RunFold) -> Culprit | None:
     """Lags from the steps at this moment; the culprit as the supervisor named it last
     (its `hang` alert), while a rank is stalled."""
     ws = [w for w in workers if w["step"] is not None]
     if len(ws) < 2:
         return None
     lead = max(w["step"] or 0 for w in ws)
-    out = Straggler(leader_step=lead,
+    out = Culprit(leader_step=lead,
                     lags=[Lag(rank=w["rank"], step=w["step"] or 0, lag=lead - (w["step"] or 0)) for w in ws],
                     culprits=[], waiting=[], text=None)
     if run.hang is not None and any(w["state"] == State.STALLED for w in workers):

@@ -25,8 +25,8 @@ from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from mpwatch.contract.status import State, Straggler
-from mpwatch.contract.straggler import ranks_text
+from mpwatch.contract.culprit import ranks_text
+from mpwatch.contract.status import Culprit, State
 from mpwatch.supervisor.diagnose import flight
 
 WAIT_S = 20.0  # how long the ranks' dumps may take to appear after the stall
@@ -123,7 +123,7 @@ def analyze(files: Mapping[int, Path]) -> Finding | None:
     return found if found is not None else read_own(files)
 
 
-def join(s: Straggler, f: Finding, rows: Sequence[Mapping[str, Any]]) -> Straggler:
+def join(s: Culprit, f: Finding, rows: Sequence[Mapping[str, Any]]) -> Culprit:
     """The finding with the flight recorder's word: added to a culprit already named, or the
     culprit where the stacks could not tell (the ranks that did not join, while the ones
     that did are stalled)."""

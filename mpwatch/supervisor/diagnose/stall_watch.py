@@ -6,7 +6,7 @@ Main thread, each tick (`check`). A worker that reported before and then stays s
 A worker that said hello and has not reported --startup-timeout after its start is a slow start:
 a `slow_start` event and one dump, never a state change (it is not stalled: it never reported).
 While it stays stalled its diagnosis is refreshed every STALL_PROBE_S; a report ends the
-stall (supervisor.ipc.ledger). While any rank is stalled, contract.straggler names the likely culprit of a
+stall (supervisor.ipc.ledger). While any rank is stalled, contract.culprit names the likely culprit of a
 collective hang, as one `hang` alert per finding.
 """
 from __future__ import annotations
@@ -14,7 +14,7 @@ from __future__ import annotations
 import threading
 import time
 
-from mpwatch.contract import straggler
+from mpwatch.contract import culprit
 from mpwatch.contract.status import ALIVE_STATES, Event, StallInfo, State
 from mpwatch.probes import hang
 from mpwatch.supervisor.diagnose import flight_join, stall
@@ -129,7 +129,7 @@ class StallWatch:
             views = [{"rank": w.rank, "step": w.reports.step, "state": w.state,
                       "paused_at": w.attempt.paused_at, "dist": w.attempt.dist,
                       "stall": dict(w.attempt.stall or {})} for w in self.workers.values()]
-        s = straggler.analyze(views)
+        s = culprit.analyze(views)
         if self.flight is not None:
             self.flight.start([w.rank for w in list(self.workers.values()) if w.state in ALIVE_STATES])
             found = self.flight.result()

@@ -52,6 +52,22 @@ def alert_key(a: GpuAlert) -> DevKey | None:
     return None if a["gpu"] is None else (a["gpu"], a.get("gi"), a.get("ci"))
 
 
+def usable(view: GpuView) -> int | None:
+    """The memory the ranks may use: the total less the driver's own reserve where the driver
+    tells it apart (MemoryInfo_v2's `reserved`, never in `mem_used`); an older driver's
+    total counts it in, as its `mem_used` does. None (or 0) when the total is unknown."""
+    total = view["mem_total"]
+    if not total:
+        return total
+    return max(total - (view.get("mem_reserved") or 0), 0)
+
+
+def reserve_text(view: GpuView) -> str:
+    """'; the driver keeps 1.0 GiB' where a reserve is told apart, else ''."""
+    reserved = view.get("mem_reserved")
+    return f"; the driver keeps {fmt.size_long(reserved)}" if reserved else ""
+
+
 def ranks_on(view: GpuView) -> dict[int, int]:
     """{rank: bytes} for this run's ranks with a process on the GPU (children included)."""
     out: dict[int, int] = {}
@@ -133,9 +149,10 @@ def slope(points: Sequence[tuple[float, int]], min_span: float = MIN_SLOPE_S) ->
 
 def memory_high(view: GpuView, growth: Mapping[int, float], rate: float | None,
                 cfg: AlertConfig) -> GpuAlert | None:
-    """Above cfg.mem_high of its memory, or filling within cfg.fill_s at the current slope
-    (`rate`, bytes/s); names the rank that grows fastest (`growth`: rank -> bytes/s)."""
-    used, total, index = view["mem_used"], view["mem_total"], view["index"]
+    """Above cfg.mem_high of the memory the ranks may use (`usable`: the driver's reserve is
+    not theirs), or filling it within cfg.fill_s at the current slope (`rate`, bytes/s); names
+    the rank that grows fastest (`growth`: rank -> bytes/s)."""
+    used, total, index = view["mem_used"], usable(view), view["index"]
     if used is None or not total:
         return None
     frac = used / total
@@ -160,8 +177,8 @@ def memory_high(view: GpuView, growth: Mapping[int, float], rate: float | None,
             "little room is left: lower the batch size, use activation checkpointing or mixed precision")
     key = dev_key(view)
     a = alert("memory_high", f"memory_high:{key_text(key)}", index, rank,
-              f"{view_name(view)} memory at {frac:.0%} ({fmt.size_long(used)} of {fmt.size_long(total)})"
-              f"{when}{detail}",
+              f"{view_name(view)} memory at {frac:.0%} ({fmt.size_long(used)} of {fmt.size_long(total)}"
+              f"{reserve_text(view)}){when}{detail}",
               "error" if soon else "warning", hint,
               f"full in {fmt.age(ttf)}" if soon and ttf is not None else f"mem {frac:.0%}")
     a.update({"fraction": round(frac, 3),

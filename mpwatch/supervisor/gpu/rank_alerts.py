@@ -9,7 +9,7 @@ import re
 from collections.abc import Iterable
 
 from mpwatch.contract.status import DevKey, GpuAlert, GpuView, WorkerGpu
-from mpwatch.supervisor.gpu.alerts import SET_DEVICE, AlertConfig, alert, key_text, on
+from mpwatch.supervisor.gpu.alerts import SET_DEVICE, AlertConfig, alert, key_text, on, usable
 from mpwatch.supervisor.gpu.ranks import own_key, share_key
 from mpwatch.text import fmt
 from mpwatch.text.gpu_names import device_name, view_name
@@ -70,7 +70,7 @@ def fragmentation(rank: int, wg: WorkerGpu, view: GpuView | None, inactive_split
     cached, reserved = wg["fragmentation"], wg["reserved"]
     if view is None or cached is None or not reserved:
         return None
-    used, total = view["mem_used"], view["mem_total"]
+    used, total = view["mem_used"], usable(view)  # the GPU above memory_high's threshold
     if used is None or not total or used / total <= cfg.mem_high:
         return None
     if cached < cfg.frag * reserved or cached < cfg.frag_min:

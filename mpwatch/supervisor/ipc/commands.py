@@ -17,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from mpwatch.contract import straggler
+from mpwatch.contract import culprit
 from mpwatch.contract.actions import ACTIONS, check_args
 from mpwatch.contract.status import RunState, State, Status
 from mpwatch.rundir import layout, textfiles, writer
@@ -185,7 +185,7 @@ class Commands:
         if cmd == "restart" and len(ws) == 1 and ws[0].attempt.dist and peers:
             # The worker side said torch.distributed is initialised: a rank restarted alone
             # cannot rejoin its peers' process group, so say how to restart them together.
-            text += (f"; note: {straggler.ranks_text(peers)} share its process group: their collectives fail "
+            text += (f"; note: {culprit.ranks_text(peers)} share its process group: their collectives fail "
                      "('restart all' starts the group anew)")
         return {"ok": True, "message": text}
 

@@ -19,7 +19,7 @@ from typing import Any, Protocol
 
 from mpwatch.contract import protocol
 from mpwatch.contract.coerce import as_number
-from mpwatch.contract.control import ControlEntry, validate_control
+from mpwatch.contract.control import ControlEntry, keep_refused, validate_control
 from mpwatch.contract.status import Event, OomRecord, State
 from mpwatch.rundir import eventlines
 from mpwatch.supervisor.eventlog import EventLog
@@ -30,7 +30,6 @@ from mpwatch.supervisor.workers.worker import ChildReport, Downlink, PendingRepo
 # draws the curve of a finished run (a live run's curves come from the in-memory history).
 REPORT_EVENT_S = 1.0
 BAD_FRAME_EVENTS = (1, 10, 100, 1000)  # a worker's bad frames that get an event (counted all)
-REFUSED_KEPT = 8  # a rank's refused tunable declarations its status lists
 
 
 class Peer(Downlink, Protocol):
@@ -72,7 +71,9 @@ class ReportLedger:
                 return
             a = w.attempt
             if peer.pid == a.pid:
-                a.connected = a.chan_open = True
+                a.chan_open = True
+                # a quiet hello (protocol.HELLO) promises no reports: none is waited for
+                a.connected = a.connected or msg.get("quiet") is not True
                 if w.state is State.STARTING:
                     w.transition(State.RUNNING, "hello")
             else:
@@ -114,17 +115,17 @@ class ReportLedger:
             self.log.event(Event.REPORTS_REJECTED, w.rank, pid=peer.pid, why=reasons[-1], count=count)
 
     def on_refused(self, peer: Peer, refused: list[str]) -> None:
-        """Tunable declarations of a rank refused alone: kept for its status (at most
-        REFUSED_KEPT, one per name)."""
+        """Tunable declarations of a rank refused alone: kept for its status (the first few, one
+        per name: contract.control.keep_refused), and a tunable_refused event for each kept, so
+        that a replay shows them too."""
         with self.lock:
             w = self.workers.get(peer.rank)
             if w is None:
                 return
-            kept = w.reports.refused_tunables
-            for why in refused:
-                name = why.partition(":")[0]
-                if len(kept) < REFUSED_KEPT and not any(k.partition(":")[0] == name for k in kept):
-                    kept.append(why)
+            added = [r for r in refused if keep_refused(w.reports.refused_tunables, r)]
+        for r in added:
+            name, _, why = r.partition(": ")
+            self.log.event(Event.TUNABLE_REFUSED, w.rank, pid=peer.pid, tunable=name, why=why)
 
     def on_frame(self, peer: Peer, msg: dict[str, Any]) -> None:
         """Apply one frame; anything malformed raises protocol.BadFrame (counted by the hub)."""
@@ -217,7 +218,8 @@ class ReportLedger:
             r.phases = {str(k): f for k, v in phases.items() if (f := as_number(v)) is not None}
         if cuda is not None:  # sent at most once a second: a batch without it keeps the last
             r.cuda = validate_cuda(cuda)  # checked here, where it enters: None when malformed
-        a.connected = True
+        if reports:
+            a.connected = True  # a quiet channel's script reports after all
         if not reports:
             return
         if a.first_report is None:
@@ -240,16 +242,20 @@ class ReportLedger:
             ts=reports[-1].ts, step=r.step, loss=r.loss,
             metrics=_merged_metrics(reports, prev.metrics if prev else None),
             n=sum(x.n for x in reports) + (prev.n if prev else 0),
-            dropped=dropped + (prev.dropped if prev else 0))
+            dropped=dropped + (prev.dropped if prev else 0), phases=dict(r.phases) if r.phases else None)
 
     # ------------------------------------------------------------ report events ----
     def write_report(self, w: Worker, now: float) -> None:
+        """The pending report as an event; it is also a sample of the rank's pace (contract.pace:
+        the same samples a replay reads back)."""
         with self.lock:
             rec, w.reports.pending = w.reports.pending, None
             w.reports.next_event = now + REPORT_EVENT_S
+            if rec is not None:
+                w.attempt.pace.add(rec.ts, rec.step, rec.phases)
         if rec is not None:
             self.log.report(w.rank, rec.ts, eventlines.report_fields(rec.step, rec.loss, rec.metrics, rec.n,
-                                                                     rec.dropped))
+                                                                     rec.dropped, phases=rec.phases))
 
     def flush(self, now: float) -> None:
         """Main loop: write reports held back by the rate limit once their slot comes."""

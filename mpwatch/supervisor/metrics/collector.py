@@ -150,7 +150,27 @@ def _workers(workers: list[WorkerStatus], run_id: str, node: str,
                            1.0 if w["state"] == s else 0.0))
     out.append(Family("mpwatch_worker_state", "gauge", "1 for the worker's state now, 0 for the others.",
                       states))
-    return out
+    return out + _paces(workers, labels)
+
+
+def _paces(workers: list[WorkerStatus], labels: list[tuple[Labels, str]]) -> list[Family]:
+    """Seconds a step in each phase and each phase's speed against the median rank (the pace:
+    medians over the rank's latest steps), a sample per phase; none for a rank without a pace."""
+    secs, speed = [], []
+    for w, (lab, rendered) in zip(workers, labels, strict=True):
+        p = w["pace"]
+        if p is None:
+            continue
+        for name, v in p["phases"].items():
+            one = ({**lab, "phase": name}, f'{rendered[:-1]},phase="{_escape(name)}"}}')
+            secs.append((*one, v))
+            if name in p["relative"]:
+                speed.append((*one, p["relative"][name]))
+    return [Family("mpwatch_worker_phase_seconds", "gauge",
+                   "Seconds a step of the worker spends in the phase (median of its latest steps).", secs),
+            Family("mpwatch_worker_relative_speed", "gauge",
+                   "The worker's speed in the phase against the median rank's: 1 as fast, 0.05 twenty times "
+                   "slower.", speed)]
 
 
 def _gpus(st: Status, run_id: str, node: str) -> list[Family]:

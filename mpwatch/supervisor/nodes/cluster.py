@@ -16,6 +16,9 @@ beat, and pass a stop on. What it decides:
 - the end: a node whose workers have ended waits (up to EXIT_BARRIER_S, torchrun's exit
   barrier) for the others, so that a store it hosts outlives their workers.
 
+A round's ranks are started over the ticks by the run's launch queue (supervisor.resize, as a
+single-node launch is), so that a stop cancels a launch in progress within a tick.
+
 Threads: the node thread (supervisor.nodes.link) does every blocking call on torch's handler and
 store; the main thread calls `tick()` every loop and alone starts and kills workers,
 acting on what the node thread found. They share a node_link.Board; the control threads
@@ -26,10 +29,9 @@ from __future__ import annotations
 import os
 import threading
 import time
-from collections.abc import Callable
 from enum import Enum
 from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from mpwatch.contract.status import Event, NodeInfo, NodePeer, RunState, State
 from mpwatch.rundir import layout, writer
@@ -38,9 +40,13 @@ from mpwatch.supervisor.eventlog import EventLog
 from mpwatch.supervisor.nodes import rendezvous
 from mpwatch.supervisor.nodes.link import Board, NodeLink
 from mpwatch.supervisor.options import NodesOptions, Options
+from mpwatch.supervisor.resize import Start
 from mpwatch.supervisor.spawn import Placement
 from mpwatch.supervisor.workers.groups import ProcessGroups
 from mpwatch.supervisor.workers.worker import Worker
+
+if TYPE_CHECKING:
+    from mpwatch.supervisor.resize import Resize
 
 EXIT_BARRIER_S = 300.0  # torchrun's exit barrier
 STOP_S = 10.0  # after a stop, the barrier lasts the grace period and this
@@ -79,10 +85,10 @@ class NodeRun(Protocol):
 
 
 class Nodes:
-    def __init__(self, opts: NodesOptions, run: NodeRun, start: Callable[[int, str | None], None]):
+    def __init__(self, opts: NodesOptions, run: NodeRun, launch: Resize):
         self.opts = opts
         self.run = run
-        self._start = start  # the run's way to start one local rank (main thread)
+        self._launch = launch  # the run's launch queue: starts local ranks over the ticks (main thread)
         self.phase = Phase.JOINING  # main thread's
         self.round: rendezvous.Round | None = None  # the round the workers run in
         self.failures = 0  # new rounds this node asked for after a failure (TORCHELASTIC_RESTART_COUNT)
@@ -142,18 +148,15 @@ class Nodes:
                            base_rank=r.base_rank, nprocs=self.run.opts.nprocs, world_size=r.world,
                            why=self._why)
         self.run.store.update_json(layout.RUN_JSON, node=self.info())
-        for rank in range(self.run.opts.nprocs):
-            w = self.run.workers.get(rank)
-            if first or w is None:
-                self._start(rank, None)
-                continue
-            self.run.restart(w, f"round {r.number}: {self._why}")
+        again = None if first else f"round {r.number}: {self._why}"  # a rank started before is restarted
+        self._launch.queue(Start(rank, restart=again) for rank in range(self.run.opts.nprocs))
 
     def new_round(self, why: str) -> None:
         """c10d: stop this node's workers, then join the next round (main thread)."""
         self._why, self.phase = why, Phase.NEW_ROUND
         with self.board.lock:
             self.board.state = "round"
+        self._launch.cancel()  # ranks of this round not started yet wait for the next one
         for w in list(self.run.workers.values()):
             w.pending_restart = None  # a restart asked of one rank: the round restarts them all
             self.run.kill(w, "new round")

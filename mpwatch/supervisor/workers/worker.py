@@ -21,6 +21,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
+from mpwatch.contract.pace import PaceWindow
 from mpwatch.contract.status import CudaView, Event, OomRecord, RunAlertKind, StallInfo, State, StepsFrom
 from mpwatch.probes.procs import ProcInfo
 from mpwatch.supervisor.workers import states
@@ -87,6 +88,7 @@ class Attempt:
     dist: bool = False  # torch.distributed is initialised in it: its ranks share a process group
     rate: deque[tuple[float, int]] = field(default_factory=lambda: deque(maxlen=RATE_WINDOW))
     children: dict[int, ChildReport] = field(default_factory=dict)  # pid -> its own reports
+    pace: PaceWindow = field(default_factory=PaceWindow)  # its steps' times, from its report events
     proc_info: ProcInfo | None = None  # the sampler's view of its process tree
     # kills (supervisor.workers.groups)
     kill_reason: str | None = None  # kill | restart | resize | stop
@@ -212,6 +214,7 @@ class PendingReport:
     metrics: dict[str, Any]
     n: int  # report() calls it stands for
     dropped: int
+    phases: dict[str, float] | None = None  # its process's phase totals as of its batch
 
 
 @dataclass(eq=False)

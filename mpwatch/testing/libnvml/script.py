@@ -11,7 +11,9 @@ and "what:CODE" is NVML_ERROR_<CODE> (e.g. "utilization:NOT_SUPPORTED"; "process
 fails the _v3 process list only); an `init_error` naming an NVML error ("DRIVER_NOT_LOADED")
 fails nvmlInit with it, other text with NVML_ERROR_UNKNOWN.
 
-What only this stand-in plays (the Python one does not):
+Both stand-ins play these alike (tests/probes/test_scripted_parity.py); the Python one says a
+bare "what" failure in words of its own, and has no _v3 list to fail apart nor NVML codes for
+`init_error`:
 - MIG: a GPU's `"mig": [...]` makes it MIG-capable with those MIG devices, in MIG mode when
   there is one (a GPU without the key answers NOT_SUPPORTED to MIG queries). Each is a UUID, or
   {"uuid", "gi", "ci", "profile": "3g.40gb", "mem_total"} (defaults: gi = its place + 1, ci 0,

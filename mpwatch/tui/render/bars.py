@@ -85,17 +85,22 @@ def split_width(parts: Sequence[float], width: int) -> list[int]:
     return cells
 
 
+# The automatic steps' finer phases (mpwatch.auto): the work of a step, in the TIME bar's terms.
+COMPUTE_PARTS = frozenset({"forward", "backward", "optimizer"})
+
+
 def phase_shares(phases: Mapping[str, float] | None, uptime: float | None) -> dict[str, float]:
-    """Seconds per phase: data/compute/sync as reported, the rest of the uptime as other.
-    Unknown phase names count as other; when the phases add up to more than the uptime
-    (threads timing in parallel) the sum is the whole."""
+    """Seconds per phase: data/compute/sync as reported (forward, backward and optimizer as
+    compute), the rest of the uptime as other. Unknown phase names count as other; when the
+    phases add up to more than the uptime (threads timing in parallel) the sum is the whole."""
     if not phases:
         return {}
     known = {p: 0.0 for p in PHASES}
     for name, secs in phases.items():
         if not isinstance(secs, (int, float)) or secs < 0:
             continue
-        known[name if name in known else "other"] += float(secs)
+        key = "compute" if name in COMPUTE_PARTS else name
+        known[key if key in known else "other"] += float(secs)
     used = sum(known.values())
     if uptime and uptime > used:
         known["other"] += uptime - used

@@ -25,13 +25,13 @@ _COLS: dict[str, tuple[str, int, int]] = {
     "rank": ("RANK", 5, 5), "pid": ("PID", 7, 7), "state": ("STATE", 11, 11), "step": ("STEP", 7, 8),
     "speed": ("STEP/S", 6, 6), "loss": ("LOSS", 8, 9), "trend": ("TREND", 8, 10), "hb": ("HB", 5, 5),
     "gpu": ("GPU", 9, 9), "cpu": ("CPU%", 4, 5), "rss": ("RSS", 5, 6), "phases": ("TIME d/c/s/o", 12, 12),
-    "note": ("NOTE", 40, 30), "node": ("NODE", 4, 4),
+    "pace": ("PACE", 9, 9), "note": ("NOTE", 40, 28), "node": ("NODE", 4, 4),
 }
 ORDER = ("rank", "pid", "state", "step", "speed", "loss", "trend", "hb", "gpu", "cpu", "rss", "phases",
-         "note")
+         "pace", "note")
 # What stays on screen when columns must go, most wanted first; the rest scroll into view.
 PRIORITY = ("rank", "state", "step", "loss", "gpu", "hb", "trend", "speed", "cpu", "rss", "pid", "phases",
-            "note")
+            "pace", "note")
 SCROLLBAR = 2  # the table's vertical scrollbar, when the rows overflow
 PAD = 2  # a cell's padding, both sides
 
@@ -45,17 +45,18 @@ def _width(key: str, wide: bool, mig: bool = False) -> int:
 
 
 # A replay's files do not keep these (the processes' CPU and memory, phases, a heartbeat, a
-# rate of their own): its columns give their width to the cause instead.
-REPLAY_UNKNOWN = frozenset({"speed", "hb", "cpu", "rss", "phases"})
+# rate of their own, a pace): its columns give their width to the cause instead.
+REPLAY_UNKNOWN = frozenset({"speed", "hb", "cpu", "rss", "phases", "pace"})
 REPLAY_PRIORITY = ("rank", "state", "step", "loss", "note", "trend", "gpu", "pid")
 REPLAY_NOTE_MIN = 30  # the cause's room before any other column is added
 
 
 def columns(width: int, nodes: bool = False, replay: bool = False, gpus: bool = True,
-            mig: bool = False) -> list[Column]:
+            pace: bool = True, mig: bool = False) -> list[Column]:
     """The columns that fit `width` in ORDER, chosen by PRIORITY; on a wide terminal the
     NOTE column takes the room left; the columns that did not fit follow (scrolled to).
-    NODE only with `nodes` (a merged view of several nodes). A replay has no columns it
+    NODE only with `nodes` (a merged view of several nodes), PACE only with `pace` (a rank has
+    had one: a run that times no phase keeps the room for its notes). A replay has no columns it
     cannot know (nor GPU without `gpus`: no GPU data), and its NOTE (the cause of a failure)
     comes before the trend, GPU and pid; what does not fit is left out. `mig`: a GPU has MIG
     slices (the GPU column names the slice)."""
@@ -64,8 +65,10 @@ def columns(width: int, nodes: bool = False, replay: bool = False, gpus: bool = 
     wide = width >= WIDE_COLS
     room = width - SCROLLBAR
     shown: list[str] = []
-    order, priority = ((ORDER[0], "node", *ORDER[1:]), (PRIORITY[0], "node", *PRIORITY[1:])) if nodes \
-        else (ORDER, PRIORITY)
+    order: tuple[str, ...] = (ORDER[0], "node", *ORDER[1:]) if nodes else ORDER
+    priority: tuple[str, ...] = (PRIORITY[0], "node", *PRIORITY[1:]) if nodes else PRIORITY
+    if not pace:
+        order, priority = tuple(k for k in order if k != "pace"), tuple(k for k in priority if k != "pace")
     for key in priority:
         if key == "note" and wide:
             continue

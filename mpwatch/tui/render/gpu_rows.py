@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from mpwatch.contract.status import GpuAlert, GpuView, Status, devices
+from mpwatch.contract.status import GpuAlert, GpuView, RunAlert, Status, devices
 from mpwatch.text import fmt
 from mpwatch.text.gpu_names import ROOT_ON_MIG, short_slice
 from mpwatch.tui.render import bars, node_rows, segs
@@ -214,10 +214,16 @@ def gpu_rows(status: Status, g: Glyphs, width: int) -> list[Line]:
 
 
 # ------------------------------------------------------------------ alerts ----
+def run_severity(a: RunAlert) -> str:
+    """A run alert's: a straggler slows the run but breaks nothing (a warning); the others stop it."""
+    return "warning" if a["kind"] == "straggler" else "error"
+
+
 def alert_items(status: Status) -> list[tuple[str, str]]:
     """(severity, full text) of every standing alert, the worst first: the run's own (a stuck
-    rank, a full disk, a process that cannot be killed) before the GPUs'."""
-    items = [("error", a["message"]) for a in status["alerts"]]
+    rank, a full disk, a process that cannot be killed; a straggler, which slows the run but
+    breaks nothing, is a warning) before the GPUs'."""
+    items = [(run_severity(a), a["message"]) for a in status["alerts"]]
     gpu_alerts = [a for gpu in devices(status["gpus"]) for a in gpu["alerts"]]
     gpu_alerts.sort(key=lambda a: SEVERITY_ORDER.get(severity(a), 1))
     return items + [(severity(a), a["message"]) for a in gpu_alerts]

@@ -19,6 +19,7 @@ from mpwatch.tui.render.gpu_rows import (
     UTIL_BANDS,
     band,
     mem_pct,
+    run_severity,
     severity,
 )
 from mpwatch.tui.render.segs import Line, Seg
@@ -192,8 +193,11 @@ def alert_list(status: Status, g: Glyphs) -> list[Line]:
     now = now_of(status)
     out: list[Line] = []
     for ra in status["alerts"]:
-        out.append(((f"{g.alert['error']} ", SEVERITY_STYLE["error"]), (ra["message"], ""),
-                    (f"  ({fmt.age(max(now - ra['ts'], 0.0))} ago)", "bright_black")))
+        sev = run_severity(ra)
+        found = ra.get("straggler")
+        cost = f"; it has cost the run {fmt.span(found['lost_s'])}" if found else ""
+        out.append(((f"{g.alert[sev]} ", SEVERITY_STYLE[sev]), (ra["message"], ""),
+                    (f"  ({fmt.age(max(now - ra['ts'], 0.0))} ago{cost})", "bright_black")))
     alerts = sorted((a for gpu in devices(status["gpus"]) for a in gpu["alerts"]),
                     key=lambda a: (SEVERITY_ORDER.get(severity(a), 1), a["since"]))
     for a in alerts:

@@ -5,8 +5,8 @@ shares with others. Pure (a Status in, sentences out); UI thread.
 """
 from __future__ import annotations
 
+from mpwatch.contract.culprit import ranks_text
 from mpwatch.contract.status import RunOptions, Status, WorkerStatus
-from mpwatch.contract.straggler import ranks_text
 from mpwatch.tui.render.view import ALIVE
 
 

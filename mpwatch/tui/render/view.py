@@ -9,7 +9,7 @@ import math
 from collections.abc import Callable, Collection
 from typing import Literal
 
-from mpwatch.contract import straggler
+from mpwatch.contract import culprit
 from mpwatch.contract.status import (
     ENDED_STATES,
     UNREACHABLE,
@@ -24,7 +24,7 @@ from mpwatch.contract.status import (
 from mpwatch.text import eventtext, fmt
 from mpwatch.text.children import child_note
 from mpwatch.text.gpu_names import label
-from mpwatch.tui.render import bars, node_rows
+from mpwatch.tui.render import bars, node_rows, pace
 
 # The columns live in tui.render.columns; re-exported for the table and the tests.
 from mpwatch.tui.render.columns import ORDER as ORDER
@@ -113,7 +113,7 @@ def note_text(w: WorkerStatus) -> str:
         parts += _stall_note(w)
     paused = w.get("paused_at")
     if st == State.PAUSED and paused is not None:
-        parts.append(f"paused at {straggler.clock(paused)} (p resumes)")
+        parts.append(f"paused at {culprit.clock(paused)} (p resumes)")
     slow = w.get("slow_start")
     if slow is not None and st in ALIVE:
         parts += [eventtext.slow_start_text(slow.get("limit"))] + _doing(slow, at="in")
@@ -172,6 +172,8 @@ def worker_cells(w: WorkerStatus, cols: list[Column], g: Glyphs, folded: bool) -
             out.append(((bars.sparkline(w["loss_tail"], c.width, g.spark), "cyan"),))
         elif k == "phases":
             out.append(phases_cell(w, c.width, g))
+        elif k == "pace":
+            out.append(pace.pace_cell(w))
         elif k == "rank":
             out.append(f"{fold}{w['rank']}")
         elif k == "pid":

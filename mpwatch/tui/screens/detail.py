@@ -1,8 +1,9 @@
-"""The detail view of one worker (Enter): loss plot of all ranks with this one highlighted
-(on the log scale where the loss spans 10x; `y` switches), its latest profile once one was
-asked (`o`: where it stands, where its trace is, its top operators by self time), the end of its
-stdout and stderr, its latest stack dump (the main thread first, mpwatch's threads folded, one
-line a frame), its children.
+"""The detail view of one worker (Enter): its pace (seconds a step, each phase and its speed
+against the other ranks), the loss plot of all ranks with this one highlighted (on the log scale
+where the loss spans 10x; `y` switches), its latest profile once one was asked (`o`: where it
+stands, where its trace is, its top operators by self time), the end of its stdout and stderr,
+its latest stack dump (the main thread first, mpwatch's threads folded, one line a frame), its
+children.
 
 Data is fetched on a worker thread once a second and posted back as a message; after the
 run has ended it comes from the run directory. Drawing runs on the UI thread.
@@ -22,7 +23,7 @@ from textual.widgets import Static
 from mpwatch.contract.status import ProfileRequest, WorkerStatus
 from mpwatch.text import fmt, profile_text, stackfmt
 from mpwatch.tui import rundata
-from mpwatch.tui.render import view
+from mpwatch.tui.render import pace, view
 from mpwatch.tui.screens.run_screen import RunScreen
 from mpwatch.tui.widgets.keys_footer import KeysFooter
 from mpwatch.tui.widgets.loss_plot import LossPlot
@@ -109,11 +110,13 @@ class DetailScreen(RunScreen):
         self.rank = rank
         self.loads = 0
         self.title_bar = Static(id="detail-title")
+        self.pace_line = Static(id="detail-pace")
         self.profile_pane = Static(id="detail-profile")
         self.children_pane = Static(id="detail-children")
 
     def compose(self) -> ComposeResult:
         yield self.title_bar
+        yield self.pace_line
         yield LossPlot(self.run.glyphs, id="detail-plot")
         yield self.profile_pane
         with Horizontal(id="detail-logs"):
@@ -161,6 +164,7 @@ class DetailScreen(RunScreen):
         if memory is not None and memory["snapshot"]:  # at its OOM, or asked with M / ctl memory
             t.append(f"\nCUDA memory snapshot: {memory['snapshot']} (pytorch.org/memory_viz opens it)")
         self.title_bar.update(t)
+        self.pace_line.update(Text(pace.pace_text(w, g), style="" if w["pace"] else "bright_black"))
         st = self.run.status
         top_n = TOP_SHOWN[self.size.height >= TALL]
         prof = profile_view(w, (st.get("profiles") or []) if st is not None else [], top_n)

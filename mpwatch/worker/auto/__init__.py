@@ -4,7 +4,8 @@ The start-up hook every worker loads (mpwatch/worker/boot/sitecustomize.py) puts
 sys.meta_path that waits for `import torch`, and calls `install` right after torch's own
 import: a process that never imports torch never loads this package, and a run started with
 --no-auto (or MPWATCH_AUTO=0) never puts the finder there. What counts as a step is in
-worker.auto.steps, the loss in worker.auto.loss, where the hooks sit in worker.auto.patches;
+worker.auto.steps, its phases in worker.auto.split (on CUDA, their GPU times in
+worker.auto.gpu_times), the loss in worker.auto.loss, where the hooks sit in worker.auto.patches;
 the steps go into the worker's own buffer (worker.api.auto_step), so the supervisor sees
 reports like any other, and a process that calls report() with a step or a loss itself wins.
 
@@ -19,12 +20,15 @@ import os
 
 from mpwatch.worker import api
 from mpwatch.worker.auto import patches
+from mpwatch.worker.auto.gpu_times import GpuTimes
 from mpwatch.worker.auto.loss import Capture, StepLoss
 from mpwatch.worker.auto.steps import Steps
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from types import ModuleType
+
+    from mpwatch.worker.auto.gpu_times import Pair
 
 _steps: Steps | None = None  # this process's, once installed
 
@@ -36,11 +40,18 @@ def install(torch: ModuleType) -> None:
         return
     capture = Capture(torch)
     worker_info = torch.utils.data.get_worker_info
+    steps: Steps
 
-    def emit(step: int | None, parts: list[object], data_s: float, compute_s: float) -> None:
+    def emit(step: int | None, parts: list[object], times: dict[str, float], pairs: list[Pair]) -> None:
         if worker_info() is not None:
             return  # a DataLoader worker process: never a step of its own
-        api.auto_step(step, StepLoss(parts, capture.ring) if parts else None, data_s, compute_s)
+        split = steps.split
+        for phase, _, _ in pairs:
+            times.pop(phase, None)  # the GPU's time, read by the sender, not the CPU's launches
+        loss = StepLoss(parts, capture.ring, split.gpu, pairs) if parts or pairs else None
+        api.auto_step(step, loss, times)
+        if split.gpu is None and capture.ring is not None:
+            split.gpu = GpuTimes(torch)  # its losses are on CUDA: its next steps' boundaries too
 
     steps = Steps(emit)
     patches.install(torch, steps, capture, api.auto_wanted)

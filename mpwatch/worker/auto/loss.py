@@ -22,6 +22,8 @@ if TYPE_CHECKING:
     from types import ModuleType
     from typing import Any
 
+    from mpwatch.worker.auto.gpu_times import GpuTimes, Pair
+
     Tensor = Any  # torch.Tensor: this package never imports torch itself
 
 RING = 8192  # pinned float32 slots: far more than the losses a flush leaves unread
@@ -101,21 +103,38 @@ class Capture:
 
 
 class StepLoss:
-    """One step's loss as the sender reads it: the mean of its parts."""
+    """One step's loss as the sender reads it: the mean of its parts; and its GPU times, where its
+    boundaries were CUDA events (worker.auto.gpu_times)."""
 
-    __slots__ = ("made", "parts", "ring")
+    __slots__ = ("gpu", "made", "pairs", "parts", "ring")
 
-    def __init__(self, parts: list[object], ring: CudaRing | None):
+    def __init__(self, parts: list[object], ring: CudaRing | None, gpu: GpuTimes | None = None,
+                 pairs: list[Pair] | None = None):
         self.parts = parts
         self.ring = ring
+        self.gpu = gpu
+        self.pairs = pairs or []
         self.made = time.monotonic()
 
     def ready(self) -> bool:
-        """Sender thread: every CUDA part's event has completed (or waited too long)."""
+        """Sender thread: every CUDA part's event and every boundary's has completed (or waited
+        too long: the step goes without them)."""
+        late = time.monotonic() - self.made > READY_WAIT_S
         for p in self.parts:
             if type(p) is tuple and not p[1].query():
-                return time.monotonic() - self.made > READY_WAIT_S
+                return late
+        if self.pairs and self.gpu is not None and not self.gpu.done(self.pairs):
+            return late
         return True
+
+    def gpu_phases(self) -> dict[str, float] | None:
+        """Sender thread, once ready(): the step's GPU seconds in each phase, read once (None:
+        no boundary on CUDA, or its events never completed)."""
+        gpu, pairs = self.gpu, self.pairs
+        self.pairs = []
+        if gpu is None or not pairs or not gpu.done(pairs):
+            return None
+        return gpu.read(pairs)
 
     def __float__(self) -> float:
         vals = []

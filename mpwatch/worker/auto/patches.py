@@ -9,6 +9,7 @@
 - `GradScaler.scale` notes the loss it scaled (the scaled one is what reaches backward());
   `GradScaler.step` counts a step the scaler skipped;
 - a DataLoader iterator's `__next__`: the step's time in data loading.
+Where each begins and ends splits the step into phases (worker.auto.split).
 Each wrapper calls torch's own function with the arguments it got and returns what it
 returns; the hooks run on the thread that called them (the training thread).
 """
@@ -84,7 +85,7 @@ def _backward(real: Callable[..., Any], steps: Steps, capture: Capture,
     def backward(tensors: Any, *args: Any, **kwargs: Any) -> Any:
         if steps.depth:  # inside a backward() already: part of it
             return real(tensors, *args, **kwargs)
-        steps.begin()
+        steps.backward_start()
         if losses_wanted():
             grads = args[0] if args else kwargs.get("grad_tensors", kwargs.get("grad_variables"))
             try:
@@ -129,7 +130,7 @@ def _data_loader(cls: Any, steps: Steps) -> None:
     def __next__(self: Any) -> Any:
         if steps.data_depth:
             return real(self)
-        steps.begin()
+        steps.batch_start()
         steps.data_depth += 1
         t0 = clock()
         try:

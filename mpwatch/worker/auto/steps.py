@@ -16,8 +16,8 @@ thread and nothing else; it never touches torch itself, so its rules test withou
   (`optimizer.step(closure)`: LBFGS evaluates it up to 20 times, and returns the first) that is
   the closure's loss; else the mean of the step's backward() losses. So the step counts when its
   outermost step() returns (`stepping` holds the count torch's hook asked for until then).
-- Time inside a DataLoader iterator's __next__ is `data`; the rest of the step `compute`.
-  A step starts where the last one ended (the first one at its first data or backward()).
+- Time inside a DataLoader iterator's __next__ is `data`; forward, backward and optimizer are
+  worker.auto.split's; the rest of the step is in no phase.
 - Between steps (an evaluation loop, after the first step), a DataLoader batch is a heartbeat
   without a step, at most once every BEAT_S: a long evaluation is progress, not a stall.
 """
@@ -25,13 +25,17 @@ from __future__ import annotations
 
 import time
 
+from mpwatch.worker.auto.split import Split
+
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    # (step, the loss parts since the last step, data seconds, compute seconds); a heartbeat
-    # without a step is (None, [], 0.0, 0.0)
-    Emit = Callable[[int | None, list[object], float, float], None]
+    from mpwatch.worker.auto.gpu_times import Pair
+
+    # (step, the loss parts since the last step, its seconds in each phase, its GPU boundaries);
+    # a heartbeat without a step is (None, [], {}, [])
+    Emit = Callable[[int | None, list[object], dict[str, float], list[Pair]], None]
 
 BEAT_S = 1.0  # between steps, a DataLoader batch is a heartbeat at most this often
 
@@ -50,7 +54,7 @@ class Steps:
         self.data_depth = 0  # DataLoader __next__ calls running (one iterating another counts once)
         self.parts: list[object] = []  # this step's losses (auto.loss makes them a number)
         self.data_s = 0.0  # this step's time in a DataLoader's __next__
-        self.started: float | None = None  # when this step began
+        self.split = Split(clock)  # where the rest of its time goes
         self.sent = 0.0  # when the last step or heartbeat was emitted
         self.stepping = 0  # optimizer step() calls running (an optimizer may step another)
         self.step_asked = False  # torch's hook said an optimizer stepped, inside a step() still running
@@ -62,28 +66,33 @@ class Steps:
         self.depth = self.data_depth = 0
         self.parts = []
         self.data_s = 0.0
-        self.started = None
+        self.split.reset()
         self.sent = 0.0
         self.stepping = 0
         self.step_asked = False
 
     # -- what the hooks say ----------------------------------------------------------
-    def begin(self) -> None:
-        """Work of a step began (a batch fetched, a backward()): the first step starts here."""
-        if self.started is None:
-            self.started = self.clock()
+    def batch_start(self) -> None:
+        """A DataLoader's __next__ begins."""
+        self.split.batch_start()
 
     def data(self, seconds: float) -> None:
         """A DataLoader batch came after `seconds` in its __next__."""
         self.data_s += seconds
+        self.split.batch_end()
         if self.step:
             now = self.clock()
             if now - self.sent >= BEAT_S:
                 self.sent = now
-                self.emit(None, [], 0.0, 0.0)
+                self.emit(None, [], {}, [])
+
+    def backward_start(self) -> None:
+        """A top-level backward() begins."""
+        self.split.backward_start()
 
     def backward_done(self) -> None:
         """A top-level backward() returned (its losses are in `parts` already)."""
+        self.split.backward_end()
         self.saw_backward = True
         self.counted_since_backward = False
         if not self.has_optimizer:
@@ -93,7 +102,9 @@ class Steps:
         """torch's hook: an optimizer stepped (inside its step(), when that is wrapped)."""
         if self.stepping:
             self.step_asked = True  # counted when step() returns, with what it returned
-        elif not self.counted_since_backward or not self.saw_backward:
+            return
+        self.split.optimizer_end()
+        if not self.counted_since_backward or not self.saw_backward:
             self.count()
 
     def step_returned(self, loss: list[object] | None) -> None:
@@ -109,16 +120,17 @@ class Steps:
     def scaler_stepped(self) -> None:
         """GradScaler.step returned: counts only when the optimizer did not (a skipped step)."""
         if self.saw_backward and not self.counted_since_backward:
+            self.split.optimizer_end()
             self.count()
 
     # -- a step --------------------------------------------------------------------
     def count(self) -> None:
-        now = self.clock()
-        start = self.started if self.started is not None else now
-        data, parts = self.data_s, self.parts
+        times, pairs = self.split.take()
+        times["data"] = self.data_s
+        parts = self.parts
         self.step += 1
         self.counted_since_backward = True
         self.parts = []
         self.data_s = 0.0
-        self.started = self.sent = now
-        self.emit(self.step, parts, data, max(0.0, now - start - data))
+        self.sent = self.clock()
+        self.emit(self.step, parts, times, pairs)

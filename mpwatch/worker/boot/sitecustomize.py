@@ -132,7 +132,12 @@ def _after_torch(torch: "ModuleType") -> None:
             sys.stderr.write(f"mpwatch: no automatic steps in this process: {type(exc).__name__}: {exc}\n")
     if _memory_wanted():
         try:
-            from mpwatch.worker import api, cuda_memory
+            if "mpwatch.worker.api" not in sys.modules:  # this hook, not the script, brings mpwatch in
+                os.environ["MPWATCH_HOOK_ONLY"] = "1"  # protocol.ENV_HOOK_ONLY: read (and removed) by api
+            try:
+                from mpwatch.worker import api, cuda_memory
+            finally:
+                os.environ.pop("MPWATCH_HOOK_ONLY", None)
 
             cuda_memory.arm(torch, api._channel)
         except Exception as exc:  # noqa: BLE001 - never fail the script's import of torch
