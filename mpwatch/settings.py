@@ -72,7 +72,8 @@ class Settings:
     node_lost_s: float = 10.0
     """MPWATCH_NODE_LOST_S (10): a node whose beat stands still this long is lost."""
     pyspy: PySpy = "stall"
-    """MPWATCH_PYSPY (stall): native stacks with py-spy: for stall dumps, for every dump, or off."""
+    """MPWATCH_PYSPY (stall): native stacks with py-spy: for stall dumps, for every dump, or off (then no
+    py-spy profile of a rank without torch either: supervisor.control.flame)."""
     nccl_flight: bool = False
     """MPWATCH_NCCL_FLIGHT (0): the workers' NCCL flight recorder, dumped with each stack dump."""
     ssh: tuple[str, ...] = ("ssh",)

@@ -33,6 +33,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from mpwatch.contract.actions import rank_state
 from mpwatch.sources.local import Client
 from tests.helpers import ROOT, HeadlessRun, wait_for
 
@@ -359,6 +360,28 @@ def _oom_rank_0(run: HeadlessRun) -> None:
     (run.cwd / "go").write_text("")
 
 
+def _profile_ranks(run: HeadlessRun) -> None:
+    """Issue 32: a profile of both ranks (written), then a long one of rank 1 (running when recorded)."""
+    wait_for(lambda: all((w["step"] or 0) >= 5 for w in run.status()["workers"]), 180,
+             what="two ranks stepping")
+    run.ctl("profile", "all", "--steps", "3")
+    run.wait_event("profile_written", timeout=120, count=2)
+    run.ctl("profile", "1", "--steps", "50")
+
+
+def _profile(st: dict[str, Any], rank: int, which: int = 0) -> dict[str, Any]:
+    req = st["profiles"][which]
+    return {"state": rank_state(req, rank, req["results"]),
+            "top": next((r["top"] for r in req["results"] if r["rank"] == rank), [])}
+
+
+PROFILE: dict[str, Check] = {  # what the profile scenario is for: traces and their operators, one running
+    "both ranks' traces written, with their top operators": lambda st: all(
+        _profile(st, r)["state"] == "written" and _profile(st, r)["top"] for r in (0, 1)),
+    "rank 1's second profile running": lambda st: _profile(st, 1, -1)["state"] == "running",
+}
+
+
 def _tune(run: HeadlessRun) -> None:
     """batch set now (both ranks take it), lr set for a step far ahead (pending), a checkpoint of all."""
     run.wait_event("tunable_declared", count=4)
@@ -492,6 +515,9 @@ def scenarios(ghost: int) -> dict[str, Scenario]:
         Scenario("oom", 3, {"OOM_RANKS": "0", "CHUNK_MB": "2048", "SLEEP": "0.1"},
                  ["--gpu-interval", "0.5", "--cuda-memory-history"], oom, nvml_oom, cuda_oom, setup=_oom_rank_0,
                  script=ROOT / "tests" / "fixtures" / "cuda_oom.py", args=("go",), workdir=True),
+        # Issue 32: a torch loop with no line of mpwatch's, profiled (ctl profile all, then rank 1 again).
+        Scenario("profile", 2, {}, [], PROFILE, setup=_profile_ranks,
+                 script=AUTO_LOOP, args=("--steps", "250", "--sleep", "0.1", "--out", "/dev/null")),
         # Issue 31: tunables in force and pending, a checkpoint taken (tests/fixtures/control_loop.py).
         Scenario("control", 2, {}, [], CONTROL, setup=_tune, script=ROOT / "tests" / "fixtures" / "control_loop.py",
                  args=("0", "0.05")),

@@ -11,9 +11,11 @@ from pathlib import Path
 import pytest
 
 from mpwatch.contract import status
+from mpwatch.contract.actions import ACTIONS
+from mpwatch.rundir.postmortem import Summary
 from tests import record, record_nodes
 from tests.helpers import ROOT
-from tests.schema import drift, problems, shape
+from tests.schema import drift, fields, problems, shape
 
 NAMES = sorted(p.stem for p in record.DATA.glob("*.json"))
 SCENARIOS = record.scenarios(record.unused_pid())
@@ -64,6 +66,17 @@ def test_a_recording_meets_its_scenarios_conditions(name):
         assert rec["conditions"] == list(expect), "the scenario's conditions changed since: " + again(name)
         unmet = SCENARIOS[name].unmet(rec["status"])  # every rank listed, then each condition
     assert unmet == [], again(name)
+
+
+def test_each_actions_list_is_a_key_the_schema_declares():
+    """The lists a status carries for the actions are written by their row's key (contract.control's
+    ControlView.into): the schema declares each, in every status for an `always` one (the
+    checkpoints), once one was asked for the others; `mpwatch summary --json` (rundir.postmortem)
+    has each in every summary."""
+    keys, summary = fields(status.Status), fields(Summary)
+    for a in ACTIONS.values():
+        assert a.key in keys and keys[a.key][1] == a.always, a.name
+        assert a.key in summary and summary[a.key][1], a.name
 
 
 def test_the_checker_finds_what_does_not_fit():

@@ -7,6 +7,7 @@ import argparse
 import re
 
 from mpwatch.cli.args import ACTIONS, Parser, count, positive_int, rank, rank_target
+from mpwatch.contract.actions import PROFILE_STEPS, PROFILE_STEPS_MAX
 from mpwatch.contract.protocol import MAX_STEP
 
 # What `set` takes for a value, not an option, though it starts with a dash: every way Python
@@ -22,6 +23,14 @@ def at_step(text: str) -> int:
     if v > MAX_STEP:
         raise argparse.ArgumentTypeError(f"a step is at most 2^53 ({MAX_STEP}), the largest a request "
                                          f"carries; got {text}")
+    return v
+
+
+def profile_steps(text: str) -> int:
+    v = positive_int(text)
+    if v > PROFILE_STEPS_MAX:
+        raise argparse.ArgumentTypeError(f"at most {PROFILE_STEPS_MAX} steps (a trace of more is seldom read "
+                                         f"and may be gigabytes), got {v}")
     return v
 
 
@@ -49,6 +58,13 @@ def ctl_parser() -> Parser:
     mem.add_argument("target", type=rank_target, metavar="RANK|all")
     mem.add_argument("--at-step", type=at_step, metavar="S",
                      help="at step S, at most 2^53 (default: soon, from the pace of the ranks that agree)")
+    pf = sub.add_parser("profile", help="profile a rank or all from their next step: torch.profiler for N "
+                                         "steps, a Chrome trace in rank-N/profiles/ (py-spy for N seconds "
+                                         "where torch is not imported)")
+    pf.add_argument("target", type=rank_target, metavar="RANK|all")
+    pf.add_argument("--steps", type=profile_steps, default=PROFILE_STEPS, metavar="N",
+                    help=f"steps to profile, 1 to {PROFILE_STEPS_MAX} (default {PROFILE_STEPS})")
+    pf.add_argument("--at-step", type=at_step, metavar="S", help="once step S is reported (default: soon)")
     tn = sub.add_parser("set", help="change a tunable (mpwatch.tunable) on every rank, at one step")
     tn.add_argument("name", metavar="NAME")
     tn.add_argument("value", metavar="VALUE", help="of the type the workers declared (int, float, str, "

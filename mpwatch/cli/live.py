@@ -178,6 +178,8 @@ def _ctl_action(client: Requests, ns: argparse.Namespace) -> None:
         print(safe.text(client.stop()))
     elif ns.action in ("checkpoint", "memory"):
         print(safe.text(client.ask(ns.action, ns.target, ns.at_step, who("ctl"))["message"]))
+    elif ns.action == "profile":
+        print(safe.text(client.ask("profile", ns.target, ns.at_step, who("ctl"), steps=ns.steps)["message"]))
     elif ns.action == "set":
         print(safe.text(client.set_tunable(ns.name, ns.value, ns.at_step, who("ctl"))["message"]))
     elif ns.action == "logs":

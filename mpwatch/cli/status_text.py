@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from mpwatch.contract.control import in_force, pending_changes, shown
 from mpwatch.contract.status import GpuProcess, GpuView, State, Status, WorkerStatus, slowed_by
-from mpwatch.text import eventtext, fmt
+from mpwatch.text import eventtext, fmt, profile_text
 from mpwatch.text.children import child_note
 from mpwatch.text.gpu_names import ON_MIG, na_notes, slice_text
 
@@ -111,7 +111,8 @@ def _worker_lines(w: WorkerStatus, st: Status) -> list[str]:
 
 def control_lines(st: Status) -> list[str]:
     """The tunables' values in force (and who changed them), each change still pending (its
-    value, its step, how many ranks took it), and the checkpoint requests still waiting."""
+    value, its step, how many ranks took it), the checkpoint requests still waiting, and the
+    newest profile."""
     out = []
     for t in st.get("tunables") or []:
         c = in_force(t)
@@ -126,6 +127,9 @@ def control_lines(st: Status) -> list[str]:
             out.append(f"checkpoint asked of {fmt.ranks(r['ranks'])}"
                        + (f" at step {r['step']}" if r["step"] is not None else "")
                        + f": waiting for {fmt.ranks(r['waiting'])}")
+    profiles = st.get("profiles") or []
+    if profiles:  # the newest: where it stands on each rank
+        out.append(f"{profile_text.request_text(profiles[-1])}: {profile_text.outcome_text(profiles[-1])}")
     return out
 
 

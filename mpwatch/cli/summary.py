@@ -13,7 +13,7 @@ from mpwatch.contract.control import shown
 from mpwatch.contract.status import ALIVE_STATES
 from mpwatch.rundir import layout, postmortem, reader, registry
 from mpwatch.settings import Settings
-from mpwatch.text import fmt, safe
+from mpwatch.text import fmt, profile_text, safe
 
 MAX_STALLS = 8  # one screen: the rest are counted
 MAX_ALERTS = 10
@@ -119,7 +119,7 @@ def _stragglers(s: postmortem.Summary) -> list[str]:
 
 
 def _live(s: postmortem.Summary) -> list[str]:
-    """Tunables changed and checkpoints asked, when and by whom, and how the ranks took them."""
+    """Tunables changed, checkpoints and profiles asked, when and by whom, and how the ranks took them."""
     started = s["listing"]["started"]
     out: list[str] = []
     changes = sorted(((c["ts"], t["name"], c) for t in s["tunables"] for c in t["changes"]),
@@ -148,6 +148,11 @@ def _live(s: postmortem.Summary) -> list[str]:
                    + "".join(f"; {w}: {fmt.ranks(rs)}"
                              for w, rs in (("late", late), ("missed", r["missed"]),
                                            ("never answered", r["waiting"])) if rs))
+    if s["profiles"]:
+        out.append("profiles:")
+    for p in s["profiles"]:
+        out.append(f"  {_at(p['ts'], started)} {profile_text.request_text(p)}: "
+                   f"{profile_text.outcome_text(p)}")
     return out
 
 
@@ -156,10 +161,12 @@ def _files(files: list[str]) -> list[str]:
     top = [f for f in files if not f.startswith("rank-")]
     ranks = sorted({int(f.split("/")[0][5:]) for f in files if f.startswith("rank-")})
     dumps = sum(1 for f in files if "/stacks/" in f)
+    profiles = sum(1 for f in files if f"/{layout.PROFILES}/" in f)
     out = ["  " + " ".join(top)] if top else []
     if ranks:
         out.append(f"  rank-N/stdout.log, stderr.log for ranks {_span(ranks)}"
-                   + (f"; {dumps} stack dump(s) in rank-N/stacks/" if dumps else ""))
+                   + (f"; {dumps} stack dump(s) in rank-N/stacks/" if dumps else "")
+                   + (f"; {profiles} profile(s) in rank-N/{layout.PROFILES}/" if profiles else ""))
     return out
 
 

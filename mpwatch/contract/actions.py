@@ -5,21 +5,29 @@ for N steps, its trace written into rank-N/profiles/; a CUDA memory snapshot: to
 snapshot pickled into rank-N/memory/, as pytorch.org/memory_viz opens it).
 
 `ACTIONS` is the table: for each action, its events (asked, started, written, failed, missed),
-the least channel protocol a worker must speak to run it, whether it has an outcome, and the
-folder of the rank's files it writes. The status records are here too (ActionRequest, and a
-rank's outcome, FileResult), with the rules every reader shares: the arguments a request may
-carry, a worker's result bounded, a rank's state in a request.
+the least channel protocol a worker must speak to run it, whether it has an outcome, the folder
+of the rank's files it writes, and its list in the status. The status records are here too
+(ActionRequest, and a rank's outcome, FileResult; `record` makes one, the same for the live
+desk, the replay's fold and a merged view), with the rules every reader shares: the arguments a
+request may carry, a worker's result bounded, a rank's state in a request.
 
-Adding an action (issue 33's CUDA memory snapshot): its Events (contract.names), its row here
-(and its arguments in `check_args`), its frame in contract.protocol, its runner on the worker
-side (mpwatch.worker.actions' table), a ctl subcommand and a key. The control room
-(supervisor.control.actions), the channel, the answers, the events, the replay's fold
-(rundir.control_events) and the status's list are this mechanism's. Pure; any thread.
+Adding an action (as the memory snapshot was): its Events (contract.names) and its row
+here (its folder, its files' suffix and tool, its status list's key and the arguments its record
+carries; the arguments checked in `check_args`); its frame name in contract.protocol
+(STEP_ACTIONS, and TORCH_ACTIONS when it needs torch); its runner in
+mpwatch.worker.actions.RUNNERS (a module whose `begin` answers and writes through
+rundir.rank_files); its list's key in contract.status.Status, which the schema and its readers
+check (with a typed record like ProfileRequest, a ControlView accessor and postmortem's Summary
+key for the readers that name it); a ctl subcommand (Source.ask(NAME, ...)) and a key. Asking,
+sending, resending after a reconnect, the answers and outcomes, their events and the missed
+ones, the status's lists (the registry's, the replay's fold, the merged view's join) are this
+mechanism's. Pure; any thread.
 """
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Literal, TypedDict
+from typing import Any, Literal, TypedDict, cast
 
 from mpwatch.contract import protocol
 from mpwatch.contract.names import Event
@@ -55,7 +63,7 @@ class FileResult(TypedDict):
 
     rank: int
     state: Literal["written", "failed"]
-    tool: str  # what made it: torch.profiler, py-spy
+    tool: str  # what made it: torch.profiler, py-spy, torch.cuda.memory
     path: str | None  # relative to the run directory (written; else where it was to go)
     bytes: int | None
     why: str | None  # failed: why; written: a note (cut short, ...) or None
@@ -107,9 +115,12 @@ class Action:
     written: Event | None = None  # the outcome, for an action that has one
     failed: Event | None = None
     version: int = protocol.DOWN_VERSION  # the least channel protocol of a worker that runs it
-    folder: str | None = None  # where in rank-N/ its files go
+    folder: str | None = None  # where in rank-N/ its files go (rundir.layout: PROFILES, MEMORY)
     suffix: str = ".json.gz"  # its files' (rundir.layout: a profile's trace, a snapshot's pickle)
-    tool: str = ""  # what writes its files (a result says it: torch.profiler, torch.cuda.memory)
+    tool: str = ""  # what writes its file in the rank (an outcome's `tool` unless it says another)
+    key: str = ""  # its list in the status (Status.checkpoints, .profiles, .memory_snapshots)
+    fields: tuple[str, ...] = ()  # the arguments (ints) its status record carries: a profile's steps
+    always: bool = False  # its list is in every status; else once one was asked (no recording drifts)
 
     @property
     def has_outcome(self) -> bool:
@@ -122,13 +133,13 @@ class Action:
 
 
 CHECKPOINT = Action(protocol.CHECKPOINT, Event.CHECKPOINT_REQUESTED, Event.CHECKPOINT_TAKEN,
-                    Event.CHECKPOINT_MISSED)
+                    Event.CHECKPOINT_MISSED, key="checkpoints", always=True)
 PROFILE = Action(protocol.PROFILE, Event.PROFILE_REQUESTED, Event.PROFILE_STARTED, Event.PROFILE_MISSED,
-                 Event.PROFILE_WRITTEN, Event.PROFILE_FAILED, protocol.ACT_VERSION, "profiles",
-                 tool="torch.profiler")
+                 Event.PROFILE_WRITTEN, Event.PROFILE_FAILED, protocol.ACT_VERSION, folder="profiles",
+                 suffix=".json.gz", tool="torch.profiler", key="profiles", fields=("steps",))
 MEMORY = Action(protocol.MEMORY, Event.MEMORY_REQUESTED, Event.MEMORY_STARTED, Event.MEMORY_MISSED,
-                Event.MEMORY_WRITTEN, Event.MEMORY_FAILED, protocol.ACT_VERSION, "memory", ".pickle",
-                "torch.cuda.memory")
+                Event.MEMORY_WRITTEN, Event.MEMORY_FAILED, protocol.ACT_VERSION, folder="memory",
+                suffix=".pickle", tool="torch.cuda.memory", key="memory_snapshots")
 ACTIONS: dict[str, Action] = {a.name: a for a in (CHECKPOINT, PROFILE, MEMORY)}
 KEPT = 8  # requests of each action a status keeps (the newest)
 
@@ -181,6 +192,20 @@ def read_result(rank: int, fields: dict[str, Any], tool: str, path: str | None) 
                       path=path, bytes=_count(fields.get("bytes")) if state == "written" else None,
                       why=why, steps=_count(fields.get("steps")), top=top_ops(fields.get("top")),
                       held_ms=_us(fields.get("held_ms")))
+
+
+def record(action: Action, base: ActionRequest, args: Mapping[str, object],
+           results: list[FileResult]) -> ActionRequest:
+    """A request's status record: its own fields (`base`), the arguments its row names (0 when
+    one is missing) and, for an action with an outcome, each rank's. CheckpointRequest,
+    ProfileRequest and MemoryRequest are its typed views."""
+    out: dict[str, Any] = {**base}
+    for k in action.fields:
+        v = args.get(k)
+        out[k] = v if type(v) is int else 0
+    if action.has_outcome:
+        out["results"] = results
+    return cast(ActionRequest, out)
 
 
 def rank_state(req: ActionRequest, rank: int, results: list[FileResult] | None = None) -> RankState | None:

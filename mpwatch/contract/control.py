@@ -7,14 +7,18 @@ Pure; any thread. The worker side (worker.control) never imports this module: `t
 from __future__ import annotations
 
 import math
-from typing import Any, Literal, NamedTuple, TypedDict, cast
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple, TypedDict, cast
 
 from mpwatch.contract import protocol
+from mpwatch.contract.actions import ACTIONS, CHECKPOINT, MEMORY, PROFILE, ActionRequest
 from mpwatch.contract.actions import CheckpointRequest as CheckpointRequest
 from mpwatch.contract.actions import MemoryRequest as MemoryRequest
 from mpwatch.contract.actions import ProfileRequest as ProfileRequest
 from mpwatch.contract.actions import RankAnswer as RankAnswer
 from mpwatch.contract.coerce import NON_FINITE
+
+if TYPE_CHECKING:
+    from mpwatch.contract.status import Status
 
 TunableType = Literal["int", "float", "str", "bool"]
 TunableValue = int | float | str | bool
@@ -62,12 +66,32 @@ def in_force(t: TunableStatus) -> TunableChange | None:
 
 
 class ControlView(NamedTuple):
-    """Control's part of a status (the live room's, or one folded from a run's events)."""
+    """Control's part of a status (the live room's, one folded from a run's events, several
+    nodes' joined): the tunables, and each action's requests (contract.actions.record's)."""
 
     tunables: list[TunableStatus]
-    checkpoints: list[CheckpointRequest]
-    profiles: list[ProfileRequest]
-    memory_snapshots: list[MemoryRequest]
+    requests: dict[str, list[ActionRequest]]  # by action name (contract.actions.ACTIONS), oldest first
+
+    def into(self, st: Status) -> Status:
+        """`st` with each action's list under its key: an `always` one's (the checkpoints') in
+        every status, the others' once one was asked (so no recording drifts)."""
+        lists = {a.key: self.requests.get(a.name, []) for a in ACTIONS.values()
+                 if a.always or self.requests.get(a.name)}
+        cast(dict[str, object], st).update(lists)
+        return st
+
+    # the typed views of the lists, for the readers that name one
+    @property
+    def checkpoints(self) -> list[CheckpointRequest]:
+        return self.requests.get(CHECKPOINT.name, [])  # a CheckpointRequest is an ActionRequest
+
+    @property
+    def profiles(self) -> list[ProfileRequest]:
+        return cast(list[ProfileRequest], self.requests.get(PROFILE.name, []))
+
+    @property
+    def memory_snapshots(self) -> list[MemoryRequest]:
+        return cast(list[MemoryRequest], self.requests.get(MEMORY.name, []))
 
 
 class StopInfo(TypedDict):

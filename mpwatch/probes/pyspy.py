@@ -1,11 +1,12 @@
-"""Optional native stacks through py-spy, when it is installed and ptrace is permitted.
+"""Optional native stacks through py-spy, when it is installed and ptrace is permitted; and
+a flame graph of N seconds of a process (`record`: a profile of a rank without torch).
 
 py-spy reads another process's memory (process_vm_readv) and, with --native, attaches
 with ptrace to unwind C frames: it sees what faulthandler cannot (the C/C++ frames under
 a collective, a stopped process with --nonblocking). Its exit status cannot be trusted
 (some versions exit 0 after an error), so success is read from its output: a good dump
 names the process and at least one thread. Runs on the caller's thread (a dump thread of
-the supervisor): each call waits for py-spy, at most TIMEOUT_S.
+the supervisor): each call waits for py-spy, at most TIMEOUT_S (a record: its seconds and RECORD_SLACK_S).
 """
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ import sys
 from pathlib import Path
 
 TIMEOUT_S = 10.0
+RECORD_SLACK_S = 30.0  # a record's py-spy may take this long past its seconds (attaching, writing)
 _DENIED = ("permission denied", "operation not permitted", "ptrace", "os error 1)", "os error 13")
 
 
@@ -73,3 +75,25 @@ def dump(pid: int, native: bool = False, nonblocking: bool = False,
     out = (res.stdout or "") + (res.stderr or "")
     ok, note = judge(out)
     return (True, res.stdout) if ok else (False, note or "py-spy failed")
+
+
+def record(pid: int, seconds: int, out: str, pass_fds: tuple[int, ...] = (),
+           env: dict[str, str] | None = None, exe: str | None = None) -> tuple[bool, str | None]:
+    """A flame graph (SVG) of `seconds` of the process, sampled without stopping it, written
+    by py-spy to `out`: (True, None), or (False, the one line that says why not)."""
+    exe = exe or find()
+    if exe is None:
+        return False, "py-spy is not installed (pip install py-spy)"
+    argv = [exe, "record", "--pid", str(pid), "--duration", str(seconds), "--format", "flamegraph",
+            "--output", out, "--nonblocking"]
+    try:
+        res = subprocess.run(argv, capture_output=True, text=True, timeout=seconds + RECORD_SLACK_S,
+                             stdin=subprocess.DEVNULL, pass_fds=pass_fds, env=env)
+    except subprocess.TimeoutExpired:
+        return False, f"py-spy did not end in {seconds + RECORD_SLACK_S:g}s"
+    except OSError as exc:
+        return False, f"py-spy could not run: {exc.strerror}"
+    if res.returncode == 0:
+        return True, None  # the caller checks what was written: py-spy's exit status is not to be trusted
+    _, note = judge((res.stdout or "") + (res.stderr or ""))
+    return False, note or f"py-spy failed (exit {res.returncode})"

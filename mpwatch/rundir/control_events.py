@@ -12,14 +12,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, cast
 
-from mpwatch.contract.actions import ACTIONS, KEPT, Action, read_result
+from mpwatch.contract.actions import ACTIONS, KEPT, Action, ActionRequest, read_result, record
 from mpwatch.contract.coerce import as_int, as_str
 from mpwatch.contract.control import (
     TUNABLE_KINDS,
-    CheckpointRequest,
     ControlView,
-    MemoryRequest,
-    ProfileRequest,
     RankAnswer,
     TunableType,
     value_of,
@@ -34,14 +31,12 @@ CONTROL_EVENTS = frozenset({Event.TUNABLE_DECLARED, Event.TUNABLE_SET, Event.TUN
 @dataclass
 class ControlFold:
     tunables: dict[str, TunableStatus] = field(default_factory=dict)
-    checkpoints: dict[int, CheckpointRequest] = field(default_factory=dict)  # by id, oldest first
-    profiles: dict[int, ProfileRequest] = field(default_factory=dict)
-    memory_snapshots: dict[int, MemoryRequest] = field(default_factory=dict)
+    # each action's requests (contract.actions.record's), by its name, then by id, oldest first
+    requests: dict[str, dict[int, ActionRequest]] = field(default_factory=lambda: {a: {} for a in ACTIONS})
 
     def status(self) -> ControlView:
         return ControlView([self.tunables[n] for n in sorted(self.tunables)],
-                           list(self.checkpoints.values())[-KEPT:], list(self.profiles.values())[-KEPT:],
-                           list(self.memory_snapshots.values())[-KEPT:])
+                           {a: list(reqs.values())[-KEPT:] for a, reqs in self.requests.items()})
 
 
 def _ranks(raw: object) -> list[int]:
@@ -99,15 +94,12 @@ def apply(live: ControlFold, e: EventFields) -> None:
         return
     raw = cast(dict[str, Any], e)
     rid, name = as_int(e.get("id")), e["event"]
-    reqs: dict[int, Any] = (live.checkpoints if action.name == "checkpoint" else
-                            live.profiles if action.name == "profile" else live.memory_snapshots)
+    reqs = live.requests[action.name]
     if name == action.requested and rid is not None:
         ranks, by = _ranks(raw.get("ranks")), as_str(raw.get("by")) or "?"
-        asked = CheckpointRequest(id=rid, ts=e["ts"], by=by, step=as_int(e.get("step")), ranks=ranks,
-                                  answers=[], waiting=list(ranks), missed=[])
-        reqs[rid] = asked if action.name == "checkpoint" else ProfileRequest(
-            **asked, steps=as_int(raw.get("steps")) or 0, results=[]) if action.name == "profile" \
-            else MemoryRequest(**asked, results=[])
+        asked = ActionRequest(id=rid, ts=e["ts"], by=by, step=as_int(e.get("step")), ranks=ranks,
+                              answers=[], waiting=list(ranks), missed=[])
+        reqs[rid] = record(action, asked, raw, [])  # its arguments are the event's fields
         return
     req: Any = reqs.get(rid) if rid is not None else None
     rank = e["rank"]

@@ -19,7 +19,7 @@ rundir.reader and the others only read them. Pure names and paths; no I/O.
         rank-N/profiles/<time>-<request id>.svg  a py-spy flame graph (a rank without torch)
         rank-N/memory/<kind>-<time>-<pid>-<n>.pickle  torch's allocator snapshots (pytorch.org/memory_viz
                                opens them): an OOM's (--cuda-memory-history) and those asked for;
-                               written by the rank's own process (rundir.snapshots)
+                               written by the rank's own process (rundir.rank_files)
 """
 from __future__ import annotations
 
@@ -44,7 +44,7 @@ PROFILES = "profiles"
 TRACE_SUFFIX = ".json.gz"  # Perfetto and chrome://tracing open it as it is
 FLAME_SUFFIX = ".svg"
 PART_SUFFIX = ".part"  # a file being written; renamed to its name once whole
-MEMORY = "memory"  # a rank's allocator snapshots (rundir.snapshots)
+MEMORY = "memory"  # a rank's allocator snapshots (written by rundir.rank_files)
 SNAPSHOT_SUFFIX = ".pickle"
 LOG_MARK = "--- mpwatch: "  # begins the line the supervisor writes in a rank's logs before each restart
 LOG_MARK_END = " ---"  # ends it: such a line is mpwatch's own, never a cause

@@ -287,7 +287,8 @@ def _stragglers(evs: list[EventRecord]) -> list[StragglerEnd]:
 def _files(rd: RunDir) -> list[str]:
     out = [n for n in layout.RUN_FILES if os.path.lexists(rd.path / n)]
     for f in rd.ranks().values():
-        out += [str(p.relative_to(rd.path)) for p in (f.stdout, f.stderr, *f.stacks) if os.path.lexists(p)]
+        out += [str(p.relative_to(rd.path)) for p in (f.stdout, f.stderr, *f.stacks, *f.profiles)
+                if os.path.lexists(p)]
     return out
 
 

@@ -57,6 +57,7 @@ class RankFiles:
     stdout: Path
     stderr: Path
     stacks: list[Path]  # oldest first (names are times)
+    profiles: list[Path] = field(default_factory=list)  # traces and flame graphs, oldest first
 
 
 @dataclass
@@ -231,9 +232,10 @@ class RunDir:
         for name in names:
             m = layout.RANK_DIR.match(name)
             if m and _real_dir(self.path / name):
-                p = layout.rank_paths(self.path, int(m.group(1)))
-                found[int(m.group(1))] = RankFiles(int(m.group(1)), p.dir, p.stdout, p.stderr,
-                                                   _stack_files(p.stacks))
+                r = int(m.group(1))
+                p = layout.rank_paths(self.path, r)
+                found[r] = RankFiles(r, p.dir, p.stdout, p.stderr, _stack_files(p.stacks),
+                                     _profile_files(p.dir / layout.PROFILES))
         for rank in self.known_ranks():
             if rank not in found:
                 self._note(f"rank-{rank}/ is missing: the logs and stack dumps of rank {rank} are gone")
@@ -264,10 +266,20 @@ def _real_dir(path: Path) -> bool:
 
 def _stack_files(d: Path) -> list[Path]:
     """A rank's stack dumps: regular files only (a FIFO there would hang whoever reads it)."""
+    return _files_in(d, (layout.STACK_SUFFIX,))
+
+
+def _profile_files(d: Path) -> list[Path]:
+    """A rank's profiles, whole (not a hidden part being written)."""
+    return _files_in(d, (layout.TRACE_SUFFIX, layout.FLAME_SUFFIX))
+
+
+def _files_in(d: Path, suffixes: tuple[str, ...]) -> list[Path]:
     if not _real_dir(d):
         return []
     try:
-        return sorted(p for p in d.iterdir() if p.suffix == layout.STACK_SUFFIX and textfiles.is_regular(p))
+        return sorted(p for p in d.iterdir() if p.name.endswith(suffixes) and not p.name.startswith(".")
+                      and textfiles.is_regular(p))
     except OSError:
         return []
 

@@ -1,9 +1,10 @@
 """The run directory's one writer: every file of a run is made here (rundir.layout names
 them), by the supervisor's RunStore, and before it by the run's claim (rundir.claim: the
 directory itself, and supervisor.log for the TUI's launch). No other module creates a run
-file (but rundir.snapshots: a rank's allocator snapshots, made by its own process by these
-rules, in a folder made here): the GPU timeline appends to gpu.jsonl and rewrites it through
-RunStore, a rank's logs and stack dumps are opened here and written by their owners.
+file (but rundir.rank_files: a rank's own files, its profiles and allocator snapshots, made by
+its process by these rules, in a folder made here): the GPU timeline appends to gpu.jsonl and
+rewrites it through RunStore, a rank's logs and stack dumps are opened here and written by their
+owners.
 
 Hostile by default. A run directory is made fresh (`mkdir`, which fails when anything is
 there, a planted link included), 0700, in a runs folder others can neither swap nor rename it
@@ -246,16 +247,6 @@ class RunStore:
         with self._at() as d:
             _mkdir(d, f"{paths.dir.name}/{folder}")
         return paths.dir / folder
-
-    def new_file(self, rel: str) -> int:
-        """A new, empty file of the run (rel: its path in the run directory), open to write:
-        what a tool run for a rank writes into (py-spy's flame graph). Raises OSError."""
-        return self._open(rel, NEW)
-
-    def rename(self, rel: str, to: str) -> None:
-        """A file of the run renamed within it (a file written whole, given its name). Raises OSError."""
-        with self._at() as d:
-            os.replace(rel, to, src_dir_fd=d, dst_dir_fd=d)
 
     # ------------------------------------------------------------ run files ----
     def open_append(self, name: str) -> TextIO:

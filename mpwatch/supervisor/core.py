@@ -41,6 +41,7 @@ from mpwatch.contract.status import Event, RunState, State, Status
 from mpwatch.rundir import claim, layout, records, registry, writer
 from mpwatch.settings import Settings
 from mpwatch.supervisor import errors, metrics, snapshot, spawn
+from mpwatch.supervisor.control.flame import FlameRecorder
 from mpwatch.supervisor.control.room import ControlRoom
 from mpwatch.supervisor.diagnose.dumps import Dumper
 from mpwatch.supervisor.diagnose.sampler import Sampler
@@ -110,7 +111,8 @@ class Run:
         self.log = EventLog(self.store, status_out)
         self.marks = Marks(self.run_id, os.getpid())  # every process of the run (supervisor.workers.marks)
         self.groups = ProcessGroups(self.workers, self.lock, self.log, opts.stop_signal, self.marks)
-        self.control = ControlRoom(self.workers, self.lock, self.log, self.flush_interval, self.store)
+        self.control = ControlRoom(self.workers, self.lock, self.log, self.flush_interval, self.store,
+                                   FlameRecorder(self.store, settings.pyspy, self.run_id))
         self.gpu = GpuWatch.for_run(self)  # NVML starts on its own thread (setup): never waited on
         self.ledger = ReportLedger(self.workers, self.lock, self.log, self.control, self.gpu)
         self.hub = ChannelHub(str(rt / f"{self.run_id}.chan"), self.authkey, self.ledger)

@@ -95,11 +95,7 @@ def build(run: RunView, tail: int = TAIL) -> Status:
             alerts=run.log.alerts(), events_seq=run.log.seq,
             straggler=culprit.analyze(workers),  # lags, and the likely culprit of a hang
             tunables=control.tunables, checkpoints=control.checkpoints)
-        if control.profiles:
-            st["profiles"] = control.profiles
-        if control.memory_snapshots:
-            st["memory_snapshots"] = control.memory_snapshots
-        return st
+        return control.into(st)  # each action's list (contract.control.ControlView)
 
 
 def gpu_reasons(gpu: GpuWatch, views: Sequence[GpuView], workers: Mapping[int, Worker]) -> dict[int, str]:

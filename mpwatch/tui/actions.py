@@ -1,6 +1,6 @@
-"""The keys that act on the run (pause, kill, restart, resize, dump, stop, checkpoint, a CUDA
-memory snapshot, a tunable's value) and, from tui.view_actions, the ones that only change the view (filter,
-sort, fold), as the base class of the App. Every control
+"""The keys that act on the run (pause, kill, restart, resize, dump, stop, checkpoint, profile,
+a CUDA memory snapshot, a tunable's value) and, from tui.view_actions, the ones that only change
+the view (filter, sort, fold), as the base class of the App. Every control
 request runs on a worker thread and reports back with ActionDone, so the UI thread never
 waits on the socket, and every action says what happened (the supervisor's reply, or why
 it failed). Methods run on the UI thread unless said otherwise.
@@ -17,6 +17,7 @@ from textual.binding import Binding
 from textual.message import Message
 from textual.scrollbar import ScrollBar
 
+from mpwatch.contract.actions import PROFILE_STEPS
 from mpwatch.contract.status import State, Status, WorkerStatus
 from mpwatch.sources.local import ClientError, who
 from mpwatch.sources.source import Source
@@ -26,6 +27,7 @@ from mpwatch.tui.render import segs, stop_text, view
 from mpwatch.tui.render.glyphs import Glyphs
 from mpwatch.tui.screens.checkpoint import CheckpointDialog
 from mpwatch.tui.screens.confirm import Choice, ChoiceDialog, ConfirmDialog
+from mpwatch.tui.screens.profile import ProfileDialog
 from mpwatch.tui.screens.quit import QuitDialog
 from mpwatch.tui.view_actions import ViewActions
 from mpwatch.tui.widgets.scrollbars import AsciiScrollBarRender, WholeCellScrollBarRender
@@ -292,6 +294,22 @@ class RunActions(ViewActions, App[Outcome]):
             rank = w["rank"]
             self._request(f"memory snapshot rank {rank}",
                           lambda: self._actions().ask("memory", rank, by=who("tui"))["message"])
+
+    def action_profile(self) -> None:
+        """`o`: the selected rank or every rank, asked first (supervisor.control.actions)."""
+        w = self._selected("profile")
+        if w is None or self.status is None:
+            return
+        rank = w["rank"]
+
+        def chosen(choice: str | None) -> None:
+            if choice is None:
+                self.say("profile cancelled", notify=False)
+                return
+            target: int | str = rank if choice == "rank" else "all"
+            self._request(f"profile {target}", lambda: self._actions().ask(
+                "profile", target, by=who("tui"), steps=PROFILE_STEPS)["message"])
+        self.push_screen(ProfileDialog(rank, len(self.status["workers"])), chosen)
 
     def may_act(self, verb: str) -> bool:
         """Whether the keys that act work here (a live run, connected); says why not."""

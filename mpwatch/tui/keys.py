@@ -64,6 +64,8 @@ LIVE: tuple[Key, ...] = (
         tooltip="dump the stacks of the selected worker (faulthandler, py-spy)"),
     Key("M", "memory", "CUDA memory snapshot", show=False, acts=True,
         tooltip="the selected worker's CUDA memory snapshot, into rank-N/memory/"),
+    Key("o", "profile", "Profile", show=False, acts=True,
+        tooltip="profile the selected worker or all: a trace of its next steps"),
     Key("e", "events", "Events", show=False, tooltip="events: every event of the run, from the first"),
     Key("slash", "filter", "Filter", tooltip="filter the rows by rank, pid, state or cause"),
     Key("escape", "clear_filter", "Clear the filter", show=False, key_display="Esc",

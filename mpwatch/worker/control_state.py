@@ -129,7 +129,9 @@ class ControlState:
     def _receive_action(self, t: str, rid: int, step: int | None, msg: dict[str, object]) -> bool:
         if not self._new(rid):
             return True
-        if t in protocol.TORCH_ACTIONS and "torch" not in sys.modules:  # said at once: py-spy, perhaps
+        due = step is None or self.chan.state.step >= step
+        if t in protocol.TORCH_ACTIONS and due and "torch" not in sys.modules:
+            # said now, not at a step boundary a process may never reach: py-spy instead, perhaps
             self.result(rid, {"state": "failed", "why": NO_TORCH, "no_torch": True})
             return True
         self.acts_in.append((step, rid, t, msg))

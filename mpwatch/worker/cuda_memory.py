@@ -41,6 +41,8 @@ HISTORY_MAX = 10_000_000  # entries: a value past this in the environment is not
 OOM_SNAPSHOTS_MAX = 4  # snapshots a process writes at OOMs (a script may catch OOMs in a loop)
 ERROR_MAX = 300  # characters of why something was not done
 SAME_OOM_S = 30.0  # an OutOfMemoryError raised this soon after the observer saw an OOM is that OOM's
+SUFFIX = ".pickle"  # rundir.layout's SNAPSHOT_SUFFIX (the worker side does not load layout)
+SNAPSHOT_MAX = 2 << 30  # bytes of a pickled snapshot: past them none is kept (memory_viz reads far less)
 
 _armed: Forensics | None = None
 
@@ -84,7 +86,7 @@ class Forensics:
         self.torch = torch
         self.chan = chan
         self.history = history  # entries torch keeps; 0: no history
-        self.folder = folder  # rank-N/memory/ (rundir.snapshots); None: nowhere to write
+        self.folder = folder  # rank-N/memory/ (rundir.rank_files writes there); None: nowhere to write
         self.cuda = False  # the process initialised CUDA
         self.recording = False  # torch records the history
         self.history_error: str | None = None
@@ -208,21 +210,25 @@ class Forensics:
         (an OOM's): (path, None), or (None, why not)."""
         if self.folder is None:
             return None, "no folder for snapshots (an mpwatch older than this rank's)"
-        from mpwatch.rundir import snapshots  # stdlib, loaded at the first snapshot
+        from mpwatch.rundir.rank_files import own_name  # stdlib, loaded at the first snapshot
 
         self.written += 1
-        return self.write_to(os.path.join(self.folder, snapshots.name(kind, os.getpid(), self.written)))
+        path, _, error = self.write_to(os.path.join(self.folder, own_name(kind, os.getpid(), self.written,
+                                                                          SUFFIX)))
+        return path, error
 
-    def write_to(self, path: str) -> tuple[str | None, str | None]:
+    def write_to(self, path: str) -> tuple[str | None, int, str | None]:
         """torch.cuda.memory._snapshot() pickled to `path` (a new file of the rank's folder: the
-        supervisor's name for an asked one): (path, None), or (None, why not)."""
+        supervisor's name for an asked one), by the writer of a rank's files (rundir.rank_files):
+        (path, its size, None), or (None, 0, why not)."""
         try:
             import pickle
 
-            from mpwatch.rundir import snapshots
+            from mpwatch.rundir.rank_files import RankFolder
 
-            snap = self.torch.cuda.memory._snapshot()
-            folder, name = os.path.split(path)
-            return snapshots.write_new(folder, name, lambda f: pickle.dump(snap, f)), None
+            with RankFolder(path) as folder:
+                snap = self.torch.cuda.memory._snapshot()
+                size = folder.write(lambda f: pickle.dump(snap, f), SNAPSHOT_MAX)
+            return path, size, None
         except Exception as exc:  # noqa: BLE001 - a full disk, a planted link: said, never raised
-            return None, _why(exc)
+            return None, 0, _why(exc)

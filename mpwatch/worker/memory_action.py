@@ -1,7 +1,7 @@
 """A CUDA memory snapshot of this process on demand (`mpwatch ctl memory`, the TUI's `M`):
 torch.cuda.memory._snapshot() at a step boundary, pickled where the supervisor said
-(rank-N/memory/, under rundir.snapshots' rules), as pytorch.org/memory_viz opens it; with
---cuda-memory-history its blocks carry the stacks that allocated them.
+(rank-N/memory/, by rundir.rank_files: the writer of a rank's files), as pytorch.org/memory_viz
+opens it; with --cuda-memory-history its blocks carry the stacks that allocated them.
 
 Runs on the training thread at the step boundary (worker.actions: report() with a step, or the
 automatic steps), through the process's CUDA memory forensics (worker.cuda_memory: torch's own,
@@ -40,12 +40,11 @@ def begin(answers: Answers, rid: int, at: int | None, step: int, frame: dict[str
         return None
     answers.answer(rid, at, step)
     t0 = time.perf_counter()
-    written, error = f.write_to(path)
+    written, size, error = f.write_to(path)
     held_ms = round((time.perf_counter() - t0) * 1000, 1)
     if written is None:
         answers.result(rid, {"state": "failed", "why": error or "not written", "held_ms": held_ms})
         return None
     note = None if f.recording else "no allocation history (--cuda-memory-history): blocks without stacks"
-    answers.result(rid, {"state": "written", "bytes": os.path.getsize(written), "held_ms": held_ms,
-                         "why": note})
+    answers.result(rid, {"state": "written", "bytes": size, "held_ms": held_ms, "why": note})
     return None

@@ -14,7 +14,8 @@ from tests.helpers import FIXTURES, mpwatch, wait_for
 pytestmark = pytest.mark.xdist_group("which_run")  # the two runs are started once, in one lane
 WORKER = FIXTURES / "tui_worker.py"
 FLOOD = FIXTURES / "forever.py"
-ACTING = ("paused", "resumed", "worker_exited", "dump", "stopping", "resized", "restarted")
+ACTING = ("paused", "resumed", "worker_exited", "dump", "stopping", "resized", "restarted",
+          "profile_requested", "memory_requested")
 
 
 @pytest.fixture(scope="module")
@@ -34,7 +35,8 @@ def ids(*runs) -> list[str]:
 
 
 @pytest.mark.parametrize("action", [["pause", "0"], ["resume", "0"], ["kill", "0"], ["restart", "all"],
-                                    ["dump", "0"], ["resize", "2"], ["stop"]])
+                                    ["dump", "0"], ["resize", "2"], ["stop"], ["profile", "0"],
+                                    ["memory", "0"]])
 def test_an_acting_command_without_run_refuses_among_several_live_runs(two_runs, action):
     older, newer = two_runs
     before = {run: len(run.events()) for run in two_runs}

@@ -4,6 +4,7 @@ every node at the same step (each node's supervisor says the step it would pick,
 wins), and the merged status shows one request with the answers of every node's ranks."""
 from __future__ import annotations
 
+import os
 import re
 
 from mpwatch.cli.attach_nodes import connect
@@ -49,5 +50,37 @@ def test_checkpoint_all_and_a_change_reach_every_node_at_one_step(headless):
         assert lr["ranks"] == [0, 1, 2] and len(lr["changes"]) == 1 and lr["value"] == 0.25
         assert [a["rank"] for a in lr["changes"][0]["answers"]] == [0, 1, 2]
         assert req["ranks"] == [0, 1, 2] and {a["step"] for a in req["answers"]} == {s} and not req["waiting"]
+    finally:
+        source.close()
+
+
+def test_a_profile_and_a_memory_snapshot_of_all_are_one_request_each_with_every_nodes_outcomes(headless):
+    """Every action's list joins the nodes' (sources.multinode.control_merge): a profile and a CUDA
+    memory snapshot asked of all through the merged view are one request each, with the outcome of
+    every rank of both nodes (here each one's refusal: the loop never imports torch, py-spy is off)."""
+    env = dict(os.environ, MPWATCH_PYSPY="off")
+    runs = [headless(LOOP, "0", "0.05", n=2, env=env), headless(LOOP, "0", "0.05", n=1, env=env)]
+    for run in runs:
+        wait_for(lambda run=run: all(w["step"] for w in run.status()["workers"]), what="steps")
+    source = connect([str(r.run_dir) for r in runs], Transport.from_settings(Settings()), Settings().tmpdir)
+    try:
+        wait_for(lambda: len(source.status(tail=0)["workers"]) == 3, what="the merged status")
+        profiled = source.ask("profile", "all", by="test", steps=2)
+        snapped = source.ask("memory", "all", by="test")
+        for run, n in zip(runs, (2, 1), strict=True):
+            run.wait_event("profile_failed", timeout=90, count=n)
+            run.wait_event("memory_failed", timeout=90, count=n)
+
+        def merged():
+            st = source.status(tail=0)
+            lists = [st.get("profiles") or [], st.get("memory_snapshots") or []]
+            return lists if all(len(reqs) == 1 and len(reqs[0]["results"]) == 3 for reqs in lists) else None
+        (profile,), (snapshot,) = wait_for(merged, timeout=30, what="the merged outcomes")
+        assert profile["step"] == profiled["step"] and profile["steps"] == 2
+        assert snapshot["step"] == snapped["step"] and "steps" not in snapshot
+        for req, why in ((profile, "py-spy is off"), (snapshot, "has not imported torch")):
+            assert req["ranks"] == [0, 1, 2] and not req["waiting"]
+            assert [r["rank"] for r in req["results"]] == [0, 1, 2]
+            assert all(r["state"] == "failed" and why in (r["why"] or "") for r in req["results"])
     finally:
         source.close()

@@ -21,7 +21,7 @@ from tests.tui.conftest import until
 from tests.tui.recorded import RecordedSource
 
 WANTED_ACTING = {"pause", "pause_all", "kill", "restart", "restart_all", "grow", "shrink", "dump",
-                 "checkpoint", "memory"}
+                 "checkpoint", "profile", "memory"}
 
 
 def live_app(**source) -> MpwatchApp:

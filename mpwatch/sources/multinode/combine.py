@@ -265,15 +265,12 @@ def merge(parts: Sequence[NodePart], events_seq: int = 0, ms: dict[int, NodeMap]
         alerts.insert(0, hang_alert)
     if standing is not None:
         alerts += merged_straggler.alerts(workers, standing, time.time())
-    live = [(p.status, ms[p.node].rank) for p in have if p.status is not None]
+    control = control_merge.view([(p.status, ms[p.node].rank) for p in have if p.status is not None])
     merged = Status(run=_run(parts, [p.status for p in have if p.status is not None]), workers=workers,
                     gpus=gpus, gpu_status="; ".join(notes) or None, alerts=alerts, events_seq=events_seq,
                     straggler=s, nodes=[node_status(p, ms[p.node]) for p in parts],
-                    tunables=control_merge.tunables(live), checkpoints=control_merge.checkpoints(live))
-    profiles = control_merge.profiles(live)
-    if profiles:
-        merged["profiles"] = profiles
-    return merged
+                    tunables=control.tunables, checkpoints=control.checkpoints)
+    return control.into(merged)
 
 
 # ---------------------------------------------------------- events, timeline ----

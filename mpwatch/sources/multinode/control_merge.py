@@ -1,17 +1,19 @@
-"""The tunables, checkpoint requests and profiles of several nodes as one run's (sources.multinode.combine
-calls it): ranks become global ranks; a request every node got at once (the merged source sends
-each the same step: sources.multinode.source) is one request, its answers and waiting ranks the
-nodes' together. Pure; called with the node parts in node order.
+"""The tunables and the actions' requests (checkpoints, profiles, memory snapshots: every action of
+contract.actions) of several nodes as one run's (sources.multinode.combine calls it): ranks become
+global ranks; a request every node got at once (the merged source sends each the same step:
+sources.multinode.source) is one request, its answers, waiting ranks and outcomes the nodes'
+together (a file's path stays its node's own). Pure; called with the node parts in node order.
 """
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from typing import Any, cast
 
+from mpwatch.contract.actions import ACTIONS, Action, record
+from mpwatch.contract.control import ControlView
 from mpwatch.contract.status import (
     ActionRequest,
-    CheckpointRequest,
     FileResult,
-    ProfileRequest,
     RankAnswer,
     Status,
     TunableChange,
@@ -70,9 +72,13 @@ def _same(out: Sequence[ActionRequest], r: ActionRequest) -> int | None:
 
 
 def _join(into: ActionRequest, mine: ActionRequest) -> None:
+    """Another node's part of the same request into it: its ranks, answers and outcomes."""
     for key in ("ranks", "waiting", "missed"):
         into[key] = sorted(into[key] + mine[key])
     into["answers"] = sorted(into["answers"] + mine["answers"], key=lambda a: a["rank"])
+    if "results" in mine:  # an action that has outcomes (contract.actions.record put them)
+        joined, theirs = cast(dict[str, Any], into), cast(dict[str, Any], mine)
+        joined["results"] = sorted(joined["results"] + theirs["results"], key=lambda x: x["rank"])
 
 
 def _mine(r: ActionRequest, rank: Rank) -> ActionRequest:
@@ -81,11 +87,12 @@ def _mine(r: ActionRequest, rank: Rank) -> ActionRequest:
                          missed=_global(r["missed"], rank))
 
 
-def checkpoints(parts: Sequence[tuple[Status, Rank]]) -> list[CheckpointRequest]:
-    out: list[CheckpointRequest] = []
+def requests(parts: Sequence[tuple[Status, Rank]], action: Action) -> list[ActionRequest]:
+    """Each node's requests of `action` (its list in the status), joined, with their outcomes."""
+    out: list[ActionRequest] = []
     for st, rank in parts:
-        for r in st.get("checkpoints") or []:
-            mine = CheckpointRequest(**_mine(r, rank))
+        for r in cast(list[ActionRequest], cast(dict[str, Any], st).get(action.key) or []):
+            mine = record(action, _mine(r, rank), r, _results(r, rank))
             at = _same(out, r)
             if at is None:
                 out.append(mine)
@@ -94,18 +101,12 @@ def checkpoints(parts: Sequence[tuple[Status, Rank]]) -> list[CheckpointRequest]
     return sorted(out, key=lambda r: r["ts"])
 
 
-def profiles(parts: Sequence[tuple[Status, Rank]]) -> list[ProfileRequest]:
-    """Each node's profiles, as checkpoints, with their outcomes (paths stay each node's own)."""
-    out: list[ProfileRequest] = []
-    for st, rank in parts:
-        for r in st.get("profiles") or []:
-            results = [FileResult(**{**x, "rank": g}) for x in r["results"]
-                       if (g := rank(x["rank"])) is not None]
-            mine = ProfileRequest(**_mine(r, rank), steps=r["steps"], results=results)
-            at = _same(out, r)
-            if at is None:
-                out.append(mine)
-            else:
-                _join(out[at], mine)
-                out[at]["results"] = sorted(out[at]["results"] + results, key=lambda x: x["rank"])
-    return sorted(out, key=lambda r: r["ts"])
+def _results(r: ActionRequest, rank: Rank) -> list[FileResult]:
+    """A node's outcomes of a request (an action that has them), on global ranks."""
+    mine = cast(list[FileResult], cast(dict[str, Any], r).get("results") or [])
+    return [FileResult(**{**x, "rank": g}) for x in mine if (g := rank(x["rank"])) is not None]
+
+
+def view(parts: Sequence[tuple[Status, Rank]]) -> ControlView:
+    """Control's part of the merged status: the tunables and every action's requests."""
+    return ControlView(tunables(parts), {a.name: requests(parts, a) for a in ACTIONS.values()})

@@ -269,8 +269,4 @@ def status_at(events: EventsFile, gpu: GpuFile, facts: RunFacts, run: RunFold, p
     st = Status(run=info, workers=workers, gpus=views, gpu_status=gpu_status, alerts=list(run.alerts),
                 events_seq=min(pos + 1, len(events.events)), straggler=straggler(workers, run),
                 tunables=control.tunables, checkpoints=control.checkpoints)
-    if control.profiles:
-        st["profiles"] = control.profiles
-    if control.memory_snapshots:
-        st["memory_snapshots"] = control.memory_snapshots
-    return st
+    return control.into(st)  # each action's list, as the live status has them

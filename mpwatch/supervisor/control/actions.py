@@ -1,5 +1,5 @@
-"""The requests of actions at one step (contract.actions: "checkpoint now", a profile), from
-the ask to each rank's answer and outcome: one desk for every action.
+"""The requests of actions at one step (contract.actions: "checkpoint now", a profile, a CUDA
+memory snapshot), from the ask to each rank's answer and outcome: one desk for every action.
 
 - `ask` (the main thread, from a control command): the ranks reached, the step (one on every
   rank asked of all: supervisor.control.reach), the request recorded, an event, a frame down
@@ -44,7 +44,6 @@ from mpwatch.text import fmt
 
 Reply = dict[str, Any]
 Pending = list[tuple[Event, int | None, dict[str, Any]]]  # events to write once the lock is released
-TOOL = {a.name: a.tool for a in ACTIONS.values() if a.tool}  # what writes each action's files
 NOT_WRITTEN = "its process ended before it was written"
 
 
@@ -91,7 +90,9 @@ class ActionDesk:
             self.book.asked[action.name].append(req)
             quiet = [w.rank for w in reach_ if action is CHECKPOINT and not w.attempt.polls]
         lost = reach.send(reach_, lambda w: self._frame(req, w.rank), req, self.lock)
-        self.log.event(action.requested, None, id=req.id, ranks=sorted(req.asked), step=step, by=by, **args)
+        # at the request's own time: the replay's record of it is the live one
+        self.log.event(action.requested, None, ts=req.ts, id=req.id, ranks=sorted(req.asked), step=step,
+                       by=by, **args)
         for w in spy:
             self.spy(w, req, f"rank {w.rank} has no channel to mpwatch")
         notes = reach.apart_notes(picked)
@@ -109,13 +110,13 @@ class ActionDesk:
             return
         if self.store is None:
             raise CommandError(f"no run directory to write {action.name}s into")
-        stem = layout.action_stem(req.ts, req.id)
+        name = layout.action_stem(req.ts, req.id) + action.suffix
         for r in sorted(req.asked):
             try:
                 folder = self.store.action_dir(r, action.folder)
             except OSError as exc:
                 raise CommandError(f"cannot make rank {r}'s folder for it: {exc.strerror or exc}") from None
-            req.paths[r] = str((folder / (stem + action.suffix)).relative_to(self.store.dir))
+            req.paths[r] = str((folder / name).relative_to(self.store.dir))
 
     def _frame(self, req: Asked, rank: int) -> bytes:
         msg: dict[str, Any] = {"t": req.action, "id": req.id, "step": req.step, **req.args}
@@ -138,8 +139,8 @@ class ActionDesk:
         req.answers[rank] = RankAnswer(rank=rank, step=e.step, late=e.late)
         req.asked.add(rank)
         fields: dict[str, Any] = {"id": req.id, "step": e.step, "at": req.step, "late": e.late}
-        if req.action in TOOL:
-            fields["tool"] = TOOL[req.action]
+        if _action(req).tool:
+            fields["tool"] = _action(req).tool
         events.append((_action(req).started, rank, fields))
 
     def outcome(self, rank: int, req: Asked, e: Result, events: Pending) -> None:
@@ -152,7 +153,7 @@ class ActionDesk:
             threading.Thread(target=self.spy, args=(w, req, f"rank {rank} has not imported torch"),
                              name="mpwatch-flame", daemon=True).start()
             return
-        self._result(req, read_result(rank, e.fields, TOOL.get(req.action, "?"), req.paths.get(rank)), events)
+        self._result(req, read_result(rank, e.fields, _action(req).tool or "?", req.paths.get(rank)), events)
 
     def _result(self, req: Asked, r: FileResult, events: Pending) -> None:
         req.results[r["rank"]] = r
@@ -204,7 +205,7 @@ class ActionDesk:
                     events.append((_action(req).missed, w.rank, {"id": req.id, "at": req.step,
                                                                  "why": "its process ended first"}))
                 elif not req.no_outcome and w.rank in req.paths:
-                    r = FileResult(rank=w.rank, state="failed", tool=TOOL.get(req.action, "?"),
+                    r = FileResult(rank=w.rank, state="failed", tool=_action(req).tool or "?",
                                    path=req.paths[w.rank], bytes=None, why=NOT_WRITTEN, steps=None, top=[],
                                    held_ms=None)
                     self._result(req, r, events)

@@ -1,6 +1,6 @@
 """The run's tunables: what the ranks declared (mpwatch.tunable's first call), each one's
 value in force, and its recent changes with each rank's answer; and the requests of actions
-(contract.actions: checkpoints, profiles) with theirs. Plain records, changed by
+(contract.actions: checkpoints, profiles, memory snapshots) with theirs. Plain records, changed by
 supervisor.control.room and supervisor.control.actions under the run's lock; `status()` copies
 them into contract.control's records for the snapshot.
 
@@ -17,12 +17,9 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
-from mpwatch.contract.actions import ACTIONS, KEPT, ActionRequest, FileResult
+from mpwatch.contract.actions import ACTIONS, KEPT, ActionRequest, FileResult, record
 from mpwatch.contract.control import (
-    CheckpointRequest,
     ControlView,
-    MemoryRequest,
-    ProfileRequest,
     RankAnswer,
     TunableChange,
     TunableStatus,
@@ -42,7 +39,7 @@ class Request:
     by: str
     step: int | None
     asked: set[int]  # ranks whose channel got it
-    ts: float = field(default_factory=time.time)
+    ts: float = field(default_factory=lambda: round(time.time(), 6))  # as events.jsonl keeps it
     answers: dict[int, RankAnswer] = field(default_factory=dict)
     missed: set[int] = field(default_factory=set)  # ended before answering
 
@@ -71,6 +68,9 @@ class Asked(Request):
     def record(self) -> ActionRequest:
         return ActionRequest(id=self.id, ts=self.ts, by=self.by, step=self.step, ranks=sorted(self.asked),
                              answers=self.answers_list(), waiting=self.waiting(), missed=sorted(self.missed))
+
+    def results_list(self) -> list[FileResult]:
+        return [self.results[k].copy() for k in sorted(self.results)]
 
 
 @dataclass(eq=False)
@@ -192,10 +192,6 @@ class Registry:
 
     def status(self) -> ControlView:
         tunables = [self.tunables[n].status() for n in sorted(self.tunables)]
-        checkpoints = [CheckpointRequest(**r.record()) for r in self.asked["checkpoint"]]
-        profiles = [ProfileRequest(**r.record(), steps=r.args.get("steps", 0),
-                                   results=[r.results[k].copy() for k in sorted(r.results)])
-                    for r in self.asked["profile"]]
-        snapshots = [MemoryRequest(**r.record(), results=[r.results[k].copy() for k in sorted(r.results)])
-                     for r in self.asked["memory"]]
-        return ControlView(tunables, checkpoints, profiles, snapshots)
+        requests = {name: [record(ACTIONS[name], r.record(), r.args, r.results_list()) for r in reqs]
+                    for name, reqs in self.asked.items()}
+        return ControlView(tunables, requests)

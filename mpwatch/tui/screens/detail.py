@@ -1,7 +1,9 @@
 """The detail view of one worker (Enter): its pace (seconds a step, each phase and its speed
 against the other ranks), the loss plot of all ranks with this one highlighted (on the log scale
-where the loss spans 10x; `y` switches), the end of its stdout and stderr, its latest stack dump
-(the main thread first, mpwatch's threads folded, one line a frame), its children.
+where the loss spans 10x; `y` switches), its latest profile once one was asked (`o`: where it
+stands, where its trace is, its top operators by self time), the end of its stdout and stderr,
+its latest stack dump (the main thread first, mpwatch's threads folded, one line a frame), its
+children.
 
 Data is fetched on a worker thread once a second and posted back as a message; after the
 run has ended it comes from the run directory. Drawing runs on the UI thread.
@@ -18,8 +20,8 @@ from textual.containers import Horizontal, VerticalScroll
 from textual.message import Message
 from textual.widgets import Static
 
-from mpwatch.contract.status import WorkerStatus
-from mpwatch.text import fmt, stackfmt
+from mpwatch.contract.status import ProfileRequest, WorkerStatus
+from mpwatch.text import fmt, profile_text, stackfmt
 from mpwatch.tui import rundata
 from mpwatch.tui.render import pace, view
 from mpwatch.tui.screens.run_screen import RunScreen
@@ -28,6 +30,8 @@ from mpwatch.tui.widgets.loss_plot import LossPlot
 
 LOG_LINES = 40  # the most a log box shows: the file's last lines, as many as fit
 OVERLAY_RANKS = 16  # at most this many curves besides the selected one
+TOP_SHOWN = (4, 8)  # operators of a profile the view lists, on a short and a tall screen (the trace has all)
+TALL = 40  # rows from which a screen is tall
 
 
 @dataclass(frozen=True)
@@ -73,6 +77,22 @@ def dump_text(dump: str, can_act: bool = True) -> Text:
     return text
 
 
+def profile_view(w: WorkerStatus, profiles: list[ProfileRequest], top_n: int) -> Text | None:
+    """The rank's latest profile: the request and where it stands, then its top operators."""
+    req = profile_text.latest(profiles, w["rank"])
+    if req is None:
+        return None
+    text = Text(no_wrap=True, overflow="ellipsis")
+    text.append(profile_text.request_text(req), style="bold")
+    state = profile_text.state_text(req, w["rank"], w["step"])
+    text.append("\n" + state, style="red" if state.startswith(("failed", "missed")) else "")
+    top = profile_text.top_lines(profile_text.result(req, w["rank"]), top_n)
+    if top:
+        text.append("\n" + top[0], style="bold")
+        text.append("\n" + "\n".join(top[1:]))
+    return text
+
+
 def _plain(lines: list[str], empty: str) -> Text:
     if not lines:
         return Text(empty, style="bright_black")
@@ -91,12 +111,14 @@ class DetailScreen(RunScreen):
         self.loads = 0
         self.title_bar = Static(id="detail-title")
         self.pace_line = Static(id="detail-pace")
+        self.profile_pane = Static(id="detail-profile")
         self.children_pane = Static(id="detail-children")
 
     def compose(self) -> ComposeResult:
         yield self.title_bar
         yield self.pace_line
         yield LossPlot(self.run.glyphs, id="detail-plot")
+        yield self.profile_pane
         with Horizontal(id="detail-logs"):
             with VerticalScroll(classes="pane"):
                 yield Static("stdout", classes="pane-title")
@@ -143,6 +165,12 @@ class DetailScreen(RunScreen):
             t.append(f"\nCUDA memory snapshot: {memory['snapshot']} (pytorch.org/memory_viz opens it)")
         self.title_bar.update(t)
         self.pace_line.update(Text(pace.pace_text(w, g), style="" if w["pace"] else "bright_black"))
+        st = self.run.status
+        top_n = TOP_SHOWN[self.size.height >= TALL]
+        prof = profile_view(w, (st.get("profiles") or []) if st is not None else [], top_n)
+        self.profile_pane.display = prof is not None
+        if prof is not None:
+            self.profile_pane.update(prof)
         body = [f"{c['pid']}  {c['status']}  cpu {fmt.num(c['cpu_percent'], na='-')}%  "
                 f"rss {fmt.size(c['rss_bytes'])}  {c['cmd'] or c['name']}" for c in w["children"]]
         self.children_pane.update(_plain(body, "no child processes"))
