@@ -429,7 +429,10 @@ def scenarios(ghost: int) -> dict[str, Scenario]:
                    "rank 0's loss below 0.01 (step 200)": lambda st: (_w(st, 0)["step"] or 0) > 200,
                    "rank 1 stuck in its frame": lambda st: bool((_w(st, 1)["stall"] or {}).get("where")),
                    "rank 3 restarted once": lambda st: _w(st, 3)["restarts"] == 1,
-                   "rank 4 back after its restart": lambda st: _w(st, 4)["restarts"] == 1 and (_w(st, 4)["step"] or 0) > 45}
+                   "rank 4 back after its restart": lambda st: _w(st, 4)["restarts"] == 1 and (_w(st, 4)["step"] or 0) > 45,
+                   # the stepping ranks' paces compared (contract.pace: enough steps and seconds each)
+                   "ranks 0 and 4 paced against each other": lambda st: all(
+                       (_w(st, r)["pace"] or {}).get("relative") for r in (0, 4))}
     container = {**on_gpus(2), "6 s of GPU data": lambda st: st["run"]["uptime"] >= 6,
                  "each GPU lists its rank's process": lambda st: all(g["processes"] for g in st["gpus"]),
                  "the GPU line says the pids are not visible": lambda st: "not visible" in (st["gpu_status"] or ""),
