@@ -127,6 +127,21 @@ class Rig:
             p.wait()
 
 
+def rigs(tmp_path, **fixed):
+    """A fixture's body: `make(...)` builds a Rig (with `fixed` arguments), each closed at the test's end."""
+    made: list[Rig] = []
+
+    def make(*a, **k):
+        r = Rig(tmp_path, *a, **fixed, **k)
+        made.append(r)
+        return r
+    try:
+        yield make
+    finally:
+        for r in made:
+            r.close()
+
+
 def _children(pid: int) -> list[int]:
     import psutil
 

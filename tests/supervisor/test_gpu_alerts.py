@@ -5,7 +5,7 @@ what it publishes, and called directly on those same views where a threshold is 
 import pytest
 
 from mpwatch.supervisor.gpu import alerts, rank_alerts
-from tests.supervisor.gpu_rig import GiB, MiB, Rig, cuda
+from tests.supervisor.gpu_rig import GiB, MiB, cuda, rigs
 
 TWO = [{"name": "Fake A", "mem_total": 80 * GiB, "uuid": "GPU-aaaa"},
        {"name": "Fake B", "mem_total": 80 * GiB, "uuid": "GPU-bbbb"}]
@@ -13,15 +13,7 @@ TWO = [{"name": "Fake A", "mem_total": 80 * GiB, "uuid": "GPU-aaaa"},
 
 @pytest.fixture
 def rig(tmp_path):
-    made = []
-
-    def make(*a, **k):
-        r = Rig(tmp_path, *a, **k)
-        made.append(r)
-        return r
-    yield make
-    for r in made:
-        r.close()
+    yield from rigs(tmp_path)
 
 
 def frames(*gpus, at=0):

@@ -6,7 +6,7 @@ import pytest
 
 from mpwatch.contract.status import leaves
 from mpwatch.supervisor.gpu import ranks
-from tests.supervisor.gpu_rig import GiB, Rig, cuda
+from tests.supervisor.gpu_rig import GiB, cuda, rigs
 
 A100 = {"name": "NVIDIA A100-SXM4-80GB", "uuid": "GPU-a100", "mem_total": 80 * GiB, "mig": [
     {"uuid": "MIG-aaaa", "gi": 1, "ci": 0, "profile": "3g.40gb", "mem_total": 40 * GiB},
@@ -20,15 +20,7 @@ def on_slices(first: list, second: list) -> dict:
 
 @pytest.fixture
 def rig(tmp_path, libnvml, monkeypatch):
-    made = []
-
-    def make(scenario, **kw):
-        r = Rig(tmp_path, scenario, lib=libnvml, monkeypatch=monkeypatch, **kw)
-        made.append(r)
-        return r
-    yield make
-    for r in made:
-        r.close()
+    yield from rigs(tmp_path, lib=libnvml, monkeypatch=monkeypatch)
 
 
 def kinds(views) -> list[str]:

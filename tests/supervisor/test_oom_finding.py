@@ -10,7 +10,7 @@ import pytest
 from mpwatch.supervisor.gpu import oom_words
 from mpwatch.supervisor.gpu.alerts import AlertConfig
 from mpwatch.worker.torch_scripted import oom_message
-from tests.supervisor.gpu_rig import GiB, MiB, Rig, cuda
+from tests.supervisor.gpu_rig import GiB, MiB, Rig, cuda, rigs
 
 TWO = [{"name": "Fake A", "mem_total": 80 * GiB, "uuid": "GPU-aaaa"},
        {"name": "Fake B", "mem_total": 80 * GiB, "uuid": "GPU-bbbb"}]
@@ -25,15 +25,7 @@ PROCESSES = ("CUDA out of memory. Tried to allocate 20.00 MiB. GPU 0 has a total
 
 @pytest.fixture
 def rig(tmp_path):
-    made = []
-
-    def make(*a, **k):
-        r = Rig(tmp_path, *a, **k)
-        made.append(r)
-        return r
-    yield make
-    for r in made:
-        r.close()
+    yield from rigs(tmp_path)
 
 
 def record(seq=1, alloc=2 * GiB, free=GiB, allocated=19 * GiB, reserved=int(19.5 * GiB), **more):
