@@ -55,8 +55,11 @@ def test_follow_prints_what_is_appended_and_ends_with_the_run(headless, tmp_path
 def test_follow_ends_quietly_on_ctrl_c(headless, tmp_path):
     run = headless(FIXTURES / "ticker.py", tmp_path / "never", n=1)
     wait_for(lambda: "tick 1\n" in run.log(0), what="rank 0 ticking")
+    # Ctrl-C as a terminal sends it: a suite started in the background (`cmd &` in a script)
+    # ignores SIGINT, and a child would inherit that and never see it
     follow = subprocess.Popen([*MPWATCH, "ctl", "--run", str(run.run_dir), "logs", "0", "--follow"],
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         ready, _, _ = select.select([follow.stdout], [], [], 60)
         assert ready and follow.stdout.readline().startswith(b"tick ")
