@@ -189,6 +189,17 @@ class HeadlessRun:
             return recs if len(recs) >= count else None
         return wait_for(found, timeout, what=f"{count} '{kind}' event(s)")
 
+    def wait_declared(self, name: str, timeout: float = 120) -> None:
+        """Every rank of the status declared tunable `name` (a `tunable_declared` event is the
+        run's first declaration only: by whichever rank came first), and steps at a known pace
+        (a change's step is picked from it)."""
+        def done() -> bool:
+            st = self.status()
+            t = next((t for t in st["tunables"] if t["name"] == name), None)
+            ranks = sorted(w["rank"] for w in st["workers"])
+            return t is not None and t["ranks"] == ranks and all(w["steps_per_s"] for w in st["workers"])
+        wait_for(done, timeout, what=f"every rank declaring {name}, at a known pace")
+
     def ctl(self, *args, check: bool = True, timeout: float = 60) -> subprocess.CompletedProcess:
         res = mpwatch("ctl", "--run", self.run_dir, *args, timeout=timeout)
         if check:

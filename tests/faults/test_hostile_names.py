@@ -26,6 +26,7 @@ def test_a_newline_in_the_scripts_name_never_splits_a_headless_line(headless, tm
 def test_ctl_set_takes_a_negative_number_as_its_value(headless):
     run = headless(LOOP, "0", "0.05", n=2)
     run.wait_event("tunable_declared", count=4)
+    run.wait_declared("lr")
     wait_for(lambda: all(w["step"] for w in run.status()["workers"]), what="every rank's steps")
     said = run.ctl("set", "lr", "-1e-3").stdout
     assert said.startswith("lr = -0.001 from step ") and said.rstrip().endswith("on ranks 0-1 (now 0.1)"), said

@@ -15,7 +15,7 @@ from mpwatch.tui.render import glyphs
 from mpwatch.tui.replay_app import ReplayApp
 from mpwatch.tui.screens.help import HelpScreen
 from mpwatch.tui.screens.tunables import TunablesScreen
-from tests.helpers import FIXTURES, mpwatch, wait_for
+from tests.helpers import FIXTURES, mpwatch
 from tests.replay.conftest import seek
 from tests.tui.conftest import drawn, said, until
 
@@ -25,10 +25,7 @@ def tuned(record):
     """control_loop.py on 2 ranks: lr set to 0.5, then a checkpoint of all, then the run stopped."""
     def drive(run):
         run.wait_event("tunable_declared", count=4)  # the run's first declarations: by either rank
-        # both ranks stepping at a known pace: a rank that declares after the set starts with the
-        # value (no answer), and with no pace the step picked is the next one, late under load
-        wait_for(lambda: all(w["step"] and w["steps_per_s"] for w in run.status()["workers"]), 120,
-                 what="both ranks stepping at a known pace")
+        run.wait_declared("lr")
         run.ctl("set", "lr", "0.5")
         run.wait_event("tunable_applied", count=2, timeout=60)
         run.ctl("checkpoint", "all")

@@ -25,6 +25,7 @@ def _answers(run, event: str, rid: int, n: int) -> list[dict]:
 def test_checkpoint_and_set_take_effect_at_one_step_on_every_rank(headless):
     run = headless(LOOP, "0", "0.05", n=3)
     run.wait_event("tunable_declared", count=4)
+    run.wait_declared("lr")
     wait_for(lambda: all(w["step"] for w in run.status()["workers"]), what="every rank's steps")
     said = run.ctl("checkpoint", "all").stdout
     m = re.match(r"checkpoint asked of ranks 0-2 at step (\d+)", said)
@@ -64,6 +65,7 @@ def test_checkpoint_and_set_take_effect_at_one_step_on_every_rank(headless):
 def test_a_bad_value_a_name_nobody_declared_or_a_step_already_past_is_one_line(headless):
     run = headless(LOOP, "0", "0.05", n=2)
     run.wait_event("tunable_declared", count=4)
+    run.wait_declared("lr")
     wait_for(lambda: all((w["step"] or 0) > 5 for w in run.status()["workers"]), what="steps")
     one_line_error(run.ctl("set", "lr", "fast", check=False), "lr is a float: expected a float, got 'fast'")
     one_line_error(run.ctl("set", "batch", "1.5", check=False), "batch is an int: expected an int")
@@ -81,6 +83,7 @@ def test_a_bad_value_a_name_nobody_declared_or_a_step_already_past_is_one_line(h
 def test_one_rank_takes_it_at_its_next_call_and_one_that_never_asks_misses_it_when_it_ends(headless):
     run = headless(LOOP, "0", "0.05", "nocheck", n=2)
     run.wait_event("tunable_declared", count=4)
+    run.wait_declared("lr")
     said = run.ctl("checkpoint", "1").stdout
     assert said.startswith("checkpoint asked of rank 1 at its next call")
     assert "rank 1 never called mpwatch.should_checkpoint() yet" in said
@@ -100,6 +103,7 @@ def first_values(log: str, after: str | None) -> str:
 def test_a_rank_started_again_or_by_a_resize_says_why_it_stopped_and_starts_with_the_values_set(headless):
     run = headless(LOOP, "0", "0.05", n=2)
     run.wait_event("tunable_declared", count=4)
+    run.wait_declared("lr")
     run.ctl("set", "batch", "64")
     run.ctl("set", "on", "yes")
     _answers(run, "tunable_applied", 2, 2)
@@ -149,6 +153,7 @@ def test_a_value_set_for_a_later_step_is_pending_and_a_rank_started_again_before
     once and the restarted ranks read 0.5 at step 0."""
     run = headless(LOOP, "0", "0.03", n=2)
     run.wait_event("tunable_declared", count=4)
+    run.wait_declared("lr")
     wait_for(lambda: all((w["step"] or 0) >= 5 for w in run.status()["workers"]), what="both ranks stepping")
     at = max(w["step"] for w in run.status()["workers"]) + 150
     said = run.ctl("set", "lr", "0.5", "--at-step", str(at)).stdout

@@ -18,12 +18,15 @@ def test_memory_high_leaves_the_drivers_reserve_out(headless, tmp_path, libnvml)
                                       "frames": [{"gpus": gpus}]})
     run = headless(REPORTER, "100000", n=2, opts=FAST, env=env)
     (ev,) = run.wait_event("gpu_alert", lambda e: e["kind"] == "memory_high", timeout=60)
-    assert (ev["gpu"], ev["rank"], ev["fraction"], ev["severity"]) == (0, 0, 0.944, "warning"), ev
+    assert (ev["gpu"], ev["fraction"], ev["severity"]) == (0, 0.944, "warning"), ev
     assert "memory at 94% (8.5 GiB of 9.0 GiB; the driver keeps 1.0 GiB)" in ev["message"], ev["message"]
-    assert "rank 0 holds the most" in ev["message"]
+    # who holds it: the live alert names rank 0 once a sample has placed its process (the stand-in
+    # counts the memory from the first sample, the rank's process maybe before its pid is known)
+    high = wait_for(lambda: next((a for a in run.status()["gpus"][0]["alerts"] if a["kind"] == "memory_high"
+                                  and a["rank"] == 0), None), 60, what="memory_high naming rank 0")
+    assert "rank 0 holds the most" in high["message"], high["message"]
     g0, g1 = run.status()["gpus"]
     assert (g0["mem_used"], g0["mem_total"], g0["mem_reserved"]) == (8.5 * GiB, 10 * GiB, GiB)
-    assert "memory_high" in {a["kind"] for a in g0["alerts"]}
     # GPU 1 at 83% of what the ranks may use stays silent over several more samples
     seen = g1["processes_ts"]
     wait_for(lambda: run.status()["gpus"][1]["processes_ts"] > seen + 2.0, 60, what="more samples of GPU 1")

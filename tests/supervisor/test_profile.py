@@ -18,9 +18,11 @@ LOOP = FIXTURES / "auto_loop.py"
 
 
 def _stepping(run, n: int, past: int = 3) -> None:
-    wait_for(lambda: len(run.status()["workers"]) == n and all((w["step"] or 0) >= past
+    """n ranks past step `past`, at a known pace: the step a request starts at is picked from it
+    (unknown, the next one, which a loaded machine's delivery misses)."""
+    wait_for(lambda: len(run.status()["workers"]) == n and all((w["step"] or 0) >= past and w["steps_per_s"]
                                                               for w in run.status()["workers"]),
-             timeout=120, what=f"{n} rank(s) stepping")
+             timeout=120, what=f"{n} rank(s) stepping at a known pace")
 
 
 def _trace(run, rel: str) -> dict:
