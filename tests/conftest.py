@@ -1,6 +1,6 @@
 """The harness every test gets for free:
 
-- Its own runtime directory (XDG_RUNTIME_DIR) per pytest process: `make test` runs two lanes
+- Its own runtime directory (XDG_RUNTIME_DIR) per pytest process: `make test` runs four lanes
   (pytest-xdist, `-n 2 --dist loadgroup`), and a lane never sees the other's runs in
   `mpwatch ls`, nor the user's own. Ports come from the OS, tmux sockets and sshd folders are
   made unique by the tests themselves.
