@@ -119,26 +119,19 @@ class RankFolder:
     def write(self, fill: Callable[[Sink], object], limit: int) -> int:
         """The file, filled by `fill` (a pickle's dump), whole or not at all: its size. TooBig
         past `limit` bytes; FileExistsError when its name is taken; OSError as the disk says."""
-        part, fd = self.new(PART)
-        try:
-            with os.fdopen(fd, "wb") as f:
-                fill(Sink(f, limit))
-                f.flush()
-                os.fsync(f.fileno())
-                size = f.tell()
-        except BaseException:
-            self.remove(part)
-            raise
-        self.publish(part)
-        return size
+        return self._whole(lambda f: fill(Sink(f, limit)))
 
     def gzip_from(self, src: str, limit: int) -> int:
         """The file `src` of this folder gzipped into the final file, whole or not at all: its
         size. TooBig when the gzip passes `limit` bytes; OSError as the disk says."""
-        part, out = self.new(PART)
+        return self._whole(lambda f: _gzip(self._open_regular(src), f, limit))
+
+    def _whole(self, fill: Callable[[BinaryIO], object]) -> int:
+        """A hidden part filled by `fill`, on disk, then published under the file's name; gone on error."""
+        part, fd = self.new(PART)
         try:
-            with os.fdopen(out, "wb") as f:
-                _gzip(self._open_regular(src), f, limit)
+            with os.fdopen(fd, "wb") as f:
+                fill(f)
                 f.flush()
                 os.fsync(f.fileno())
                 size = f.tell()
