@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from mpwatch.probes import pyspy
-from tests.helpers import ROOT, HeadlessRun, internal_errors, wait_for
+from tests.helpers import ROOT, HeadlessRun, WaitTimeout, internal_errors, wait_for
 from tests.recorded_runs import finding_in_status
 
 # Where the peers wait depends on where the pause caught rank 1: in the loss's all_reduce, or in
@@ -75,7 +75,11 @@ class PeersAct:
         run.ctl("kill", "2")
         self.resized = run.events("worker_exited")  # the resize's three
         before = len(self.resized)
-        exits = run.wait_event("worker_exited", timeout=120, count=before + 4)
+        try:
+            exits = run.wait_event("worker_exited", timeout=120, count=before + 4)
+        except WaitTimeout as exc:  # which rank did not end, where it was, what the run said after the kill
+            ranks = [(w["rank"], w["state"], w["pid"], w.get("stall")) for w in run.status()["workers"]]
+            raise AssertionError(f"{exc}: ranks {ranks}; the last events: {run.events()[-30:]}") from exc
         self.ends = {e["rank"]: e for e in exits[before:]}
         run.wait_exit(60)
 
