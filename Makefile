@@ -9,8 +9,8 @@ STAMP := $(VENV)/.installed
 # pip byte-compiles what it installs (torch's 2,352 modules, transformers, Textual...). Leave it so:
 # where PYTHONDONTWRITEBYTECODE=1 (many images, and CI), Python never caches a compiled module on
 # import, and every worker, supervisor and test process would compile torch from source at each
-# start (import torch: 3.6 CPU-s without the cache, 1.9 with it). Measured on 2 cores: the install
-# costs 98 CPU-s compiled against 61 without (bench/bench_install.py: `python -m bench --only install`).
+# start (import torch: 3.9 CPU-s without the cache, 2.0 with it). Measured on 2 cores: the install
+# costs 87 CPU-s compiled against 55 without (BENCHMARKS.md; `python -m bench --only install`).
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/pip install -q -e '.[demo,test,spy]'
