@@ -19,9 +19,18 @@ pytestmark = [pytest.mark.e2e, pytest.mark.timeout(240),
 WORKER = FIXTURES / "tui_worker.py"
 
 
-def bridges() -> list[int]:
-    return [p.pid for p in psutil.process_iter(["cmdline"])
-            if "bridge" in (p.info["cmdline"] or []) and "mpwatch" in " ".join(p.info["cmdline"] or [])]
+def bridges(sshd) -> list[int]:
+    """The mpwatch bridges this test's sshd started (the other lanes' tests have their own)."""
+    out = []
+    for p in psutil.process_iter(["cmdline"]):
+        cmd = p.info["cmdline"] or []
+        if "bridge" in cmd and "mpwatch" in " ".join(cmd):
+            try:
+                if any(a.pid == sshd.proc.pid for a in p.parents()):
+                    out.append(p.pid)
+            except psutil.Error:
+                continue  # ended meanwhile
+    return out
 
 
 def test_attach_two_hosts_in_a_terminal(headless, sshd, tmp_path):
@@ -49,16 +58,16 @@ def test_attach_two_hosts_in_a_terminal(headless, sshd, tmp_path):
         tmux.wait_screen(lambda s: "ATTACH-EXIT=0" in s, "attach to exit after detaching")
         assert "detached; the run goes on on every node" in tmux.screen()
         assert all(run.proc.poll() is None for run in runs)
-        wait_for(lambda: not bridges(), 20, what="every bridge to end with its session")
+        wait_for(lambda: not bridges(sshd), 20, what="every bridge to end with its session")
         # a viewer killed outright (SIGKILL: nothing of it runs again) leaves no ssh and no bridge
         tmux.type(f"{BIN} attach --remote-mpwatch '{REMOTE_MPWATCH}' {targets}")
         tmux.wait_screen(lambda s: "node 1 127.0.0.2" in s and s.count("● running") >= 3, "attached again")
         viewer = next(p for p in psutil.process_iter(["cmdline"])
                       if "attach" in (p.info["cmdline"] or []) and targets.split()[0] in (p.info["cmdline"] or []))
         sessions = [c.pid for c in viewer.children() if "ssh" in c.name()]
-        assert len(sessions) == 2 and len(bridges()) == 2
+        assert len(sessions) == 2 and len(bridges(sshd)) == 2
         viewer.kill()
-        wait_for(lambda: not bridges() and not [p for p in sessions if alive(p)], 30,
+        wait_for(lambda: not bridges(sshd) and not [p for p in sessions if alive(p)], 30,
                  what="the viewer's ssh clients and their bridges to end")
         assert all(run.proc.poll() is None for run in runs)
     finally:
