@@ -218,10 +218,9 @@ class ReportLedger:
             r.phases = {str(k): f for k, v in phases.items() if (f := as_number(v)) is not None}
         if cuda is not None:  # sent at most once a second: a batch without it keeps the last
             r.cuda = validate_cuda(cuda)  # checked here, where it enters: None when malformed
-        if reports:
-            a.connected = True  # a quiet channel's script reports after all
         if not reports:
             return
+        a.connected = True  # a quiet channel's script may report after all
         if a.first_report is None:
             a.first_report = now
             a.slow_start = None  # it reports now: a slow start is over
