@@ -32,8 +32,8 @@ def test_attach_asks_which_of_two_live_runs(tmp_path, size):
         old_id, new_id = (json.loads((r.run_dir / "run.json").read_text())["run_id"] for r in runs)
         tmux.start()
         tmux.type(f"{BIN} attach; echo ATTACH-EXIT=$?")
-        s = tmux.wait_screen(lambda s: "2 live runs: which one to attach to?" in s and old_id in s and new_id in s,
-                             "the picker with both runs")
+        s = tmux.wait_screen(lambda s: "2 live runs: which one to attach to?" in s and old_id in s and new_id in s
+                             and " Leave" in s, "the picker with both runs, and its footer")
         assert "forever.py" in s and "tui_worker.py" in s and "started " in s
         assert "RANK" not in s  # no run opened by chance
         # its footer says the key its title says (issue 31: the footer said "esc Leave")

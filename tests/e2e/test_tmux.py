@@ -11,6 +11,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import time
 import uuid
 from pathlib import Path
 
@@ -58,11 +59,22 @@ class Tmux:
         return self("capture-pane", "-p", "-t", "e2e")
 
     def wait_screen(self, pred, what: str, timeout: float = 60.0) -> str:
+        """The first screen that matches and has settled: Textual paints a new screen in more than
+        one write (its footer after its body), and a capture between them matches a title whose
+        footer is not drawn yet. Settled: the next capture, 0.2 s on, is the same; a screen that
+        keeps changing (a clock, a heartbeat) is taken as it is after 1.5 s."""
         try:
-            return wait_for(lambda: (lambda s: s if pred(s) else None)(self.screen()), timeout, interval=0.2,
-                            what=what)
+            s = wait_for(lambda: (lambda s: s if pred(s) else None)(self.screen()), timeout, interval=0.2,
+                         what=what)
         except AssertionError as exc:
             raise AssertionError(f"{exc}; the screen was:\n{self.screen()}") from None
+        for _ in range(7):
+            time.sleep(0.2)
+            again = self.screen()
+            if again == s or not pred(again):
+                return s
+            s = again
+        return s
 
     def kill(self):
         self("kill-server", check=False)
