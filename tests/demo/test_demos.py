@@ -142,9 +142,15 @@ def mnist(headless_module, data_dir, tmp_path_factory):
     run = headless_module(DEMO / "mnist.py", "--data-dir", data_dir, "--no-download", "--max-steps", 150,
                           "--checkpoint-dir", ck, "--checkpoint-every", 10, "--log-every", 10,
                           n=2, opts=["--grace", "60"])
-    run.wait_event("report", lambda r: r["rank"] == 0 and r["step"] >= 30, timeout=150)
-    # Pause first so the resize lands mid-training however fast the box is; resize wakes them.
-    run.ctl("pause", "all")
+    # Pause first so the resize lands mid-training however fast the box is; resize wakes them. Both
+    # ranks step 30-50 times a second on a quiet box: the step is read from the live status and the
+    # pause sent over one open connection (events.jsonl lags up to a second, a `ctl` start another).
+    from mpwatch.sources.local import Client
+
+    with Client.at(run.run_dir) as client:
+        wait_for(lambda: any(w["rank"] == 0 and (w["step"] or 0) >= 30 for w in client.status()["workers"]),
+                 150, interval=0.02, what="rank 0 past step 30")
+        client.act("pause", "all")
     run.wait_event("paused", count=2)
     said = run.ctl("resize", "3").stdout
     return MnistRun(run, ck, said, run.wait_exit(timeout=240))
