@@ -3,6 +3,8 @@ rank of a real 4-rank gloo run (demo/hang.py, torch; the 3-rank run tests/superv
 shares with test_paused_culprit.py, resized) makes its peers' collectives fail, and
 each says so ("its collectives failed after rank 2 was killed"), never quoting mpwatch's own
 marker lines; the status says the ranks share a process group."""
+import re
+
 import pytest
 
 from tests.supervisor.three_ranks import act
@@ -24,6 +26,9 @@ def test_after_a_resize_killing_a_rank_names_it_in_its_peers_causes(three_ranks)
     assert ends[2]["state"] == "killed" and ends[2]["cause"] == "killed on request (SIGTERM)"
     for r in (0, 1, 3):
         assert ends[r]["state"] == "failed", ends[r]
-        assert ends[r]["cause"].startswith("exit 1: its collectives failed after rank 2 was killed ("), ends[r]
+        # the RuntimeError ends the script (exit 1), unless gloo's own thread met the closed socket
+        # first and aborted the process: both are this rank's end, and the cause names the kill
+        assert re.match(r"(exit 1|signal SIGABRT): its collectives failed after rank 2 was killed \(",
+                        ends[r]["cause"]), ends[r]
         assert "--- mpwatch" not in ends[r]["cause"]  # ...and never a cause
         assert not any("--- mpwatch" in line for line in ends[r]["stderr_tail"])
