@@ -20,6 +20,7 @@ import sys
 import numpy as np
 import pytest
 
+from mpwatch.sources.local import Client
 from tests.helpers import ROOT, wait_for
 
 torch = pytest.importorskip("torch", reason="the demos need torch (pip install -e '.[demo]')")
@@ -145,8 +146,6 @@ def mnist(headless_module, data_dir, tmp_path_factory):
     # Pause first so the resize lands mid-training however fast the box is; resize wakes them. Both
     # ranks step 30-50 times a second on a quiet box: the step is read from the live status and the
     # pause sent over one open connection (events.jsonl lags up to a second, a `ctl` start another).
-    from mpwatch.sources.local import Client
-
     with Client.at(run.run_dir) as client:
         wait_for(lambda: any(w["rank"] == 0 and (w["step"] or 0) >= 30 for w in client.status()["workers"]),
                  150, interval=0.02, what="rank 0 past step 30")
@@ -237,8 +236,6 @@ def test_mnist_runs_as_a_plain_script_and_resumes(data_dir, tmp_path):
 
 # ------------------------------------------------------------------ the seed patterns ----
 def test_hogwild_children_report_over_their_own_channels(headless, data_dir):
-    from mpwatch.sources.local import Client
-
     run = headless(DEMO / "hogwild.py", "--data-dir", data_dir, "--no-download", "--procs", 2,
                    "--max-steps", 250, n=1)
     with Client.at(run.run_dir) as client:
