@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import sys
 from pathlib import Path
 
 import pytest
@@ -47,3 +48,12 @@ def test_workers_keep_the_environment_s_bytecode_setting(tmp_path):
     finally:
         run.cleanup()
 
+
+
+@pytest.mark.skipif("MAKELEVEL" not in os.environ, reason="`make test` compiles the tests first; a bare pytest may not")
+def test_make_test_loads_the_tests_as_pytest_rewrote_them_once():
+    """Where bytecode writing is off, pytest rewrites every test module's assertions in each lane
+    at each run unless `make tests-compiled` cached them (3.4 CPU-s a lane)."""
+    here = Path(__file__)
+    pyc = here.parent / "__pycache__" / f"{here.stem}.{sys.implementation.cache_tag}-pytest-{pytest.__version__}.pyc"
+    assert pyc.is_file(), f"no {pyc}: make tests-compiled did not cache the rewritten tests"

@@ -84,8 +84,11 @@ def record(pid: int, seconds: int, out: str, pass_fds: tuple[int, ...] = (),
     exe = exe or find()
     if exe is None:
         return False, "py-spy is not installed (pip install py-spy)"
+    # --idle: where a rank waits (a sleep, a collective, a read) is what its profile is asked for
+    # (it waits on its peers, or they on it); without it a rank asleep most of the time can have no
+    # sample at all ("No stack counts found") and no flame graph.
     argv = [exe, "record", "--pid", str(pid), "--duration", str(seconds), "--format", "flamegraph",
-            "--output", out, "--nonblocking"]
+            "--output", out, "--nonblocking", "--idle"]
     try:
         res = subprocess.run(argv, capture_output=True, text=True, timeout=seconds + RECORD_SLACK_S,
                              stdin=subprocess.DEVNULL, pass_fds=pass_fds, env=env)

@@ -124,7 +124,7 @@ def test_stand_in_is_deterministic_and_not_noise():
 # ------------------------------------------------------------------ mnist ----
 class MnistRun:
     """demo/mnist.py trained once for this module's mnist tests: 2 ranks from scratch, paused
-    past step 30 and resized to 3, which resume from the checkpoint and finish at step 150."""
+    past step 30 and resized to 3, which resume from the checkpoint and finish at step 100."""
 
     def __init__(self, run, ck, said: str, code: int):
         self.run = run
@@ -140,7 +140,7 @@ class MnistRun:
 @pytest.fixture(scope="module")
 def mnist(headless_module, data_dir, tmp_path_factory):
     ck = tmp_path_factory.mktemp("ck")
-    run = headless_module(DEMO / "mnist.py", "--data-dir", data_dir, "--no-download", "--max-steps", 150,
+    run = headless_module(DEMO / "mnist.py", "--data-dir", data_dir, "--no-download", "--max-steps", 100,
                           "--checkpoint-dir", ck, "--checkpoint-every", 10, "--log-every", 10,
                           n=2, opts=["--grace", "60"])
     # Pause first so the resize lands mid-training however fast the box is; resize wakes them. Both
@@ -173,7 +173,7 @@ def test_mnist_trains_under_mpwatch_and_the_loss_falls(mnist):
         own = list(itertools.dropwhile(lambda r: "samples_per_s" not in r["metrics"], started))
         assert own and len(started) - len(own) <= 3, started[:5]
         assert all(r["metrics"].get("samples_per_s") is not None for r in own), own
-    assert max(r["step"] for r in reports[0]) == 150
+    assert max(r["step"] for r in reports[0]) == 100
     first_starts = [e for e in mnist.before_resize if e["event"] == "worker_started"]
     assert sorted(e["rank"] for e in first_starts) == [0, 1]
     assert {e["world_size"] for e in first_starts} == {2}
@@ -182,7 +182,7 @@ def test_mnist_trains_under_mpwatch_and_the_loss_falls(mnist):
         assert {"data", "compute", "sync", "optimizer"} <= set(w["phases"]), w["phases"]
     out0, out1 = log(run, 0), log(run, 1)
     assert "rank 0: WORLD_SIZE 2, cpu, backend gloo" in out0 and "rank 1: WORLD_SIZE 2" in out1
-    assert "finished (max steps (150) reached) at step 150" in out0
+    assert "finished (max steps (100) reached) at step 100" in out0
     assert re.search(r"^samples/s: \d+\.\d$", out0, re.M), out0
 
 
@@ -195,12 +195,12 @@ def test_mnist_resize_2_to_3_resumes_from_the_checkpoint(mnist):
     stop = re.search(r"rank 0: checkpoint at step (\d+) \(stopped by SIGTERM\)", log(run, 0))
     assert stop, explain(run, (0, 1, 2))
     saved = int(stop.group(1))
-    assert 30 <= saved < 150
+    assert 30 <= saved < 100
     for rank in (0, 1, 2):
         out = log(run, rank)
         assert (f"rank {rank}: resumed from {ck / 'latest.pt'} at step {saved} (epoch 0, saved with "
                 f"WORLD_SIZE 2); now WORLD_SIZE 3") in out, out
-        assert f"rank {rank}: max steps (150) reached at step 150" in out, out
+        assert f"rank {rank}: max steps (100) reached at step 100" in out, out
     assert "training: 312 steps per epoch of 192 samples (3 x 64)" in log(run, 0)
 
     events = mnist.events
