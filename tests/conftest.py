@@ -31,6 +31,7 @@ from tests.framework_runs import hf_run, lightning_run  # noqa: F401 - one run e
 from tests.helpers import HeadlessRun, internal_errors
 from tests.libnvml import libnvml, libnvml_no_v3  # noqa: F401 - session fixtures, built once
 from tests.recorded_runs import crashed, hung, killed, oom, record, stored_hang  # noqa: F401 - recorded once
+from tests.supervisor.three_ranks import three_ranks  # noqa: F401 - the 3-rank run four tests share
 from tests.users import Nobody, why_not
 
 # Runs shared by several tests (session fixtures) -> the xdist group their tests share: a

@@ -3,5 +3,3 @@
 (MPWATCH_STRICT_STATES: settings, supervisor.workers.states), and a run whose events hold an
 `internal` alert, or whose supervisor.log holds a bug's traceback (supervisor.errors), fails the
 test that made it, whichever thread hit the bug."""
-
-from tests.supervisor.three_ranks import three_ranks  # noqa: F401 - the 3-rank run two tests share

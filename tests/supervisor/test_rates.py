@@ -5,7 +5,8 @@ import os
 
 import pytest
 
-from tests.helpers import FIXTURES, ROOT, wait_for
+from tests.helpers import FIXTURES, wait_for
+from tests.supervisor.three_ranks import act
 
 
 def test_a_resumed_worker_shows_its_rate_not_its_pause(headless):
@@ -24,26 +25,19 @@ def test_a_resumed_worker_shows_its_rate_not_its_pause(headless):
     run.ctl("stop")
 
 
-def test_lock_step_peers_of_a_resumed_rank_show_their_rate_not_its_pause(headless):
-    """Issue 31: rank 1 of a 3-rank gloo run (demo/hang.py, real torch) paused 6 s; its peers
-    waited for it in their all_reduce. Resumed, all three step together again, and all three
-    say so: the peers' windows no longer span the pause (they read 1.2 beside its 9.8 steps/s
-    for the length of their window)."""
-    pytest.importorskip("torch", reason="a process group needs torch (the demo extra)")
-    run = headless(ROOT / "demo" / "hang.py", "--steps", "100000", "--step-time", "0.05", n=3,
-                   opts=["--stall-timeout", "60"])
-    wait_for(lambda: all((w["steps_per_s"] or 0) > 3 and w["dist"] for w in run.status()["workers"]), 180,
-             what="three ranks stepping together")
-    run.ctl("pause", "1")
-    paused = run.wait_state(1, "paused")
-    wait_for(lambda: run.worker(1)["uptime"] > paused["uptime"] + 6, 60, what="six seconds paused")
-    run.ctl("resume", "1")
-    step = max(w["step"] for w in run.status()["workers"])
-
-    def stepped() -> list[dict] | None:  # each rank 8 steps on, its rate known: well within its window
-        ws = run.status()["workers"]
-        return ws if all((w["step"] or 0) >= step + 8 and w["steps_per_s"] for w in ws) else None
-    ws = wait_for(stepped, 60, interval=0.02, what="eight steps after the resume")
+@pytest.mark.timeout(600)  # the shared run's two acts, when it starts here
+def test_lock_step_peers_of_a_resumed_rank_show_their_rate_not_its_pause(three_ranks):
+    """Issue 31: rank 1 of the shared 3-rank gloo run (tests/supervisor/three_ranks.py: demo/hang.py,
+    real torch) paused until its peers' hang finding stood, over 6 s; its peers waited for it in their
+    all_reduce. Resumed, all three step together again, and all three say so: the peers' windows no
+    longer span the pause (they read 1.2 beside its 9.8 steps/s for the length of their window)."""
+    act(three_ranks, three_ranks.paused)
+    a = three_ranks.paused
+    paused, resumed = (next(e["ts"] for e in a.events if e["event"] == kind) for kind in ("paused", "resumed"))
+    assert resumed - paused > 6
+    if isinstance(a.after_resume, BaseException):
+        raise a.after_resume
+    ws = a.after_resume  # each rank 8 steps on, its rate known: well within its window
+    assert all(w["step"] >= a.step_at_resume + 8 for w in ws)
     rates = [w["steps_per_s"] for w in ws]
     assert min(rates) > 0.6 * max(rates), rates  # lock-step: one rate (it read [~3, ~6, ~3] before)
-    run.ctl("stop")

@@ -1,21 +1,29 @@
-"""One real 3-rank gloo run of demo/hang.py (torch) that two tests read, started once a session:
+"""One real 3-rank gloo run of demo/hang.py (torch) that four tests read, started once a session:
 tests/supervisor/test_paused_culprit.py (rank 1 paused: its peers stall, the finding names the
-pause; resumed, the finding ends) and tests/supervisor/test_peer_causes.py (then resized to 4
-ranks and rank 2 killed: its peers' collectives fail, each cause names it). Both ran the same
-3-rank start each for themselves; one start, two acts, each test asserting on its own act.
+pause; resumed, the finding ends), tests/supervisor/test_rates.py (resumed, the three step at one
+rate), tests/tui/test_event_words.py (the live events screen says which alert ended), and
+tests/supervisor/test_peer_causes.py (then resized to 4 ranks and rank 2 killed: its peers'
+collectives fail, each cause names it). Each ran the same 3-rank start for itself; one start, two
+acts, each test asserting on its own part.
 
 `three_ranks` drives the run through both acts and keeps what each test reads: the events and
 the live statuses of its act. An act that fails keeps its error for its own test to raise; the
 next act still runs. Its tests share the xdist group `three-ranks` (tests/conftest.py)."""
 from __future__ import annotations
 
+import asyncio
 import re
+import threading
 import time
 from pathlib import Path
 
 import pytest
 
 from mpwatch.probes import pyspy
+from mpwatch.sources.local import Client
+from mpwatch.tui.app import MpwatchApp
+from mpwatch.tui.render import glyphs
+from mpwatch.tui.screens.events import EventsScreen
 from tests.helpers import ROOT, HeadlessRun, WaitTimeout, internal_errors, wait_for
 from tests.recorded_runs import finding_in_status
 
@@ -37,6 +45,9 @@ class PausedAct:
         self.stderr = ""  # the supervisor's status lines, the finding standing
         self.resumed_status: dict = {}  # the live status once the finding has left it
         self.events: list[dict] = []  # every event of the run until the finding's end
+        self.step_at_resume = 0  # the highest step just after `ctl resume 1`
+        self.after_resume: list[dict] | BaseException = []  # the workers once each is 8 steps on
+        self.events_screen: dict[tuple[int, int], list[str] | BaseException] = {}  # size -> its lines
 
     def play(self, run: HeadlessRun) -> None:
         wait_for(lambda: all((w["step"] or 0) >= 10 for w in run.status()["workers"]), 180,
@@ -48,6 +59,15 @@ class PausedAct:
         self.status = finding_in_status(run)
         self.stderr = run.stderr_text
         run.ctl("resume", "1")
+        self.step_at_resume = step = max(w["step"] for w in run.status()["workers"])
+
+        def stepped() -> list[dict] | None:  # each rank 8 steps on, its rate known: well within its window
+            ws = run.status()["workers"]
+            return ws if all((w["step"] or 0) >= step + 8 and w["steps_per_s"] for w in ws) else None
+        try:
+            self.after_resume = wait_for(stepped, 60, interval=0.02, what="eight steps after the resume")
+        except WaitTimeout as exc:  # test_rates' own failure; the act goes on
+            self.after_resume = exc
         wait_for(lambda: all(w["state"] == "running" for w in run.status()["workers"]), 120,
                  what="every rank running")
         wait_for(lambda: not run.status()["alerts"], 60, what="the finding to leave the status")
@@ -55,6 +75,44 @@ class PausedAct:
         run.wait_event("alert", lambda e: e.get("key") == "hang:1" and e.get("ended"), 30)
         self.resumed_status = run.status()
         self.events = run.events()
+        for size in ((80, 24), (160, 48)):
+            self.events_screen[size] = events_lines(run, size)
+
+
+async def until(pilot, pred, what: str, timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not pred():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout:g}s waiting for {what}")
+        await pilot.pause(0.05)
+
+
+def events_lines(run: HeadlessRun, size: tuple[int, int]) -> list[str] | BaseException:
+    """The events screen of a TUI attached to the live run, line by line (or what failed): in a
+    thread of its own, whose event loop is the app's alone (the caller may be a test's)."""
+    got: list[list[str] | BaseException] = []
+
+    async def lines() -> list[str]:
+        with Client.at(run.run_dir) as client:
+            app = MpwatchApp(client, run.run_dir, glyphs=glyphs.UNICODE, notices=False)
+            async with app.run_test(size=size) as pilot:
+                await until(pilot, lambda: app.snapshots > 0, what="the first snapshot")
+                await pilot.press("e")
+                await until(pilot, lambda: isinstance(app.screen, EventsScreen), what="the events screen")
+                ls = app.screen.list
+                out = [str(ls.get_option_at_index(i).prompt) for i in range(ls.option_count)]
+                app.poller.stop()
+        return out
+
+    def main() -> None:
+        try:
+            got.append(asyncio.run(lines()))
+        except BaseException as exc:  # noqa: BLE001 - the test that reads it raises it
+            got.append(exc)
+    t = threading.Thread(target=main, name=f"events-screen-{size[0]}x{size[1]}")
+    t.start()
+    t.join(120)
+    return got[0] if got else TimeoutError(f"the events screen at {size} took over 120 s")
 
 
 class PeersAct:

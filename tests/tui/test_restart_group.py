@@ -16,28 +16,14 @@ def dialog_text(screen) -> str:
     return " ".join(str(w.render()) for w in screen.query("Label, Button"))
 
 
-async def test_r_on_a_rank_of_a_process_group_warns_first_and_restarts_all(tui):
+async def test_every_restart_asks_first_and_r_on_a_rank_of_a_process_group_offers_to_restart_all(tui):
+    """One run for both parts (a 3-rank torch start is seconds of CPU): every choice cancelled
+    first, nothing happening; then `r` on rank 1, whose dialog warns, and all three restarted."""
     async with tui(n=3, opts=["--grace", "2"], script=DDP, args=("100000",)) as (app, pilot, run):
         await until(pilot, lambda: all(w.get("dist") for w in app.status["workers"]), 120,
                     what="every rank in its process group")
         pids = {w["rank"]: w["pid"] for w in app.status["workers"]}
-        await pilot.press("down", "r")
-        assert isinstance(app.screen, ChoiceDialog)
-        text = dialog_text(app.screen)
-        assert "Restart rank 1" in text and "shares a process group with ranks 0,2" in text
-        assert "their collectives fail" in text and "[a] Restart all 3" in text and "[o] Only rank 1" in text
-        assert not run.events("worker_exited")  # nothing happened before the choice
-        await pilot.press("a")
-        run.wait_event("restarted", count=3, timeout=120)
-        await until(pilot, lambda: said(app, "restarting rank 0") and said(app, "restarting rank 2"),
-                    what="the reply for all three")
-        await until(pilot, lambda: all(w["pid"] != pids[w["rank"]] and w["state"] == "running" and w["step"] is not None
-                                       for w in app.status["workers"]), 120, what="three new ranks stepping together")
-        assert not [e for e in run.events("worker_exited") if e["state"] == "failed"]  # nobody's collective failed
-
-
-async def test_shift_r_asks_then_cancels_and_a_resize_that_restarts_every_worker_asks_first(tui):
-    async with tui(n=3, opts=["--grace", "2"], script=DDP, args=("100000",)) as (app, pilot, run):
+        # `R`, and `-` and `+` that restart every worker, ask first; cancelled, nothing happens
         await pilot.press("R")
         assert isinstance(app.screen, ConfirmDialog) and "Restart all 3 workers?" in dialog_text(app.screen)
         await pilot.press("n")
@@ -48,7 +34,23 @@ async def test_shift_r_asks_then_cancels_and_a_resize_that_restarts_every_worker
             assert f"Resize to {n} workers, restarting every worker?" in dialog_text(app.screen)
             await pilot.press("n")
             assert said(app, f"resize to {n} cancelled")
-        await pilot.press("down", "r", "escape")  # the choice dialog, cancelled
+        await pilot.press("down", "r")
+        assert isinstance(app.screen, ChoiceDialog)
+        text = dialog_text(app.screen)
+        assert "Restart rank 1" in text and "shares a process group with ranks 0,2" in text
+        assert "their collectives fail" in text and "[a] Restart all 3" in text and "[o] Only rank 1" in text
+        await pilot.press("escape")  # the choice dialog, cancelled
         assert said(app, "restart of rank 1 cancelled")
         assert not run.events("resized") and not run.events("worker_exited") and not run.events("restarted")
-        assert worker_of(app, 1)["state"] == "running"
+        assert worker_of(app, 1)["state"] == "running" and worker_of(app, 1)["pid"] == pids[1]
+
+        # `r` on rank 1 again, and [a]: all three restart together
+        await pilot.press("r")
+        assert isinstance(app.screen, ChoiceDialog)
+        await pilot.press("a")
+        run.wait_event("restarted", count=3, timeout=120)
+        await until(pilot, lambda: said(app, "restarting rank 0") and said(app, "restarting rank 2"),
+                    what="the reply for all three")
+        await until(pilot, lambda: all(w["pid"] != pids[w["rank"]] and w["state"] == "running" and w["step"] is not None
+                                       for w in app.status["workers"]), 120, what="three new ranks stepping together")
+        assert not [e for e in run.events("worker_exited") if e["state"] == "failed"]  # nobody's collective failed
