@@ -13,6 +13,7 @@ import itertools
 import json
 import os
 import re
+import shutil
 import struct
 import subprocess
 import sys
@@ -217,21 +218,22 @@ def test_mnist_resize_2_to_3_resumes_from_the_checkpoint(mnist):
     assert first["loss"] < 2.0, first  # chance is ln 10 = 2.30: the weights came back too
 
 
-def test_mnist_runs_as_a_plain_script_and_resumes(data_dir, tmp_path):
-    def plain(steps):
-        return subprocess.run([sys.executable, str(DEMO / "mnist.py"), "--data-dir", str(data_dir),
-                               "--no-download", "--max-steps", str(steps), "--checkpoint-dir", str(tmp_path)],
-                              capture_output=True, text=True, timeout=120, cwd=tmp_path,
-                              env={k: v for k, v in os.environ.items()
-                                   if not k.startswith(("MPWATCH_", "RANK", "WORLD_SIZE", "LOCAL_"))})
-    first = plain(5)
-    assert first.returncode == 0, first.stderr
-    assert "rank 0: WORLD_SIZE 1, cpu, backend none" in first.stdout
-    second = plain(8)
-    assert second.returncode == 0, second.stderr
-    assert f"resumed from {tmp_path / 'latest.pt'} at step 5" in second.stdout
-    assert second.stdout.rstrip().splitlines()[-1].startswith("samples/s: ")
-    assert "max steps (8) reached at step 8" in second.stdout
+@pytest.mark.timeout(600)  # the module's mnist run, when it starts here
+def test_mnist_runs_as_a_plain_script_and_resumes(mnist, data_dir, tmp_path):
+    """Without mpwatch (none of its variables), from a copy of the checkpoint the module's run left
+    at step 100 with 3 ranks: the plain script resumes it alone, to step 104."""
+    shutil.copy(mnist.ck / "latest.pt", tmp_path / "latest.pt")
+    plain = subprocess.run([sys.executable, str(DEMO / "mnist.py"), "--data-dir", str(data_dir), "--no-download",
+                            "--max-steps", "104", "--checkpoint-dir", str(tmp_path)],
+                           capture_output=True, text=True, timeout=120, cwd=tmp_path,
+                           env={k: v for k, v in os.environ.items()
+                                if not k.startswith(("MPWATCH_", "RANK", "WORLD_SIZE", "LOCAL_"))})
+    assert plain.returncode == 0, plain.stderr
+    assert "rank 0: WORLD_SIZE 1, cpu, backend none" in plain.stdout
+    assert (f"rank 0: resumed from {tmp_path / 'latest.pt'} at step 100 (epoch 0, saved with WORLD_SIZE 3); "
+            "now WORLD_SIZE 1") in plain.stdout, plain.stdout
+    assert plain.stdout.rstrip().splitlines()[-1].startswith("samples/s: ")
+    assert "max steps (104) reached at step 104" in plain.stdout
 
 
 # ------------------------------------------------------------------ the seed patterns ----

@@ -99,14 +99,16 @@ def test_a_slow_dataset_is_named_in_every_reader_until_its_rank_catches_up(headl
     assert got, summary
     lost = float(got.group(1)) / (1000 if got.group(2) == "ms" else 1)
     assert lost == pytest.approx(ended["straggler"]["lost_s"], rel=0.05)  # its last numbers, when it ended
-    # `mpwatch show`: since when, and its numbers as last said before it ended; then gone.
+    # `mpwatch show`: since when, and its numbers as last said before it ended (said again only when
+    # they drift: its first event's, where it ended soon); then gone.
     said = [e for e in run.events("alert") if e.get("key") == "straggler:2" and not e.get("ended")]
     replay = ReplaySource(run.run_dir)
     at = [ts for ts, _ in replay.moments()].index(ended["ts"])
     assert replay.move("seq", at)  # to the event before the one that ended it (seq: its place, from 1)
     [again] = [x for x in replay.status()["alerts"] if x["kind"] == "straggler"]
     assert again["ts"] == pytest.approx(a["ts"], abs=1.0)
-    assert again["straggler"]["lost_s"] == said[-1]["straggler"]["lost_s"] == pytest.approx(lost, rel=0.1)
+    last = said[-1]["straggler"]  # its numbers as its last event said them
+    assert [again["straggler"][k] for k in ("phase", "own_s", "lost_s")] == [last[k] for k in ("phase", "own_s", "lost_s")]
     replay.move("end")
     assert not [x for x in replay.status()["alerts"] if x["kind"] == "straggler"]
 
@@ -141,27 +143,27 @@ def lower_priority(pid: int, nice: int) -> None:
 
 
 @pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two CPUs to put ranks on different ones")
-def test_a_rank_whose_core_busy_processes_share_is_named_short_of_cpu(headless):
-    """Rank 1 and two busy processes on CPU 0 (rank 1 a lower-priority job beside them: on a
-    machine busy with other work the kernel would otherwise move that work onto the peers' CPU
-    until every rank waits alike), ranks 0 and 2 on CPU 1; not a line of the script slowed: its
-    frozen backbone's forward is the CPU work a step."""
+def test_a_rank_whose_core_a_busy_process_shares_is_named_short_of_cpu(headless):
+    """Rank 1 and a busy process on CPU 0, rank 1 a lower-priority job than it (on a machine busy
+    with other work the kernel would otherwise move that work onto the peers' CPU until every rank
+    waits alike), ranks 0 and 2 on CPU 1; not a line of the script slowed: its frozen backbone's
+    forward is the CPU work a step. The busy process is itself below everything else (nice 10: it
+    takes what the machine leaves of CPU 0, not a core from the tests beside it); rank 1 is at 19."""
     run = headless(DDP, "--pace", 0, "--work", 256, "--frozen", 60, n=3)
     wait_for(lambda: all(w["step"] for w in run.status()["workers"]), STEPPING_S, what="every rank stepping")
     pids = {w["rank"]: w["pid"] for w in run.status()["workers"]}
-    busy = [subprocess.Popen([sys.executable, "-c", "while True: pass"], start_new_session=True) for _ in range(2)]
+    busy = subprocess.Popen([sys.executable, "-c", "while True: pass"], start_new_session=True)
     try:
-        for p in busy:
-            pin(p.pid, {0})
+        pin(busy.pid, {0})
+        lower_priority(busy.pid, 10)
         pin(pids[1], {0})
-        lower_priority(pids[1], 10)
+        lower_priority(pids[1], 19)
         pin(pids[0], {1})
         pin(pids[2], {1})
         a = finding(run, 1)
     finally:
-        for p in busy:
-            p.send_signal(signal.SIGKILL)
-            p.wait()
+        busy.send_signal(signal.SIGKILL)
+        busy.wait()
     assert a["message"].startswith("rank 1 is the straggler: its forward takes "), a["message"]
     assert ", who wait for it in their backward " in a["message"]
     assert re.search(r"; short of CPU: ready to run but without a CPU \d+% of the time \(CPU \d+%, load [0-9.]+ "
