@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 from mpwatch.sources.local import Client
-from tests.helpers import FIXTURES, HeadlessRun, internal_errors, wait_for
+from tests.helpers import FIXTURES, HeadlessRun, internal_errors, need, wait_for
 
 HANG_AT = 15
 
@@ -143,7 +143,7 @@ def _played(made: FrameworkRun):
 
 @pytest.fixture(scope="session")
 def lightning_run(tmp_path_factory):
-    pytest.importorskip("torch", reason="automatic steps are torch's (pip install -e '.[demo]')")
+    need("torch", "automatic steps are torch's (pip install -e '.[demo]')")
     pytest.importorskip("lightning", reason="the test extra installs lightning (pip install -e '.[test]')")
     folder = tmp_path_factory.mktemp("lightning")
     yield from _played(FrameworkRun(folder, "lightning_fit.py", ["--csv-dir", folder / "pl"],
@@ -152,7 +152,7 @@ def lightning_run(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def hf_run(tmp_path_factory):
-    pytest.importorskip("torch", reason="automatic steps are torch's (pip install -e '.[demo]')")
+    need("torch", "automatic steps are torch's (pip install -e '.[demo]')")
     pytest.importorskip("transformers", reason="the test extra installs it (pip install -e '.[test]')")
     pytest.importorskip("accelerate", reason="transformers' Trainer needs accelerate (the test extra)")
     folder = tmp_path_factory.mktemp("hugging-face")

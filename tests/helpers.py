@@ -7,6 +7,7 @@ CI machine has 2 cores and may be busy.
 """
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import shutil
@@ -17,6 +18,7 @@ import time
 from pathlib import Path
 
 import psutil
+import pytest
 
 from mpwatch.contract.protocol import ENV_RUN
 from mpwatch.rundir import reader
@@ -337,3 +339,11 @@ def umount(path: Path) -> None:
     subprocess.run(["umount", str(path)], capture_output=True)
     if os.path.ismount(path):
         subprocess.run(["umount", "-l", str(path)], capture_output=True)
+
+
+def need(module: str, reason: str = "needs torch (pip install -e '.[demo]')") -> None:
+    """Skip (the module, or the test or fixture that calls it) where `module` is not installed,
+    without importing it, as pytest.importorskip does: most tests that need torch need it only in
+    the processes they start, and importing it costs each lane ~1.8 CPU-s."""
+    if importlib.util.find_spec(module) is None:
+        pytest.skip(reason, allow_module_level=True)

@@ -14,7 +14,16 @@ import pytest
 from mpwatch.rundir.reader import read_events
 from mpwatch.rundir.textfiles import read_jsonl
 from tests.faults.conftest import FAULTS
-from tests.helpers import FIXTURES, ROOT, HeadlessRun, WaitTimeout, assert_gone, internal_errors, wait_for
+from tests.helpers import (
+    FIXTURES,
+    ROOT,
+    HeadlessRun,
+    WaitTimeout,
+    assert_gone,
+    internal_errors,
+    need,
+    wait_for,
+)
 
 GiB = 1 << 30
 
@@ -88,7 +97,7 @@ def hung(record) -> Recorded:
     Stopped (ctl stop) once mpwatch has named the culprit with its frame and every rank's
     stall dump is in (they land in any order, and a busy box makes them late). `seen`: the
     live status just before the stop (tests/supervisor/test_hang_run.py reads it)."""
-    pytest.importorskip("torch", reason="demo/hang.py needs torch (pip install -e '.[demo]')")
+    need("torch", "demo/hang.py needs torch (pip install -e '.[demo]')")
 
     def until(run):
         run.wait_event("alert", lambda r: r.get("kind") == "hang" and "in all_reduce" in r["message"]

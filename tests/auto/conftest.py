@@ -11,7 +11,7 @@ import os
 
 import pytest
 
-from tests.helpers import FIXTURES, HeadlessRun, internal_errors
+from tests.helpers import FIXTURES, HeadlessRun, internal_errors, need
 
 LOOP = FIXTURES / "auto_loop.py"
 # the shapes the hooks must leave bit-identical: accumulation, two optimizers, a checkpoint's backward
@@ -34,7 +34,7 @@ class OptedOut:
 @pytest.fixture(scope="session")
 def opted_out(tmp_path_factory) -> dict[str, OptedOut]:
     """{how: OptedOut} for each way to opt out, both runs side by side."""
-    pytest.importorskip("torch", reason="automatic steps are torch's (pip install -e '.[demo]')")
+    need("torch", "automatic steps are torch's (pip install -e '.[demo]')")
     runs = {}
     for how in OPT_OUTS:
         folder = tmp_path_factory.mktemp("opted-out")

@@ -9,9 +9,9 @@ from __future__ import annotations
 import pytest
 
 from tests.framework_runs import HANG_AT
-from tests.helpers import FIXTURES
+from tests.helpers import FIXTURES, need
 
-pytest.importorskip("torch", reason="automatic steps are torch's (pip install -e '.[demo]')")
+need("torch", "automatic steps are torch's (pip install -e '.[demo]')")
 pytestmark = [pytest.mark.torch, pytest.mark.timeout(600)]  # the shared run, when it starts here
 
 

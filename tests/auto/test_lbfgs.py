@@ -9,9 +9,9 @@ import re
 
 import pytest
 
-from tests.helpers import FIXTURES
+from tests.helpers import FIXTURES, need
 
-pytest.importorskip("torch", reason="automatic steps are torch's (pip install -e '.[demo]')")
+need("torch", "automatic steps are torch's (pip install -e '.[demo]')")
 pytestmark = [pytest.mark.torch, pytest.mark.timeout(400)]
 
 STEPS = 3

@@ -18,10 +18,10 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import ROOT
+from tests.helpers import ROOT, need
 
-pytest.importorskip("torch", reason="automatic steps are torch's (pip install -e '.[demo]')")
-pytest.importorskip("torchvision", reason="mnist_hogwild reads MNIST through torchvision (the demo extra)")
+need("torch", "automatic steps are torch's (pip install -e '.[demo]')")
+need("torchvision", "mnist_hogwild reads MNIST through torchvision (the demo extra)")
 pytestmark = pytest.mark.torch
 
 CLIENT = ROOT / "tests" / "clients" / "mnist_hogwild"

@@ -9,9 +9,9 @@ import pytest
 
 from mpwatch.contract.names import Event
 from tests.auto.conftest import OPT_OUTS
-from tests.helpers import FIXTURES, wait_for
+from tests.helpers import FIXTURES, need, wait_for
 
-pytest.importorskip("torch", reason="automatic steps are torch's (pip install -e '.[demo]')")
+need("torch", "automatic steps are torch's (pip install -e '.[demo]')")
 pytestmark = pytest.mark.torch
 
 LOOP = FIXTURES / "auto_loop.py"

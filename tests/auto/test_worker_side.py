@@ -17,9 +17,9 @@ import pytest
 from mpwatch.contract import protocol
 from mpwatch.supervisor.spawn import INJECT_DIR
 from tests.auto.conftest import LOOP_ARGS
-from tests.helpers import FIXTURES, ROOT
+from tests.helpers import FIXTURES, ROOT, need
 
-pytest.importorskip("torch", reason="automatic steps are torch's (pip install -e '.[demo]')")
+need("torch", "automatic steps are torch's (pip install -e '.[demo]')")
 pytestmark = pytest.mark.torch
 
 KEY = os.urandom(16)

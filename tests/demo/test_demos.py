@@ -22,12 +22,9 @@ import numpy as np
 import pytest
 
 from mpwatch.sources.local import Client
-from tests.helpers import ROOT, wait_for
+from tests.helpers import ROOT, need, wait_for
 
-torch = pytest.importorskip("torch", reason="the demos need torch (pip install -e '.[demo]')")
-
-sys.path.insert(0, str(ROOT / "demo"))
-import mnist_data  # noqa: E402
+need("torch", "the demos need torch (pip install -e '.[demo]')")
 
 # One lane for the module: its data folder is made once, and its mnist run (the `mnist` fixture,
 # which two tests read) is trained once.
@@ -36,7 +33,22 @@ DEMO = ROOT / "demo"
 
 
 @pytest.fixture(scope="module")
-def data_dir(tmp_path_factory):
+def torch():
+    """torch, imported by the tests that use it here, not at collection (which every lane does)."""
+    import torch
+    return torch
+
+
+@pytest.fixture(scope="module")
+def mnist_data():
+    """The demos' loader (demo/mnist_data.py), which imports torch."""
+    sys.path.insert(0, str(ROOT / "demo"))
+    import mnist_data
+    return mnist_data
+
+
+@pytest.fixture(scope="module")
+def data_dir(tmp_path_factory, mnist_data, torch):
     """The offline stand-in, made once by the loader (the mirror name never resolves)."""
     folder = tmp_path_factory.mktemp("data")
     said = []
@@ -75,7 +87,7 @@ def _idx_bytes(code: int, array: np.ndarray) -> bytes:
     return bytes([0, 0, code, array.ndim]) + struct.pack(f">{array.ndim}I", *array.shape) + array.tobytes()
 
 
-def test_idx_loader_reads_mnist_files_written_by_hand(tmp_path):
+def test_idx_loader_reads_mnist_files_written_by_hand(tmp_path, mnist_data, torch):
     rng = np.random.default_rng(0)
     raw = tmp_path / "MNIST" / "raw"  # torchvision's layout
     raw.mkdir(parents=True)
@@ -99,7 +111,7 @@ def test_idx_loader_reads_mnist_files_written_by_hand(tmp_path):
     assert x.shape == (12, 1, 28, 28) and x.dtype == torch.float32
 
 
-def test_idx_round_trip_and_bad_files(tmp_path):
+def test_idx_round_trip_and_bad_files(tmp_path, mnist_data):
     arr = np.arange(24, dtype=np.int32).reshape(2, 3, 4)
     mnist_data.write_idx(tmp_path / "a.idx.gz", arr)
     back = mnist_data.read_idx(tmp_path / "a.idx.gz")
@@ -112,7 +124,7 @@ def test_idx_round_trip_and_bad_files(tmp_path):
         mnist_data.read_idx(tmp_path / "short")
 
 
-def test_stand_in_is_deterministic_and_not_noise():
+def test_stand_in_is_deterministic_and_not_noise(mnist_data, torch):
     a, b = mnist_data.stand_in(200, 50, seed=3), mnist_data.stand_in(200, 50, seed=3)
     assert torch.equal(a.train.images, b.train.images) and torch.equal(a.test.labels, b.test.labels)
     # Digits: the mean image of each class differs from the others' far more than noise would.
@@ -288,7 +300,7 @@ def test_independent_ranks_and_trainers_report_results(headless, data_dir):
     assert all("samples_per_s" in r["metrics"] for r in last.values())
 
 
-def test_contention_on_cpu_says_there_is_nothing_to_show(headless):
+def test_contention_on_cpu_says_there_is_nothing_to_show(headless, torch):
     if torch.cuda.is_available():
         pytest.skip("a GPU is here: scripts/gpu-check runs the real contention demo")
     run = headless(DEMO / "contention.py", "--steps", 3, n=2)

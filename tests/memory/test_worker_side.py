@@ -15,7 +15,7 @@ import sys
 import pytest
 
 from mpwatch.contract import protocol
-from tests.helpers import FIXTURES, wait_for
+from tests.helpers import FIXTURES, need, wait_for
 from tests.memory.hub import Hub
 
 GiB, MiB = 1 << 30, 1 << 20
@@ -126,7 +126,7 @@ print(json.dumps({"armed": f is not None, "cuda": bool(f and f.cuda), "history":
 
 @pytest.mark.torch
 def test_a_real_import_torch_arms_the_forensics_for_cudas_start_and_the_history_only_when_asked(tmp_path):
-    pytest.importorskip("torch", reason="needs torch (pip install -e '.[demo]')")
+    need("torch", "needs torch (pip install -e '.[demo]')")
     hub = Hub(tmp_path)
 
     def armed(**env: str) -> dict:

@@ -7,10 +7,10 @@ import os
 
 import pytest
 
-from tests.helpers import FIXTURES, ROOT, assert_gone, wait_for
+from tests.helpers import FIXTURES, ROOT, assert_gone, need, wait_for
 from tests.nodes.conftest import ADDRS, explain, final, kill9, node_info
 
-pytest.importorskip("torch", reason="several nodes meet in torch's rendezvous (the demo extra)")
+need("torch", "several nodes meet in torch's rendezvous (the demo extra)")
 pytestmark = [pytest.mark.torch, pytest.mark.timeout(300)]
 
 BACKENDS = ("static", "c10d")

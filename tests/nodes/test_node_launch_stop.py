@@ -15,8 +15,9 @@ import psutil
 import pytest
 
 from tests.faults.test_hostile_launch import SLACK, _stop
+from tests.helpers import need
 
-pytest.importorskip("torch", reason="several nodes meet in torch's rendezvous (the demo extra)")
+need("torch", "several nodes meet in torch's rendezvous (the demo extra)")
 pytestmark = [pytest.mark.torch, pytest.mark.timeout(300)]
 
 WIDE = 256  # ranks a node (MPWATCH_MAX_WORKERS)

@@ -12,7 +12,7 @@ import pytest
 from mpwatch.cli import slurm
 from mpwatch.cli.args import run_parser
 from mpwatch.cli.launch import options
-from tests.helpers import FIXTURES, HeadlessRun, mpwatch, one_line_error, wait_for
+from tests.helpers import FIXTURES, HeadlessRun, mpwatch, need, one_line_error, wait_for
 from tests.nodes.conftest import env_lines, explain, free_port, node_info, registered
 
 SCRIPT = str(FIXTURES / "print_env.py")
@@ -109,7 +109,7 @@ def test_nnodes_against_the_slurm_step_is_an_error(tmp_path):
 @pytest.mark.torch
 @pytest.mark.timeout(240)
 def test_two_nodes_from_slurms_variables_alone(tmp_path):
-    pytest.importorskip("torch", reason="several nodes meet in torch's rendezvous (the demo extra)")
+    need("torch", "several nodes meet in torch's rendezvous (the demo extra)")
     port = free_port()
     runs = []
     try:

@@ -9,10 +9,10 @@ import pytest
 
 from mpwatch.sources.multinode.source import LocalLink, MergedSource
 from mpwatch.sources.remote.client import Transport
-from tests.helpers import FIXTURES, wait_for
+from tests.helpers import FIXTURES, need, wait_for
 from tests.nodes.conftest import ADDRS, explain
 
-pytest.importorskip("torch", reason="several nodes meet in torch's rendezvous (the demo extra)")
+need("torch", "several nodes meet in torch's rendezvous (the demo extra)")
 pytestmark = [pytest.mark.torch, pytest.mark.timeout(300)]
 
 

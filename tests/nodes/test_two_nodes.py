@@ -9,10 +9,10 @@ import urllib.request
 
 import pytest
 
-from tests.helpers import FIXTURES, wait_for
+from tests.helpers import FIXTURES, need, wait_for
 from tests.nodes.conftest import ADDRS, env_lines, explain, final, free_port, node_info
 
-pytest.importorskip("torch", reason="several nodes meet in torch's rendezvous (the demo extra)")
+need("torch", "several nodes meet in torch's rendezvous (the demo extra)")
 pytestmark = [pytest.mark.torch, pytest.mark.timeout(240)]
 
 BACKENDS = ("static", "c10d")

@@ -12,13 +12,13 @@ from mpwatch.settings import Settings
 from mpwatch.sources.local import Client
 from mpwatch.tui.app import MpwatchApp
 from mpwatch.tui.render import glyphs
-from tests.helpers import HeadlessRun, assert_gone, wait_for
+from tests.helpers import HeadlessRun, assert_gone, need, wait_for
 from tests.nodes.conftest import free_port, node_flags, node_info
 from tests.remote.sshd import ADDRESSES
 from tests.remote.test_attach import rows, transport
 from tests.tui.conftest import until
 
-pytest.importorskip("torch", reason="several nodes meet in torch's rendezvous (the demo extra)")
+need("torch", "several nodes meet in torch's rendezvous (the demo extra)")
 pytestmark = [pytest.mark.torch, pytest.mark.timeout(300)]
 HANG = __import__("pathlib").Path(__file__).parent / "fixtures" / "ddp_hang.py"
 CULPRIT = 3  # global rank: node 1's local rank 1

@@ -6,9 +6,7 @@ protocol is never sent a frame."""
 import json
 import re
 
-import pytest
-
-from tests.helpers import FIXTURES, one_line_error, wait_for
+from tests.helpers import FIXTURES, need, one_line_error, wait_for
 
 LOOP = FIXTURES / "control_loop.py"
 
@@ -188,7 +186,7 @@ def test_a_forked_dataloader_worker_keeps_its_values_and_is_sent_no_request(head
     """docs/control.md: "A forked child (a DataLoader worker) keeps the values it was forked with
     and is sent no request." The DataLoader's workers (forked at each epoch) read `lr` and report a
     metric of their own, so each has its channel open while the value is set."""
-    pytest.importorskip("torch", reason="a torch DataLoader (the demo extra)")
+    need("torch", "a torch DataLoader (the demo extra)")
     run = headless(FIXTURES / "control_loader.py", "0.2", n=1)
     run.wait_event("tunable_declared", timeout=120)
     # the children are connected: their own reports (child_of the rank's process) are in

@@ -5,10 +5,10 @@ rate silently diverges: the digests would differ from that step on)."""
 import re
 
 import pytest
-import torch
 
-from tests.helpers import FIXTURES, wait_for
+from tests.helpers import FIXTURES, need, wait_for
 
+need("torch", "DDP ranks need torch (the demo extra)")
 pytestmark = pytest.mark.torch
 
 
@@ -38,6 +38,8 @@ def test_checkpoint_and_lr_change_at_one_step_on_every_ddp_rank(headless, tmp_pa
     assert all(c == saved[0] for c in saved) and saved[0][0][0] == str(s), saved  # one step, one state
     files = sorted(p.name for p in ckpts.iterdir())
     assert files == [f"rank{r}-step{s}.pt" for r in range(n)]
+    import torch  # here, not at collection: every lane collects this module
+
     states = [torch.load(ckpts / f) for f in files]
     assert all(torch.equal(states[0][k], st[k]) for st in states for k in states[0])
 

@@ -6,9 +6,11 @@ step on both ranks, and save exactly that step. The runs are those of tests/auto
 import json
 
 import pytest
-import torch
 
 from tests.framework_runs import CheckpointAct
+from tests.helpers import need
+
+need("torch", "the frameworks' runs need torch (the demo extra)")
 
 pytestmark = [pytest.mark.torch, pytest.mark.timeout(600)]  # the shared run, when it starts here
 
@@ -38,6 +40,8 @@ def test_a_lightning_trainer_takes_checkpoint_now_through_the_documented_callbac
     root = lightning_run.folder / "pl"
     ckpt = root / f"mpwatch-step{s}.ckpt"
     assert ckpt.is_file()
+    import torch  # here, not at collection: every lane collects this module
+
     assert torch.load(ckpt, weights_only=False)["global_step"] == s
     assert [p.name for p in root.glob("*.ckpt")] == [ckpt.name]
     assert lightning_run.checkpoint.log0.count("SAVED") == 1

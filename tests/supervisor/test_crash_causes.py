@@ -8,7 +8,7 @@ import pytest
 
 from mpwatch.supervisor.workers import exits
 from tests.cli.conftest import summary, summary_text
-from tests.helpers import FIXTURES, mpwatch
+from tests.helpers import FIXTURES, mpwatch, need
 
 pytestmark = pytest.mark.timeout(300)
 EXC = "CheckpointRefused: the checkpoint was refused."  # (Python names no module for __main__)
@@ -34,7 +34,7 @@ def test_a_multi_line_messages_cause_is_its_type_and_first_line(headless, lines)
 
 
 def test_torch_loads_weights_only_refusal_is_named(headless):
-    pytest.importorskip("torch")
+    need("torch")
     run, ex = _ended(headless, FIXTURES / "weights_only_load.py")
     assert ex["cause"].startswith("exit 1: _pickle.UnpicklingError: Weights only load failed."), ex["cause"]
     assert "\x1b" not in ex["cause"] and "?[" not in ex["cause"]  # torch's bold is no part of the words

@@ -10,7 +10,7 @@ import os
 import pytest
 
 from mpwatch.supervisor.diagnose import flight_join
-from tests.helpers import FIXTURES, wait_for
+from tests.helpers import FIXTURES, need, wait_for
 
 ENV_SCRIPT = FIXTURES / "print_env.py"
 
@@ -45,7 +45,7 @@ def test_torchs_analyzer_output_is_read():
 @pytest.mark.torch
 @pytest.mark.timeout(300)
 def test_the_flight_recorder_names_the_rank_that_did_not_join(headless):
-    pytest.importorskip("torch", reason="a flight recorder needs torch (the demo extra)")
+    need("torch", "a flight recorder needs torch (the demo extra)")
     env = dict(os.environ, MPWATCH_NCCL_FLIGHT="1", HANG_RANK="1", HANG_STEP="5")
     run = headless(FIXTURES / "flight_hang.py", n=3, opts=["--stall-timeout", "6"], env=env)
     alert = run.wait_event("alert", lambda r: r.get("kind") == "hang" and "flight recorder" in r["message"], 180)[0]

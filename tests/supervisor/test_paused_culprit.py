@@ -8,9 +8,10 @@ import time
 
 import pytest
 
+from tests.helpers import need
 from tests.supervisor.three_ranks import FINDING, act
 
-pytest.importorskip("torch", reason="demo/hang.py needs torch (the demo extra)")
+need("torch", "demo/hang.py needs torch (the demo extra)")
 pytestmark = [pytest.mark.torch, pytest.mark.timeout(600)]  # the shared run's two acts, when it starts here
 
 

@@ -21,10 +21,10 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from mpwatch.sources.replay import ReplaySource
-from tests.helpers import FIXTURES, mpwatch, wait_for
+from tests.helpers import FIXTURES, mpwatch, need, wait_for
 from tests.supervisor.test_gpu_run import FAST, gpu_env, view
 
-pytest.importorskip("torch", reason="the straggler's runs are torch's (pip install -e '.[demo]')")
+need("torch", "the straggler's runs are torch's (pip install -e '.[demo]')")
 pytestmark = [pytest.mark.torch, pytest.mark.timeout(240)]
 
 DDP = FIXTURES / "ddp_pace.py"

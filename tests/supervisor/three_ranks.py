@@ -24,7 +24,7 @@ from mpwatch.sources.local import Client
 from mpwatch.tui.app import MpwatchApp
 from mpwatch.tui.render import glyphs
 from mpwatch.tui.screens.events import EventsScreen
-from tests.helpers import ROOT, HeadlessRun, WaitTimeout, internal_errors, wait_for
+from tests.helpers import ROOT, HeadlessRun, WaitTimeout, internal_errors, need, wait_for
 from tests.recorded_runs import finding_in_status
 
 # Where the peers wait depends on where the pause caught rank 1: in the loss's all_reduce, or in
@@ -165,7 +165,7 @@ class ThreeRanks:
 
 @pytest.fixture(scope="session")
 def three_ranks(tmp_path_factory):
-    pytest.importorskip("torch", reason="demo/hang.py needs torch (the demo extra)")
+    need("torch", "demo/hang.py needs torch (the demo extra)")
     shared = ThreeRanks(tmp_path_factory.mktemp("three-ranks"))
     try:
         shared.play()

@@ -7,9 +7,10 @@ from __future__ import annotations
 
 import pytest
 
+from tests.helpers import need
 from tests.supervisor.three_ranks import act
 
-pytest.importorskip("torch", reason="demo/hang.py needs torch (the demo extra)")
+need("torch", "demo/hang.py needs torch (the demo extra)")
 pytestmark = [pytest.mark.torch]
 
 

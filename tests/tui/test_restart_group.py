@@ -4,10 +4,10 @@ restart all; `R` restarts all (asking first); `-` and `+` that restart every wor
 import pytest
 
 from mpwatch.tui.screens.confirm import ChoiceDialog, ConfirmDialog
-from tests.helpers import FIXTURES
+from tests.helpers import FIXTURES, need
 from tests.tui.conftest import said, until, worker_of
 
-pytest.importorskip("torch", reason="a process group needs torch (the demo extra)")
+need("torch", "a process group needs torch (the demo extra)")
 pytestmark = [pytest.mark.torch, pytest.mark.timeout(300)]
 DDP = FIXTURES / "ddp_steps.py"
 
