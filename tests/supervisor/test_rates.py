@@ -37,7 +37,7 @@ def test_lock_step_peers_of_a_resumed_rank_show_their_rate_not_its_pause(three_r
     assert resumed - paused > 6
     if isinstance(a.after_resume, BaseException):
         raise a.after_resume
-    ws = a.after_resume  # each rank 8 steps on, its rate known: well within its window
-    assert all(w["step"] >= a.step_at_resume + 8 for w in ws)
+    ws = a.after_resume  # each rank 40 steps on, its rate known: well within its window
+    assert all(w["step"] >= a.step_at_resume + 40 for w in ws)
     rates = [w["steps_per_s"] for w in ws]
     assert min(rates) > 0.6 * max(rates), rates  # lock-step: one rate (it read [~3, ~6, ~3] before)

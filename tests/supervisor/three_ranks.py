@@ -46,7 +46,7 @@ class PausedAct:
         self.resumed_status: dict = {}  # the live status once the finding has left it
         self.events: list[dict] = []  # every event of the run until the finding's end
         self.step_at_resume = 0  # the highest step just after `ctl resume 1`
-        self.after_resume: list[dict] | BaseException = []  # the workers once each is 8 steps on
+        self.after_resume: list[dict] | BaseException = []  # the workers once each is 40 steps on
         self.events_screen: dict[tuple[int, int], list[str] | BaseException] = {}  # size -> its lines
 
     def play(self, run: HeadlessRun) -> None:
@@ -61,11 +61,13 @@ class PausedAct:
         run.ctl("resume", "1")
         self.step_at_resume = step = max(w["step"] for w in run.status()["workers"])
 
-        def stepped() -> list[dict] | None:  # each rank 8 steps on, its rate known: well within its window
+        def stepped() -> list[dict] | None:
+            # each rank 40 steps on (a second at 0.02 s a step: four of its report batches, so that its
+            # rate is read over several), well within a window that would still span the pause
             ws = run.status()["workers"]
-            return ws if all((w["step"] or 0) >= step + 8 and w["steps_per_s"] for w in ws) else None
+            return ws if all((w["step"] or 0) >= step + 40 and w["steps_per_s"] for w in ws) else None
         try:
-            self.after_resume = wait_for(stepped, 60, interval=0.02, what="eight steps after the resume")
+            self.after_resume = wait_for(stepped, 60, interval=0.02, what="40 steps after the resume")
         except WaitTimeout as exc:  # test_rates' own failure; the act goes on
             self.after_resume = exc
         wait_for(lambda: all(w["state"] == "running" for w in run.status()["workers"]), 120,
