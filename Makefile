@@ -32,10 +32,11 @@ lint: compiled
 	$(BIN)/mypy
 
 # Four lanes (pytest-xdist) on two cores: the tests wait on real processes more than they compute.
-# Measured from a fresh clone on 2 cores: 464 s of tests in 4 lanes, 473 s in 6 (the two cores are
-# then busy ~90% of the time: more lanes add no speed, only CPU); beside two busy processes 688 s
-# in 4 lanes against 763 s in 2. Each run recorded once per session stays in one lane (its xdist
-# group); LANES=0: no lanes, one process.
+# Measured from a fresh clone on 2 cores: 460-468 s of tests in 4 lanes, 538 s beside two busy
+# processes (docs/contributing.md); 6 lanes were no faster (473 s against 464 s in 4: the two cores
+# are then busy most of the time, more lanes add only CPU), 2 slower beside busy processes (763 s
+# against 688 s). Each run recorded once per session stays in one lane (its xdist group); LANES=0:
+# no lanes, one process.
 LANES ?= 4
 test: lint tests-compiled
 	$(BIN)/python -m pytest -q -rs -n $(LANES) --dist loadgroup

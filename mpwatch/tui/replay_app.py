@@ -55,6 +55,7 @@ class ReplayApp(MpwatchApp):
         self._moments: list[tuple[float, str | None]] = []
         self._notes_shown: list[str] = []  # the notes in the banner
         self._indexer: Timer | None = None  # builds the report index while idle
+        self._open_on_failure = True  # until the table first has rows (tui.replay_app.refresh_view)
 
     def on_mount(self) -> None:  # Textual calls MpwatchApp.on_mount too (then the poller starts)
         self.mount(self.strip, before=self.status_line)
@@ -80,11 +81,18 @@ class ReplayApp(MpwatchApp):
         super().apply_status(status)
         self.show_strip()
         if first:  # after the App's own greeting, which follows the first status
-            self._select_first_failure()
             self._indexer = self.set_interval(INDEX_TICK_S, self._index_step)  # once the screen is drawn
             said = self.glyphs.sep.join(keys.summary(keys.CURSOR) + ["e events", "q leave"])
             self.call_later(self.say, f"replaying run {status['run']['id']} (read-only): {said}",
                             "information", False)
+
+    def refresh_view(self) -> None:
+        super().refresh_view()
+        if self._open_on_failure and self.table.order:
+            # Once, with the first rows: the first status can come before the first resize has
+            # given the table its columns (a loaded machine), and its rows only with that resize.
+            self._open_on_failure = False
+            self._select_first_failure()
 
     def _select_first_failure(self) -> None:
         """A failed run opens on why it failed: the row of the rank that failed first."""

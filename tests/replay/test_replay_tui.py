@@ -165,6 +165,22 @@ def test_snapshot_the_oom_at_its_failure(snap_compare, size):
     assert snap_compare(app_on(STORED_OOM), terminal_size=size, run_before=moment_of_the_oom)
 
 
+async def test_a_failed_run_opens_on_its_first_failure_when_its_first_status_comes_before_the_columns():
+    """On a loaded machine the first status can come before the first resize has given the table
+    its columns: its rows then come with the resize, and the selection of the first failure, made
+    at the first status, found no row (`mpwatch show` opened on rank 0; a busy suite failed there)."""
+    app = app_on(STORED_FAILED)
+    real = app._set_columns
+    app._set_columns = lambda width: None  # no columns yet: as before the first resize
+    async with app.run_test(size=(100, 30)) as pilot:
+        await ready(pilot)
+        assert not app.table.cols  # the first status found no columns: the race, as it happens
+        app._set_columns = real
+        await pilot.resize_terminal(101, 30)  # the resize that comes after it
+        await until(pilot, lambda: app.table.cols and app.table.order, what="the rows")
+        assert app.table.selected_rank() == 1
+
+
 @pytest.mark.parametrize("size", [(80, 24), (120, 40)], ids=lambda s: f"{s[0]}x{s[1]}")
 async def test_a_failed_run_opens_on_its_first_failure_and_its_cause(size):
     """Issue 20: rank 1 raised ValueError, rank 0 exited 0. The first screen selects rank 1 and
