@@ -159,6 +159,16 @@ def _view(r: Rig) -> list[dict]:
     return plain(r.gpus())
 
 
+def _differences(a: object, b: object, where: str = "") -> list[str]:
+    """Where two views differ, path by path (a whole view in an assertion hides it)."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        return [d for k in sorted(set(a) | set(b), key=str)
+                for d in _differences(a.get(k, "<absent>"), b.get(k, "<absent>"), f"{where}.{k}")]
+    if isinstance(a, list) and isinstance(b, list) and len(a) == len(b):
+        return [d for i, (x, y) in enumerate(zip(a, b, strict=True)) for d in _differences(x, y, f"{where}[{i}]")]
+    return [] if a == b else [f"{where}: scripted {a!r}, stand-in {b!r}"]
+
+
 def test_the_watcher_builds_the_same_views_from_either(rigs):
     data = scenario("rank:0", "rank:1")
     views = []
@@ -167,7 +177,7 @@ def test_the_watcher_builds_the_same_views_from_either(rigs):
         r.cuda = {0: cuda("MIG-1111", 4 * GiB, 5 * GiB), 1: cuda("MIG-2222", 6 * GiB, 7 * GiB)}
         r.tick(n=3)
         views.append(_view(r))
-    assert views[0] == views[1]
+    assert views[0] == views[1], _differences(views[0], views[1])
     a100 = views[1][0]
     assert [s["ranks"] for s in a100["slices"]] == [[0], [1], []]
     assert a100["throttle_reasons"] == ["sw_power_cap"] and views[1][1]["sm_clock_mhz"] == 1100
