@@ -166,9 +166,10 @@ def test_snapshot_the_oom_at_its_failure(snap_compare, size):
 
 
 async def test_a_failed_run_opens_on_its_first_failure_when_its_first_status_comes_before_the_columns():
-    """On a loaded machine the first status can come before the first resize has given the table
-    its columns: its rows then come with the resize, and the selection of the first failure, made
-    at the first status, found no row (`mpwatch show` opened on rank 0; a busy suite failed there)."""
+    """The first status can come before the first resize has given the table its columns (nothing
+    orders the poller's first snapshot after Textual's first Resize): its rows then come with the
+    resize, and the selection of the first failure, made at the first status, found no row and the
+    replay opened on rank 0. Forced here in that order."""
     app = app_on(STORED_FAILED)
     real = app._set_columns
     app._set_columns = lambda width: None  # no columns yet: as before the first resize
