@@ -11,9 +11,15 @@ STAMP := $(VENV)/.installed
 # import, and every worker, supervisor and test process would compile torch from source at each
 # start (import torch: 3.9 CPU-s without the cache, 2.0 with it). Measured on 2 cores: the install
 # costs 87 CPU-s compiled against 55 without (BENCHMARKS.md; `python -m bench --only install`).
+# Where this machine has no NVIDIA GPU (CI) and PyTorch's CPU index answers, torch and torchvision
+# come from it: torch's CPU build is a 190 MB wheel, where PyPI's is 900 MB plus 3.2 GB of CUDA
+# libraries (nvidia-*, triton) that nothing here loads (a venv of 1.1 GB, not 5.9). TORCH_INDEX=
+# (empty) keeps PyPI's build; an index that does not answer in 5 s is not asked.
+TORCH_INDEX ?= $(if $(wildcard /dev/nvidiactl),,https://download.pytorch.org/whl/cpu)
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
-	$(BIN)/pip install -q -e '.[demo,test,spy]'
+	$(BIN)/pip install -q $(shell $(PY) -c "import sys, urllib.request as u; u.urlopen(sys.argv[1], timeout=5); \
+		print('--extra-index-url', sys.argv[1])" "$(TORCH_INDEX)" 2>/dev/null) -e '.[demo,test,spy]'
 	touch $(STAMP)
 
 # mpwatch's own modules and the tests' (an editable install is not compiled by pip): compileall
@@ -37,9 +43,11 @@ lint: compiled
 # are then busy most of the time, more lanes add only CPU), 2 slower beside busy processes (763 s
 # against 688 s). Each run recorded once per session stays in one lane (its xdist group); LANES=0:
 # no lanes, one process.
+# tests.ci: then, as a user with a passwordless sudo, the tests that need root, as root through it;
+# it ends with every test that did not run and why.
 LANES ?= 4
 test: lint tests-compiled
-	$(BIN)/python -m pytest -q -rs -n $(LANES) --dist loadgroup
+	$(BIN)/python -m tests.ci -q -rs -n $(LANES) --dist loadgroup
 
 # pytest loads each test module with its assertions rewritten, and caches that beside compileall's
 # bytecode only where bytecode writing is on: one collection with it on (10 s) saves each lane the

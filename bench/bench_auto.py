@@ -71,7 +71,11 @@ steps = Steps(emit)
 steps.has_optimizer = True
 backward = patches._backward(lambda *a, **k: None, steps, capture, worker.auto_wanted)
 # an optimizer class's step() as mpwatch wraps it, around what torch's own wrapper does for us: its hook
-step = patches._optimizer_step(lambda opt: steps.optimizer_stepped(), steps, capture, worker.auto_wanted)
+if hasattr(patches, "_optimizer_step"):
+    step = patches._optimizer_step(lambda opt: steps.optimizer_stepped(), steps, capture, worker.auto_wanted)
+else:  # before issue 31's step() wrapper: torch's post hook alone counted the step
+    def step(opt):
+        steps.optimizer_stepped()
 class Batches:
     def __next__(self):
         return None
@@ -147,8 +151,9 @@ def _env(d) -> dict:
 
 def _under(d, script, args, auto: bool, name: str, tree=None) -> str:
     """rank 0's stdout of `mpwatch --headless -n 1 [--no-auto] script args` (under the mpwatch
-    of `tree`, measure.tree_at's folder, when given)."""
-    opts = () if auto else ("--no-auto",)
+    of `tree`, measure.tree_at's folder, when given). The worker imports torch itself
+    (--no-preload: no forkserver imports it first), which is what the import rows time."""
+    opts = (() if auto else ("--no-auto",)) + (("--no-preload",) if tree is None else ())
     env = _env(d) if tree is None else dict(_env(d), PYTHONPATH=str(tree))
     with measure.Headless(d, script, *args, n=1, opts=opts, name=name, env=env) as h:
         rc = h.wait(timeout=600)
@@ -181,7 +186,7 @@ def import_rows(d, rounds: int) -> list[dict]:
     runs = _sides(d, script, (), rounds, "import", _parse)
     if not all(r["hooked"] for r in runs["auto"]) or any(r["hooked"] for r in runs["off"]):
         raise RuntimeError("a run with the hooks had none, or one without had them")
-    cmd = measure.shown([*measure.mpwatch_cmd(), "--headless", "-n", "1", "import_timer.py"])
+    cmd = measure.shown([*measure.mpwatch_cmd(), "--headless", "--no-preload", "-n", "1", "import_timer.py"])
     med = statistics.median
     on, off = [1000 * r["import_s"] for r in runs["auto"]], [1000 * r["import_s"] for r in runs["off"]]
     on_cpu, off_cpu = [1000 * r["import_cpu_s"] for r in runs["auto"]], [1000 * r["import_cpu_s"] for r in runs["off"]]
@@ -209,7 +214,7 @@ def step_rows(d, rounds: int, n: int, reps: int, step_cpu_us: float) -> list[dic
         sides = ("auto",) if isinstance(tree, str) else ("auto", "before")
         runs = _sides(d, script, (n, reps), rounds, "hooks", _parse, sides=sides,
                       tree=None if isinstance(tree, str) else tree)
-    cmd = measure.shown([*measure.mpwatch_cmd(), "--headless", "-n", "1", "hooks_timer.py", str(n), str(reps)])
+    cmd = measure.shown([*measure.mpwatch_cmd(), "--headless", "--no-preload", "-n", "1", "hooks_timer.py", str(n), str(reps)])
     costs = [r["us"] for r in runs["auto"]]
     before = [r["us"] for r in runs.get("before", [])]
     cost = statistics.median(costs)
@@ -240,7 +245,7 @@ def throughput_rows(d, rounds: int, steps: int) -> list[dict]:
                 "cpu": float(text.rsplit("cpu samples/s: ", 1)[1].split()[0])}
 
     runs = _sides(d, script, args, rounds, "train", rates)
-    cmd = measure.shown([*measure.mpwatch_cmd(), "--headless", "-n", "1", "mnist_loop.py"])
+    cmd = measure.shown([*measure.mpwatch_cmd(), "--headless", "--no-preload", "-n", "1", "mnist_loop.py"])
     out = []
     for key, what, target in (("wall", "Training throughput with and without automatic steps, wall clock", None),
                               ("cpu", "Training throughput per CPU second with and without automatic steps", 0.99)):

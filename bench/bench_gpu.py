@@ -25,12 +25,12 @@ from pathlib import Path
 
 from bench import measure
 from bench.harness import row
+from mpwatch.contract import CudaView
 from mpwatch.probes.gpu import open_backend
-from mpwatch.contract.status import CudaView
 from mpwatch.rundir.writer import RunStore
 from mpwatch.settings import Settings
-from mpwatch.supervisor.gpu.watch import PROCS_EVERY, GpuWatch
 from mpwatch.supervisor.gpu.ranks import RankInfo
+from mpwatch.supervisor.gpu.watch import PROCS_EVERY, GpuWatch
 
 NGPUS = 8
 TARGET_MS = 2.0  # per tick for 8 GPUs: 0.2% of a core at the default 1 s interval
@@ -93,8 +93,10 @@ def _baseline(n: int) -> tuple[float, float] | str:
     with measure.tree_at(BASELINE) as tmp:
         if isinstance(tmp, str):
             return tmp
+        # the baseline's rows: `_fake_rows` there (issue 28 renamed the fake NVML to the scripted one)
         code = ("import json, statistics, sys; from bench import bench_gpu as b; "
-                f"rows = b._scripted_rows({n}); print(json.dumps([r['mpwatch'] for r in rows]))")
+                f"rows = getattr(b, '_scripted_rows', getattr(b, '_fake_rows', None))({n}); "
+                "print(json.dumps([r['mpwatch'] for r in rows]))")
         res = subprocess.run([sys.executable, "-c", code], cwd=tmp, capture_output=True, text=True,
                              env=dict(os.environ, PYTHONPATH=str(tmp)), timeout=600)
         if res.returncode != 0:

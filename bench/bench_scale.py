@@ -13,8 +13,12 @@ window in which nothing else talks to it (no status polls).
 """
 from __future__ import annotations
 
+import json
 import os
+import subprocess
+import sys
 import time
+from pathlib import Path
 
 import psutil
 
@@ -23,6 +27,7 @@ from bench.harness import row
 
 RATE = 100.0
 TARGET_PCT = 10.0  # of one core, at 64 workers
+TARGET_256_PCT = 5.0  # of one core, at 256 workers (issue 43)
 
 REPORTER = r'''
 import os, sys, time
@@ -114,12 +119,12 @@ def one_size(n: int, window: float, start_timeout: float, settle_timeout: float 
             "window": t1 - t0}
 
 
-def side_by_side(n: int, window: float, rounds: int) -> tuple[dict, dict | str]:
-    """The run at n workers with this supervisor and with the one before issue 13, alternated:
+def side_by_side(n: int, window: float, rounds: int, commit: str) -> tuple[dict, dict | str]:
+    """The run at n workers with this supervisor and with the one at `commit`, alternated:
     the medians of each (or why there is no "before")."""
     now: list[dict] = []
     before: list[dict] = []
-    with measure.tree_at(measure.BEFORE_ISSUE_13) as tree:
+    with measure.tree_at(commit) as tree:
         sides = ["now", "before"] if not isinstance(tree, str) else ["now"]
         for _, side in measure.alternated(rounds, sides):
             env = None if side == "now" else measure.clean_env(PYTHONPATH=tree)
@@ -134,40 +139,91 @@ def _median_run(runs: list[dict]) -> dict:
                 lost_all=sum(r["unaccounted"] for r in runs))
 
 
-def run(quick: bool = False) -> list[dict]:
-    sizes = [8] if quick else [64, 256]
-    window = 2.0 if quick else 10.0
+def size_rows(n: int, window: float, rounds: int, commit: str, target: float | None) -> list[dict]:
+    r, base = side_by_side(n, window, rounds, commit)
+    old = base if isinstance(base, dict) else None
+    issue = "13" if commit == measure.BEFORE_ISSUE_13 else "43"
+    alt = f"before issue {issue} ({commit})"
+    cmd = measure.shown([*measure.mpwatch_cmd(), "--headless", "-n", str(n), "reporter.py", str(RATE)])
+    started = (f"all {n} reporting {r['started_in']:.0f} s after launch" if r["reporting"] == n else
+               f"only {r['reporting']} of {n} workers had a report through after {r['started_in']:.0f} s "
+               f"(the supervisor fell behind)")
+    how = ", alternated with the supervisor before issue " + issue if old else ""
+    load = (f"median of {r['rounds']} run(s){how}; the supervisor took in {r['rate']:.0f} reports/s per "
+            f"worker in the window (each sends {RATE:.0f}); machine CPU {r['machine_pct']:.0f}% of "
+            f"{os.cpu_count()} cores over the {r['window']:.0f} s window; {started}; heartbeat age at the "
+            f"window's end: median {r['age_med']:.2f} s, max {r['age_max']:.2f} s")
+    if old:
+        load += f" (before: median {old['age_med']:.2f} s, max {old['age_max']:.2f} s)"
+    else:
+        load += f"; no side-by-side: {base}"
+    tgt = f"< {target:g}% of a core" if target else None
+    return [
+        row(f"Scale {n} workers x {RATE:.0f} reports/s: supervisor CPU", cmd, r["cpu_pct"],
+            old["cpu_pct"] if old else None, alt_name=alt if old else None, unit="% of a core", target=tgt,
+            ok=(r["cpu_pct"] < target) if target else None, note=load),
+        row(f"Scale {n} workers: supervisor RSS (peak in window)", cmd, r["rss_mib"],
+            old["rss_mib"] if old else None, alt_name=alt if old else None, unit="MiB"),
+        row(f"Scale {n} workers: reports lost", cmd, r["lost"], unit="reports",
+            target="all counted (unaccounted 0)", ok=r["lost_all"] == 0 and (old is None or old["lost_all"] == 0),
+            note=f"made {r['made']}, received {r['received']}, dropped by the worker buffer "
+                 f"(declared) {r['dropped']}, unaccounted {r['unaccounted']}"
+                 + (f"; in all {r['rounds']} runs: {r['lost_all']}" if r["rounds"] > 1 else "")
+                 + (f"; before, in all its runs: {old['lost_all']}" if old else "")),
+    ]
+
+
+PARTS = Path(__file__).with_name("supervisor_parts.py")
+
+
+def _parts(n: int, tree: Path | None) -> dict:
+    env = measure.clean_env(**({"PYTHONPATH": str(tree)} if tree is not None else {}))
+    res = subprocess.run([sys.executable, str(PARTS), str(n)], capture_output=True, text=True, env=env,
+                         timeout=600, cwd=tree or measure.ROOT)
+    if res.returncode != 0:
+        raise RuntimeError(f"supervisor_parts {n}: {res.stderr.strip().splitlines()[-1:]}")
+    return json.loads(res.stdout.strip().splitlines()[-1])
+
+
+def parts_rows(n: int, rounds: int) -> list[dict]:
+    """The supervisor's own work at n ranks in one process (bench/supervisor_parts.py), by CPU
+    time, alternated with the code before issue 43."""
+    got: dict[str, list[dict]] = {"now": [], "before": []}
+    with measure.tree_at(measure.BEFORE_ISSUE_43) as tree:
+        sides = ["now", "before"] if not isinstance(tree, str) else ["now"]
+        for _, side in measure.alternated(rounds, sides):
+            got[side].append(_parts(n, None if side == "now" else tree))
+    alt = f"before issue 43 ({measure.BEFORE_ISSUE_43})"
+    cmd = f"python bench/supervisor_parts.py {n}"
+    how = (f"median of {rounds} alternated run(s) of each, CPU time of the supervisor's thread in one process; "
+           f"a real Run with its rooms and files, {n} workers' processes that sleep")
+
+    def med(side: str, key: str):
+        return measure.median([g[key] for g in got[side]])
+
     rows = []
-    for n in sizes:
-        if n == 64:
-            r, base = side_by_side(n, window, rounds=3)
-        else:
-            r, base = one_size(n, window, start_timeout=30 + n // 4), "not run at this size"
-            r.update(rounds=1, lost_all=r["unaccounted"])
-        old = base if isinstance(base, dict) else None
-        alt = f"before issue 13 ({measure.BEFORE_ISSUE_13})"
-        cmd = measure.shown([*measure.mpwatch_cmd(), "--headless", "-n", str(n), "reporter.py", str(RATE)])
-        started = (f"all {n} reporting {r['started_in']:.0f} s after launch" if r["reporting"] == n else
-                   f"only {r['reporting']} of {n} workers had a report through after {r['started_in']:.0f} s "
-                   f"(the supervisor fell behind)")
-        how = ", alternated with the supervisor before the redesign" if old else ""
-        load = (f"median of {r['rounds']} run(s){how}; the supervisor took in {r['rate']:.0f} reports/s per "
-                f"worker in the window (each sends "
-                f"{RATE:.0f}); machine CPU {r['machine_pct']:.0f}% of {os.cpu_count()} cores over the "
-                f"{r['window']:.0f} s window; {started}; heartbeat age at the window's end: median "
-                f"{r['age_med']:.2f} s, max {r['age_max']:.2f} s")
-        if isinstance(base, str) and n == 64:
-            load += f"; no side-by-side: {base}"
-        target = f"< {TARGET_PCT:g}% of a core" if n == 64 else None
-        rows.append(row(f"Scale {n} workers x {RATE:.0f} reports/s: supervisor CPU", cmd, r["cpu_pct"],
-                        old["cpu_pct"] if old else None, alt_name=alt if old else None,
-                        unit="% of a core", target=target, ok=(r["cpu_pct"] < TARGET_PCT) if target else None,
-                        note=load))
-        rows.append(row(f"Scale {n} workers: supervisor RSS (peak in window)", cmd, r["rss_mib"],
-                        old["rss_mib"] if old else None, alt_name=alt if old else None, unit="MiB"))
-        rows.append(row(f"Scale {n} workers: reports lost", cmd, r["lost"], unit="reports",
-                        target="all counted (unaccounted 0)", ok=r["lost_all"] == 0,
-                        note=f"made {r['made']}, received {r['received']}, dropped by the worker buffer "
-                             f"(declared) {r['dropped']}, unaccounted {r['unaccounted']}"
-                             + (f"; in all {r['rounds']} runs: {r['lost_all']}" if r["rounds"] > 1 else "")))
+    for key, what, unit, note in (
+            ("frame_us", "a report frame, from its bytes to the worker's row and its report event", "µs",
+             "decode, the batch's checks, the ledger (8 folded reports: step, loss, trend, curve), the report "
+             "event written (at 256 ranks every frame writes one)"),
+            ("tick_us", f"a tick of the serve loop, {n} workers running", "µs",
+             "the exit path, the ledger's held reports, control's pushes, stalls, stragglers, resize, the "
+             "end check; 10 ticks a second"),
+            ("sample_ms", f"a sample of {n} workers' processes", "ms",
+             "psutil over each worker and its children (the process table scanned every 2 s); every 4 s "
+             "past 128 workers (every 2 s before)"),
+            ("status_ms", f"a status of {n} ranks, as the TUI asks for it", "ms",
+             "built under the run's lock and encoded as the control socket sends it (12 loss points a rank)")):
+        rows.append(row(f"Supervisor at {n} ranks: {what}, CPU", cmd, med("now", key),
+                        med("before", key) if got["before"] else None, alt_name=alt if got["before"] else None,
+                        unit=unit, note=f"{note}; {how}"))
     return rows
+
+
+def run(quick: bool = False) -> list[dict]:
+    window = 2.0 if quick else 10.0
+    if quick:
+        return size_rows(8, window, 1, measure.BEFORE_ISSUE_43, None) + parts_rows(32, 1)
+    return (size_rows(64, window, 3, measure.BEFORE_ISSUE_13, TARGET_PCT)
+            + size_rows(256, window, 3, measure.BEFORE_ISSUE_43, TARGET_256_PCT)
+            + parts_rows(256, 3))

@@ -19,8 +19,7 @@ from pathlib import Path
 
 from bench import measure
 from bench.harness import row
-from mpwatch.probes import pyspy
-from mpwatch.probes import stacks
+from mpwatch.probes import pyspy, stacks
 from mpwatch.supervisor import spawn
 
 STALL_TIMEOUT = 1.5

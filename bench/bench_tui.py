@@ -4,6 +4,8 @@
   the real app, fed a source whose every worker changes on every poll: the TUI's own cost,
   on a machine where nothing else competes for the CPU; with no GPU, and with 8 GPUs whose
   rows, sparklines (two minutes of history) and alerts move too, side by side in one run.
+- the merged view of several nodes (sources.multinode's MergedSource over synthetic nodes): 4
+  nodes x 64 ranks, and 16 nodes x 64 ranks (1024 ranks in one TUI).
 - real workers (64 and 256; 32 with --quick) at 100 reports/s under a headless supervisor,
   with `mpwatch attach` in the pane: at 256 the same load for real, where the TUI competes
   with 256 workers for the machine's cores.
@@ -236,16 +238,18 @@ def run(quick: bool = False) -> list[dict]:
                  ratio=r["mpwatch"] / base if base else None)
     rows += gpu_rows
     rows += nodes_rows(syn, window, reps)
+    if not quick:
+        rows += nodes_rows(syn, window, reps, nodes=16, per=64)  # issue 43: 1024 ranks of 16 nodes in one TUI
     for n in sizes:
         rows += real_rows(n, window, reps)
     return rows
 
 
-def nodes_rows(base: dict, window: float, reps: int, nodes: int = 4) -> list[dict]:
-    """The merged view of `nodes` nodes of 256 / nodes ranks each, beside one run of 256."""
-    m = synthetic(256, 0, window, reps, nodes=nodes)
-    what = f"{nodes} nodes x {256 // nodes} ranks x 100 reports/s merged, synthetic snapshots"
-    out = rows_for(m, what, f"python -m bench.synthetic 256 --nodes {nodes}", window, reps,
+def nodes_rows(base: dict, window: float, reps: int, nodes: int = 4, per: int = 64) -> list[dict]:
+    """The merged view of `nodes` nodes of `per` ranks each, beside one run of 256."""
+    m = synthetic(nodes * per, 0, window, reps, nodes=nodes)
+    what = f"{nodes} nodes x {per} ranks x 100 reports/s merged, synthetic snapshots"
+    out = rows_for(m, what, f"python -m bench.synthetic {nodes * per} --nodes {nodes}", window, reps,
                    f"{m['rate']:.1f} refreshes/s; the real MergedSource (a thread per node, the merge, the "
                    f"cross-node straggler analysis) over {nodes} synthetic nodes, NODE column and a header "
                    f"line per node", "through MergedSource to the rank's node (answers at once)")

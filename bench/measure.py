@@ -20,6 +20,7 @@ import time
 from pathlib import Path
 
 from mpwatch.rundir import reader
+from mpwatch.supervisor.options import machine_cap
 from tests.helpers import alive, descendants, kill_all, wait_for
 
 __all__ = ["alive", "descendants", "kill_all", "wait_for"]  # the shared process helpers, for the bench modules
@@ -49,6 +50,7 @@ def alternated(reps: int, names: list[str]):
 
 ROOT = Path(__file__).resolve().parent.parent
 BEFORE_ISSUE_13 = "1341998"  # main before the supervisor's redesign (one Run class of ~1100 lines)
+BEFORE_ISSUE_43 = "acadc4d"  # main before the supervisor's work at 256 ranks was cut, and before the forkserver
 
 
 @contextlib.contextmanager
@@ -107,7 +109,9 @@ class Headless:
         self.run_dir = self.dir / name
         self.cmd = [*mpwatch_cmd(), "--headless", "-n", str(n), "--run-dir", str(self.run_dir), *map(str, opts),
                     str(script), *map(str, args)]
-        self.env = env if env is not None else clean_env()
+        self.env = dict(env if env is not None else clean_env())
+        if n > machine_cap():  # the bound a wide run needs, set here: the bench runs as committed
+            self.env["MPWATCH_MAX_WORKERS"] = str(n)
         self.proc: subprocess.Popen | None = None
         self.pids: set[int] = set()
         self._client = None

@@ -3,7 +3,7 @@
 real rates:
 
 - events.jsonl (rundir.writer.RunStore): run_started, a worker_started per rank, one report
-  event a second per rank (supervisor.ipc.ledger's REPORT_EVENT_S: the latest step and loss, the metrics,
+  event a second per rank (supervisor.workers.ledger's REPORT_EVENT_S: the latest step and loss, the metrics,
   n = the report() calls folded in), a DataLoader child of two ranks reporting every 10 s,
   and what a long run has: a rank that fails and is restarted, a stall of one rank with its
   stack dump and the hang alert naming it, GPU alerts, a dump on request, the stop at the end

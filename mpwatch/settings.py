@@ -8,7 +8,7 @@ itself, and tests and benches hand in their own (`Settings(events_mb=...)`). A v
 to nothing (`VAR=`) is unset.
 
 Not here: the worker side's own variables (contract.protocol's ENV_*, set by the supervisor
-for each worker, and worker.api.SCRIPTED_CUDA_ENV), which the worker reads itself (stdlib only, no
+for each worker, and worker.seam.SCRIPTED_CUDA_ENV), which the worker reads itself (stdlib only, no
 mpwatch import beyond its own). Pure and stdlib only; any thread may build one.
 """
 from __future__ import annotations
@@ -73,7 +73,7 @@ class Settings:
     """MPWATCH_NODE_LOST_S (10): a node whose beat stands still this long is lost."""
     pyspy: PySpy = "stall"
     """MPWATCH_PYSPY (stall): native stacks with py-spy: for stall dumps, for every dump, or off (then no
-    py-spy profile of a rank without torch either: supervisor.control.flame)."""
+    py-spy profile of a rank without torch either: supervisor.live.flame)."""
     nccl_flight: bool = False
     """MPWATCH_NCCL_FLIGHT (0): the workers' NCCL flight recorder, dumped with each stack dump."""
     ssh: tuple[str, ...] = ("ssh",)
@@ -89,7 +89,7 @@ class Settings:
     auto: bool = True
     """MPWATCH_AUTO (1): automatic steps, losses and time split in scripts that import torch."""
     scripted_nvml: str | None = None
-    """MPWATCH_SCRIPTED_NVML (none): a scripted NVML's scenario (probes.nvml_scripted), no GPU needed."""
+    """MPWATCH_SCRIPTED_NVML (none): the GPU seam's scenario (probes.seam): a scripted NVML, no GPU needed."""
     max_workers: int | None = None
     """MPWATCH_MAX_WORKERS (64, or 4 per CPU or GPU if more): the most workers `resize` may ask for."""
     cuda_history_entries: int = 20_000

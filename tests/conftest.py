@@ -9,6 +9,10 @@
   unless it is marked `injects_bugs`.
 - `nobody`: mpwatch's CLI run as uid 65534 through setpriv (tests/users.py), for the permission
   cases where the suite runs as root; skipped, with the reason, where it cannot be.
+- Tests that need root are marked `root` (a test that asks for `nobody` is, by that): as a user
+  they skip, saying whether `make test` runs them next as root through a passwordless sudo
+  (tests/privilege.py, tests/ci.py). The run ends with every skip, by reason, and writes them to
+  $MPWATCH_TEST_OUTCOMES where it is set.
 - A test that reads a run shared by several tests (a session fixture named in SHARED_RUNS: the
   runs recorded once per session, tests/recorded_runs.py, and the others) runs in the lane that
   made it (the run's xdist group, e.g. `recorded`).
@@ -19,6 +23,7 @@
 from __future__ import annotations
 
 import collections
+import json
 import os
 import resource
 import shutil
@@ -27,6 +32,7 @@ import time
 
 import pytest
 
+from tests import privilege
 from tests.framework_runs import hf_run, lightning_run  # noqa: F401 - one run each, two tests read it
 from tests.helpers import HeadlessRun, internal_errors
 from tests.libnvml import libnvml, libnvml_no_v3  # noqa: F401 - session fixtures, built once
@@ -60,6 +66,8 @@ def pytest_unconfigure(config):
 @pytest.hookimpl(tryfirst=True)  # before xdist's own, which reads the groups (and names them in the ids)
 def pytest_collection_modifyitems(config, items):
     for item in items:
+        if "nobody" in getattr(item, "fixturenames", ()) and item.get_closest_marker("root") is None:
+            item.add_marker(pytest.mark.root("becoming uid 65534"))
         groups = {SHARED_RUNS[name] for name in getattr(item, "fixturenames", ()) if name in SHARED_RUNS}
         assert len(groups) <= 1, f"{item.nodeid} reads runs of two xdist groups: {groups}"
         for group in groups:
@@ -128,6 +136,7 @@ _LANES: collections.Counter[str] = collections.Counter()  # xdist worker -> its 
 _CPU: collections.Counter[str] = collections.Counter()  # folder -> CPU seconds of its tests and processes
 _CPU_KEY = "cpu_s"
 _TEST_CPU: collections.Counter[str] = collections.Counter()  # test -> its CPU seconds, for the costliest few
+_OUTCOMES: dict[str, list[str | None]] = {}  # test -> [passed | failed | skipped, the skip's reason]
 
 
 def _cpu_now() -> float:
@@ -151,6 +160,9 @@ def pytest_runtest_makereport(item, call):
 @pytest.hookimpl(tryfirst=True)
 def pytest_runtest_setup(item):
     item._mpwatch_cpu = _cpu_now()
+    root = item.get_closest_marker("root")
+    if root is not None and not privilege.is_root():
+        pytest.skip(privilege.root_reason(root.args[0] if root.args else "root"))
 
 
 def _folder(nodeid: str) -> str:
@@ -169,12 +181,22 @@ def pytest_runtest_logreport(report):
     cpu = sum(value for key, value in report.user_properties if key == _CPU_KEY)
     _CPU[folder] += cpu
     _TEST_CPU[report.nodeid] += cpu
+    if report.failed or report.nodeid not in _OUTCOMES:  # a test's first word, unless a later phase fails
+        _OUTCOMES[report.nodeid] = ["failed" if report.failed else "skipped" if report.skipped else "passed",
+                                    privilege.skip_reason(report) if report.skipped else None]
+    elif report.when == "call" and _OUTCOMES[report.nodeid][0] == "passed" and report.skipped:
+        _OUTCOMES[report.nodeid] = ["skipped", privilege.skip_reason(report)]  # skipped in its body
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config):
     if not _SPENT or hasattr(config, "workerinput"):  # an xdist worker: the controller says it
         return
     tr = terminalreporter
+    _say_times(tr, config)
+    _say_skips(tr)
+
+
+def _say_times(tr, config) -> None:
     lanes = getattr(config.option, "numprocesses", None) or 1
     wall = time.monotonic() - getattr(config, "_mpwatch_started", time.monotonic())
     tr.section(f"time per folder (setup + call + teardown, summed over {lanes} lane(s)), and its CPU time")
@@ -189,3 +211,23 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
         tr.write_line(f"  {cpu:6.1f}s  {nodeid}")
     if len(_LANES) > 1:
         tr.write_line("lanes: " + ", ".join(f"{lane} {spent:.1f}s" for lane, spent in sorted(_LANES.items())))
+
+
+def pytest_sessionfinish(session, exitstatus):
+    out = os.environ.get(privilege.OUTCOMES_ENV)
+    if out and not hasattr(session.config, "workerinput"):  # the controller has every lane's reports
+        with open(out, "w") as f:
+            json.dump(_OUTCOMES, f)
+
+
+def _say_skips(tr) -> None:
+    """Every skip of the run by its reason (pytest's -rs lists them by the line that raised it)."""
+    skips = collections.defaultdict(list)
+    for nodeid, (outcome, why) in _OUTCOMES.items():
+        if outcome == "skipped":
+            skips[why].append(nodeid)
+    tr.section(f"skipped, by reason: {sum(map(len, skips.values()))}")
+    for why, ids in sorted(skips.items(), key=lambda kv: -len(kv[1])):
+        tr.write_line(f"{len(ids)}: {why}")
+        for nodeid in sorted(ids):
+            tr.write_line(f"    {nodeid}")

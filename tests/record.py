@@ -22,6 +22,7 @@ and user names. Durations (uptime, heartbeat ages, steps/s) are kept as the run 
 from __future__ import annotations
 
 import getpass
+import hashlib
 import json
 import os
 import re
@@ -33,9 +34,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from mpwatch.contract.actions import rank_state
+from mpwatch.contract import rank_state
 from mpwatch.sources.local import Client
-from tests.helpers import ROOT, HeadlessRun, wait_for
+from tests.helpers import ROOT, HeadlessRun, TakenMachine, wait_for
 
 DATA = ROOT / "tests" / "data" / "statuses"
 WORKER = ROOT / "tests" / "record_worker.py"
@@ -46,10 +47,11 @@ MiB = 1 << 20
 TIMELINE_WINDOWS = (120, 600, 3600)  # the GPU screen's 2 min, 10 min and 1 h
 
 PID_KEYS = {"pid", "ppid", "pgid", "pids", "foreign_groups"}
-TIME_KEYS = {"ts", "since", "started", "processes_ts", "paused_at"}
+TIME_KEYS = {"ts", "since", "started", "processes_ts", "paused_at", "best_at"}
 # Where a text names a pid: "pid 4242", "pids 1, 2", py-spy's "Process 4242" and "Thread 4242".
-# Where a text names a wall-clock time: "paused at 17:35:20" (a finding, a note), "restarted at" (a log's marker).
-_CLOCK_IN_TEXT = re.compile(r"(\bpaused at |\brestarted at )(\d\d:\d\d:\d\d)\b")
+# Where a text names a wall-clock time: "paused at 17:35:20" (a finding, a note), "restarted at" (a log's marker),
+# "since 17:35:20" (a slowdown), "slower from" (its end).
+_CLOCK_IN_TEXT = re.compile(r"(\bpaused at |\brestarted at |\bsince |\bslower from )(\d\d:\d\d:\d\d)\b")
 _PID_IN_TEXT = re.compile(r"(\bpids? |pid=|could not kill: |\bProcess |\bThread )(\d+(?:, \d+)*)")
 
 
@@ -262,7 +264,7 @@ class Scenario:
                  nvml: Callable[[], dict[str, Any]] | None = None, cuda: Callable[[], dict[str, Any]] | None = None,
                  setup: Callable[[HeadlessRun], None] | None = None, script: Path = WORKER,
                  args: tuple[str, ...] = (), workdir: bool = False, details: bool = True, final: bool = False,
-                 libnvml: bool = False):
+                 libnvml: bool = False, ready: float | None = None):
         self.name = name
         self.script = script  # the workers' script (a real torch job for the process-group scenarios)
         self.args = args
@@ -277,6 +279,7 @@ class Scenario:
         self.details = details  # each rank's loss history and log tails too (not for 256 ranks)
         self.final = final  # then stop the run and keep its final.json (`final`: a finished run's last status)
         self.libnvml = libnvml  # `nvml` played by the stand-in libnvidia-ml.so.1 (MIG, clocks), not the Python one
+        self.ready = ready  # how long its conditions may take to hold (READY_S unless it says)
 
     def unmet(self, st: dict[str, Any]) -> list[str]:
         """The conditions this status does not meet (none: the scenario is ready). Every rank
@@ -342,6 +345,14 @@ def _pause_rank_2(run: HeadlessRun) -> None:
 def _pause_rank_1(run: HeadlessRun) -> None:
     wait_for(lambda: all((w["step"] or 0) >= 10 for w in run.status()["workers"]), 180, what="three ranks stepping")
     run.ctl("pause", "1")
+
+
+def _hold_ranks(run: HeadlessRun) -> None:
+    """Issue 41: the three ranks held above the other jobs of this machine once they step
+    (tests.helpers.TakenMachine), so that its noise slows them no more than the scenario does."""
+    pids = wait_for(lambda: (lambda ws: [w["pid"] for w in ws] if len(ws) == 3 and all(w["step"] for w in ws)
+                             else None)(run.status()["workers"]), 180, what="three ranks stepping")
+    TakenMachine().hold(pids)
 
 
 def _kill_rank_2(run: HeadlessRun) -> None:
@@ -465,6 +476,12 @@ def scenarios(ghost: int) -> dict[str, Scenario]:
                       w["pace"] and w["pace"]["relative"] for w in st["workers"]),
                   "the finding has cost the run 5 s": lambda st: next(
                       a["straggler"]["lost_s"] for a in st["alerts"] if a["kind"] == "straggler") > 5}
+    slowdowns = {**run_alerts("slowdown"),
+                 "the finding names every rank's data": lambda st: "every rank's data takes " in next(
+                     a["message"] for a in st["alerts"] if a["kind"] == "slowdown"),
+                 "the run's pace under 0.75x its best": lambda st: st["run"]["pace"]["ratio"] < 0.75,
+                 "the finding has cost the run 20 steps": lambda st: next(
+                     a["slowdown"]["lost_steps"] for a in st["alerts"] if a["kind"] == "slowdown") > 20}
     ended = {**states(r0="running", r1="exited", r2="killed", r3="failed"),
              "rank 3 could not start": lambda st: (_w(st, 3)["cause"] or "").startswith("could not start")
              and _w(st, 3)["pid"] is None}
@@ -489,7 +506,7 @@ def scenarios(ghost: int) -> dict[str, Scenario]:
         Scenario("ended", 4, {"EXIT": "1", "LEAVE_CWD": "3", "SLEEP": "0.05"}, ["--max-restarts", "1", "--grace", "2"],
                  ended, setup=_kill_rank_2, workdir=True, final=True),
         # 256 ranks on one node (a big machine's worth): the table, the header and the counts at scale.
-        Scenario("wide", 256, {"SLEEP": "1.0"}, [], wide, details=False),
+        Scenario("wide", 256, {"SLEEP": "1.0", "MPWATCH_MAX_WORKERS": "256"}, [], wide, details=False),
         # Issue #20: the mnist demo (torch, offline digits), its loss from 2.3 down: the TREND reads falling.
         Scenario("mnist", 2, {}, [], {"both ranks past step 150": lambda st: all(
             w["state"] == "running" and (w["step"] or 0) >= 150 for w in st["workers"])},
@@ -513,6 +530,11 @@ def scenarios(ghost: int) -> dict[str, Scenario]:
         # Issue 32: an unmodified 3-rank DDP run (gloo) whose rank 1's forward is 0.2 s slower: the straggler.
         Scenario("straggler", 3, {}, [], stragglers, script=ROOT / "tests" / "fixtures" / "ddp_pace.py",
                  args=("--slow-rank", "1", "--slow-forward", "0.2")),
+        # Issue 41: the run slower than its own best: every rank's Dataset 3x slower from its 850th batch on
+        # (the run has its best by then: a minute of steps), its ranks held above this machine's noise.
+        Scenario("slowdown", 3, {}, [], slowdowns, setup=_hold_ranks,
+                 script=ROOT / "tests" / "fixtures" / "ddp_pace.py",
+                 args=("--data", "0.06", "--data-slower-after", "850"), ready=360),
         # Issue 33: rank 0 dies of CUDA OOM (tests/fixtures/cuda_oom.py on the scripted torch), GPU 0 crowded
         # by rank 1 (the contention demo's set_device(0)), rank 2's stray context and a process outside the run.
         Scenario("oom", 3, {"OOM_RANKS": "0", "CHUNK_MB": "2048", "SLEEP": "0.1"},
@@ -595,7 +617,7 @@ class Normaliser:
     def text(self, s: str) -> str:
         for frm, to in self.paths:
             s = s.replace(frm, to)
-        s = s.replace(f"({self.user}: ", "(ana: ")
+        s = s.replace(f"({self.user}: ", "(ana: ").replace(f", user {self.user})", ", user ana)")
         s = _CLOCK_IN_TEXT.sub(lambda m: m.group(1) + self.clock(m.group(2)), s)
         return _PID_IN_TEXT.sub(lambda m: m.group(1) + ", ".join(
             str(self.pids.get(int(p), int(p))) for p in m.group(2).split(", ")), s)
@@ -667,7 +689,7 @@ def record(sc: Scenario, tmp: Path) -> dict[str, Any]:
         if sc.setup is not None:
             sc.setup(run)
         with Client.at(run.run_dir) as client:
-            status = until_met(sc, client)
+            status = until_met(sc, client, sc.ready or READY_S)
             events = [dict(e) for e in client.events(0)["events"]]
             timeline = None
             if hasattr(client, "gpu_timeline") and status["gpus"]:
@@ -705,6 +727,19 @@ def record(sc: Scenario, tmp: Path) -> dict[str, Any]:
         run.cleanup()
 
 
+def digest(data: dict[str, Any]) -> str:
+    """The recorder's mark on a recording: the sha256 of everything else in it. A file edited by
+    hand (a value, a condition added to its list) no longer has it: tests/test_recordings.py fails
+    with the command that records it again."""
+    body = {k: v for k, v in data.items() if k != "digest"}
+    return hashlib.sha256(json.dumps(body, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+
+
+def write(out: Path, data: dict[str, Any]) -> None:
+    """The one way a recording is written: with its digest."""
+    out.write_text(json.dumps({**data, "digest": digest(data)}, indent=1, sort_keys=True) + "\n")
+
+
 def main(argv: list[str]) -> int:
     every: dict[str, Any] = {**scenarios(unused_pid()), "nodes": None}  # nodes: tests/record_nodes.py
     names = argv or list(every)
@@ -723,7 +758,7 @@ def main(argv: list[str]) -> int:
             else:
                 data = record(every[name], Path(tmp))
         out = DATA / f"{name}.json"
-        out.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
+        write(out, data)
         print(f"recorded {out.relative_to(ROOT)} in {time.monotonic() - t0:.0f}s")
     return 0
 

@@ -17,7 +17,9 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
+import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -53,9 +55,11 @@ def _ready(st: dict[str, Any]) -> bool:
 def record_nodes(tmp: Path) -> dict[str, Any]:
     runs = []
     port = free_port()
+    xdgs: list[Path] = []
     for node, host in enumerate(HOSTS):
-        xdg = tmp / f"xdg-{node}"
-        xdg.mkdir(mode=0o700)
+        # each machine's runtime directory: short, as the sockets live in it (a path under a test's
+        # tmp_path passed the 107 bytes a socket's path may have: the supervisor did not start)
+        xdgs.append(xdg := Path(tempfile.mkdtemp(prefix=f"mpw-node{node}-")))
         nvml = tmp / f"nvml-{node}.json"
         nvml.write_text(json.dumps(nvml_node(node)))
         env = dict(os.environ, XDG_RUNTIME_DIR=str(xdg), MPWATCH_SCRIPTED_NVML=str(nvml),
@@ -66,8 +70,10 @@ def record_nodes(tmp: Path) -> dict[str, Any]:
                                       "--gpu-interval", "0.5"]))
     source = MergedSource(Transport())  # nodes here: no ssh
     try:
-        for run in runs:
+        for node, run in enumerate(runs):
             run.start()
+            if run.proc.poll() is not None:  # never started (its port taken meanwhile, say): said
+                raise AssertionError(f"node {node}'s supervisor ended as it began: {run.stderr_text[-2000:]}")
         for node, (run, host) in enumerate(zip(runs, HOSTS, strict=True)):
             link = LocalLink.at(run.run_dir)
             source.add(host, str(run.run_dir), link, node=node, status=link.status())
@@ -96,6 +102,8 @@ def record_nodes(tmp: Path) -> dict[str, Any]:
                 except OSError:
                     pass
             run.cleanup()
+        for xdg in xdgs:
+            shutil.rmtree(xdg, ignore_errors=True)
     ids = [st["run"]["id"] for st in node_statuses]
     more = {str(runs[1].run_dir): "/srv/runs/nodes-b"}
     if ids[1] != ids[0]:  # each machine names its run; the same second and script give the same id

@@ -8,17 +8,21 @@ schema's string annotations come from typing_extensions (a dependency below 3.11
 from __future__ import annotations
 
 import enum
+import re
 import sys
 import types
 import typing
+from collections.abc import Iterable
 from typing import Any
 
-from mpwatch.contract.coerce import NON_FINITE
+from mpwatch.contract import NON_FINITE
 
 if sys.version_info >= (3, 11):
     from typing import NotRequired, Required, get_args, get_origin, get_type_hints, is_typeddict
 else:  # pragma: no cover - Python 3.10
-    from typing_extensions import NotRequired, Required, get_args, get_origin, get_type_hints, is_typeddict
+    from typing import get_args, get_origin
+
+    from typing_extensions import NotRequired, Required, get_type_hints, is_typeddict
 
 _UNIONS = (typing.Union, types.UnionType)
 
@@ -122,15 +126,35 @@ DATA_KEYED = frozenset({"counts", "metrics", "phases", "errors"})  # contract.st
 def drift(fresh: dict[str, set[str]], stored: dict[str, set[str]]) -> list[str]:
     """Paths one shape has and the other lacks (the topmost of each: not every key under a
     missing object), and paths whose kinds disagree (null aside: a value unknown in one run
-    may be known in another)."""
+    may be known in another, and so are its keys: under a path one shape only ever saw null,
+    such as a pace a shorter run had not made yet, nothing is compared)."""
     out = [f"+ {p}: {sorted(fresh[p])} (the supervisor sends it, the recording lacks it)"
-           for p in _topmost(fresh.keys() - stored.keys())]
+           for p in _topmost(fresh.keys() - stored.keys() - _under_null(fresh.keys(), stored))]
     out += [f"- {p}: {sorted(stored[p])} (the recording has it, the supervisor no longer sends it)"
-            for p in _topmost(stored.keys() - fresh.keys())]
+            for p in _topmost(stored.keys() - fresh.keys() - _under_null(stored.keys(), fresh))]
     for p in sorted(fresh.keys() & stored.keys()):
         a, b = fresh[p] - {"null"}, stored[p] - {"null"}
         if a and b and not a & b:
             out.append(f"~ {p}: {sorted(b)} recorded, {sorted(a)} now")
+    return out
+
+
+def _under_null(paths: Iterable[str], other: dict[str, set[str]]) -> set[str]:
+    """The paths of which `other` knows nothing, so that nothing is compared: under one it only
+    ever saw null, under a list it only ever saw empty (no outsider took the machine while it was
+    recorded), and the items of a kind it never saw (an alert kind one run raised and the other not:
+    which findings a run has is its own business; each kind's keys are compared where both have it)."""
+    paths = list(paths)
+    unknown = [q for q, kinds in other.items()
+               if kinds == {"null"} or ("list" in kinds and kinds <= {"list", "null"}
+                                        and not any(k.startswith(q + "[") for k in other))]
+    out = {p for p in paths for q in unknown if p.startswith(q) and p[len(q):len(q) + 1] in (".", "[", "{")}
+    for p in paths:
+        for tagged in re.finditer(r"\[(?:kind|event)=[^\]]*\]", p):
+            prefix = p[:tagged.end()]
+            if not any(k.startswith(prefix) for k in other):
+                out.add(p)
+                break
     return out
 
 

@@ -162,7 +162,7 @@ def test_a_default_of_no_tunable_type_is_an_error_under_mpwatch(tmp_path):
 
 
 def test_the_manual_lists_every_event_and_state():
-    from mpwatch.contract.status import Event, State
+    from mpwatch.contract import Event, State
     from tests.manual import section
 
     said = section("docs/after-the-fact.md", "Events and states")

@@ -4,7 +4,7 @@ import math
 import pytest
 
 from mpwatch.contract import protocol
-from mpwatch.supervisor.ipc import batch_check
+from mpwatch.supervisor.workers import batch_check
 
 
 def test_roundtrip_batch():
@@ -22,7 +22,7 @@ def test_a_folded_entry_carries_its_count():
 
 
 def test_names_and_alert_kinds_read_back_from_json():
-    from mpwatch.contract.status import ALERT_KINDS, Event, RunState, State, alert_kind
+    from mpwatch.contract import ALERT_KINDS, Event, RunState, State, alert_kind
 
     assert State.of("stalled") is State.STALLED and State.of("nope") is None and State.of(3) is None
     assert RunState.of("finished") is RunState.FINISHED and Event.of("report") is Event.REPORT
@@ -70,7 +70,7 @@ def test_flush_interval_grows_with_the_run_and_stays_inside_the_stall_timeout(wo
 
 
 def test_one_set_of_coercers_reads_what_json_may_hold():
-    from mpwatch.contract.coerce import as_float, as_int, as_number, as_str
+    from mpwatch.contract import as_float, as_int, as_number, as_str
 
     assert [as_float(v) for v in (1, 2.5, True, "1", None, 10 ** 400)] == [1.0, 2.5, None, None, None, None]
     assert [as_int(v) for v in (3, 3.0, False, "3")] == [3, None, None, None]

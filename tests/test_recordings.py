@@ -10,8 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from mpwatch.contract import status
-from mpwatch.contract.actions import ACTIONS
+from mpwatch.contract import ACTIONS, status
 from mpwatch.rundir.postmortem import Summary
 from tests import record, record_nodes
 from tests.helpers import ROOT
@@ -69,8 +68,8 @@ def test_a_recording_meets_its_scenarios_conditions(name):
 
 
 def test_each_actions_list_is_a_key_the_schema_declares():
-    """The lists a status carries for the actions are written by their row's key (contract.control's
-    ControlView.into): the schema declares each, in every status for an `always` one (the
+    """The lists a status carries for the actions are written by their row's key (contract.live's
+    LiveView.into): the schema declares each, in every status for an `always` one (the
     checkpoints), once one was asked for the others; `mpwatch summary --json` (rundir.postmortem)
     has each in every summary."""
     keys, summary = fields(status.Status), fields(Summary)
@@ -92,24 +91,106 @@ def test_the_checker_finds_what_does_not_fit():
         "status.gpus[0].alerts[0].kind"]
     before = shape(load("gpu2")["status"])
     assert drift(shape(st), before) and not drift(before, before)
+    # a value one run had not made yet (null) hides its keys from the comparison, not a key beside it
+    paced, unpaced = load("gpu2")["status"], load("gpu2")["status"]
+    for w in unpaced["workers"]:
+        w["pace"] = None
+    assert not drift(shape(paced), shape(unpaced)) and not drift(shape(unpaced), shape(paced))
+    unpaced["workers"][0]["bogus"] = 1
+    assert [p.split(":")[0] for p in drift(shape(unpaced), shape(paced))] == ["+ workers[].bogus"]
 
 
-def _events_shape(events: list[dict]) -> dict[str, set[str]]:
-    return shape(events, "events")
+def _event_drift(now: list[dict], then: list[dict]) -> list[str]:
+    """The events of each kind both runs had (which kinds happen is the run's own business): a key
+    every event of the kind carries in one run and none in the other, and the kinds of values under
+    the keys both had. A key only some events carry (an alert's `update`: whether the finding learnt
+    more while the run was recorded) is no sign either way."""
+    found = []
+    for kind in sorted({e["event"] for e in now} & {e["event"] for e in then}):
+        a, b = ([e for e in evs if e["event"] == kind] for evs in (now, then))
+        always_a, any_a = set.intersection(*map(set, a)), set().union(*map(set, a))
+        always_b, any_b = set.intersection(*map(set, b)), set().union(*map(set, b))
+        found += [f"+ events[event={kind}].{k} (the supervisor sends it, the recording lacks it)"
+                  for k in sorted(always_a - any_b)]
+        found += [f"- events[event={kind}].{k} (the recording has it, the supervisor no longer sends it)"
+                  for k in sorted(always_b - any_a)]
+        both = any_a & any_b
+        found += drift(shape([{k: v for k, v in e.items() if k in both} for e in a], "events"),
+                       shape([{k: v for k, v in e.items() if k in both} for e in b], "events"))
+    return found
+
+
+def _fresh(name: str, tmp_path: Path) -> dict:
+    if name == "nodes":
+        return record_nodes.record_nodes(tmp_path)
+    return record.record(SCENARIOS[name], tmp_path)
+
+
+def _statuses(rec: dict) -> dict[str, dict]:
+    """Every status a recording holds, by where it is in it."""
+    out = {"status": rec["status"]}
+    out.update({f"node_statuses[{i}]": st for i, st in enumerate(rec.get("node_statuses", []))})
+    if "lost" in rec:
+        out["lost.status"] = rec["lost"]["status"]
+    if "final" in rec:
+        out["final"] = rec["final"]
+    return out
 
 
 @pytest.mark.timeout(400)
-@pytest.mark.parametrize("name", ["gpu2", "states", "mig"])
+@pytest.mark.parametrize("name", NAMES)
 def test_a_fresh_status_has_the_shape_of_the_recorded_one(name, tmp_path):
-    """The scenario recorded again, now, from the real supervisor: its status and its events
-    have every key of the stored recording and no other (each alert and event kind apart)."""
-    fresh = record.record(SCENARIOS[name], tmp_path)
+    """Every scenario recorded again, now, from the real supervisor: each status it holds and its
+    events have every key of the stored recording and no other (each alert and event kind apart)."""
+    fresh = _fresh(name, tmp_path)
     stored = load(name)
-    found = drift(shape(fresh["status"], "status"), shape(stored["status"], "status"))
-    # events: the keys of each kind both runs had (which kinds happen is the run's own business)
-    now, then = _events_shape(fresh["events"]), _events_shape(stored["events"])
-    kinds = {p.split("]")[0] for p in now} & {p.split("]")[0] for p in then}
-    found += drift({p: k for p, k in now.items() if p.split("]")[0] in kinds},
-                   {p: k for p, k in then.items() if p.split("]")[0] in kinds})
+    now, then = _statuses(fresh), _statuses(stored)
+    assert set(now) == set(then), again(name)
+    found = [d for where in then for d in drift(shape(now[where], where), shape(then[where], where))]
+    found += _event_drift(fresh["events"], stored["events"])
     assert not found, f"tests/data/statuses/{name}.json has drifted from what the supervisor sends:\n" + \
         "\n".join(found) + "\n" + again(name)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_a_recording_is_as_the_recorder_wrote_it(name):
+    """Recordings are written by the recorder alone: its digest of the rest of the file still holds
+    (a value or a condition changed by hand does not)."""
+    rec = load(name)
+    assert rec.get("digest") == record.digest(rec), f"tests/data/statuses/{name}.json was edited by hand: " + again(name)
+
+
+def test_a_hand_edit_is_caught():
+    rec = load("states")
+    assert record.digest(rec) == rec["digest"]
+    rec["conditions"].append("a condition added by hand")
+    assert record.digest(rec) != rec["digest"]
+    rec = load("states")
+    rec["status"]["workers"][0]["step"] += 1
+    assert record.digest(rec) != rec["digest"]
+
+
+def test_the_events_drift_on_keys_every_event_of_a_kind_carries():
+    """Not vacuous, and not a race of the run: a key every `stalled` event carries, gone, is drift;
+    an alert's `update`, which only a finding that learnt more while recorded carries, is not."""
+    events = load("nodes")["events"]
+    assert _event_drift(events, events) == []
+    alerts = [i for i, e in enumerate(events) if e["event"] == "gpu_alert"]
+    assert alerts, "the nodes recording has GPU alerts"
+    some_update = [dict(e, update=True) if i == alerts[0] else e for i, e in enumerate(events)]
+    assert _event_drift(events, some_update) == [] and _event_drift(some_update, events) == []
+    no_kind = [{k: v for k, v in e.items() if not (e["event"] == "stalled" and k == "kind")} for e in events]
+    assert _event_drift(no_kind, events) == [
+        "- events[event=stalled].kind (the recording has it, the supervisor no longer sends it)"]
+
+
+def test_what_one_run_alone_saw_is_no_drift_but_a_key_lost_under_both_is():
+    """An alert kind one run raised and the other not, a list one run saw empty: nothing to compare
+    (a race of the run); a key gone from an alert kind both runs raised is drift."""
+    one = {"alerts": [{"kind": "hang", "message": "x", "at": 1.0}], "outsiders": [{"pid": 1}]}
+    other = {"alerts": [{"kind": "hang", "message": "y", "at": 2.0}, {"kind": "outside", "who": "z"}],
+             "outsiders": []}
+    assert drift(shape(one), shape(other)) == [] and drift(shape(other), shape(one)) == []
+    lost = {"alerts": [{"kind": "hang", "message": "x"}], "outsiders": []}
+    assert drift(shape(lost), shape(other)) == [
+        "- alerts[kind=hang].at: ['number'] (the recording has it, the supervisor no longer sends it)"]

@@ -177,3 +177,16 @@ def test_a_json_file_over_the_size_limit_is_not_read(tmp_path, monkeypatch):
     assert any(n.startswith(f"{layout.FINAL_JSON} is unreadable (larger than") for n in rd.notes), rd.notes
     assert any(n.startswith(f"{layout.RUN_JSON} is unreadable (larger than") for n in rd.notes), rd.notes
     assert rd.run.script == "/home/user/mpwatch/demo/hang.py" and rd.run.nprocs == 3  # from its first event
+
+
+def test_the_end_of_a_run_cut_short_is_the_latest_thing_it_said(tmp_path):
+    """Two ranks' report events written as their batches came: a line may be timed after the line
+    written next. A run cut short (no final.json) ends at the latest time of its file's end, never
+    at its last line's, which would leave the other rank's last report after the end."""
+    store = RunStore(tmp_path / "run", Settings())
+    store.create()
+    store.event("report", 1, ts=1000.9, step=3, loss=0.5, metrics={}, n=1, dropped=0)  # rank 1's batch first
+    store.event("report", 0, ts=1000.4, step=3, loss=0.5, metrics={}, n=1, dropped=0)
+    store.flush()
+    rd = reader.read(tmp_path / "run")
+    assert rd.last_event()["ts"] == 1000.4 and rd.last_ts() == 1000.9

@@ -15,15 +15,15 @@ from mpwatch import settings as settings_mod
 from mpwatch.contract import protocol
 from mpwatch.settings import SWITCHES, GpuThresholds, Settings, SettingsError
 from mpwatch.testing.libnvml import SCRIPT_ENV
-from mpwatch.worker import api as worker_api
+from mpwatch.worker import seam as worker_seam
 from tests.helpers import ROOT
 from tests.manual import pages, section
 
 PACKAGE = ROOT / "mpwatch"
 VAR = re.compile(r"MPWATCH_[A-Z0-9_]*[A-Z0-9]")
 # The worker side's own variables: set by the supervisor for each worker (contract.protocol),
-# and the scripted CUDA view a test gives the workers; read by the worker, never settings.
-WORKER_SIDE = {v for k, v in vars(protocol).items() if k.startswith("ENV_")} | {worker_api.SCRIPTED_CUDA_ENV}
+# and the GPU seam's scenario a test gives the workers (worker.seam); read by the worker, never settings.
+WORKER_SIDE = {v for k, v in vars(protocol).items() if k.startswith("ENV_")} | {worker_seam.SCRIPTED_CUDA_ENV}
 
 
 def test_defaults_are_the_contract():
@@ -172,9 +172,10 @@ def code_strings(path: Path) -> set[str]:
 
 def test_mpwatch_variables_are_spelled_in_four_modules_at_most():
     """settings (the switches), contract.protocol (the worker side's names), and the worker
-    side that reads its own: worker and the start-up hook."""
+    side that reads its own: the worker's GPU seam and the start-up hook."""
     spelled = {str(p.relative_to(PACKAGE)) for p in PACKAGE.rglob("*.py") if code_strings(p)}
-    allowed = {"settings.py", "contract/protocol.py", "worker/api.py", "worker/boot/sitecustomize.py",
+    allowed = {"settings.py", "contract/protocol.py", "worker/seam.py", "worker/boot/sitecustomize.py",
+               "worker/boot/forkserver.py",  # loaded by file, importing nothing of mpwatch: a copy
                "testing/libnvml/__init__.py"}  # the C stand-in's script: written for C, never read here
     assert spelled <= allowed, spelled
 
@@ -184,6 +185,11 @@ def test_the_start_up_hook_reads_the_protocols_names():
     hook = code_strings(PACKAGE / "worker" / "boot" / "sitecustomize.py")
     assert hook == {protocol.ENV_STACK_FILE, protocol.ENV_SUPERVISOR_PID, protocol.ENV_AUTO, protocol.ENV_CUDA_OOM,
                     protocol.ENV_CUDA_HISTORY, protocol.ENV_HOOK_ONLY}
+
+
+def test_the_forkservers_name_is_the_protocols():
+    # worker.boot.forkserver is loaded by file before anything of mpwatch: its name is a copy
+    assert code_strings(PACKAGE / "worker" / "boot" / "forkserver.py") - {"MPWATCH_"} == {protocol.ENV_FORKSERVER_PAD}
 
 
 def test_the_settings_are_read_once_by_the_command_line_and_handed_in():

@@ -1,9 +1,11 @@
 """The house's shape, read from the source with ast (nothing imported): no import cycle among
-mpwatch's modules at run time, the product never imports mpwatch.testing, and the package's
-top level stays a short list of rooms."""
+mpwatch's modules at run time, the product never imports mpwatch.testing, every double lives
+there and only the GPU seam's loaders name it, and the package's top level stays a short list
+of rooms."""
 from __future__ import annotations
 
 import ast
+import re
 from collections.abc import Collection
 from pathlib import Path
 
@@ -13,6 +15,11 @@ ROOT = Path(mpwatch.__file__).parent
 TOP_ROOMS = {"worker", "contract", "rundir", "supervisor", "probes", "sources", "settings.py", "text",
              "tui", "cli", "testing"}
 TOP_MAX = 11  # entries of mpwatch/ besides __init__.py and __main__.py
+# The GPU seam's loaders, one each side of the process boundary: they alone name the doubles
+# (by module name, at run time), and settings.py names the switch of the supervisor's.
+SEAM_LOADERS = {"mpwatch.probes.seam", "mpwatch.worker.seam"}
+DOUBLE = re.compile(r"scripted|stand[-_]ins?\b", re.IGNORECASE)  # how a double is spoken of
+TESTING = re.compile(r"\btesting\b")
 
 
 def _modules() -> dict[str, Path]:
@@ -191,3 +198,31 @@ def test_the_worker_side_names_no_other_room_and_its_channel_no_sibling() -> Non
             if name == "mpwatch.worker.channel" and imp.startswith("mpwatch.worker.") and imp in mods:
                 bad.append(f"{name}: {imp} (a sibling)")
     assert not bad, "\n".join(bad)
+
+
+def _product() -> dict[str, Path]:
+    """The product's modules: every one outside mpwatch/testing/."""
+    return {n: p for n, p in _modules().items() if not (n + ".").startswith("mpwatch.testing.")}
+
+
+def test_every_double_lives_under_testing() -> None:
+    """No file outside mpwatch/testing/ is named for a double, and no product module speaks of one
+    (code, comments or docstrings) but the seam's loaders and settings.py: the product reaches a
+    double through the GPU seam alone."""
+    named = [str(p.relative_to(ROOT)) for p in ROOT.rglob("*")
+             if "__pycache__" not in p.parts and p.relative_to(ROOT).parts[0] != "testing"
+             and DOUBLE.search(p.name)]
+    assert not named, "named for a double, outside mpwatch/testing/: " + ", ".join(sorted(named))
+    spoken = [f"{name}:{i}: {line.strip()}" for name, path in _product().items()
+              if name not in SEAM_LOADERS | {"mpwatch.settings"}
+              for i, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
+              if DOUBLE.search(line)]
+    assert not spoken, "a product module speaks of a double (name the seam):\n" + "\n".join(spoken)
+
+
+def test_the_seam_loaders_alone_name_testing() -> None:
+    """mpwatch.testing is named (a module name to import, a word in a comment) by the seam's
+    loaders and no other product module."""
+    naming = {name for name, path in _product().items()
+              if TESTING.search(path.read_text(encoding="utf-8"))}
+    assert naming == SEAM_LOADERS, f"name testing: {sorted(naming)}; the loaders: {sorted(SEAM_LOADERS)}"

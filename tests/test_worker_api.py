@@ -12,7 +12,8 @@ from multiprocessing.connection import Listener
 import pytest
 
 from mpwatch.contract import protocol
-from mpwatch.supervisor.ipc import batch_check
+from mpwatch.supervisor.workers import batch_check
+from tests.documented import BUFFER_REPORTS
 from tests.helpers import ROOT, wait_for
 
 KEY = os.urandom(16)
@@ -373,3 +374,44 @@ def test_torch_cuda_view_never_initialises_cuda_and_names_a_mig_instance(monkeyp
     assert TorchCuda()() is None
     monkeypatch.delitem(sys.modules, "torch")
     assert TorchCuda()() is None
+
+
+@pytest.mark.parametrize("n", [BUFFER_REPORTS, BUFFER_REPORTS + 1])
+def test_reports_wait_for_a_held_up_sender_up_to_the_documented_number(tmp_path, n):
+    """README: a sender held up keeps the documented number of reports for it; past them the
+    oldest go, counted. The channel's listener never accepts until the loop has reported: the
+    sender's handshake waits meanwhile (a supervisor slow to answer), then ships what it kept."""
+    address = str(tmp_path / "chan")
+    listener = Listener(address, family="AF_UNIX", authkey=KEY)
+    reported, go = tmp_path / "reported", tmp_path / "go"
+    conns: list = []
+    code = f"""
+        import os, time, mpwatch
+        for i in range({n}):
+            mpwatch.report(step=i, loss=0.5, **({{"first": 1}} if i == 0 else {{}}))
+        open({str(reported)!r}, "w").close()
+        while not os.path.exists({str(go)!r}):
+            time.sleep(0.01)
+    """
+    done: dict = {}
+    t = threading.Thread(target=lambda: done.update(res=run_worker(code, channel_env(address), timeout=120)))
+    t.start()
+
+    def shipped() -> tuple[int, int]:
+        """(the reports the batches stand for, those they say were dropped)"""
+        batches = [b for m in list(conns) for b in list(m) if b["t"] == "batch"]
+        return (sum(e[4] if len(e) == 5 else 1 for b in batches for e in b["reports"]),
+                sum(b["dropped"] for b in batches))
+    try:
+        wait_for(reported.exists, 60, what="the loop's reports")
+        collect(listener, 1, conns)
+        wait_for(lambda: sum(shipped()) >= n, 60, what="every report shipped or counted")
+    finally:
+        go.touch()
+        t.join(120)
+        listener.close()
+    assert done["res"].returncode == 0, done["res"].stderr
+    assert shipped() == (BUFFER_REPORTS, n - BUFFER_REPORTS)
+    # the first report's metric is kept exactly while nothing was dropped
+    firsts = [e for m in conns for b in m if b["t"] == "batch" for e in b["reports"] if e[3].get("first") == 1]
+    assert bool(firsts) == (n == BUFFER_REPORTS)

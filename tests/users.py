@@ -1,8 +1,8 @@
 """mpwatch's CLI run by another user: uid 65534 (nobody), a real process of its own started
-through setpriv, for the permission cases where the tests run as root (CI does): root reads
-every file and enters every directory, so a "not readable" case run as root alone proves
-nothing. The `nobody` fixture (tests/conftest.py) skips, with the reason, where this user
-cannot become another (not root, no setpriv).
+through setpriv, for the permission cases, which need root: root reads every file and enters
+every directory, so a "not readable" case run as root alone proves nothing. A test that asks for
+the `nobody` fixture (tests/conftest.py) is marked `root`: as a user, `make test` runs it as root
+through a passwordless sudo (tests/privilege.py); it skips, with the reason, where it cannot be.
 
     def test_x(nobody):
         d = nobody.shared("runs")           # a folder both users reach (root's files in it stay root's)
@@ -10,8 +10,9 @@ cannot become another (not root, no setpriv).
 
 Only commands that start no process of their own (ls, summary, prune, ctl, attach's refusals):
 a process of nobody's may not be able to run the interpreter (pyenv's lives under /root here).
-`nobody.python(...)` runs this interpreter as uid 65534 on this checkout (PYTHONPATH kept), for
-what only another user sees (the GPU driver's refusals).
+`nobody.python(...)` runs this interpreter as uid 65534, for what only another user sees (the GPU
+driver's refusals). Both import this checkout's mpwatch (PYTHONPATH kept: a worktree's, not the
+one installed).
 """
 from __future__ import annotations
 
@@ -26,12 +27,19 @@ NOBODY = 65534
 
 
 def why_not() -> str | None:
-    """Why this user cannot run a command as uid 65534; None when it can."""
+    """Why this user cannot run a command as uid 65534; None when it can. (A test that asks for
+    `nobody` is marked `root`: as a user it skipped before, tests/privilege.py.)"""
     if os.geteuid() != 0:
-        return "needs root to become uid 65534 (CI runs the tests as root)"
+        return "needs root to become uid 65534"
     if shutil.which("setpriv") is None:
         return "no setpriv (util-linux) to become uid 65534"
     return None
+
+
+def _kept() -> dict[str, str]:
+    """What of this environment uid 65534's process keeps: the checkout it imports mpwatch from (a
+    worktree's, not the one installed), and whether bytecode is written."""
+    return {k: os.environ[k] for k in ("PYTHONPATH", "PYTHONDONTWRITEBYTECODE") if k in os.environ}
 
 
 class Nobody:
@@ -73,16 +81,15 @@ class Nobody:
         cmd = ["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups", "--inh-caps=-all",
                sys.executable, "-m", "mpwatch", *map(str, args)]
         return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=cwd or self.home,
-                              env=self.env(**(env or {})))
+                              env=self.env(**_kept(), **(env or {})))
 
     def python(self, *args: object, timeout: float = 60,
                env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
         """`python ARGS...` as uid 65534, importing this checkout's mpwatch, to completion."""
         cmd = ["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups", "--inh-caps=-all",
                sys.executable, *map(str, args)]
-        keep = {k: os.environ[k] for k in ("PYTHONPATH", "PYTHONDONTWRITEBYTECODE") if k in os.environ}
         return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=self.home,
-                              env=self.env(**keep, **(env or {})))
+                              env=self.env(**_kept(), **(env or {})))
 
     def close(self) -> None:
         shutil.rmtree(self.base, ignore_errors=True)

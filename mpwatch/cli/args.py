@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, NoReturn, Protocol
 
+from mpwatch.contract import numtext
 from mpwatch.rundir import layout
 from mpwatch.supervisor.options import machine_cap
 from mpwatch.text.safe import printable
@@ -86,19 +87,18 @@ def note(msg: str) -> None:
 
 
 def _whole(text: str) -> int:
-    try:
-        return int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    v = numtext.int_of(text, signed=True)  # ASCII digits ("²" and "٣" are none), 18 at most
+    if v is None:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {printable(text, 40)!r}")
+    return v
 
 
 def dir_id(text: str) -> tuple[int, int]:
     """DEV:INODE: the run directory a launcher made (rundir.writer.open_run_dir checks it)."""
-    dev, _, ino = text.partition(":")
-    try:
-        return int(dev), int(ino)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected DEV:INODE, got {text!r}") from None
+    dev, _, ino = (numtext.int_of(w, 20) for w in text.partition(":"))
+    if dev is None or ino is None:
+        raise argparse.ArgumentTypeError(f"expected DEV:INODE, got {printable(text, 60)!r}")
+    return dev, ino
 
 
 def positive_int(text: str) -> int:
@@ -144,10 +144,9 @@ def days(text: str) -> float:
 def rank_target(text: str) -> int | Literal["all"]:
     if text == "all":
         return "all"
-    try:
-        v = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a rank number or 'all', got {text!r}") from None
+    v = numtext.int_of(text, 9, signed=True)
+    if v is None:
+        raise argparse.ArgumentTypeError(f"expected a rank number or 'all', got {printable(text, 40)!r}")
     if v < 0:
         raise argparse.ArgumentTypeError(f"a rank is not negative, got {v}")
     return v
@@ -176,6 +175,14 @@ def nnodes(text: str) -> tuple[int, int]:
     return lo, hi
 
 
+def module_name(text: str) -> str:
+    """--preload's MODULE: a dotted name of identifiers (pkg.mod)."""
+    parts = text.split(".")
+    if not text or len(text) > 200 or not all(p.isidentifier() for p in parts):
+        raise argparse.ArgumentTypeError(f"not a module name: {text!r}")
+    return text
+
+
 def port(text: str) -> int:
     v = _whole(text)
     if not 0 < v < 65536:
@@ -198,8 +205,9 @@ def stop_signal(text: str) -> str:
 
     word = text.strip().upper()
     try:
-        sig = signal.Signals(int(word)) if word.isdigit() else signal.Signals[word if word.startswith("SIG")
-                                                                              else "SIG" + word]
+        number = numtext.int_of(word, 3)  # ASCII digits alone: "²" is no signal's number
+        sig = signal.Signals(number) if number is not None else signal.Signals[word if word.startswith("SIG")
+                                                                                else "SIG" + word]
     except (KeyError, ValueError):
         raise argparse.ArgumentTypeError(f"not a signal: {text!r} (TERM, INT, USR2, HUP, ...)") from None
     if sig.name in NOT_STOP_SIGNALS:
@@ -263,6 +271,8 @@ class Flag:
             return []
         if value is True:
             return [self.names[0]]
+        if isinstance(value, list):  # a repeatable flag: once each
+            return [arg for item in value for arg in (self.names[0], str(item))]
         if isinstance(value, tuple):
             return [self.names[0], f"{value[0]}:{value[1]}"]
         if isinstance(value, dict):
@@ -270,22 +280,33 @@ class Flag:
         return [self.names[0], str(value)]
 
 
-def _flag(*names: str, env: str | None = None, relay: bool = False, **kw: Any) -> Flag:
-    return Flag(names, kw, env, relay, torchrun=env is not None)
+def _flag(*names: str, relay: bool = False, **kw: Any) -> Flag:
+    return Flag(names, kw, None, relay)
+
+
+def _torchrun(*names: str, relay: bool = False, **kw: Any) -> Flag:
+    """A flag of torchrun's, read from its environment variable as torchrun reads it: PET_ and the
+    flag's last name (--nproc-per-node: PET_NPROC_PER_NODE)."""
+    return Flag(names, kw, "PET_" + names[-1].lstrip("-").upper().replace("-", "_"), relay, torchrun=True)
+
+
+def _node(name: str, **kw: Any) -> Flag:
+    """A torchrun flag of several nodes: relayed to every node's supervisor, None when not given."""
+    return _torchrun(name, relay=True, default=None, **kw)
 
 
 RUN_FLAGS = (
-    _flag("-n", "--nprocs", "--nproc-per-node", env="PET_NPROC_PER_NODE", dest="nprocs", type=nproc,
-          default=None, metavar="N", help="workers on this node: a number, auto, cpu or gpu (default: "
-                                          "visible NVIDIA GPUs, or 2 without any); at most "
-                                          f"{machine_cap()} here, the larger of 64 and 4 per CPU or GPU, "
-                                          "as for resize (MPWATCH_MAX_WORKERS sets another bound)"),
+    _torchrun("-n", "--nprocs", "--nproc-per-node", dest="nprocs", type=nproc,
+              default=None, metavar="N", help="workers on this node: a number, auto, cpu or gpu (default: "
+                                              "visible NVIDIA GPUs, or 2 without any); at most "
+                                              f"{machine_cap()} here, the larger of 64 and 4 per CPU or GPU, "
+                                              "as for resize (MPWATCH_MAX_WORKERS sets another bound)"),
     _flag("--headless", action="store_true", help="no TUI: status lines on stderr"),
     _flag("--run-dir", metavar="DIR", help=f"run directory (default ./{layout.RUNS_FOLDER}/<time>-<script>-"
                                            "<random>/); made when missing, else it must be empty"),
-    _flag("--max-restarts", env="PET_MAX_RESTARTS", type=count, default=0, metavar="K",
-          help="restart a worker that exits non-zero up to K times (default 0); on several nodes with c10d: "
-               "K new rounds of every node's workers"),
+    _torchrun("--max-restarts", type=count, default=0, metavar="K",
+              help="restart a worker that exits non-zero up to K times (default 0); on several nodes with "
+                   "c10d: K new rounds of every node's workers"),
     _flag("--stall-timeout", type=seconds, default=60.0, metavar="SECONDS",
           help="a worker silent this long after a report is stalled; the clock starts at its first report "
                "(default 60)"),
@@ -315,47 +336,43 @@ RUN_FLAGS = (
                "history), so an OOM's snapshot and ctl memory's say who allocated each block; it costs a "
                "few microseconds an allocation and a few KB of host memory an entry kept "
                "(MPWATCH_CUDA_HISTORY_ENTRIES)"),
+    _flag("--preload", relay=True, action="append", type=module_name, default=None, metavar="MODULE",
+          help="import MODULE once, in the process that forks every worker (repeatable); torch is preloaded "
+               "when the script imports it"),
+    _flag("--no-preload", relay=True, action="store_true",
+          help="start every worker by exec, each importing torch itself (no forkserver)"),
     _flag("--supervise-only", action="store_true", help=argparse.SUPPRESS),
     _flag("--run-id", help=argparse.SUPPRESS),
     _flag("--made-run-dir", type=dir_id, help=argparse.SUPPRESS),  # DEV:INODE (cli.tui_launch)
 )
 HOW_FLAGS = (
-    _flag("-m", "--module", env="PET_MODULE", relay=True, action="store_true",
-          help="SCRIPT is a module, run as python -m MODULE"),
-    _flag("--no-python", env="PET_NO_PYTHON", relay=True, action="store_true",
-          help="SCRIPT is an executable, run as it is"),
-    _flag("--run-path", env="PET_RUN_PATH", relay=True, action="store_true",
-          help="run SCRIPT with python (workers are always processes of their own)"),
-    _flag("--role", env="PET_ROLE", relay=True, default="default",
-          help="ROLE_NAME of the workers (default: default)"),
-    _flag("--log-dir", env="PET_LOG_DIR", metavar="DIR", help="a run directory under DIR (unless --run-dir)"),
-    _flag("--shutdown-timeout", env="PET_SHUTDOWN_TIMEOUT", type=seconds_or_zero, metavar="SECONDS",
-          help="the same as --grace"),
-    _flag("--virtual-local-rank", env="PET_VIRTUAL_LOCAL_RANK", relay=True, action="store_true",
-          help="LOCAL_RANK=0 for every worker, each seeing only its own GPU"),
+    _torchrun("-m", "--module", relay=True, action="store_true",
+              help="SCRIPT is a module, run as python -m MODULE"),
+    _torchrun("--no-python", relay=True, action="store_true", help="SCRIPT is an executable, run as it is"),
+    _torchrun("--run-path", relay=True, action="store_true",
+              help="run SCRIPT with python (workers are always processes of their own)"),
+    _torchrun("--role", relay=True, default="default", help="ROLE_NAME of the workers (default: default)"),
+    _torchrun("--log-dir", metavar="DIR", help="a run directory under DIR (unless --run-dir)"),
+    _torchrun("--shutdown-timeout", type=seconds_or_zero, metavar="SECONDS", help="the same as --grace"),
+    _torchrun("--virtual-local-rank", relay=True, action="store_true",
+              help="LOCAL_RANK=0 for every worker, each seeing only its own GPU"),
 )
 NODE_FLAGS = (
-    _flag("--nnodes", env="PET_NNODES", relay=True, type=nnodes, default=None, metavar="N|MIN:MAX",
-          help="nodes (default 1)"),
-    _flag("--node-rank", env="PET_NODE_RANK", relay=True, type=count, default=None, metavar="R",
-          help="this node's rank (static rendezvous; default 0)"),
-    _flag("--master-addr", env="PET_MASTER_ADDR", relay=True, default=None, metavar="HOST",
-          help="node 0's address (static; default 127.0.0.1)"),
-    _flag("--master-port", env="PET_MASTER_PORT", relay=True, type=port, default=None, metavar="PORT",
+    _node("--nnodes", type=nnodes, metavar="N|MIN:MAX", help="nodes (default 1)"),
+    _node("--node-rank", type=count, metavar="R", help="this node's rank (static rendezvous; default 0)"),
+    _node("--master-addr", metavar="HOST", help="node 0's address (static; default 127.0.0.1)"),
+    _node("--master-port", type=port, metavar="PORT",
           help="node 0's rendezvous port (static; default 29500)"),
-    _flag("--rdzv-backend", env="PET_RDZV_BACKEND", relay=True, default=None, metavar="static|c10d",
+    _node("--rdzv-backend", metavar="static|c10d",
           help="torch's rendezvous: static (node ranks given) or c10d (ranks assigned, restart rounds across "
                "nodes); default static"),
-    _flag("--rdzv-endpoint", env="PET_RDZV_ENDPOINT", relay=True, default=None, metavar="HOST:PORT",
-          help="the rendezvous store"),
-    _flag("--rdzv-id", env="PET_RDZV_ID", relay=True, default=None, metavar="ID",
-          help="the run's name in the rendezvous"),
-    _flag("--rdzv-conf", env="PET_RDZV_CONF", relay=True, type=conf, default=None, metavar="K=V,...",
+    _node("--rdzv-endpoint", metavar="HOST:PORT", help="the rendezvous store"),
+    _node("--rdzv-id", metavar="ID", help="the run's name in the rendezvous"),
+    _node("--rdzv-conf", type=conf, metavar="K=V,...",
           help="torch's rendezvous settings (join_timeout, read_timeout, is_host, ...)"),
-    _flag("--local-addr", env="PET_LOCAL_ADDR", relay=True, default=None, metavar="HOST",
-          help="this node's address"),
-    _flag("--standalone", env="PET_STANDALONE", relay=True, action="store_true",
-          help="one node, its own rendezvous (the default)"),
+    _node("--local-addr", metavar="HOST", help="this node's address"),
+    _torchrun("--standalone", relay=True, action="store_true",
+              help="one node, its own rendezvous (the default)"),
 )
 FLAGS = RUN_FLAGS + HOW_FLAGS + NODE_FLAGS
 

@@ -12,7 +12,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from mpwatch.cli.args import die
-from mpwatch.contract.status import Status
+from mpwatch.contract import Status
 from mpwatch.settings import Settings
 from mpwatch.sources.local import Client, ClientError, Requests
 from mpwatch.sources.multinode.source import LocalLink, MergedSource, NoNodeYet

@@ -81,7 +81,7 @@ class Bridge:
     def _handle(self, line: bytes) -> None:
         try:
             try:
-                req = wire.decode(line)  # here, not a call deeper: a request nested 990 deep still decodes
+                req = wire.decode(line)  # a request nested past jsonread.MAX_DEPTH is refused, in words
             except protocol.BadFrame as exc:
                 self._write(wire.encode({"id": None, "reply": {"ok": False, "error": f"bad request: {exc}"}}))
                 return

@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import argparse
 import re
+from collections.abc import Callable
 
 from mpwatch.cli.args import ACTIONS, Parser, count, positive_int, rank, rank_target
-from mpwatch.contract.actions import PROFILE_STEPS, PROFILE_STEPS_MAX
-from mpwatch.contract.protocol import MAX_STEP
+from mpwatch.contract import INT_DIGITS, MAX_STEP, PROFILE_STEPS, PROFILE_STEPS_MAX
+from mpwatch.text.safe import printable
 
 # What `set` takes for a value, not an option, though it starts with a dash: every way Python
 # spells a negative number (argparse's own pattern has no exponent, inf or nan: `set lr -inf`
@@ -17,21 +18,25 @@ NEGATIVE_NUMBER = re.compile(r"^-(?:(?:\d[\d_]*(?:\.[\d_]*)?|\.\d[\d_]*)(?:e[-+]
                              re.IGNORECASE)
 
 
-def at_step(text: str) -> int:
-    """--at-step S: a step from 0 to 2^53, the largest a request carries (contract.protocol)."""
-    v = count(text)
-    if v > MAX_STEP:
-        raise argparse.ArgumentTypeError(f"a step is at most 2^53 ({MAX_STEP}), the largest a request "
-                                         f"carries; got {text}")
-    return v
+def _at_most(parse: Callable[[str], int], most: int, words: str) -> Callable[[str], int]:
+    """`parse`, and a usage error past `most`, in `words` ({most}; {text}: what was typed, {v}: read)."""
+    def check(text: str) -> int:
+        typed = printable(text, 40)
+        if text.isascii() and text.isdigit() and len(text) > INT_DIGITS:  # a bound's words, however long
+            raise argparse.ArgumentTypeError(words.format(most=most, text=typed, v=typed))
+        v = parse(text)
+        if v > most:
+            raise argparse.ArgumentTypeError(words.format(most=most, text=typed, v=v))
+        return v
+    return check
 
 
-def profile_steps(text: str) -> int:
-    v = positive_int(text)
-    if v > PROFILE_STEPS_MAX:
-        raise argparse.ArgumentTypeError(f"at most {PROFILE_STEPS_MAX} steps (a trace of more is seldom read "
-                                         f"and may be gigabytes), got {v}")
-    return v
+# --at-step S: a step from 0 to 2^53, the largest a request carries (contract.protocol)
+at_step = _at_most(count, MAX_STEP,
+                   "a step is at most 2^53 ({most}), the largest a request carries; got {text}")
+profile_steps = _at_most(positive_int, PROFILE_STEPS_MAX,
+                         "at most {most} steps (a trace of more is seldom read and may be gigabytes), "
+                         "got {v}")
 
 
 def ctl_parser() -> Parser:

@@ -169,7 +169,7 @@ def options(ns: argparse.Namespace, env: Mapping[str, str]) -> Options:
         stop_signal=ns.stop_signal, metrics_port=ns.metrics_port, metrics_addr=ns.metrics_addr or "127.0.0.1",
         role=ns.role, master_addr=ns.master_addr or "127.0.0.1", master_port=ns.master_port,
         rdzv_id=ns.rdzv_id, virtual_local_rank=ns.virtual_local_rank, nodes=nodes, auto=not ns.no_auto,
-        cuda_history=ns.cuda_memory_history,
+        cuda_history=ns.cuda_memory_history, preload=list(ns.preload or []), preload_on=not ns.no_preload,
         supervisor_flags=relayed_flags(ns), made_run_dir=ns.made_run_dir)
 
 

@@ -13,6 +13,7 @@ from mpwatch.cli.args import Parser, die, note, say
 from mpwatch.rundir import layout, postmortem, reader, registry
 from mpwatch.settings import Settings
 from mpwatch.text import fmt
+from mpwatch.text.run_end import run_end
 
 
 def _when(ts: float | None) -> str:
@@ -42,27 +43,12 @@ def all_runs(folders: list[Path], tmpdir: Path) -> list[postmortem.RunListing]:
 
 
 def ended_text(r: postmortem.RunListing) -> str:
-    """How a run ended, in a few words: 'live', 'exit 0', 'exit 1: rank 0: ValueError: ...'
-    (the rank's own exit code said only where it is not the run's: 'exit 1: rank 0 exit 3: ...'),
-    'stopped (asked with ctl stop or the TUI)': a stopped run did not fail by itself."""
+    """How a run ended, in a few words (text.run_end's, the TUI's too), or 'live'."""
     if r["ending"] == "live":
         return "live"
-    stopped = r.get("stopped")
-    if r["ending"] == "cut short":
-        head = "cut short (supervisor gone)"
-    elif stopped:
-        head = f"stopped ({stopped})"
-    else:
-        head = f"exit {r['exit_code']}"
     f = r["first_failure"]
-    if f is not None:
-        cause = f["cause"] or f["error"] or "failed"
-        code = f"exit {r['exit_code']}: "
-        if head.startswith(code[:-2]) and cause.startswith(code):  # the run's exit code is the rank's: once
-            head += f": rank {f['rank']}: {cause.removeprefix(code)}"
-        else:
-            head += f": rank {f['rank']} {cause}"
-    return head
+    return run_end(r["exit_code"], stopped=r.get("stopped"), cut_short=r["ending"] == "cut short",
+                   failure=None if f is None else (f["rank"], f["cause"] or f["error"] or "failed"))
 
 
 def _print_all(rows: list[postmortem.RunListing]) -> None:

@@ -107,18 +107,33 @@ def _connect(run: str | None, host: str | None, remote_mpwatch: str | None, sett
     return RemoteClient(Target(host, run), Transport.from_settings(settings, remote_mpwatch))
 
 
-def _which(ns: argparse.Namespace, settings: Settings) -> str | None:
+def _which(ns: argparse.Namespace, argv: list[str], settings: Settings) -> str | None:
     """The run a ctl command without --run means (cli.which_run); raises SeveralRuns or ClientError."""
     from mpwatch.cli.which_run import choose
 
     if ns.host is None:
         from mpwatch.rundir import registry
 
-        return choose(ns.action, registry.live_runs(settings.tmpdir))
+        if ns.action == "set":  # the example names a run that declares the tunable
+            return choose(ns.action, registry.live_runs(settings.tmpdir), argv=argv,
+                          fits=lambda e: _declares(e["run_dir"], ns.name),
+                          unfit=f"no live run here declares a tunable {safe.printable(ns.name, 64)}")
+        return choose(ns.action, registry.live_runs(settings.tmpdir), argv=argv)
     from mpwatch.sources.remote.client import Transport, remote_runs
 
     transport = Transport.from_settings(settings, ns.remote_mpwatch)
-    return choose(ns.action, remote_runs(ns.host, transport), f" on {ns.host}")
+    return choose(ns.action, remote_runs(ns.host, transport), f" on {ns.host}", argv=argv)
+
+
+def _declares(run_dir: str, name: str) -> bool:
+    """The live run's status names the tunable (False where it cannot be asked)."""
+    from mpwatch.sources.local import Client, ClientError
+
+    try:
+        with Client.at(run_dir) as client:
+            return any(t["name"] == name for t in client.status(tail=0).get("tunables") or [])
+    except (ClientError, OSError):
+        return False
 
 
 def cmd_ctl(argv: list[str], settings: Settings) -> int:
@@ -131,7 +146,7 @@ def cmd_ctl(argv: list[str], settings: Settings) -> int:
         from mpwatch.sources.local import ClientError
 
         try:
-            ns.run = _which(ns, settings)
+            ns.run = _which(ns, argv, settings)
         except SeveralRuns as exc:
             print(exc, file=sys.stderr)
             return 2

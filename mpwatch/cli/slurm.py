@@ -12,6 +12,11 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from mpwatch.contract import numtext
+
+# hosts (and tasks) a Slurm variable may spell: "node[0-99999999999]" is refused, never built
+HOSTS_MAX = 1 << 16
+
 
 class SlurmError(ValueError):
     """A Slurm step mpwatch cannot run in: the message says why and what to do."""
@@ -74,12 +79,14 @@ def _range(spec: str, text: str) -> list[str]:
     """One bracket's entries: "01-03,07" -> ["01", "02", "03", "07"] (the low bound's width kept)."""
     out: list[str] = []
     for part in spec.split(","):
-        m = re.fullmatch(r"(\d+)(?:-(\d+))?", part.strip())
+        m = re.fullmatch(r"([0-9]{1,9})(?:-([0-9]{1,9}))?", part.strip())
         if m is None:
             raise SlurmError(f"cannot read {part!r} in the node list {text!r}")
         lo, hi = m.group(1), m.group(2) or m.group(1)
         if int(hi) < int(lo):
             raise SlurmError(f"range {part!r} runs backwards in the node list {text!r}")
+        if int(hi) - int(lo) + len(out) >= HOSTS_MAX:
+            raise SlurmError(f"the node list {text[:80]!r} names more than {HOSTS_MAX} hosts")
         out.extend(str(i).zfill(len(lo)) for i in range(int(lo), int(hi) + 1))
     return out
 
@@ -95,7 +102,10 @@ def expand_nodelist(text: str) -> list[str]:
         for literal, bracket in re.findall(r"([^\[\]]*)(?:\[([^\]]*)\])?", item):
             names = [n + literal for n in names]
             if bracket:
-                names = [n + e for n in names for e in _range(bracket, text)]
+                entries = _range(bracket, text)
+                if len(names) * len(entries) + len(hosts) > HOSTS_MAX:
+                    raise SlurmError(f"the node list {text[:80]!r} names more than {HOSTS_MAX} hosts")
+                names = [n + e for n in names for e in entries]
         hosts.extend(names)
     return hosts
 
@@ -104,10 +114,13 @@ def _tasks_per_node(text: str) -> list[int]:
     """SLURM_STEP_TASKS_PER_NODE: "1(x3),2" -> [1, 1, 1, 2]."""
     out: list[int] = []
     for part in text.split(","):
-        m = re.fullmatch(r"(\d+)(?:\(x(\d+)\))?", part.strip())
+        m = re.fullmatch(r"([0-9]{1,6})(?:\(x([0-9]{1,6})\))?", part.strip())
         if m is None:
-            raise SlurmError(f"cannot read SLURM_STEP_TASKS_PER_NODE={text!r}")
-        out.extend([int(m.group(1))] * int(m.group(2) or 1))
+            raise SlurmError(f"cannot read SLURM_STEP_TASKS_PER_NODE={text[:80]!r}")
+        times = int(m.group(2) or 1)
+        if times + len(out) > HOSTS_MAX:
+            raise SlurmError(f"SLURM_STEP_TASKS_PER_NODE={text[:80]!r} names more than {HOSTS_MAX} nodes")
+        out.extend([int(m.group(1))] * times)
     return out
 
 
@@ -115,10 +128,10 @@ def _int(env: Mapping[str, str], *names: str) -> int | None:
     value = _first(env, *names)
     if value is None:
         return None
-    try:
-        return int(value)
-    except ValueError:
-        raise SlurmError(f"{names[0]}={value!r} is not a number") from None
+    number = numtext.int_of(value.strip(), 9)  # ASCII digits: "²" is no number
+    if number is None:
+        raise SlurmError(f"{names[0]}={value[:80]!r} is not a number")
+    return number
 
 
 def detect(env: Mapping[str, str]) -> SlurmStep | None:

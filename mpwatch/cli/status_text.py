@@ -2,20 +2,34 @@
 first, then the hang diagnosis, the GPUs and the run's alerts. Pure; the caller prints."""
 from __future__ import annotations
 
-from mpwatch.contract.control import in_force, pending_changes, shown
-from mpwatch.contract.status import GpuProcess, GpuView, State, Status, WorkerStatus, slowed_by
-from mpwatch.text import eventtext, fmt, profile_text
+from mpwatch.contract import (
+    BY_KEY,
+    SHOWN,
+    WORK_METRIC,
+    GpuProcess,
+    GpuView,
+    RunPace,
+    State,
+    Status,
+    WorkerStatus,
+    in_force,
+    pending_changes,
+    reading,
+    shown,
+    slowed_by,
+)
+from mpwatch.text import eventtext, fmt, gpu_values, memory_text, profile_text, slowdown_text
 from mpwatch.text.children import child_note
 from mpwatch.text.gpu_names import ON_MIG, na_notes, slice_text
+from mpwatch.text.input_notes import input_notes
+
+UTIL, UTIL_MEM = BY_KEY["util_gpu"], BY_KEY["util_mem"]
+SM, SM_MAX = BY_KEY["sm_clock_mhz"], BY_KEY["sm_clock_max_mhz"]
 
 
 def _v(v: object, unit: str = "") -> str:
     """A cell: '-' for unknown, numbers to 4 significant digits."""
     return "-" if v is None else fmt.num(v) + unit
-
-
-def _na(v: float | None, unit: str = "") -> str:
-    return fmt.NA if v is None else f"{v:g}{unit}"
 
 
 def _mem(g: GpuView) -> str:
@@ -26,15 +40,16 @@ def _mem(g: GpuView) -> str:
 
 def gpu_line(g: GpuView) -> str:
     """One GPU: N/A where NVML could not tell."""
-    sm, top = g.get("sm_clock_mhz"), g.get("sm_clock_max_mhz")
+    sm = reading(g, SM)
     held = [r.replace("_", " ") for r in slowed_by(g.get("throttle_reasons"))]
-    clocks = "" if sm is None else f" · SM {sm}/{_na(top)} MHz"
+    clocks = "" if sm is None else f" · SM {gpu_values.number(sm)}/{gpu_values.of(g, SM_MAX)}"
     clocks += f" (held: {', '.join(held)})" if held and clocks else ""
     mig = f" · MIG, {len(g.get('slices', []))} slices" if "slices" in g else ""
+    plain = "".join(f" · {gpu_values.of(g, c)}" for c in SHOWN)
     return (f"GPU {g['index']}: {g['name'] or fmt.NA}"
             f" · {_mem(g)}"
-            f" · util {_na(g['util_gpu'], '%')} (mem {_na(g['util_mem'], '%')})"
-            f" · {_na(g['temperature'], 'C')} · {_na(g['power_w'], 'W')}{clocks}{mig}")
+            f" · {gpu_values.of(g, UTIL)} ({gpu_values.of(g, UTIL_MEM)})"
+            f"{plain}{clocks}{mig}")
 
 
 def slice_line(s: GpuView) -> str:
@@ -100,9 +115,7 @@ def _worker_lines(w: WorkerStatus, st: Status) -> list[str]:
     stop = w.get("stop")
     if stop and w["state"] in (State.RUNNING, State.STALLED, State.PAUSED, State.STARTING):
         out.append(f"{'':>4} {stop['signal']} sent, SIGKILL in {_v(stop['kill_in'], 's')}")
-    rejected = w.get("rejected")
-    if rejected:
-        out.append(f"{'':>4} {rejected['count']} reports rejected: {rejected['why']}")
+    out += [f"{'':>4} {note}" for note in input_notes(w)]
     for refused in w.get("refused_tunables", []):
         name, _, why = refused.partition(": ")
         out.append(f"{'':>4} tunable {name} refused: {why}")
@@ -112,7 +125,7 @@ def _worker_lines(w: WorkerStatus, st: Status) -> list[str]:
 def control_lines(st: Status) -> list[str]:
     """The tunables' values in force (and who changed them), each change still pending (its
     value, its step, how many ranks took it), the checkpoint requests still waiting, and the
-    newest profile."""
+    newest profile and CUDA memory snapshot asked."""
     out = []
     for t in st.get("tunables") or []:
         c = in_force(t)
@@ -130,7 +143,18 @@ def control_lines(st: Status) -> list[str]:
     profiles = st.get("profiles") or []
     if profiles:  # the newest: where it stands on each rank
         out.append(f"{profile_text.request_text(profiles[-1])}: {profile_text.outcome_text(profiles[-1])}")
+    snapshots = st.get("memory_snapshots") or []
+    if snapshots:  # the newest: written where, or why not (no CUDA)
+        out.append(memory_text.said(snapshots[-1]))
     return out
+
+
+def pace_line(p: RunPace) -> str:
+    """'pace: 4.8 steps/s, 0.61x its best (7.9 steps/s, held at 05:03:10)' (contract.slowdown)."""
+    work = f" of {WORK_METRIC} {fmt.num(p['work'])}" if "work" in p else ""
+    best_work = f" of {WORK_METRIC} {fmt.num(p['best_work'])}" if "best_work" in p else ""
+    return (f"pace: {p['steps_per_s']:.1f} steps/s{work}, {p['ratio']:.2f}x its best "
+            f"({p['best_steps_per_s']:.1f} steps/s{best_work}, held at {slowdown_text.clock(p['best_at'])})")
 
 
 def status_lines(st: Status) -> list[str]:
@@ -145,6 +169,9 @@ def status_lines(st: Status) -> list[str]:
     sg = st["straggler"]
     if sg and sg["text"]:
         out.append("hang: " + sg["text"])
+    pace = r.get("pace")
+    if pace is not None:
+        out.append(pace_line(pace))
     if st["gpu_status"]:
         out.append(f"GPU: {st['gpu_status']}")
     for g in st["gpus"]:

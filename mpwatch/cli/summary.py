@@ -9,11 +9,10 @@ from pathlib import Path
 
 from mpwatch.cli.args import Parser, die
 from mpwatch.cli.listing import ended_text
-from mpwatch.contract.control import shown
-from mpwatch.contract.status import ALIVE_STATES
+from mpwatch.contract import ALIVE_STATES, shown
 from mpwatch.rundir import layout, postmortem, reader, registry
 from mpwatch.settings import Settings
-from mpwatch.text import fmt, profile_text, safe
+from mpwatch.text import fmt, memory_text, profile_text, safe
 
 MAX_STALLS = 8  # one screen: the rest are counted
 MAX_ALERTS = 10
@@ -118,8 +117,23 @@ def _stragglers(s: postmortem.Summary) -> list[str]:
     return out
 
 
+def _slowdowns(s: postmortem.Summary) -> list[str]:
+    """Each slowdown: from when to when, how slow, the steps it cost, its last words."""
+    started = s["listing"]["started"]
+    found = s["slowdowns"]
+    out = ["slowdowns (the run slower than its own best pace):"] if found else []
+    for f in found[:MAX_ALERTS]:
+        until = f"to {_at(f['until'], started)}" if f["until"] is not None else "to the end"
+        how = f" at {f['ratio']:.2f}x its best" if f["ratio"] is not None else ""
+        cost = (f", cost the run {f['lost_steps']:.0f} steps ({fmt.span(f['lost_s'])})"
+                if f["lost_steps"] is not None else "")
+        out += [f"  from {_at(f['since'], started)} {until}{how}{cost}", f"      {f['message']}"]
+    return out
+
+
 def _live(s: postmortem.Summary) -> list[str]:
-    """Tunables changed, checkpoints and profiles asked, when and by whom, and how the ranks took them."""
+    """Tunables changed, checkpoints, profiles and CUDA memory snapshots asked, when and by whom, and
+    how the ranks took them."""
     started = s["listing"]["started"]
     out: list[str] = []
     changes = sorted(((c["ts"], t["name"], c) for t in s["tunables"] for c in t["changes"]),
@@ -153,13 +167,16 @@ def _live(s: postmortem.Summary) -> list[str]:
     for p in s["profiles"]:
         out.append(f"  {_at(p['ts'], started)} {profile_text.request_text(p)}: "
                    f"{profile_text.outcome_text(p)}")
+    if s["memory_snapshots"]:
+        out.append("CUDA memory snapshots:")
+    out += [f"  {_at(m['ts'], started)} {memory_text.said(m)}" for m in s["memory_snapshots"]]
     return out
 
 
 def _files(files: list[str]) -> list[str]:
     """The run's files, the rank folders' folded into one line."""
     top = [f for f in files if not f.startswith("rank-")]
-    ranks = sorted({int(f.split("/")[0][5:]) for f in files if f.startswith("rank-")})
+    ranks = sorted({int(m.group(1)) for f in files if (m := layout.RANK_DIR.match(f.split("/")[0]))})
     dumps = sum(1 for f in files if "/stacks/" in f)
     profiles = sum(1 for f in files if f"/{layout.PROFILES}/" in f)
     out = ["  " + " ".join(top)] if top else []
@@ -177,7 +194,7 @@ def _span(ranks: list[int]) -> str:
 
 def summary_lines(s: postmortem.Summary) -> list[str]:
     out = _head(s) + [""] + _ranks(s)
-    for part in (_stalls(s), _stragglers(s), _alerts(s), _live(s)):
+    for part in (_stalls(s), _stragglers(s), _slowdowns(s), _alerts(s), _live(s)):
         if part:
             out += [""] + part
     out += ["", f"files in {s['listing']['run_dir']}:"] + _files(s["files"])

@@ -23,6 +23,7 @@ from mpwatch.rundir.claim import Claim
 from mpwatch.rundir.textfiles import read_json, tail_lines
 from mpwatch.settings import Settings
 from mpwatch.text import safe
+from mpwatch.text.run_end import run_end
 
 if TYPE_CHECKING:
     from mpwatch.sources.local import Client
@@ -136,13 +137,15 @@ def stopped_lines(handle: registry.RunHandle, code: int) -> list[str]:
     """After 'stop the run' (q, s): the run, how it ended, and where each rank's end is told.
     `mpwatch summary` finds a finished run by its id in ./mpwatch-runs; elsewhere, by its path."""
     try:
-        how = ended_text(postmortem.listing(reader.read(handle.run_dir)))
+        listing = postmortem.listing(reader.read(handle.run_dir))
+        if listing["exit_code"] is None:  # run.json not final yet: the code the TUI was told
+            listing["exit_code"] = code
+        how = ended_text(listing)
     except (reader.NotARunDir, OSError):
-        how = "stopped"
+        how = run_end(code)
     by_id = (Path.cwd() / registry.DEFAULT_RUNS / handle.run_id).resolve() == Path(handle.run_dir).resolve()
     name = handle.run_id if by_id else shlex.quote(str(handle.run_dir))
-    said = "" if how.startswith(f"exit {code}") else f", exit code {code}"
-    return [f"mpwatch: run {handle.run_id} ended: {how}{said}",
+    return [f"mpwatch: run {handle.run_id} ended: {how}",
             f"mpwatch: how each rank ended: mpwatch summary {name}"]
 
 

@@ -17,7 +17,7 @@ carries; the arguments checked in `check_args`); its frame name in contract.prot
 (STEP_ACTIONS, and TORCH_ACTIONS when it needs torch); its runner in
 mpwatch.worker.actions.RUNNERS (a module whose `begin` answers and writes through
 rundir.rank_files); its list's key in contract.status.Status, which the schema and its readers
-check (with a typed record like ProfileRequest, a ControlView accessor and postmortem's Summary
+check (with a typed record like ProfileRequest, a LiveView accessor and postmortem's Summary
 key for the readers that name it); a ctl subcommand (Source.ask(NAME, ...)) and a key. Asking,
 sending, resending after a reconnect, the answers and outcomes, their events and the missed
 ones, the status's lists (the registry's, the replay's fold, the merged view's join) are this
@@ -220,6 +220,19 @@ def rank_state(req: ActionRequest, rank: int, results: list[FileResult] | None =
     if any(a["rank"] == rank for a in req["answers"]):
         return "running"
     return "asked" if rank in req["ranks"] else None
+
+
+def rank_states(req: ActionRequest, results: list[FileResult] | None = None) -> dict[int, RankState]:
+    """rank_state of every rank asked, in one pass over the request's lists (a request of 60,000
+    ranks: rank_state for each would be quadratic)."""
+    out: dict[int, RankState] = dict.fromkeys(req["ranks"], "asked")
+    for a in req["answers"]:
+        out[a["rank"]] = "running"
+    for r in results or []:
+        out[r["rank"]] = "written" if r["state"] == "written" else "failed"
+    for rank in req["missed"]:
+        out[rank] = "missed"
+    return out
 
 
 def newest_written(reqs: list[MemoryRequest], rank: int, since: float) -> tuple[float, str] | None:

@@ -6,6 +6,7 @@ stdlib only: the worker side's contract.protocol imports it.
 from __future__ import annotations
 
 NON_FINITE = ("nan", "inf", "-inf")  # how JSON spells the floats it has no number for (protocol.encode_lossy)
+TIME_MAX = 1e11  # a wall time past this (the year 5138) is none: time.localtime() refuses 1e300
 
 
 def as_str(v: object) -> str | None:
@@ -24,6 +25,12 @@ def as_float(v: object) -> float | None:
         return float(v)
     except OverflowError:  # an int with hundreds of digits
         return None
+
+
+def as_time(v: object) -> float | None:
+    """A wall time (seconds since the epoch) a clock can show: from 0 to TIME_MAX, else None."""
+    t = as_float(v)
+    return t if t is not None and 0.0 <= t < TIME_MAX else None
 
 
 def as_number(v: object) -> float | None:

@@ -2,7 +2,7 @@
 BATCH (`cuda`) and the status shows it (WorkerGpu.cuda); and a CUDA out-of-memory as the worker
 saw it (`OomRecord`, a BATCH's `oom`: mpwatch.worker.cuda_memory). A leaf of the contract: it imports
 nothing of mpwatch, so the wire format (contract.protocol) and the worker side name it without
-pulling in the status schema. contract.status re-exports it. Pure.
+pulling in the status schema. Readers import it from mpwatch.contract. Pure.
 """
 from __future__ import annotations
 

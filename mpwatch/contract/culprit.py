@@ -18,10 +18,11 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
-from mpwatch.contract.status import Culprit, Lag, State
+from mpwatch.contract.names import State
+from mpwatch.contract.status import Culprit, Lag
 
 Row = Mapping[str, Any]
-Label = Callable[[Sequence[int]], str]  # ranks -> "rank 1" | "ranks 0,2" (a merged view adds their nodes)
+RanksLabel = Callable[[Sequence[int]], str]  # ranks -> "rank 1" | "ranks 0,2" (a merged view adds nodes)
 
 
 def ranks_text(rs: Iterable[int]) -> str:
@@ -34,11 +35,15 @@ def _is(rs: Sequence[object]) -> str:
 
 
 def clock(ts: float) -> str:
-    """A wall-clock time of today as people read it: 17:35:20 (local time)."""
-    return time.strftime("%H:%M:%S", time.localtime(ts))
+    """A wall-clock time of today as people read it: 17:35:20 (local time); "?" for a time no
+    clock shows (a status from elsewhere may say 1e300, or NaN)."""
+    try:
+        return time.strftime("%H:%M:%S", time.localtime(ts))
+    except (OverflowError, ValueError, OSError):
+        return "?"
 
 
-def analyze(workers: Sequence[Row], label: Label = ranks_text) -> Culprit | None:
+def analyze(workers: Sequence[Row], label: RanksLabel = ranks_text) -> Culprit | None:
     """workers: [{rank, step, state, dist, stall: {collective, where} | None, paused_at}] (WorkerStatus
     rows). Returns None with fewer than two ranks that reported a step, else
     {leader_step, lags: [{rank, step, lag}], culprits: [...], waiting: [...], text}
@@ -94,7 +99,7 @@ def _steps(rows: Sequence[Row]) -> str:
     return f"step {steps[0]}" if len(steps) == 1 else f"steps {steps[0]}..{steps[-1]}"
 
 
-def _no_culprit(ws: list[Row], stalled: list[Row], lead: int, label: Label) -> str:
+def _no_culprit(ws: list[Row], stalled: list[Row], lead: int, label: RanksLabel) -> str:
     moving = [w["rank"] for w in ws if w.get("state") != State.STALLED]
     text = f"{label([w['rank'] for w in stalled])} stalled at {_steps(stalled)}"
     if moving:
@@ -104,7 +109,7 @@ def _no_culprit(ws: list[Row], stalled: list[Row], lead: int, label: Label) -> s
     return text
 
 
-def describe(culprits: Sequence[Row], waiting: Sequence[Row], label: Label = ranks_text) -> str:
+def describe(culprits: Sequence[Row], waiting: Sequence[Row], label: RanksLabel = ranks_text) -> str:
     """The finding in words: who waits, where and at which step, for whom, and why that one
     holds them up (paused by the user, behind at its step, stuck in its own code)."""
     colls = sorted({str(c) for w in waiting if (c := (w.get("stall") or {}).get("collective"))})
@@ -124,7 +129,7 @@ def _groups(culprits: Sequence[Row]) -> list[list[Row]]:
     return ([paused] if paused else []) + [by_step[s] for s in sorted(by_step)]
 
 
-def _why(group: Sequence[Row], label: Label) -> str:
+def _why(group: Sequence[Row], label: RanksLabel) -> str:
     who = label([w["rank"] for w in group])
     if group[0].get("state") == State.PAUSED:
         times = [t for w in group if isinstance(t := w.get("paused_at"), (int, float))]

@@ -1,6 +1,6 @@
 """The GPU timeline's records: the lines of gpu.jsonl (supervisor.gpu.timeline writes
 them, about one tick a second, plus marks and thinning notes) and the `gpu_timeline` control
-command's answer. Part of the status contract (contract.status re-exports every name)."""
+command's answer. Part of the status contract (readers import it from mpwatch.contract)."""
 from __future__ import annotations
 
 import sys

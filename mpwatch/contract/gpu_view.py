@@ -1,6 +1,6 @@
 """The GPU view of a status (Status.gpus): each GPU NVML sees, its processes labelled by rank,
 where its memory goes, its recent history and its alerts (supervisor.gpu builds them).
-contract.status re-exports every name; readers import them from there. Pure; any thread.
+Readers import every name from mpwatch.contract. Pure; any thread.
 
 A GPU in MIG mode is split into slices (MIG devices), each a GpuView of its own under the GPU's
 `slices`, with `mig` saying which one: its memory, processes, ranks, alerts and history are its
@@ -53,7 +53,7 @@ def alert_kind(value: object) -> AlertKind | None:
 
 
 class OomDetail(TypedDict):
-    """An OOM finding's own fields (supervisor.gpu.oom): its numbers, its story, its note."""
+    """An OOM finding's own fields (supervisor.gpu.oom_story): its numbers, its story, its note."""
 
     story: Literal["fragmentation", "others", "own", "unknown"]  # what explains it (its hint says so)
     note: str  # the rank's NOTE in the table: who held the memory, first

@@ -1,5 +1,5 @@
 """The names of the run's states and events, and the fields of an events.jsonl record: part of
-the status contract (contract.status re-exports every name here; import them from there)."""
+the status contract (readers import every name from mpwatch.contract)."""
 from __future__ import annotations
 
 from enum import Enum
@@ -75,12 +75,21 @@ class Event(_Name):
     GPU_ALERT = "gpu_alert"  # a GPU alert that starts (one event per start, not per tick)
     BAD_FRAME = "bad_frame"
     REPORTS_REJECTED = "reports_rejected"  # a worker's reports refused alone (past the protocol's bounds)
+    # what a rank said (a frame, a hello, its stderr, a file of its folder) tripped a handler: a note on
+    # the rank, counted (supervisor.boundary); the 1st, 10th, 100th and 1000th get an event
+    BAD_INPUT = "bad_input"
+    # a room of the supervisor (the stall watch, the GPU watcher, ...) failed: said once a run, the run
+    # goes on (its traceback is in supervisor.log: supervisor.boundary)
+    ROOM_FAILED = "room_failed"
+    # a channel whose hello names a rank or pid it is not (the process that connected is another, or no
+    # process of that rank) was refused: the run's first 10, then every 100th (supervisor.ipc.identity)
+    CHANNEL_REFUSED = "channel_refused"
     STOPPING = "stopping"
     RUN_FINISHED = "run_finished"
     ROUND = "round"  # several nodes: this node joined a rendezvous round (its workers start in it)
     NODE_LOST = "node_lost"  # several nodes: another node's supervisor stopped answering
     THINNED = "thinned"  # a note: older report events were thinned to keep events.jsonl under its cap
-    # control (supervisor.control): a request, then each rank's answer
+    # control (supervisor.live): a request, then each rank's answer
     CHECKPOINT_REQUESTED = "checkpoint_requested"  # `ctl checkpoint`, `c`: the ranks asked and the step
     CHECKPOINT_TAKEN = "checkpoint_taken"  # a rank's should_checkpoint() returned True (late: past the step)
     CHECKPOINT_MISSED = "checkpoint_missed"  # a rank's process ended before it answered
@@ -100,6 +109,10 @@ class Event(_Name):
     # a rank's tunable declaration refused alone (a default that is not finite): the first few a rank
     TUNABLE_REFUSED = "tunable_refused"
     STOP_SIGNAL = "stop_signal"  # --stop-signal sent to a rank's process (kill, restart, resize, stop)
+    # torch imported once (supervisor.preload): the forkserver is ready (its pid, modules, seconds), or
+    # workers start by exec after all (why), said once a run
+    PRELOADED = "preloaded"
+    PRELOAD_FALLBACK = "preload_fallback"
 
 
 class EventRecord(TypedDict):
@@ -116,13 +129,15 @@ class EventFields(EventRecord, total=False):
     carries the ones its producer passes (supervisor.core, supervisor.gpu.watch)."""
 
     seq: int  # events from the control socket: their order
-    pid: int | None  # worker_started, worker_exited, paused, resumed, restarted, dump, stalled
+    pid: int | None  # worker_started, worker_exited, paused, resumed, restarted, dump, stalled;
+    # preloaded: the forkserver's
     attempt: int  # worker_started, restarted: how many restarts so far
     state: str  # worker_exited: the State it ended in
     cause: str | None  # worker_exited: "exit 1: <last stderr line>", "signal SIGKILL"
     exit_code: int | None  # worker_exited, run_finished
     stderr_tail: list[str]  # worker_exited: the last lines of its stderr
-    why: str  # restarted, stopping, bad_frame, reports_rejected, profile_failed, tunable_refused;
+    why: str  # restarted, stopping, bad_frame, reports_rejected, profile_failed, tunable_refused, bad_input,
+    # room_failed (the exception, in one line); preload_fallback: why workers start by exec;
     # profile_written: a note
     stopped: str  # run_finished of a run that was stopped: why (stopping's `why`: a stop asked, a signal)
     frm: int  # resized: workers before
@@ -140,7 +155,11 @@ class EventFields(EventRecord, total=False):
     script: str  # run_started
     nprocs: int  # run_started
     run_dir: str  # run_started
-    count: int  # bad_frame: bad frames of the worker so far; reports_rejected: its rejected reports so far
+    count: int  # bad_frame: bad frames of the worker so far; reports_rejected: its rejected reports so far;
+    # bad_input: its bad inputs so far
+    what: str  # bad_input: what of the rank's tripped the supervisor ("a frame", "its stderr's cause", ...)
+    room: str  # room_failed: the room ("stall watch", "GPU watcher", ...)
+    claimed_pid: int  # channel_refused: the pid its hello named (its `pid`: the process that connected)
     global_rank: int  # worker_started: RANK (on several nodes it differs from rank)
     round: int  # round: the rendezvous round
     node_rank: int  # round: this node's rank in it; node_lost: the lost node's
@@ -185,3 +204,6 @@ class EventFields(EventRecord, total=False):
     thinned_to: float
     reports_before: int  # ...went from reports_before to reports_after
     reports_after: int
+    modules: list[str]  # preloaded: what the forkserver imported
+    seconds: float  # preloaded: how long its imports took
+    tasks: int  # preloaded: the forkserver's threads as it forks (torch's native ones; never Python's)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 
 # The worker side imports this module at `import mpwatch`: `typing` (milliseconds) for the checker only.
 TYPE_CHECKING = False
@@ -29,7 +30,7 @@ MAX_FRAME = 1 << 20
 MAX_REPLY = 1 << 28
 # A report past these is rejected alone by the supervisor (counted in the worker's status);
 # the worker side keeps its reports well inside them (mpwatch.worker.bounds).
-MAX_METRICS = 256  # metrics a report may carry
+MAX_METRICS_ACCEPTED = 256  # metrics the supervisor takes in one report (a worker sends fewer)
 MAX_METRIC_NAME = 200
 MAX_METRIC_TEXT = 4096  # characters of a text metric
 MAX_EXACT = 1 << 63  # an integer metric past this is refused: no reader could show it
@@ -56,6 +57,8 @@ ENV_CUDA_OOM = "MPWATCH_CUDA_OOM"
 ENV_HOOK_ONLY = "MPWATCH_HOOK_ONLY"
 ENV_CUDA_HISTORY = "MPWATCH_CUDA_HISTORY"
 ENV_MEMORY_DIR = "MPWATCH_MEMORY_DIR"
+# The forkserver's (worker.boot.forkserver) last variable: room for each forked child's own environment
+ENV_FORKSERVER_PAD = "MPWATCH_FORKSERVER_PAD"
 
 
 def flush_interval(workers: int, stall_timeout: float) -> float:
@@ -101,6 +104,83 @@ TUNABLE_NAME_MAX = 64
 TUNABLE_STR_MAX = 256
 
 
+# A control socket's reply, {"ok": true, ...} or {"ok": false, "error": why}: what the supervisor's
+# commands answer (the name Any is the checker's only: no `typing` at run time).
+Reply = dict[str, "Any"]
+
+
+# JSON from outside is read within bounds (contract.jsonread says why; the run files' strict
+# reading is there): nesting checked by a linear scan before json's parser recurses, an
+# integer's digits before int() converts them, UTF-8. Here, for the worker side loads this
+# module alone.
+MAX_DEPTH = 64  # arrays and objects inside each other (a status is 6 deep; an event 4)
+FRAME_INT_DIGITS = 1000  # an integer's digits a frame may hold (10**400 is read, refused where it matters)
+_ESCAPE = re.compile(rb"\\.", re.S)  # a string's escape (\" \\ \n ...): never a bracket or a quote
+_STRING = re.compile(rb'"[^"]*"')  # a string, once escapes are gone and only brackets and quotes remain
+_NOT_SCANNED = bytes(range(256)).translate(None, b'[]{}"')  # what the scan deletes (bytes.translate)
+
+
+class TooDeep(ValueError):
+    """JSON nested past MAX_DEPTH (or whose brackets do not pair: no JSON at all)."""
+
+
+def depth_within(data: bytes, limit: int = MAX_DEPTH) -> bool:
+    """Whether UTF-8 JSON text nests at most `limit` arrays and objects deep, read without
+    parsing (brackets inside strings do not count). False also for brackets that do not pair,
+    which no JSON has. Linear: at most `limit` passes, each in C."""
+    if data.count(b"[") + data.count(b"{") <= limit:
+        return True  # the usual case: too few brackets to nest that deep
+    if b"\\" in data:
+        data = _ESCAPE.sub(b"", data)
+    s = data.translate(None, _NOT_SCANNED)  # brackets and quotes alone
+    if b'"' in s:
+        s = _STRING.sub(b"", s)
+    s = s.replace(b"{", b"[").replace(b"}", b"]")  # a mismatched pair is json's to refuse, at its depth
+    for _ in range(limit):  # each pass takes away the innermost pairs: one level
+        if not s:
+            return True
+        inner = s.replace(b"[]", b"")
+        if len(inner) == len(s):
+            return False  # what is left never pairs
+        s = inner
+    return not s
+
+
+def digits(text: str) -> int:
+    """The digits of an integer literal json hands its parse_int."""
+    return len(text) - (text[:1] == "-")
+
+
+def _frame_int(text: str) -> int:
+    if digits(text) > FRAME_INT_DIGITS:
+        raise ValueError(f"a number of {digits(text)} digits (at most {FRAME_INT_DIGITS})")
+    return int(text)
+
+
+_FRAME = json.JSONDecoder(parse_int=_frame_int)
+
+
+def bounded(decoder: json.JSONDecoder, data: bytes | bytearray | str, errors: str) -> object:
+    """data's JSON value by `decoder`, its depth checked first (data as UTF-8 bytes or text;
+    `errors`: how bytes that are no UTF-8 read). ValueError, never RecursionError."""
+    if isinstance(data, str):
+        text, raw = data, data.encode("utf-8", "surrogatepass")
+    else:
+        raw = bytes(data)
+        text = raw.decode("utf-8", errors)
+    if not depth_within(raw):
+        raise TooDeep(f"nested deeper than {MAX_DEPTH} (or brackets that do not pair)")
+    try:
+        return decoder.decode(text)
+    except RecursionError:  # never with the depth checked; kept so no caller ever sees one
+        raise TooDeep("nested too deep") from None
+
+
+def loads(data: bytes | bytearray | str) -> object:
+    """A frame's or a wire line's JSON value, within the bounds; ValueError says why not."""
+    return bounded(_FRAME, data, "strict")
+
+
 class BadFrame(ValueError):
     """A frame that is not a well-formed message of this protocol."""
 
@@ -133,9 +213,11 @@ def _deep_clean(value: object) -> object:
 
 
 def decode(data: bytes) -> dict[str, Any]:
+    """A frame's message: a JSON object with a string `t`, read within the bounds (nesting,
+    digits, UTF-8); anything else is a BadFrame."""
     try:
-        msg = json.loads(data)
-    except (ValueError, UnicodeDecodeError, RecursionError) as exc:  # RecursionError: "[[[[..."
+        msg = loads(data)
+    except ValueError as exc:  # UnicodeDecodeError and TooDeep are ValueErrors
         raise BadFrame(f"not JSON: {exc}") from None
     if not isinstance(msg, dict) or not isinstance(msg.get("t"), str):
         raise BadFrame("not a message object")
@@ -145,8 +227,8 @@ def decode(data: bytes) -> dict[str, Any]:
 def decode_request(data: bytes) -> dict[str, Any]:
     """A control request: a JSON object with a string `cmd`."""
     try:
-        req = json.loads(data)
-    except (ValueError, UnicodeDecodeError, RecursionError) as exc:
+        req = loads(data)
+    except ValueError as exc:
         raise BadFrame(f"not JSON: {exc}") from None
     if not isinstance(req, dict) or not isinstance(req.get("cmd"), str):
         raise BadFrame("not a request object with a 'cmd'")

@@ -23,7 +23,7 @@ else:  # pragma: no cover - 3.10
     from typing_extensions import NotRequired
 
 _HINTS: dict[type, dict[str, tuple[Any, bool]]] = {}  # TypedDict -> {key: (type, required)}
-MAX_DEPTH = 16
+SHAPE_DEPTH = 16
 
 
 def _fields(td: type) -> dict[str, tuple[Any, bool]]:
@@ -39,7 +39,7 @@ def _fields(td: type) -> dict[str, tuple[Any, bool]]:
 
 def problem(value: object, schema: Any, where: str = "status", depth: int = 0) -> str | None:
     """None when value has schema's shape, else what is wrong and where ("status.run.counts: missing")."""
-    if depth > MAX_DEPTH:
+    if depth > SHAPE_DEPTH:
         return f"{where}: nested too deep"
     if schema is Any or schema is object:
         return None

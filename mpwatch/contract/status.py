@@ -28,59 +28,26 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover - Python 3.10
     from typing_extensions import NotRequired
 
-# The names of states and events live in contract.names, re-exported here.
-# The GPU timeline's records (gpu.jsonl, the gpu_timeline reply) live in contract.gpu_records,
-# the status's GPU view (Status.gpus) in contract.gpu_view, a worker's CUDA view in contract.cuda_view;
-# readers import every record of the contract from here.
-from mpwatch.contract.actions import ActionRequest as ActionRequest
-from mpwatch.contract.actions import CheckpointRequest as CheckpointRequest
-from mpwatch.contract.actions import FileResult as FileResult
-from mpwatch.contract.actions import MemoryRequest as MemoryRequest
-from mpwatch.contract.actions import ProfileRequest as ProfileRequest
-from mpwatch.contract.actions import RankAnswer as RankAnswer
-from mpwatch.contract.actions import TopOp as TopOp
-from mpwatch.contract.control import StopInfo as StopInfo
-from mpwatch.contract.control import TunableChange as TunableChange
-from mpwatch.contract.control import TunableStatus as TunableStatus
-from mpwatch.contract.cuda_view import CudaView as CudaView
-from mpwatch.contract.cuda_view import OomRecord as OomRecord
-from mpwatch.contract.gpu_records import GpuMark as GpuMark
-from mpwatch.contract.gpu_records import GpuThinned as GpuThinned
-from mpwatch.contract.gpu_records import GpuThinnedInfo as GpuThinnedInfo
-from mpwatch.contract.gpu_records import GpuTick as GpuTick
-from mpwatch.contract.gpu_records import GpuTickGpu as GpuTickGpu
-from mpwatch.contract.gpu_records import GpuTickRank as GpuTickRank
-from mpwatch.contract.gpu_records import GpuTimelineReply as GpuTimelineReply
-from mpwatch.contract.gpu_view import ALERT_KINDS as ALERT_KINDS
-from mpwatch.contract.gpu_view import HISTORY_POINTS as HISTORY_POINTS
-from mpwatch.contract.gpu_view import SLOWDOWNS as SLOWDOWNS
-from mpwatch.contract.gpu_view import THROTTLE_REASONS as THROTTLE_REASONS
-from mpwatch.contract.gpu_view import AlertKind as AlertKind
-from mpwatch.contract.gpu_view import DevKey as DevKey
-from mpwatch.contract.gpu_view import GpuAlert as GpuAlert
-from mpwatch.contract.gpu_view import GpuHistory as GpuHistory
-from mpwatch.contract.gpu_view import GpuProcess as GpuProcess
-from mpwatch.contract.gpu_view import GpuView as GpuView
-from mpwatch.contract.gpu_view import MemoryBreakdown as MemoryBreakdown
-from mpwatch.contract.gpu_view import MigSlice as MigSlice
-from mpwatch.contract.gpu_view import OomDetail as OomDetail
-from mpwatch.contract.gpu_view import ThrottleReason as ThrottleReason
-from mpwatch.contract.gpu_view import alert_kind as alert_kind
-from mpwatch.contract.gpu_view import dev_key as dev_key
-from mpwatch.contract.gpu_view import devices as devices
-from mpwatch.contract.gpu_view import leaves as leaves
-from mpwatch.contract.gpu_view import slowed_by as slowed_by
-from mpwatch.contract.names import ALIVE_STATES as ALIVE_STATES
-from mpwatch.contract.names import ENDED_STATES as ENDED_STATES
-from mpwatch.contract.names import UNREACHABLE as UNREACHABLE
-from mpwatch.contract.names import Event as Event
-from mpwatch.contract.names import EventFields as EventFields
-from mpwatch.contract.names import EventRecord as EventRecord
-from mpwatch.contract.names import RunState as RunState
-from mpwatch.contract.names import State as State
+# The names of states and events live in contract.names, the GPU timeline's records (gpu.jsonl,
+# the gpu_timeline reply) in contract.gpu_records, the status's GPU view (Status.gpus) in
+# contract.gpu_view, a worker's CUDA view in contract.cuda_view; readers import every record of
+# the contract from the package, mpwatch.contract (its one face).
+from mpwatch.contract.actions import CheckpointRequest, MemoryRequest, ProfileRequest
+from mpwatch.contract.cuda_view import CudaView
+from mpwatch.contract.gpu_view import GpuView, MigSlice
+from mpwatch.contract.live import TunableStatus
+from mpwatch.contract.names import State
 
 # --------------------------------------------------------------------- workers ----
 StepsFrom = Literal["auto", "report"]  # where a worker's steps come from (WorkerStatus.steps_from)
+
+
+class StopInfo(TypedDict):
+    """The stop signal mpwatch sent a rank's process (--stop-signal), while it has not ended."""
+
+    signal: str  # "SIGTERM", "SIGUSR2", ...
+    sent: float  # wall clock
+    kill_in: float | None  # seconds until SIGKILL to everything of the rank, at the status's moment
 
 
 class ChildStatus(TypedDict):
@@ -149,7 +116,7 @@ class WorkerGpu(TypedDict):
 class WorkerMemory(TypedDict):
     """A rank's CUDA memory beyond its counters: its OOM and its allocator snapshots."""
 
-    oom: str | None  # its latest OOM finding's note (supervisor.gpu.oom), this process's
+    oom: str | None  # its latest OOM finding's note (supervisor.gpu.oom_story), this process's
     snapshot: str | None  # the latest allocator snapshot it wrote (at an OOM, or asked for)
 
 
@@ -173,6 +140,9 @@ class Pace(TypedDict):
     relative: dict[str, float]
     # what the supervisor sees slowing its process (short of CPU, its GPU throttled); None: nothing
     why: str | None
+    # the work a step holds, where the script reports it (the `work` metric): its median over the same
+    # stretches (a step longer by design is judged by its time a unit of work: contract.slowdown)
+    work: NotRequired[float]
 
 
 class WorkerStatus(TypedDict):
@@ -197,6 +167,9 @@ class WorkerStatus(TypedDict):
     dropped: int
     bad_frames: int
     rejected: NotRequired[RejectedReports]  # present once a report of the rank was rejected
+    # present once an input of the rank (a frame, its stderr, a file) tripped the supervisor's handler of
+    # it (supervisor.boundary): how many, and the latest why
+    bad_inputs: NotRequired[RejectedReports]
     memory: NotRequired[WorkerMemory]  # present once its process ran out of CUDA memory or wrote a snapshot
     # its tunable declarations the supervisor refused ("NAME: why": a default that is not finite),
     # the first few; present once one was (the tunables declared beside it are kept)
@@ -238,6 +211,18 @@ MERGED_WORKER_KEYS = frozenset({"node", "local_rank", "node_error"})
 
 
 # --------------------------------------------------------------------- the run ----
+def put_input_notes(row: WorkerStatus, rejected: int, rejected_why: str | None, bad: int, bad_why: str | None,
+                    refused: list[str]) -> None:
+    """The row's notes of what its rank sent that was refused, where there is any (the live
+    status and the replay's rebuilt one alike)."""
+    if rejected:
+        row["rejected"] = {"count": rejected, "why": rejected_why or "?"}
+    if bad:
+        row["bad_inputs"] = {"count": bad, "why": bad_why or "?"}
+    if refused:
+        row["refused_tunables"] = list(refused)
+
+
 class RunOptions(TypedDict):
     max_restarts: int
     stall_timeout: float
@@ -262,9 +247,26 @@ class RunInfo(TypedDict):
     counts: dict[str, int]  # State value -> workers in it
     restarts: int
     exit_code: int | None
+    stopped: NotRequired[str]  # why it was stopped (a stop asked, a signal), once it was: text.run_end
     options: RunOptions
     refused_connections: int
     node: NodeInfo | None  # a multi-node run: this node and its peers; None on one node
+    # the run's pace against its own best (contract.slowdown), present once it has held a pace long
+    # enough to have a best (a minute or so of steps past its start)
+    pace: NotRequired[RunPace]
+
+
+class RunPace(TypedDict):
+    """The run's steps a second now and at its best sustained pace (contract.slowdown: the median
+    stepping rank's pace, pauses aside), and their ratio (a unit of work against a unit of work
+    where the script reports its steps' `work`)."""
+
+    steps_per_s: float
+    best_steps_per_s: float
+    ratio: float  # now against the best: 0.61 is 0.61x as fast; 1.0 at its best
+    best_at: float  # wall clock: when the run held its best
+    work: NotRequired[float]  # the work a step holds now, and at the best (the `work` metric)
+    best_work: NotRequired[float]
 
 
 class NodePeer(TypedDict):
@@ -313,9 +315,38 @@ class StragglerInfo(TypedDict):
     node: NotRequired[int]  # a merged view's: the node it runs on
 
 
+class Outsider(TypedDict):
+    """A process outside the run taking the node's CPU (supervisor.diagnose.slowdown_watch)."""
+
+    pid: int
+    user: str | None
+    name: str
+    cmd: str
+    cpu: float  # its CPU share over the last look: 1.0 is one CPU
+
+
+class SlowdownInfo(TypedDict):
+    """The slowdown finding's numbers (an alert of kind `slowdown`, contract.slowdown): the run
+    slower than its own best sustained pace, since when, what it cost, and what took the machine."""
+
+    since: float  # wall clock: the pace fell under the margin then
+    steps_per_s: float  # now
+    best_steps_per_s: float
+    ratio: float  # now against its best (a unit of work against a unit of work, where reported)
+    lost_steps: float  # the steps it cost: those the run would have made at its best pace meanwhile
+    lost_s: float  # the seconds it cost: each step since, its time beyond the best
+    phase: str | None  # the phase that grew the most, on every rank or on `ranks`
+    phase_ratio: float | None  # its time against the rank's own best (the median rank's)
+    ranks: list[int]  # the ranks whose `phase` grew (global ranks); all of them: every rank
+    causes: list[str]  # what took the machine, as far as mpwatch sees, in words (text.slowdown_text)
+    outsiders: list[Outsider]  # the processes outside the run taking the most CPU, the top first
+    node: NotRequired[int]  # a merged view's: the node it was seen on
+
+
 # The run's own alerts (supervisor.eventlog's alert): every kind, so that a reader can list each one at 0
 # while it is not there (the metrics do, as they do the GPU alerts' ALERT_KINDS)
-RunAlertKind = Literal["disk", "hang", "straggler", "unkillable", "internal", "node_lost", "rendezvous"]
+RunAlertKind = Literal["disk", "hang", "straggler", "slowdown", "unkillable", "internal", "node_lost",
+                       "rendezvous"]
 RUN_ALERT_KINDS = frozenset(get_args(RunAlertKind))
 
 
@@ -329,6 +360,7 @@ class RunAlert(TypedDict):
     waiting: NotRequired[list[int]]
     processes: NotRequired[list[dict[str, Any]]]
     straggler: NotRequired[StragglerInfo]  # a straggler finding's numbers
+    slowdown: NotRequired[SlowdownInfo]  # a slowdown finding's numbers
 
 
 class Lag(TypedDict):
@@ -361,7 +393,7 @@ class Status(TypedDict):
     # lags and the hang's culprit (contract.culprit); the key kept its first name for `ctl status
     # --json` users, and the straggler finding is an alert of kind `straggler`
     straggler: Culprit | None
-    tunables: list[TunableStatus]  # mpwatch.tunable()'s values, by name (contract.control)
+    tunables: list[TunableStatus]  # mpwatch.tunable()'s values, by name (contract.live)
     checkpoints: list[CheckpointRequest]  # the last "checkpoint now" requests
     # the last profiles asked (contract.actions) and each rank's trace; present once one was asked
     profiles: NotRequired[list[ProfileRequest]]

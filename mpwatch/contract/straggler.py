@@ -41,12 +41,13 @@ SCORE_HOLD_S = 8.0  # the score holds this long before the finding appears
 END_HOLD_S = 8.0  # and stays low this long before it ends
 LOCKSTEP = 0.2  # a rank whose step is this share longer or shorter than the median's does not step with them
 TEXT_MAX = 400  # a finding's words read back from a file are cut here
-EPS = 0.01  # a share of the step added to each phase time before a ratio (a phase of ~0 s is no speed)
+EPS = 0.01  # a phase under this share of the step on the rank and on the median rank is no speed (1.0)
+SPEED_MAX = 100.0  # a rank whose phase is ~0 s where the median rank's is not: this much faster, at most
 # How likely a phase holds a collective the others wait in (names not here: 0, the user's work).
 WAITS = {"sync": 3, "comm": 3, "communication": 3, "collective": 3, "all_reduce": 3, "allreduce": 3,
          "reduce": 3, "barrier": 3, OTHER: 2, "backward": 1, "optimizer": 1, "compute": 1, "step": 1}
 
-Label = Callable[[int], str]  # a rank in words: "rank 1", "rank 9 on node 1"
+RankLabel = Callable[[int], str]  # a rank in words: "rank 1", "rank 9 on node 1"
 
 
 def rank_label(rank: int) -> str:
@@ -80,15 +81,24 @@ def _times(paces: Mapping[int, Pace]) -> tuple[list[str], dict[int, dict[str, fl
     return names, {r: {k: p["phases"].get(k, 0.0) for k in names} for r, p in paces.items()}
 
 
+def speed(ref: float, own: float, floor: float) -> float:
+    """The median rank's time in a phase over the rank's own: the true ratio (a forward 670 times
+    slower reads 1/670: issue 40; a share of the step added to both floored every ratio past
+    100x), to three significant digits; 1.0 where both are under `floor` (no time to compare)."""
+    if max(ref, own) < floor:
+        return 1.0
+    return SPEED_MAX if own * SPEED_MAX <= ref else float(f"{ref / own:.3g}")
+
+
 def relative(paces: Mapping[int, Pace]) -> dict[int, dict[str, float]]:
     """Each rank's speed in each phase against the median rank's: 1.0 as fast, 0.05 twenty times
     slower, 3.0 three times faster (a rank that waits less). {} for each with fewer than two."""
     if len(paces) < 2:
         return {r: {} for r in paces}
     names, t = _times(paces)
-    eps = EPS * median(p["step_s"] for p in paces.values())
+    floor = EPS * median(p["step_s"] for p in paces.values())
     ref = {k: median(t[r][k] for r in t) for k in names}
-    return {r: {k: round((ref[k] + eps) / (t[r][k] + eps), 3) for k in names} for r in t}
+    return {r: {k: speed(ref[k], t[r][k], floor) for k in names} for r in t}
 
 
 def fill_relative(workers: Sequence[WorkerStatus]) -> None:

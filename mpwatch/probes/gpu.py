@@ -1,21 +1,19 @@
-"""GPU sampling behind a small backend interface: real NVML, a scripted NVML, or absent.
+"""GPU sampling behind a small backend interface: real NVML, a double through the GPU seam, or absent.
 Runs on the supervisor's GPU poller thread (supervisor.gpu.watch).
 
-A backend answers a handful of per-device questions (name, UUID, memory, utilization,
-temperature, power, compute processes, per-process SM utilization); `GpuProbe` asks them
+A backend answers a handful of per-device questions (name, UUID, memory, the counters of
+contract.gpu_counters, compute processes, per-process SM utilization); `GpuProbe` asks them
 and turns every failed call into None ("N/A") for that one value, with why in plain words
 (probes.nvml_words), so one unsupported counter or a lost GPU never stops the poller.
 Handles, names, UUIDs and the MIG slices of a GPU in MIG mode are got once, at `open()`.
-The samples are probes.gpu_sample's; memory with the driver's reserve apart and the clocks
-are read by probes.gpu_reads, MIG slices by probes.gpu_mig, over NVML calls of
+The samples are probes.gpu_sample's; the counters, memory with the driver's reserve apart and
+the clock event reasons are read by probes.gpu_reads, MIG slices by probes.gpu_mig, over NVML calls of
 probes.nvml_calls.
 
 Backends (probes.gpu_backend.Backend says what they answer):
 - probes.nvml's `NvmlBackend`: the official bindings (package nvidia-ml-py, `import pynvml`).
-  Tests run it, with pynvml, on a stand-in libnvidia-ml.so.1 built from C (testing.libnvml).
-- probes.nvml_scripted's `ScriptedNvml`: GPUs a scenario file scripts, for tests and benches
-  where there is no GPU. Selected by the scenario's path, the MPWATCH_SCRIPTED_NVML setting
-  (settings.Settings.scripted_nvml); see its docstring for the format.
+- a double answering from a scenario file, where there is no GPU: the GPU seam's (probes.seam),
+  opened when a scenario is given.
 - no backend: `open_backend()` returns a one-line reason instead ("NVML library not
   found ...", "no NVIDIA GPU found", "driver/bindings mismatch: ...").
 """
@@ -25,8 +23,8 @@ import socket
 import time
 from typing import Any
 
-from mpwatch.contract.gpu_view import DevKey
-from mpwatch.probes import gpu_mig, gpu_reads, nvml_words
+from mpwatch.contract import DevKey
+from mpwatch.probes import gpu_mig, gpu_reads, nvml_words, seam
 
 # The backends' interface, re-exported: the probe's users import it from here.
 from mpwatch.probes.gpu_backend import Backend as Backend
@@ -72,14 +70,12 @@ def reason_for(exc: BaseException) -> str:
 
 
 def open_backend(scenario: str | None = None) -> tuple[Backend | None, str | None]:
-    """(backend, None) ready to sample, or (None, one-line reason); scenario: a scripted
-    NVML's, else the real one."""
+    """(backend, None) ready to sample, or (None, one-line reason); scenario: the GPU seam's
+    (probes.seam), else the real NVML."""
     backend: Backend
     try:
         if scenario:
-            from mpwatch.probes.nvml_scripted import ScriptedNvml
-
-            backend = ScriptedNvml(scenario)
+            backend = seam.backend(scenario)
         else:
             from mpwatch.probes.nvml import NvmlBackend
 
@@ -148,20 +144,8 @@ class GpuProbe:
         b, h = self.backend, d.handle
         s = GpuSample(index=d.index, name=d.name, uuid=d.uuid, ts=time.time())
         gpu_reads.read_memory(b, d, h, s, mig=bool(d.slots))
-        if not d.slots:  # MIG reports no utilization: never asked, never 0
-            try:
-                s.util_gpu, s.util_mem = b.utilization(h)
-            except Exception as exc:  # noqa: BLE001 - N/A for this value only
-                s.errors["utilization"] = _why(exc)
-        try:
-            s.temperature = b.temperature(h)
-        except Exception as exc:  # noqa: BLE001
-            s.errors["temperature"] = _why(exc)
-        try:
-            s.power_w = round(b.power_w(h), 1)
-        except Exception as exc:  # noqa: BLE001
-            s.errors["power"] = _why(exc)
-        gpu_reads.read_clocks(b, d, s)
+        gpu_reads.read_counters(b, d, s)  # MIG reports no utilization: never asked, never 0
+        gpu_reads.read_reasons(b, d, s)
         if d.slots:
             gpu_mig.sample_slices(b, d, s, with_processes)
         elif with_processes:

@@ -1,10 +1,12 @@
 """What a GPU backend answers (`Backend`), and the two ways it fails: the leaf the probe
-(probes.gpu) and both backends (probes.nvml, the real one; probes.nvml_scripted, the scripted
-one) share, so that none of them imports another. Runs on the supervisor's GPU poller thread.
+(probes.gpu) and the backends (probes.nvml, the real one; the GPU seam's, probes.seam) share,
+so that none of them imports another. Runs on the supervisor's GPU poller thread.
 """
 from __future__ import annotations
 
 from typing import Protocol
+
+from mpwatch.contract import GpuCounter
 
 ProcList = list[tuple[int, "int | None"]]  # [(pid, used bytes or None where the driver cannot tell)]
 SlotInfo = tuple[object, "str | None", "str | None", int, int]  # a MIG device: (handle, uuid, name, gi, ci)
@@ -23,8 +25,8 @@ class NotSupported(Exception):
 class Backend(Protocol):
     """What GpuProbe asks of a backend; `h` is whatever `handle()` returned, or a MIG device's
     handle from `mig_slots()`. Both backends answer all of it, each call as NVML would (the
-    real one, probes.nvml.NvmlBackend with probes.nvml_calls.NvmlCalls; the scripted one,
-    probes.nvml_scripted.ScriptedNvml): a failure raises an exception whose `value` is NVML's
+    real one, probes.nvml.NvmlBackend with probes.nvml_calls.NvmlCalls; the one the GPU seam
+    serves, probes.seam): a failure raises an exception whose `value` is NVML's
     code where there is one (probes.nvml_words words it), or NotSupported."""
 
     kind: str
@@ -37,9 +39,11 @@ class Backend(Protocol):
     def uuid(self, h: object) -> str: ...
     def mig_uuids(self, h: object) -> list[str]: ...
     def memory(self, h: object) -> tuple[int, int]: ...
-    def utilization(self, h: object) -> tuple[int, int]: ...
-    def temperature(self, h: object) -> int: ...
-    def power_w(self, h: object) -> float: ...
+
+    def counter(self, h: object, c: GpuCounter) -> float:
+        """A counter of contract.gpu_counters in its own unit (watts, not NVML's milliwatts)."""
+        ...
+
     def processes(self, h: object) -> ProcList: ...
 
     def process_utilization(self, h: object, since_us: int) -> tuple[dict[int, int], int]:
@@ -58,10 +62,6 @@ class Backend(Protocol):
 
     def instance_processes(self, h: object) -> list[InstanceProc]:
         """The compute processes with the MIG instance each runs in (None outside MIG)."""
-        ...
-
-    def sm_clocks(self, h: object) -> tuple[int, int]:
-        """The SM clock now and its maximum, MHz."""
         ...
 
     def clock_reasons(self, h: object) -> int:

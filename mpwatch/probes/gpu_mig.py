@@ -10,7 +10,7 @@ the memory of another user's process is not available either.
 """
 from __future__ import annotations
 
-from mpwatch.contract.gpu_view import DevKey
+from mpwatch.contract import COUNTERS, DevKey
 from mpwatch.probes import nvml_words
 from mpwatch.probes.gpu_backend import Backend
 from mpwatch.probes.gpu_reads import read_memory
@@ -52,7 +52,6 @@ def uuid_keys(d: Device) -> dict[str, DevKey]:
 
 def sample_slices(b: Backend, d: Device, parent: GpuSample, with_processes: bool) -> None:
     """Each slice of a GPU in MIG mode under its sample; with_processes, who runs on each."""
-    parent.errors["utilization"] = ON_MIG
     parent.slices = [_slice(b, slot, parent) for slot in d.slots]
     if with_processes:
         for s in (parent, *parent.slices):
@@ -63,7 +62,7 @@ def sample_slices(b: Backend, d: Device, parent: GpuSample, with_processes: bool
 def _slice(b: Backend, slot: MigSlot, parent: GpuSample) -> GpuSample:
     s = GpuSample(index=parent.index, name=slot.name, uuid=slot.uuid, ts=parent.ts, mig=slot.id)
     read_memory(b, slot, slot.handle, s, mig=True)
-    s.errors["utilization"] = ON_MIG
+    s.errors.update({c.what: ON_MIG for c in COUNTERS if not c.on_mig})  # a slice has no counters of its own
     return s
 
 

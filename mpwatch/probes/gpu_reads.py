@@ -1,12 +1,12 @@
-"""The GPU probe's readings beyond a handful of counters: memory with the driver's reserve
-apart (nvmlDeviceGetMemoryInfo_v2, where the driver has it), and the SM clock with why it is
+"""The GPU probe's readings: the counters (contract.gpu_counters), memory with the driver's
+reserve apart (nvmlDeviceGetMemoryInfo_v2, where the driver has it), and why the clocks are
 held back (the clock event reasons). Each fills a GpuSample and says in plain words why a
 value is N/A.
 Runs on the supervisor's GPU poller thread (probes.gpu.GpuProbe).
 """
 from __future__ import annotations
 
-from mpwatch.contract.gpu_view import THROTTLE_REASONS
+from mpwatch.contract import COUNTERS, THROTTLE_REASONS
 from mpwatch.probes import nvml_words
 from mpwatch.probes.gpu_backend import Backend, NotSupported
 from mpwatch.probes.gpu_sample import Device, GpuSample, MigSlot
@@ -22,7 +22,7 @@ def reason_names(mask: int) -> list[str]:
 
 
 def reason_mask(names: list[str]) -> int:
-    """The bitmask of reason names (the stand-in library's scripts); unknown names count 0."""
+    """The bitmask of reason names (a scenario's: the GPU seam, probes.seam); unknown names count 0."""
     mask = 0
     for name in names:
         mask |= REASON_BITS.get(name, 0)
@@ -49,14 +49,26 @@ def read_memory(b: Backend, d: Device | MigSlot, h: object, s: GpuSample, mig: b
         s.errors["memory"] = nvml_words.words(exc, mig)
 
 
-def read_clocks(b: Backend, d: Device, s: GpuSample) -> None:
-    """The SM clock now and at most, and the reasons it is held back (none: []); what the
-    device cannot tell at all is not asked again, and still said."""
-    if _ask(d, s, "clocks"):
-        try:
-            s.sm_clock_mhz, s.sm_clock_max_mhz = b.sm_clocks(d.handle)
-        except Exception as exc:  # noqa: BLE001 - N/A for this value only
-            _failed(d, s, "clocks", exc)
+def read_counters(b: Backend, d: Device, s: GpuSample) -> None:
+    """Every counter of contract.gpu_counters, in its own unit; a reading that fails is N/A
+    for its counters alone, and one the device cannot tell at all is not asked again (and
+    still said). A GPU in MIG mode is never asked what MIG does not report."""
+    for c in COUNTERS:
+        if c.what in s.errors:  # a reading of several counters (utilization) failed once: said once
+            continue
+        if d.slots and not c.on_mig:
+            s.errors[c.what] = nvml_words.ON_MIG
+        elif _ask(d, s, c.what):
+            try:
+                got = b.counter(d.handle, c)
+                setattr(s, c.key, int(got) if c.digits is None else round(got, c.digits))
+            except Exception as exc:  # noqa: BLE001 - N/A for this value only
+                _failed(d, s, c.what, exc)
+
+
+def read_reasons(b: Backend, d: Device, s: GpuSample) -> None:
+    """The reasons the clocks are held back (none: []); a device that cannot tell them at all
+    is not asked again, and still said."""
     if _ask(d, s, "throttle"):
         try:
             s.throttle_reasons = reason_names(b.clock_reasons(d.handle))

@@ -30,17 +30,18 @@ class GpuSample:
     uuid: str | None = None
     mem_used: int | None = None  # allocated; the driver's reserve apart where it says so
     mem_total: int | None = None
+    # The counters, one field each, named and typed as contract.gpu_counters.COUNTERS say.
     util_gpu: int | None = None
     util_mem: int | None = None
     temperature: int | None = None
     power_w: float | None = None
+    sm_clock_mhz: int | None = None
+    sm_clock_max_mhz: int | None = None
     processes: ProcList | None = None  # None when not sampled now (or the query failed)
     proc_util: dict[int, int] | None = None  # pid -> SM %; None when not sampled now or N/A
     errors: dict[str, str] = field(default_factory=dict)  # what -> why, for the values that are N/A
     ts: float = 0.0  # wall clock
     mem_reserved: int | None = None  # the driver's own share (nvmlDeviceGetMemoryInfo_v2)
-    sm_clock_mhz: int | None = None
-    sm_clock_max_mhz: int | None = None
     throttle_reasons: list[str] | None = None  # contract.gpu_view.ThrottleReason names; None: N/A
     mig: MigId | None = None  # a MIG slice of GPU `index`
     slices: list[GpuSample] = field(default_factory=list)  # a GPU in MIG mode: its slices

@@ -15,6 +15,8 @@ import sys
 import time
 from typing import TypedDict
 
+from mpwatch.contract import numtext
+
 if sys.version_info >= (3, 11):
     from typing import NotRequired
 else:  # pragma: no cover - Python 3.10
@@ -107,8 +109,8 @@ def read_facts(pid: int, reads: int = STATE_READS, scan_gpu: bool = True) -> Fac
     raw = _read(f"/proc/{pid}/syscall")
     if raw:
         head = raw.split()[0] if raw.split() else ""
-        if head.lstrip("-").isdigit():
-            syscall = _SYSCALLS.get(platform.machine(), {}).get(int(head), f"syscall {head}")
+        if (number := numtext.int_of(head, 6, signed=True)) is not None:
+            syscall = _SYSCALLS.get(platform.machine(), {}).get(number, f"syscall {head}")
         elif head == "running":
             syscall = "running"
     threads: dict[int, str] = {}

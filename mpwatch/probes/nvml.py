@@ -1,29 +1,27 @@
 """The real GPU backend: NVML through its official bindings (package nvidia-ml-py, `import
-pynvml`). Tests run it, with pynvml, on a stand-in libnvidia-ml.so.1 built from C
-(testing.libnvml). Runs on the supervisor's GPU poller thread (probes.gpu.GpuProbe asks it).
-The calls beyond the basic counters (memory with the driver's reserve apart, MIG slices,
-process instance ids, clocks) are probes.nvml_calls.NvmlCalls', mixed in.
+pynvml`), whichever libnvidia-ml.so.1 pynvml loads. Runs on the supervisor's GPU poller thread
+(probes.gpu.GpuProbe asks it).
+The counters are read as their records say (contract.gpu_counters); the calls beyond them
+(memory with the driver's reserve apart, MIG slices, process instance ids, clock event
+reasons) are probes.nvml_calls.NvmlCalls', mixed in.
 """
 from __future__ import annotations
 
 from collections.abc import Sequence
 from typing import Any
 
+from mpwatch.contract import GpuCounter
 from mpwatch.probes.gpu_backend import NotSupported, ProcList
-from mpwatch.probes.nvml_calls import NvmlCalls
-
-
-def _text(v: object) -> str:
-    return v.decode(errors="replace") if isinstance(v, bytes) else str(v)
+from mpwatch.probes.nvml_calls import NvmlCalls, as_text, maybe_text
 
 
 class NvmlBackend(NvmlCalls):
-    """The real thing, over nvidia-ml-py. `nv` is the pynvml module (a stand-in in tests)."""
+    """The real thing, over nvidia-ml-py. `nv` is the pynvml module."""
 
     kind = "nvml"
 
     def __init__(self) -> None:
-        import pynvml  # nvidia-ml-py; imported here: the scripted backend needs no driver
+        import pynvml  # nvidia-ml-py; imported here: the GPU seam's backend needs no driver
 
         super().__init__()
         self.nv: Any = pynvml
@@ -45,43 +43,26 @@ class NvmlBackend(NvmlCalls):
         return self.nv.nvmlDeviceGetHandleByIndex(index)
 
     def name(self, h: object) -> str:
-        return _text(self.nv.nvmlDeviceGetName(h))
+        return as_text(self.nv.nvmlDeviceGetName(h))
 
     def uuid(self, h: object) -> str:
-        return _text(self.nv.nvmlDeviceGetUUID(h))  # "GPU-…": the spelling CUDA_VISIBLE_DEVICES takes
+        return as_text(self.nv.nvmlDeviceGetUUID(h))  # "GPU-…": the spelling CUDA_VISIBLE_DEVICES takes
 
     def mig_uuids(self, h: object) -> list[str]:
         """UUIDs ("MIG-…") of the MIG instances of a GPU in MIG mode: a worker on one of
         them names it, and it maps to this GPU's index."""
-        nv = self.nv
-        try:
-            current, _ = nv.nvmlDeviceGetMigMode(h)
-            if current != getattr(nv, "NVML_DEVICE_MIG_ENABLE", 1):
-                return []
-            n = int(nv.nvmlDeviceGetMaxMigDeviceCount(h))
-        except Exception:  # noqa: BLE001 - no MIG on this GPU or driver
-            return []
-        out = []
-        for i in range(n):
-            try:
-                out.append(_text(nv.nvmlDeviceGetUUID(nv.nvmlDeviceGetMigDeviceHandleByIndex(h, i))))
-            except Exception:  # noqa: BLE001 - an empty slot
-                continue
-        return out
+        uuids = (maybe_text(self.nv.nvmlDeviceGetUUID, m) for m in self.mig_devices(h))
+        return [u for u in uuids if u is not None]
 
     def memory(self, h: object) -> tuple[int, int]:
         m = self.nv.nvmlDeviceGetMemoryInfo(h)
         return int(m.used), int(m.total)
 
-    def utilization(self, h: object) -> tuple[int, int]:
-        u = self.nv.nvmlDeviceGetUtilizationRates(h)
-        return int(u.gpu), int(u.memory)
-
-    def temperature(self, h: object) -> int:
-        return int(self.nv.nvmlDeviceGetTemperature(h, self.nv.NVML_TEMPERATURE_GPU))
-
-    def power_w(self, h: object) -> float:
-        return float(self.nv.nvmlDeviceGetPowerUsage(h)) / 1000.0  # milliwatts
+    def counter(self, h: object, c: GpuCounter) -> float:
+        """As the counter's record says: pynvml's function, its constants, the struct's field."""
+        call = c.nvml
+        got = getattr(self.nv, call.fn)(h, *(getattr(self.nv, a) for a in call.args))
+        return float(getattr(got, call.field) if call.field else got) / call.per
 
     def processes(self, h: object) -> ProcList:
         # usedGpuMemory is None where the driver cannot tell (WDDM, some vGPUs, MIG for a user).

@@ -1,7 +1,7 @@
 """The NVML calls of probes.nvml.NvmlBackend beyond the basic counters, over nvidia-ml-py
 (`self.nv`, the pynvml module): memory with the driver's reserve apart, MIG slices (their
 handles, UUIDs, names and instance ids), process lists with each process's instance ids,
-SM clocks and the reasons they are held back. Each speaks NVML's types and raises what
+the reasons the clocks are held back. Each speaks NVML's types and raises what
 NVML raises; GpuProbe (probes.gpu, probes.gpu_reads, probes.gpu_mig) turns failures into N/A.
 Runs on the supervisor's GPU poller thread.
 """
@@ -13,14 +13,16 @@ from typing import Any
 from mpwatch.probes.gpu_backend import InstanceProc, NotSupported, SlotInfo
 from mpwatch.probes.gpu_sample import NO_INSTANCE
 
+MIG_SLOTS_MAX = 64  # a GPU's MIG devices (an A100/H100 has 7 at most)
 
-def _text(v: object) -> str:
+
+def as_text(v: object) -> str:
     return v.decode(errors="replace") if isinstance(v, bytes) else str(v)
 
 
-def _maybe(fn: Callable[[object], object], h: object) -> str | None:
+def maybe_text(fn: Callable[[object], object], h: object) -> str | None:
     try:
-        return _text(fn(h))
+        return as_text(fn(h))
     except Exception:  # noqa: BLE001 - named by its ids then
         return None
 
@@ -52,24 +54,35 @@ class NvmlCalls:
             raise NotSupported("these bindings have no nvmlDeviceGetMemoryInfo_v2") from None
         return int(m.used), int(m.total), int(m.reserved)
 
-    def mig_slots(self, h: object) -> list[SlotInfo]:
-        """The MIG devices of a GPU in MIG mode (none otherwise)."""
+    def mig_devices(self, h: object) -> list[object]:
+        """The handles of a GPU's MIG devices when it is in MIG mode (none otherwise; an empty
+        slot has none)."""
         nv = self.nv
         try:
             current, _ = nv.nvmlDeviceGetMigMode(h)
             if current != getattr(nv, "NVML_DEVICE_MIG_ENABLE", 1):
                 return []
-            n = int(nv.nvmlDeviceGetMaxMigDeviceCount(h))
+            n = min(int(nv.nvmlDeviceGetMaxMigDeviceCount(h)), MIG_SLOTS_MAX)
         except Exception:  # noqa: BLE001 - no MIG on this GPU or driver
             return []
-        out: list[SlotInfo] = []
+        out = []
         for i in range(n):
             try:
-                m = nv.nvmlDeviceGetMigDeviceHandleByIndex(h, i)
-                gi, ci = int(nv.nvmlDeviceGetGpuInstanceId(m)), int(nv.nvmlDeviceGetComputeInstanceId(m))
+                out.append(nv.nvmlDeviceGetMigDeviceHandleByIndex(h, i))
             except Exception:  # noqa: BLE001 - an empty slot
                 continue
-            out.append((m, _maybe(nv.nvmlDeviceGetUUID, m), _maybe(nv.nvmlDeviceGetName, m), gi, ci))
+        return out
+
+    def mig_slots(self, h: object) -> list[SlotInfo]:
+        """The MIG devices of a GPU in MIG mode (none otherwise)."""
+        nv = self.nv
+        out: list[SlotInfo] = []
+        for m in self.mig_devices(h):
+            try:
+                gi, ci = int(nv.nvmlDeviceGetGpuInstanceId(m)), int(nv.nvmlDeviceGetComputeInstanceId(m))
+            except Exception:  # noqa: BLE001 - a slot NVML cannot place
+                continue
+            out.append((m, maybe_text(nv.nvmlDeviceGetUUID, m), maybe_text(nv.nvmlDeviceGetName, m), gi, ci))
         return out
 
     def instance_processes(self, h: object) -> list[InstanceProc]:
@@ -77,12 +90,6 @@ class NvmlCalls:
         return [(int(p.pid), None if p.usedGpuMemory is None else int(p.usedGpuMemory),
                  _instance(getattr(p, "gpuInstanceId", None)),
                  _instance(getattr(p, "computeInstanceId", None))) for p in self.proc_infos(h)]
-
-    def sm_clocks(self, h: object) -> tuple[int, int]:
-        """The SM clock now and its maximum, MHz."""
-        nv = self.nv
-        sm = nv.NVML_CLOCK_SM
-        return int(nv.nvmlDeviceGetClockInfo(h, sm)), int(nv.nvmlDeviceGetMaxClockInfo(h, sm))
 
     def clock_reasons(self, h: object) -> int:
         """The clock event reasons' bitmask; a driver older than R535 has them only under their

@@ -6,8 +6,8 @@ Codes are NVML's (nvml.h's nvmlReturn_t), by number: the bindings may lack a new
 """
 from __future__ import annotations
 
-from mpwatch.contract.gpu_view import ON_MIG as ON_MIG  # what MIG does not report: said so, never 0
-from mpwatch.contract.gpu_view import ROOT_ON_MIG as ROOT_ON_MIG
+from mpwatch.contract import ON_MIG as ON_MIG  # what MIG does not report: said so, never 0
+from mpwatch.contract import ROOT_ON_MIG as ROOT_ON_MIG
 
 NO_PERMISSION = 4
 NOT_SUPPORTED = 3

@@ -14,8 +14,14 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
+from typing import IO
 
+from mpwatch.contract import numtext
+
+NOTE_MAX = 300  # characters of py-spy's own words in a note (contract.actions.WHY_MAX)
+OUTPUT_MAX = 4 << 20  # bytes of each of py-spy's streams read (it prints the target's names: bounded)
 TIMEOUT_S = 10.0
 RECORD_SLACK_S = 30.0  # a record's py-spy may take this long past its seconds (attaching, writing)
 _DENIED = ("permission denied", "operation not permitted", "ptrace", "os error 1)", "os error 13")
@@ -43,8 +49,8 @@ def judge(output: str) -> tuple[bool, str | None]:
         return True, None
     lines = [ln.strip() for ln in output.splitlines() if ln.strip()]
     err = next((ln for ln in lines if ln.startswith("Error:")), lines[0] if lines else "no output")
-    causes = [ln for ln in lines if ln[:2].rstrip(":").isdigit() and ":" in ln[:4]]
-    text = " ".join([err] + causes[:1])
+    causes = [ln for ln in lines if numtext.int_of(ln[:2].rstrip(":"), 2) is not None and ":" in ln[:4]]
+    text = " ".join([err] + causes[:1])[:NOTE_MAX]
     if any(d in output.lower() for d in _DENIED):
         scope = ptrace_scope()
         hint = f" (kernel.yama.ptrace_scope={scope})" if scope else ""
@@ -66,15 +72,28 @@ def dump(pid: int, native: bool = False, nonblocking: bool = False,
     elif native:
         argv.append("--native")
     try:
-        res = subprocess.run(argv, capture_output=True, text=True, timeout=timeout,
-                             stdin=subprocess.DEVNULL)
+        _, stdout, stderr = _run(argv, timeout)
     except subprocess.TimeoutExpired:
         return False, f"py-spy did not answer in {timeout:g}s"
     except OSError as exc:
         return False, f"py-spy could not run: {exc.strerror}"
-    out = (res.stdout or "") + (res.stderr or "")
-    ok, note = judge(out)
-    return (True, res.stdout) if ok else (False, note or "py-spy failed")
+    ok, note = judge(stdout + stderr)
+    return (True, stdout) if ok else (False, note or "py-spy failed")
+
+
+def _run(argv: list[str], timeout: float, pass_fds: tuple[int, ...] = (),
+         env: dict[str, str] | None = None) -> tuple[int, str, str]:
+    """(exit status, stdout, stderr) of py-spy, each stream's first OUTPUT_MAX bytes (spooled to
+    unlinked files: never all held). Raises subprocess.TimeoutExpired, OSError."""
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        res = subprocess.run(argv, stdout=out, stderr=err, timeout=timeout, stdin=subprocess.DEVNULL,
+                             pass_fds=pass_fds, env=env)
+        return res.returncode, _head(out), _head(err)
+
+
+def _head(f: IO[bytes]) -> str:
+    f.seek(0)
+    return f.read(OUTPUT_MAX).decode("utf-8", errors="replace")
 
 
 def record(pid: int, seconds: int, out: str, pass_fds: tuple[int, ...] = (),
@@ -90,13 +109,12 @@ def record(pid: int, seconds: int, out: str, pass_fds: tuple[int, ...] = (),
     argv = [exe, "record", "--pid", str(pid), "--duration", str(seconds), "--format", "flamegraph",
             "--output", out, "--nonblocking", "--idle"]
     try:
-        res = subprocess.run(argv, capture_output=True, text=True, timeout=seconds + RECORD_SLACK_S,
-                             stdin=subprocess.DEVNULL, pass_fds=pass_fds, env=env)
+        code, stdout, stderr = _run(argv, seconds + RECORD_SLACK_S, pass_fds, env)
     except subprocess.TimeoutExpired:
         return False, f"py-spy did not end in {seconds + RECORD_SLACK_S:g}s"
     except OSError as exc:
         return False, f"py-spy could not run: {exc.strerror}"
-    if res.returncode == 0:
+    if code == 0:
         return True, None  # the caller checks what was written: py-spy's exit status is not to be trusted
-    _, note = judge((res.stdout or "") + (res.stderr or ""))
-    return False, note or f"py-spy failed (exit {res.returncode})"
+    _, note = judge(stdout + stderr)
+    return False, note or f"py-spy failed (exit {code})"

@@ -2,7 +2,9 @@
 the traceback's end (its last frame), so that a message of many lines (torch.load's weights_only
 refusal, a c10d error) is named by its type and its first line, never by its last. Pure text in,
 one line out; the supervisor's exit causes (supervisor.workers.exits) and the post-mortem of an
-older run's events (rundir.postmortem) use it, on the caller's thread.
+older run's events (rundir.postmortem) use it, on the caller's thread. Bounded whatever it is
+fed (an event's stderr_tail in a crafted events.jsonl may hold lines of megabytes): the last
+LINES_MAX lines are read, each to LINE_MAX characters, and no pattern backtracks past a bound.
 """
 from __future__ import annotations
 
@@ -10,13 +12,23 @@ import re
 
 from mpwatch.rundir.layout import LOG_MARK, LOG_MARK_END
 
-RANK_PREFIX = re.compile(r"^\[rank\d+\]:\s?")  # torch's prefix on each line of a rank's error
-_SOURCE_AT = re.compile(r"\[[^\]\s]+\.(?:cc|cpp|cu|h|hpp):\d+\]\s*")  # gloo's "[.../pair.cc:545] "
+LINES_MAX = 2000  # the last lines of a tail read (supervisor.workers.reaping.CAUSE_LINES)
+LINE_MAX = 4096  # characters of a line read (rundir.textfiles.LINE_KEEP: a log's line as read back)
+# torch's prefix on each line of a rank's error
+RANK_PREFIX = re.compile(r"^\[rank[0-9]{1,9}\]:\s?", re.ASCII)
+# gloo's "[.../pair.cc:545] " (the path bounded: a line of "[[[[" costs no more than its length times 512)
+_SOURCE_AT = re.compile(r"\[[^\]\s]{1,512}\.(?:cc|cpp|cu|h|hpp):[0-9]{1,9}\]\s*")
 _BLURB = re.compile(r"\.\s+This is typically caused by .*$")  # gloo's advice after the message
-_SGR = re.compile(r"(?:\x1b|\?)\[[0-9;]*m")  # a colour a message carries (torch bolds), raw or made printable
-_FRAME = re.compile(r'^\s+File "(?P<file>[^"]+)", line (?P<line>\d+)')  # a traceback's frame (faulthandler's)
+# a colour a message carries (torch bolds), raw or made printable
+_SGR = re.compile(r"(?:\x1b|\?)\[[0-9;]{0,32}m")
+_FRAME = re.compile(r'^\s+File "(?P<file>[^"]+)", line (?P<line>[0-9]{1,9})', re.ASCII)  # a traceback's frame
 _SYNTAX = ("SyntaxError", "IndentationError", "TabError")
 _NOT_AN_ERROR = ("File ", "^", "~", "Traceback (most recent call last)")
+# A profiler's own log line in the process's stderr (Kineto, torch.profiler's engine, writes them
+# as a profile starts and stops: "ERROR:2026-12-06 06:53:39 18157:18157 DeviceProperties.cpp:56]
+# gpuGetDeviceCount failed with code 35", USDT: and STAGE: lines): the tool's words, never the rank's.
+TOOL_NOISE = re.compile(r"^(?:\[rank\d+\]:\s?)?(?:ERROR|WARNING|INFO|DEBUG|STAGE|USDT):\d{4}-\d\d-\d\d "
+                        r"\d\d:\d\d:\d\d \d+:\d+ [\w.]+\.(?:cpp|cc|cu|h|hpp):\d+\] ")
 
 
 def is_mark(line: str) -> bool:
@@ -24,17 +36,22 @@ def is_mark(line: str) -> bool:
     return line.startswith(LOG_MARK) and line.endswith(LOG_MARK_END)
 
 
+def is_tool_noise(line: str) -> bool:
+    """A profiler's own log line (TOOL_NOISE): never a cause, nor a rank's error line."""
+    return TOOL_NOISE.match(line.strip()) is not None
+
+
 def own_output(tail: list[str]) -> list[str]:
     """The lines of a log tail the current process wrote: after mpwatch's last marker
-    (a restart or a resize starts a new process there)."""
+    (a restart or a resize starts a new process there), less a profiler's own log lines."""
     marks = [i for i, line in enumerate(tail) if is_mark(line.strip())]
-    return tail[marks[-1] + 1:] if marks else list(tail)
+    return [ln for ln in (tail[marks[-1] + 1:] if marks else tail) if not is_tool_noise(ln)]
 
 
 def clean(line: str) -> str:
     """An error line as a cause: without torch's [rankN] prefix, colours, a C++ source location
     or gloo's advice."""
-    line = _SGR.sub("", _SOURCE_AT.sub("", RANK_PREFIX.sub("", line.strip())))
+    line = _SGR.sub("", _SOURCE_AT.sub("", RANK_PREFIX.sub("", line[:LINE_MAX].strip())))
     return _BLURB.sub("", line).rstrip(".") if _BLURB.search(line) else line
 
 
@@ -53,7 +70,7 @@ def exception_line(tail: list[str]) -> str | None:
 
 
 def _said(tail: list[str], traceback_only: bool) -> str | None:
-    lines = [RANK_PREFIX.sub("", ln.rstrip()) for ln in tail]
+    lines = [RANK_PREFIX.sub("", ln[:LINE_MAX].rstrip()) for ln in tail[-LINES_MAX:] if not is_tool_noise(ln)]
     found = _after_last_frame(lines)
     if found is None and not traceback_only:
         found = _last_own_line(lines)

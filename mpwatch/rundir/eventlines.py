@@ -17,7 +17,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from mpwatch.contract.status import Event
+from mpwatch.contract import Event
 
 CHILD_OF = "child_of"
 
@@ -49,13 +49,17 @@ def own_report(rec: Mapping[str, object]) -> bool:
 
 
 # ---------------------------------------------------------- lines read unparsed ----
+# Each part of a pattern is bounded and stays on its line (a crafted file's line without a comma
+# never sends one look through the lines below it), and a number captured is ASCII digits an
+# int() reads at once (contract.numtext's 18).
 # Any line's head: ts, event, rank.
-HEAD = re.compile(rb'^\{"ts":\s?(-?[0-9.eE+-]+),\s?"event":\s?"([a-z_]+)",\s?"rank":\s?(-?\d+|null)')
+HEAD = re.compile(rb'^\{"ts":\s?(-?[0-9.eE+-]{1,40}),\s?"event":\s?"([a-z_]{1,64})",\s?"rank":\s?'
+                  rb'(-?[0-9]{1,18}|null)')
 # A child's report: its pid (the series it belongs to) just before child_of.
-CHILD = re.compile(rb'"pid":\s?(\d+),\s?"child_of":')
+CHILD = re.compile(rb'"pid":\s?([0-9]{1,18}),\s?"child_of":')
 # A rank's own report: ts, rank, step, loss (a line with child_of further on is a child's).
-OWN_REPORT = re.compile(rb'^\{"ts": ?([^,]+), ?"event": ?"report", ?"rank": ?(\d+), ?"step": ?([^,]+), '
-                        rb'?"loss": ?([^,]+),(?![^\n]*"child_of")', re.M)
+OWN_REPORT = re.compile(rb'^\{"ts": ?([^,\n]{1,64}), ?"event": ?"report", ?"rank": ?([0-9]{1,18}), '
+                        rb'?"step": ?([^,\n]{1,64}), ?"loss": ?([^,\n]{1,64}),(?![^\n]*"child_of")', re.M)
 # Where a line's event is anything but a report.
 NOT_REPORT = re.compile(rb'"event": ?"(?!report")')
 

@@ -43,6 +43,9 @@ STACK_SUFFIX = ".txt"
 PROFILES = "profiles"
 TRACE_SUFFIX = ".json.gz"  # Perfetto and chrome://tracing open it as it is
 FLAME_SUFFIX = ".svg"
+# room on the disk kept from the start for the run's last files (final.json, run.json's end), given
+# back as the run ends: a disk that filled meanwhile still takes them (rundir.writer)
+RESERVE = ".final-reserve"
 PART_SUFFIX = ".part"  # a file being written; renamed to its name once whole
 MEMORY = "memory"  # a rank's allocator snapshots (written by rundir.rank_files)
 SNAPSHOT_SUFFIX = ".pickle"
@@ -53,7 +56,8 @@ LOG_MARK_END = " ---"  # ends it: such a line is mpwatch's own, never a cause
 RUN_FILES = (RUN_JSON, EVENTS, FINAL_JSON, GPU_JSONL, SUPERVISOR_LOG)
 # A directory holding any of these (written first or last) is a run directory.
 MARKERS = (RUN_JSON, EVENTS, FINAL_JSON)
-RANK_DIR = re.compile(r"^rank-(\d+)$")
+# a rank's folder: its number as the writer spells it (ASCII, no leading zero: "rank-٣", "rank-03" are none)
+RANK_DIR = re.compile(r"^rank-(0|[1-9][0-9]{0,8})$")
 STREAMS = {"stdout": STDOUT_LOG, "stderr": STDERR_LOG}
 
 

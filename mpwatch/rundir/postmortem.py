@@ -8,11 +8,10 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Iterator
 from typing import Literal, TypedDict, cast
 
-from mpwatch.contract import straggler
-from mpwatch.contract.coerce import as_float, as_int, as_str
-from mpwatch.contract.status import (
+from mpwatch.contract import (
     CheckpointRequest,
     Event,
     EventFields,
@@ -20,8 +19,13 @@ from mpwatch.contract.status import (
     MemoryRequest,
     ProfileRequest,
     TunableStatus,
+    as_float,
+    as_int,
+    as_str,
+    slowdown,
+    straggler,
 )
-from mpwatch.rundir import control_events, crash, eventlines, layout
+from mpwatch.rundir import crash, eventlines, layout, live_events
 from mpwatch.rundir.reader import RunDir
 
 Ending = Literal["live", "finished", "cut short"]  # cut short: the supervisor died mid-run
@@ -95,6 +99,19 @@ class StragglerEnd(TypedDict):
     message: str
 
 
+class SlowdownEnd(TypedDict):
+    """A slowdown finding (alerts of kind `slowdown`): when it began (the pace fell under the
+    margin) and ended, how slow the run was at its last words, and the steps it cost the run."""
+
+    since: float
+    until: float | None  # None: it stood until the log's end (the run stopped, or goes on)
+    ratio: float | None  # its pace against its best, as last said
+    lost_steps: float | None
+    lost_s: float | None
+    node: int | None  # the node it was seen on (a merged view's), when one was named
+    message: str
+
+
 class Summary(TypedDict):
     """`mpwatch summary --json`."""
 
@@ -109,6 +126,7 @@ class Summary(TypedDict):
     culprit: str | None  # the last hang alert: who the others wait for, and where
     alerts: list[AlertEnd]
     stragglers: list[StragglerEnd]
+    slowdowns: list[SlowdownEnd]  # the run slower than its own best: when, how slow, what it cost
     # mpwatch.tunable()'s values, each with its last changes and the ranks' answers
     tunables: list[TunableStatus]
     checkpoints: list[CheckpointRequest]  # "checkpoint now" requests and what each rank did
@@ -210,6 +228,8 @@ def _gpu_peaks(rd: RunDir, out: dict[int, RankEnd]) -> None:
         return
     for tick in tl.ticks:
         for tr in tick["ranks"]:
+            if not isinstance(tr, dict):  # a damaged line (the reader checked the tick's lists alone)
+                continue
             r, nvml = as_int(tr.get("rank")), as_int(tr.get("nvml"))
             if r in out and nvml is not None:
                 peak = out[r]["gpu_peak"]
@@ -262,25 +282,49 @@ def _alerts(evs: list[EventRecord]) -> list[AlertEnd]:
     return out
 
 
-def _stragglers(evs: list[EventRecord]) -> list[StragglerEnd]:
-    out: list[StragglerEnd] = []
-    open_: dict[str, StragglerEnd] = {}
+def _findings(evs: list[EventRecord], kind: str) -> Iterator[tuple[int, EventRecord, bool]]:
+    """A keyed finding's alerts of `kind`, in order: (its number among them, the alert, whether it
+    ends the finding). An alert of a key that ended starts a new finding."""
+    number: dict[str, int] = {}  # key -> the number of its open finding
+    count = 0
     for e in evs:
         key = as_str(e.get("key"))
-        if e["event"] != Event.ALERT or e.get("kind") != "straggler" or key is None:
+        if e["event"] != Event.ALERT or e.get("kind") != kind or key is None:
             continue
-        s = open_.get(key)
-        if s is None:
-            s = open_[key] = StragglerEnd(rank=e["rank"], since=e["ts"], until=None, phase=None, lost_s=None,
-                                          message="")
-            out.append(s)
+        if key not in number:
+            number[key], count = count, count + 1
+        ended = bool(e.get("ended"))
+        yield (number.pop(key) if ended else number[key]), e, ended
+
+
+def _stragglers(evs: list[EventRecord]) -> list[StragglerEnd]:
+    out: list[StragglerEnd] = []
+    for i, e, ended in _findings(evs, "straggler"):
+        if i == len(out):
+            out.append(StragglerEnd(rank=e["rank"], since=e["ts"], until=None, phase=None, lost_s=None,
+                                    message=""))
+        s = out[i]
         s["message"] = as_str(e.get("message")) or s["message"]
         found = straggler.read_info(e.get("straggler"))
         if found is not None:
             s["rank"], s["phase"], s["lost_s"] = found["rank"], found["phase"], found["lost_s"]
-        if e.get("ended"):
-            s["until"] = e["ts"]
-            del open_[key]
+        s["until"] = e["ts"] if ended else None
+    return out
+
+
+def _slowdowns(evs: list[EventRecord]) -> list[SlowdownEnd]:
+    out: list[SlowdownEnd] = []
+    for i, e, ended in _findings(evs, "slowdown"):
+        if i == len(out):
+            out.append(SlowdownEnd(since=e["ts"], until=None, ratio=None, lost_steps=None, lost_s=None,
+                                   node=None, message=""))
+        s = out[i]
+        s["message"] = as_str(e.get("message")) or s["message"]
+        found = slowdown.read_info(e.get("slowdown"))
+        if found is not None:
+            s["since"], s["ratio"] = found["since"], found["ratio"]
+            s["lost_steps"], s["lost_s"], s["node"] = found["lost_steps"], found["lost_s"], found.get("node")
+        s["until"] = e["ts"] if ended else None
     return out
 
 
@@ -304,10 +348,10 @@ def summarize(rd: RunDir, now: float | None = None) -> Summary:
     hangs = [e for e in hangs if e["ts"] <= until] or hangs
     restarts = rd.final["run"].get("restarts") if rd.final is not None else None
     files = _files(rd)
-    live = control_events.ControlFold()
+    live = live_events.LiveFold()
     for e in evs:
-        if e["event"] in control_events.CONTROL_EVENTS:
-            control_events.apply(live, cast(EventFields, e))
+        if e["event"] in live_events.LIVE_EVENTS:
+            live_events.apply(live, cast(EventFields, e))
     control = live.status()
     resizes = [n for e in evs if e["event"] == Event.RESIZED and (n := as_int(e.get("to"))) is not None]
     return {"listing": listing(rd, exits, now), "args": rd.run.args,
@@ -316,6 +360,6 @@ def summarize(rd: RunDir, now: float | None = None) -> Summary:
             "stopped": as_str(stops[0].get("why")) if stops else None, "ranks": ranks, "stalls": _stalls(evs),
             "slow_starts": _stalls(evs, Event.SLOW_START, "slow start"),
             "culprit": as_str(hangs[-1].get("message")) if hangs else None, "alerts": _alerts(evs),
-            "stragglers": _stragglers(evs),
+            "stragglers": _stragglers(evs), "slowdowns": _slowdowns(evs),
             "tunables": control.tunables, "checkpoints": control.checkpoints, "profiles": control.profiles,
             "memory_snapshots": control.memory_snapshots, "files": files, "notes": list(rd.notes)}

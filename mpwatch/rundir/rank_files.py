@@ -1,7 +1,7 @@
 """The one writer of a rank's own files in the run directory: what its process writes into its
 folder (a profile's trace: mpwatch.worker.profile; a CUDA allocator snapshot, asked or at an
 OOM: mpwatch.worker.cuda_memory) and what the supervisor has a tool write there for a rank
-(py-spy's flame graph: supervisor.control.flame). The supervisor makes the folder
+(py-spy's flame graph: supervisor.live.flame). The supervisor makes the folder
 (rundir.writer's RunStore.action_dir) and names an asked file; a rank's process names the
 snapshots it takes itself (`own_name`). Every such file is written under these rules, in this
 module only:
@@ -163,6 +163,13 @@ class RankFolder:
         except BaseException:
             self.remove(self.name)
             raise
+
+    def size(self, name: str) -> int | None:
+        """The size of a file of this folder (None: there is none at that name)."""
+        try:
+            return os.stat(name, dir_fd=self.fd, follow_symlinks=False).st_size
+        except FileNotFoundError:
+            return None
 
     def head(self, name: str, n: int) -> bytes:
         """The first `n` bytes of a regular file of this folder."""

@@ -20,9 +20,20 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, cast
 
-from mpwatch.contract import shape
-from mpwatch.contract.coerce import as_float, as_int, as_number, as_str
-from mpwatch.contract.status import Event, EventFields, EventRecord, GpuMark, GpuTick, Status
+from mpwatch.contract import (
+    Event,
+    EventFields,
+    EventRecord,
+    GpuMark,
+    GpuTick,
+    Status,
+    as_float,
+    as_int,
+    as_number,
+    as_str,
+    as_time,
+    shape,
+)
 from mpwatch.rundir import eventlines, layout, registry, textfiles
 from mpwatch.text import fmt
 
@@ -68,8 +79,8 @@ class GpuTimeline:
 
 def as_event(rec: object) -> EventRecord | None:
     """An events.jsonl line's value when it has an event's shape (ts, event, rank), else None."""
-    if not isinstance(rec, dict) or not isinstance(rec.get("event"), str) or as_float(rec.get("ts")) is None:
-        return None
+    if not isinstance(rec, dict) or not isinstance(rec.get("event"), str) or as_time(rec.get("ts")) is None:
+        return None  # (a time no clock shows, 1e300, is no event's: a note counts it)
     rank = rec.get("rank")
     if rank is not None and as_int(rank) is None:
         return None
@@ -197,6 +208,23 @@ class RunDir:
                 return ev
         return None
 
+    def last_ts(self, max_bytes: int = 64 * 1024) -> float | None:
+        """The latest time among the readable events of the file's end: a report event carries its
+        report's own time, so a line may be timed after the line written next (two ranks' batches)."""
+        try:
+            data, _ = textfiles.tail_bytes(self.path / layout.EVENTS, max_bytes)
+        except OSError:
+            return None
+        times = []
+        for line in data.decode("utf-8", errors="replace").splitlines():
+            try:
+                ev = as_event(textfiles.loads(line))
+            except ValueError:
+                continue
+            if ev is not None:
+                times.append(ev["ts"])
+        return max(times) if times else None
+
     def gpu_timeline(self) -> GpuTimeline | None:
         """gpu.jsonl split into ticks and marks; None when the run has none."""
         if not os.path.lexists(self.path / layout.GPU_JSONL):
@@ -305,9 +333,9 @@ def _record(raw: object, first: EventRecord | None, final: Status | None, fallba
         script=as_str(info.get("script")) or as_str(ev.get("script")),
         args=[a for a in args if isinstance(a, str)] if isinstance(args, list) else [],
         nprocs=nprocs or as_int(ev.get("nprocs")),
-        started=as_float(info.get("started")) or as_float(ev.get("ts"))
-        or (as_float(fin.get("started")) if fin else None),
-        finished=as_float(info.get("finished")),
+        started=as_time(info.get("started")) or as_time(ev.get("ts"))
+        or (as_time(fin.get("started")) if fin else None),
+        finished=as_time(info.get("finished")),
         exit_code=as_int(info.get("exit_code")) if "exit_code" in info
         else (fin.get("exit_code") if fin else None),
         pid=as_int(info.get("pid")) or as_int(ev.get("pid")),
@@ -318,7 +346,7 @@ def _record(raw: object, first: EventRecord | None, final: Status | None, fallba
 def _first_event(path: Path) -> EventRecord | None:
     try:
         return as_event(textfiles.loads(textfiles.first_line(path / layout.EVENTS)))
-    except (ValueError, RecursionError):
+    except ValueError:
         return None
 
 

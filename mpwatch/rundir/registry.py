@@ -24,11 +24,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TypedDict
 
-from mpwatch.contract.coerce import as_float
+from mpwatch.contract import as_float, as_time
 from mpwatch.rundir import layout, textfiles
 
 DEFAULT_RUNS = Path(layout.RUNS_FOLDER)  # where a run's directory goes, relative to its cwd
 SUFFIX_CHARS = 8  # the random end of a run id
+STEM_MAX = 32  # characters of the script's name in a run id
+SOCKET_PATH_MAX = 107  # bytes of an AF_UNIX socket's path (sun_path, less its NUL)
 SOCKET_KINDS = ("ctl", "chan")  # <run id>.ctl, <run id>.chan in the runtime directory (supervisor.core)
 
 
@@ -59,7 +61,7 @@ def runtime_dir(tmpdir: Path) -> Path:
 
 def run_id_base(script: str, when: float | None = None) -> str:
     """A run id's readable part: the start time and the script's name."""
-    stem = re.sub(r"[^A-Za-z0-9_.-]", "_", Path(script).stem)[:32] or "run"
+    stem = re.sub(r"[^A-Za-z0-9_.-]", "_", Path(script).stem)[:STEM_MAX] or "run"
     return time.strftime("%Y%m%d-%H%M%S", time.localtime(when)) + "-" + stem
 
 
@@ -117,6 +119,10 @@ def run_ended(run_dir: Path | str, pid: int) -> bool:
 
 
 def pid_alive(pid: int) -> bool:
+    """A process of that pid is there. A pid read from a file may be anything: 0 or a negative
+    one (a process group, every process) or one past any pid (os.kill's OverflowError) is none."""
+    if type(pid) is not int or not 0 < pid < 1 << 31:
+        return False
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -132,6 +138,8 @@ def _entry(raw: object) -> RegistryEntry | None:
     want: dict[str, type | tuple[type, ...]] = {"run_id": str, "run_dir": str, "pid": int, "script": str,
                                                 "started": (int, float), "nprocs": int}
     if not all(isinstance(raw.get(k), t) and not isinstance(raw.get(k), bool) for k, t in want.items()):
+        return None
+    if as_time(raw["started"]) is None:  # a time no clock shows (`ls` prints it)
         return None
     return RegistryEntry(run_id=raw["run_id"], run_dir=raw["run_dir"], pid=raw["pid"], script=raw["script"],
                          started=float(raw["started"]), nprocs=raw["nprocs"])
@@ -189,8 +197,8 @@ def _live_entries(tmpdir: Path) -> list[RegistryEntry]:
     out = []
     reg = runtime_dir(tmpdir) / "runs"
     for path in reg.glob("*.json"):
-        try:
-            entry = _entry(json.loads(path.read_text()))
+        try:  # (the folder is this user's, 0700; its files read all the same as any run file)
+            entry = _entry(textfiles.read_json_file(path)[0])
         except (OSError, ValueError):
             continue
         if entry is None:

@@ -8,7 +8,8 @@ Hostile by default: a run file is opened never through a link and without blocki
 device or a directory where a file should be is "unreadable", never a hang; every read is
 bounded (a .jsonl line past MAX_LINE is skipped unread and counted, a JSON file past
 MAX_JSON is not read); JSON is read strictly (NaN, Infinity and numbers too big for a float
-read as null: a timestamp or a count is then unknown, never infinite).
+read as null: a timestamp or a count is then unknown, never infinite) and never deeper than
+contract.jsonread.MAX_DEPTH (a line nested 100,000 deep is one bad line, never a RecursionError).
 
 The primitives of rundir.reader and of every module that reads a run file; they never
 write. Run on the caller's thread.
@@ -16,8 +17,6 @@ write. Run on the caller's thread.
 from __future__ import annotations
 
 import errno
-import json
-import math
 import os
 import stat
 from collections.abc import Collection, Iterator
@@ -25,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
 
+from mpwatch.contract import jsonread
 from mpwatch.text.safe import printable
 
 MAX_LINE = 4 << 20  # a .jsonl line longer than this is skipped unread (an event is well under 64 KiB)
@@ -37,19 +37,11 @@ _SCAN_BLOCK = 64 * 1024
 CUT = "…"  # where a line shown cut was cut
 
 
-def _finite_or_none(text: str) -> float | None:
-    f = float(text)
-    return f if math.isfinite(f) else None
-
-
-_DECODER = json.JSONDecoder(parse_float=_finite_or_none, parse_constant=lambda _name: None)
-
-
 def loads(text: str | bytes) -> Any:
-    """A run file's JSON value, read strictly: NaN, Infinity and 1e999 are null. Raises ValueError."""
-    if isinstance(text, (bytes, bytearray)):
-        text = bytes(text).decode("utf-8", errors="replace")
-    return _DECODER.decode(text)
+    """A run file's JSON value, read strictly and within bounds (contract.jsonread: NaN,
+    Infinity, 1e999 and integers of hundreds of digits are null; nesting past MAX_DEPTH is
+    refused before the parser recurses). Raises ValueError, never RecursionError."""
+    return jsonread.loads_strict(text)
 
 
 def open_regular(path: Path | str) -> BinaryIO:
@@ -167,7 +159,7 @@ def read_json_file(path: Path) -> tuple[object, str | None]:
         return None, f"unreadable (larger than {MAX_JSON >> 20} MiB)"
     try:
         return loads(data), None
-    except (ValueError, RecursionError):
+    except ValueError:
         return None, "not JSON (cut short or garbled)"
 
 

@@ -1,7 +1,7 @@
 """Keeping events.jsonl bounded: what a thinning pass keeps, and how the file is rewritten.
 
 A week-long run must not fill a disk, and report events are most of the volume (one a
-second per rank, supervisor.ipc.ledger). So past the cap the older half of the report
+second per rank, supervisor.workers.ledger). So past the cap the older half of the report
 events is thinned to every other one of each series (a rank's own reports, and each child
 process's apart), again until the file fits under TARGET of the cap. Never thinned: every
 other event (starts, exits, stalls, dumps, alerts...), and the report just before each of a
@@ -22,7 +22,7 @@ from array import array
 from collections.abc import Callable, Iterator
 from typing import BinaryIO
 
-from mpwatch.contract.status import Event
+from mpwatch.contract import Event
 from mpwatch.rundir import eventlines, layout
 
 MIN_CAP = 16 * 1024

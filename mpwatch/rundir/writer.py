@@ -15,7 +15,7 @@ relative to it, never through a link (O_NOFOLLOW), never a FIFO or device (each 
 to be a regular file after a non-blocking open), each 0600; a file that must be new is made
 with O_EXCL. So another user can neither point the run's writes elsewhere nor read them.
 
-Report events are downsampled (supervisor.ipc.ledger): a rank's latest report at most once
+Report events are downsampled (supervisor.workers.ledger): a rank's latest report at most once
 a second, with `n` (the reports it stands for) and `dropped`; a worker's last report is
 always written, so the curve keeps its shape and its end. Every other event is written as
 it happens, in the key order rundir.eventlines fixes. Disk errors never stop a run: the
@@ -38,17 +38,16 @@ import secrets
 import stat
 import threading
 import time
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import IO, Any, BinaryIO, TextIO
 
-from mpwatch.contract.status import Event
+from mpwatch.contract import Event
 from mpwatch.rundir import eventlines, layout, textfiles, thinning
 from mpwatch.rundir.runs_folder import DIR_FLAGS, open_runs_folder, refused
 from mpwatch.settings import Settings
 
 APPEND = os.O_WRONLY | os.O_APPEND
-TRUNCATE = os.O_WRONLY | os.O_TRUNC
 NEW = os.O_WRONLY | os.O_EXCL  # a file that must not be there yet
 FILE_MODE = 0o600  # every file of a run: the owner's alone, whatever the folder's mode
 DirId = tuple[int, int]  # (st_dev, st_ino) of a directory: the one a launcher made (cli.tui_launch)
@@ -154,6 +153,8 @@ class RunStore:
         self._lock = threading.Lock()
         self._events: IO[str] | None = None
         self.disk_error: str | None = None
+        # the supervisor's fault boundary, for what fails in this store's own thread (the thinning)
+        self.on_bug: Callable[[str, BaseException], object] | None = None
         self.events_written = 0
         # events.jsonl's cap in bytes (MPWATCH_EVENTS_MB), its size, and its thinning
         self.events_cap = thinning.cap_bytes(settings.events_mb)
@@ -276,11 +277,31 @@ class RunStore:
         """A file of the run rewritten whole (gpu.jsonl thinned). Raises OSError."""
         self._replace(name, lines)
 
-    def write_json(self, name: str, data: Any) -> None:
+    def write_json(self, name: str, data: Any) -> bool:
+        """A JSON file of the run written whole (or not at all: False, the disk error kept)."""
         try:
             self._replace(name, [json.dumps(data, indent=1, default=str)])
         except OSError as exc:
             self.failed(exc)
+            return False
+        return True
+
+    def reserve(self, nbytes: int) -> None:
+        """Keep `nbytes` of the disk for the run's last files (layout.RESERVE), until
+        `release_reserve`; nothing when the disk has not that room now."""
+        try:
+            with self._at() as d:
+                fd = _create(d, layout.RESERVE, NEW)
+                try:
+                    os.posix_fallocate(fd, 0, nbytes)
+                finally:
+                    os.close(fd)
+        except OSError:
+            self.release_reserve()
+
+    def release_reserve(self) -> None:
+        with contextlib.suppress(OSError), self._at() as d:
+            os.unlink(layout.RESERVE, dir_fd=d)
 
     def update_json(self, name: str, **fields: Any) -> None:
         """Add fields to a JSON file of the run (run.json gets its end this way)."""
@@ -301,7 +322,7 @@ class RunStore:
         try:
             line = json.dumps(rec, default=str, allow_nan=False) + "\n"
         except ValueError:  # NaN/inf: spelled "nan"/"inf" as on the wire, so each line stays JSON
-            from mpwatch.contract.protocol import encode_lossy
+            from mpwatch.contract import encode_lossy
 
             line = encode_lossy(rec).decode() + "\n"
         with self._lock:
@@ -344,8 +365,11 @@ class RunStore:
                     self.thinned += 1
                     # Thinning that freed little (a file of notable events) is not retried at once.
                     self._thin_at = max(self.events_cap, self.events_size + self.events_cap // 4)
-        except OSError as exc:
-            self.failed(exc)
+        except Exception as exc:  # noqa: BLE001 - a thread of the supervisor's: said, never its end
+            if isinstance(exc, OSError):
+                self.failed(exc)
+            elif self.on_bug is not None:
+                self.on_bug("event thinning", exc)
             with self._lock:
                 self._thin_at = self.events_size + self.events_cap // 4
                 if self._events is None or self._events.closed:

@@ -15,8 +15,16 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, TypedDict, TypeVar, cast
 
-from mpwatch.contract import protocol
-from mpwatch.contract.status import EventFields, GpuMark, GpuTick, GpuTimelineReply, Status
+from mpwatch.contract import (
+    EventFields,
+    GpuMark,
+    GpuTick,
+    GpuTimelineReply,
+    Status,
+    as_int,
+    as_number,
+    protocol,
+)
 from mpwatch.rundir import reader, registry
 
 
@@ -93,17 +101,25 @@ class Requests:
             return cast(Status, self.request("status")["status"])
         return cast(Status, self.request("status", tail=tail)["status"])
 
+    # A reply's parts are checked for their types as they are taken (a remote supervisor is
+    # another machine's, maybe another version's): what is not of its type is none.
     def events(self, since: int = 0) -> EventsReply:
         reply = self.request("events", since=since)
-        return {"events": cast("list[EventFields]", reply.get("events", [])),
-                "seq": int(reply.get("seq", since))}
+        events = reply.get("events")
+        seq = as_int(reply.get("seq"))
+        return {"events": cast("list[EventFields]", [e for e in events if isinstance(e, dict)]
+                               if isinstance(events, list) else []),
+                "seq": since if seq is None else seq}
 
     def history(self, rank: int) -> list[tuple[float, float]]:
         """(step, loss) points of a rank's curve, oldest first."""
-        return [(p[0], p[1]) for p in self.request("history", rank=rank)["history"]]
+        points = self.request("history", rank=rank).get("history")
+        return [(p[0], p[1]) for p in (points if isinstance(points, list) else [])  # as sent ("nan" spelled)
+                if isinstance(p, list) and len(p) == 2 and None not in (as_number(p[0]), as_number(p[1]))]
 
     def logs(self, rank: int, stream: str = "stderr", lines: int = 50) -> list[str]:
-        return [str(x) for x in self.request("logs", rank=rank, stream=stream, lines=lines)["lines"]]
+        got = self.request("logs", rank=rank, stream=stream, lines=lines).get("lines")
+        return [x for x in got if isinstance(x, str)] if isinstance(got, list) else []
 
     def act(self, cmd: str, target: int | str) -> str:
         return str(self.request(cmd, target=target)["message"])
@@ -117,7 +133,7 @@ class Requests:
     def ask(self, action: str, target: int | str, step: int | None = None, by: str = "?", plan: bool = False,
             **args: object) -> ControlReply:
         """Ask a rank (or "all") for an action (contract.actions: "checkpoint", "profile" with
-        its `steps`) through supervisor.control; with `plan`, only the step it would be taken
+        its `steps`) through supervisor.live; with `plan`, only the step it would be taken
         at. `step` given: that step, on every rank asked."""
         return _control_reply(self.request(action, target=target, step=step, by=by, plan=plan, **args))
 

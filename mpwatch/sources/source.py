@@ -6,7 +6,7 @@ from __future__ import annotations
 import threading
 from typing import Any, Protocol
 
-from mpwatch.contract.status import GpuTimelineReply, Status
+from mpwatch.contract import GpuTimelineReply, Status
 from mpwatch.sources.local import ControlReply, EventsReply
 
 

@@ -4,23 +4,28 @@ The rooms it drives, each with one job:
 - supervisor.workers.worker + supervisor.workers.states: a rank, its attempt per start, and the state machine;
 - supervisor.workers.groups: process groups and their kills (and the watchdog);
 - supervisor.workers.reaping: the exit path: ended processes judged, restarts that are due;
-- supervisor.ipc.ledger: what the channel hub (supervisor.ipc.channels) hears from workers: the report ledger;
-- supervisor.ipc.commands: what the control server (supervisor.ipc.ctl_server) is asked: the control commands;
+- supervisor.workers.ledger: the report ledger: what the workers' batches say, folded into their rows;
+- supervisor.ipc: transport only: the channel hub (ipc.channels) hands the ledger each frame, the
+  control server (ipc.ctl_server) hands supervisor.commands each request;
+- supervisor.commands: the control commands: what a client asks of the run;
 - supervisor.snapshot: the status (contract.status's Status) clients read;
 - supervisor.eventlog: events.jsonl, the recent events and the run alerts;
 - supervisor.diagnose.stall_watch: stalled workers, what they do, and the rank the others wait for;
 - supervisor.diagnose.straggler_watch: the rank that makes the others wait at every step;
+- supervisor.diagnose.slowdown_watch: the run slower than its own best, and what took the machine;
 - supervisor.resize: the first launch and the `resize` command, starting (and stopping) ranks over
   the ticks;
-- supervisor.control.room: "checkpoint now" and tunables, sent down the workers' channels;
+- supervisor.live.room: the live requests: "checkpoint now", profiles and tunables, sent down the
+  workers' channels at one step;
+- supervisor.records: run.json, the run's registry entry and how each rank ended;
 - supervisor.diagnose.sampler, supervisor.diagnose.dumps, supervisor.gpu.watch: the process sampler,
   stack dumps, the GPU watcher.
 
 Threads and who owns what:
 - the main thread runs `serve()`: it alone starts, signals and reaps processes (the
   parent-death signal is tied to the thread that forked), and it runs every control
-  command that touches a process (supervisor.ipc.commands hands them over);
-- the channel hub's threads apply worker reports under `lock` (supervisor.ipc.ledger);
+  command that touches a process (supervisor.commands hands them over);
+- the channel hub's threads apply worker reports under `lock` (supervisor.workers.ledger);
 - the control server's threads answer read-only requests under `lock`;
 - the sampler, the GPU watcher and dump threads run on their own.
 Nothing here blocks on a worker: kills are deadlines checked each tick.
@@ -36,28 +41,29 @@ from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING, Any
 
-from mpwatch.contract import protocol
-from mpwatch.contract.status import Event, RunState, State, Status
-from mpwatch.rundir import claim, layout, records, registry, writer
+from mpwatch.contract import Event, RunState, State, Status, protocol
+from mpwatch.rundir import claim, layout, registry, writer
 from mpwatch.settings import Settings
-from mpwatch.supervisor import errors, metrics, snapshot, spawn
-from mpwatch.supervisor.control.flame import FlameRecorder
-from mpwatch.supervisor.control.room import ControlRoom
+from mpwatch.supervisor import boundary, errors, metrics, records, snapshot, spawn
+from mpwatch.supervisor.commands import Commands
 from mpwatch.supervisor.diagnose.dumps import Dumper
 from mpwatch.supervisor.diagnose.sampler import Sampler
+from mpwatch.supervisor.diagnose.slowdown_watch import SlowdownWatch
 from mpwatch.supervisor.diagnose.stall_watch import StallWatch
 from mpwatch.supervisor.diagnose.straggler_watch import StragglerWatch
 from mpwatch.supervisor.eventlog import EventLog
 from mpwatch.supervisor.gpu.watch import GpuWatch
 from mpwatch.supervisor.headless import Reporter
 from mpwatch.supervisor.ipc.channels import ChannelHub
-from mpwatch.supervisor.ipc.commands import Commands
 from mpwatch.supervisor.ipc.ctl_server import CtlServer
-from mpwatch.supervisor.ipc.ledger import ReportLedger
+from mpwatch.supervisor.live.flame import FlameRecorder
+from mpwatch.supervisor.live.room import LiveRoom
 from mpwatch.supervisor.nodes.cluster import Nodes
 from mpwatch.supervisor.options import Options as Options  # re-exported: the CLI builds one
+from mpwatch.supervisor.preload.launcher import Launcher
 from mpwatch.supervisor.resize import Resize
 from mpwatch.supervisor.workers.groups import LEFTOVER_GRACE_S, ProcessGroups
+from mpwatch.supervisor.workers.ledger import ReportLedger
 from mpwatch.supervisor.workers.marks import Marks
 from mpwatch.supervisor.workers.reaping import Reaper
 from mpwatch.supervisor.workers.worker import TAIL, Attempt, Worker
@@ -66,6 +72,8 @@ if TYPE_CHECKING:
     from mpwatch.supervisor.metrics.server import MetricsServer
 
 TICK_S = 0.1
+# the disk kept for final.json and run.json's end (rundir.writer's reserve): a status is ~5 KB a rank
+RESERVE_BASE, RESERVE_PER_RANK, RESERVE_MAX = 128 << 10, 16 << 10, 8 << 20
 FLUSH_S = 0.5  # events.jsonl flushed, the disk checked, the headless summary considered
 
 
@@ -111,14 +119,18 @@ class Run:
         self.log = EventLog(self.store, status_out)
         self.marks = Marks(self.run_id, os.getpid())  # every process of the run (supervisor.workers.marks)
         self.groups = ProcessGroups(self.workers, self.lock, self.log, opts.stop_signal, self.marks)
-        self.control = ControlRoom(self.workers, self.lock, self.log, self.flush_interval, self.store,
+        self.live = LiveRoom(self.workers, self.lock, self.log, self.flush_interval, self.store,
                                    FlameRecorder(self.store, settings.pyspy, self.run_id))
         self.gpu = GpuWatch.for_run(self)  # NVML starts on its own thread (setup): never waited on
-        self.ledger = ReportLedger(self.workers, self.lock, self.log, self.control, self.gpu)
+        self.ledger = ReportLedger(self.workers, self.lock, self.log, self.live, self.gpu,
+                                   self.marks.rank_of)
+        # the fault boundary: a room's fault said once, a rank's bad input counted on it (attached in setup)
+        self.boundary = boundary.Boundary(self.log, self.ledger)
+        self.store.on_bug = self.boundary.failed  # the store's thinning thread is a room too
         self.hub = ChannelHub(str(rt / f"{self.run_id}.chan"), self.authkey, self.ledger)
         self.dumper = Dumper(self.store, self.lock, self.log, self.settings)
         self.commands = Commands(self, self.workers, self.lock, opts, self.store, self.log, self.dumper,
-                                 self.gpu, self.control)
+                                 self.gpu, self.live)
         self.ctl_server = CtlServer(str(rt / f"{self.run_id}.ctl"), self.authkey, self.commands.dispatch)
         self.sampler = Sampler(self.workers, self.lock, self.groups)
         self.stalls = StallWatch(self.workers, self.lock, self.log, self.dumper, opts.stall_timeout,
@@ -126,7 +138,9 @@ class Run:
         self.resizing = Resize(self)  # starts ranks over the ticks: the first launch, a round, a resize
         self.nodes = Nodes(opts.nodes, self, self.resizing) if opts.nodes is not None else None
         self.stragglers = StragglerWatch(self.workers, self.lock, self.log, self._global_rank, self.gpu)
+        self.slowdowns = SlowdownWatch(self.workers, self.lock, self.log, self._global_rank, self.gpu)
         self.reaper = Reaper(self)  # the exit path: ended processes, restarts due
+        self.launcher = Launcher(opts, self.log)  # workers forked by the forkserver, or exec'd
         self.metrics: MetricsServer | None = None  # --metrics-port (supervisor.metrics)
         self.metrics_at: str | None = None  # host:port Prometheus scrapes, once serving
         self.ticked = time.monotonic()  # the serve loop's last turn (the metrics' /healthz)
@@ -143,12 +157,19 @@ class Run:
 
     def _setup(self) -> None:
         o, run_dir = self.opts, self.run_dir
+        for listener in (self.hub, self.ctl_server):  # before anything is made
+            if len(os.fsencode(listener.address)) > registry.SOCKET_PATH_MAX:
+                raise registry.RunError(f"cannot make the run's socket {listener.address}: its path passes "
+                                        f"{registry.SOCKET_PATH_MAX} bytes (a shorter XDG_RUNTIME_DIR, or "
+                                        "MPWATCH_TMPDIR without it, makes room)")
         self._catch_signals()
         try:
             self.store.create(self.claim.fd if self.claim is not None else None, o.made_run_dir)
         except OSError as exc:
             raise registry.RunError(f"cannot use run directory {run_dir}: {exc.strerror or exc}") from None
+        self.store.reserve(min(RESERVE_MAX, RESERVE_BASE + RESERVE_PER_RANK * o.nprocs))
         self._log_file = errors.attach(self.store)
+        boundary.attach(self.boundary)
         errors.LOG.info("run %s: supervisor pid %d, %d worker(s) of %s", self.run_id, os.getpid(), o.nprocs,
                         o.script)
         self.marks.open()
@@ -171,6 +192,8 @@ class Run:
         self.log.event(Event.RUN_STARTED, ts=self.started_wall, script=o.script, args=o.args,
                        nprocs=o.nprocs, run_dir=str(run_dir), pid=os.getpid())
         self.sampler.start()
+        self.launcher.open(spawn.forkserver_env(os.environ, self.run_id, self.settings.nccl_flight))
+        self.marks.helper = self.launcher.pid  # the forkserver carries the run's marks: never a leftover
         if self.nodes is not None:
             self.nodes.start()  # the workers start once torch's rendezvous has formed the first round
         else:
@@ -192,21 +215,27 @@ class Run:
                                cuda_history=self.settings.cuda_history_entries if o.cuda_history else 0)
         if o.cuda_history:
             self.store.action_dir(rank, layout.MEMORY)  # where an OOM's snapshot goes
-        live_from = self.control.spawn_env(env, rank)
+        live_from = self.live.spawn_env(env, rank)
+        self.ledger.starting(rank)  # a fork speaks before its pid is known here: held till adopt
         try:
-            with self.store.open_log(rank, "stdout") as out, self.store.open_log(rank, "stderr") as err:
-                proc = spawn.start_worker(spawn.command(o.launch, o.script, o.args), env, out, err, cwd=o.cwd)
-        except OSError as exc:
-            cause = f"could not start: {exc.strerror}"
-            self._begin(rank, Attempt(None, place.world, cause=cause), State.FAILED, "could not start",
-                        pid=None, exit_code=None, signal=None, cause=cause, reason=None, stderr_tail=[])
-            return
-        self.groups.watch(proc.pid, rank)
-        self.marks.join(proc.pid, rank)
-        self._begin(rank, Attempt(proc, place.world, live_from=live_from), State.STARTING,
-                    reason or "first start", pid=proc.pid, world_size=place.world,
-                    master_port=place.master_port, global_rank=place.rank,
-                    attempt=0 if w is None else w.restarts)
+            try:
+                with self.store.open_log(rank, "stdout") as out, self.store.open_log(rank, "stderr") as err:
+                    argv = spawn.command(o.launch, o.script, o.args)
+                    proc = self.launcher.start(argv, env, out, err, cwd=o.cwd)
+            except OSError as exc:
+                cause = f"could not start: {exc.strerror}"
+                self._begin(rank, Attempt(None, place.world, cause=cause), State.FAILED, "could not start",
+                            pid=None, exit_code=None, signal=None, cause=cause, reason=None, stderr_tail=[])
+                return
+            self.reaper.watch(proc)
+            self.groups.watch(proc.pid, rank)
+            self.marks.join(proc.pid, rank)
+            self._begin(rank, Attempt(proc, place.world, live_from=live_from), State.STARTING,
+                        reason or "first start", pid=proc.pid, world_size=place.world,
+                        master_port=place.master_port, global_rank=place.rank,
+                        attempt=0 if w is None else w.restarts)
+        finally:
+            self.ledger.adopt(rank)
 
     def _begin(self, rank: int, attempt: Attempt, state: State, why: str, /, **fields: Any) -> None:
         with self.lock:
@@ -243,32 +272,65 @@ class Run:
         for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1, signal.SIGUSR2):
             signal.signal(sig, self._on_signal)
         signal.signal(signal.SIGHUP, signal.SIG_IGN)  # a closed terminal never ends the run
+        self.commands.waker.arm()  # a signal, a child's end: the loop wakes at once (supervisor.waker)
 
     def serve(self) -> int:
+        """The policy loop: each room's turn runs behind the fault boundary (supervisor.boundary),
+        so a room that fails is said once and the run goes on."""
         next_flush = 0.0
+        room = self.boundary.room
         while self.state is not RunState.FINISHED:
             self.ticked = time.monotonic()
-            self.commands.run_next(timeout=0.0 if self.resizing.starting() else TICK_S)
-            self._handle_signals()
-            self.ledger.flush(time.monotonic())
-            self.control.push()
-            self.reaper.poll()
+            wait = self.boundary.call("control commands", self._wait_s, default=TICK_S)
+            if not self.boundary.call("control commands", self._next_command, wait, default=False):
+                time.sleep(wait)  # the loop's pace, which the command queue's wait gives it
+            with room("signals"):
+                self._handle_signals()
+            with room("launcher"):
+                self.launcher.tick()  # the forkserver's word: a worker forked, or the fallback to exec
+            with room("report ledger"):
+                self.ledger.flush(time.monotonic())
+            with room("live room"):
+                self.live.push()
+            with room("reaper"):
+                self.reaper.poll()  # each rank's exit behind a boundary of its own (workers.reaping)
             if self.nodes is not None:
-                self.nodes.tick()  # a round joined, a stop or a lost node found by the node thread
+                with room("nodes"):
+                    self.nodes.tick()  # a round joined, a stop or a lost node found by the node thread
             if self.state is not RunState.STOPPING:  # while stopping, ranks going quiet are no news
-                self.stalls.check(time.monotonic())
-                self.stragglers.check(time.monotonic())
-            self.resizing.advance()
-            self._check_finished()
-            now = time.monotonic()
-            if now >= next_flush:
-                next_flush = now + FLUSH_S
-                self.store.flush()
-                if self.store.disk_error and not self.log.has_alert("disk"):
-                    self.log.alert("disk", self.store.disk_error + "; the run goes on")
+                with room("stall watch"):
+                    self.stalls.check(time.monotonic())
+                with room("straggler watch"):
+                    self.stragglers.check(time.monotonic())
+                with room("slowdown watch"):
+                    self.slowdowns.check(time.monotonic())
+            with room("launch"):
+                self.resizing.advance()
+            with room("end of the run"):
+                self._check_finished()
+            if time.monotonic() >= next_flush:
+                next_flush = time.monotonic() + FLUSH_S
+                with room(boundary.EVENTLOG):
+                    self._flush()
                 if self.status_out is not None:
-                    self.status_out.tick(self)
+                    with room("headless status"):
+                        self.status_out.tick(self)
         return self.exit_code if self.exit_code is not None else 1
+
+    def _wait_s(self) -> float:
+        """How long the loop may wait for a command: a tick, less while ranks start or end."""
+        return min(self.resizing.wait_s(TICK_S), self.reaper.wait_s(TICK_S))
+
+    def _next_command(self, wait: float) -> bool:
+        """Run a control command that waits, waiting `wait` at most (or a signal, a child's end,
+        the forkserver's word: supervisor.waker)."""
+        self.commands.run_next(wait, self.launcher.fds())
+        return True
+
+    def _flush(self) -> None:
+        self.store.flush()
+        if self.store.disk_error and not self.log.has_alert("disk"):
+            self.log.alert("disk", self.store.disk_error + "; the run goes on")
 
     def _on_signal(self, signum: int, frame: FrameType | None) -> None:
         self._signals.append(signum)  # handled by the loop: never lock inside a handler
@@ -291,10 +353,14 @@ class Run:
         self.resizing.cancel()  # ranks a resize has yet to start are never started
         for w in self.workers.values():
             w.pending_restart = None
-        self.stragglers.close()  # a standing straggler's last numbers (its cost) go to the events
+        with self.boundary.room("straggler watch"):
+            self.stragglers.close()  # a standing straggler's last numbers (its cost) go to the events
+        with self.boundary.room("slowdown watch"):
+            self.slowdowns.close()  # and a standing slowdown's
         self.log.event(Event.STOPPING, why=why)
         if self.nodes is not None:
-            self.nodes.on_stop(why)  # through the rendezvous store to every other node
+            with self.boundary.room("nodes"):
+                self.nodes.on_stop(why)  # through the rendezvous store to every other node
         grace = self.opts.grace
         running = sum(1 for w in list(self.workers.values())
                       if self.groups.kill(w, "stop", grace, sweep=False))
@@ -325,9 +391,16 @@ class Run:
         with self.lock:
             self.state = RunState.FINISHED
         stopped: dict[str, Any] = {"stopped": self.stopped_why} if self.stopped_why is not None else {}
-        self.log.event(Event.RUN_FINISHED, None, exit_code=self.exit_code,
-                       workers=records.ends(self.workers.values()), **stopped)
-        self.store.write_json(layout.FINAL_JSON, self.snapshot())
+        with self.boundary.room("end of the run"):
+            self.log.event(Event.RUN_FINISHED, None, exit_code=self.exit_code,
+                           workers=records.ends(self.workers.values()), **stopped)
+        self.store.release_reserve()  # the room kept for the run's last files, should the disk be full
+        final = self.boundary.call("snapshot", self.snapshot, default=None)
+        if not self.store.write_json(layout.FINAL_JSON, final if final is not None else snapshot.bare(self)):
+            # said where it can be: the headless lines, the TUI's launch log, supervisor.log
+            said = f"disk full: {layout.FINAL_JSON} could not be written ({self.store.disk_error})"
+            self.log.alert("disk", said)
+            errors.LOG.warning("%s", said)
         self.store.update_json(layout.RUN_JSON, finished=time.time(), exit_code=self.exit_code)
         self.close()
 
@@ -345,6 +418,9 @@ class Run:
             registry.unregister(self.run_id, self.settings.tmpdir)
             self._registered = False
             self.claim = None
+        self.launcher.close()
+        self.reaper.exits.close()
+        self.commands.waker.close()
         self.groups.close()
         self.store.flush()
         self.store.close()
@@ -352,6 +428,7 @@ class Run:
             errors.LOG.info("run %s: ended with exit code %s", self.run_id, self.exit_code)
             errors.detach(self._log_file)
             self._log_file = None
+        boundary.detach(self.boundary)
 
     # ------------------------------------------------------------- readers ----
     def event(self, name: Event | str, rank: int | None = None, **fields: Any) -> dict[str, Any]:

@@ -28,6 +28,7 @@ LOG = logging.getLogger("mpwatch.supervisor")
 FILE_NAME = layout.SUPERVISOR_LOG
 REPEATS = 3  # tracebacks written for one exception at one place
 RECORDS_MAX = 2000  # records written by bug() and note() in a run, in all
+BUG_LINE_MAX = 300  # characters of an exception a client reads
 FORMAT = "%(asctime)s %(levelname)s [%(threadName)s] %(message)s"
 
 
@@ -75,7 +76,9 @@ def _log(level: int, where: str, exc: BaseException) -> None:
 def bug(where: str, exc: BaseException) -> str:
     """A bug caught at `where`: its traceback to supervisor.log; the one line for the client."""
     _log(logging.ERROR, where, exc)
-    return f"internal error: {type(exc).__name__}: {exc} (see supervisor.log)"
+    text = f"{type(exc).__name__}: {exc}".replace("\n", " ")  # one line, cut: the log has it whole
+    return f"internal error: {text if len(text) <= BUG_LINE_MAX else text[:BUG_LINE_MAX - 1] + '…'} " \
+        "(see supervisor.log)"
 
 
 def note(where: str, exc: BaseException) -> None:

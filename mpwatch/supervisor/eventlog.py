@@ -12,8 +12,9 @@ import time
 from collections import deque
 from typing import Any, Protocol
 
-from mpwatch.contract.status import Event, RunAlert, RunAlertKind, StragglerInfo
+from mpwatch.contract import Event, RunAlert, RunAlertKind, SlowdownInfo, StragglerInfo
 from mpwatch.rundir import writer
+from mpwatch.supervisor import boundary
 
 RECENT_EVENTS = 1000  # notable events kept for clients
 ALERTS_KEPT = 50
@@ -37,6 +38,13 @@ class EventLog:
         self._alerts: list[RunAlert] = []
 
     def event(self, name: Event, rank: int | None = None, **fields: Any) -> EventDict:
+        """Record an event; never raises (a failure is the event log's, supervisor.boundary's)."""
+        rec: EventDict = {"ts": fields.get("ts", time.time()), "event": name.value, "rank": rank}
+        with boundary.room(boundary.EVENTLOG):
+            rec = self._event(name, rank, fields)
+        return rec
+
+    def _event(self, name: Event, rank: int | None, fields: dict[str, Any]) -> EventDict:
         rec = self.store.event(name.value, rank, **fields)
         if name is Event.REPORT:  # a point of a curve, not news
             return rec
@@ -50,13 +58,15 @@ class EventLog:
 
     def report(self, rank: int, ts: float, fields: dict[str, Any]) -> None:
         """A report event (fields: rundir.eventlines.report_fields): a point of a curve, not news."""
-        self.store.report(rank, ts, fields)
+        with boundary.room(boundary.EVENTLOG):
+            self.store.report(rank, ts, fields)
 
     def alert(self, kind: RunAlertKind, message: str, rank: int | None = None, *,
               culprits: list[int] | None = None, waiting: list[int] | None = None,
               processes: list[dict[str, Any]] | None = None, key: str | None = None,
-              straggler: StragglerInfo | None = None) -> None:
-        """A run alert (disk, hang, straggler, unkillable, internal): kept for the status, and an event.
+              straggler: StragglerInfo | None = None, slowdown: SlowdownInfo | None = None) -> None:
+        """A run alert (disk, hang, straggler, slowdown, unkillable, internal): kept for the status, and an
+        event.
         An alert with the `key` of a standing one replaces it where it stands (a finding that
         learnt more: one finding, updated), and its event says `update`."""
         rec = RunAlert(ts=time.time(), kind=kind, message=message, rank=rank)
@@ -71,6 +81,8 @@ class EventLog:
             rec["key"] = extra["key"] = key
         if straggler is not None:
             rec["straggler"] = extra["straggler"] = straggler
+        if slowdown is not None:
+            rec["slowdown"] = extra["slowdown"] = slowdown
         with self._lock:
             at = next((i for i, a in enumerate(self._alerts)
                        if key is not None and a.get("key") == key), None)
@@ -83,7 +95,8 @@ class EventLog:
                 extra["update"] = True
         self.event(Event.ALERT, rank, kind=kind, message=message, **extra)
 
-    def refresh(self, key: str, message: str, straggler: StragglerInfo | None = None) -> None:
+    def refresh(self, key: str, message: str, straggler: StragglerInfo | None = None,
+                slowdown: SlowdownInfo | None = None) -> None:
         """A standing keyed alert's words and numbers now, with no event: a finding whose numbers
         move every second (what a straggler has cost so far) is current in the status, and its
         events say it when it changes."""
@@ -93,6 +106,8 @@ class EventLog:
                     a["message"] = message
                     if straggler is not None:
                         a["straggler"] = straggler
+                    if slowdown is not None:
+                        a["slowdown"] = slowdown
 
     def end_alert(self, key: str) -> None:
         """The condition of a keyed alert is over (a hang whose ranks report again): it leaves
@@ -101,7 +116,7 @@ class EventLog:
             gone = [a for a in self._alerts if a.get("key") == key]
             self._alerts = [a for a in self._alerts if a.get("key") != key]
         for a in gone:
-            last = {"straggler": a["straggler"]} if "straggler" in a else {}  # its numbers in the end
+            last = {k: a[k] for k in ("straggler", "slowdown") if k in a}  # its numbers in the end
             self.event(Event.ALERT, a["rank"], kind=a["kind"], message=a["message"], key=key, ended=True,
                        **last)
 

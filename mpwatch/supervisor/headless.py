@@ -8,7 +8,7 @@ import time
 from collections.abc import Mapping
 from typing import Any, Protocol, TextIO, cast
 
-from mpwatch.contract.status import EventFields, RunState, Status
+from mpwatch.contract import EventFields, RunState, Status
 from mpwatch.text import eventtext, fmt, safe
 
 SUMMARY_S = 10.0

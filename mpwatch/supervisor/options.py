@@ -78,6 +78,9 @@ class Options:
     virtual_local_rank: bool = False  # LOCAL_RANK=0, each worker sees its own GPU as device 0
     auto: bool = True  # automatic steps in the workers (mpwatch.worker.auto); --no-auto
     cuda_history: bool = False  # --cuda-memory-history: each rank records its allocations' stacks
+    # torch imported once (supervisor.preload): --preload MODULE (each), off with --no-preload
+    preload: list[str] = field(default_factory=list)
+    preload_on: bool = True
     nodes: NodesOptions | None = None  # several nodes
     # the flags above as typed, for a launcher that starts the supervisor in its own process
     supervisor_flags: list[str] = field(default_factory=list)

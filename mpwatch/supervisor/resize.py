@@ -21,7 +21,7 @@ from collections import deque
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, NamedTuple, Protocol
 
-from mpwatch.contract.status import Event, RunState
+from mpwatch.contract import Event, RunState
 from mpwatch.supervisor import spawn
 from mpwatch.supervisor.errors import CommandError
 from mpwatch.supervisor.options import worker_cap
@@ -31,6 +31,7 @@ if TYPE_CHECKING:
     from mpwatch.supervisor.eventlog import EventLog
     from mpwatch.supervisor.nodes.cluster import Nodes
     from mpwatch.supervisor.options import Options
+    from mpwatch.supervisor.preload.launcher import Launcher
     from mpwatch.supervisor.workers.groups import ProcessGroups
     from mpwatch.supervisor.workers.worker import Worker
 
@@ -61,6 +62,9 @@ class ResizeHost(Protocol):
     groups: ProcessGroups
     nodes: Nodes | None
 
+    @property
+    def launcher(self) -> Launcher: ...
+
     def start(self, rank: int, reason: str | None = None) -> None: ...
     def restart(self, w: Worker, why: str) -> None: ...
     def kill(self, w: Worker, reason: str) -> bool: ...
@@ -87,9 +91,10 @@ class Resize:
         self.starts.extend(starts)
         self._start_some()
 
-    def starting(self) -> bool:
-        """Ranks wait to be started: the serve loop turns without waiting for a command."""
-        return bool(self.starts)
+    def wait_s(self, tick: float) -> float:
+        """How long the serve loop may wait: not at all while ranks wait to be started, unless
+        they wait for the forkserver (supervisor.preload: its word wakes the loop), else a tick."""
+        return 0.0 if self.starts and not self.run.launcher.loading() else tick
 
     def busy(self) -> bool:
         """A resize is under way (the run must not be judged finished meanwhile)."""
@@ -175,6 +180,8 @@ class Resize:
 
     def _start_some(self) -> None:
         run = self.run
+        if run.launcher.loading():
+            return  # the forkserver still imports: every rank starts forked once it is ready
         until = time.monotonic() + START_BUDGET_S
         for _ in range(min(START_PER_TICK, len(self.starts))):
             s = self.starts.popleft()

@@ -13,9 +13,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol, cast
 
-from mpwatch.contract import culprit, straggler
-from mpwatch.contract.actions import newest_written
-from mpwatch.contract.status import (
+from mpwatch.contract import (
     ChildStatus,
     GpuView,
     MemoryRequest,
@@ -27,12 +25,19 @@ from mpwatch.contract.status import (
     StopInfo,
     WorkerMemory,
     WorkerStatus,
+    culprit,
+    newest_written,
+    put_input_notes,
+    straggler,
 )
 from mpwatch.probes.procs import ProcInfo
-from mpwatch.supervisor.control.room import ControlRoom
+from mpwatch.supervisor import boundary
 from mpwatch.supervisor.diagnose import slowness
+from mpwatch.supervisor.diagnose.slowdown_watch import SlowdownWatch
 from mpwatch.supervisor.eventlog import EventLog
 from mpwatch.supervisor.gpu.watch import GpuWatch
+from mpwatch.supervisor.live.records import Registry
+from mpwatch.supervisor.live.room import LiveRoom
 from mpwatch.supervisor.nodes.cluster import Nodes
 from mpwatch.supervisor.options import Options
 from mpwatch.supervisor.workers.worker import TAIL, Attempt, ChildReport, Worker
@@ -52,50 +57,100 @@ class RunView(Protocol):
     world: int
     restarts_total: int
     exit_code: int | None
+    stopped_why: str | None
     log: EventLog
     gpu: GpuWatch
-    control: ControlRoom
+    live: LiveRoom
     nodes: Nodes | None  # several nodes
+    slowdowns: SlowdownWatch  # the run's pace against its own best
     metrics_at: str | None  # where Prometheus scrapes this node (supervisor.metrics), or None
 
     def refused_connections(self) -> int: ...
 
 
 def build(run: RunView, tail: int = TAIL) -> Status:
-    now = time.monotonic()
+    """The status. Each room's part is built behind the fault boundary (supervisor.boundary): a
+    part that fails is left out (a worker's row then is its `bare_row`), never the status."""
+    now, b = time.monotonic(), boundary.current()
     with run.lock:
-        panel: Mapping[str, Any] = run.gpu.snapshot()  # takes only the GPU watcher's own lock
-        node = slowness.Node.now({r: w.attempt.proc_info for r, w in run.workers.items()},
-                                 gpu_reasons(run.gpu, panel.get("gpus", []), run.workers))
-        counts: dict[str, int] = {}
+        panel: Mapping[str, Any] = b.call("GPU watcher", run.gpu.snapshot, default=NO_PANEL)
+        node = b.call("slowness", _node, run, panel, default=slowness.Node())
+        live = b.call("live room", run.live.status, default=Registry().status())
         workers = []
-        control = run.control.status()
         for rank in sorted(run.workers):
             w = run.workers[rank]
-            counts[w.state.value] = counts.get(w.state.value, 0) + 1
             grank = rank if run.nodes is None else run.nodes.global_rank(rank)
-            workers.append(worker_status(w, now, tail, run.gpu, grank, control.memory_snapshots, run.run_dir,
-                                         node))
-        straggler.fill_relative(workers)
-        o = run.opts
-        info = RunInfo(
-            id=run.run_id, dir=str(run.run_dir), script=o.script, args=list(o.args), state=run.state.value,
-            pid=os.getpid(), started=run.started_wall, uptime=round(now - run.started, 1),
-            world_size=run.world, nprocs=len(run.workers), counts=counts, restarts=run.restarts_total,
-            exit_code=run.exit_code,
-            options={"max_restarts": o.max_restarts, "stall_timeout": o.stall_timeout,
-                     "startup_timeout": o.startup_timeout, "grace": o.grace, "resize_mode": o.resize_mode,
-                     "stop_signal": o.stop_signal, "metrics": run.metrics_at},
-            refused_connections=run.refused_connections(),
-            node=None if run.nodes is None else run.nodes.info())
+            row = b.call("snapshot", worker_status, w, now, tail, run.gpu, grank, live.memory_snapshots,
+                         run.run_dir, node, default=None)
+            workers.append(row if row is not None else bare_row(w, now, grank))
+        b.call("straggler watch", straggler.fill_relative, workers, default=None)
         st = Status(
-            run=info, workers=workers,
+            run=_info(run, now, workers), workers=workers,
             gpus=cast(list[GpuView], panel.get("gpus", [])),  # GpuWatch builds them as contract.status says
             gpu_status=panel.get("gpu_status"),
             alerts=run.log.alerts(), events_seq=run.log.seq,
-            straggler=culprit.analyze(workers),  # lags, and the likely culprit of a hang
-            tunables=control.tunables, checkpoints=control.checkpoints)
-        return control.into(st)  # each action's list (contract.control.ControlView)
+            # lags, and the likely culprit of a hang
+            straggler=b.call("hang's culprit", culprit.analyze, workers, default=None),
+            tunables=live.tunables, checkpoints=live.checkpoints)
+        return live.into(st)  # each action's list (contract.live.LiveView)
+
+
+NO_PANEL: Mapping[str, Any] = {"gpus": [], "gpu_status": "the GPU watcher failed (see supervisor.log)"}
+
+
+def _node(run: RunView, panel: Mapping[str, Any]) -> slowness.Node:
+    """What slows the node's processes now (short of CPU, a GPU throttled)."""
+    return slowness.Node.now({r: w.attempt.proc_info for r, w in run.workers.items()},
+                             gpu_reasons(run.gpu, panel.get("gpus", []), run.workers))
+
+
+def _info(run: RunView, now: float, workers: list[WorkerStatus]) -> RunInfo:
+    counts: dict[str, int] = {}
+    for w in workers:
+        counts[w["state"].value] = counts.get(w["state"].value, 0) + 1
+    o = run.opts
+    info = RunInfo(
+        id=run.run_id, dir=str(run.run_dir), script=o.script, args=list(o.args), state=run.state.value,
+        pid=os.getpid(), started=run.started_wall, uptime=round(now - run.started, 1),
+        world_size=run.world, nprocs=len(run.workers), counts=counts, restarts=run.restarts_total,
+        exit_code=run.exit_code,
+        options={"max_restarts": o.max_restarts, "stall_timeout": o.stall_timeout,
+                 "startup_timeout": o.startup_timeout, "grace": o.grace, "resize_mode": o.resize_mode,
+                 "stop_signal": o.stop_signal, "metrics": run.metrics_at},
+        refused_connections=run.refused_connections(),
+        node=None if run.nodes is None else run.nodes.info())
+    if run.stopped_why is not None:  # how the run ended says it was stopped (text.run_end)
+        info["stopped"] = run.stopped_why
+    if (pace := run.slowdowns.pace) is not None:  # once the run has a best (contract.slowdown)
+        info["pace"] = pace.copy()
+    return info
+
+
+def bare(run: RunView) -> Status:
+    """The status from the run's own fields alone (no room's part): final.json's when the whole
+    status could not be built, so that a run still ends with its ranks' states and causes."""
+    now = time.monotonic()
+    workers = [bare_row(run.workers[r], now, r) for r in sorted(run.workers)]
+    return Status(run=_info(run, now, workers), workers=workers, gpus=[],
+                  gpu_status="the status could not be built whole (see supervisor.log)",
+                  alerts=run.log.alerts(), events_seq=run.log.seq, straggler=None, tunables=[],
+                  checkpoints=[])
+
+
+def bare_row(w: Worker, now: float, global_rank: int) -> WorkerStatus:
+    """A worker's row from its own fields alone: its state, progress and end (its cause)."""
+    a, r = w.attempt, w.reports
+    return WorkerStatus(
+        rank=w.rank, global_rank=global_rank, pid=a.pid, state=w.state, step=r.step, loss=r.loss,
+        steps_per_s=None, metrics={},
+        heartbeat_age=None if a.last_report is None else round(now - a.last_report, 2),
+        heartbeat="ok" if a.last_report is not None else "none", cpu_percent=None, rss_bytes=None,
+        proc_status=None, restarts=w.restarts, exit_code=a.exit_code, signal=a.signal, cause=a.cause,
+        reports=r.count, dropped=r.dropped, bad_frames=r.bad_frames, phases={}, pace=None, cuda=None,
+        loss_tail=[], world_size=a.world, dist=a.dist, uptime=None, stall=None, paused_at=None,
+        slow_start=None, last_dump=w.last_dump, unkillable=a.unkillable,
+        foreign_groups=sorted(w.foreign_groups), children=[], gpu=None, stop=None,
+        polls_checkpoint=a.polls, steps_from=r.source)
 
 
 def gpu_reasons(gpu: GpuWatch, views: Sequence[GpuView], workers: Mapping[int, Worker]) -> dict[int, str]:
@@ -148,10 +203,7 @@ def worker_status(w: Worker, now: float, tail: int, gpu: GpuWatch | None,
         children=children,
         gpu=gpu.worker_gpu(w.rank) if gpu is not None and alive else None,
         stop=stop_info(a, now) if alive else None, polls_checkpoint=a.polls, steps_from=r.source)
-    if r.rejected:
-        row["rejected"] = {"count": r.rejected, "why": r.rejected_why or "?"}
-    if r.refused_tunables:
-        row["refused_tunables"] = list(r.refused_tunables)
+    put_input_notes(row, r.rejected, r.rejected_why, r.bad_inputs, r.bad_input_why, list(r.refused_tunables))
     memory = _memory(w, gpu, snapshots or [], run_dir)
     if memory is not None:
         row["memory"] = memory

@@ -121,6 +121,26 @@ def worker_env(base: Mapping[str, str], place: Placement, *, channel: str, authk
     return flight.apply(env, rank_dir) if nccl_flight else env
 
 
+# A worker's own variables (worker_env): the forkserver has none of them; each child is given its own.
+PER_WORKER = (protocol.ENV_ADDRESS, protocol.ENV_AUTHKEY, protocol.ENV_RANK, protocol.ENV_STACK_FILE,
+              protocol.ENV_FLUSH, protocol.ENV_AUTO, protocol.ENV_CUDA_OOM, protocol.ENV_CUDA_HISTORY,
+              protocol.ENV_MEMORY_DIR, protocol.ENV_HOOK_ONLY, protocol.ENV_TUNABLES)
+
+
+def forkserver_env(base: Mapping[str, str], run_id: str, nccl_flight: bool = False) -> dict[str, str]:
+    """The run's forkserver's environment (supervisor.preload): what every worker's has in common
+    (worker_env's, without any rank's variables, nor the hooks' switches: it must not put in
+    the automatic steps for itself), and the run's marks (supervisor.workers.marks), which its
+    children keep in /proc/PID/environ."""
+    env = {k: v for k, v in base.items() if k not in PER_WORKER}
+    env.setdefault("TORCH_NCCL_ASYNC_ERROR_HANDLING", flight.async_error_handling(nccl_flight))
+    env.update({protocol.ENV_RUN: run_id, protocol.ENV_SUPERVISOR_PID: str(os.getpid())})
+    env.setdefault("PYTHONUNBUFFERED", "1")
+    paths = [INJECT_DIR] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
+    env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(paths))
+    return env
+
+
 def start_worker(argv: list[str], env: Mapping[str, str], stdout: IO[bytes], stderr: IO[bytes],
                  cwd: str | None = None) -> subprocess.Popen[bytes]:
     """Popen the worker in a new session; every byte of its output goes to the log files

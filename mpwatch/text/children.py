@@ -3,7 +3,7 @@ line in `ctl status` (a Hogwild trainer, a DataLoader worker, a shell the script
 command line says how it was started, not what it is. Pure; any thread."""
 from __future__ import annotations
 
-from mpwatch.contract.status import ChildStatus
+from mpwatch.contract import ChildStatus
 
 
 def child_note(c: ChildStatus, rank: int) -> str:

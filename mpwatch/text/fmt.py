@@ -36,28 +36,28 @@ def size_long(n: float | None, na: str = NA) -> str:
     return f"{v:.1f} TiB"
 
 
-def age(s: float | None, na: str = "") -> str:
-    """A short duration: 0.3s, 42s, 12m, 3h."""
+# A length of time is said in the first unit whose bound it is under: (bound, seconds a unit, format).
+_Units = tuple[tuple[float, float, str], ...]
+_AGE: _Units = ((10, 1, "{:.1f}s"), (120, 1, "{:.0f}s"), (7200, 60, "{:.0f}m"), (math.inf, 3600, "{:.0f}h"))
+_SPAN: _Units = ((0.00995, 0.001, "{:.1f} ms"), (0.9995, 0.001, "{:.0f} ms"), (9.95, 1, "{:.1f} s"),
+                 (math.inf, 1, "{:.0f} s"))
+
+
+def _in_units(s: float | None, units: _Units, na: str) -> str:
     if not isinstance(s, (int, float)) or not math.isfinite(s):
         return na
-    if s < 10:
-        return f"{s:.1f}s"
-    if s < 120:
-        return f"{s:.0f}s"
-    if s < 7200:
-        return f"{s / 60:.0f}m"
-    return f"{s / 3600:.0f}h"
+    _, unit, form = next(u for u in units if s < u[0])
+    return form.format(s / unit)
+
+
+def age(s: float | None, na: str = "") -> str:
+    """A short duration: 0.3s, 42s, 12m, 3h."""
+    return _in_units(s, _AGE, na)
 
 
 def span(s: float | None, na: str = NA) -> str:
     """A time a step or a phase of it takes: 0.4 ms, 11 ms, 212 ms, 1.2 s, 35 s."""
-    if not isinstance(s, (int, float)) or not math.isfinite(s):
-        return na
-    if s < 0.00995:
-        return f"{s * 1000:.1f} ms"
-    if s < 0.9995:
-        return f"{s * 1000:.0f} ms"
-    return f"{s:.1f} s" if s < 9.95 else f"{s:.0f} s"
+    return _in_units(s, _SPAN, na)
 
 
 def duration(s: float | None, na: str = "-") -> str:
@@ -111,11 +111,11 @@ def pct(v: float | None, na: str = NA) -> str:
 
 def ranks(rs: list[int] | set[int]) -> str:
     """`ranks 0-3`, `rank 2`, `ranks 0,2,5`: a set of ranks in words."""
-    got = sorted(rs)
+    got = sorted(set(rs))
     if not got:
         return "no rank"
     if len(got) == 1:
         return f"rank {got[0]}"
-    if got == list(range(got[0], got[-1] + 1)):
+    if got[-1] - got[0] == len(got) - 1:  # distinct ints: a run without a gap (never a range built)
         return f"ranks {got[0]}-{got[-1]}"
     return "ranks " + ",".join(map(str, got))

@@ -6,14 +6,14 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from mpwatch.contract.gpu_view import ON_MIG as ON_MIG
-from mpwatch.contract.gpu_view import ROOT_ON_MIG as ROOT_ON_MIG
-from mpwatch.contract.status import GpuView, MigSlice
+from mpwatch.contract import COUNTERS, GpuView, MigSlice
+from mpwatch.contract import ON_MIG as ON_MIG
+from mpwatch.contract import ROOT_ON_MIG as ROOT_ON_MIG
 
-# What each N/A value of a view is, in words (a GpuSample's `errors` keys).
-NOUNS = {"memory": "memory", "processes": "process list", "utilization": "utilization",
-         "proc_util": "SM % per process", "temperature": "temperature", "power": "power",
-         "clocks": "SM clock", "throttle": "clock reasons", "process_memory": "process memory"}
+# What each N/A value of a view is, in words (a GpuSample's `errors` keys), in the order the
+# notes say them: the counters' readings in their words (contract.gpu_counters), the others'.
+NOUNS = {"memory": "memory", "processes": "process list", **{c.what: c.noun for c in COUNTERS},
+         "proc_util": "SM % per process", "throttle": "clock reasons", "process_memory": "process memory"}
 
 
 def slice_text(mig: MigSlice | Mapping[str, object]) -> str:

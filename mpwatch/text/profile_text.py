@@ -2,7 +2,7 @@
 its top operators; for `ctl status`, `summary` and the TUI's detail view alike. Pure."""
 from __future__ import annotations
 
-from mpwatch.contract.actions import FileResult, ProfileRequest, profile_span, rank_state
+from mpwatch.contract import FileResult, MemoryRequest, ProfileRequest, profile_span, rank_state, rank_states
 from mpwatch.text import fmt
 
 TOP_HEAD = f"{'SELF CPU':>9} {'SELF GPU':>9} {'CALLS':>6}  OPERATOR"
@@ -14,7 +14,7 @@ def latest(profiles: list[ProfileRequest], rank: int) -> ProfileRequest | None:
     return next((r for r in reversed(profiles) if rank in r["ranks"]), None)
 
 
-def result(req: ProfileRequest, rank: int) -> FileResult | None:
+def result(req: ProfileRequest | MemoryRequest, rank: int) -> FileResult | None:
     return next((r for r in req["results"] if r["rank"] == rank), None)
 
 
@@ -72,19 +72,21 @@ def request_text(req: ProfileRequest) -> str:
     return f"profile #{req['id']} of {fmt.ranks(req['ranks'])}, {when}, asked by {req['by']}"
 
 
-def outcome_text(req: ProfileRequest, steps_now: dict[int, int | None] | None = None) -> str:
+def outcome_text(req: ProfileRequest | MemoryRequest, steps_now: dict[int, int | None] | None = None) -> str:
     """Where it stands on every rank asked, grouped: 'written on ranks 0-1 (rank-N/profiles/x.json.gz);
     running on rank 2'. A failure says the first rank's why."""
     groups: dict[str, list[int]] = {}
+    states = rank_states(req, req["results"])  # linear, however many ranks were asked
     for rank in req["ranks"]:
-        groups.setdefault(str(rank_state(req, rank, req["results"])), []).append(rank)
+        groups.setdefault(str(states.get(rank)), []).append(rank)
+    results = {r["rank"]: r for r in req["results"]}
     out = []
     for state in ("written", "running", "asked", "failed", "missed"):
         ranks = groups.get(state)
         if not ranks:
             continue
         text = f"{state} on {fmt.ranks(ranks)}"
-        r = result(req, ranks[0])
+        r = results.get(ranks[0])
         if state == "written" and r is not None:
             where = str(r["path"])
             where = where if len(ranks) == 1 else where.replace(f"rank-{ranks[0]}/", "rank-N/", 1)

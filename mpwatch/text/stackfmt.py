@@ -12,11 +12,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TypedDict
 
+from mpwatch.contract import numtext
+
 HEADER = "=== mpwatch stack dump: pid "  # the line the supervisor writes before each process
 NATIVE = "--- py-spy"  # the supervisor appends py-spy's native stacks after this line
-_THREAD = re.compile(r"^(Current thread|Thread) (0x[0-9a-fA-F]+) \(most recent call first\):")
-_FRAME = re.compile(r'^\s+File "(?P<file>.*)", line (?P<line>\d+) in (?P<func>.*)$')
-_STDLIB = re.compile(r"/lib/python3(?:\.\d+)?/(.+)$")
+# Line numbers and pids are ASCII digits within bounds (contract.numtext): a dump is text a
+# worker can write, and a frame "line" of 5,000 digits is no frame, never an int() that raises.
+_THREAD = re.compile(r"^(Current thread|Thread) (0x[0-9a-fA-F]{1,16}) \(most recent call first\):")
+_FRAME = re.compile(r'^\s+File "(?P<file>.*)", line (?P<line>[0-9]{1,9}) in (?P<func>.*)$')
+_STDLIB = re.compile(r"/lib/python3(?:\.[0-9]{1,3})?/(.+)$")
 
 COLLECTIVES = {
     "all_reduce", "all_gather", "all_gather_into_tensor", "all_gather_object", "reduce_scatter",
@@ -66,10 +70,8 @@ def parse(text: str) -> list[ProcDump]:
 
 
 def _header_pid(line: str) -> int | None:
-    try:
-        return int(line[len(HEADER):].split()[0])
-    except (ValueError, IndexError):
-        return None
+    words = line[len(HEADER):len(HEADER) + 64].split()
+    return numtext.int_of(words[0]) if words else None
 
 
 def main_thread(proc: ProcDump) -> ThreadDump | None:
@@ -143,8 +145,8 @@ _NATIVE_WAITS = (
     ("ProcessGroupGloo::", "a gloo collective"),
     ("gloo::", "a gloo collective"),
 )
-_NATIVE_PID = re.compile(r"^--- py-spy --native: pid (\d+) ---")
-_NATIVE_THREAD = re.compile(r'^Thread (\d+) \(\w+\)(?:: "(.*)")?')
+_NATIVE_PID = re.compile(r"^--- py-spy --native: pid ([0-9]{1,18}) ---")
+_NATIVE_THREAD = re.compile(r'^Thread ([0-9]{1,18}) \(\w{1,64}\)(?:: "(.*)")?')
 
 
 def native_collective(text: str, pid: int) -> str | None:

@@ -3,8 +3,7 @@ against the others, where they wait for it, what each step costs, and why where 
 Pure; any thread."""
 from __future__ import annotations
 
-from mpwatch.contract.pace import OTHER
-from mpwatch.contract.straggler import Label, Score, rank_label
+from mpwatch.contract import OTHER, RankLabel, Score, rank_label
 from mpwatch.text import fmt, safe
 
 NAME_WIDTH = 40  # a phase's name as the script gave it, printable and cut
@@ -34,7 +33,7 @@ def reason(s: Score, why: str | None, children: int) -> str | None:
     return "; ".join(parts) or None
 
 
-def describe(s: Score, label: Label = rank_label, why: str | None = None) -> str:
+def describe(s: Score, label: RankLabel = rank_label, why: str | None = None) -> str:
     """'rank 1 is the straggler: its forward takes 212 ms against 11 ms on the others, who wait
     for it in their backward (each step 201 ms slower); short of CPU: ...'."""
     text = (f"{label(s.rank)} is the straggler: its {_phase(s.slow)} takes {fmt.span(s.own_s)} against "

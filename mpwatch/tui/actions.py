@@ -17,14 +17,14 @@ from textual.binding import Binding
 from textual.message import Message
 from textual.scrollbar import ScrollBar
 
-from mpwatch.contract.actions import PROFILE_STEPS
-from mpwatch.contract.status import State, Status, WorkerStatus
+from mpwatch.contract import ALIVE_STATES, PROFILE_STEPS, State, Status, WorkerStatus
 from mpwatch.sources.local import ClientError, who
 from mpwatch.sources.source import Source
 from mpwatch.tui.outcome import Outcome
 from mpwatch.tui.poller import Poller
 from mpwatch.tui.render import segs, stop_text, view
 from mpwatch.tui.render.glyphs import Glyphs
+from mpwatch.tui.render.segs import cell
 from mpwatch.tui.screens.checkpoint import CheckpointDialog
 from mpwatch.tui.screens.confirm import Choice, ChoiceDialog, ConfirmDialog
 from mpwatch.tui.screens.profile import ProfileDialog
@@ -172,7 +172,7 @@ class RunActions(ViewActions, App[Outcome]):
         st = self._can_act("pause all")
         if st is None:
             return
-        alive = [w for w in st["workers"] if w["state"] in view.ALIVE]
+        alive = [w for w in st["workers"] if w["state"] in ALIVE_STATES]
         cmd = "resume" if alive and all(w["state"] == State.PAUSED for w in alive) else "pause"
         self._request(f"{cmd} all", lambda: self._actions().act(cmd, "all"))
 
@@ -184,8 +184,8 @@ class RunActions(ViewActions, App[Outcome]):
                 self._request(f"{verb} rank {rank}", lambda: self._actions().act(verb, rank))
             else:
                 self.say(f"{verb} of rank {rank} cancelled", notify=False)
-        self.push_screen(ConfirmDialog(f"{verb.capitalize()} rank {rank} (pid {w['pid']})?", detail, warning),
-                         answer)
+        question = cell(f"{verb.capitalize()} rank {rank} (pid {w['pid']})?")
+        self.push_screen(ConfirmDialog(question, cell(detail), cell(warning) if warning else None), answer)
 
     def action_kill(self) -> None:
         """`k`: what groups.ProcessGroups.kill sends, and what it does to a process group."""
@@ -215,7 +215,7 @@ class RunActions(ViewActions, App[Outcome]):
             else:
                 self.say(f"restart of rank {rank} cancelled", notify=False)
         self.push_screen(ChoiceDialog(
-            f"Restart rank {rank} (pid {w['pid']})?", stop_text.restart_warning(rank, peers),
+            cell(f"Restart rank {rank} (pid {w['pid']})?"), cell(stop_text.restart_warning(rank, peers)),
             [Choice("a", f"Restart all {n}", "all", "error"),
              Choice("o", f"Only rank {rank}", "one", "warning"),
              Choice("n", "Cancel", "cancel", "primary")]), chosen)
@@ -232,8 +232,9 @@ class RunActions(ViewActions, App[Outcome]):
             else:
                 self.say("restart of all workers cancelled", notify=False)
         how = stop_text.stop_every(st["run"]["options"])
-        self.push_screen(ConfirmDialog(f"Restart all {n} workers?", f"Every worker is stopped ({how}) and "
-                                       "started again: a process group they share forms anew."), answer)
+        self.push_screen(ConfirmDialog(cell(f"Restart all {n} workers?"), cell(
+            f"Every worker is stopped ({how}) and started again: a process group they share forms anew.")),
+            answer)
 
     def _resize(self, delta: int) -> None:
         st = self._can_act("resize")
@@ -253,10 +254,10 @@ class RunActions(ViewActions, App[Outcome]):
             else:
                 self.say(f"resize to {n} cancelled", notify=False)
         self.push_screen(ConfirmDialog(
-            f"Resize to {n} workers, restarting every worker?",
-            f"Resize mode restart: all {len(st['workers'])} workers are stopped "
-            f"({stop_text.stop_every(st['run']['options'])}) and {n} are started (a process group they "
-            "share forms anew at the new size)."), answer)
+            cell(f"Resize to {n} workers, restarting every worker?"),
+            cell(f"Resize mode restart: all {len(st['workers'])} workers are stopped "
+                 f"({stop_text.stop_every(st['run']['options'])}) and {n} are started (a process group they "
+                 "share forms anew at the new size).")), answer)
 
     def action_grow(self) -> None:
         self._resize(+1)
@@ -271,7 +272,7 @@ class RunActions(ViewActions, App[Outcome]):
             self._request(f"dump rank {rank}", lambda: self._actions().act("dump", rank))
 
     def action_checkpoint(self) -> None:
-        """`c`: the selected rank or every rank, asked first (supervisor.control.room picks the step)."""
+        """`c`: the selected rank or every rank, asked first (supervisor.live.room picks the step)."""
         w = self._selected("checkpoint")
         if w is None or self.status is None:
             return
@@ -296,7 +297,7 @@ class RunActions(ViewActions, App[Outcome]):
                           lambda: self._actions().ask("memory", rank, by=who("tui"))["message"])
 
     def action_profile(self) -> None:
-        """`o`: the selected rank or every rank, asked first (supervisor.control.actions)."""
+        """`o`: the selected rank or every rank, asked first (supervisor.live.actions)."""
         w = self._selected("profile")
         if w is None or self.status is None:
             return

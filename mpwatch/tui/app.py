@@ -6,36 +6,36 @@ tui.actions (the App's base class). Everything here runs on the UI thread.
 """
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from functools import partial
 from pathlib import Path
 
-from rich.text import Text
 from textual import events
 from textual.app import ComposeResult, SystemCommand
 from textual.screen import Screen
-from textual.widgets import Static
 
-from mpwatch.contract.status import Event, EventFields, RunState, State, Status, devices
+from mpwatch.contract import Event, EventFields, RunState, State, Status, devices
 from mpwatch.sources.source import Source
 from mpwatch.text import eventtext
-from mpwatch.tui import keys
+from mpwatch.tui import keys, priority
 from mpwatch.tui.actions import RunActions
 from mpwatch.tui.outcome import Outcome
 from mpwatch.tui.poller import INTERVAL_S, Poller, PollFailed, RunGone, SnapshotReady
-from mpwatch.tui.render import control_rows, gpu_rows, node_rows, view
+from mpwatch.tui.render import control_rows, findings, gpu_rows, node_rows, view
 from mpwatch.tui.render.glyphs import Glyphs
-from mpwatch.tui.render.segs import Line
+from mpwatch.tui.render.segs import Line, cell
+from mpwatch.tui.screens.alerts import AlertsScreen
 from mpwatch.tui.screens.detail import DetailScreen
 from mpwatch.tui.screens.events import EventsScreen
 from mpwatch.tui.screens.gpu import GpuScreen
 from mpwatch.tui.screens.help import HelpScreen
 from mpwatch.tui.screens.logs import LogsScreen
 from mpwatch.tui.screens.tunables import TunablesScreen
-from mpwatch.tui.widgets.cells import to_text
+from mpwatch.tui.widgets.cells import toast
 from mpwatch.tui.widgets.gpu_panel import AlertLines, GpuPanel
 from mpwatch.tui.widgets.header import RunHeader
 from mpwatch.tui.widgets.keys_footer import KeysFooter
+from mpwatch.tui.widgets.lines import Lines
 from mpwatch.tui.widgets.worker_table import WorkerTable
 
 __all__ = ["MpwatchApp", "Outcome"]
@@ -60,11 +60,12 @@ class MpwatchApp(RunActions):
         self.snapshots = 0  # applied snapshots, for tests and the bench
         self.messages: list[tuple[str, str]] = []  # everything said to the user
         self.header = RunHeader(id="header")
-        self.banner = Static(id="banner")
-        self.selected_line = Static(id="selected-line")
         self.gpu_panel = GpuPanel(id="gpus")
         self.alert_lines = AlertLines(id="alerts")
-        self.status_line = Static(id="status-line")
+        # the plain texts: the banner (an ended run, a replay's notes), the selected worker, the status line
+        self.banner = Lines(id="banner", wrap=True)
+        self.selected_line, self.status_line = (Lines(id=name, fixed=True) for name in ("selected-line",
+                                                                                        "status-line"))
         self._told_exit: dict[int | None, int | None] = {}  # rank -> pid of the last exit a notice told of
         self._selected_shown: Line | None = None
         self._multi_node = False  # a merged view of several nodes: the NODE column
@@ -73,6 +74,7 @@ class MpwatchApp(RunActions):
         self._mig = False  # a GPU has MIG slices: a wider GPU column
         # every event received, the first snapshot's too (events screen)
         self.event_log: list[EventFields] = []
+        self._group_nice: int | None = None  # the session's scheduling group's nice before the TUI's
 
     # ---------------------------------------------------------------- layout ----
     def compose(self) -> ComposeResult:
@@ -86,11 +88,14 @@ class MpwatchApp(RunActions):
         self._set_columns(self.size.width)
         self.table.focus()
         self.say("connecting to the run", "information", notify=False)
+        if not self.is_headless:  # a terminal's TUI beside a busy run: its keys first (tui.priority)
+            self._group_nice = priority.raise_own()
         if self.source is not None:
             self.poller = Poller(self.source, self, self.interval)
             self.poller.start()
 
     def on_unmount(self) -> None:
+        priority.restore(self._group_nice)
         if self.poller is not None:
             self.poller.stop()
         close = getattr(self._act_source, "close", None)
@@ -157,12 +162,11 @@ class MpwatchApp(RunActions):
             self.header.show(head[:-1] if small and self.sort == "rank" and not self.filter_text else head)
             self.table.apply(view.table_rows(st, folded=self.folded, filter_text=self.filter_text,
                                              sort=self.sort))
-            self.gpu_panel.show(gpu_rows.gpu_rows(st, g, gpu_width), gpu_rows.title(st, g, width, gpu_fit),
-                                gpu_fit)
-            self.alert_lines.show(gpu_rows.alert_lines(st, g, width - 2,
-                                                       1 if small else 2 if height < 30 else 4))
+            self.gpu_panel.show(gpu_rows.gpu_rows(st, g, gpu_width),
+                                cell(gpu_rows.title(st, g, width, gpu_fit)), gpu_fit)
+            self.alert_lines.show(findings.finding_lines(st, g, width - 2, findings.budget(height, small)))
             self._show_selected()
-        if isinstance(self.screen, (DetailScreen, GpuScreen, TunablesScreen)):
+        if isinstance(self.screen, (DetailScreen, GpuScreen, TunablesScreen, AlertsScreen)):
             self.screen.show_status()
 
     def keep_events(self, recs: Iterable[EventFields]) -> None:
@@ -171,7 +175,10 @@ class MpwatchApp(RunActions):
         del self.event_log[:-EVENTS_KEPT]
 
     def _notices(self, recs: Iterable[EventFields]) -> None:
-        notes = []
+        """What the new events say, on the status line (and as toasts where there is room).
+        A new finding's notice is its headline, on the status line only: the finding is whole
+        under the table, where a toast would cover it (tui.render.findings)."""
+        notes: list[tuple[str, eventtext.Severity, bool]] = []
         recs = list(recs)
         exits = [rec for rec in recs if rec["event"] == Event.WORKER_EXITED]
         for rec in exits:
@@ -179,13 +186,13 @@ class MpwatchApp(RunActions):
         for rec in recs:
             if len(exits) > 1 and rec["event"] == Event.WORKER_EXITED:
                 if rec is exits[0]:  # ranks that end together (a process group failing at once): one notice
-                    notes.append(eventtext.exits_notice(exits))
+                    notes.append((*eventtext.exits_notice(exits), True))
                 continue
             note = eventtext.notice(rec)
             if note is not None:
-                notes.append(note)
-        for text, sev in notes[:MAX_NOTICES]:
-            self.say(text, sev)
+                notes.append((*note, rec["event"] not in (Event.ALERT, Event.GPU_ALERT)))
+        for text, sev, popup in notes[:MAX_NOTICES]:
+            self.say(text, sev, notify=popup)
         if len(notes) > MAX_NOTICES:
             self.say(f"and {len(notes) - MAX_NOTICES} more events (see the table, or e)", "warning")
 
@@ -215,7 +222,7 @@ class MpwatchApp(RunActions):
                 if w["state"] in (State.FAILED, State.KILLED) and self._told_exit.get(w["rank"]) != w["pid"]:
                     self.say(f"rank {w['rank']} {w['state']}: {w['cause']}",
                              "error" if w["state"] == State.FAILED else "warning")
-            lines = view.ending_lines(final)
+            lines = view.ending_lines(final, eventtext.first_failure(self.event_log))
             self.say(lines[0], "information" if code == 0 else "error", notify=False)  # the banner says it
         else:
             lines = [f"lost the connection to the run ({msg.why}); "
@@ -223,32 +230,32 @@ class MpwatchApp(RunActions):
             self.say(lines[0], "error", notify=False)  # the banner says it
             self.refresh_view()
         self.final_exit_code = code
-        self.banner.update(Text("\n".join(lines)))
+        self.banner.show([cell(t) for t in lines])
         self.banner.add_class("shown")
         if self.leaving == "stop":
             self.exit(Outcome("stopped", code))
 
     # ---------------------------------------------------------------- telling ----
     def say(self, text: str, severity: str = "information", notify: bool = True) -> None:
-        """Tell the user: the status line always, a notification too when asked."""
+        """Tell the user: the status line always, a notification too when asked. The status
+        line's and the toasts' one way in: the text through the sanitiser here."""
+        lines = [cell(t) for t in text.splitlines()] or [cell("")]
+        said = lines[0]
         self.messages.append((text, severity))
         del self.messages[:-200]
-        line = self.status_line
-        line.update(Text(text.splitlines()[0] if text else "", no_wrap=True, overflow="ellipsis"),
-                    layout=False)
-        line.set_class(severity == "error", "error")
-        line.set_class(severity == "warning", "warning")
+        status = self.status_line
+        status.show([said])
+        status.set_class(severity == "error", "error")
+        status.set_class(severity == "warning", "warning")
         if notify and self.notices and self.size.width >= TOAST_W and self.size.height >= TOAST_H:
-            # plain text: a cause may hold "[/x]"
-            self.notify(text, severity="error" if severity == "error" else
-                        "warning" if severity == "warning" else "information",
-                        timeout=8 if severity == "error" else 4, markup=False)
+            toast(self, lines, "error" if severity == "error" else "warning" if severity == "warning"
+                  else "information", timeout=8 if severity == "error" else 4)
 
     def _show_selected(self) -> None:
         line = view.selected_line(self.worker(self.table.selected_rank()), self.glyphs)
         if line != self._selected_shown:
             self._selected_shown = line
-            self.selected_line.update(to_text(line), layout=False)  # one line, always
+            self.selected_line.show([line])  # one line, always
 
     # --------------------------------------------------------------- screens ----
     def action_cursor_down(self) -> None:
@@ -261,18 +268,18 @@ class MpwatchApp(RunActions):
         self.action_detail()
 
     def action_detail(self) -> None:
-        rank = self.table.selected_rank()
-        if rank is None:
-            self.say("no worker selected", "warning")
-            return
-        self.push_screen(DetailScreen(rank))
+        self._open_on_selected(DetailScreen)
 
     def action_logs(self) -> None:
+        self._open_on_selected(LogsScreen)
+
+    def _open_on_selected(self, screen: Callable[[int], Screen[None]]) -> None:
+        """A screen of the selected worker (its detail, its logs); a warning where none is."""
         rank = self.table.selected_rank()
         if rank is None:
             self.say("no worker selected", "warning")
             return
-        self.push_screen(LogsScreen(rank))
+        self.push_screen(screen(rank))
 
     def action_events(self) -> None:
         started = self.status["run"]["started"] if self.status is not None else None
@@ -286,6 +293,9 @@ class MpwatchApp(RunActions):
 
     def action_tunables(self) -> None:
         self.push_screen(TunablesScreen())
+
+    def action_alerts(self) -> None:
+        self.push_screen(AlertsScreen())
 
     def offered_keys(self) -> list[keys.Key]:
         """The keys the help and the palette offer: the table's, less those that act where

@@ -1,10 +1,11 @@
 """The TUI's one key table. Every key of the main screen is a Textual Binding here, once: the
 word the footer shows (description), the sentence the help screen and the command palette show
 (tooltip), and whether it acts on the run (Key.acts). tui.app binds LIVE; tui.replay_app binds
-CURSOR too, and takes the keys that act off its footer. The footer, the command palette
-(tui.app's get_system_commands) and the help screen (tui.screens.help) all read this table,
-so a key added here is offered everywhere, and one that acts leaves every list where nothing
-can be acted on (a replay, a run that has ended). Pure data; read on the UI thread.
+CURSOR too, and takes the keys that act off its footer; the detail view binds DETAIL (its own
+keys, and LIVE's on its one worker). The footer, the command palette (tui.app's
+get_system_commands) and the help screen (tui.screens.help) all read this table, so a key
+added here is offered everywhere, and one that acts leaves every list where nothing can be
+acted on (a replay, a run that has ended). Pure data; read on the UI thread.
 """
 from __future__ import annotations
 
@@ -67,6 +68,8 @@ LIVE: tuple[Key, ...] = (
     Key("o", "profile", "Profile", show=False, acts=True,
         tooltip="profile the selected worker or all: a trace of its next steps"),
     Key("e", "events", "Events", show=False, tooltip="events: every event of the run, from the first"),
+    Key("a", "alerts", "Alerts", show=False,
+        tooltip="every standing finding and alert, whole (since when, what it cost, what to do)"),
     Key("slash", "filter", "Filter", tooltip="filter the rows by rank, pid, state or cause"),
     Key("escape", "clear_filter", "Clear the filter", show=False, key_display="Esc",
         tooltip="clear the filter"),
@@ -100,6 +103,25 @@ CURSOR: tuple[Key, ...] = (
 )
 
 ACTING = frozenset(k.action for k in LIVE if k.acts)  # the actions of the keys that act
+
+
+def _on_one_worker(key: str, word: str) -> Key:
+    """A key of LIVE as the detail view binds it: on the worker it shows (one that acts goes
+    through the view's act, which leaves the footer where nothing can act), shown in its footer
+    with the word it has there."""
+    k = next(k for k in LIVE if k.key == key)
+    return dataclasses.replace(k, action=f"act('{k.action}')" if k.acts else f"app.{k.action}",
+                               description=word, show=True)
+
+
+# The detail view's keys (tui.screens.detail): its own, then LIVE's keys that act on one worker,
+# in its footer's words (it has room for more of them than the main screen).
+DETAIL: tuple[Key, ...] = (
+    Key("escape,q,enter", "close", "Back", tooltip="back to the worker table"),
+    Key("y", "log_scale", "Log/linear", tooltip="the loss plot on a log or linear scale"),
+    *(_on_one_worker(key, word) for key, word in
+      (("p", "Pause/resume"), ("d", "Dump stacks"), ("k", "Kill"), ("r", "Restart"), ("l", "Logs"))),
+)
 
 
 def offered(keys: Iterable[Key], can_act: bool) -> list[Key]:

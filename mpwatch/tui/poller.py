@@ -15,7 +15,7 @@ from typing import Any, Protocol
 
 from textual.message import Message
 
-from mpwatch.contract.status import EventFields, Status
+from mpwatch.contract import EventFields, Status
 from mpwatch.sources.local import ClientError
 from mpwatch.sources.source import Source
 

@@ -9,11 +9,10 @@ the status of the new moment (and the open detail, logs or GPU screen reloads). 
 """
 from __future__ import annotations
 
-from rich.text import Text
 from textual import events
 from textual.timer import Timer
 
-from mpwatch.contract.status import Event, State, Status
+from mpwatch.contract import Event, State, Status
 from mpwatch.sources.replay import ReplaySource
 from mpwatch.text import eventtext
 from mpwatch.tui import keys
@@ -22,6 +21,7 @@ from mpwatch.tui.outcome import Outcome
 from mpwatch.tui.poller import TAIL_POINTS
 from mpwatch.tui.render import view
 from mpwatch.tui.render.glyphs import Glyphs
+from mpwatch.tui.render.segs import cell
 from mpwatch.tui.screens.detail import DetailScreen
 from mpwatch.tui.screens.events import EventsScreen
 from mpwatch.tui.screens.gpu import GpuScreen
@@ -70,7 +70,7 @@ class ReplayApp(MpwatchApp):
         notes = list(self.replay.notes)
         if notes and notes != self._notes_shown:
             self._notes_shown = notes
-            self.banner.update(Text("\n".join(notes), no_wrap=False))
+            self.banner.show([cell(n) for n in notes])
             self.banner.add_class("shown")
 
     # ----------------------------------------------------------------- view ----

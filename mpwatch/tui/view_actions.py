@@ -12,7 +12,7 @@ from mpwatch.tui.screens.filter import FilterDialog
 if TYPE_CHECKING:
     from textual.app import App
 
-    from mpwatch.contract.status import Status, WorkerStatus
+    from mpwatch.contract import Status, WorkerStatus
     from mpwatch.tui.outcome import Outcome
     from mpwatch.tui.widgets.worker_table import WorkerTable
 

@@ -32,11 +32,7 @@ from mpwatch.worker.channel import FLUSH_S, Channel, ChannelConfig, PhaseTimer
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Callable
-    from typing import Literal
-
-    from mpwatch.worker.cuda_scripted import ScriptedCuda
-
-SCRIPTED_CUDA_ENV = "MPWATCH_SCRIPTED_CUDA"  # a scripted allocator view (worker.cuda_scripted), no GPU needed
+    from typing import Any, Literal
 
 
 def _noop_report(step: int | None = None, loss: object = None, **metrics: object) -> None:
@@ -119,20 +115,17 @@ def _setup() -> Channel | None:
     config = _config()
     if config is None:
         return None
+    from mpwatch.worker import seam
     from mpwatch.worker.sender import Sender
 
-    source: ScriptedCuda | None = None
-    scenario = os.environ.get(SCRIPTED_CUDA_ENV)
-    if scenario:
-        from mpwatch.worker.cuda_scripted import ScriptedCuda
-
-        source = ScriptedCuda(scenario, config.rank)
+    double = seam.cuda(config.rank)  # (CUDA view, torch) where the GPU seam is set, else None: torch's
     # mpwatch's start-up hook imports this module for the CUDA memory forensics alone: the script
     # promised no reports (protocol.ENV_HOOK_ONLY, set only while it imports)
-    chan = Channel(config, source, quiet=os.environ.pop(protocol.ENV_HOOK_ONLY, None) == "1")
+    quiet = os.environ.pop(protocol.ENV_HOOK_ONLY, None) == "1"
+    chan = Channel(config, double[0] if double else None, quiet=quiet)
     chan.sender = Sender(chan)
-    if source is not None:
-        _arm_scripted(source, chan)
+    if double is not None:
+        _arm(double[1], chan)
     os.register_at_fork(before=chan.before_fork, after_in_child=chan.reset)
     os.register_at_fork(before=chan.hold_imports, after_in_parent=chan.release_imports)
     chan.before_fork()  # a spawned child of multiprocessing: it imports mpwatch before its run
@@ -141,12 +134,12 @@ def _setup() -> Channel | None:
     return chan
 
 
-def _arm_scripted(view: ScriptedCuda, chan: Channel) -> None:
-    """The scripted torch (worker.torch_scripted) stands for torch's CUDA: the memory forensics
-    are armed on it as on a GPU (worker.cuda_memory; a real `import torch` later finds them armed)."""
-    from mpwatch.worker import cuda_memory, torch_scripted
+def _arm(torch: Any, chan: Channel) -> None:
+    """The GPU seam's torch (worker.seam) answers torch's CUDA calls: the memory forensics are
+    armed on it as on a GPU (worker.cuda_memory; a real `import torch` later finds them armed)."""
+    from mpwatch.worker import cuda_memory
 
-    cuda_memory.arm(torch_scripted.install(view), chan)
+    cuda_memory.arm(torch, chan)
 
 
 _channel = _setup()

@@ -17,7 +17,7 @@ from mpwatch.worker import bounds
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from mpwatch.contract.cuda_view import CudaView, OomRecord
+    from mpwatch.contract import CudaView, OomRecord
     from mpwatch.worker.channel import Channel, Entry, ProcessState
 
 CUDA_EVERY_S = 1.0  # torch's memory view is sampled at most this often

@@ -1,7 +1,7 @@
 """Each report bounded and coerced before it is sent, so that one odd report never costs the
 batch it travels in (a frame past protocol.MAX_FRAME, or a number no float can hold, would be
-refused whole by the supervisor) and the supervisor's bounds (protocol.MAX_METRICS...) are
-never reached by a well-meaning script.
+refused whole by the supervisor) and the supervisor's bounds (protocol.MAX_METRICS_ACCEPTED...)
+are never reached by a well-meaning script.
 
 - a step that is no int is made one when it can be (a numpy int), else dropped; one past 2^53
   (contract.protocol.MAX_STEP: the largest integer every reader holds exactly) is dropped too,
@@ -10,7 +10,7 @@ never reached by a well-meaning script.
   inf); a number type that is not int or float (a numpy scalar) as a float;
 - a string metric longer than MAX_TEXT is cut, with a note of its length; any other value
   (a list, an object) is kept when its JSON is short, else cut as text the same way;
-- at most MAX_METRICS metrics a report (the rest counted in one note), names cut at MAX_NAME;
+- at most MAX_METRICS_SENT metrics a report (the rest counted in one note), names cut at MAX_NAME;
 - at most MAX_PHASES phase names.
 
 Runs on the worker's sender thread at flush (report() only appends: it stays microseconds),
@@ -25,12 +25,12 @@ import sys
 
 MAX_TEXT = 256  # characters of a metric's text
 MAX_NAME = 64  # characters of a metric's or a phase's name
-MAX_METRICS = 64  # metrics a report carries
+MAX_METRICS_SENT = 64  # metrics a report carries as sent (the supervisor takes more)
 MAX_PHASES = 64
 EXACT = 1 << 53  # past this an int is no exact float: sent as one, so that every reader can use it
 _said: set[str] = set()  # what was said on stderr once in this process ("step")
 CUT_NOTE = "…(cut: {n} characters)"
-MORE = "…"  # the note of the metrics past MAX_METRICS: its value says how many
+MORE = "…"  # the note of the metrics past MAX_METRICS_SENT: its value says how many
 
 
 def number(v: object) -> object:
@@ -77,11 +77,11 @@ def _name(k: object) -> str:
 
 
 def metrics(m: dict[str, object]) -> dict[str, object]:
-    """A report's metrics, bounded (at most MAX_METRICS and one note of the rest)."""
+    """A report's metrics, bounded (at most MAX_METRICS_SENT and one note of the rest)."""
     out: dict[str, object] = {}
     for i, (k, v) in enumerate(m.items()):
-        if i == MAX_METRICS:
-            out[MORE] = f"{len(m) - MAX_METRICS} more metric(s) not sent"
+        if i == MAX_METRICS_SENT:
+            out[MORE] = f"{len(m) - MAX_METRICS_SENT} more metric(s) not sent"
             break
         out[_name(k)] = metric(v)
     return out

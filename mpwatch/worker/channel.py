@@ -23,12 +23,13 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Callable
     from multiprocessing.connection import Connection
-    from typing import Literal, Protocol
+    from typing import Literal, Protocol, TypeVar
 
-    from mpwatch.contract.cuda_view import CudaView, OomRecord
+    from mpwatch.contract import CudaView, OomRecord
 
     Entry = tuple[int, float, int | None, object, dict[str, object]]  # seq, wall time, step, loss, metrics
     CudaSource = Callable[[], CudaView | None]
+    _T = TypeVar("_T")
 
     class Sender(Protocol):
         """The sender thread's side (worker.sender.Sender)."""
@@ -56,6 +57,18 @@ OOMS_PENDING = 16  # OOM records kept for the next batches (a flush sends protoc
 # torch's allocator view: milliseconds); past it the fork goes on, as without mpwatch.
 FORK_WAIT_S = 5.0
 NEVER = 1 << 62  # ProcessState.act_due while no action waits for a step
+
+
+def drain(box: deque[_T], most: int) -> list[_T]:
+    """Up to `most` of what waits in `box`, oldest first: the sender thread takes what another
+    thread appends (no lock: a deque's popleft and append are atomic)."""
+    out: list[_T] = []
+    while box and len(out) < most:
+        try:
+            out.append(box.popleft())
+        except IndexError:
+            break
+    return out
 
 
 class PhaseTimer:

@@ -10,7 +10,7 @@
 
 Both are meant for every step: while no request is due they cost one compare. On a run of
 several ranks a request takes effect at the same step on every rank (the supervisor picks
-the step; see supervisor.control). Outside mpwatch, should_checkpoint() is False and tunable()
+the step; see supervisor.live). Outside mpwatch, should_checkpoint() is False and tunable()
 returns its default. Runs on the training thread. Stdlib only; loaded on first use by
 `mpwatch.should_checkpoint`.
 """

@@ -38,6 +38,7 @@ from collections import deque
 
 from mpwatch.contract import protocol
 from mpwatch.worker.actions import StepActions
+from mpwatch.worker.channel import drain
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -149,14 +150,7 @@ class ControlState:
 
     def take(self) -> list[list[object]]:
         """The answers and declarations for the next batch."""
-        out: list[list[object]] = []
-        box = self.outbox
-        while box and len(out) < TAKE_MAX:
-            try:
-                out.append(box.popleft())
-            except IndexError:
-                break
-        return out
+        return drain(self.outbox, TAKE_MAX)
 
     def give_back(self, entries: list[list[object]]) -> None:
         """A batch that could not be sent: its entries go with the next one."""

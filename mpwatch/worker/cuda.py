@@ -14,7 +14,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable
     from types import ModuleType
 
-    from mpwatch.contract.cuda_view import CudaView
+    from mpwatch.contract import CudaView
 
 CUDA_RESCAN_S = 10.0  # which device the process allocates on is re-checked this often
 

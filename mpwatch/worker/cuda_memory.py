@@ -2,8 +2,8 @@
 (--cuda-memory-history) and the allocator snapshots the rank writes into its folder.
 
 Armed right after `import torch` by the start-up hook (worker.boot, the finder of the automatic
-steps), or on the scripted torch (worker.torch_scripted) where the CUDA view is scripted, and only
-in a process that initialises CUDA: `arm` hands its work to torch.cuda._lazy_call, which torch
+steps), or on the GPU seam's torch (worker.seam) where a test sets the seam, and only in a
+process that initialises CUDA: `arm` hands its work to torch.cuda._lazy_call, which torch
 runs once its CUDA state is initialised, never before (a CPU-only process, a DataLoader worker
 pays nothing). Then, with the calls and arguments torch documents:
 - with the history on, torch.cuda.memory._record_memory_history(...) records the Python stack
@@ -33,7 +33,7 @@ if TYPE_CHECKING:
     from types import TracebackType
     from typing import Any
 
-    from mpwatch.contract.cuda_view import OomRecord
+    from mpwatch.contract import OomRecord
     from mpwatch.worker.channel import Channel
 
 STACKS = "python"  # the history's frames: Python's (C++ frames cost far more to unwind)

@@ -5,7 +5,7 @@ opens it; with --cuda-memory-history its blocks carry the stacks that allocated 
 
 Runs on the training thread at the step boundary (worker.actions: report() with a step, or the
 automatic steps), through the process's CUDA memory forensics (worker.cuda_memory: torch's own,
-or the scripted torch's); the snapshot is taken and written there, once, and the loop waits that
+or the GPU seam's, worker.seam); the snapshot is taken and written there, once, and the loop waits that
 long (`held_ms`). A process that has not imported torch, or has not initialised CUDA, answers
 why not. Stdlib only; loaded by worker.actions when a snapshot is asked.
 """

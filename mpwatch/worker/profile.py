@@ -15,6 +15,7 @@ imports torch itself (the script's own is in sys.modules).
 from __future__ import annotations
 
 import atexit
+import errno
 import json
 import sys
 import threading
@@ -34,6 +35,7 @@ TRACE_MAX = 512 << 20  # bytes of gzip: past it no trace is kept
 TOP = 10
 EXPORT_WAIT_S = 120.0  # at exit, a trace being written gets this long
 NO_TORCH = "this process has not imported torch"
+KINETO_TMP = ".tmp"  # Kineto writes a trace to its path and this, then renames it (torch 2.x)
 _exports: list[threading.Thread] = []
 
 
@@ -42,7 +44,7 @@ def begin(answers: Answers, rid: int, at: int | None, step: int, frame: dict[str
     (the result says why)."""
     torch: Any = sys.modules.get("torch")
     path, steps = frame.get("path"), frame.get("steps")
-    if torch is None:  # py-spy instead, perhaps (supervisor.control.actions)
+    if torch is None:  # py-spy instead, perhaps (supervisor.live.actions)
         answers.result(rid, {"state": "failed", "why": NO_TORCH, "no_torch": True})
         return None
     if type(path) is not str or type(steps) is not int or not 1 <= steps <= STEPS_MAX:
@@ -114,6 +116,9 @@ class Session:
         try:
             scratch, path = folder.scratch(".json")
             self.prof.export_chrome_trace(path)  # Kineto writes it (it replaces our empty file)
+            if folder.size(scratch + KINETO_TMP) is not None or not folder.size(scratch):
+                # it could not (a full disk): no error is raised, its temporary is left, ours stays empty
+                raise OSError(errno.ENOSPC, "Kineto wrote no whole trace (is the disk full?)")
             size = folder.gzip_from(scratch, TRACE_MAX)
             fields: dict[str, object] = {"state": "written", "bytes": size, "steps": steps,
                                          "top": self._top(), "held_ms": held_ms, "tool": "torch.profiler"}
@@ -123,8 +128,9 @@ class Session:
             why = getattr(exc, "strerror", None) or f"{type(exc).__name__}: {exc}"
             fields = {"state": "failed", "why": f"the trace was not written: {why}"[:300], "held_ms": held_ms}
         finally:
-            if scratch is not None:
-                folder.remove(scratch)
+            if scratch is not None:  # ours, and Kineto's own temporary (it writes PATH.tmp, then renames):
+                folder.remove(scratch)  # a full disk leaves that one behind, as big as the trace
+                folder.remove(scratch + KINETO_TMP)
             folder.close()
         self.answers.result(self.rid, fields)
 

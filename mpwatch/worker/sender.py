@@ -16,17 +16,18 @@ import os
 import time
 
 from mpwatch.contract import protocol
+from mpwatch.worker.channel import drain
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from collections import deque
-
-    from mpwatch.contract.cuda_view import OomRecord
+    from mpwatch.contract import OomRecord
     from mpwatch.worker.channel import Channel
 
 RETRY_S = 1.0  # the supervisor is gone or restarting: connect again after this
 REFUSED_RETRY_S = 5.0  # it refused us (a wrong key): try again, less often
 EXIT_JOIN_S = 1.0  # at exit, the thread's last flush gets this long: exit must not hang
+FIRST_S = 0.02  # a first report waits at most this long to be sent...
+FIRST_FOR_S = 10.0  # ...in a process's first seconds (one that never reports stops looking)
 
 
 class Sender:
@@ -40,8 +41,19 @@ class Sender:
         s = chan.state
         if s.conn is None:
             self._connect()  # hello now: the supervisor learns this process speaks the protocol
-        while not s.stop.wait(chan.config.flush_s):
-            self.flush()
+        flush_s = chan.config.flush_s
+        now = time.monotonic()
+        due, hurry_until = now + flush_s, now + FIRST_FOR_S
+        while True:
+            # Until its first report has gone (for FIRST_FOR_S at most), one waits FIRST_S, not a
+            # flush interval: a started or restarted worker shows at once. Nothing else hurries.
+            hurry = s.last_sent_seq < 0 and now < hurry_until
+            if s.stop.wait(max(0.0, min(due - now, FIRST_S) if hurry else due - now)):
+                return
+            now = time.monotonic()
+            if now >= due or (hurry and s.buf):
+                self.flush()
+                due = now + flush_s
 
     def _connect(self) -> bool:
         chan = self.chan
@@ -80,7 +92,7 @@ class Sender:
             self._read_requests()
         ctl = chan.control
         answers = ctl.take() if ctl is not None else None
-        ooms = _take(s.ooms, protocol.OOM_MAX)
+        ooms = drain(s.ooms, protocol.OOM_MAX)  # worker.cuda_memory queues them on another thread
         if not buf and s.phases == s.last_phases and not answers and not ooms:
             return
         if s.conn is None and not self._connect():
@@ -158,14 +170,3 @@ class Sender:
                 s.conn.close()
             except (OSError, EOFError, ValueError):
                 pass
-
-
-def _take(box: deque[OomRecord], most: int) -> list[OomRecord]:
-    """Up to `most` of the OOM records waiting (worker.cuda_memory queues them on another thread)."""
-    out: list[OomRecord] = []
-    while box and len(out) < most:
-        try:
-            out.append(box.popleft())
-        except IndexError:
-            break
-    return out

@@ -33,7 +33,7 @@ def test_an_lbfgs_steps_loss_is_what_step_returned(headless):
     assert run.wait_exit(300) == 0, run.log(0, "stderr")[-2000:]
     printed = printed_steps(run.log(0))
     assert len(printed) == STEPS and all(len(p) > 1 for p in printed), printed  # several evaluations a step
-    # One report event a second at most (supervisor.ipc.ledger.REPORT_EVENT_S): the steps an
+    # One report event a second at most (supervisor.workers.ledger.REPORT_EVENT_S): the steps an
     # event folds in are not each an event, the last step always is.
     reports = run.events("report")
     steps = [r["step"] for r in reports]

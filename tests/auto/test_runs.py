@@ -7,7 +7,6 @@ import json
 
 import pytest
 
-from mpwatch.contract.names import Event
 from tests.auto.conftest import OPT_OUTS
 from tests.helpers import FIXTURES, need, wait_for
 
@@ -97,12 +96,9 @@ def test_a_blocked_ddp_rank_is_named_without_a_report_anywhere(headless):
     assert "rank 1" in text and "step 14" in text and "wait_for_a_lost_message" in text, text
 
 
-# Issue 20's start-up rule (--startup-timeout, the slow_start event) lives on another branch
-# until the lead merges both; the skip below is exactly its absence. Merged, the worker side
-# says hello when mpwatch is imported, and mpwatch.worker.auto imports it right after `import torch`:
-# from then on the process is one that will report, and its first optimizer step its first report.
-@pytest.mark.skipif(not hasattr(Event, "SLOW_START"), reason="issue 20's start-up rule (--startup-timeout, "
-                    "event slow_start) is not on this branch yet: holds once both are merged")
+# The worker side says hello when mpwatch is imported, and mpwatch.worker.auto imports it right
+# after `import torch`: from then on the process is one that will report, and its first optimizer
+# step its first report.
 def test_an_unmodified_script_slow_to_its_first_step_is_a_slow_start_never_a_stall(headless, tmp_path):
     script = tmp_path / "slow_first_step.py"
     script.write_text(

@@ -134,17 +134,17 @@ def test_a_step_the_grad_scaler_skips_still_counts_and_the_loss_is_unscaled(tmp_
 
 def test_explicit_report_wins_and_metrics_only_reports_merge(tmp_path):
     chan = Channel(tmp_path)
-    out = run_loop(tmp_path, chan, "--steps", 12, "--report-from", 6, "--metrics", "--sleep", 0.1)
+    # --drained: the loop waits for the sender to take each step's reports, so that no flush holds
+    # enough to fold them (a sender held back on a loaded machine folds a flush of more than
+    # sender.batch.FOLD entries, keeping the last step: step 6's own entry would go into 1006's)
+    out = run_loop(tmp_path, chan, "--steps", 12, "--report-from", 6, "--metrics", "--drained")
     entries = chan.entries(out["pid"])
+    assert all(len(e) == 4 for e in entries), "nothing folded"
     steps = [e[1] for e in entries if e[1] is not None]
-    # Automatic steps until the script's first report (of step 1006), none after it. (A sender
-    # held back on a loaded machine folds a flush of more than sender.batch.FOLD entries into
-    # one, keeping the last step: step 6's own entry may then be folded into 1006's.)
-    first = next(i for i, s in enumerate(steps) if s >= 1000)
-    auto, own = steps[:first], steps[first:]
-    assert auto and auto == sorted(auto) and max(auto) in (5, 6) and all(s >= 1000 for s in own), steps
-    assert own[-1] == 1012
-    assert any(e[3].get("step_seen", 99) < 6 for e in entries), "metrics before it merged with automatic steps"
+    # Step 6's optimizer step comes before the script's first report (of step 1006): none after it.
+    assert steps == [1, 2, 3, 4, 5, 6, *range(1006, 1013)], steps
+    # every metrics-only report its own entry, before the script's reports as after
+    assert [e[3]["step_seen"] for e in entries if e[1] is None] == list(range(1, 13))
     for b in chan.batches(out["pid"]):  # a batch is automatic when every report of it is
         if b["reports"]:
             assert (b.get("auto") is True) == all(e[1] is None or e[1] < 1000 for e in b["reports"]), b

@@ -74,6 +74,7 @@ def test_older_than_and_keep_together(folder):
     assert names(folder) == {"run", "d1", "notes"}
 
 
+@pytest.mark.root("giving a run directory to uid 65534")
 def test_the_default_folder_and_another_users_runs(crashed, tmp_path):
     runs = tmp_path / "mpwatch-runs"
     runs.mkdir()

@@ -30,7 +30,7 @@ def test_a_crash_with_restarts(crashed):
     assert s["restarts"] == 2 and [(r["rank"], r["restarts"], r["state"]) for r in s["ranks"]] == \
         [(0, 1, "failed"), (1, 1, "failed")]
     text = summary_text(crashed.dir)
-    assert "ended: exit 1: rank" in text and "ZeroDivisionError: division by zero" in text
+    assert "ended: exit code 1: rank" in text and "ZeroDivisionError: division by zero" in text
     assert f"first failure: rank {f['rank']} at +" in text and "restarts 2" in text
     assert row(text, 0)[:2] == ["0", "failed"] and row(text, 1)[:2] == ["1", "failed"]
     assert f"files in {crashed.dir}:" in text and "notes:" not in text
@@ -56,7 +56,8 @@ def test_a_hang_names_the_culprit_its_frame_and_the_waiting_collective(stored_ha
     assert "hang: ranks 0,2 wait in all_reduce at step 5 for rank 1, which is at step 4 (in hang_here (hang.py:" in text
     assert [a["message"] for a in s["alerts"] if a["kind"] == "hang"] == [s["culprit"]]  # one finding
     assert "stuck in hang_here (hang.py:" in text and "waiting in all_reduce" in text
-    assert text.splitlines()[1] == "ended: stopped (asked with ctl stop or the TUI)"  # not "exit 1": nothing failed
+    # nothing failed: a stop, and the run's exit code (the TUI's banner says the same: text.run_end)
+    assert text.splitlines()[1] == "ended: stopped (asked with ctl stop or the TUI), exit code 1"
 
 
 def test_an_oom_names_the_cause_and_the_alert(oom):
@@ -135,8 +136,8 @@ def test_ls_all_lists_finished_cut_short_and_live_runs_newest_first(crashed, kil
     assert lines[0].split()[:5] == ["RUN", "STARTED", "TOOK", "WORKERS", "ENDED"]
     by_dir = {ln.split()[-1]: ln for ln in lines[1:]}
     assert "live" in by_dir[str(live.run_dir.resolve())].split() or "live" in by_dir[str(live.run_dir)].split()
-    assert ": ZeroDivisionError: divi…  " in by_dir[str(folder / "crashed")]  # cut at 40, and says so
-    assert "stopped (asked with ctl stop or the TUI)" in by_dir[str(folder / "hung")]  # stopped, not failed
+    assert ": ZeroDivisionError:…  " in by_dir[str(folder / "crashed")]  # cut at 40, and says so
+    assert "stopped (asked with ctl stop or the TUI" in by_dir[str(folder / "hung")]  # stopped, not failed (cut at 40)
     assert "cut short (supervisor gone)" in by_dir[str(folder / "killed")]
     assert not any("not-a-run" in ln for ln in lines)
     rows = json.loads(mpwatch("ls", "--all", "--json", folder, live.run_dir).stdout)

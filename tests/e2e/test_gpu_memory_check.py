@@ -1,7 +1,7 @@
 """scripts/gpu-check's memory half (scripts/gpu_memory.py) where there is no GPU: the same run (ctl
 memory 0, then the OOM) and
 the same checks, on the stand-in libnvidia-ml.so.1 (the GPU's processes) and the scripted torch
-(worker.torch_scripted: rank 0 allocates 1 GiB at a time past what is free, through torch's own
+(testing.torch_cuda: rank 0 allocates 1 GiB at a time past what is free, through torch's own
 calls); they hold on that run and fail where they should. On a GPU the script runs real torch."""
 from __future__ import annotations
 

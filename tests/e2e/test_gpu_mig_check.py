@@ -5,7 +5,6 @@ On a GPU in MIG mode the script runs scripts/gpu_alloc.py on real slices instead
 from __future__ import annotations
 
 import importlib.util
-import os
 
 import pytest
 

@@ -26,9 +26,9 @@ from tests.faults.conftest import NOBODY, as_user, run_cli
 PRELOADED = (mpwatch.cli.launch, mpwatch.cli.listing, mpwatch.cli.live, mpwatch.cli.prune, mpwatch.cli.show,
              mpwatch.cli.summary, mpwatch.rundir.claim, mpwatch.supervisor.core, mpwatch.supervisor.headless)
 
-# Where the suite does not run as root it cannot become another user: those cases skip, saying so.
-needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="becoming another user (uid 65534) needs root; "
-                                                          "CI runs the tests as root")
+# Becoming another user needs root: as a user, `make test` runs these as root through a passwordless
+# sudo, or they skip saying why (tests/privilege.py).
+needs_root = pytest.mark.root("becoming uid 65534")
 
 
 @contextmanager

@@ -21,16 +21,17 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from mpwatch.contract import protocol
-from mpwatch.contract.status import State
+from mpwatch.contract import State, protocol
 from mpwatch.rundir.writer import RunStore
 from mpwatch.settings import Settings
-from mpwatch.supervisor.ipc import batch_check
 from mpwatch.supervisor.eventlog import EventLog
-from mpwatch.supervisor.ipc.ledger import ReportLedger
 from mpwatch.supervisor.snapshot import worker_status
+from mpwatch.supervisor.workers import batch_check
+from mpwatch.supervisor.workers.ledger import ReportLedger
 from mpwatch.supervisor.workers.worker import TAIL, Attempt, Worker
+from tests.faults import lend
 from tests.faults.conftest import FAULTS, control, reporting
+from tests.faults.lend import lend_dir  # noqa: F401 - a fixture
 from tests.helpers import wait_for
 
 # ----------------------------------------------------------------- strategies ----
@@ -186,19 +187,9 @@ def test_frame_handler_only_ever_raises_bad_frame_and_status_still_encodes(tmp_p
 
 
 # ------------------------------------------------------------------ live ----
-def chan_address(run) -> str:
-    return control(run)["address"][: -len(".ctl")] + ".chan"
-
-
 def raw_send(conn, payload: bytes):
     """Bytes straight onto the connection's socket, bypassing its framing."""
     os.write(conn.fileno(), payload)
-
-
-def fake_peer(run, rank=0):
-    conn = Connect(chan_address(run), family="AF_UNIX", authkey=bytes.fromhex(control(run)["authkey"]))
-    conn.send_bytes(protocol.encode({"t": "hello", "v": 1, "rank": rank, "pid": os.getpid(), "ppid": 1}))
-    return conn
 
 
 BAD_IN_STREAM = [
@@ -228,29 +219,32 @@ def steps(run) -> int:
 
 
 @pytest.mark.timeout(120)
-def test_live_bad_frames_are_dropped_counted_and_shown(headless):
-    run = headless(FAULTS / "steady.py", n=1)
+def test_live_bad_frames_are_dropped_counted_and_shown(headless, lend_dir):
+    """A channel of rank 0's own process (lent to the test: tests/faults/lend.py) sends them."""
+    run = headless(lend.LENDER, FAULTS / "steady.py", n=1, env=lend.env(lend_dir))
     wait_for(lambda: reporting(run, 1), what="rank 0 reporting")
     refused0 = run.status()["run"]["refused_connections"]
-    conn = fake_peer(run)
+    conn = lend.speak_for(run, lend_dir)
     for frame in BAD_IN_STREAM + REJECTED_IN_STREAM:
         conn.send_bytes(frame)
     # the connection survives frames that decode badly: a good one from it still counts
     conn.send_bytes(protocol.encode_lossy({"t": "batch", "reports": [[time.time(), 7, float("nan"), {}]],
                                            "dropped": 0}))
     n = len(BAD_IN_STREAM)
-    wait_for(lambda: run.status()["workers"][0]["bad_frames"] >= n, what=f"{n} bad frames counted")
-    rejected = run.status()["workers"][0]["rejected"]
+    # (the rejected reports come after the bad frames, in frames of their own: waited for too)
+    w0 = wait_for(lambda: (lambda w: w if w["bad_frames"] >= n and w.get("rejected", {}).get("count") == len(
+        REJECTED_IN_STREAM) else None)(run.status()["workers"][0]), what=f"{n} bad frames and the rejected counted")
+    rejected = w0["rejected"]
     assert rejected["count"] == len(REJECTED_IN_STREAM) and rejected["why"] == "report timestamp is not a number"
     # an oversized frame breaks the stream: counted, and that connection is closed
     raw_send(conn, struct.pack("!i", protocol.MAX_FRAME + 1) + b"x" * 100)
     wait_for(lambda: conn.poll(0.1) and _closed(conn), what="the hub to close the oversized sender")
     # a frame cut short by the sender's exit is counted too
-    cut = fake_peer(run)
+    cut = lend.speak_for(run, lend_dir)
     raw_send(cut, struct.pack("!i", 1000) + b'{"t":"bat')
     cut.close()
     # one that stops mid-frame and stays connected holds up nobody
-    stuck = fake_peer(run)
+    stuck = lend.speak_for(run, lend_dir)
     raw_send(stuck, struct.pack("!i", 1000) + b'{"t":"bat')
     s0 = steps(run)
     wait_for(lambda: steps(run) >= s0 + 20, what="the real worker's reports to keep flowing")
@@ -264,13 +258,13 @@ def test_live_bad_frames_are_dropped_counted_and_shown(headless):
     assert "not JSON" in events[0]["why"]
     # a peer without the key, and one whose first frame is not a hello, are refused
     with pytest.raises(Exception):
-        Connect(chan_address(run), family="AF_UNIX", authkey=b"wrong key")
-    bad_hello = Connect(chan_address(run), family="AF_UNIX", authkey=bytes.fromhex(control(run)["authkey"]))
+        Connect(lend.chan_address(run), family="AF_UNIX", authkey=b"wrong key")
+    bad_hello = Connect(lend.chan_address(run), family="AF_UNIX", authkey=bytes.fromhex(control(run)["authkey"]))
     bad_hello.send_bytes(b"\xff" * 10)
     wait_for(lambda: run.status()["run"]["refused_connections"] == refused0 + 2, what="two refusals")
     # random bytes before any handshake: refused, nothing else
     with socket.socket(socket.AF_UNIX) as s:
-        s.connect(chan_address(run))
+        s.connect(lend.chan_address(run))
         s.sendall(os.urandom(4096))
     wait_for(lambda: run.status()["run"]["refused_connections"] == refused0 + 3, what="a third refusal")
     assert run.proc.poll() is None
@@ -329,3 +323,29 @@ def test_nan_and_inf_losses_are_shown_as_such(headless, tmp_path):
     assert losses[nan["step"]] == "nan" and losses[max(losses)] == "inf"
     assert math.isinf(float(losses[max(losses)]))
     run.assert_gone()
+
+
+def test_what_a_starting_rank_says_waits_for_its_pid_in_order(tmp_path, sleeper):
+    """A fork says hello and reports before the main thread has its pid: between `starting` and
+    `adopt` the rank's words wait (none is taken for a child's or dropped), then are handled in the
+    order they came; a bad frame among them is counted as the hub counts it."""
+    store = RunStore(tempfile.mkdtemp(dir=tmp_path), Settings())
+    store.create()
+    log = EventLog(store)
+    workers: dict[int, Worker] = {}
+    ledger = ReportLedger(workers, threading.RLock(), log)
+    peer = types.SimpleNamespace(rank=0, pid=sleeper.pid)
+    ledger.starting(0)
+    ledger.on_hello(peer, {"t": "hello", "rank": 0, "pid": sleeper.pid})
+    ledger.on_frame(peer, {"t": "batch", "reports": [[1.0, 7, 0.5, {}]]})
+    ledger.on_frame(peer, {"t": "nonsense"})
+    ledger.on_frame(peer, {"t": "batch", "reports": [[2.0, 8, 0.25, {}]]})
+    assert workers == {}  # nothing handled yet, nothing lost
+    workers[0] = Worker(0, Attempt(sleeper, 1), State.STARTING, "first start", log, strict=True)
+    ledger.adopt(0)
+    w = workers[0]
+    assert w.state is State.RUNNING and w.attempt.chan_open == 1 and w.attempt.children == {}
+    assert (w.reports.step, w.reports.loss, w.reports.count, w.reports.bad_frames) == (8, 0.25, 2, 1)
+    ledger.on_frame(peer, {"t": "batch", "reports": [[3.0, 9, 0.125, {}]]})  # after: at once
+    assert w.reports.step == 9
+    store.close()

@@ -1,7 +1,10 @@
 """Every flag with a wrong value, scripts that cannot run, RUNs that do not exist or have ended:
 one line on stderr naming the cause, exit code 2, never a traceback (issue 8)."""
 import os
+import shutil
 import signal
+import tempfile
+from pathlib import Path
 
 import pytest
 
@@ -147,3 +150,20 @@ def test_ctl_against_a_run_whose_supervisor_was_killed(headless):
     run.wait_exit()
     run.assert_gone(*pids)
     one_line_error(mpwatch("ctl", "--run", run.run_dir, "status"), "is not running (its supervisor is gone)")
+
+
+def test_a_runtime_directory_too_deep_for_a_socket(tmp_path):
+    """A run whose socket's path in the runtime directory would pass AF_UNIX's 107 bytes is refused
+    in one line before anything starts, never a traceback; a short one beside it runs."""
+    deep = tmp_path / ("d" * 90)
+    deep.mkdir(mode=0o700)
+    short = Path(tempfile.mkdtemp(prefix="mpw-", dir="/tmp"))
+    try:
+        res = mpwatch("--headless", "-n", "1", FIXTURES / "no_torch.py", tmp_path, cwd=tmp_path,
+                      env={**os.environ, "XDG_RUNTIME_DIR": str(deep)})
+        one_line_error(res, "its path passes 107 bytes (a shorter XDG_RUNTIME_DIR, or MPWATCH_TMPDIR")
+        res = mpwatch("--headless", "-n", "1", FIXTURES / "no_torch.py", tmp_path, cwd=tmp_path,
+                      env={**os.environ, "XDG_RUNTIME_DIR": str(short)}, timeout=120)
+        assert res.returncode == 0 and "Traceback" not in res.stderr, res.stderr
+    finally:
+        shutil.rmtree(short, ignore_errors=True)

@@ -1,6 +1,7 @@
 """The bridge's ids (issue 30, item 13): a request whose `id` no reply could carry (a list nested
 up to 1000 deep, an object), with or without a `cmd`, is answered all the same, its id sent
-back as none; no traceback reaches the bridge's stderr, and the bridge goes on answering."""
+back as none (one nested past contract.jsonread.MAX_DEPTH is refused as no JSON it reads, issue
+39); no traceback reaches the bridge's stderr, and the bridge goes on answering."""
 from __future__ import annotations
 
 import json
@@ -30,6 +31,9 @@ def test_every_request_gets_a_reply_whatever_its_id(headless):
             assert reply["ok"] is False, reply
             assert "no cmd" in reply["error"] or "not JSON" in reply["error"], reply
         b.send(b'{"id": {"a": ' + nested(950) + b'}, "cmd": "status", "tail": 1}\n')
+        got = json.loads(b.recv_line())
+        assert got["id"] is None and "nested deeper than 64" in got["reply"]["error"], got
+        b.send(b'{"id": {"a": ' + nested(60) + b'}, "cmd": "status", "tail": 1}\n')
         got = json.loads(b.recv_line())
         assert got["id"] is None and got["reply"]["ok"] and got["reply"]["status"]["workers"][0]["rank"] == 0
         b.send({"id": [1, 2], "cmd": 7})

@@ -33,7 +33,7 @@ def _run(headless, tmp_path, wild: int, rank: int):
     script = tmp_path / "wild.py"
     script.write_text(SCRIPT)
     run = headless(script, str(wild), str(rank), n=3)
-    # the pace known (supervisor.control.plan picks the step from it; unknown, the next step,
+    # the pace known (supervisor.live.plan picks the step from it; unknown, the next step,
     # which a loaded machine's delivery misses: "late")
     wait_for(lambda: all((w["step"] or 0) >= 5 and w["steps_per_s"] for w in run.status()["workers"]
                          if w["rank"] != rank)

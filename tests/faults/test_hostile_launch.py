@@ -23,14 +23,15 @@ import psutil
 import pytest
 
 from mpwatch.rundir import reader
-from mpwatch.supervisor import options, resize
+from mpwatch.supervisor import options
+from tests.documented import RANKS_PER_TICK
 from tests.faults.test_tui_killed import Tmux
 from tests.helpers import MPWATCH, assert_run_gone, helpers_of, mpwatch, one_line_error, wait_for
 
 pytestmark = pytest.mark.timeout(300)
 BIN = Path(sys.executable).parent / "mpwatch"
 WIDE = 256  # MPWATCH_MAX_WORKERS in the stopped cases
-SLACK = 3 * resize.START_PER_TICK  # ranks the supervisor may start between its thaw and the stop
+SLACK = 3 * RANKS_PER_TICK  # ranks the supervisor may start between its thaw and the stop
 
 
 def test_n_past_the_bound_is_one_line_and_starts_nothing(tmp_path):

@@ -15,7 +15,7 @@ import psutil
 import pytest
 from prometheus_client.openmetrics.parser import text_string_to_metric_families as openmetrics_families
 
-from mpwatch.supervisor.metrics import server
+from tests.documented import METRICS_CONNECTIONS, METRICS_SILENT_S
 from tests.faults.conftest import FAULTS, reporting
 from tests.helpers import wait_for
 from tests.supervisor.test_metrics import free_port, get, listening, samples
@@ -76,9 +76,9 @@ def test_idle_connections_to_the_metrics_port_are_capped_and_cut_off(headless):
         while time.monotonic() < deadline:
             most = max(most, sup.num_threads())
             time.sleep(0.05)
-        assert most <= base + server.MAX_CONNECTIONS + 2, (most, base)
+        assert most <= base + METRICS_CONNECTIONS + 2, (most, base)
         assert run.status()["workers"][0]["state"] == "running"  # the run answers meanwhile
-        wait_for(lambda: all(_closed_by_server(s) for s in idle), server.READ_TIMEOUT_S + 30,
+        wait_for(lambda: all(_closed_by_server(s) for s in idle), METRICS_SILENT_S + 30,
                  what="every idle connection cut off by the metrics server")
         wait_for(lambda: sup.num_threads() <= base + 1, 30, what=f"request threads to end ({base} before)")
     finally:

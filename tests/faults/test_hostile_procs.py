@@ -15,8 +15,9 @@ import psutil
 import pytest
 
 from mpwatch.sources.local import Client
-from mpwatch.supervisor import options, resize, spawn
+from mpwatch.supervisor import options, spawn
 from mpwatch.supervisor.workers import marks
+from tests.documented import RANKS_PER_TICK
 from tests.faults.conftest import FAULTS, NOBODY, helpers_of, pid_lines, reporting
 from tests.faults.hostile import needs_root
 from tests.helpers import FIXTURES, alive, assert_gone, assert_run_gone, mpwatch, one_line_error, wait_for
@@ -82,6 +83,7 @@ def cgroups_here() -> str | None:
     return None
 
 
+@pytest.mark.root("making a cgroup v2 of the run")
 def test_a_daemon_with_an_empty_environment_is_held_by_the_runs_cgroup(headless):
     why = cgroups_here()
     if why:
@@ -156,7 +158,7 @@ def test_stop_cancels_a_resize_at_once(headless, mode):
         client.stop()
     assert run.wait_exit(120) == 1
     started = run.events("worker_started")
-    assert len(started) <= 2 + 3 * resize.START_PER_TICK, f"{len(started)} workers started after the stop"
+    assert len(started) <= 2 + 3 * RANKS_PER_TICK, f"{len(started)} workers started after the stop"
     assert run.events("stopping")
     assert_gone(run.all_pids())
 
@@ -194,6 +196,7 @@ def test_a_supervisor_killed_in_the_middle_of_a_resize_leaves_nothing(headless):
     assert_run_gone(run_id, run.all_pids(), timeout=60)
 
 
+@pytest.mark.root("making a cgroup v2 of the run")
 def test_an_empty_cgroup_left_by_a_dead_supervisor_is_removed_by_the_next_run():
     why = cgroups_here()
     if why:

@@ -59,17 +59,20 @@ def test_a_planted_link_at_its_name_or_as_its_folder_is_never_followed(tmp_path)
     assert not (d / "oom-2.pickle").exists()
 
 
-def test_a_folder_others_may_write_in_or_another_users_is_refused(tmp_path):
+def test_a_folder_others_may_write_in_is_refused(tmp_path):
     d = folder(tmp_path, 0o777)
     with pytest.raises(OSError, match="other users may write in"):
         write(d / "oom-1.pickle")
     assert os.listdir(d) == []
-    if os.getuid() == 0:  # as root: a folder of nobody's (uid 65534) is another user's
-        os.chmod(d, 0o700)
-        os.chown(d, 65534, 65534)
-        with pytest.raises(OSError, match="belongs to another user"):
-            write(d / "oom-1.pickle")
-        assert os.listdir(d) == []
+
+
+@pytest.mark.root("giving a folder to uid 65534")
+def test_another_users_folder_is_refused(tmp_path):
+    d = folder(tmp_path)
+    os.chown(d, 65534, 65534)
+    with pytest.raises(OSError, match="belongs to another user"):
+        write(d / "oom-1.pickle")
+    assert os.listdir(d) == []
 
 
 def test_a_write_that_fails_or_passes_its_bound_leaves_nothing_and_a_path_is_only_itself(tmp_path):

@@ -1,6 +1,7 @@
 """Another user of the box cannot list, attach to, control, or read the logs of a run (issue 8).
 
-The run belongs to root (CI runs the tests as root); a forked child drops to nobody and tries.
+The run belongs to root (as a user, `make test` runs this as root through sudo: tests/privilege.py); a
+forked child drops to nobody and tries.
 Three layers are checked one by one: the runtime directory (0700) hides the sockets, each
 socket is 0600 on its own, and the authkey (only in the 0600 control.json of a 0700 run
 directory) is needed even by a process that can reach a socket.

@@ -20,8 +20,8 @@ from mpwatch.rundir.writer import RunStore
 from mpwatch.settings import Settings
 from mpwatch.sources.local import Client, ClientError
 from mpwatch.supervisor import errors
+from mpwatch.supervisor.commands import Commands
 from mpwatch.supervisor.core import Options, Run
-from mpwatch.supervisor.ipc.commands import Commands
 from tests.faults.conftest import FAULTS
 from tests.helpers import FIXTURES, assert_gone, wait_for
 
@@ -112,6 +112,21 @@ def test_the_same_bug_again_and_again_is_counted_not_written_in_full(tmp_path):
     assert oct((tmp_path / errors.FILE_NAME).stat().st_mode & 0o777) == oct(0o600)
 
 
+@pytest.mark.injects_bugs
+def test_a_bugs_line_for_the_client_is_one_line_of_bounded_length(tmp_path):
+    """An exception's text may hold what a worker said (megabytes, newlines): the client's line is
+    one, cut at BUG_LINE_MAX; supervisor.log keeps it whole."""
+    handler = errors.attach(RunStore(tmp_path, Settings()))
+    try:
+        line = errors.bug("a poller", ValueError("x" * 100_000 + "\nsecond line"))
+    finally:
+        errors.detach(handler)
+    assert "\n" not in line and line.startswith("internal error: ValueError: xxx")
+    assert line.endswith("… (see supervisor.log)")
+    assert len(line) == len("internal error:  (see supervisor.log)") + errors.BUG_LINE_MAX
+    assert "x" * 100_000 in (tmp_path / errors.FILE_NAME).read_text()
+
+
 def test_a_planted_symlink_is_not_followed(tmp_path):
     target = tmp_path / "elsewhere"
     target.write_text("")
@@ -145,6 +160,6 @@ def test_the_tuis_launch_and_the_logger_share_supervisor_log(tmp_path):
     assert sup.returncode == 0
     lines = log_lines(run_dir)
     assert "] run launched: supervisor pid " in lines[0] and lines[-1].endswith("ended with exit code 0")
-    assert any(ln.startswith("[mpwatch ") and "run finished, exit code 0" in ln for ln in lines)  # its output
+    assert any(ln.startswith("[mpwatch ") and "run ended: exit code 0" in ln for ln in lines)  # its output
     # whole lines, none cut into another
     assert all(ln.startswith(("[mpwatch ", "20")) for ln in lines), lines

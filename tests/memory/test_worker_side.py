@@ -1,6 +1,6 @@
 """Issue 33, the worker side of the CUDA memory forensics (mpwatch.worker.cuda_memory): what a
 rank sends when CUDA runs out of memory, read off a real channel, through torch's own calls on
-the scripted torch (worker.torch_scripted; tests/fixtures/cuda_oom.py runs the same code on a
+the scripted torch (testing.torch_cuda; tests/fixtures/cuda_oom.py runs the same code on a
 GPU in scripts/gpu-check); and the arming after a real `import torch`, which torch holds until
 the process initialises CUDA (no GPU needed to see it queued)."""
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """The GPU probe: backends, per-value N/A, the one-line reasons. NVML itself is the only
-thing faked here: a scripted backend (probes.nvml_scripted), a stand-in libnvidia-ml.so.1
+thing faked here: a scripted backend (testing.nvml), a stand-in libnvidia-ml.so.1
 under the real NvmlBackend and nvidia-ml-py (testing.libnvml), or a stand-in pynvml module."""
 import contextlib
 import ctypes
@@ -11,7 +11,9 @@ import psutil
 import pynvml
 import pytest
 
-from mpwatch.probes import gpu, nvml, nvml_scripted
+from mpwatch.contract import BY_KEY
+from mpwatch.probes import gpu, nvml
+from mpwatch.testing import nvml as nvml_scripted
 from mpwatch.testing.libnvml import SCRIPT_ENV
 from tests.helpers import wait_for
 from tests.libnvml import loaded
@@ -69,7 +71,7 @@ def test_real_backend_without_a_driver_gives_the_clear_line():
 
 
 # ------------------------------------------------- both stand-ins, one scenario ----
-# "python": probes.nvml_scripted (a backend); "libnvml": the stand-in libnvidia-ml.so.1
+# "python": testing.nvml (a backend); "libnvml": the stand-in libnvidia-ml.so.1
 # (testing.libnvml) under the real NvmlBackend and nvidia-ml-py.
 FAILED = {"python": "scripted failure", "libnvml": "the driver failed without saying why"}  # NVML_ERROR_UNKNOWN
 
@@ -151,7 +153,7 @@ def test_frames_follow_the_scenario_clock(tmp_path):
     seen = []
     for dt in (0, 4.9, 5.0, 9.0, 11.0, 1000.0):
         clock.t = 100.0 + dt
-        seen.append(backend.utilization(0)[0])
+        seen.append(backend.counter(0, BY_KEY["util_gpu"]))
     assert seen == [1, 1, 2, 2, 3, 3]
 
 
@@ -160,8 +162,9 @@ def test_the_librarys_frames_follow_its_own_clock(stand_in):
                                                    {"at": 0.5, "gpus": [{"util_gpu": 2}]},
                                                    {"at": 3600, "gpus": [{"util_gpu": 3}]}]})
     h = backend.handle(0)
-    seen = [backend.utilization(h)[0]]
-    wait_for(lambda: seen.append(backend.utilization(h)[0]) or seen[-1] == 2, what="the frame from 0.5 s")
+    seen = [backend.counter(h, BY_KEY["util_gpu"])]
+    wait_for(lambda: seen.append(backend.counter(h, BY_KEY["util_gpu"])) or seen[-1] == 2,
+             what="the frame from 0.5 s")
     assert seen == sorted(seen) and set(seen) <= {1, 2}  # in order, and never the frame an hour on
 
 

@@ -65,6 +65,7 @@ def test_mig_instances_map_to_their_gpu_and_a_gpu_without_mig_has_none(probe):
         pynvml.nvmlDeviceGetMigMode(p.devices[2].handle)
 
 
+@pytest.mark.root("reading a MIG GPU's own memory, root's")
 def test_a_mig_gpus_unsupported_counters_are_na_and_sampling_goes_on(probe):
     # A GPU in MIG mode reports no utilization and no process samples (n/a on MIG, never 0, and
     # not asked); what fails otherwise is said in plain words; memory and processes work (root).

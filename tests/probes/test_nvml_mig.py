@@ -9,7 +9,7 @@ import shutil
 import pynvml
 import pytest
 
-from mpwatch.probes import gpu, nvml_words
+from mpwatch.probes import nvml_words
 from mpwatch.probes.gpu_sample import MigId
 from mpwatch.testing.libnvml import SCRIPT_ENV, build
 from mpwatch.testing.libnvml.script import write_script
@@ -29,6 +29,7 @@ def two_slices(first: object, second: object) -> dict:
         {"processes": [{"pid": second, "mem": 7 * GiB}]}]}]}]}
 
 
+@pytest.mark.root("reading a MIG GPU's whole process list, root's")
 def test_a_mig_gpu_is_sampled_slice_by_slice(probe):
     p = probe(two_slices("self", 4242))
     assert [slot.id for slot in p.devices[0].slots] == [MigId(1, 0, "3g.40gb"), MigId(2, 0, "2g.20gb")]

@@ -1,5 +1,5 @@
 """The two NVML stand-ins play one scenario alike: the Python scripted backend
-(probes.nvml_scripted, MPWATCH_SCRIPTED_NVML: the benches' and the recorders') and the C
+(testing.nvml, MPWATCH_SCRIPTED_NVML: the benches' and the recorders') and the C
 stand-in libnvidia-ml.so.1 under the real backend and nvidia-ml-py (testing.libnvml) give the
 GPU probe the same GPUs (names, UUIDs, MIG slices with their instance ids and profiles, memory
 with the driver's reserve apart, SM clocks, the reasons they are held back, processes routed to
@@ -18,6 +18,7 @@ import pytest
 
 from mpwatch.testing.libnvml import SCRIPT_ENV
 from mpwatch.testing.libnvml.script import write_script
+from tests.record import unused_pid
 from tests.supervisor.gpu_rig import Rig, cuda
 
 GiB = 1 << 30
@@ -27,6 +28,9 @@ A100 = {"name": "NVIDIA A100-SXM4-80GB", "uuid": "GPU-aaaa", "mem_total": 80 * G
     {"uuid": "MIG-1111", "gi": 1, "ci": 0, "profile": "3g.40gb", "mem_total": 40 * GiB},
     {"uuid": "MIG-2222", "gi": 2, "ci": 0, "profile": "2g.20gb", "mem_total": 20 * GiB},
     "MIG-3333"]}  # a UUID alone: the defaults (GI 3, CI 0, 1g.10gb, an eighth of the GPU)
+# Processes NVML lists that are no process here: pids past pid_max, which no process can have (a
+# fixed small pid is a real process from time to time where pids wrap, seen by one view, not the other).
+GHOST = unused_pid()
 
 
 def scenario(first: object, second: object) -> dict:
@@ -39,11 +43,11 @@ def scenario(first: object, second: object) -> dict:
                      {"processes": [{"pid": first, "mem": 5 * GiB}], "reserved": 100 * MiB,
                       "extra_used": 256 * MiB},
                      {"processes": [{"pid": second, "mem": 7 * GiB}]},
-                     {"processes": [{"pid": 4242, "mem": None}], "extra_used": GiB}]},
+                     {"processes": [{"pid": GHOST, "mem": None}], "extra_used": GiB}]},
                 {"util_gpu": 97, "util_mem": 40, "temperature": 83, "power_w": 690, "reserved": 512 * MiB,
                  "sm_clock": 1100, "sm_clock_max": 1980,
                  "throttle": ["sw_thermal_slowdown", "hw_thermal_slowdown"],
-                 "processes": [{"pid": "self", "mem": 30 * GiB, "sm": 88}, {"pid": 4243, "mem": GiB}]},
+                 "processes": [{"pid": "self", "mem": 30 * GiB, "sm": 88}, {"pid": GHOST + 1, "mem": GiB}]},
                 {"util_gpu": 5,
                  "fail": ["clocks:NOT_SUPPORTED", "throttle:GPU_IS_LOST", "power:NO_PERMISSION"]}]}]}
 
@@ -102,7 +106,7 @@ def test_root_reads_the_same_gpus_through_either_stand_in(libnvml, tmp_path):
     first, second, third = a100["slices"]
     assert (first["mem_used"], first["mem_reserved"], first["processes"]) == (
         5 * GiB + 256 * MiB, 100 * MiB, [[pids["self"], 5 * GiB]])
-    assert second["processes"] == [[pids["parent"], 7 * GiB]] and third["processes"] == [[4242, None]]
+    assert second["processes"] == [[pids["parent"], 7 * GiB]] and third["processes"] == [[GHOST, None]]
     assert (third["mem_total"], third["name"], third["uuid"]) == (
         10 * GiB, "NVIDIA A100-SXM4-80GB MIG 1g.10gb", "MIG-3333")
     assert (a100["sm_clock_mhz"], a100["throttle_reasons"], a100["errors"]["utilization"]) == (

@@ -4,15 +4,14 @@ import os
 import signal
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
-from mpwatch.probes import pyspy
-from mpwatch.probes import stacks
+from mpwatch.probes import pyspy, stacks
 from mpwatch.supervisor import spawn
-from tests.helpers import FIXTURES, alive, wait_for
 from mpwatch.text.stackfmt import summarize
-from pathlib import Path
+from tests.helpers import FIXTURES, alive, wait_for
 
 DUMP = """\
 === mpwatch stack dump: pid 41 at 10:00:00 (stall)

@@ -181,8 +181,10 @@ def check_other_user(run, shared: Path, xdg: Path):
     run_id = json.loads((run.run_dir / "run.json").read_text())["run_id"]
     (shared / "nobody").mkdir()
     os.chown(shared / "nobody", NOBODY, NOBODY)
-    env = {"XDG_RUNTIME_DIR": str(xdg), "MPWATCH_TMPDIR": str(shared / "nobody"), "HOME": "/nonexistent"}
-    # the bridge runs as the ssh user: here nobody, on root's machine with root's run
+    # the bridge runs as the ssh user: here nobody, on root's machine with root's run; its login's
+    # environment as sshd makes it (USER and LOGNAME its own: root's, kept through sudo, are not)
+    env = {"XDG_RUNTIME_DIR": str(xdg), "MPWATCH_TMPDIR": str(shared / "nobody"), "HOME": "/nonexistent",
+           "USER": "nobody", "LOGNAME": "nobody"}
     got = {what: bridge_as(NOBODY, args, env) for what, args in
            {"by id": [run_id], "by dir": [str(run.run_dir)], "newest": [], "ls": ["--ls"]}.items()}
     assert got["by id"][0] == 2 and f"no such run: {run_id}" in got["by id"][1]["error"]

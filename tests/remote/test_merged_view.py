@@ -9,7 +9,7 @@ import copy
 
 import pytest
 
-from mpwatch.contract.status import UNREACHABLE, State
+from mpwatch.contract import UNREACHABLE, State
 from mpwatch.sources.multinode import combine
 from mpwatch.text import fmt
 from mpwatch.tui.app import MpwatchApp

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from mpwatch.contract import Event
 from mpwatch.sources.replay import ReplaySource
-from mpwatch.contract.status import Event
 from tests.recorded_runs import Recorded
 
 HERE = Path(__file__).resolve().parent

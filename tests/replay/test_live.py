@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 import os
 
-from mpwatch.contract.status import RunState, State
+from mpwatch.contract import RunState, State
 from mpwatch.rundir import layout, writer
 from mpwatch.settings import Settings
 from mpwatch.sources.replay import ReplaySource

@@ -9,7 +9,7 @@ import json
 import pytest
 
 from mpwatch.cli.summary import summary_lines
-from mpwatch.contract.actions import rank_state
+from mpwatch.contract import rank_state
 from mpwatch.rundir import postmortem, reader
 from mpwatch.sources.replay import ReplaySource
 from mpwatch.tui.render import glyphs

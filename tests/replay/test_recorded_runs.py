@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import json
 
+from mpwatch.contract import RunState, State
 from mpwatch.rundir import layout, postmortem, reader
 from mpwatch.sources.replay import ReplaySource
-from mpwatch.contract.status import RunState, State
 from mpwatch.tui import rundata
 from mpwatch.tui.render import view
 from tests.replay.conftest import kinds, rebuilt_end, seek

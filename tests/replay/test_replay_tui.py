@@ -9,15 +9,15 @@ import shutil
 import pytest
 from textual.widgets import Input
 
+from mpwatch.contract import State
 from mpwatch.sources.replay import ReplaySource
-from mpwatch.contract.status import State
 from mpwatch.tui.render import glyphs
+from mpwatch.tui.render.segs import plain
 from mpwatch.tui.replay_app import ReplayApp
 from mpwatch.tui.screens.detail import DetailScreen
 from mpwatch.tui.screens.events import EventsScreen
 from mpwatch.tui.screens.filter import FilterDialog
 from mpwatch.tui.screens.help import HelpScreen
-from mpwatch.tui.render.segs import plain
 from tests.replay.conftest import STORED_FAILED, STORED_HANG, STORED_OOM
 from tests.tui.conftest import drawn, said, until, worker_of
 

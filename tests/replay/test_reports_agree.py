@@ -1,8 +1,9 @@
 """The replay's two ways to the reports (sources.replay.reports) give the same status at every
-moment: the window of the file before the cursor, which serves until the report index is built,
-and the index. Both take a moment's reports as they stood then: those written to events.jsonl
-before the cursor's event (a report carries the worker's time, and the supervisor holds one
-back up to a second before writing it). A report written compact (a NaN loss) is found by both;
+moment: the window of the file around the cursor, which serves until the report index is built,
+and the index. Both take a moment's reports as the run was then: those timed at or before the
+cursor's event, wherever events.jsonl has them (the supervisor holds a report back up to a second
+before writing it: its line may come after the event's; issue 40). A report written compact (a
+NaN loss) is found by both;
 and the index, extended by the poller's status and the detail view's curve on their own
 threads while a live run's file grows, holds each report once."""
 from __future__ import annotations
@@ -13,14 +14,14 @@ import shutil
 import threading
 import time
 
-from mpwatch.contract.status import Event
+from mpwatch.contract import Event
 from mpwatch.rundir import layout
 from mpwatch.rundir.eventlines import report_fields
 from mpwatch.rundir.writer import RunStore
 from mpwatch.settings import Settings
 from mpwatch.sources.replay import ReplaySource
 from mpwatch.tui.poller import TAIL_POINTS
-from tests.replay.conftest import STORED_HANG, seek
+from tests.replay.conftest import STORED_FAILED, STORED_HANG, seek
 from tests.replay.test_events_cap import T0
 
 NAN = float("nan")
@@ -52,9 +53,43 @@ def assert_window_and_index_agree(path, part=lambda st: st) -> None:
     assert window.files.reports is None  # the window answered every time
 
 
+def steps_by_time(path) -> list[dict[int, int | None]]:
+    """Each notable event's moment: every rank's last own reported step among the reports timed
+    at or before that event (wherever the file has them), read with json."""
+    recs = [json.loads(line) for line in (path / layout.EVENTS).read_text().splitlines()]
+    reports = [r for r in recs if r["event"] == Event.REPORT and "child_of" not in r]
+    out: list[dict[int, int | None]] = []
+    for e in recs:
+        if e["event"] in (Event.REPORT, Event.THINNED):
+            continue
+        last: dict[int, int | None] = {}
+        for r in sorted((r for r in reports if r["ts"] <= e["ts"]), key=lambda r: r["ts"]):
+            last[r["rank"]] = r["step"]
+        out.append(last)
+    return out
+
+
+def assert_rows_are_the_reports_timed_before_each_event(d) -> int:
+    """At every event, both ways: each rank's row shows the step of its last report timed at or
+    before the event. How many events had a report written after them but timed before."""
+    by_time = steps_by_time(d)
+    window, index = ReplaySource(d), ReplaySource(d)
+    index.read_all()
+    assert len(by_time) == len(index.events_list)
+    late = 0
+    for src in (window, index):
+        for pos, steps in enumerate(by_time):
+            at(src, pos)
+            shown = {w["rank"]: w["step"] for w in src.status()["workers"]}
+            assert shown == {r: steps.get(r) for r in shown}, f"at {pos} ({src.events_list[pos]['event']})"
+    written = steps_as_written(d)
+    late = sum(a != b for a, b in zip(written, by_time, strict=True))
+    return late
+
+
 def steps_as_written(path) -> list[dict[int, int | None]]:
-    """Each notable event's moment: every rank's last own reported step among the lines
-    written before that event's (the file's order), read with json."""
+    """Each notable event: every rank's last own reported step among the lines written before
+    it (the file's order: what the replay showed before issue 40)."""
     out: list[dict[int, int | None]] = []
     last: dict[int, int | None] = {}
     for line in (path / layout.EVENTS).read_text().splitlines():
@@ -67,19 +102,49 @@ def steps_as_written(path) -> list[dict[int, int | None]]:
     return out
 
 
+def held_back_run(path) -> None:
+    """Issue 40's run, as the supervisor's writer puts it: rank 1 fails at +3.0 s; rank 0's report
+    timed +2.9 s (step 13), held back by the ledger, is written after that event."""
+    store = RunStore(path, Settings())
+    store.create()
+    store.write_json(layout.RUN_JSON, {"run_id": "held", "started": T0, "pid": 1, "script": "train.py"})
+    store.event("run_started", ts=T0, script="train.py", args=[], nprocs=2, run_dir=str(path), pid=1)
+    for r in (0, 1):
+        store.event("worker_started", r, ts=T0 + 0.1, pid=100 + r, world_size=2, attempt=0)
+    for r in (0, 1):
+        store.report(r, T0 + 1.9, report_fields(3, 0.5, {}, 4, 0))
+    store.event("worker_exited", 1, ts=T0 + 3.0, pid=101, exit_code=1, signal=None, state="failed",
+                cause="exit 1: ValueError: bad batch", reason=None, stderr_tail=[])
+    store.report(0, T0 + 2.9, report_fields(13, 0.1, {}, 10, 0))  # held back: written after the exit
+    store.report(0, T0 + 3.9, report_fields(23, 0.05, {}, 10, 0))
+    store.event("worker_exited", 0, ts=T0 + 4.0, pid=100, exit_code=0, signal=None, state="exited",
+                cause="exit 0", reason=None, stderr_tail=[])
+    store.close()
+
+
+def test_the_replays_rank_rows_at_each_event_are_the_reports_timed_before_it(tmp_path):
+    """Issue 40: `mpwatch show` on a run that failed, at "+3.0 s event 4/7" rank 0 showed step 3
+    though its report timed +2.9 s said step 13 (written later in events.jsonl: the supervisor
+    held it back). The screen at a moment is the run as it was then: in that run, and at every
+    event of both recorded runs."""
+    d = tmp_path / "held"
+    held_back_run(d)
+    assert assert_rows_are_the_reports_timed_before_each_event(d) == 1  # the file's order said step 3
+    src = ReplaySource(d)
+    seek(src, lambda e: e["event"] == Event.WORKER_EXITED and e["rank"] == 1, "rank 1's failure")
+    assert [(w["rank"], w["step"]) for w in src.status()["workers"]] == [(0, 13), (1, 3)]
+    for name, stored in (("failed", STORED_FAILED), ("hang", STORED_HANG)):
+        d = tmp_path / name
+        shutil.copytree(stored, d)
+        assert_rows_are_the_reports_timed_before_each_event(d)
+
+
 def test_the_window_and_the_index_agree_at_every_moment_of_the_hang(tmp_path):
     d = tmp_path / "hang"
     shutil.copytree(STORED_HANG, d)
     assert_window_and_index_agree(d)
-    # and the moment's reports are those written before its event, whatever their workers' times
     src = ReplaySource(d)
     src.read_all()
-    written = steps_as_written(d)
-    assert len(written) == len(src.events_list)
-    for pos, steps in enumerate(written):
-        at(src, pos)
-        shown = {w["rank"]: w["step"] for w in src.status()["workers"]}
-        assert shown == {r: steps.get(r) for r in shown}, f"at {pos} ({src.events_list[pos]['event']})"
     first_stall = next(i for i, e in enumerate(src.events_list) if e["event"] == Event.STALLED)
     at(src, first_stall)  # a stall comes after a report, never at start-up: the stalled rank's report was written
     st = src.status()

@@ -11,22 +11,22 @@ own clock.
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
 import subprocess
 import sys
-import contextlib
 from pathlib import Path
 
-from mpwatch.contract.status import CudaView
+from mpwatch.contract import CudaView
 from mpwatch.probes.gpu import open_backend
-from mpwatch.probes.nvml_scripted import ScriptedNvml
 from mpwatch.rundir.writer import RunStore
 from mpwatch.settings import Settings
 from mpwatch.supervisor.gpu.alerts import AlertConfig
 from mpwatch.supervisor.gpu.ranks import RankInfo
 from mpwatch.supervisor.gpu.watch import GpuWatch
+from mpwatch.testing.nvml import ScriptedNvml
 from tests.helpers import wait_for
 from tests.libnvml import loaded
 
@@ -50,11 +50,15 @@ class Rig:
                  cfg: AlertConfig | None = None, env: dict | None = None, timeline: bool = False,
                  lib: Path | None = None, monkeypatch=None):
         self.clock = Clock()
-        self.procs = [subprocess.Popen([sys.executable, "-c", PARENT if child else SLEEPER],
-                                       env=dict(os.environ, MPWATCH_RANK=str(r)), start_new_session=True)
+        argv = [sys.executable, "-c", PARENT if child else SLEEPER]
+        self.procs = [subprocess.Popen(argv, env=dict(os.environ, MPWATCH_RANK=str(r)), start_new_session=True)
                       for r in range(ranks)]
+        # A process between its fork and its exec is still pytest to psutil (its command): the
+        # watcher labels what it first sees, so the ranks (and their children) are theirs first.
+        wait_for(lambda: all(_command(p.pid) == argv for p in self.procs), what="the ranks' exec")
         if child:
-            wait_for(lambda: all(_children(p.pid) for p in self.procs), what="the ranks' children")
+            wait_for(lambda: all((kids := _children(p.pid)) and _command(kids[0]) == [sys.executable, "-c", SLEEPER]
+                                 for p in self.procs), what="the ranks' children, exec'd")
         self.cuda: dict[int, CudaView | None] = {r: None for r in range(ranks)}
         self.running = set(range(ranks))
         self.alive = set(range(ranks))
@@ -149,6 +153,15 @@ def _children(pid: int) -> list[int]:
         return [c.pid for c in psutil.Process(pid).children()]
     except psutil.Error:
         return []
+
+
+def _command(pid: int) -> list[str] | None:
+    import psutil
+
+    try:
+        return psutil.Process(pid).cmdline()
+    except psutil.Error:
+        return None
 
 
 def cuda(uuid: str | None, allocated: int, reserved: int, device: int = 0, **extra: int) -> CudaView:

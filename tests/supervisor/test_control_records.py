@@ -1,12 +1,12 @@
 """Issue 31, item 2: a value set for a later step is a change pending, not the value now
-(supervisor.control.records, the rule alone: no processes). The value in force moves only when
+(supervisor.live.records, the rule alone: no processes). The value in force moves only when
 every rank asked took the change; a rank started again before the step starts with the value in
 force and is sent the pending change at its step; the changes kept never drop a pending one
 while one in force can go. Each fails on the code before (the value was the last change's)."""
 from __future__ import annotations
 
-from mpwatch.contract.control import RankAnswer
-from mpwatch.supervisor.control.records import CHANGES_KEPT, Change, Registry
+from mpwatch.contract import RankAnswer
+from mpwatch.supervisor.live.records import CHANGES_KEPT, Change, Registry
 
 
 def _book() -> tuple[Registry, object]:

@@ -11,10 +11,10 @@ import threading
 
 import pytest
 
+from mpwatch.contract import Event, State
 from mpwatch.probes import pyspy
 from mpwatch.rundir.writer import RunStore
 from mpwatch.settings import Settings
-from mpwatch.contract.status import Event, State
 from mpwatch.supervisor import spawn
 from mpwatch.supervisor.diagnose.dumps import Dumper
 from mpwatch.supervisor.eventlog import EventLog

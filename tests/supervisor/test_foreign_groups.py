@@ -6,7 +6,6 @@ import signal
 import time
 
 import psutil
-
 import pytest
 
 from tests.helpers import FIXTURES, alive, assert_gone, wait_for

@@ -4,7 +4,7 @@ own code (GpuWatch.tick) over the stand-in libnvidia-ml.so.1 and nvidia-ml-py, r
 for the ranks (tests/supervisor/gpu_rig.py)."""
 import pytest
 
-from mpwatch.contract.status import leaves
+from mpwatch.contract import leaves
 from mpwatch.supervisor.gpu import ranks
 from tests.supervisor.gpu_rig import GiB, cuda, rigs
 
@@ -27,6 +27,7 @@ def kinds(views) -> list[str]:
     return [a["kind"] for v in views for x in (v, *v.get("slices", ())) for a in x["alerts"]]
 
 
+@pytest.mark.root("reading a MIG GPU's own memory, root's")
 def test_two_ranks_on_two_slices_of_one_gpu_do_not_contend(rig):
     r = rig(on_slices([{"pid": "rank:0", "mem": 10 * GiB}], [{"pid": "rank:1", "mem": 12 * GiB}]))
     r.cuda = {0: cuda("MIG-aaaa", 8 * GiB, 9 * GiB), 1: cuda("MIG-bbbb", 10 * GiB, 11 * GiB)}
@@ -84,6 +85,7 @@ def test_a_mig_uuid_in_cuda_visible_devices_is_its_slice_not_its_gpu(rig):
                                   {0: [(0, 1, 0), (0, 2, 0)]}) == want, cvd
 
 
+@pytest.mark.root("reading a MIG GPU's own memory, root's")
 def test_the_timeline_has_each_slice_and_each_rank_on_its_slice(rig, tmp_path):
     r = rig(on_slices([{"pid": "rank:0", "mem": 10 * GiB}], [{"pid": "rank:1", "mem": 12 * GiB}]), timeline=True)
     r.tick(n=2)

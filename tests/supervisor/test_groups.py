@@ -7,7 +7,7 @@ import sys
 import threading
 import time
 
-from mpwatch.contract.status import State
+from mpwatch.contract import State
 from mpwatch.rundir.writer import RunStore
 from mpwatch.settings import Settings
 from mpwatch.supervisor.eventlog import EventLog

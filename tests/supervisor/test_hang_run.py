@@ -103,13 +103,21 @@ def test_demo_hang_names_the_culprit(hung):
     """The recorded `hung` run (tests/recorded_runs.py: demo/hang.py, rank 1 stops before its
     all_reduce at step 5), read from its events and the live status it gave before its stop."""
     alerts = [r for r in hung.events("alert") if r.get("kind") == "hang"]
-    # One finding, updated in place as more ranks stall (its `key`; later events say `update`):
-    # under load rank 2 may stall a tick after rank 0, so the first version may name rank 0 only.
-    alert = next((r for r in alerts if r.get("waiting") == [0, 2]), None)
-    assert alert is not None, alerts
-    assert alert["culprits"] == [1]
-    assert len({r["key"] for r in alerts}) == 1  # the same finding
-    assert alert["message"].startswith("ranks 0,2 wait")
+    # One finding, updated in place as it learns more (docs/hangs.md): one key, its first version
+    # new and every later one an update, rank 1 named in each, the waiting ranks only ever joined
+    # (each rank's stall clock is its own: rank 2's may end a tick after rank 0's, and rank 2 then
+    # joins the finding), until ranks 0 and 2 both wait.
+    standing = [r for r in alerts if not r.get("ended")]
+    assert standing and {r["key"] for r in alerts} == {"hang:1"}, alerts
+    assert not standing[0].get("update") and all(r.get("update") for r in standing[1:]), standing
+    assert all(r["culprits"] == [1] for r in standing), standing
+    waiting = [r["waiting"] for r in standing]
+    assert waiting[0] and all(set(a) <= set(b) for a, b in zip(waiting, waiting[1:])), waiting
+    assert waiting[-1] == [0, 2] and all(w in ([0], [2], [0, 2]) for w in waiting), waiting
+    for r in standing:  # each version says whom it names waiting
+        assert r["message"].startswith({(0,): "rank 0 waits", (2,): "rank 2 waits"}.get(tuple(r["waiting"]),
+                                                                                         "ranks 0,2 wait")), r
+    alert = next(r for r in standing if r["waiting"] == [0, 2])
     assert " at step 5 for rank 1, which is at step 4" in alert["message"]
     # The stacks agree: the waiting ranks sit in all_reduce, the culprit in its own code.
     dumps = {d["rank"]: d for d in hung.events("dump") if d["reason"] == "stall"}

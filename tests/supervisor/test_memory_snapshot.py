@@ -1,7 +1,7 @@
 """Issue 33: `mpwatch ctl memory RANK` (and `M` in the TUI): the rank writes torch's CUDA allocator
 snapshot into rank-N/memory/ at its next step, an action of the one mechanism (contract.actions'
-MEMORY, supervisor.control.actions, worker.memory_action). Real headless runs of
-tests/fixtures/cuda_oom.py on the scripted torch (worker.torch_scripted: torch's own calls);
+MEMORY, supervisor.live.actions, worker.memory_action). Real headless runs of
+tests/fixtures/cuda_oom.py on the scripted torch (testing.torch_cuda: torch's own calls);
 scripts/gpu-check's memory half does the same on a GPU."""
 from __future__ import annotations
 
@@ -64,6 +64,8 @@ def test_ctl_memory_0_writes_its_snapshot_with_the_stacks_and_says_where(headles
     run.wait_exit(60)
     summary = json.loads(mpwatch("summary", run.run_dir, "--json").stdout)
     assert [r["path"] for q in summary["memory_snapshots"] for r in q["results"]] == [ev["path"]]
+    text = mpwatch("summary", run.run_dir).stdout  # issue 40: the docs say summary lists each request
+    assert "CUDA memory snapshots:" in text and f"written on rank 0 ({ev['path']})" in text, text
     replay = ReplaySource(run.run_dir)  # the replay, at the end, rebuilt from the files
     replay.move("end")
     st = replay.status()
@@ -80,6 +82,14 @@ def test_a_rank_without_cuda_or_without_torch_gets_a_clear_refusal(headless, tmp
                                                        "allocator to snapshot")
     assert not (run.run_dir / "rank-1" / layout.MEMORY).exists() or not os.listdir(
         run.run_dir / "rank-1" / layout.MEMORY)
+    # issue 40: a refused request is listed too, with why, in ctl status and in summary
+    why = "failed on rank 1 (this process has not initialised CUDA: there is no CUDA allocator to snapshot)"
+    said = run.ctl("status").stdout
+    assert "CUDA memory snapshot #1 of rank 1, at its next step, asked by ctl " in said and why in said, said
+    run.ctl("stop")
+    run.wait_exit(60)
+    text = mpwatch("summary", run.run_dir).stdout
+    assert "CUDA memory snapshots:" in text and why in text, text
     other = tmp_path / "plain"
     other.mkdir()
     plain = headless(FIXTURES / "reporter.py", "100000", n=1)  # a script that never imports torch

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from mpwatch.contract.status import ALERT_KINDS, RUN_ALERT_KINDS
+from mpwatch.contract import ALERT_KINDS, RUN_ALERT_KINDS
 from mpwatch.supervisor.metrics import collector
 from tests.tui.recorded import status
 

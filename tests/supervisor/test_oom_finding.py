@@ -1,15 +1,15 @@
-"""Issue 33: the OOM finding (supervisor.gpu.oom, kept by supervisor.gpu.ooms): what mpwatch knew
-when a rank ran out of CUDA memory, as one alert. The views are the GPU watcher's own, on a scripted
+"""Issue 33: the OOM finding (supervisor.gpu.oom_story, kept by supervisor.gpu.oom_findings): what
+mpwatch knew when a rank ran out of CUDA memory, as one alert. The views are the GPU watcher's own, on a scripted
 NVML with real processes for the ranks (tests/supervisor/gpu_rig.py); the records are what
 mpwatch.worker.cuda_memory sends (tests/memory/test_worker_side.py reads them off a real worker),
-the messages torch's own words (worker.torch_scripted writes them as torch does)."""
+the messages torch's own words (testing.torch_cuda writes them as torch does)."""
 from __future__ import annotations
 
 import pytest
 
 from mpwatch.supervisor.gpu import oom_words
 from mpwatch.supervisor.gpu.alerts import AlertConfig
-from mpwatch.worker.torch_scripted import oom_message
+from mpwatch.testing.torch_cuda import oom_message
 from tests.supervisor.gpu_rig import GiB, MiB, Rig, cuda, rigs
 
 TWO = [{"name": "Fake A", "mem_total": 80 * GiB, "uuid": "GPU-aaaa"},

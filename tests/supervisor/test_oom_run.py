@@ -1,5 +1,5 @@
 """Issue 33 in real headless runs: CUDA OOM forensics end to end. The stand-in libnvidia-ml.so.1
-(under the real nvidia-ml-py) gives the GPU's processes, the scripted torch (worker.torch_scripted:
+(under the real nvidia-ml-py) gives the GPU's processes, the scripted torch (testing.torch_cuda:
 torch's own calls, MPWATCH_SCRIPTED_CUDA) the ranks' allocators; the workers are
 tests/fixtures/cuda_oom.py, the fixture scripts/gpu-check runs on a real GPU."""
 from __future__ import annotations
@@ -109,3 +109,46 @@ def test_a_healthy_run_has_no_finding_and_its_history_only_with_the_flag(headles
         assert (memory.is_dir() and not list(memory.iterdir())) if flag else not memory.exists()
         run.ctl("stop")
         run.wait_exit(60)
+
+
+def test_an_oom_whose_numbers_cannot_all_be_true_says_what_it_cannot_tell(headless, tmp_path, libnvml):
+    """Issue 40: on a 79 GiB GPU the only other process NVML lists holds 78 GiB, beside the rank's
+    own 76.5 GiB reserved: not both can be, as when a container shows NVML's host pid of the rank's
+    own process (no process here has that pid). It read "another job holds this GPU"; it says
+    now that the numbers disagree and that who held the memory cannot be told."""
+    nvml = {"gpus": [{"mem_total": 79 * GiB, "uuid": "GPU-aaaa"}],
+            "frames": [{"gpus": [{"processes": [{"pid": 4190000, "mem": 78 * GiB}]}]}]}
+    cuda = {"0": [{"at": 0, "device": 0, "uuid": "GPU-aaaa", "allocated": 76 * GiB, "reserved": int(76.5 * GiB),
+                   "max_allocated": 76 * GiB, "total": 79 * GiB, "free": 512 * MiB}]}
+    go = tmp_path / "go"
+    run = headless(OOM, go, n=1, opts=OPTS,
+                   env=gpu_env(libnvml, tmp_path, nvml, cuda=cuda, CHUNK_MB="2048", OOM_RANKS="0"))
+    wait_for(lambda: (run.worker(0)["step"] or 0) > 3 and run.status()["gpus"], 60, what="the rank stepping")
+    go.write_text("")
+    (dead,) = run.wait_event("gpu_alert", lambda e: e["kind"] == "oom" and e["oom"]["died"], timeout=60)
+    m = dead["message"]
+    assert ("these numbers cannot all be true: the other processes held 78.0 GiB and rank 0 76.5 GiB, more than "
+            "GPU 0's 79.0 GiB") in m, m
+    assert "mpwatch cannot tell who held the memory" in m and dead["oom"]["story"] == "unknown"
+    assert "another job" not in dead["hint"] and "nvidia-smi" in dead["hint"], dead["hint"]
+    assert dead["oom"]["note"].startswith("CUDA OOM on GPU 0: who held the memory cannot be told")
+
+
+def test_an_oom_message_of_a_rank_that_never_used_cuda_tells_no_story(headless, tmp_path, libnvml):
+    """Issue 40: a rank mpwatch never saw use CUDA (no allocator counters, on no GPU) whose stderr
+    says CUDA ran out (another library's words, or a script's): no story of who held what."""
+    nvml = {"gpus": [{"mem_total": 80 * GiB, "uuid": "GPU-aaaa"}],
+            "frames": [{"gpus": [{"processes": [{"pid": "parent", "mem": 30 * GiB}]}]}]}
+    script = tmp_path / "says_oom.py"
+    script.write_text(
+        "import sys, time\nimport mpwatch\nfor s in range(5):\n    mpwatch.report(step=s)\n    time.sleep(0.1)\n"
+        "print('torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total '\n"
+        "      'capacity of 79.15 GiB of which 1.25 GiB is free. Process 4242 has 30.00 GiB memory in use.',\n"
+        "      file=sys.stderr)\nsys.exit(1)\n")
+    run = headless(script, n=1, opts=OPTS, env=gpu_env(libnvml, tmp_path, nvml))
+    assert run.wait_exit(60) == 1
+    (ev,) = run.wait_event("gpu_alert", lambda e: e["kind"] == "oom", timeout=30)
+    assert "mpwatch never saw rank 0 use CUDA (no allocator counters of its own, on no GPU): it cannot tell " \
+           "where it ran out nor who held the memory" in ev["message"], ev["message"]
+    assert "held 30.0 GiB" not in ev["message"] and ev["oom"]["story"] == "unknown"
+    assert "it asked for 2.0 GiB with 1.2 GiB free" in ev["message"]

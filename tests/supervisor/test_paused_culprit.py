@@ -9,7 +9,7 @@ import time
 import pytest
 
 from tests.helpers import need
-from tests.supervisor.three_ranks import FINDING, act
+from tests.supervisor.three_ranks import act, finding
 
 need("torch", "demo/hang.py needs torch (the demo extra)")
 pytestmark = [pytest.mark.torch, pytest.mark.timeout(600)]  # the shared run's two acts, when it starts here
@@ -20,7 +20,7 @@ def test_a_paused_rank_is_the_named_cause_in_one_finding(three_ranks):
     a = three_ranks.paused
     alert, events = a.alert, a.events
     paused = next(e for e in events if e["event"] == "paused")
-    m = FINDING.match(alert["message"])
+    m = finding().match(alert["message"])
     assert m, alert["message"]
     assert m.group(3) == time.strftime("%H:%M:%S", time.localtime(paused["ts"]))
     assert a.before - 1 <= paused["ts"] <= alert["ts"]
@@ -29,7 +29,7 @@ def test_a_paused_rank_is_the_named_cause_in_one_finding(three_ranks):
     st = a.status
     hangs_shown = [x["message"] for x in st["alerts"] if x["kind"] == "hang"]
     assert hangs_shown == [st["straggler"]["text"]], st["alerts"]
-    assert FINDING.match(st["straggler"]["text"])
+    assert finding().match(st["straggler"]["text"])
     alerts = [e for e in events if e["event"] == "alert"]
     hangs = [e for e in alerts if e.get("kind") == "hang"]
     # every hang alert of the run was this finding: the first one, its updates and its end share its key

@@ -76,12 +76,11 @@ def test_folded_reports_are_all_counted_in_status_and_events(headless):
     run = headless(FIXTURES / "burst.py", n=1)
     assert run.wait_exit() == 0
     w = json.loads((run.run_dir / "final.json").read_text())["workers"][0]
-    # (a sender starved for over a second on a loaded box may drop some: they are counted)
-    assert w["reports"] + w["dropped"] == 3001 and w["step"] == 2999
+    assert w["reports"] == 3001 and w["dropped"] == 0 and w["step"] == 2999
     assert w["metrics"]["once"] == 7
     reports = run.events("report")
     assert sum(r["n"] for r in reports) == w["reports"]
-    assert sum(r["dropped"] for r in reports) == w["dropped"]
+    assert sum(r["dropped"] for r in reports) == 0
     assert reports[-1]["step"] == 2999 and reports[-1]["loss"] == pytest.approx(1 / 3000)
     assert any(r["metrics"].get("once") == 7 for r in reports)
 
@@ -183,7 +182,7 @@ def test_without_restarts_a_failure_ends_the_run_with_1(headless, tmp_path):
     assert len(run.events("restarted")) == 1  # one restart, then it stays failed
     final = json.loads((run.run_dir / "final.json").read_text())
     assert final["workers"][0]["state"] == "failed"
-    assert "exit 3: attempt 1 failing on purpose" == final["workers"][0]["cause"]
+    assert final["workers"][0]["cause"] == "exit 3: attempt 1 failing on purpose"
 
 
 @pytest.mark.parametrize("script, needle", [

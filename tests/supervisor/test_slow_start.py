@@ -67,7 +67,7 @@ def test_no_first_report_within_the_startup_timeout_is_a_slow_start_said_and_dum
 
 def test_a_slow_start_ends_at_a_childs_first_report(headless):
     """A rank that trains in forked children (Hogwild) and never reports itself: its slow start is
-    said once, and over as soon as a child reports (supervisor.ipc.ledger); never a stall."""
+    said once, and over as soon as a child reports (supervisor.workers.ledger); never a stall."""
     run = headless(SLOW, n=1, opts=["--stall-timeout", "2", "--startup-timeout", "3"],
                    env=dict(os.environ, SLOW_S="8", STEPS="1000", SLEEP="0.02", CHILDREN="2"))
     ev = run.wait_event("slow_start", timeout=60)[0]

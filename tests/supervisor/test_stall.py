@@ -2,9 +2,12 @@
 and the NCCL flight recorder's bookkeeping. No processes here."""
 import pickle
 
+from mpwatch import cli
+from mpwatch.cli import launch
 from mpwatch.contract import culprit
 from mpwatch.probes import hang, pyspy
 from mpwatch.supervisor.diagnose import flight, stall
+from tests.documented import STALL_TIMEOUT_S, STARTUP_TIMEOUT_S
 
 
 # ------------------------------------------------------------------ is_stalled ----
@@ -37,6 +40,28 @@ def test_a_slow_start_is_a_worker_that_said_hello_and_has_not_reported_within_th
     assert not stall.is_slow_start(5000.0, connected=False, **kw)  # never imported mpwatch: nothing to wait for
     assert not stall.is_slow_start(5000.0, limit=600, started=0.0, connected=True, first_report=3.0)
     assert not stall.is_slow_start(650.0, connected=True, resumed=100.0, **kw)  # paused 100 s of it
+
+
+def _default_options(tmp_path):
+    """The supervisor's options of `mpwatch train.py`, as the command line builds them."""
+    script = tmp_path / "train.py"
+    script.write_text("")
+    return launch.options(cli.run_parser({}).parse_args([str(script)]), {})
+
+
+def test_the_documented_stall_timeout_is_the_default_and_stalls_at_it(tmp_path):
+    """docs/hangs.md: silent for --stall-timeout seconds (default 60) after a report is stalled:
+    just short of it, not; just past it (the next tick), stalled."""
+    kw = dict(timeout=_default_options(tmp_path).stall_timeout, first_report=1.0, last_report=10.0)
+    assert not stall.is_stalled(10.0 + STALL_TIMEOUT_S - 0.01, **kw)
+    assert stall.is_stalled(10.0 + STALL_TIMEOUT_S + 0.01, **kw)
+
+
+def test_the_documented_startup_timeout_is_the_default_and_is_a_slow_start_at_it(tmp_path):
+    """docs/hangs.md: no first report --startup-timeout after the start (default 600 s) is a slow start."""
+    kw = dict(limit=_default_options(tmp_path).startup_timeout, started=5.0, first_report=None, connected=True)
+    assert not stall.is_slow_start(5.0 + STARTUP_TIMEOUT_S - 0.01, **kw)
+    assert stall.is_slow_start(5.0 + STARTUP_TIMEOUT_S + 0.01, **kw)
 
 
 # -------------------------------------------------------------------- classify ----
@@ -209,3 +234,20 @@ def test_steps_per_second_of_a_silent_worker_decays_toward_zero():
     later = [a.steps_per_second(t) for t in (110.0, 120.0, 138.0, 400.0)]
     assert later == sorted(later, reverse=True) and later[0] < fresh
     assert later[2] < 6.0 and later[3] < 0.7  # 30 s silent: a fifth of it; minutes: nearly 0
+
+
+def test_a_worker_that_stopped_stepping_reads_no_rate_within_seconds_and_a_slow_stepper_keeps_its_own():
+    """Issue 40: a rank blocked behind a paused peer read 53 steps/s 12 s after its last step. It
+    reads 0 once it has not stepped for QUIET_S (and three of its usual gaps between steps); a
+    rank whose steps take 10 s, reporting in between, keeps its rate between its steps."""
+    from mpwatch.contract import rates
+    from mpwatch.supervisor.workers.worker import Attempt
+
+    a = Attempt(None, 1)
+    for i in range(33):  # 25 steps/s, a batch every 0.25 s, for 8 s; then nothing
+        a.rate.append((100.0 + 0.25 * i, 6 * i + (i // 4)))
+    assert a.steps_per_second(109.9) > 20  # silent under 2 s: a batch late, no more
+    assert a.steps_per_second(108.0 + rates.QUIET_S + 0.01) == 0.0
+    slow = [(100.0 + 0.5 * i, i // 20) for i in range(32)]  # a step every 10 s, a report every 0.5 s
+    assert rates.steps_per_second(slow, 116.0) is not None and rates.steps_per_second(slow, 116.0) > 0.05
+    assert rates.steps_per_second(slow, 100.0 + 10 + 3 * 10 + 1) == 0.0  # three of its gaps without a step

@@ -9,7 +9,7 @@ from collections import deque
 
 import pytest
 
-from mpwatch.contract.status import MERGED_WORKER_KEYS, Event, State, WorkerStatus
+from mpwatch.contract import MERGED_WORKER_KEYS, Event, State, WorkerStatus
 from mpwatch.rundir.writer import RunStore
 from mpwatch.settings import Settings
 from mpwatch.supervisor.eventlog import EventLog
@@ -128,15 +128,17 @@ def test_a_worker_that_could_not_start_is_failed_with_its_cause(log):
 def test_a_worker_row_has_every_key_of_the_schema_and_no_other(proc, log):
     w = worker_in(State.RUNNING, proc, log)
     st = worker_status(w, 0.0, TAIL, None)
-    # present only once there are some: reports rejected, tunables refused, an OOM or a memory snapshot
-    assert set(st) == set(WorkerStatus.__annotations__) - MERGED_WORKER_KEYS - {"rejected", "refused_tunables",
-                                                                                "memory"}
+    # present only once there are some: reports rejected, bad inputs, tunables refused, an OOM or a memory snapshot
+    assert set(st) == set(WorkerStatus.__annotations__) - MERGED_WORKER_KEYS - {"rejected", "bad_inputs",
+                                                                                "refused_tunables", "memory"}
     json.dumps(st)
     w.reports.rejected, w.reports.rejected_why = 2, "report loss is not a number"  # present once there are some
+    w.reports.bad_inputs, w.reports.bad_input_why = 1, "its hello: pid 7 is no process of rank 0"
     w.reports.refused_tunables = ["x: a float tunable's default must be finite, not inf"]
     st = worker_status(w, 0.0, TAIL, None)
     assert set(st) == set(WorkerStatus.__annotations__) - MERGED_WORKER_KEYS - {"memory"}
     assert st["rejected"] == {"count": 2, "why": "report loss is not a number"}
+    assert st["bad_inputs"] == {"count": 1, "why": "its hello: pid 7 is no process of rank 0"}
 
 
 @pytest.mark.parametrize(("rc", "reason", "tail", "want"), [

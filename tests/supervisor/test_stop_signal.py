@@ -8,7 +8,7 @@ import signal
 
 import pytest
 
-from mpwatch.contract.status import WorkerStatus
+from mpwatch.contract import WorkerStatus
 from mpwatch.tui.render import view
 from tests.helpers import FIXTURES, alive, assert_gone, mpwatch, one_line_error, wait_for
 
@@ -40,10 +40,11 @@ def test_the_stop_signal_reaches_the_rank_alone_and_its_children_live_through_th
     # and the run's end says it was a stop asked for, not a failure of its own (the exit code stays 1)
     (fin,) = run.events("run_finished")
     assert fin["stopped"] == "asked with ctl stop or the TUI" and fin["exit_code"] == 1
-    assert "run stopped (asked with ctl stop or the TUI), exit code 1" in run.stderr_text
+    # one story, the same words (text.run_end) in the headless line and in summary (issue 40)
+    assert "run ended: stopped (asked with ctl stop or the TUI), exit code 1" in run.stderr_text
     assert "run finished" not in run.stderr_text
     text = mpwatch("summary", run.run_dir).stdout
-    assert "ended: stopped (asked with ctl stop or the TUI)" in text
+    assert "ended: stopped (asked with ctl stop or the TUI), exit code 1" in text
     assert "exited" in text and "stopped cleanly on SIGUSR2 (the run was stopped), exit 0" in text
 
 
@@ -73,7 +74,7 @@ def test_a_signal_the_moment_the_run_is_announced_is_a_stop_never_a_death(headle
     os.kill(run.proc.pid, sig)
     assert run.wait_exit(timeout=60) == 1, run.stderr_text
     assert run.events("stopping")[0]["why"] == f"signal {signal.Signals(sig).name}"
-    assert f"run stopped (signal {signal.Signals(sig).name}), exit code 1" in run.stderr_text
+    assert f"run ended: stopped (signal {signal.Signals(sig).name}), exit code 1" in run.stderr_text
     run.assert_gone()
 
 

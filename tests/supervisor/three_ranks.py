@@ -1,7 +1,7 @@
 """One real 3-rank gloo run of demo/hang.py (torch) that four tests read, started once a session:
 tests/supervisor/test_paused_culprit.py (rank 1 paused: its peers stall, the finding names the
-pause; resumed, the finding ends), tests/supervisor/test_rates.py (resumed, the three step at one
-rate), tests/tui/test_event_words.py (the live events screen says which alert ended), and
+pause; resumed, the finding ends), tests/supervisor/test_rates.py (paused, its blocked peers read
+no rate within seconds, in the status and the metrics; resumed, the three step at one rate), tests/tui/test_event_words.py (the live events screen says which alert ended), and
 tests/supervisor/test_peer_causes.py (then resized to 4 ranks and rank 2 killed: its peers'
 collectives fail, each cause names it). Each ran the same 3-rank start for itself; one start, two
 acts, each test asserting on its own part.
@@ -12,11 +12,15 @@ next act still runs. Its tests share the xdist group `three-ranks` (tests/confte
 from __future__ import annotations
 
 import asyncio
+import functools
 import re
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
 
+import psutil
 import pytest
 
 from mpwatch.probes import pyspy
@@ -26,12 +30,36 @@ from mpwatch.tui.render import glyphs
 from mpwatch.tui.screens.events import EventsScreen
 from tests.helpers import ROOT, HeadlessRun, WaitTimeout, internal_errors, need, wait_for
 from tests.recorded_runs import finding_in_status
+from tests.supervisor import test_metrics as metrics
 
-# Where the peers wait depends on where the pause caught rank 1: in the loss's all_reduce, or in
-# backward(), whose DDP gradient all-reduce only the native stack (py-spy, when installed) shows.
-NEED_IN = r" in " if pyspy.find() else r"(?: in )?"
-FINDING = re.compile(rf"^ranks 0,2 wait{NEED_IN}(all_reduce|DDP's gradient all-reduce \(backward\)|) "
-                     r"at step (\d+) for rank 1, which was paused at (\d\d:\d\d:\d\d) \(p resumes\)$")
+AFTER_RESUME = 100  # steps each rank makes after `ctl resume 1` before its rate is read
+
+
+@functools.cache
+def native_stacks() -> bool:
+    """Whether the supervisor's stall dumps get native stacks here: py-spy installed, and allowed to
+    attach to a process beside it (a hosted runner's user under kernel.yama.ptrace_scope=1 is not).
+    Asked as the supervisor asks it: py-spy and its target are children of one process."""
+    if pyspy.find() is None:
+        return False
+    argv = [sys.executable, "-c", "import time; time.sleep(120)"]
+    p = subprocess.Popen(argv, start_new_session=True)
+    try:
+        wait_for(lambda: psutil.Process(p.pid).cmdline() == argv, 30, what="the process py-spy is tried on")
+        return pyspy.dump(p.pid, native=True)[0]
+    finally:
+        p.kill()
+        p.wait()
+
+
+@functools.cache
+def finding() -> re.Pattern[str]:
+    """The finding of the paused act. Where the peers wait depends on where the pause caught rank 1:
+    in the loss's all_reduce, or in backward(), whose DDP gradient all-reduce only a native stack
+    shows: without one (docs/hangs.md) that finding names no collective. Groups: where, step, when."""
+    where = r"( in all_reduce| in DDP's gradient all-reduce \(backward\))" if native_stacks() else r"( in all_reduce|)"
+    return re.compile(rf"^ranks 0,2 wait{where} at step (\d+) for rank 1, which was paused at (\d\d:\d\d:\d\d) "
+                      r"\(p resumes\)$")
 
 
 class PausedAct:
@@ -40,13 +68,14 @@ class PausedAct:
     def __init__(self) -> None:
         self.error: BaseException | None = None
         self.before = 0.0  # time.time() just before `ctl pause 1`
-        self.alert: dict = {}  # the first hang alert that is FINDING
+        self.quiet: dict[str, object] = {}  # the peers' rates once both read none: after how long, where
+        self.alert: dict = {}  # the first hang alert that is finding()
         self.status: dict = {}  # the live status once its own analysis says what its last alert says
         self.stderr = ""  # the supervisor's status lines, the finding standing
         self.resumed_status: dict = {}  # the live status once the finding has left it
         self.events: list[dict] = []  # every event of the run until the finding's end
         self.step_at_resume = 0  # the highest step just after `ctl resume 1`
-        self.after_resume: list[dict] | BaseException = []  # the workers once each is 40 steps on
+        self.after_resume: list[dict] | BaseException = []  # the workers once each is 100 steps on
         self.events_screen: dict[tuple[int, int], list[str] | BaseException] = {}  # size -> its lines
 
     def play(self, run: HeadlessRun) -> None:
@@ -54,20 +83,23 @@ class PausedAct:
                  what="three ranks stepping")
         self.before = time.time()
         run.ctl("pause", "1")
+        self.quiet = peers_quiet(run, self.before)
         self.alert = run.wait_event("alert", lambda r: r.get("kind") == "hang"
-                                    and bool(FINDING.match(r["message"])), timeout=120)[0]
+                                    and bool(finding().match(r["message"])), timeout=120)[0]
         self.status = finding_in_status(run)
         self.stderr = run.stderr_text
         run.ctl("resume", "1")
         self.step_at_resume = step = max(w["step"] for w in run.status()["workers"])
 
         def stepped() -> list[dict] | None:
-            # each rank 40 steps on (a second at 0.02 s a step: four of its report batches, so that its
-            # rate is read over several), well within a window that would still span the pause
+            # each rank 100 steps on (two seconds at 0.02 s a step: eight of its report batches, so that
+            # its rate is read over several and one batch late by a flush moves it little; over four a
+            # late one read 9.3 beside 21.8 under a loaded suite), well within a window (32 batches, 8 s)
+            # that would still span the pause
             ws = run.status()["workers"]
-            return ws if all((w["step"] or 0) >= step + 40 and w["steps_per_s"] for w in ws) else None
+            return ws if all((w["step"] or 0) >= step + AFTER_RESUME and w["steps_per_s"] for w in ws) else None
         try:
-            self.after_resume = wait_for(stepped, 60, interval=0.02, what="40 steps after the resume")
+            self.after_resume = wait_for(stepped, 60, interval=0.02, what=f"{AFTER_RESUME} steps after the resume")
         except WaitTimeout as exc:  # test_rates' own failure; the act goes on
             self.after_resume = exc
         wait_for(lambda: all(w["state"] == "running" for w in run.status()["workers"]), 120,
@@ -79,6 +111,26 @@ class PausedAct:
         self.events = run.events()
         for size in ((80, 24), (160, 48)):
             self.events_screen[size] = events_lines(run, size)
+
+
+def peers_quiet(run: HeadlessRun, before: float) -> dict[str, object]:
+    """Rank 1 just paused: how long until ranks 0 and 2, blocked in their collectives behind it,
+    read no rate (None or 0) both in the status and in the metrics' steps per second; the
+    rates read until then (an AssertionError's text where they never did, within 30 s)."""
+    port = run.status()["run"]["options"]["metrics"]
+    seen: list[tuple[float, list[float | None], dict[str, float]]] = []
+
+    def quiet() -> bool:
+        rates = [w["steps_per_s"] for w in run.status()["workers"]]
+        page = metrics.get(f"http://{port}/metrics")[1]
+        scraped = {s.labels["rank"]: s.value for s in metrics.samples(page)["mpwatch_worker_steps_per_second"]}
+        seen.append((round(time.time() - before, 2), rates, scraped))
+        return all(not rates[r] and not scraped.get(str(r)) for r in (0, 2))
+    try:
+        wait_for(quiet, 30, interval=0.2, what="the peers of the paused rank to read no rate")
+    except WaitTimeout as exc:
+        return {"error": f"{exc}: {seen[-5:]}"}
+    return {"after_s": seen[-1][0], "seen": seen}
 
 
 async def until(pilot, pred, what: str, timeout: float = 60.0) -> None:
@@ -150,7 +202,7 @@ class ThreeRanks:
 
     def __init__(self, folder: Path) -> None:
         self.run = HeadlessRun(folder, ROOT / "demo" / "hang.py", "--steps", "100000", "--step-time", "0.02",
-                               n=3, opts=["--stall-timeout", "6"])
+                               n=3, opts=["--stall-timeout", "6", "--metrics-port", str(metrics.free_port())])
         self.paused = PausedAct()
         self.peers = PeersAct()
         self.bugs: list[str] = []  # the supervisor's internal alerts and logged bugs (tests.helpers)

@@ -10,8 +10,8 @@ import pytest
 from textual.geometry import Region
 
 from mpwatch.sources.local import Client
-from mpwatch.tui.render import glyphs
 from mpwatch.tui.app import MpwatchApp
+from mpwatch.tui.render import glyphs
 from tests.helpers import FIXTURES
 
 WORKER = FIXTURES / "tui_worker.py"

@@ -9,8 +9,8 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
+from mpwatch.contract import GpuTimelineReply, Status
 from mpwatch.sources.local import ClientError, EventsReply
-from mpwatch.contract.status import GpuTimelineReply, Status
 from tests.record import DATA
 
 

@@ -3,7 +3,8 @@
 sender thread folded, one line a frame (function first, short paths), the user's innermost
 frame marked, readable without colour."""
 from mpwatch.text import stackfmt
-from mpwatch.tui.screens.detail import dump_text
+from mpwatch.tui.render.detail_text import dump_lines
+from mpwatch.tui.widgets.cells import lines_to_text
 from tests.tui.recorded import recording
 
 
@@ -33,7 +34,7 @@ def test_the_main_thread_comes_first_and_mpwatch_threads_are_folded():
 
 def test_one_line_a_frame_and_readable_without_colour():
     dump, _ = stalled_dump()
-    text = dump_text(dump)
+    text = lines_to_text(dump_lines(dump))
     lines = text.plain.splitlines()
     assert lines[1] == "main thread"
     assert lines[2].startswith("  wait  threading.py:")
@@ -63,4 +64,4 @@ def test_short_paths():
 
 
 def test_empty_dump_says_how_to_take_one():
-    assert "press d" in dump_text("").plain
+    assert "press d" in lines_to_text(dump_lines("")).plain

@@ -4,8 +4,8 @@ every event from the first, and the ones that come after."""
 from __future__ import annotations
 
 from mpwatch.sources.local import Client
-from mpwatch.tui.render import glyphs
 from mpwatch.tui.app import MpwatchApp
+from mpwatch.tui.render import glyphs
 from mpwatch.tui.screens.events import EventsScreen
 from tests.helpers import wait_for
 from tests.tui.conftest import WORKER, until

@@ -5,10 +5,7 @@ from __future__ import annotations
 import pytest
 
 from mpwatch.text import fmt
-from mpwatch.tui.render import glyphs
-from mpwatch.tui.render import gpu_charts
-from mpwatch.tui.render import gpu_tables
-from mpwatch.tui.render import segs
+from mpwatch.tui.render import glyphs, gpu_charts, gpu_tables, segs
 from mpwatch.tui.screens.gpu import chart_lines
 from tests.tui.recorded import recording, status
 

@@ -14,6 +14,7 @@ from mpwatch.tui import keys
 from mpwatch.tui.app import MpwatchApp
 from mpwatch.tui.render import glyphs
 from mpwatch.tui.replay_app import ReplayApp
+from mpwatch.tui.screens.detail import DetailScreen
 from mpwatch.tui.screens.events import EventsScreen
 from mpwatch.tui.screens.help import KEY_W, HelpScreen
 from tests.replay.conftest import STORED_HANG
@@ -82,6 +83,19 @@ def test_the_keys_that_act_are_flagged_in_the_table():
         assert callable(getattr(MpwatchApp, f"action_{k.action}")), k.action
     assert all(k.description and k.tooltip for k in keys.LIVE + keys.CURSOR)
 
+
+
+def test_the_detail_view_binds_the_tables_keys():
+    """Its keys of the main screen are LIVE's (the same key acts, the same sentence), on its one
+    worker; it binds no other key table."""
+    assert list(keys.DETAIL) == DetailScreen.BINDINGS
+    live = {k.key: k for k in keys.LIVE}
+    shared = [k for k in keys.DETAIL if k.key in live]
+    assert [k.key for k in shared] == ["p", "d", "k", "r", "l"]
+    for k in shared:
+        main = live[k.key]
+        assert (k.acts, k.tooltip) == (main.acts, main.tooltip)
+        assert k.action == (f"act('{main.action}')" if main.acts else f"app.{main.action}")
 
 async def test_the_live_help_and_palette_offer_exactly_the_table():
     app = live_app()

@@ -242,7 +242,7 @@ async def test_finished_run_shows_how_each_worker_ended(tui):
     async with tui(n=2, env=env, wait_running=False) as (app, pilot, _run):
         await until(pilot, lambda: not app.live, timeout=60, what="the run to finish")
         banner = str(app.query_one("#banner").render())
-        assert "run finished, exit code 1" in banner
+        assert "run ended: exit code 1: rank 1: RuntimeError: boom at step 20" in banner
         assert "rank 0: exited (exit 0)" in banner
         assert "rank 1: failed (exit 1: RuntimeError: boom at step 20)" in banner
         assert said(app, "rank 1 failed")  # the alert, with the last stderr line

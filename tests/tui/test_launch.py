@@ -5,10 +5,10 @@ import os
 from pathlib import Path
 
 from mpwatch import cli
-from mpwatch.supervisor.core import Options
 from mpwatch.cli.tui_launch import supervisor_argv
 from mpwatch.rundir.claim import Claim
 from mpwatch.settings import Settings
+from mpwatch.supervisor.core import Options
 from tests.helpers import FIXTURES, mpwatch
 
 

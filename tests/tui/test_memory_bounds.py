@@ -3,11 +3,12 @@ snapshots and events come (the soak benchmark, bench/bench_soak.py, watches the 
 a real one for an hour). Counts, not timings."""
 from __future__ import annotations
 
-from mpwatch.tui.app import EVENTS_KEPT, MpwatchApp
+from mpwatch.tui.app import MpwatchApp
 from mpwatch.tui.render import glyphs
 from mpwatch.tui.render.view import Column
 from mpwatch.tui.widgets import worker_table
 from mpwatch.tui.widgets.cell_cache import CellCache
+from tests.documented import EVENTS_KEPT
 
 COLS = [Column("rank", "RANK", 5), Column("state", "STATE", 12), Column("step", "STEP", 9),
         Column("loss", "LOSS", 9), Column("hb", "HB", 5)]

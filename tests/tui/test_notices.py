@@ -12,7 +12,9 @@ from mpwatch.sources.local import Client
 from mpwatch.tui import app as app_module
 from mpwatch.tui.app import MpwatchApp
 from mpwatch.tui.render import glyphs
+from tests.documented import TOAST_SIZE
 from tests.tui.conftest import WORKER, until
+from tests.tui.recorded import RecordedSource
 
 
 class Watched(MpwatchApp):
@@ -44,14 +46,28 @@ async def test_toasts_leave_the_table_in_view_and_the_end_is_said_once(headless,
             app.poller.join(30)
             assert not app.poller._thread.is_alive()
             await pilot.pause()
-            ends = [text for text, _ in app.messages if text.startswith("run finished")]
+            ends = [text for text, _ in app.messages if text.startswith("run ended")]
             assert len(ends) == 1, app.messages
-            assert "run finished, exit code 1" in str(app.query_one("#banner").render())
-            assert app.messages[-1][0].startswith("run finished, exit code 1")  # the status line's last word
+            assert "run ended: " in str(app.query_one("#banner").render())
+            assert app.messages[-1][0].startswith("run ended: ")  # the status line's last word
     finally:
         client.close()
-    assert not any("run finished" in t for t in app.toasts)
+    assert not any("run ended" in t for t in app.toasts)
     if size == (80, 24):
         assert app.toasts == []
     else:
         assert any("rank 1 failed: exit 1: RuntimeError: Read error [x]" in t for t in app.toasts), app.toasts
+
+
+@pytest.mark.parametrize("size", [(TOAST_SIZE[0] - 1, TOAST_SIZE[1]), (TOAST_SIZE[0], TOAST_SIZE[1] - 1),
+                                  TOAST_SIZE], ids=lambda s: f"{s[0]}x{s[1]}")
+async def test_a_toast_shows_from_the_documented_size(size):
+    """README: toasts show only where they leave the table in view (120x36 and more)."""
+    app = Watched(RecordedSource("states"), None, glyphs=glyphs.UNICODE, notices=True)
+    async with app.run_test(size=size) as pilot:
+        await until(pilot, lambda: app.snapshots > 0, 30, what="the first snapshot")
+        app.say("rank 3 failed: exit 1", "error")
+        await pilot.pause()
+        said = app.messages[-1][0]
+    assert said == "rank 3 failed: exit 1"  # the status line says it at every size
+    assert ("rank 3 failed: exit 1" in app.toasts) == (size == TOAST_SIZE), (size, app.toasts)

@@ -5,6 +5,8 @@ the alert lines and in the GPU screen's list with what it has cost; SVG snapshot
 screen and of rank 1's detail view at 80x24 and 160x48 (tests/tui/test_snapshots.py)."""
 from __future__ import annotations
 
+import pytest
+
 from mpwatch.text import fmt
 from mpwatch.tui.render import glyphs, gpu_rows, gpu_tables, pace, view
 from mpwatch.tui.widgets.cells import lines_to_text
@@ -75,3 +77,22 @@ def test_a_run_that_times_no_phase_keeps_the_room_for_its_notes():
     assert "pace" not in [c.key for c in without]
     note = {c.key: c.width for c in with_pace}["note"]
     assert {c.key: c.width for c in without}["note"] == note + 9 + view.PAD
+
+
+def test_a_phase_hundreds_of_times_slower_reads_its_true_ratio_in_the_pace_cell_and_the_detail():
+    """Issue 40: a forward 670x slower read '0.01 fwd'. The `slow_data` recording (rank 1's Dataset
+    0.15 s a batch more, tests/data/pace) through the producer's own functions: its data phase
+    reads 1/N, N the ratio of the times, in the PACE cell and in the detail view's pace line."""
+    from mpwatch.contract import straggler
+    from tests.supervisor.test_straggler_rule import _paces_at_end, load
+
+    paces = _paces_at_end(load("slow_data"))
+    rel = straggler.relative(paces)
+    p = dict(paces[1], relative=rel[1])
+    n = round(1 / rel[1]["data"])
+    assert 300 < n < 700 and rel[1]["data"] == pytest.approx(paces[0]["phases"]["data"] / p["phases"]["data"],
+                                                              rel=0.5)
+    w = {"rank": 1, "state": "running", "pace": p}
+    assert _plain(pace.pace_cell(w)) == f"1/{n} data"[:pace.WIDTH]
+    assert f"×1/{n}" in pace.pace_text(w, G)
+    assert pace.ratio(0.05) == "0.05" and pace.ratio(1.0) == "1.00"

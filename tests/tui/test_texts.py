@@ -8,8 +8,7 @@ import re
 import pytest
 
 from mpwatch.text import eventtext
-from mpwatch.tui.render import glyphs
-from mpwatch.tui.render import segs
+from mpwatch.tui.render import glyphs, segs
 from mpwatch.tui.widgets.loss_plot import plot_lines
 from tests.tui.recorded import recording
 
@@ -71,7 +70,9 @@ def test_log_scale_spreads_a_loss_that_falls_over_orders_of_magnitude():
     lin, lin_axis = bottom_share(False)
     log, log_axis = bottom_share(True)
     assert "linear scale" in lin_axis and "log scale" in log_axis
-    assert lin > 0.5 and log < 0.15  # flat after the first steps on linear; a slope on log
+    # flat after the first steps on linear; a slope on log (its points at the loss's floor, as many
+    # as the recorded run stayed there, are on the bottom row either way)
+    assert lin > 0.5 and log < lin / 3, (lin, log)
     top = segs.plain(plot_lines(series, 0, 80, height, glyphs.ASCII, log=True)[0]).split()[0]
     assert float(top) == pytest.approx(max(losses), rel=0.01)  # labels in the loss's own units
 

@@ -7,12 +7,7 @@ from __future__ import annotations
 import pytest
 
 from mpwatch.text import fmt
-from mpwatch.tui.render import diff
-from mpwatch.tui.render import glyphs
-from mpwatch.tui.render import gpu_rows
-from mpwatch.tui.render import segs
-from mpwatch.tui.render import view
-from mpwatch.tui.render import bars
+from mpwatch.tui.render import bars, columns, diff, findings, glyphs, gpu_rows, segs, view
 from tests.tui.recorded import status
 
 G = glyphs.ASCII
@@ -88,6 +83,23 @@ def test_columns_at_80_keep_gpu_over_cpu_rss_pid_and_phases():
     wide = [c.key for c in view.columns(160)]
     assert set(wide) == set(view.ORDER) and wide[-1] == "note"
     assert sum(c.width + view.PAD for c in view.columns(160)) + view.SCROLLBAR <= 160
+
+
+
+def test_the_column_table_is_one_record_a_column_and_the_table_sort_and_replay_read_it():
+    table = columns.COLUMNS
+    keys = [c.key for c in table]
+    assert len(set(keys)) == len(keys) and [c.key for c in table if c.fills] == ["note"]
+    for ranks in ([c.priority for c in table], [c.replay for c in table if c.replay is not None],
+                  [c.sort.at for c in table if c.sort]):
+        assert len(set(ranks)) == len(ranks)  # no tie: the order where columns must go is the table's word
+    # A wide enough terminal shows every record, in its order, and a replay those it can know.
+    assert [c.key for c in view.columns(1000, nodes=True)] == keys
+    assert [c.key for c in view.columns(1000, nodes=True, replay=True)] == [
+        c.key for c in table if c.replay is not None]
+    assert {c.key for c in view.columns(80) if c.right} == {c.key for c in table if c.right}
+    sorts = sorted((c.sort for c in table if c.sort), key=lambda sort: sort.at)
+    assert tuple(sort.name for sort in sorts) == view.SORTS
 
 
 def test_rows_fold_filter_and_sort():
@@ -203,18 +215,26 @@ def test_gpu_rows_say_why_there_are_none():
     assert segs.plain(gpu_rows.gpu_rows(st, G, 78)[0]) == f"GPU: {st['gpu_status']}"
 
 
-def test_alerts_are_one_line_each_and_a_count_past_the_room():
+def test_alerts_are_whole_and_a_count_past_the_room():
+    """Issue 40: a finding is read whole where the user looks: each alert wrapped under its mark,
+    never cut; past the room, whole alerts and a last line saying how many more `a` shows."""
     st = status("gpu8")
     items = gpu_rows.alert_items(st)
     n = sum(len(g["alerts"]) for g in st["gpus"]) + len(st["alerts"])
     assert len(items) == n > 3
     assert [s for s, _ in items] == sorted((s for s, _ in items), key=lambda s: gpu_rows.SEVERITY_ORDER[s])
-    lines = gpu_rows.alert_lines(st, G, 78, 2)
-    assert len(lines) == 2 and all(segs.width(line) <= 78 for line in lines)
-    assert segs.plain(lines[0]).startswith(f"{G.alert[items[0][0]]} {items[0][1][:40]}")
-    assert segs.plain(lines[1]) == f"+{n - 1} more alerts: g shows them all"
-    every = gpu_rows.alert_lines(st, G, 400, n)
+    every = findings.finding_lines(st, G, 400, 100)
     assert [segs.plain(line)[2:] for line in every] == [text for _, text in items]  # all fit: no count
+    narrow = findings.finding_lines(st, G, 40, 100)
+    assert all(segs.width(line) <= 40 for line in narrow) and len(narrow) > n
+    joined = " ".join(segs.plain(line).strip() for line in narrow)
+    assert all(text in joined for _, text in items), joined
+    first = len(findings.alert_block(*items[0], G, 78))
+    lines = findings.finding_lines(st, G, 78, first + 1)
+    assert len(lines) == first + 1 and all(segs.width(line) <= 78 for line in lines)
+    assert segs.plain(lines[-1]) == f"+{n - 1} more alerts: a shows every one whole"
+    one = findings.finding_lines(st, G, 30, 1)  # a short terminal: the first's start, and how to read it
+    assert len(one) == 1 and segs.plain(one[0]).endswith(f"(a: whole; +{n - 1} more)") and segs.width(one[0]) <= 30
 
 
 def test_panel_title_says_how_many_gpus_scroll():
@@ -236,7 +256,7 @@ def test_header_and_selected_line():
 def test_ending_lines_name_each_worker():
     st = status("states")
     lines = view.ending_lines(st)
-    assert lines[0].startswith("run finished, exit code ?")
+    assert lines[0].startswith("run ended: exit code ?")
     assert lines[4] == f"rank 3: failed ({st['workers'][3]['cause']})"
     # a cause that starts with its state says it once (issue 31: "rank 2: killed (killed on request (SIGTERM))")
     ended = view.ending_lines(status("ended"))
@@ -313,8 +333,45 @@ def test_an_oom_says_who_held_the_memory_first_in_the_rank_row_and_in_its_alert(
     assert view.note_text(w0).startswith(w0["memory"]["oom"]) and w0["memory"]["oom"] == finding["oom"]["note"]
     assert finding["oom"]["note"].startswith("CUDA OOM on GPU 0: rank 1 (sharing the GPU) held ")
     assert "rank 1" in segs.plain(segs.cut(view.selected_line(w0, G), 78))
-    first = segs.plain(gpu_rows.alert_lines(st, G, 78, 3)[0])
+    first = segs.plain(findings.finding_lines(st, G, 78, 3)[0])
     assert first.startswith(f"{G.alert['error']} rank 0 ran out of CUDA memory on GPU 0 and died of it: rank 1 held")
     # a rank that never ran out has no such note
     assert all("memory" not in w for w in st["workers"] if w["rank"] != 0)
     assert all("memory" not in w for name in ("gpu2", "gpu8", "states") for w in status(name)["workers"])
+
+
+def test_wrap_breaks_at_spaces_indents_and_breaks_a_word_longer_than_a_line():
+    ln = segs.line(("! ", "bold"), ("alpha beta gamma", ""), (" deltaepsilonzeta", "red"))
+    out = segs.wrap(ln, 10, indent=2)
+    assert [segs.plain(x) for x in out] == ["! alpha", "  beta", "  gamma", "  deltaeps", "  ilonzeta"]
+    assert out[0][0] == ("!", "bold") and out[-1][-1] == ("ilonzeta", "red")
+    assert all(segs.width(x) <= 10 for x in out)
+    assert segs.wrap(segs.line(("short", "")), 10) == [segs.line(("short", ""))]
+
+
+def _in_sight(cols: list, width: int) -> list:
+    room, seen = width - view.SCROLLBAR, []
+    for c in cols:
+        room -= c.width + view.PAD
+        if room < 0:
+            break
+        seen.append(c)
+    return seen
+
+
+def test_at_80_columns_every_rows_note_is_in_sight_and_a_machine_without_gpus_has_no_gpu_column():
+    """Issue 40: at 80x24 the NOTE column was out of sight (pause, stall and cause notes showed only
+    for the selected row), and an empty GPU column kept its room on a machine without a GPU."""
+    st = status("states")
+    noted = [w for w in st["workers"] if view.note_text(w)]
+    assert {w["state"] for w in noted} >= {"paused", "stalled", "failed"}
+    for gpus in (True, False):
+        seen = _in_sight(view.columns(80, gpus=gpus), 80)
+        keys = [c.key for c in seen]
+        assert "note" in keys and ("gpu" in keys) == gpus, keys
+        note = seen[keys.index("note")]
+        assert note.width >= columns.BY_KEY["note"].width
+        for w in noted:  # each row's own note, from its first words
+            cell = segs.plain(view.worker_cells(w, [note], G, folded=False)[0])
+            assert cell == view.note_text(w) and cell[:note.width - 1] == view.note_text(w)[:note.width - 1]
+    assert "gpu" not in [c.key for c in view.columns(200, gpus=False)]  # not even scrolled to

@@ -10,7 +10,9 @@ NVML's as `node_index`. The lags and the hang's culprit (contract.culprit, pure)
 runs again over the merged ranks, which no single node could do: steps order the ranks, never
 the nodes' clocks. The nodes' own hang alerts, each blind to the others, give way to it; so do
 their straggler findings, to sources.multinode.merged_straggler's over every rank (the ranks'
-speeds against the median rank, too, are measured across the nodes).
+speeds against the median rank, too, are measured across the nodes). A node's slowdown finding (its
+ranks against their own best, what took its machine) stays its own, named by its node; the run's
+pace is the slowest node's against its best.
 """
 from __future__ import annotations
 
@@ -18,8 +20,7 @@ import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
-from mpwatch.contract import culprit, straggler
-from mpwatch.contract.status import (
+from mpwatch.contract import (
     UNREACHABLE,
     Culprit,
     EventFields,
@@ -35,6 +36,8 @@ from mpwatch.contract.status import (
     Status,
     WorkerGpu,
     WorkerStatus,
+    culprit,
+    straggler,
 )
 from mpwatch.sources.multinode import control_merge, merged_straggler
 
@@ -154,6 +157,8 @@ def _run_alert(a: RunAlert, m: NodeMap) -> RunAlert:
         out["culprits"] = [m.rank(r) or 0 for r in a["culprits"]]
     if "waiting" in a:
         out["waiting"] = [m.rank(r) or 0 for r in a["waiting"]]
+    if "slowdown" in a:  # the node's own finding (its ranks are global already): it names the node
+        out["slowdown"] = {**a["slowdown"], "node": m.node}
     return out
 
 
@@ -225,6 +230,10 @@ def _run(parts: Sequence[NodePart], statuses: Sequence[Status]) -> RunInfo:
     codes = [s["run"]["exit_code"] for s in statuses]
     run["exit_code"] = next((c for c in codes if c), codes[0]) if done else None
     run["node"] = None
+    run.pop("pace", None)  # the slowest node's against its own best: every rank of the run steps with it
+    paces = [pace for s in statuses if (pace := s["run"].get("pace")) is not None]
+    if paces:
+        run["pace"] = min(paces, key=lambda x: x["ratio"]).copy()
     return run
 
 

@@ -9,15 +9,17 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any, cast
 
-from mpwatch.contract.actions import ACTIONS, Action, record
-from mpwatch.contract.control import ControlView
-from mpwatch.contract.status import (
+from mpwatch.contract import (
+    ACTIONS,
+    Action,
     ActionRequest,
     FileResult,
+    LiveView,
     RankAnswer,
     Status,
     TunableChange,
     TunableStatus,
+    record,
 )
 
 Rank = Callable[[int | None], int | None]  # a node's local rank -> the global rank
@@ -107,6 +109,6 @@ def _results(r: ActionRequest, rank: Rank) -> list[FileResult]:
     return [FileResult(**{**x, "rank": g}) for x in mine if (g := rank(x["rank"])) is not None]
 
 
-def view(parts: Sequence[tuple[Status, Rank]]) -> ControlView:
-    """Control's part of the merged status: the tunables and every action's requests."""
-    return ControlView(tunables(parts), {a.name: requests(parts, a) for a in ACTIONS.values()})
+def view(parts: Sequence[tuple[Status, Rank]]) -> LiveView:
+    """The live requests' part of the merged status: the tunables and every action's requests."""
+    return LiveView(tunables(parts), {a.name: requests(parts, a) for a in ACTIONS.values()})

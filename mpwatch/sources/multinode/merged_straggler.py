@@ -7,8 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from mpwatch.contract import straggler
-from mpwatch.contract.status import RunAlert, State, WorkerStatus
+from mpwatch.contract import RunAlert, State, WorkerStatus, straggler
 from mpwatch.text import straggler_text
 
 
@@ -17,7 +16,7 @@ def _stepping(w: WorkerStatus) -> bool:
     return "node_error" not in w and w["state"] == State.RUNNING and w["dist"] and w["pace"] is not None
 
 
-def _on(node: int) -> straggler.Label:
+def _on(node: int) -> straggler.RankLabel:
     return lambda rank: f"rank {rank} on node {node}"
 
 

@@ -21,8 +21,7 @@ import time
 from collections.abc import Callable
 from typing import Any, cast
 
-from mpwatch.contract import straggler
-from mpwatch.contract.status import EventFields, GpuTimelineReply, RunState, Status
+from mpwatch.contract import EventFields, GpuTimelineReply, RunState, Status, straggler
 from mpwatch.rundir import layout, registry
 from mpwatch.rundir.textfiles import read_json
 from mpwatch.sources.local import Client, ClientError, ControlReply, EventsReply, Requests
@@ -107,7 +106,8 @@ class NodePoller:
             self.fresh.set()
 
     def _reconnect(self) -> bool:
-        pause = RETRY_S[min(self.tries, len(RETRY_S) - 1)] if self.tries else 0.0
+        # the first try at once, then RETRY_S's pauses in turn (the first of them after the first try)
+        pause = RETRY_S[min(self.tries - 1, len(RETRY_S) - 1)] if self.tries else 0.0
         if self._stop.wait(pause):
             return False
         self.tries += 1

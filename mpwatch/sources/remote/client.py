@@ -23,8 +23,7 @@ import time
 from dataclasses import dataclass, field
 from typing import IO, Any, cast
 
-from mpwatch.contract import protocol, shape
-from mpwatch.contract.status import Status
+from mpwatch.contract import Status, protocol, shape
 from mpwatch.rundir import reader
 from mpwatch.rundir.registry import RegistryEntry
 from mpwatch.settings import Settings

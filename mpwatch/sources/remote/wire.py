@@ -27,7 +27,7 @@ import json
 from typing import Any, TypedDict
 
 from mpwatch import __version__
-from mpwatch.contract import protocol
+from mpwatch.contract import jsonread, protocol
 
 PROTO = "mpwatch-bridge"
 MIN_VERSION = 1  # the oldest bridge protocol this mpwatch speaks
@@ -56,8 +56,8 @@ def encode(msg: dict[str, Any]) -> bytes:
 def decode(line: bytes) -> dict[str, Any]:
     """One line as an object; anything else is a protocol.BadFrame."""
     try:
-        msg = json.loads(line)
-    except (ValueError, UnicodeDecodeError, RecursionError) as exc:
+        msg = jsonread.loads(line)  # bounded: nesting, digits, UTF-8
+    except ValueError as exc:
         raise protocol.BadFrame(f"not JSON: {exc}") from None
     if not isinstance(msg, dict):
         raise protocol.BadFrame("not an object")

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from mpwatch.contract.status import Event, EventFields, State
+from mpwatch.contract import Event, EventFields, State
 from mpwatch.text import eventtext
 
 FAILURE, STALL, RESTART, ALERT = "failure", "stall", "restart", "alert"

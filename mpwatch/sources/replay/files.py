@@ -4,9 +4,9 @@ An hour of 64 ranks is ~230 000 report events (40 MB), and the replay must open 
 second, so the files are memory-mapped and never parsed whole before the first screen: the
 notable events (every event but `report`, a few hundred) are found by a regex the C engine
 runs over the file. Reports come from sources.replay.reports: its index of every rank's own reports,
-built on a thread once the first screen is drawn, and until then a window of the file
-before the cursor (`reports_before`). The GPU timeline is indexed by time; a tick is parsed
-when shown, and a GPU's history reads only its ticks' heads. A child process's report (it
+built on a thread once the first screen is drawn, and until then a window of the file around the
+cursor (`reports_at`: those timed at or before its moment). The GPU timeline is indexed by time; a
+tick is parsed when shown, and a GPU's history reads only its ticks' heads. A child process's report (it
 carries `child_of`) is never part of its rank's curve.
 
 Tolerant as rundir.reader: lines that are no event are counted into a note, a torn last line
@@ -29,18 +29,17 @@ from array import array
 from pathlib import Path
 from typing import cast
 
-from mpwatch.contract.coerce import as_float
-from mpwatch.contract.status import DevKey, Event, EventFields, GpuMark, GpuTick
+from mpwatch.contract import DevKey, Event, EventFields, GpuMark, GpuTick, as_float, shape
 from mpwatch.rundir import eventlines, layout, reader, textfiles
-from mpwatch.sources.replay.reports import SLICE, Data, ReportIndex, ReportRow, last_report, window
+from mpwatch.sources.replay.reports import HELD_S, SLICE, Data, ReportIndex, ReportRow, last_report, window
 
 # A gpu.jsonl line's head (found by its literal start, fast; checked to begin a line).
-_GPU_LINE = re.compile(rb'\{"ts":(-?[0-9.eE+-]+),"(gpus|gpu|thinned)"')
+_GPU_LINE = re.compile(rb'\{"ts":(-?[0-9.eE+-]{1,40}),"(gpus|gpu|thinned)"')
 WINDOW_START = 192  # bytes a rank per wanted report: a report line is ~150 bytes
 TICK_CACHE = 512
 # A tick's GPUs as supervisor.gpu.timeline writes them (compact): what a GPU's history needs.
-_GPU_SAMPLE = re.compile(rb'\{"index":(\d+),(?:"gi":(\d+),"ci":(\d+),)?"mem_used":(\d+|null),'
-                         rb'"mem_total":(?:\d+|null),"util_gpu":(\d+|null)')
+_GPU_SAMPLE = re.compile(rb'\{"index":([0-9]{1,9}),(?:"gi":([0-9]{1,9}),"ci":([0-9]{1,9}),)?'
+                         rb'"mem_used":([0-9]{1,18}|null),"mem_total":(?:[0-9]{1,18}|null),"util_gpu":([0-9]{1,18}|null)')
 GpuSample = tuple[DevKey, int | None, int | None]  # the GPU or MIG slice, mem_used, util_gpu
 BUILD_WAIT_S = 60.0
 STEP_BYTES = 128 * 1024  # the index built a step at a time in the TUI's idle time: ~3 ms each
@@ -173,9 +172,12 @@ class EventsFile(_Mapped):
             self._torn(len(data) > self.indexed)
             return False
         start, before = self.indexed, len(self.events)
-        for m in eventlines.NOT_REPORT.finditer(data, start, end):
+        pos = start
+        while (m := eventlines.NOT_REPORT.search(data, pos, end)) is not None:
             s = data.rfind(b"\n", 0, m.start()) + 1
             e = data.find(b"\n", m.end(), end)
+            e = end - 1 if e < 0 else e
+            pos = e + 1  # a line is looked at once, however many "event"s its strings hold
             try:
                 ev = reader.as_event(_line(data, s, e))
             except ValueError:
@@ -212,9 +214,14 @@ class EventsFile(_Mapped):
             self.rd.note_torn(layout.EVENTS)
 
     # ------------------------------------------------------------- reports ----
-    def end_of(self, pos: int) -> int:
-        """Where the cursor's event ends in the file (everything indexed past the last one)."""
-        return self.ends[pos] if 0 <= pos < len(self.ends) else self.indexed
+    def held_end(self, pos: int, t: float) -> int:
+        """Where in the file no report of the moment t (the cursor's event's, pos) can be
+        any more: the end of the first event after it timed HELD_S past t (the file's end
+        where none is)."""
+        for j in range(max(pos, 0), len(self.events)):
+            if self.events[j]["ts"] > t + HELD_S:
+                return self.ends[j]
+        return self.indexed
 
     def _index_now(self) -> ReportIndex | None:
         """The report index (None until built) with a live run's appended lines taken in;
@@ -224,20 +231,24 @@ class EventsFile(_Mapped):
             idx.extend(self.data, self.indexed)
         return idx
 
-    def reports_before(self, end: int, ranks: list[int], want: int) -> dict[int, list[ReportRow]]:
-        """Each rank's last `want` reports written before byte `end` (where the cursor's
-        event's line ends: the file as it stood then), oldest first, from the index or,
-        until it is built, a window of the file; a rank that never reported is missing."""
+    def reports_at(self, pos: int, t: float, ranks: list[int], want: int) -> dict[int, list[ReportRow]]:
+        """Each rank's last `want` reports timed at or before t (the moment of the cursor's
+        event, pos), oldest first, wherever the file has them: from the index or, until it
+        is built, a window of the file up to where no report of t can be any more (held_end);
+        a rank that never reported is missing."""
         with self._swap:
             idx = self._index_now()
             if idx is not None:
                 return {r: got for r in ranks
-                        if (s := idx.series.get(r)) is not None and (got := s.last(end, want))}
+                        if (s := idx.series.get(r)) is not None and (got := s.last(t, want))}
+        span = WINDOW_START * want * len(ranks)
+        at = self.ends[pos] if 0 <= pos < len(self.ends) else self.indexed  # the cursor's event's line
+        end = min(self.held_end(pos, t), at + span)
         if not ranks or end <= 0:
             return {}
-        found, start = window(self.data, end, ranks, want, WINDOW_START * want * len(ranks))
+        found, start = window(self.data, end, ranks, want, 2 * span, t)
         for r in ranks:
-            if r not in found and (last := last_report(self.data, r, start)) is not None:
+            if r not in found and (last := last_report(self.data, r, start, t)) is not None:
                 found[r] = [last]  # silent for longer than the window: its last report alone
         return found
 
@@ -318,7 +329,7 @@ class GpuFile(_Mapped):
                 continue
             if not isinstance(rec, dict) or as_float(rec.get("ts")) is None:
                 continue
-            if kind == b"gpu" and isinstance(rec.get("kind"), str):
+            if kind == b"gpu" and shape.problem(rec, GpuMark) is None:
                 self.marks.append(cast(GpuMark, rec))
             elif kind == b"thinned" and isinstance(rec.get("thinned"), dict) \
                     and (upto := as_float(rec["thinned"].get("to"))) is not None:
@@ -344,8 +355,7 @@ class GpuFile(_Mapped):
                 raw = _line(self.data, s, e if e >= 0 else len(self.data))
             except ValueError:
                 return None
-            if not isinstance(raw, dict) or not isinstance(raw.get("gpus"), list) \
-                    or not isinstance(raw.get("ranks"), list):
+            if shape.problem(raw, GpuTick) is not None:  # a damaged or crafted tick: none, never a KeyError
                 return None
             if len(self._ticks) >= TICK_CACHE:
                 self._ticks.clear()
@@ -360,8 +370,10 @@ class GpuFile(_Mapped):
             if not 0 <= i < len(self.starts):
                 return []
             s = self.starts[i]
-            e = self.data.find(b'"ranks":', s)
-            line = self.data[s:e if e >= 0 else self.data.find(b"\n", s)]
+            nl = self.data.find(b"\n", s)
+            nl = len(self.data) if nl < 0 else nl
+            e = self.data.find(b'"ranks":', s, nl)  # on its own line: never a look through the file
+            line = self.data[s:e if e >= 0 else nl] if nl - s <= textfiles.MAX_LINE else b""
 
             def opt(raw: bytes) -> int | None:
                 return None if raw == b"null" else int(raw)

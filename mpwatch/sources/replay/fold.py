@@ -11,10 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, cast
 
-from mpwatch.contract import straggler
-from mpwatch.contract.coerce import as_float, as_int, as_str
-from mpwatch.contract.control import keep_refused
-from mpwatch.contract.status import (
+from mpwatch.contract import (
     Event,
     EventFields,
     GpuAlert,
@@ -24,8 +21,14 @@ from mpwatch.contract.status import (
     State,
     WorkerMemory,
     alert_kind,
+    as_float,
+    as_int,
+    as_str,
+    keep_refused,
+    slowdown,
+    straggler,
 )
-from mpwatch.rundir import control_events
+from mpwatch.rundir import live_events
 from mpwatch.text import eventtext
 
 ALERTS_KEPT = 50  # as the supervisor's status keeps (supervisor.eventlog)
@@ -50,6 +53,8 @@ class RankFold:
     bad_frames: int = 0
     rejected: int = 0  # reports refused by the supervisor (reports_rejected), and the latest why
     rejected_why: str | None = None
+    bad_inputs: int = 0  # its inputs that tripped the supervisor (bad_input), and the latest why
+    bad_input_why: str | None = None
     refused_tunables: list[str] = field(default_factory=list)  # "NAME: why", as the status lists them
     unkillable: list[dict[str, Any]] | None = None
     memory: WorkerMemory | None = None  # this attempt's OOM finding's note and snapshot (gpu_alert oom)
@@ -59,6 +64,7 @@ class RankFold:
 class RunFold:
     state: str = RunState.RUNNING
     exit_code: int | None = None
+    stopped: str | None = None  # why the run was stopped, once it was (stopping's `why`)
     restarts: int = 0
     world: int | None = None
     ranks: dict[int, RankFold] = field(default_factory=dict)
@@ -66,7 +72,7 @@ class RunFold:
     gpu_alerts: dict[str, GpuAlert] = field(default_factory=dict)  # key -> the alert, as it started last
     hang: EventFields | None = None  # the last culprit finding (an `alert` of kind hang)
     # tunables and checkpoint requests
-    control: control_events.ControlFold = field(default_factory=control_events.ControlFold)
+    live: live_events.LiveFold = field(default_factory=live_events.LiveFold)
 
 
 def restarting_exits(events: Sequence[EventFields]) -> set[int]:
@@ -97,8 +103,8 @@ def fold(events: Sequence[EventFields], upto: int, run_dir: Path, restarting: se
         e = events[i]
         r = e["rank"]
         name = e["event"]
-        if name in control_events.CONTROL_EVENTS:
-            control_events.apply(run.control, e)
+        if name in live_events.LIVE_EVENTS:
+            live_events.apply(run.live, e)
             if name == Event.MEMORY_WRITTEN and r is not None and r in run.ranks:
                 _snapshot(run.ranks[r], e, run_dir)
         elif r is not None and name != Event.GPU_ALERT and name != Event.ALERT:
@@ -160,6 +166,10 @@ def _rank_event(run: RunFold, k: RankFold, e: EventFields, restarting: bool, run
     elif name == Event.REPORTS_REJECTED:
         k.rejected = as_int(e.get("count")) or k.rejected + 1
         k.rejected_why = as_str(e.get("why")) or k.rejected_why
+    elif name == Event.BAD_INPUT:
+        k.bad_inputs = as_int(e.get("count")) or k.bad_inputs + 1
+        what, why = as_str(e.get("what")), as_str(e.get("why"))
+        k.bad_input_why = f"{what}: {why}" if what and why else why or k.bad_input_why
     elif name == Event.TUNABLE_REFUSED:
         keep_refused(k.refused_tunables, f"{as_str(e.get('tunable')) or '?'}: {as_str(e.get('why')) or '?'}")
 
@@ -182,6 +192,7 @@ def _run_event(run: RunFold, e: EventFields) -> None:
     name = e["event"]
     if name == Event.STOPPING:
         run.state = RunState.STOPPING
+        run.stopped = run.stopped or as_str(e.get("why")) or "?"
     elif name == Event.RUN_FINISHED:
         run.state, run.exit_code = RunState.FINISHED, as_int(e.get("exit_code"))
     elif name == Event.RESIZED:
@@ -219,6 +230,9 @@ def _alert(run: RunFold, e: EventFields) -> None:
     found = straggler.read_info(e.get("straggler"))
     if found is not None:  # a straggler's numbers: what it had cost the run by then
         a["straggler"] = found
+    slower = slowdown.read_info(e.get("slowdown"))
+    if slower is not None:  # a slowdown's: since when, and what it had cost the run by then
+        a["slowdown"] = slower
     if at is None:
         run.alerts = (run.alerts + [a])[-ALERTS_KEPT:]
     else:
@@ -257,4 +271,4 @@ def _gpu_alert(run: RunFold, e: EventFields) -> None:
     r = e["rank"]
     if kind == "oom" and isinstance(detail, dict) and r is not None and r in run.ranks:
         note, snap = as_str(detail.get("note")), as_str(detail.get("snapshot"))
-        run.ranks[r].memory = {"oom": note, "snapshot": snap}  # the table's words (supervisor.gpu.oom)
+        run.ranks[r].memory = {"oom": note, "snapshot": snap}  # the table's words (supervisor.gpu.oom_story)

@@ -13,10 +13,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
-from mpwatch.contract.status import (
+from mpwatch.contract import (
     ALIVE_STATES,
+    COUNTERS,
     HISTORY_POINTS,
     Culprit,
     DevKey,
@@ -35,6 +36,9 @@ from mpwatch.contract.status import (
     Status,
     WorkerGpu,
     WorkerStatus,
+    put_input_notes,
+    rates,
+    reading,
 )
 from mpwatch.rundir import layout
 from mpwatch.sources.replay.files import EventsFile, GpuFile
@@ -93,28 +97,20 @@ def worker_row(k: RankFold, reps: list[ReportRow], t: float, tail: int,
         gpu=gpu if alive else None, stop=None,  # the events say when a stop signal went, not its deadline
         polls_checkpoint=False,  # nor whether the rank's loop asks should_checkpoint()
         steps_from=None)  # nor whether its steps were counted by mpwatch.worker.auto
-    if k.rejected:
-        row["rejected"] = {"count": k.rejected, "why": k.rejected_why or "?"}
-    if k.refused_tunables:
-        row["refused_tunables"] = list(k.refused_tunables)
+    put_input_notes(row, k.rejected, k.rejected_why, k.bad_inputs, k.bad_input_why, list(k.refused_tunables))
     if k.memory is not None:
         row["memory"] = k.memory.copy()
     return row
 
 
 def _rate(reps: list[ReportRow], t: float, started: float | None) -> float | None:
-    """Steps/s over the window up to t; a rank silent past its usual gap decays toward 0
-    (the supervisor's rule, supervisor.workers.worker's steps_per_second)."""
+    """Steps/s over the window up to t, by the supervisor's rule (contract.rates)."""
     since = max(t - RATE_WINDOW_S, started or 0.0)
     pts = [r for r in reps if r.ts >= since and r.step is not None]
     if (not pts and t - since >= RATE_WINDOW_S
             and any(r.step is not None and r.ts >= (started or 0.0) for r in reps)):
         return 0.0  # it stepped in this attempt, and not once in the whole window
-    if len(pts) < 2 or pts[-1].ts <= pts[0].ts:
-        return None
-    t0, t1 = pts[0].ts, pts[-1].ts
-    end = max(t1, t - (t1 - t0) / (len(pts) - 1))
-    return max(0.0, ((pts[-1].step or 0) - (pts[0].step or 0)) / (end - t0))
+    return rates.steps_per_second([(r.ts, r.step or 0) for r in pts], t)
 
 
 # -------------------------------------------------------------------- GPUs ----
@@ -164,21 +160,27 @@ def _gpu_view(g: GpuTickGpu, tick: GpuTick, facts: RunFacts, ranks: list[GpuTick
     procs = [GpuProcess(pid=pid, rank=tr["rank"], child_of=None, user=None, cmd=None,
                         mem_bytes=tr.get("nvml"), visible=True, sm_util=None)
              for tr in mine if (pid := pids.get(tr["rank"])) is not None]
-    view = GpuView(
-        index=i, name=names.get("name"), uuid=names.get("uuid"), mem_used=g.get("mem_used"),
-        mem_total=g.get("mem_total") or names.get("mem_total"), util_gpu=g.get("util_gpu"), util_mem=None,
-        temperature=None, power_w=None, processes=procs, errors={}, ts=tick["ts"], processes_ts=tick["ts"],
-        alerts=[x for x in alerts if x["gpu"] is not None and _key(x["gpu"], x) == key],
-        ranks=sorted(tr["rank"] for tr in mine),
-        breakdown={"allocated": a, "cached": rv - a if rv is not None and a is not None else None,
-                   "other": n - rv if n is not None and rv is not None else None,
-                   "outside": g.get("outside")},
-        history=history)
+    view = cast(GpuView, {
+        "index": i, "name": names.get("name"), "uuid": names.get("uuid"), "mem_used": g.get("mem_used"),
+        "mem_total": g.get("mem_total") or names.get("mem_total"), **_counters(g),
+        "processes": procs, "errors": {}, "ts": tick["ts"], "processes_ts": tick["ts"],
+        "alerts": [x for x in alerts if x["gpu"] is not None and _key(x["gpu"], x) == key],
+        "ranks": sorted(tr["rank"] for tr in mine),
+        "breakdown": {"allocated": a, "cached": rv - a if rv is not None and a is not None else None,
+                      "other": n - rv if n is not None and rv is not None else None,
+                      "outside": g.get("outside")},
+        "history": history})
     if key is not None and key[1] is not None and key[2] is not None:
         mig = names.get("mig")
         profile = mig.get("profile") if isinstance(mig, dict) else None
         view["mig"] = {"gi": key[1], "ci": key[2], "profile": profile}
     return view
+
+
+def _counters(g: GpuTickGpu) -> dict[str, float | None]:
+    """The counters a tick keeps (utilization), and N/A for those every view has but gpu.jsonl
+    does not keep; the others are left out, as a view of a MIG slice leaves them."""
+    return {c.key: reading(g, c) for c in COUNTERS if c.required or c.key in g}
 
 
 def _history(gpu: GpuFile, i: int) -> dict[DevKey, GpuHistory]:
@@ -254,7 +256,7 @@ def status_at(events: EventsFile, gpu: GpuFile, facts: RunFacts, run: RunFold, p
               tail: int) -> Status:
     """The status at the moment of events[pos] (t: its time; pos past the last: the end)."""
     ranks = sorted(run.ranks)
-    reps = events.reports_before(events.end_of(pos), ranks, max(tail, 8))
+    reps = events.reports_at(pos, t, ranks, max(tail, 8))
     views, wgpu, gpu_status = gpus_at(gpu, t, facts, run)
     workers = [worker_row(run.ranks[r], reps.get(r, []), t, tail, wgpu.get(r)) for r in ranks]
     counts: dict[str, int] = {}
@@ -265,8 +267,10 @@ def status_at(events: EventsFile, gpu: GpuFile, facts: RunFacts, run: RunFold, p
                    uptime=round(max(0.0, t - facts.started), 1), world_size=run.world or len(workers),
                    nprocs=len(workers), counts=counts, restarts=run.restarts, exit_code=run.exit_code,
                    options=facts.options, refused_connections=0, node=None)
-    control = run.control.status()
+    if run.stopped is not None:
+        info["stopped"] = run.stopped
+    live = run.live.status()
     st = Status(run=info, workers=workers, gpus=views, gpu_status=gpu_status, alerts=list(run.alerts),
                 events_seq=min(pos + 1, len(events.events)), straggler=straggler(workers, run),
-                tunables=control.tunables, checkpoints=control.checkpoints)
-    return control.into(st)  # each action's list, as the live status has them
+                tunables=live.tunables, checkpoints=live.checkpoints)
+    return live.into(st)  # each action's list, as the live status has them

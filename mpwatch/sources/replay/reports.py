@@ -9,16 +9,18 @@ Two ways to them, the same answers:
   rank: a moment's last reports are a bisection away.
 - until it is built, `window`: the reports of the last stretch of the file before the
   cursor, and `last_report` for a rank silent longer than that.
-A moment's reports are those written before the cursor's event in the file, as it stood
-then: both ways cut at the same byte. Not by time: a report carries the worker's time, and
-the supervisor holds one back up to a second before it writes it (supervisor.ipc.ledger), so a report
-timed before an event may have reached the supervisor after it. (A curve, which has no
-cursor's event, is cut by time.) A loss of NaN reads as none reported, both ways.
+A moment's reports are those timed at or before it, wherever the file has them: the screen at a
+moment is the run as it was then (issue 40: at "+3.0 s event 4/7" rank 0 read step 3, though its
+report timed +2.9 s said step 13; the supervisor holds a rank's latest report back up to a second
+before it writes it, supervisor.workers.ledger, so that report's line came after the event's). Both
+ways cut at the same time; the window reads on past the cursor's event for as long as a report
+of its moment may still come (HELD_S). A loss of NaN reads as none reported, both ways.
 Pure file reading; no lock of its own (the caller's).
 """
 from __future__ import annotations
 
 import bisect
+import math
 import mmap
 import re
 from array import array
@@ -30,12 +32,13 @@ Data = mmap.mmap | bytes
 
 SLICE = 1 << 19
 NAN = float("nan")
+HELD_S = 2.0  # the latest a report timed at a moment is written after it (the ledger holds it up to 1 s)
 
 
 @dataclass(frozen=True)
 class ReportRow:
     """One point of a rank's own curve as the replay reads it back (the wire's checked entry
-    is supervisor.ipc.batch_check.Report)."""
+    is supervisor.workers.batch_check.Report)."""
 
     ts: float
     step: int | None
@@ -85,10 +88,10 @@ class Series:
         """How many came at or before t (the curve's cut)."""
         return bisect.bisect_right(self.ts, t)
 
-    def last(self, end: int, want: int) -> list[ReportRow]:
-        """The last `want` of those written before byte `end` (where the cursor's event's
-        line ends, as `window` cuts): a line that starts before it ends before it."""
-        n = bisect.bisect_left(self.at, end)
+    def last(self, t: float, want: int) -> list[ReportRow]:
+        """The last `want` of those timed at or before t (a rank's reports come in its time's
+        order: one process's clock, one at a time)."""
+        n = self.upto(t)
         return [self.report(i) for i in range(max(0, n - want), n)]
 
 
@@ -131,10 +134,10 @@ class ReportIndex:
         self.upto = max(self.upto, end)
 
 
-def window(data: Data, end: int, ranks: list[int], want: int,
-           span: int) -> tuple[dict[int, list[ReportRow]], int]:
-    """Each rank's last `want` reports among those of the `span` bytes before `end`, and
-    where that stretch starts."""
+def window(data: Data, end: int, ranks: list[int], want: int, span: int,
+           at: float = math.inf) -> tuple[dict[int, list[ReportRow]], int]:
+    """Each rank's last `want` reports timed at or before `at` among those of the `span`
+    bytes before `end`, and where that stretch starts."""
     start = max(0, end - span)
     start = 0 if start == 0 else data.find(b"\n", start, end) + 1
     found: dict[int, list[ReportRow]] = {}
@@ -142,14 +145,15 @@ def window(data: Data, end: int, ranks: list[int], want: int,
     for ts, rank, step, loss in OWN_REPORT.findall(data[start:end]):
         r = int(rank)
         t = num(ts)
-        if r in wanted and t is not None:
+        if r in wanted and t is not None and t <= at:
             found.setdefault(r, []).append(ReportRow(t, step_of(step), num(loss)))
     return {r: v[-want:] for r, v in found.items()}, start
 
 
-def last_report(data: Data, rank: int, end: int) -> ReportRow | None:
-    """The rank's last own report before byte `end`, searched for backwards in both of the
-    writer's spellings (a line with a NaN is compact), the later hit first."""
+def last_report(data: Data, rank: int, end: int, at: float = math.inf) -> ReportRow | None:
+    """The rank's last own report before byte `end` timed at or before `at`, searched for
+    backwards in both of the writer's spellings (a line with a NaN is compact), the later hit
+    first."""
     needles = report_needles(rank)
     while end > 0:
         i = max(data.rfind(n, 0, end) for n in needles)
@@ -158,7 +162,7 @@ def last_report(data: Data, rank: int, end: int) -> ReportRow | None:
         s = data.rfind(b"\n", 0, i) + 1
         e = data.find(b"\n", i)
         m = OWN_REPORT.match(data[s:e if e >= 0 else len(data)])
-        if m is not None and (t := num(m.group(1))) is not None:
+        if m is not None and (t := num(m.group(1))) is not None and t <= at:
             return ReportRow(t, step_of(m.group(3)), num(m.group(4)))
         end = s
     return None

@@ -18,8 +18,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from mpwatch.contract.coerce import as_float
-from mpwatch.contract.status import (
+from mpwatch.contract import (
     DevKey,
     Event,
     EventFields,
@@ -27,6 +26,7 @@ from mpwatch.contract.status import (
     RunOptions,
     RunState,
     Status,
+    as_float,
     dev_key,
     devices,
 )
@@ -112,14 +112,13 @@ class ReplaySource:
     def end_time(self) -> float:
         """When the run ended (now, for a live one): the end's moment on the strip."""
         if self.live:  # now, or the last thing written if the clocks disagree
-            last = self.rd.last_event()
-            return max(time.time(), last["ts"] if last is not None else 0.0)
+            latest = self.rd.last_ts()
+            return max(time.time(), latest if latest is not None else 0.0)
         if self.rd.run.finished is not None:
             return self.rd.run.finished
         if self.rd.final is not None:
             return self.facts.started + self.rd.final["run"]["uptime"]
-        last = self.rd.last_event()
-        ends = [e for e in (last["ts"] if last else None,
+        ends = [e for e in (self.rd.last_ts(),  # a run cut short: the latest thing it said
                             self.gpu.ts[-1] if self.gpu.ts else None,
                             self.files.events[-1]["ts"] if self.files.events else None) if e is not None]
         return max(ends) if ends else self.facts.started

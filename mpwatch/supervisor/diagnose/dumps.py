@@ -11,15 +11,24 @@ from __future__ import annotations
 import threading
 from pathlib import Path
 
-from mpwatch.contract.status import Event, State
+from mpwatch.contract import Event, State
 from mpwatch.probes import procs, stacks
-from mpwatch.rundir import writer
+from mpwatch.rundir import textfiles, writer
 from mpwatch.settings import Settings
-from mpwatch.supervisor import errors
+from mpwatch.supervisor import boundary
 from mpwatch.supervisor.diagnose import flight
 from mpwatch.supervisor.eventlog import EventLog
 from mpwatch.supervisor.workers.worker import Worker
 from mpwatch.text.stackfmt import DumpSummary, native_collective, summarize
+
+READ_MAX = 8 << 20  # bytes of a dump read back to summarise it (the worker writes into it: bounded)
+
+
+def read_dump(path: Path) -> str:
+    """A dump's first READ_MAX bytes as text: a regular file only (a worker may have put a FIFO
+    or a link in its place). Raises OSError."""
+    with textfiles.open_regular(path) as f:
+        return f.read(READ_MAX).decode("utf-8", errors="replace")
 
 
 class Dumper:
@@ -39,7 +48,7 @@ class Dumper:
                 try:
                     self.dump(w, reason)
                 except Exception as exc:  # noqa: BLE001 - a bug costs this dump, never the others
-                    errors.bug(f"stack dump of rank {w.rank}", exc)
+                    boundary.failed("stack dumps", exc, f"stack dump of rank {w.rank}")
         threading.Thread(target=run, name="mpwatch-dump", daemon=True).start()
 
     def dump(self, w: Worker, reason: str) -> Path | None:
@@ -65,10 +74,12 @@ class Dumper:
             fr = [f"NCCL flight recorder: {why or f'asked for rank-{w.rank}/{flight.TRACE_PREFIX}{w.rank}'}"]
         path, notes = stacks.capture(pids, paths.stack_file, self.store.new_dump(w.rank), label=f"({reason})")
         notes = notes + fr
-        try:
-            where = summarize(path.read_text(errors="replace"), pid)
-        except OSError:
-            where = DumpSummary()
+        where = DumpSummary()
+        with boundary.rank_input(w.rank, "its stack dump"):  # the rank's own words (its faulthandler's)
+            try:
+                where = summarize(read_dump(path), pid)
+            except OSError:
+                pass
         rel = str(path.relative_to(self.store.dir))
         with self.lock:
             w.last_dump = str(path)
@@ -92,7 +103,7 @@ class Dumper:
         if w.attempt.stall is None or w.attempt.stall.get("collective"):
             return
         try:
-            coll = native_collective(path.read_text(errors="replace"), pid)
+            coll = native_collective(read_dump(path), pid)
         except OSError:
             return
         with self.lock:

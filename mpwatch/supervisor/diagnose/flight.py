@@ -29,7 +29,12 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from mpwatch.rundir.textfiles import open_regular
+
 BUFFER = "2000"
+MAX_DUMP = 64 << 20  # a dump bigger than this is not read
+ENTRIES_MAX = 20_000  # a dump's last entries read (torch keeps BUFFER)
+NAME_MAX = 200  # characters of a collective's or a group's name kept
 TRACE_PREFIX = "nccl_trace_rank_"
 PIPE_PREFIX = "nccl_pipe_"
 
@@ -83,29 +88,58 @@ class _PlainUnpickler(pickle.Unpickler):
         raise pickle.UnpicklingError(f"refusing {module}.{name} in a flight-recorder dump")
 
 
-def read_trace(path: Path) -> dict[str, Any] | None:
+def read_trace(path: Path, limit: int = MAX_DUMP) -> dict[str, Any] | None:
+    """A rank's dump: a regular file (never through a link) of at most `limit` bytes holding
+    plain containers; None for anything else."""
     try:
-        data = Path(path).read_bytes()
+        with open_regular(path) as f:
+            data = f.read(limit + 1)
+        if len(data) > limit:
+            return None
         obj = _PlainUnpickler(io.BytesIO(data)).load()
-    except (OSError, pickle.UnpicklingError, EOFError, ValueError, TypeError):
+    except Exception:  # noqa: BLE001 - a damaged pickle raises what its bytes make it (ValueError, KeyError, ...)
         return None
     return obj if isinstance(obj, dict) else None
+
+
+def _seq(e: dict[Any, Any]) -> int | None:
+    seq = e.get("collective_seq_id")
+    return seq if type(seq) is int and 0 < seq < 1 << 62 else None
+
+
+def _group(e: dict[Any, Any]) -> str:
+    """An entry's process group as text: its pg_id, else its process_group's first item, else "0"."""
+    pg = e.get("pg_id")
+    if pg is None:
+        grp = e.get("process_group")
+        pg = grp[0] if isinstance(grp, (list, tuple)) and grp else "0"
+    if type(pg) is int and abs(pg) < 1 << 62:
+        return str(pg)
+    return pg[:NAME_MAX] if isinstance(pg, str) else "?"
+
+
+def _entries(dump: object) -> list[dict[Any, Any]]:
+    """A dump's last ENTRIES_MAX entries that are dicts (a damaged dump gives fewer, or none)."""
+    raw = dump.get("entries") if isinstance(dump, dict) else None
+    return [e for e in raw[-ENTRIES_MAX:] if isinstance(e, dict)] if isinstance(raw, list) else []
 
 
 def not_joined(traces: Mapping[int, Any]) -> dict[str, dict[str, Any]] | None:
     """traces: {rank: dump dict with "entries": [{collective_seq_id, profiling_name, pg_id}]}.
     Per process group, the last collective any rank entered, and the ranks that never
-    entered it. Pure. None when no rank recorded a collective."""
-    last: dict[str, dict[int, tuple[int, Any]]] = {}  # pg -> {rank: (seq, name)}
+    entered it. Pure and total: an entry of the wrong shape is skipped. None when no rank
+    recorded a collective."""
+    last: dict[str, dict[int, tuple[int, str | None]]] = {}  # pg -> {rank: (seq, name)}
     for rank, dump in traces.items():
-        for e in (dump or {}).get("entries") or []:
-            seq = e.get("collective_seq_id")
-            if not isinstance(seq, int) or seq <= 0:
+        for e in _entries(dump):
+            seq = _seq(e)
+            if seq is None:
                 continue
-            pg = str(e.get("pg_id", e.get("process_group", ("0",))[0] if e.get("process_group") else "0"))
+            pg = _group(e)
             cur = last.setdefault(pg, {}).get(rank)
             if cur is None or seq > cur[0]:
-                last[pg][rank] = (seq, e.get("profiling_name"))
+                name = e.get("profiling_name")
+                last[pg][rank] = (seq, name[:NAME_MAX] if isinstance(name, str) else None)
     if not last:
         return None
     groups = {}

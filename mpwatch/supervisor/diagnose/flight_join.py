@@ -25,13 +25,15 @@ from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from mpwatch.contract.culprit import ranks_text
-from mpwatch.contract.status import Culprit, State
+from mpwatch.contract import Culprit, State, numtext, ranks_text
+from mpwatch.supervisor import boundary
 from mpwatch.supervisor.diagnose import flight
 
 WAIT_S = 20.0  # how long the ranks' dumps may take to appear after the stall
 ANALYZER_S = 120.0  # torch's analyzer imports torch: seconds, on a busy box more
-MAX_DUMP = 64 << 20  # a dump bigger than this is not read
+MAX_DUMP = flight.MAX_DUMP
+TEXT_MAX = 1 << 20  # characters of torch's analyzer's output read
+MISSING_MAX = 1 << 16  # ranks a 'missing ranks' line may name
 
 
 class Finding(NamedTuple):
@@ -63,9 +65,9 @@ def torch_analyzer() -> bool:
     return any((Path(r) / "distributed" / "flight_recorder" / "fr_trace.py").is_file() for r in roots)
 
 
-_BLOCK = re.compile(r"Not all ranks joining collective, sequence number: (\d+)")
-_COLL = re.compile(r"^collective: (?:\w+:)?(\w+)")
-_MISSING = re.compile(r"^missing ranks: \{([\d, ]*)\}")
+_BLOCK = re.compile(r"Not all ranks joining collective, sequence number: (" + numtext.INT + r")\b", re.ASCII)
+_COLL = re.compile(r"^collective: (?:\w{1,64}:)?(\w{1,64})", re.ASCII)
+_MISSING = re.compile(r"^missing ranks: \{([0-9, ]*)\}")
 
 
 def parse_torch(text: str, ranks: Collection[int]) -> Finding | None:
@@ -73,14 +75,15 @@ def parse_torch(text: str, ranks: Collection[int]) -> Finding | None:
     number, collective and missing ranks."""
     seq: int | None = None
     op: str | None = None
-    for line in text.splitlines():
+    for line in text[:TEXT_MAX].splitlines():
         line = line.strip()
         if (m := _BLOCK.search(line)) is not None:
             seq, op = int(m.group(1)), None
         elif seq is not None and (m := _COLL.match(line)) is not None:
             op = m.group(1)
         elif seq is not None and (m := _MISSING.match(line)) is not None:
-            missing = sorted(int(x) for x in m.group(1).replace(" ", "").split(",") if x)
+            said = [numtext.int_of(x, 9) for x in m.group(1).replace(" ", "").split(",")[:MISSING_MAX] if x]
+            missing = sorted({r for r in said if r is not None})
             if missing:
                 return Finding(op or "a collective", seq, missing, sorted(set(ranks) - set(missing)),
                                "torch's analyzer")
@@ -162,6 +165,10 @@ class FlightJoin:
             self._thread.start()
 
     def _run(self, ranks: list[int], hang: int) -> None:
+        with boundary.room("flight recorder"):  # the ranks' dumps, read behind the fault boundary
+            self._read(ranks, hang)
+
+    def _read(self, ranks: list[int], hang: int) -> None:
         deadline = time.monotonic() + WAIT_S
         while len(dump_files(self.run_dir, ranks)) < len(ranks) and time.monotonic() < deadline:
             time.sleep(0.5)

@@ -12,7 +12,7 @@ import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from mpwatch.contract.status import GpuView, slowed_by
+from mpwatch.contract import GpuView, slowed_by
 
 CPU_WAIT = 0.25  # its main thread waited for a CPU this share of the time or more: short of CPU,
 CPU_WAIT_OVER = 0.15  # and this much more than its peers' median (on a busy machine every rank waits)

@@ -6,7 +6,7 @@ Main thread, each tick (`check`). A worker that reported before and then stays s
 A worker that said hello and has not reported --startup-timeout after its start is a slow start:
 a `slow_start` event and one dump, never a state change (it is not stalled: it never reported).
 While it stays stalled its diagnosis is refreshed every STALL_PROBE_S; a report ends the
-stall (supervisor.ipc.ledger). While any rank is stalled, contract.culprit names the likely culprit of a
+stall (supervisor.workers.ledger). While any rank is stalled, contract.culprit names the likely culprit of a
 collective hang, as one `hang` alert per finding.
 """
 from __future__ import annotations
@@ -14,8 +14,7 @@ from __future__ import annotations
 import threading
 import time
 
-from mpwatch.contract import culprit
-from mpwatch.contract.status import ALIVE_STATES, Event, StallInfo, State
+from mpwatch.contract import ALIVE_STATES, Event, StallInfo, State, culprit
 from mpwatch.probes import hang
 from mpwatch.supervisor.diagnose import flight_join, stall
 from mpwatch.supervisor.diagnose.dumps import Dumper
@@ -24,6 +23,9 @@ from mpwatch.supervisor.eventlog import EventLog
 from mpwatch.supervisor.workers.worker import Worker
 
 STALL_PROBE_S = 2.0  # how often a stalled worker's diagnosis (busy/blocked/...) is refreshed
+# A deadline passed without a finding (a worker that never said hello has no slow start): looked
+# at again after this long, not every tick.
+RECHECK_S = 1.0
 
 
 class StallWatch:
@@ -42,9 +44,16 @@ class StallWatch:
         # MPWATCH_NCCL_FLIGHT=1: the flight recorder's dumps, read once per hang
         # (supervisor.diagnose.flight_join)
         self.flight = FlightJoin(dumper.store.dir) if dumper.settings.nccl_flight else None
+        self._due = 0.0  # nothing can be found before this (monotonic)...
+        self._moves = -1  # ...while the workers' moves are still this many (Worker.moves)
 
     def check(self, now: float) -> None:
-        """Main loop, each tick: new stalls, fresh diagnoses, and the culprit while any."""
+        """Main loop, each tick: new stalls, fresh diagnoses, and the culprit while any. Until the
+        earliest moment a worker could be found stalled or a slow start, and while no worker
+        moved (Worker.moves: a start, a resume, a first report), there is nothing to look at."""
+        if now < self._due and Worker.moves == self._moves:
+            return
+        self._moves, due = Worker.moves, now + RECHECK_S * 60
         any_stalled = False
         for w in list(self.workers.values()):
             a, state = w.attempt, w.state
@@ -68,6 +77,9 @@ class StallWatch:
                     now, limit=self.startup_timeout, started=a.started, connected=a.connected,
                     first_report=a.first_report, resumed=a.resumed):
                 self._slow_start(w, now)
+            else:
+                due = min(due, max(self._deadline(w), now + RECHECK_S))
+        self._due = 0.0 if any_stalled else due  # a stall is looked at every tick
         if any_stalled:
             self._check_culprit(now)
             return
@@ -77,6 +89,15 @@ class StallWatch:
         self._paused = set()
         if self.flight is not None:
             self.flight.reset()
+
+    def _deadline(self, w: Worker) -> float:
+        """The earliest it could be found stalled (or a slow start): its reports only move it later."""
+        a = w.attempt
+        if a.first_report is not None:
+            return stall.silent_since(a.first_report, a.last_report, a.resumed) + self.timeout
+        if a.slow_start is None:
+            return stall.silent_since(a.started, None, a.resumed) + self.startup_timeout
+        return float("inf")  # a slow start said: nothing more until its first report (a move)
 
     def _stalled(self, w: Worker, now: float) -> None:
         """Once per stall: say so with what it is doing, and dump every thread of it and its children."""

@@ -16,8 +16,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from mpwatch.contract import straggler
-from mpwatch.contract.status import Pace, State
+from mpwatch.contract import Pace, State, straggler
 from mpwatch.supervisor import snapshot
 from mpwatch.supervisor.diagnose import slowness
 from mpwatch.supervisor.eventlog import EventLog

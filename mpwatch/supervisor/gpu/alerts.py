@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Literal
 
-from mpwatch.contract.status import AlertKind, DevKey, GpuAlert, GpuProcess, GpuView, dev_key
+from mpwatch.contract import AlertKind, DevKey, GpuAlert, GpuProcess, GpuView, dev_key
 from mpwatch.settings import GpuThresholds
 from mpwatch.supervisor.gpu.ranks import owner
 from mpwatch.text import fmt

@@ -1,7 +1,9 @@
 """Who a GPU process is: a worker of this run (rank), a worker's descendant (child_of), or
 an outsider with its user and command from psutil ("not visible" when the pid is not in
 our PID namespace). Runs on the GPU poller thread (supervisor.gpu.watch); psutil is
-asked once per new pid and re-checked for pid reuse every WHO_RECHECK_S.
+asked once per new pid and re-checked for pid reuse every WHO_RECHECK_S. A process first seen
+with its parent's command may be a fork that has not exec'd yet (exec keeps its pid and creation
+time): its command is read again at each look, SETTLE_READS times at most, until it differs.
 """
 from __future__ import annotations
 
@@ -11,9 +13,10 @@ from dataclasses import dataclass
 
 import psutil
 
-from mpwatch.contract.status import DevKey, GpuMark, GpuProcess
+from mpwatch.contract import DevKey, GpuMark, GpuProcess
 
 WHO_RECHECK_S = 10.0  # a known GPU process is checked for pid reuse this often
+SETTLE_READS = 20  # looks that read again the command of a process that has its parent's
 
 
 @dataclass
@@ -24,6 +27,7 @@ class Who:
     user: str | None = None
     cmd: str | None = None
     ancestor: int | None = None  # the worker pid it descends from, when the sampler has not seen it yet
+    unsettled: int = 0  # reads left of a command that is its parent's (a fork, perhaps not exec'd yet)
 
 
 class ProcessLabeler:
@@ -36,7 +40,7 @@ class ProcessLabeler:
         now = time.monotonic()
         for pid in pids:
             cached = self._who.get(pid)
-            if cached is None or now - cached.checked >= WHO_RECHECK_S:
+            if cached is None or now - cached.checked >= WHO_RECHECK_S or cached.unsettled > 0:
                 self._who[pid] = _whois(pid, worker_pids, cached, now)
         if len(self._who) > 4 * len(pids) + 64:
             live = set(pids) | set(keep)
@@ -68,25 +72,41 @@ def _whois(pid: int, worker_pids: Collection[int], cached: Who | None, now: floa
         return Who(None, now, visible=True)
     if cached is not None and cached.create == create:
         cached.checked = now
+        if cached.unsettled > 0:  # exec'd since?
+            cached.cmd, same = _command(proc)
+            cached.unsettled = cached.unsettled - 1 if same else 0
         return cached
     who = Who(create, now, visible=True)
     try:
         who.user = proc.username()
     except (psutil.Error, KeyError):  # KeyError: a uid without a passwd entry
         pass
-    try:
-        who.cmd = " ".join(proc.cmdline())[:200] or proc.name()
-    except psutil.Error:
-        try:
-            who.cmd = proc.name()
-        except psutil.Error:
-            pass
+    who.cmd, same = _command(proc)
+    who.unsettled = SETTLE_READS if same else 0
     if pid not in worker_pids:
         try:
             who.ancestor = next((p.pid for p in proc.parents() if p.pid in worker_pids), None)
         except psutil.Error:
             pass
     return who
+
+
+def _command(proc: psutil.Process) -> tuple[str | None, bool]:
+    """Its command line (its name where it has none), and whether it is its parent's."""
+    try:
+        argv = proc.cmdline()
+    except psutil.Error:
+        argv = []
+    try:
+        cmd: str | None = " ".join(argv)[:200] or proc.name()
+    except psutil.Error:
+        cmd = None
+    try:
+        up = proc.parent()
+        same = up is not None and bool(argv) and up.cmdline() == argv
+    except psutil.Error:
+        same = False
+    return cmd, same
 
 
 def who_text(p: GpuProcess) -> str:

@@ -1,6 +1,6 @@
 """What a CUDA out-of-memory message says, read from its words: torch's OutOfMemoryError as torch
 has worded it and the driver's bare error. Pure; called on the thread that builds an OOM finding
-(supervisor.gpu.oom).
+(supervisor.gpu.oom_story).
 
     2.x  CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 79.15 GiB of
          which 1.25 GiB is free. Process 4242 has 30.00 GiB memory in use. Including non-PyTorch
@@ -11,30 +11,43 @@ has worded it and the driver's bare error. Pure; called on the thread that build
     the driver (cudaMalloc outside torch's allocator): CUDA error: out of memory
 
 Each number is looked for on its own, so a wording that lacks one, orders them otherwise or is
-cut short still gives the others; what is not said is None (never 0).
+cut short still gives the others; what is not said is None (never 0). Total and bounded: any
+text gives OomWords (its first TEXT_MAX characters read); a number is ASCII digits within
+contract.numtext's bounds (a size of 320 digits, or one past BYTES_MAX, is not said: None), so
+no float overflows and no int() meets thousands of digits.
 """
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from itertools import islice
+
+from mpwatch.contract import numtext
 
 TEXT_MAX = 8192  # characters of a message read
 PROCESSES_MAX = 64  # "Process N has ..." entries read
+BYTES_MAX = 1 << 60  # a size past this (a number of 300 digits: inf as a float) is no size: not known
 
-_SIZE = r"([0-9]+(?:\.[0-9]+)?) ?(bytes|B|KiB|MiB|GiB|TiB|KB|MB|GB|TB)\b"
+# a size: a whole number (never the tail of a longer one), then its unit
+_SIZE = r"(?<![0-9.])(" + numtext.DECIMAL + r") ?(bytes|B|KiB|MiB|GiB|TiB|KB|MB|GB|TB)\b"
 _UNITS = {"bytes": 1, "B": 1, "KiB": 1 << 10, "KB": 1 << 10, "MiB": 1 << 20, "MB": 1 << 20,
           "GiB": 1 << 30, "GB": 1 << 30, "TiB": 1 << 40, "TB": 1 << 40}  # torch's sizes are binary
-_TRIED = re.compile(r"Tried to allocate " + _SIZE)
-_GPU = re.compile(r"\bGPU (\d+)\b")
-_TOTAL = (re.compile(r"total capacity of " + _SIZE), re.compile(_SIZE + r" total capacity"))
-_FREE = (re.compile(r"of which " + _SIZE + r" is free"), re.compile(r"; " + _SIZE + r" free"))
-_ALLOCATED = (re.compile(r"Of the allocated memory " + _SIZE + r" is allocated by PyTorch"),
-              re.compile(_SIZE + r" already allocated"))
-_CACHED = re.compile(r"and " + _SIZE + r" is reserved by PyTorch but unallocated")
-_RESERVED = re.compile(_SIZE + r" reserved in total by PyTorch")
-_THIS = re.compile(r"this process has " + _SIZE + r" memory in use")
-_PROCESS = re.compile(r"Process (\d+) has " + _SIZE + r" memory in use")
 
+
+def _re(pattern: str) -> re.Pattern[str]:
+    return re.compile(pattern, re.ASCII)  # \b and \d of ASCII alone
+
+
+_TRIED = _re(r"Tried to allocate " + _SIZE)
+_GPU = _re(r"\bGPU ([0-9]{1,4})\b")
+_TOTAL = (_re(r"total capacity of " + _SIZE), _re(_SIZE + r" total capacity"))
+_FREE = (_re(r"of which " + _SIZE + r" is free"), _re(r"; " + _SIZE + r" free"))
+_ALLOCATED = (_re(r"Of the allocated memory " + _SIZE + r" is allocated by PyTorch"),
+              _re(_SIZE + r" already allocated"))
+_CACHED = _re(r"and " + _SIZE + r" is reserved by PyTorch but unallocated")
+_RESERVED = _re(_SIZE + r" reserved in total by PyTorch")
+_THIS = _re(r"this process has " + _SIZE + r" memory in use")
+_PROCESS = _re(r"Process ([0-9]{1,10}) has " + _SIZE + r" memory in use")
 
 @dataclass(frozen=True)
 class OomWords:
@@ -56,9 +69,14 @@ class OomWords:
 
 
 def _bytes(m: re.Match[str] | None, at: int = 1) -> int | None:
+    """The size a match says, in bytes; None when there is none or it is past BYTES_MAX."""
     if m is None:
         return None
-    return round(float(m.group(at)) * _UNITS[m.group(at + 1)])
+    number = numtext.decimal_of(m.group(at))
+    if number is None:
+        return None
+    size = number * _UNITS[m.group(at + 1)]  # < 10**15 * 2**40: finite
+    return round(size) if size <= BYTES_MAX else None
 
 
 def _first(patterns: tuple[re.Pattern[str], ...], text: str) -> int | None:
@@ -80,7 +98,8 @@ def read(text: str | None) -> OomWords:
     reserved = _bytes(_RESERVED.search(text))
     if reserved is None and allocated is not None and cached is not None:
         reserved = allocated + cached
-    procs = tuple((int(m.group(1)), _bytes(m, 2) or 0) for m in _PROCESS.finditer(text))[:PROCESSES_MAX]
-    return OomWords(tried=_bytes(_TRIED.search(text)), device=int(gpu.group(1)) if gpu else None,
+    procs = tuple((pid, size) for m in islice(_PROCESS.finditer(text), PROCESSES_MAX)
+                  if (pid := numtext.int_of(m.group(1))) is not None and (size := _bytes(m, 2)) is not None)
+    return OomWords(tried=_bytes(_TRIED.search(text)), device=numtext.int_of(gpu.group(1)) if gpu else None,
                     total=_first(_TOTAL, text), free=_first(_FREE, text), allocated=allocated,
                     reserved=reserved, this_process=_bytes(_THIS.search(text)), processes=procs)

@@ -5,16 +5,14 @@ the GPU poller thread, and on the main thread for a worker's exit (OOM).
 """
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable
 
-from mpwatch.contract.status import DevKey, GpuAlert, GpuView, WorkerGpu
+from mpwatch.contract import DevKey, GpuAlert, GpuView, WorkerGpu
 from mpwatch.supervisor.gpu.alerts import SET_DEVICE, AlertConfig, alert, key_text, on, usable
 from mpwatch.supervisor.gpu.ranks import own_key, share_key
 from mpwatch.text import fmt
 from mpwatch.text.gpu_names import device_name, view_name
 
-_TRIED = re.compile(r"Tried to allocate ([0-9.]+ ?[KMGTP]?i?B)")
 OOM_MARKERS = ("cuda out of memory", "outofmemoryerror", "cuda error: out of memory")
 EXPANDABLE = "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True"
 
@@ -98,7 +96,7 @@ def oom_line(tail: Iterable[str] | None) -> str | None:
 
 
 # The bare count's hint (no finding: a worker whose torch has no OOM observer): what was held is unknown,
-# so fragmentation is never said here (supervisor.gpu.oom says it when it is the story).
+# so fragmentation is never said here (supervisor.gpu.oom_story says it when it is the story).
 OOM_HINT = "lower the batch size, or free memory held elsewhere on the GPU"
 
 

@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
-from mpwatch.contract.status import (
+from mpwatch.contract import (
     CudaView,
     DevKey,
     GpuProcess,
@@ -23,6 +23,7 @@ from mpwatch.contract.status import (
     MemoryBreakdown,
     WorkerGpu,
     dev_key,
+    numtext,
 )
 
 
@@ -204,8 +205,8 @@ def visible_keys(env: Mapping[str, str], uuid_keys: Mapping[str, DevKey],
         return None
     out: set[DevKey] = set()
     for entry in (e.strip() for e in cvd.split(",")):
-        if entry.isdigit():
-            out.update(leaves_of.get(int(entry), ()))
+        if (index := numtext.int_of(entry, 4)) is not None:  # ASCII digits: "²" is no GPU's index
+            out.update(leaves_of.get(index, ()))
         elif entry:
             hits = {k for u, k in uuid_keys.items() if u.startswith(entry) or u.startswith(f"GPU-{entry}")}
             if len(hits) == 1:

@@ -27,8 +27,7 @@ from collections import deque
 from collections.abc import Mapping
 from typing import TextIO
 
-from mpwatch.contract.coerce import as_float
-from mpwatch.contract.status import (
+from mpwatch.contract import (
     GpuMark,
     GpuThinned,
     GpuTick,
@@ -36,6 +35,7 @@ from mpwatch.contract.status import (
     GpuTickRank,
     GpuView,
     WorkerGpu,
+    as_float,
     devices,
 )
 from mpwatch.rundir import textfiles

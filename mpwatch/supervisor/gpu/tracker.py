@@ -10,7 +10,7 @@ from collections import deque
 from collections.abc import Iterable, Mapping
 from typing import TypeVar
 
-from mpwatch.contract.status import DevKey, GpuAlert, GpuMark, GpuView, WorkerGpu, dev_key
+from mpwatch.contract import DevKey, GpuAlert, GpuMark, GpuView, WorkerGpu, dev_key
 from mpwatch.supervisor.gpu import alerts, rank_alerts
 from mpwatch.supervisor.gpu.ranks import RankInfo, own_key
 

@@ -10,7 +10,8 @@ from collections import deque
 from collections.abc import Iterable, Mapping
 from typing import cast
 
-from mpwatch.contract.status import (
+from mpwatch.contract import (
+    COUNTERS,
     HISTORY_POINTS,
     DevKey,
     GpuHistory,
@@ -85,19 +86,17 @@ class Views:
             if pid in seen:
                 p["since"] = seen[pid]
             procs.append(p)
-        v: GpuView = {
+        mig = _mig(s)
+        v = cast(GpuView, {
             "index": s.index, "name": s.name, "uuid": s.uuid, "mem_used": s.mem_used,
-            "mem_total": s.mem_total, "util_gpu": s.util_gpu, "util_mem": s.util_mem,
-            "temperature": s.temperature, "power_w": s.power_w,
+            "mem_total": s.mem_total, **counters(s, whole=mig is None),
             "processes": procs, "errors": errors, "ts": s.ts, "processes_ts": self._procs_ts.get(key),
             "alerts": [], "ranks": [], "history": {"mem_used": [], "util_gpu": []},  # filled by the watcher
             "breakdown": {"allocated": None, "cached": None, "other": None, "outside": None},
-            "mem_reserved": s.mem_reserved}
-        mig = _mig(s)
+            "mem_reserved": s.mem_reserved})
         if mig is not None:
             v["mig"] = mig
-        else:  # the clocks are the whole GPU's
-            v["sm_clock_mhz"], v["sm_clock_max_mhz"] = s.sm_clock_mhz, s.sm_clock_max_mhz
+        else:  # the clock event reasons are the whole GPU's
             v["throttle_reasons"] = cast("list[ThrottleReason] | None", s.throttle_reasons)
         if s.slices:
             v["slices"] = [self.view(x, by_pid, children) for x in s.slices]
@@ -108,6 +107,12 @@ class Views:
         mem.append(v["mem_used"])
         util.append(v["util_gpu"])
         return {"mem_used": list(mem), "util_gpu": list(util)}
+
+
+def counters(s: GpuSample, whole: bool) -> dict[str, object]:
+    """The sample's counters as a view has them: a whole GPU's every one, a MIG slice's those
+    every view has (None: a slice has no counters of its own)."""
+    return {c.key: getattr(s, c.key) for c in COUNTERS if whole or c.required}
 
 
 def _mig(s: GpuSample) -> MigSlice | None:

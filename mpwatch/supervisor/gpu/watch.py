@@ -12,7 +12,7 @@ event; one that goes on does not.
 Entry points for the run: `GpuWatch.for_run(run)` (the one place that reads the run's
 workers), `start()`/`close()`, the readers `snapshot()`, `worker_gpu(rank)`, `memory(rank, pid)`,
 `timeline(window)`, and a rank's CUDA OOM: `on_oom(...)` when its record comes, `on_worker_exit(...)`
-when it died (supervisor.gpu.ooms keeps the findings).
+when it died (supervisor.gpu.oom_findings keeps the findings).
 Locks: the run's lock is taken only to copy the workers (for_run), never while holding
 this watcher's own lock; `snapshot()` is called under the run's lock and takes only ours.
 """
@@ -25,7 +25,7 @@ from collections.abc import Callable, Iterable, Mapping
 from contextlib import AbstractContextManager
 from typing import Literal, Protocol, TypedDict
 
-from mpwatch.contract.status import (
+from mpwatch.contract import (
     ALIVE_STATES,
     CudaView,
     DevKey,
@@ -42,12 +42,13 @@ from mpwatch.contract.status import (
     devices,
     leaves,
 )
+from mpwatch.probes import seam
 from mpwatch.probes.gpu import Backend, GpuProbe, open_backend, reason_for
 from mpwatch.rundir.writer import RunStore
 from mpwatch.settings import Settings
-from mpwatch.supervisor import errors
+from mpwatch.supervisor import boundary, errors
 from mpwatch.supervisor.errors import CommandError
-from mpwatch.supervisor.gpu import ooms, rank_alerts, ranks
+from mpwatch.supervisor.gpu import oom_findings, rank_alerts, ranks
 from mpwatch.supervisor.gpu.alerts import alert_key
 from mpwatch.supervisor.gpu.ranks import RankInfo
 from mpwatch.supervisor.gpu.timeline import HOUR_S, GpuTimeline, cap_bytes, tick_record
@@ -56,7 +57,7 @@ from mpwatch.supervisor.gpu.views import Views
 
 PROCS_EVERY = 5  # the process list is refreshed every this many ticks
 
-# (the scripted NVML scenario, settings.Settings.scripted_nvml) -> (backend, None) or (None, why)
+# (the GPU seam's scenario, probes.seam; None: the real NVML) -> (backend, None) or (None, why)
 Opener = Callable[[str | None], "tuple[Backend | None, str | None]"]
 
 
@@ -76,7 +77,7 @@ class _WorkerLike(Protocol):
     @property
     def proc_info(self) -> Mapping[str, object]: ...  # the process sampler's; "children" is read
     @property
-    def cuda(self) -> CudaView | None: ...  # checked where it entered (supervisor.ipc.ledger)
+    def cuda(self) -> CudaView | None: ...  # checked where it entered (supervisor.workers.ledger)
 
 
 class _OptsLike(Protocol):
@@ -117,8 +118,8 @@ class GpuWatch:
                  cuda_history: bool = False):
         """workers() -> the run's workers (alive or not, with a pid); emit(rank, **fields)
         records one gpu_alert event; settings: the alerts' thresholds, the timeline's cap and
-        the scripted NVML; env: the workers' (CUDA_VISIBLE_DEVICES); clock: the monotonic clock
-        of slopes and idle spans."""
+        the GPU seam's scenario (probes.seam); env: the workers' (CUDA_VISIBLE_DEVICES); clock:
+        the monotonic clock of slopes and idle spans."""
         self.interval = max(0.05, float(interval))
         self._workers = workers
         self._emit = emit
@@ -142,7 +143,7 @@ class GpuWatch:
         self._wgpu: dict[int, WorkerGpu] = {}
         self.tracker = AlertTracker(self.cfg)
         self._last_gpu: dict[int, DevKey] = {}  # rank -> its own GPU (or MIG slice) when last seen
-        self.ooms = ooms.OomFindings(self.cfg, ooms.user(), cuda_history)  # the ranks' CUDA OOMs
+        self.ooms = oom_findings.OomFindings(self.cfg, oom_findings.user(), cuda_history)  # the ranks' OOMs
 
     @classmethod
     def for_run(cls, run: _RunLike) -> GpuWatch:
@@ -172,7 +173,7 @@ class GpuWatch:
 
     def open(self) -> bool:
         """Start the backend; False (and a status line) when there is none."""
-        backend, why = self._opener(self.settings.scripted_nvml)
+        backend, why = self._opener(seam.scenario(self.settings))
         if backend is None:
             self.status = why
             return False
@@ -203,7 +204,7 @@ class GpuWatch:
                     self.tick()
                     self.status = self.probe.status
                 except Exception as exc:  # noqa: BLE001 - the poller never stops the run
-                    self.status = f"GPU poller error: {errors.bug('GPU watcher', exc)}"
+                    self.status = f"GPU poller error: {boundary.failed('GPU watcher', exc)}"
                 self._stop.wait(max(0.0, self.interval - (time.monotonic() - t0)))
         finally:
             self.probe.close()
@@ -341,8 +342,10 @@ class GpuWatch:
         by_pid = {i.pid: i.rank for i in self._workers()}  # the run's lock, never under ours
         with self._lock:
             uuids = self.probe.uuid_keys if self.probe is not None else {}
-            place = ooms.place(rank, record, cuda, leaves(self._views), self._last_gpu, uuids, by_pid)
-            a, told = self.ooms.raise_(rank, pid, record, line, died, place, time.time())
+            place = oom_findings.place(rank, record, cuda, leaves(self._views), self._last_gpu, uuids, by_pid)
+            # a rank mpwatch never saw use CUDA: no record, no allocator counters, on no GPU
+            used = record is not None or cuda is not None or place.key is not None
+            a, told = self.ooms.raise_(rank, pid, record, line, died, place, time.time(), used)
             if told == "new" and self.tracker.active(a["key"]) is not None:
                 told = "update"  # the tracker's caught-OOM alert of it was told first: this completes it
             if place.view is not None:

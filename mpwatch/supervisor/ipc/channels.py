@@ -3,12 +3,12 @@
 Each connection proves the run's authkey (multiprocessing's HMAC challenge, both ways)
 on a short-lived thread, so a silent or hostile peer cannot hold up the others. One
 reader thread then waits on every connection with one epoll set and hands decoded
-frames to the report ledger (supervisor.ipc.ledger). Reads are non-blocking into a per-peer
+frames to the report ledger (supervisor.workers.ledger). Reads are non-blocking into a per-peer
 buffer, so a peer that stops mid-frame holds up nobody. A frame that does not decode is
 counted (by the ledger) and dropped; an oversized frame desynchronises the stream, so that
 connection is closed (the worker reconnects on its next batch).
 
-Frames go down too (protocol 2: the control requests of supervisor.control), from any thread
+Frames go down too (protocol 2: the live requests of supervisor.live), from any thread
 through `Peer.send`: written without blocking, what the socket does not take now waits in
 the peer's own buffer for `Peer.push` (the main loop's tick), and a peer that stops reading
 loses frames past OUT_MAX rather than holding anyone up.
@@ -25,8 +25,8 @@ from multiprocessing.connection import Connection
 from typing import Any, Protocol
 
 from mpwatch.contract import protocol
-from mpwatch.supervisor import errors
-from mpwatch.supervisor.ipc import sockets
+from mpwatch.supervisor import boundary
+from mpwatch.supervisor.ipc import identity, sockets
 
 COALESCE_S = 0.025
 COALESCE_MIN = 8  # fewer ready peers than this: wait COALESCE_S for more before reading
@@ -78,8 +78,10 @@ class Peer:
 
 
 class FrameHandler(Protocol):
-    """Where frames go (supervisor.ipc.ledger's ReportLedger). Called on the hub's threads;
+    """Where frames go (supervisor.workers.ledger's ReportLedger). Called on the hub's threads;
     each call must be quick."""
+
+    def check_hello(self, peer: Peer, cred: int | None) -> str | None: ...
 
     def on_hello(self, peer: Peer, msg: dict[str, Any]) -> None: ...
 
@@ -119,10 +121,25 @@ class ChannelHub(sockets.Listener[dict[str, Any]]):
         os.set_blocking(conn.fileno(), False)
         v = hello.get("v")
         peer = Peer(conn, hello["rank"], hello["pid"], v if type(v) is int else 1)
-        self.handler.on_hello(peer, hello)
+        why: str | None = "its hello could not be checked"
+        with boundary.rank_input(None, "a hello"):
+            why = self.handler.check_hello(peer, identity.peer_pid(conn))  # of the rank it names?
+        if why is not None:  # refused (and said by the handler)
+            self._refuse(conn)
+            return
+        with boundary.rank_input(peer.rank, "its hello"):
+            self.handler.on_hello(peer, hello)
         with self._lock:
             self._new.append(peer)
         self._wake_w.send(b"x")
+
+    def _refuse(self, conn: Connection) -> None:
+        try:
+            conn.close()
+        except OSError:
+            pass
+        with self._refused_lock:
+            self.refused += 1
 
     # -- reading -------------------------------------------------------------------
     def _read_loop(self) -> None:
@@ -131,38 +148,8 @@ class ChannelHub(sockets.Listener[dict[str, Any]]):
         sel = selectors.DefaultSelector()
         sel.register(self._wake_r, selectors.EVENT_READ, None)
         while not self._closed:
-            with self._lock:
-                for p in self._new:
-                    sel.register(p.conn, selectors.EVENT_READ, p)
-                self._new.clear()
-            try:
-                ready = sel.select(timeout=1.0)
-            except OSError:
-                ready = []
-            if len(ready) < COALESCE_MIN:
-                # Frames arrive spread out; waking for each costs more than reading it. A short
-                # wait lets one select serve many (heartbeat latency + COALESCE_S, no frame lost).
-                time.sleep(COALESCE_S)
-                try:
-                    ready = sel.select(timeout=0)
-                except OSError:
-                    ready = []
-            for key, _ in ready:
-                peer = key.data
-                if peer is None:
-                    try:
-                        self._wake_r.recv(4096)
-                    except OSError:
-                        pass
-                    continue
-                ok = self._read_ready(peer)
-                if not ok:
-                    sel.unregister(peer.conn)
-                    try:
-                        peer.conn.close()
-                    except OSError:
-                        pass
-                    self.handler.on_close(peer)
+            with boundary.room("channel hub"):  # a turn that fails costs that turn, never the thread
+                self._turn(sel)
         for key in list(sel.get_map().values()):
             if key.data is not None:
                 try:
@@ -170,6 +157,41 @@ class ChannelHub(sockets.Listener[dict[str, Any]]):
                 except OSError:
                     pass
         sel.close()
+
+    def _turn(self, sel: selectors.BaseSelector) -> None:
+        """Wait for ready peers (a little longer when few are), and read each."""
+        with self._lock:
+            for p in self._new:
+                sel.register(p.conn, selectors.EVENT_READ, p)
+            self._new.clear()
+        try:
+            ready = sel.select(timeout=1.0)
+        except OSError:
+            ready = []
+        if len(ready) < COALESCE_MIN:
+            # Frames arrive spread out; waking for each costs more than reading it. A short
+            # wait lets one select serve many (heartbeat latency + COALESCE_S, no frame lost).
+            time.sleep(COALESCE_S)
+            try:
+                ready = sel.select(timeout=0)
+            except OSError:
+                ready = []
+        for key, _ in ready:
+            peer = key.data
+            if peer is None:
+                try:
+                    self._wake_r.recv(4096)
+                except OSError:
+                    pass
+                continue
+            if not self._read_ready(peer):
+                sel.unregister(peer.conn)
+                try:
+                    peer.conn.close()
+                except OSError:
+                    pass
+                with boundary.rank_input(peer.rank, "its channel's end"):
+                    self.handler.on_close(peer)
 
     def _read_ready(self, peer: Peer) -> bool:
         """Read what the socket has and hand over every complete frame; False on EOF or a
@@ -182,7 +204,7 @@ class ChannelHub(sockets.Listener[dict[str, Any]]):
             return False
         if not data:
             if peer.buf:  # the peer went away mid-frame: that frame is lost, say so
-                self.handler.on_bad(peer, f"truncated frame ({len(peer.buf)} bytes, then end of stream)")
+                self._bad(peer, f"truncated frame ({len(peer.buf)} bytes, then end of stream)")
             return False
         buf = peer.buf
         buf += data
@@ -191,7 +213,7 @@ class ChannelHub(sockets.Listener[dict[str, Any]]):
             if size is None:
                 return True
             if size < 0 or size > protocol.MAX_FRAME:
-                self.handler.on_bad(peer, f"frame of {size} bytes is over the {protocol.MAX_FRAME} limit")
+                self._bad(peer, f"frame of {size} bytes is over the {protocol.MAX_FRAME} limit")
                 return False
             if len(buf) < head + size:
                 return True
@@ -200,9 +222,14 @@ class ChannelHub(sockets.Listener[dict[str, Any]]):
             try:
                 self.handler.on_frame(peer, protocol.decode(frame))
             except protocol.BadFrame as exc:
-                self.handler.on_bad(peer, str(exc))
-            except Exception as exc:  # noqa: BLE001 - a frame that trips a bug must not end this thread
-                self.handler.on_bad(peer, f"frame could not be applied: {errors.bug('channel hub', exc)}")
+                self._bad(peer, str(exc))
+            except Exception as exc:  # noqa: BLE001 - a frame that trips a handler: the boundary's
+                boundary.current().bad_input(peer.rank, "a frame", exc)
+
+
+    def _bad(self, peer: Peer, why: str) -> None:
+        with boundary.rank_input(peer.rank, "a bad frame's count"):
+            self.handler.on_bad(peer, why)
 
 
 def _read_hello(conn: Connection) -> dict[str, Any]:

@@ -3,7 +3,7 @@
 Requests and replies are protocol frames: {"cmd": NAME, ...} -> {"ok": true, ...} or
 {"ok": false, "error": reason}. A peer without the run's authkey is refused by the
 handshake; garbage after it gets an error reply and the connection stays usable.
-Each client is served on its own thread; `dispatch` is supervisor.ipc.commands's. A refusal
+Each client is served on its own thread; `dispatch` is supervisor.commands's. A refusal
 (supervisor.errors.CommandError) is answered with its message; any other exception is a bug:
 its traceback goes to supervisor.log and the client gets "internal error: ..." (supervisor.errors).
 """
@@ -13,11 +13,9 @@ from collections.abc import Callable
 from multiprocessing.connection import Connection
 from typing import Any
 
-from mpwatch.contract import protocol
-from mpwatch.supervisor import errors
+from mpwatch.contract import Reply, protocol
+from mpwatch.supervisor import boundary, errors
 from mpwatch.supervisor.ipc import sockets
-
-Reply = dict[str, Any]
 
 
 class CtlServer(sockets.Listener[None]):
@@ -57,4 +55,5 @@ class CtlServer(sockets.Listener[None]):
         except errors.CommandError as exc:
             return {"ok": False, "error": str(exc)}
         except Exception as exc:  # noqa: BLE001 - a bug must not take the supervisor down
-            return {"ok": False, "error": errors.bug(f"control command {cmd!r}", exc)}
+            line = boundary.failed("control commands", exc, f"control command {cmd!r}")
+            return {"ok": False, "error": line}

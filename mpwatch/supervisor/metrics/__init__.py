@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 from mpwatch.rundir.registry import RunError
 
 if TYPE_CHECKING:
-    from mpwatch.contract.status import Status
+    from mpwatch.contract import Status
     from mpwatch.supervisor.metrics.server import MetricsServer
 
 

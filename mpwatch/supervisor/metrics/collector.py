@@ -25,7 +25,7 @@ from prometheus_client.registry import Collector
 from prometheus_client.samples import Sample
 
 from mpwatch import __version__
-from mpwatch.contract.status import (
+from mpwatch.contract import (
     ALERT_KINDS,
     RUN_ALERT_KINDS,
     GpuView,
@@ -35,6 +35,7 @@ from mpwatch.contract.status import (
     WorkerStatus,
     devices,
     leaves,
+    slowdown,
 )
 
 Labels = dict[str, str]
@@ -72,15 +73,24 @@ def label_value(v: str) -> str:
 
 def _char(c: str) -> str:
     n = ord(c)
-    if 0xDC80 <= n <= 0xDCFF:  # surrogateescape's stand-in for the byte n - 0xDC00
+    if 0xDC80 <= n <= 0xDCFF:  # surrogateescape's code for the byte n - 0xDC00
         return f"\\x{n - 0xDC00:02x}"
     return f"\\u{n:04x}" if 0xD800 <= n <= 0xDFFF else c
 
 
 def _one(labels: Labels) -> tuple[Labels, str]:
-    """Labels made writable (label_value) and rendered once; every sample's labels come here."""
+    """Labels made writable (label_value) and rendered once; every sample's labels come here
+    (or through `_plus`, which takes the same path)."""
     clean = {k: label_value(v) for k, v in labels.items()}
     return clean, render(clean)
+
+
+def _plus(one: tuple[Labels, str], key: str, value: str) -> tuple[Labels, str]:
+    """Labels `_one` made, with one more (a worker's state, a phase's name): made writable and
+    escaped as every label is, without rendering the others again."""
+    v = label_value(value)
+    lab, rendered = one
+    return {**lab, key: v}, f'{rendered[:-1]},{key}="{_escape(v)}"}}'
 
 
 # (name, help, the WorkerStatus value) of the per-worker gauges
@@ -107,10 +117,28 @@ def families(st: Status, host: str) -> list[Family]:
             "stop_signal": run["options"].get("stop_signal", "SIGTERM")}
     out = [Family("mpwatch_run_info", "gauge", "The run this supervisor watches (one per node).",
                   [(*_one(info), 1.0)])]
+    out += _run_pace(st, run_id, node)
     out += _workers(st["workers"], run_id, node, {g["index"]: g.get("uuid") for g in st["gpus"]})
     out += _gpus(st, run_id, node)
     out.append(_alerts(st, run_id, node))
     return out
+
+
+def _run_pace(st: Status, run_id: str, node: str) -> list[Family]:
+    """The run's steps a second (the median stepping rank's pace) and its ratio to its own best
+    (contract.slowdown), once it has one: no sample before."""
+    pace = st["run"].get("pace")
+    rate = pace["steps_per_s"] if pace is not None else slowdown.steps_per_s(
+        [p for w in st["workers"] if (p := w["pace"]) is not None])
+    lab = _one({"run_id": run_id, "node": node})
+    return [Family("mpwatch_run_steps_per_second", "gauge",
+                   "The run's steps a second: the median stepping rank's pace over its latest steps, "
+                   "pauses aside.",
+                   [(*lab, float(rate))] if rate is not None else []),
+            Family("mpwatch_run_pace_ratio", "gauge",
+                   "The run's pace against its own best sustained pace: 1 at its best, 0.6 when each step "
+                   "takes 1.67x as long (a unit of work where the script reports its steps' work).",
+                   [(*lab, float(pace["ratio"]))] if pace is not None else [])]
 
 
 def _mig_labels(mig: MigSlice | None) -> Labels:
@@ -144,10 +172,9 @@ def _workers(workers: list[WorkerStatus], run_id: str, node: str,
     out.append(Family("mpwatch_worker_restarts_total", "counter", "Times the worker was started again.",
                       restarts))
     states = []
-    for w, (lab, rendered) in zip(workers, labels, strict=True):
+    for w, one in zip(workers, labels, strict=True):
         for s in STATES:
-            states.append(({**lab, "state": s}, f'{rendered[:-1]},state="{s}"}}',
-                           1.0 if w["state"] == s else 0.0))
+            states.append((*_plus(one, "state", s), 1.0 if w["state"] == s else 0.0))
     out.append(Family("mpwatch_worker_state", "gauge", "1 for the worker's state now, 0 for the others.",
                       states))
     return out + _paces(workers, labels)
@@ -157,12 +184,12 @@ def _paces(workers: list[WorkerStatus], labels: list[tuple[Labels, str]]) -> lis
     """Seconds a step in each phase and each phase's speed against the median rank (the pace:
     medians over the rank's latest steps), a sample per phase; none for a rank without a pace."""
     secs, speed = [], []
-    for w, (lab, rendered) in zip(workers, labels, strict=True):
+    for w, labs in zip(workers, labels, strict=True):
         p = w["pace"]
         if p is None:
             continue
         for name, v in p["phases"].items():
-            one = ({**lab, "phase": name}, f'{rendered[:-1]},phase="{_escape(name)}"}}')
+            one = _plus(labs, "phase", name)  # a worker's word: a lone surrogate, a quote, a newline
             secs.append((*one, v))
             if name in p["relative"]:
                 speed.append((*one, p["relative"][name]))

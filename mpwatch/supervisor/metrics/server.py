@@ -26,8 +26,8 @@ from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 from prometheus_client import CollectorRegistry, make_wsgi_app
 from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
 
-from mpwatch.contract.status import Status
-from mpwatch.supervisor import errors
+from mpwatch.contract import Status
+from mpwatch.supervisor import boundary
 from mpwatch.supervisor.metrics import collector
 
 STALE_S = 10.0  # the main loop ticks every 0.1 s; a command may hold it a few seconds
@@ -113,6 +113,7 @@ class MetricsServer:
         server_class = type("MetricsHTTP", (_Server,), {"address_family": _family(self.addr)})
         self._httpd = make_server(self.addr, self.port, self._app, server_class=server_class,
                                   handler_class=_Quiet)
+        self.port = self._httpd.server_port  # port 0: the one the system gave
         threading.Thread(target=self._httpd.serve_forever, kwargs={"poll_interval": 0.2},
                          name="mpwatch-metrics", daemon=True).start()
 
@@ -126,7 +127,7 @@ class MetricsServer:
         try:
             return self._page(environ, start_response)
         except Exception as exc:  # noqa: BLE001 - a page that fails is a bug, said where bugs are
-            line = errors.bug("metrics page", exc)
+            line = boundary.failed("metrics", exc, "metrics page")
             start_response("500 Internal Server Error", [("Content-Type", "text/plain")], sys.exc_info())
             return [line.encode("utf-8", "backslashreplace") + b"\n"]
 

@@ -33,7 +33,7 @@ from enum import Enum
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
-from mpwatch.contract.status import Event, NodeInfo, NodePeer, RunState, State
+from mpwatch.contract import Event, NodeInfo, NodePeer, RunState, State
 from mpwatch.rundir import layout, writer
 from mpwatch.settings import Settings
 from mpwatch.supervisor.eventlog import EventLog
@@ -107,6 +107,7 @@ class Nodes:
     def tick(self) -> None:
         """Act on what the node thread found: a round joined, an error, a stop, a lost node."""
         b = self.board
+        self._watch_beat()
         with b.lock:
             joined, b.joined = b.joined, None
             lost, b.lost_new = b.lost_new, []
@@ -131,6 +132,17 @@ class Nodes:
                 b.waiting = False
             b.want_join.set()
             b.wake.set()
+
+    def _watch_beat(self) -> None:
+        """A beat held in torch's store call past the time that makes a node lost: the store's
+        host answers no more (frozen, or cut off: its socket never closed). The node thread waits
+        on it; this node does not: the host is lost now."""
+        b, r = self.board, self.round
+        with b.lock:
+            since, gone = b.beat_since, b.store_gone
+        if r is None or since is None or gone or time.monotonic() - since <= self._link.lost_s:
+            return
+        self._link.store_gone(r, TimeoutError(f"no answer in {self._link.lost_s:g}s"))
 
     def _once(self, what: str) -> bool:
         if what in self._said:

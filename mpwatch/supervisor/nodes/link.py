@@ -12,13 +12,17 @@ import threading
 import time
 from dataclasses import dataclass, field
 
-from mpwatch.contract.status import NodePeer
-from mpwatch.supervisor import errors
+from mpwatch.contract import NodePeer
+from mpwatch.supervisor import boundary, errors
 from mpwatch.supervisor.nodes import rendezvous
 from mpwatch.supervisor.options import NodesOptions
 
 BEAT_S = 1.0
 FINISH_BEAT_S = 0.2  # this node's workers have ended: it learns sooner that the others have too
+# A node leaving says "done" this long before it goes (and its store, if it hosts it, with it): the
+# others, reading every FINISH_BEAT_S, learn it ended before they find its store gone, which then is
+# no news; a store gone while its host's last word was "up" is a lost host.
+LINGER_S = 1.0
 
 
 @dataclass(eq=False)
@@ -42,6 +46,7 @@ class Board:
     lost_new: list[NodePeer] = field(default_factory=list)  # lost, not yet told
     lost_why: dict[int, str] = field(default_factory=dict)
     store_gone: bool = False  # the round's store failed (its host has ended, or is lost)
+    beat_since: float | None = None  # monotonic start of a beat under way (the main thread watches it)
     # wake-ups
     want_join: threading.Event = field(default_factory=threading.Event)
     wake: threading.Event = field(default_factory=threading.Event)
@@ -76,11 +81,12 @@ class NodeLink(threading.Thread):
             if closing:
                 self.leave(handler, r)
                 return
-            if b.want_join.is_set():
-                b.want_join.clear()
-                self.join_round(handler, r)
-            elif r is not None:
-                self.beat(handler, r)
+            with boundary.room("nodes"):  # a turn that fails costs that turn, never the node thread
+                if b.want_join.is_set():
+                    b.want_join.clear()
+                    self.join_round(handler, r)
+                elif r is not None:
+                    self.beat(handler, r)
             b.wake.wait(FINISH_BEAT_S if finishing else BEAT_S)
             b.wake.clear()
 
@@ -113,6 +119,17 @@ class NodeLink(threading.Thread):
         if self.broken or not taken:
             return
         self.count += 1
+        with b.lock:
+            b.beat_since = time.monotonic()
+        try:
+            self._beat(handler, r, state, stop_why)
+        finally:
+            with b.lock:
+                b.beat_since = None
+
+    def _beat(self, handler: rendezvous.Handler, r: rendezvous.Round, state: str,
+              stop_why: str | None) -> None:
+        b = self.board
         try:
             rendezvous.beat(r.store, r.group_rank, self.count, state)
             if stop_why is not None and not self.stop_sent:
@@ -160,8 +177,9 @@ class NodeLink(threading.Thread):
                  if (p["host"] == host if self.opts.backend == "c10d" else p["node_rank"] == 0)]
         with b.lock:
             b.store_gone = True
-            if b.finishing or b.closing:
-                return  # the others have ended, and the host with them
+            if b.closing:
+                return  # this node is leaving: nothing is news now
+            # (while it waits for the others, a host whose last beat said done ended: no news either)
             for peer in hosts or others:
                 if b.peers.get(peer["node_rank"]) not in ("done", "lost"):
                     self._mark_lost(peer, f"the rendezvous store at {self.opts.endpoint} is gone "
@@ -195,6 +213,8 @@ class NodeLink(threading.Thread):
                 if stop_why is not None and not self.stop_sent:
                     rendezvous.ask_stop(r.store, stop_why)
                 rendezvous.beat(r.store, r.group_rank, self.count + 1, "done")
+                if r.group_world > 1:
+                    time.sleep(LINGER_S)  # read by the others before this node (and a store it hosts) goes
             handler.shutdown()
         except Exception as exc:  # noqa: BLE001 - leaving: a store that is gone has nothing to tell
             errors.note("node link: leaving the round", exc)

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from types import ModuleType
 from typing import Protocol, cast
 
-from mpwatch.contract.status import NodePeer
+from mpwatch.contract import NodePeer, numtext
 from mpwatch.supervisor import errors
 from mpwatch.supervisor.options import NodesOptions
 
@@ -53,19 +53,12 @@ class StoreInfo(Protocol):
 
 
 class Info(Protocol):
-    """torch's RendezvousInfo."""
+    """torch's RendezvousInfo (read only: it comes from Handler.next_rendezvous)."""
 
-    @property
-    def store(self) -> Store: ...
-
-    @property
-    def rank(self) -> int: ...
-
-    @property
-    def world_size(self) -> int: ...
-
-    @property
-    def bootstrap_store_info(self) -> StoreInfo | None: ...
+    store: Store
+    rank: int
+    world_size: int
+    bootstrap_store_info: StoreInfo | None
 
 
 class Handler(Protocol):
@@ -200,7 +193,8 @@ def beats(store: Store, n: int) -> list[tuple[int, str]]:
     out = []
     for raw in store.multi_get([f"{KEY_BEAT}{i}" for i in range(n)]):
         count, _, state = raw.decode(errors="replace").partition(" ")
-        out.append((int(count) if count.isdigit() else -1, state))
+        number = numtext.int_of(count)  # a peer's word: ASCII digits within a bound, else none
+        out.append((-1 if number is None else number, state))
     return out
 
 

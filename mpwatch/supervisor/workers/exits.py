@@ -11,11 +11,13 @@ import re
 import signal
 from typing import NamedTuple
 
-from mpwatch.contract.status import State
+from mpwatch.contract import State, numtext
 from mpwatch.rundir import crash
 
-_NCCL_WATCHDOG = re.compile(r"Watchdog caught collective operation timeout: WorkNCCL\(SeqNum=(\d+), "
-                            r"OpType=(\w+).*?\) ran for (\d+) milliseconds")
+# Its numbers are ASCII digits within bounds (contract.numtext): a line of 400 digits is no timeout.
+_NCCL_WATCHDOG = re.compile(r"Watchdog caught collective operation timeout: "
+                            r"WorkNCCL\(SeqNum=(" + numtext.INT + r"), OpType=(\w{1,40})"
+                            r".{0,2000}?\) ran for ([0-9]{1,15}) milliseconds", re.ASCII)
 # What a rank says when a peer of its process group went away (gloo, NCCL, the TCP store).
 _COMM_ERROR = re.compile(r"Connection (?:reset|closed) by peer|Broken pipe|DistBackendError|NCCL|gloo|"
                          r"ProcessGroup|c10d|Socket Timeout|timed out|TCPStore|Connection refused", re.I)
@@ -57,8 +59,8 @@ def exit_cause(returncode: int) -> tuple[int | None, str | None]:
 def nccl_timeout(tail: list[str]) -> str | None:
     """NCCL's watchdog line in words: 'NCCL timeout in ALLREDUCE #5 after 600 s'."""
     for line in reversed(tail):
-        m = _NCCL_WATCHDOG.search(line)
-        if m:
+        m = _NCCL_WATCHDOG.search(line[:crash.LINE_MAX])
+        if m:  # < 10**15 ms: a float holds it
             return f"NCCL timeout in {m.group(2)} #{m.group(1)} after {int(m.group(3)) / 1000:.0f} s"
     return None
 

@@ -26,13 +26,14 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import psutil
 
-from mpwatch.contract.status import Event
+from mpwatch.contract import Event
 from mpwatch.probes import procs
 from mpwatch.supervisor.eventlog import EventLog
 from mpwatch.supervisor.workers.marks import Marks, env_mark
@@ -53,36 +54,32 @@ class Group:
     reported: bool = False  # survivors of the SIGKILL were reported
 
 
-def send(pgid: int | None, sig: int) -> bool:
-    if pgid is None:
-        return False
+def _kill(kill: Callable[[int, int], None], target: int, sig: int) -> bool | None:
+    """`sig` to a process (os.kill) or a process group (os.killpg): True when sent, False when
+    there is no such process or group, None when it is not ours to signal."""
     try:
-        os.killpg(pgid, sig)
-        return True
-    except (ProcessLookupError, PermissionError):
+        kill(target, sig)
+    except ProcessLookupError:
         return False
+    except PermissionError:
+        return None
+    return True
+
+
+def send(pgid: int | None, sig: int) -> bool:
+    """`sig` to a process group."""
+    return pgid is not None and _kill(os.killpg, pgid, sig) is True
 
 
 def signal_process(pid: int | None, sig: int) -> bool:
     """`sig` to one process, not its group."""
-    if pid is None:
-        return False
-    try:
-        os.kill(pid, sig)
-        return True
-    except (ProcessLookupError, PermissionError):
-        return False
+    return pid is not None and _kill(os.kill, pid, sig) is True
 
 
 def group_alive(pgid: int) -> bool:
-    try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
+    there = _kill(os.killpg, pgid, 0)  # None: another user's members, there
     # killpg succeeds on zombies too; only count members that can still run.
-    return bool(procs.group_members(pgid))
+    return there is None or (there and bool(procs.group_members(pgid)))
 
 
 class ProcessGroups:
@@ -147,7 +144,7 @@ class ProcessGroups:
 
     def lingers(self, w: Worker) -> bool:
         """Its process runs, or its process group is still being ended."""
-        return w.alive or self.pending(w.pid)
+        return w.alive or self.pending(w.pgid)
 
     def ending(self) -> bool:
         """Some group is being ended and not given up on yet."""
@@ -221,7 +218,7 @@ class ProcessGroups:
             a.stop_signal, a.stop_sent = name, time.time()
             foreign = list(w.foreign_groups)
         signal_process(a.pid, self.stop_signal)
-        send(a.pid, signal.SIGCONT)
+        send(a.pgid, signal.SIGCONT)
         for pgid in foreign:
             self.end(pgid, deadline, term=False)
         self.log.event(Event.STOP_SIGNAL, w.rank, pid=a.pid, signal=name, reason=reason, grace=grace)
@@ -232,19 +229,19 @@ class ProcessGroups:
     def kill_now(self, w: Worker) -> None:
         """SIGKILL at once (a second Ctrl-C)."""
         if w.alive:
-            send(w.pid, signal.SIGKILL)
+            send(w.pgid, signal.SIGKILL)
             w.attempt.hard_killed = time.monotonic()
 
     def enforce(self, w: Worker, now: float) -> None:
         """A running worker past its kill deadline gets SIGKILL; one that survives it is reported."""
         a = w.attempt
         if a.kill_deadline is not None and now >= a.kill_deadline and a.hard_killed is None:
-            send(a.pid, signal.SIGKILL)
+            send(a.pgid, signal.SIGKILL)
             a.hard_killed = now
         elif (a.hard_killed is not None and now - a.hard_killed > UNKILLABLE_S
-              and a.unkillable is None and a.pid):
+              and a.unkillable is None and a.pid is not None and a.pgid is not None):
             # Name every member still there (a stuck child too), not just the worker.
-            self._report_unkillable(w, [p.pid for p in procs.group_members(a.pid)] or [a.pid])
+            self._report_unkillable(w, [p.pid for p in procs.group_members(a.pgid)] or [a.pid])
 
     def after_exit(self, w: Worker, grace: float) -> None:
         """The worker's process ended: what is left of its groups must not outlive it."""
@@ -254,13 +251,13 @@ class ProcessGroups:
         # grace period. Ended by itself: they get a short one.
         deadline = ((a.kill_deadline or now) if a.kill_reason is not None
                     else now + min(grace, LEFTOVER_GRACE_S))
-        g = self._groups.get(a.pid) if a.pid is not None else None
+        g = self._groups.get(a.pgid) if a.pgid is not None else None
         if g is not None:
             g.active = True
             if not g.termed:  # the worker got its stop signal alone: now its leftovers get theirs
                 g.termed = True
-                send(a.pid, signal.SIGTERM)
-                send(a.pid, signal.SIGCONT)
+                send(a.pgid, signal.SIGTERM)
+                send(a.pgid, signal.SIGCONT)
             if g.deadline is None:
                 g.deadline = deadline
         with self.lock:
@@ -286,7 +283,7 @@ class ProcessGroups:
             elif g.killed is not None and now - g.killed > UNKILLABLE_S and not g.reported:
                 g.reported = True
                 owner = self.workers.get(g.rank)
-                if owner is not None and (g.foreign or owner.pid == pgid):  # not a rank started again since
+                if owner is not None and (g.foreign or owner.pgid == pgid):  # not a rank started again since
                     self._report_unkillable(owner, [p.pid for p in procs.group_members(pgid)])
 
     def _report_unkillable(self, w: Worker, pids: list[int]) -> None:

@@ -20,7 +20,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from mpwatch.contract import protocol
+from mpwatch.contract import numtext, protocol
+from mpwatch.rundir.registry import pid_alive
 
 CGROUP_PREFIX = "mpwatch-"
 
@@ -60,7 +61,7 @@ def scan(run_id: str, supervisor_pid: int) -> dict[int, int | None]:
         if env is None or not all(m in env for m in mark):
             continue
         rank = next((e[len(rank_key):] for e in env if e.startswith(rank_key)), None)
-        out[pid] = int(rank) if rank is not None and rank.isdigit() else None
+        out[pid] = numtext.int_of(rank.decode("ascii", "replace"), 9) if rank is not None else None
     return out
 
 
@@ -112,7 +113,8 @@ def _remove_stale(parent: Path) -> None:
         return
     for d in stale:
         pid = d.name.rsplit("-", 1)[-1]
-        if not pid.isdigit() or _alive(int(pid)):
+        number = numtext.int_of(pid, 9)  # a folder's name (any process of this user may make one)
+        if number is None or pid_alive(number):
             continue
         try:
             for sub in d.iterdir():
@@ -123,16 +125,6 @@ def _remove_stale(parent: Path) -> None:
         _rmdir(d)
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except OSError:
-        return True
-    return True
-
-
 class Marks:
     """The run's marks: its environment entries, and its cgroup where there is one."""
 
@@ -140,6 +132,9 @@ class Marks:
         self.run_id = run_id
         self.supervisor_pid = supervisor_pid
         self.cgroup: Path | None = None  # made by open(), where one can be
+        # The run's forkserver (supervisor.preload): it carries the marks for its children, and is
+        # the supervisor's own helper, never a leftover of a worker.
+        self.helper: int | None = None
 
     def open(self) -> None:
         """Make the run's cgroup, where one can be (before the first worker starts)."""
@@ -162,7 +157,27 @@ class Marks:
         for r, pids in self._cgroup_members().items():
             for pid in pids:
                 found.setdefault(pid, r)
-        return {p: r for p, r in found.items() if rank is None or r == rank}
+        return {p: r for p, r in found.items() if (rank is None or r == rank) and p != self.helper}
+
+    def rank_of(self, pid: int) -> int | None:
+        """The rank a live process of the run belongs to by its marks (its rank's cgroup, else its
+        MPWATCH_RANK beside the run's marks); None for a process without them."""
+        if self.cgroup is not None:
+            try:
+                with open(f"/proc/{pid}/cgroup", encoding="utf-8", errors="replace") as f:
+                    line = next((ln for ln in f if ln.startswith("0::")), "")
+            except OSError:
+                line = ""
+            head, _, leaf = line.strip().rpartition("/")
+            number = numtext.int_of(leaf[5:], 9)  # a cgroup's name (a process of this user may make one)
+            if head.endswith(self.cgroup.name) and leaf.startswith("rank-") and number is not None:
+                return number
+        env = _environ(pid)
+        if env is None or not all(m in env for m in env_mark(self.run_id, self.supervisor_pid)):
+            return None
+        key = f"{protocol.ENV_RANK}=".encode()
+        rank = next((e[len(key):] for e in env if e.startswith(key)), b"")
+        return int(rank) if rank.isdigit() and len(rank) < 10 else None
 
     def _cgroup_members(self) -> dict[int, list[int]]:
         out: dict[int, list[int]] = {}

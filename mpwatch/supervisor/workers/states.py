@@ -14,11 +14,9 @@ the worker runs on, and is never stalled before its first report.
 """
 from __future__ import annotations
 
-from mpwatch.contract.status import Event, State
+from mpwatch.contract import ALIVE_STATES, ENDED_STATES, Event, State
 
 S = State
-_ENDED = (S.EXITED, S.FAILED, S.KILLED)
-_ALIVE = (S.STARTING, S.RUNNING, S.STALLED, S.PAUSED)
 _BETWEEN = (S.RESTARTING, S.EXITED, S.FAILED, S.KILLED)  # a process has ended; a new one may start
 
 # (from, to) -> the event that records the move; None: the move has no event of its own.
@@ -33,7 +31,7 @@ TRANSITIONS: dict[tuple[State | None, State], Event | None] = {
     (S.STALLED, S.RUNNING): Event.RECOVERED,  # a report again
     (S.PAUSED, S.RUNNING): Event.RESUMED,  # SIGCONT by request
     **{(s, S.PAUSED): Event.PAUSED for s in (S.STARTING, S.RUNNING, S.STALLED)},  # SIGSTOP by request
-    **{(s, end): Event.WORKER_EXITED for s in _ALIVE for end in _ENDED},  # its process ended
+    **{(s, end): Event.WORKER_EXITED for s in ALIVE_STATES for end in ENDED_STATES},  # its process ended
     (S.FAILED, S.RESTARTING): None,  # a failure with restarts left: started once its group is gone
 }
 

@@ -14,15 +14,23 @@ changed under the run's lock; see supervisor.core for who holds what.
 from __future__ import annotations
 
 import math
-import subprocess
 import time
 from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
-from mpwatch.contract.pace import PaceWindow
-from mpwatch.contract.status import CudaView, Event, OomRecord, RunAlertKind, StallInfo, State, StepsFrom
+from mpwatch.contract import (
+    CudaView,
+    Event,
+    OomRecord,
+    PaceWindow,
+    RunAlertKind,
+    StallInfo,
+    State,
+    StepsFrom,
+    rates,
+)
 from mpwatch.probes.procs import ProcInfo
 from mpwatch.supervisor.workers import states
 
@@ -32,6 +40,16 @@ RATE_WINDOW = 32  # (time, step) samples behind steps/s
 OOMS_KEPT = 16  # a process's CUDA OOM records kept (its latest)
 
 RestartKind = Literal["restart", "auto"]  # by request | after a failure (counted against --max-restarts)
+
+
+class Proc(Protocol):
+    """A rank's process as the reaper reads it: a Popen, or a worker the forkserver forked
+    (supervisor.preload.forkserver's ForkedProc)."""
+
+    pid: int
+    returncode: int | None
+
+    def poll(self) -> int | None: ...
 
 
 class Downlink(Protocol):
@@ -68,7 +86,7 @@ class ChildReport:
 class Attempt:
     """One start of a rank's process (proc is None: it could not start)."""
 
-    proc: subprocess.Popen[bytes] | None
+    proc: Proc | None
     world: int  # WORLD_SIZE it was started with
     started: float = field(default_factory=time.monotonic)
     started_wall: float = field(default_factory=time.time)
@@ -80,8 +98,10 @@ class Attempt:
     pid: int | None = field(init=False)  # proc's (read on every frame: a plain field)
     # its channel (the hub's threads)
     connected: bool = False  # it said hello or reported
-    chan_open: bool = False  # its own connection is open
-    # Its first progress, as the ledger heard it (supervisor.ipc.ledger): the stall clock starts
+    # its own process's connections open (a count: a process may open several, and the frames of each
+    # are read before its exit is recorded)
+    chan_open: int = 0
+    # Its first progress, as the ledger heard it (supervisor.workers.ledger): the stall clock starts
     # there; before it only the start-up limit applies (supervisor.diagnose.stall).
     first_report: float | None = None  # monotonic
     last_report: float | None = None  # monotonic
@@ -97,7 +117,7 @@ class Attempt:
     unkillable: list[dict[str, Any]] | None = None
     stop_signal: str | None = None  # the --stop-signal sent to its process ("SIGTERM"), when killed
     stop_sent: float | None = None  # wall clock
-    # control: checkpoint requests and tunables (supervisor.control)
+    # control: checkpoint requests and tunables (supervisor.live)
     peer: Downlink | None = None  # its own process's channel, once its hello said protocol 2
     polls: bool = False  # its process calls mpwatch.should_checkpoint()
     live_from: int = 0  # the tunables in force at this epoch reached it through its environment
@@ -107,11 +127,17 @@ class Attempt:
     stall: StallInfo | None = None
     slow_start: StallInfo | None = None  # no first report within --startup-timeout (said once)
     stall_probed: float = 0.0  # last hang probe while stalled
-    # CUDA OOMs its process saw (supervisor.ipc.ledger merges a record completing an earlier one)
+    # CUDA OOMs its process saw (supervisor.workers.ledger merges a record completing an earlier one)
     ooms: dict[int, OomRecord] = field(default_factory=dict)  # seq -> the record
 
     def __post_init__(self) -> None:
         self.pid = None if self.proc is None else self.proc.pid
+
+    @property
+    def pgid(self) -> int | None:
+        """The process group it leads: supervisor.spawn starts it in a session of its own, so its
+        group's id is its pid (the name says which of the two a signal goes to)."""
+        return self.pid
 
     def take_oom(self, rec: OomRecord) -> tuple[OomRecord, bool]:
         """The record merged with the one of its OOM (`seq`) already taken: (the merged record,
@@ -131,17 +157,9 @@ class Attempt:
         return self.ooms[max(self.ooms)].copy() if self.ooms else None
 
     def steps_per_second(self, now: float | None = None) -> float | None:
-        """Steps over the rate window, oldest to `now`; None until two samples differ in time.
-        A worker silent for longer than its usual gap between reports decays toward 0: the
-        window's end moves on with `now` (it never shows the last rate of a silent worker)."""
-        if len(self.rate) < 2:
-            return None
-        (t0, s0), (t1, s1) = self.rate[0], self.rate[-1]
-        if t1 - t0 <= 0:
-            return None
-        gap = (t1 - t0) / (len(self.rate) - 1)  # the usual time between two reports
-        end = t1 if now is None else max(t1, now - gap)
-        return max(0.0, (s1 - s0) / (end - t0))
+        """Steps over the rate window, oldest to `now` (contract.rates: a worker that stopped
+        stepping reads 0 within seconds, never its last rate)."""
+        return rates.steps_per_second(list(self.rate), now)
 
 
 class LossHistory:
@@ -206,7 +224,7 @@ class LossTrend:
 
 @dataclass(eq=False)
 class PendingReport:
-    """The report event not yet written (supervisor.ipc.ledger's rate limit)."""
+    """The report event not yet written (supervisor.workers.ledger's rate limit)."""
 
     ts: float
     step: int | None
@@ -227,11 +245,14 @@ class Reports:
     count: int = 0  # report() calls
     dropped: int = 0  # declared lost by the worker's buffer
     bad_frames: int = 0
-    rejected: int = 0  # reports refused alone (supervisor.ipc.batch_check)
+    rejected: int = 0  # reports refused alone (supervisor.workers.batch_check)
     rejected_why: str | None = None  # the latest reason
-    # tunable declarations refused alone ("NAME: why", contract.control.validate_control), the first few
+    bad_inputs: int = 0  # its inputs that tripped a handler (supervisor.boundary), counted
+    bad_input_why: str | None = None  # the latest: what, and the exception in one line
+    # tunable declarations refused alone ("NAME: why", contract.live.validate_live), the first few
     refused_tunables: list[str] = field(default_factory=list)
     phases: dict[str, float] = field(default_factory=dict)
+    phase_names: set[str] = field(default_factory=set)  # every phase it declared, within its bounds (ledger)
     source: StepsFrom | None = None  # where its latest steps came from (the worker's batch says)
     cuda: CudaView | None = None
     curve: LossHistory = field(default_factory=LossHistory)
@@ -244,6 +265,10 @@ class Reports:
 class Worker:
     """One rank. Born with its first attempt in its first state (starting, or failed when
     its process could not start); every later state through `transition()`."""
+
+    # Moves of every worker so far (a state change, a first report): what the stall watch looks
+    # for before it looks at each worker (supervisor.diagnose.stall_watch). Only ever grows.
+    moves = 0
 
     def __init__(self, rank: int, attempt: Attempt, first: State, why: str, recorder: Recorder, /,
                  strict: bool = False, **fields: Any):
@@ -269,6 +294,10 @@ class Worker:
     @property
     def pid(self) -> int | None:
         return self.attempt.pid
+
+    @property
+    def pgid(self) -> int | None:
+        return self.attempt.pgid
 
     # What the GPU watcher reads of a worker (supervisor.gpu.watch's for_run), besides rank, pid, state.
     @property
@@ -298,6 +327,7 @@ class Worker:
         self.transition(state, why, **fields)
 
     def _move(self, old: State | None, new: State, why: str, fields: dict[str, Any]) -> None:
+        Worker.moves += 1
         try:
             event = states.check(old, new)
         except states.IllegalTransition as exc:

@@ -15,7 +15,8 @@ import sys
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-SOURCES = ("stand_in.c", "stand_in_procs.c", "stand_in_mig.c", "stand_in_clocks.c", "script.c")
+SOURCES = ("stand_in.c", "stand_in_counters.c", "stand_in_procs.c", "stand_in_mig.c", "stand_in_clocks.c",
+           "script.c")
 LIB_NAME = "libnvidia-ml.so.1"
 # Variants: the library of a current driver, and of one older than R510 (no _v3 process list,
 # no MemoryInfo_v2, no clock event reasons).

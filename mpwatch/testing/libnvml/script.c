@@ -1,20 +1,22 @@
 /* TEST-ONLY: reads the scenario script of the stand-in libnvidia-ml.so.1, and resolves the
  * scenario's pid names against /proc. Runs in whichever thread calls nvmlInit / a process query.
  *
- * The script is a JSON scenario (probes.nvml_scripted's format) turned into lines by
+ * The script is a JSON scenario (testing.nvml's format) turned into lines by
  * testing.libnvml.script, so no JSON parser is needed here. One record a line, fields split by
  * tabs, after a first line "mpwatch-nvml-stand-in 1":
  *     init  <nvmlReturn_t>                           nvmlInit fails with it
  *     gpu   <name> <uuid> <mem_total> <mig_capable>  the next device
  *     mig   <uuid> <gi> <ci> <profile> <mem_total>   a MIG device of the last one (MIG mode on)
  *     frame <at>                                     values from <at> s after nvmlInit
- *     dev   <util_gpu> <util_mem> <temperature> <power_mw> <mem_used> <proc_util 0|1>
- *           <reserved> <sm_clock> <sm_clock_max> <clock event reason bits>
+ *     default <key> <value>                          a counter's value before any frame
+ *     dev   <mem_used> <proc_util 0|1> <reserved> <clock event reason bits>
+ *     counter <key> <value> <nvmlReturn_t>           a counter of the last dev (its key in
+ *                                                    contract.gpu_counters, its value in NVML's
+ *                                                    units) and how its query ends (0: it works)
  *     slice <mem_used> <reserved>                    the next MIG slice of the last dev
  *     fail  <what> <nvmlReturn_t>                    that query of the last dev or slice fails
  *     proc  <pid name> <mem|-> <sm|->                a compute process on the last dev or slice
- * Fields after a dev's <proc_util> may be left out (no reserve; SM clock at its maximum, 1410
- * MHz; no reason).
+ * Fields after a dev's <proc_util> may be left out (no reserve; no reason).
  */
 #define _DEFAULT_SOURCE
 #include "script.h"
@@ -30,10 +32,9 @@
 #define MAX_FRAMES 100000
 #define MAX_PROCS 1024
 
-static const char *WHAT[FN_N_WHAT] = {"memory", "utilization", "temperature", "power", "processes",
-                                      "processes_v3", "proc_util", "memory_v2", "clocks", "throttle"};
+static const char *WHAT[FN_N_WHAT] = {"memory", "processes", "processes_v3", "proc_util", "memory_v2",
+                                      "throttle"};
 #define MAX_FIELDS 12
-#define DEFAULT_CLOCK 1410u
 
 static void copy(char *dst, size_t size, const char *src) {
     snprintf(dst, size, "%s", src ? src : "");
@@ -76,6 +77,19 @@ static int add_proc(struct fn_dev *d, char **f) {
     return 0;
 }
 
+/* A counter of d (the idle dev's: its default): key, value, and how its query ends. */
+static int add_counter(struct fn_dev *d, char **f) {
+    if (!d || d->ncounters >= FN_MAX_COUNTERS || !f[1] || !*f[1]) return -1;
+    struct fn_counter *grown = realloc(d->counters, sizeof *grown * (size_t)(d->ncounters + 1));
+    if (!grown) return -1;
+    d->counters = grown;
+    struct fn_counter *c = &grown[d->ncounters++];
+    copy(c->key, sizeof c->key, f[1]);
+    c->value = opt(f[2], 0);
+    c->fail = (int)opt(f[3], 0);
+    return 0;
+}
+
 static int set_fail(struct fn_dev *d, char **f) {
     if (!d || !f[1]) return -1;
     for (int w = 0; w < FN_N_WHAT; w++)
@@ -98,16 +112,10 @@ static struct fn_dev *add_dev(struct fn_script *s, char **f) {
     struct fn_frame *fr = &s->frames[s->nframes - 1];
     if (fr->ndevs >= FN_MAX_GPUS) return NULL;
     struct fn_dev *d = &fr->devs[fr->ndevs++];
-    d->util_gpu = (unsigned)num(f[1]);
-    d->util_mem = (unsigned)num(f[2]);
-    d->temperature = (unsigned)num(f[3]);
-    d->power_mw = (unsigned)num(f[4]);
-    d->mem_used = (unsigned long long)num(f[5]);
-    d->proc_util = f[6] && atoi(f[6]);
-    d->reserved = opt(f[7], 0);
-    d->sm_clock_max = (unsigned)opt(f[9], DEFAULT_CLOCK);
-    d->sm_clock = (unsigned)opt(f[8], d->sm_clock_max);
-    d->throttle = opt(f[10], 0);
+    d->mem_used = (unsigned long long)num(f[1]);
+    d->proc_util = f[2] && atoi(f[2]);
+    d->reserved = opt(f[3], 0);
+    d->throttle = opt(f[4], 0);
     return d;
 }
 
@@ -142,6 +150,8 @@ static int add_mig(struct fn_script *s, char **f) {
 static int record(struct fn_script *s, char **f, struct fn_dev **cur) {
     const char *kind = f[0];
     if (strcmp(kind, "init") == 0) return s->init_error = (int)num(f[1]), 0;
+    if (strcmp(kind, "default") == 0) return add_counter(&s->idle, f);
+    if (strcmp(kind, "counter") == 0) return add_counter(*cur, f);
     if (strcmp(kind, "gpu") == 0) return add_gpu(s, f);
     if (strcmp(kind, "mig") == 0) return add_mig(s, f);
     if (strcmp(kind, "frame") == 0) return *cur = NULL, add_frame(s, f[1]);
@@ -154,6 +164,7 @@ static int record(struct fn_script *s, char **f, struct fn_dev **cur) {
 
 int fn_script_load(const char *path, struct fn_script *s) {
     memset(s, 0, sizeof *s);
+    s->idle.proc_util = 1;
     FILE *in = path ? fopen(path, "r") : NULL;
     if (!in) return -1;
     char line[MAX_LINE];
@@ -174,28 +185,34 @@ void fn_script_free(struct fn_script *s) {
     for (int i = 0; i < s->nframes; i++)
         for (int d = 0; d < s->frames[i].ndevs; d++) {
             struct fn_dev *dev = &s->frames[i].devs[d];
-            for (int k = 0; k < dev->nslices; k++) free(dev->slices[k].procs);
+            for (int k = 0; k < dev->nslices; k++) free(dev->slices[k].procs), free(dev->slices[k].counters);
             free(dev->slices);
             free(dev->procs);
+            free(dev->counters);
         }
     free(s->frames);
+    free(s->idle.counters);
     memset(s, 0, sizeof *s);
 }
 
 const struct fn_dev *fn_script_dev(const struct fn_script *s, double elapsed, int gpu) {
     /* Before any frame, or a frame listing fewer devices: the scripted NVML's defaults. */
-    static const struct fn_dev idle = {.temperature = 40, .power_mw = 50000, .proc_util = 1,
-                                       .sm_clock = DEFAULT_CLOCK, .sm_clock_max = DEFAULT_CLOCK};
     const struct fn_frame *cur = NULL;
     for (int i = 0; i < s->nframes; i++)
         if (s->frames[i].at <= elapsed) cur = &s->frames[i];  /* the last one passed, in order */
-    return (cur && gpu < cur->ndevs) ? &cur->devs[gpu] : &idle;
+    return (cur && gpu < cur->ndevs) ? &cur->devs[gpu] : &s->idle;
 }
 
 const struct fn_dev *fn_script_slice(const struct fn_script *s, double elapsed, int gpu, int slot) {
-    static const struct fn_dev empty = {.sm_clock = DEFAULT_CLOCK, .sm_clock_max = DEFAULT_CLOCK};
+    static const struct fn_dev empty = {0};
     const struct fn_dev *d = fn_script_dev(s, elapsed, gpu);
     return slot >= 0 && slot < d->nslices ? &d->slices[slot] : &empty;
+}
+
+const struct fn_counter *fn_counter_of(const struct fn_dev *d, const char *key) {
+    for (int i = 0; d && i < d->ncounters; i++)
+        if (strcmp(d->counters[i].key, key) == 0) return &d->counters[i];
+    return NULL;
 }
 
 /* ---------------------------------------------------------------- pid names ---- */
@@ -214,10 +231,11 @@ static pid_t parent_of(pid_t pid) {
 
 #define MAX_ENVIRON (4 << 20)
 
+/* Its environment says MPWATCH_RANK=rank (any rank when rank is NULL). */
 static int has_rank(pid_t pid, const char *rank) {
     char path[64], want[64];
     snprintf(path, sizeof path, "/proc/%d/environ", (int)pid);
-    int len = snprintf(want, sizeof want, "MPWATCH_RANK=%s", rank);
+    int len = snprintf(want, sizeof want, "MPWATCH_RANK=%s", rank ? rank : "");
     FILE *f = fopen(path, "r");
     char *buf = f ? malloc(MAX_ENVIRON + 1) : NULL;
     if (!buf) {
@@ -229,7 +247,7 @@ static int has_rank(pid_t pid, const char *rank) {
     buf[n] = '\0';
     int found = 0;
     for (size_t i = 0; i < n && !found; i += strlen(buf + i) + 1)
-        found = strncmp(buf + i, want, (size_t)len) == 0 && buf[i + (size_t)len] == '\0';
+        found = strncmp(buf + i, want, (size_t)len) == 0 && (!rank || buf[i + (size_t)len] == '\0');
     free(buf);
     return found;
 }
@@ -258,6 +276,24 @@ long fn_pid_uid(pid_t pid) {
     return stat(path, &st) == 0 ? (long)st.st_uid : -1;
 }
 
+/* A rank's worker: a child of pid, or a child of a child that is no rank's (the run's forkserver,
+ * supervisor.preload, forks the workers). 0 if none. */
+static pid_t rank_worker(pid_t pid, const char *rank) {
+    pid_t worker = child_of(pid, rank);
+    if (worker) return worker;
+    DIR *proc = opendir("/proc");
+    if (!proc) return 0;
+    struct dirent *e;
+    while (!worker && (e = readdir(proc)) != NULL) {
+        char *end;
+        long p = strtol(e->d_name, &end, 10);
+        if (*end || p <= 0 || parent_of((pid_t)p) != pid || has_rank((pid_t)p, NULL)) continue;
+        worker = child_of((pid_t)p, rank);
+    }
+    closedir(proc);
+    return worker;
+}
+
 pid_t fn_resolve_pid(const char *spec) {
     if (strcmp(spec, "self") == 0) return getpid();
     if (strcmp(spec, "parent") == 0) return getppid();
@@ -270,7 +306,7 @@ pid_t fn_resolve_pid(const char *spec) {
     copy(rank, sizeof rank, spec + 5);
     char *slash = strchr(rank, '/');
     if (slash) *slash = '\0';
-    pid_t worker = child_of(getpid(), rank);
+    pid_t worker = rank_worker(getpid(), rank);
     if (!worker || !slash) return worker;
     return strcmp(slash + 1, "child") == 0 ? child_of(worker, NULL) : 0;
 }

@@ -10,9 +10,18 @@
 #define FN_TEXT 96   /* NVML_DEVICE_NAME_V2_BUFFER_SIZE, NVML_DEVICE_UUID_V2_BUFFER_SIZE */
 #define FN_NO_VALUE (-1LL)
 
-/* The values a query can be told to fail (the script's `fail` records). */
-enum fn_what { FN_MEMORY, FN_UTILIZATION, FN_TEMPERATURE, FN_POWER, FN_PROCESSES, FN_PROCESSES_V3,
-               FN_PROC_UTIL, FN_MEMORY_V2, FN_CLOCKS, FN_THROTTLE, FN_N_WHAT };
+/* The queries beyond the counters that can be told to fail (the script's `fail` records); a
+ * counter's failure is its own record's. */
+enum fn_what { FN_MEMORY, FN_PROCESSES, FN_PROCESSES_V3, FN_PROC_UTIL, FN_MEMORY_V2, FN_THROTTLE, FN_N_WHAT };
+
+#define FN_KEY 32
+#define FN_MAX_COUNTERS 64
+
+struct fn_counter {  /* a counter of contract.gpu_counters, by its key */
+    char key[FN_KEY];
+    unsigned long long value;  /* in NVML's units (milliwatts, not watts) */
+    int fail;                  /* an nvmlReturn_t, 0 where the query works */
+};
 
 struct fn_proc {
     char spec[40];  /* "1234", "self", "parent", "rank:N", "rank:N/child" */
@@ -21,11 +30,11 @@ struct fn_proc {
 };
 
 struct fn_dev {  /* one GPU, or one MIG slice of it, in one frame */
-    unsigned util_gpu, util_mem, temperature, power_mw;
     unsigned long long mem_used;  /* allocated: what nvmlMemory_v2_t calls used */
     unsigned long long reserved;  /* the driver's own share: v1's `used` counts it, v2 apart */
-    unsigned sm_clock, sm_clock_max;  /* MHz */
     unsigned long long throttle;  /* nvmlClocksEventReason* bits */
+    int ncounters;            /* a GPU's counters (a slice has none of its own) */
+    struct fn_counter *counters;
     int proc_util;            /* 0: the device keeps no per-process samples */
     int fail[FN_N_WHAT];      /* an nvmlReturn_t, 0 where the query works */
     int nprocs;
@@ -56,6 +65,7 @@ struct fn_gpu {
 
 struct fn_script {
     int init_error;           /* an nvmlReturn_t for nvmlInit, 0 to start */
+    struct fn_dev idle;       /* a GPU's values before any frame, or past a frame's devices */
     int ngpus;
     struct fn_gpu gpus[FN_MAX_GPUS];
     int nframes;
@@ -69,7 +79,9 @@ void fn_script_free(struct fn_script *s);
 const struct fn_dev *fn_script_dev(const struct fn_script *s, double elapsed, int gpu);
 /* A MIG slice's values now (defaults before any frame or past the frame's slices). */
 const struct fn_dev *fn_script_slice(const struct fn_script *s, double elapsed, int gpu, int slot);
-/* A scenario pid name resolved now, as probes.nvml_scripted.scenario_pid does; 0 if none. */
+/* A device's counter by its key (contract.gpu_counters), or NULL where the script has none. */
+const struct fn_counter *fn_counter_of(const struct fn_dev *d, const char *key);
+/* A scenario pid name resolved now, as testing.nvml.scenario_pid does; 0 if none. */
 pid_t fn_resolve_pid(const char *spec);
 /* The owner of a live process (its /proc entry's uid); -1 if unknown. */
 long fn_pid_uid(pid_t pid);

@@ -1,8 +1,8 @@
-"""TEST-ONLY: a scripted-NVML scenario (the JSON probes.nvml_scripted reads) as the line
+"""TEST-ONLY: a scripted-NVML scenario (the JSON testing.nvml reads) as the line
 script the stand-in libnvidia-ml.so.1 reads (format in testing.libnvml's script.c), and the
 environment that makes a process load that library. Runs in the test process.
 
-The values mean what they mean to probes.nvml_scripted: the same defaults, memory used as the
+The values mean what they mean to testing.nvml: the same defaults, memory used as the
 sum of the processes' plus `extra_used` unless `mem_used` is given, pid names ("rank:N",
 "rank:N/child", "parent", "self") resolved by the library at each call. What only a driver can
 say is said in NVML's own terms: a process's `"mem": null` is NVML_VALUE_NOT_AVAILABLE;
@@ -23,10 +23,12 @@ bare "what" failure in words of its own, and has no _v3 list to fail apart nor N
   (its slices' sum) and processes to root only: another user gets NO_PERMISSION, reads each
   slice's own, and sees another user's process memory as NVML_VALUE_NOT_AVAILABLE.
   Utilization and process samples are NOT_SUPPORTED in MIG mode.
-- `"reserved"`: the driver's share of a GPU's memory (nvmlDeviceGetMemoryInfo_v2's `reserved`;
-  v1 counts it in `used`); `"sm_clock"`, `"sm_clock_max"` (MHz, default 1410 both); `"throttle"`:
-  the clock event reasons (contract.gpu_view.ThrottleReason names). `fail` keys "memory_v2",
-  "clocks", "throttle" fail those alone.
+- The counters (contract.gpu_counters): each by its key, or the name and default
+  testing.nvml gives it (`"sm_clock"`, `"sm_clock_max"`: MHz, default 1410 both), is
+  answered by the NVML call stand_in_counters.c has for it; `fail` names its reading ("power",
+  "clocks"). `"reserved"`: the driver's share of a GPU's memory (nvmlDeviceGetMemoryInfo_v2's
+  `reserved`; v1 counts it in `used`); `"throttle"`: the clock event reasons
+  (contract.gpu_view.ThrottleReason names). `fail` keys "memory_v2", "throttle" fail those alone.
 """
 from __future__ import annotations
 
@@ -36,9 +38,11 @@ from pathlib import Path
 
 import pynvml
 
+from mpwatch.contract import COUNTERS, GpuCounter
 from mpwatch.probes.gpu_reads import reason_mask
 from mpwatch.settings import SCRIPTED_NVML_ENV
 from mpwatch.testing.libnvml import SCRIPT_ENV
+from mpwatch.testing.nvml import counter_value
 
 TEXT_MAX = 95  # NVML's 96-byte name and UUID buffers
 
@@ -95,16 +99,31 @@ def _fail_and_procs(g: dict[str, object], procs: list[dict[str, object]]) -> lis
     return out
 
 
-def _dev_lines(g: dict[str, object]) -> list[str]:
+def _raw(g: dict[str, object], c: GpuCounter) -> int:
+    """A counter's value in a frame's GPU as NVML gives it (milliwatts, whole numbers)."""
+    v = counter_value(g, c)
+    return max(round(v * c.nvml.per) if c.digits is not None else int(v) * c.nvml.per, 0)
+
+
+def _counter_lines(g: dict[str, object], mig_mode: bool) -> list[str]:
+    """Every counter of a GPU: its value, and its query's scripted failure (a GPU in MIG mode
+    does not report those MIG does not: NOT_SUPPORTED)."""
+    fails: dict[str, int] = {}
+    for f in _list(g.get("fail")):
+        what, _, code = str(f).partition(":")
+        fails.setdefault(what, nvml_code(code) if code else int(pynvml.NVML_ERROR_UNKNOWN))
+    unreported = int(pynvml.NVML_ERROR_NOT_SUPPORTED)
+    ends = {c.key: fails.get(c.what, unreported if mig_mode and not c.on_mig else 0) for c in COUNTERS}
+    return [f"counter\t{c.key}\t{_raw(g, c)}\t{ends[c.key]}" for c in COUNTERS]
+
+
+def _dev_lines(g: dict[str, object], mig_mode: bool) -> list[str]:
     procs = [_obj(p) for p in _list(g.get("processes"))]
-    power = g.get("power_w", 50.0)
-    power_mw = round(float(power) * 1000) if isinstance(power, (int, float)) else 50000
-    clock_max = _int(g.get("sm_clock_max"), 1410)
     reasons = reason_mask([str(r) for r in _list(g.get("throttle"))])
     out = ["\t".join(str(v) for v in (
-        "dev", _int(g.get("util_gpu")), _int(g.get("util_mem")), _int(g.get("temperature"), 40),
-        max(power_mw, 0), _used(g, procs), "0" if g.get("proc_util") is False else "1",
-        max(_int(g.get("reserved")), 0), _int(g.get("sm_clock"), clock_max), clock_max, reasons))]
+        "dev", _used(g, procs), "0" if g.get("proc_util") is False else "1", max(_int(g.get("reserved")), 0),
+        reasons))]
+    out += _counter_lines(g, mig_mode)
     out += _fail_and_procs(g, procs)
     for sl in (_obj(x) for x in _list(g.get("slices"))):
         sprocs = [_obj(p) for p in _list(sl.get("processes"))]
@@ -127,7 +146,9 @@ def script_text(data: object) -> str:
     lines = ["mpwatch-nvml-stand-in 1"]
     if data.get("init_error"):
         lines.append(f"init\t{nvml_code(str(data['init_error']))}")
-    for i, g in enumerate(_obj(x) for x in _list(data.get("gpus"))):
+    lines += [f"default\t{c.key}\t{_raw({}, c)}" for c in COUNTERS]
+    gpus = [_obj(x) for x in _list(data.get("gpus"))]
+    for i, g in enumerate(gpus):
         lines.append("\t".join(["gpu", _text(g.get("name", f"Fake GPU {i}")),
                                 _text(g.get("uuid", f"GPU-fake-{i}")),
                                 str(_int(g.get("mem_total"), 16 << 30)), "1" if "mig" in g else "0"]))
@@ -138,8 +159,8 @@ def script_text(data: object) -> str:
         if not isinstance(at, (int, float)):
             continue  # never current for the Python stand-in either
         lines.append(f"frame\t{float(at)!r}")
-        for dev in _list(fr.get("gpus")):
-            lines += _dev_lines(_obj(dev))
+        for i, dev in enumerate(_list(fr.get("gpus"))):
+            lines += _dev_lines(_obj(dev), i < len(gpus) and bool(_list(gpus[i].get("mig"))))
     return "\n".join(lines) + "\n"
 
 

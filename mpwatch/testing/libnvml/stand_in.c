@@ -4,8 +4,9 @@
  * It answers the calls probes.nvml.NvmlBackend makes, from a scenario script read at nvmlInit
  * (the file named by MPWATCH_NVML_STAND_IN_SCRIPT; format in script.c). Calls may come from any
  * thread: the script is read once, at the first nvmlInit, and only read after that.
- * This file: start and stop, error strings, devices, memory and the device counters; the
- * process lists are in stand_in_procs.c, MIG in stand_in_mig.c, clocks in stand_in_clocks.c.
+ * This file: start and stop, error strings, devices and memory; the counters are in
+ * stand_in_counters.c, the process lists in stand_in_procs.c, MIG in stand_in_mig.c, the clock
+ * event reasons in stand_in_clocks.c.
  *
  * Built with -DSTAND_IN_WITHOUT_V3 it is the library of a driver older than R510: no
  * nvmlDeviceGetComputeRunningProcesses_v3, no nvmlDeviceGetMemoryInfo_v2, no clock event reasons.
@@ -230,43 +231,3 @@ EXPORT nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t device, nvmlMemory_v
     return NVML_SUCCESS;
 }
 #endif
-
-/* -------------------------------------------------------------- counters ---- */
-/* A counter of the whole GPU: a MIG device has none (NOT_SUPPORTED, as on a driver). */
-static nvmlReturn_t counter(nvmlDevice_t h, int what, const struct fn_dev **d) {
-    if (fn_mig_of(h, NULL)) return NVML_ERROR_NOT_SUPPORTED;
-    *d = fn_dev_of(h);
-    if (!*d) return NVML_ERROR_INVALID_ARGUMENT;
-    return (nvmlReturn_t)(*d)->fail[what];
-}
-
-/* Utilization is not reported in MIG mode, by the GPU nor its slices. */
-EXPORT nvmlReturn_t nvmlDeviceGetUtilizationRates(nvmlDevice_t device, nvmlUtilization_t *utilization) {
-    const struct fn_dev *d;
-    nvmlReturn_t ret = counter(device, FN_UTILIZATION, &d);
-    if (ret != NVML_SUCCESS) return ret;
-    if (!utilization) return NVML_ERROR_INVALID_ARGUMENT;
-    if (fn_in_mig_mode(device)) return NVML_ERROR_NOT_SUPPORTED;
-    utilization->gpu = d->util_gpu;
-    utilization->memory = d->util_mem;
-    return NVML_SUCCESS;
-}
-
-EXPORT nvmlReturn_t nvmlDeviceGetTemperature(nvmlDevice_t device, nvmlTemperatureSensors_t sensor,
-                                             unsigned int *temp) {
-    const struct fn_dev *d;
-    nvmlReturn_t ret = counter(device, FN_TEMPERATURE, &d);
-    if (ret != NVML_SUCCESS) return ret;
-    if (!temp || sensor != NVML_TEMPERATURE_GPU) return NVML_ERROR_INVALID_ARGUMENT;
-    *temp = d->temperature;
-    return NVML_SUCCESS;
-}
-
-EXPORT nvmlReturn_t nvmlDeviceGetPowerUsage(nvmlDevice_t device, unsigned int *power) {
-    const struct fn_dev *d;
-    nvmlReturn_t ret = counter(device, FN_POWER, &d);
-    if (ret != NVML_SUCCESS) return ret;
-    if (!power) return NVML_ERROR_INVALID_ARGUMENT;
-    *power = d->power_mw;
-    return NVML_SUCCESS;
-}

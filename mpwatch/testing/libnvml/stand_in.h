@@ -1,7 +1,8 @@
 /* TEST-ONLY: what the stand-in libnvidia-ml.so.1's files share (testing.libnvml): the handles,
  * the script being played, and the lookups from a handle to its values now. stand_in.c
- * owns the state (start and stop, devices, memory, counters); stand_in_procs.c, stand_in_mig.c and
- * stand_in_clocks.c answer the process, MIG and clock calls from it. Any thread may call. */
+ * owns the state (start and stop, devices, memory); stand_in_counters.c, stand_in_procs.c,
+ * stand_in_mig.c and stand_in_clocks.c answer the counter, process, MIG and clock reason calls
+ * from it. Any thread may call. */
 #ifndef MPWATCH_NVML_STAND_IN_H
 #define MPWATCH_NVML_STAND_IN_H
 

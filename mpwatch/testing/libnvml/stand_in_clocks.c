@@ -1,7 +1,7 @@
-/* TEST-ONLY: the stand-in libnvidia-ml.so.1's clocks (testing.libnvml; the state is
- * stand_in.c's): the SM clock now and at most, and why it is held back (the clock event
- * reasons, once called throttle reasons: both names are answered, as a current driver does;
- * a driver older than R535 has only the throttle one). A MIG device has none of its own.
+/* TEST-ONLY: the stand-in libnvidia-ml.so.1's clock event reasons (testing.libnvml; the state
+ * is stand_in.c's; the clocks themselves are counters, stand_in_counters.c): why the SM clock
+ * is held back, once called throttle reasons: both names are answered, as a current driver
+ * does; a driver older than R535 has only the throttle one. A MIG device has none of its own.
  *
  * nvml.h is NVIDIA's, under the notice at its top, which asks that code using it carry this:
  *   NVIDIA MAKES NO REPRESENTATION ABOUT THE SUITABILITY OF THIS SOURCE CODE FOR ANY PURPOSE.
@@ -20,29 +20,6 @@
  *   End Users acquire the source code with only those rights set forth herein.
  */
 #include "stand_in.h"
-
-#define MEM_CLOCK 1593u /* MHz: an A100's HBM2e */
-
-static nvmlReturn_t clock_of(nvmlDevice_t h, nvmlClockType_t type, unsigned *clock, int max) {
-    if (fn_mig_of(h, NULL)) return NVML_ERROR_NOT_SUPPORTED;
-    const struct fn_dev *d = fn_dev_of(h);
-    if (!d || !clock) return NVML_ERROR_INVALID_ARGUMENT;
-    if (d->fail[FN_CLOCKS]) return (nvmlReturn_t)d->fail[FN_CLOCKS];
-    switch (type) {
-    case NVML_CLOCK_GRAPHICS:
-    case NVML_CLOCK_SM: *clock = max ? d->sm_clock_max : d->sm_clock; return NVML_SUCCESS;
-    case NVML_CLOCK_MEM: *clock = MEM_CLOCK; return NVML_SUCCESS;
-    default: return NVML_ERROR_NOT_SUPPORTED;
-    }
-}
-
-EXPORT nvmlReturn_t nvmlDeviceGetClockInfo(nvmlDevice_t device, nvmlClockType_t type, unsigned int *clock) {
-    return clock_of(device, type, clock, 0);
-}
-
-EXPORT nvmlReturn_t nvmlDeviceGetMaxClockInfo(nvmlDevice_t device, nvmlClockType_t type, unsigned int *clock) {
-    return clock_of(device, type, clock, 1);
-}
 
 static nvmlReturn_t reasons(nvmlDevice_t h, unsigned long long *out) {
     if (fn_mig_of(h, NULL)) return NVML_ERROR_NOT_SUPPORTED;

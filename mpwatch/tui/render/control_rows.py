@@ -5,10 +5,17 @@ run's start, as the replay and `summary` tell them. UI thread.
 """
 from __future__ import annotations
 
-from mpwatch.contract.control import in_force, pending_changes, shown
-from mpwatch.contract.status import CheckpointRequest, Status, TunableChange, TunableStatus
+from mpwatch.contract import (
+    CheckpointRequest,
+    Status,
+    TunableChange,
+    TunableStatus,
+    in_force,
+    pending_changes,
+    shown,
+)
 from mpwatch.text import fmt
-from mpwatch.tui.render.segs import Line, pad
+from mpwatch.tui.render.segs import Line, line, pad
 
 # narrow enough that at 80 columns CHANGED keeps a pending change's "from step S · k/n ranks"
 COLS = (("NAME", 12), ("TYPE", 5), ("VALUE", 10), ("DEFAULT", 10))
@@ -21,7 +28,7 @@ def at(ts: float, st: Status) -> str:
 
 
 def header() -> Line:
-    return (("  ".join(pad(name, w) for name, w in COLS) + "  CHANGED", "bold"),)
+    return line(("  ".join(pad(name, w) for name, w in COLS) + "  CHANGED", "bold"))
 
 
 def _when(step: int | None) -> str:
@@ -39,64 +46,68 @@ def next_change(t: TunableStatus) -> TunableChange | None:
     return min(pend, key=lambda c: (c["step"] is None, c["step"] or 0, c["id"])) if pend else None
 
 
-def changed(t: TunableStatus, st: Status) -> Line:
+def changed(t: TunableStatus, st: Status) -> list[Line]:
     """The change that made the value in force: from which step, how many ranks took it, who
     asked when; below it, a change still pending, the same way (the step first: a narrow
     screen cuts the end)."""
     c = in_force(t)
     if c is None:
-        out: Line = (("never changed", "bright_black"),)
+        out = [line(("never changed", "bright_black"))]
     else:
         late = [a["rank"] for a in c["answers"] if a["late"]]
-        out = ((f"{_when(c['step'])} · ", ""), (_took(c), "green" if not c["waiting"] else PENDING))
+        parts = [(f"{_when(c['step'])} · ", ""), (_took(c), "green" if not c["waiting"] else PENDING)]
         if late:
-            out += ((f" · late: {fmt.ranks(late)}", "bold yellow"),)
-        out += ((f" · {at(c['ts'], st)} by {c['by']}", ""),)
+            parts.append((f" · late: {fmt.ranks(late)}", "bold yellow"))
+        parts.append((f" · {at(c['ts'], st)} by {c['by']}", ""))
+        out = [line(*parts)]
     p = next_change(t)
     if p is not None:  # the second line, beside VALUE's pending value: the step first, never cut
         more = len(pending_changes(t)) - 1
-        out += ((f"\n{_when(p['step'])} · {_took(p)}", PENDING),
-                (f" · {at(p['ts'], st)} by {p['by']}" + (f" · {more} more pending" if more else ""), ""))
+        tail = f" · {at(p['ts'], st)} by {p['by']}" + (f" · {more} more pending" if more else "")
+        out.append(line((f"{_when(p['step'])} · {_took(p)}", PENDING), (tail, "")))
     return out
 
 
-def value_cell(t: TunableStatus) -> Line:
+def value_cell(t: TunableStatus) -> list[Line]:
     """The value in force; below it, the value a pending change brings."""
-    out: Line = ((shown(t["value"]), ""),)
+    out = [line((shown(t["value"]), ""))]
     p = next_change(t)
     if p is not None:
-        out += ((f"\n→ {shown(p['value'])}", PENDING),)
+        out.append(line((f"→ {shown(p['value'])}", PENDING)))
     return out
 
 
-def dialog_title(t: TunableStatus) -> str:
+def dialog_title(t: TunableStatus) -> Line:
     """The change dialog's first line: the value in force, a pending change, the default."""
     p = next_change(t)
     then = f"; {shown(p['value'])} {_when(p['step'])} ({_took(p)} took it)" if p is not None else ""
-    return f"{t['name']} ({t['type']}): now {shown(t['value'])}{then}; default {shown(t['default'])}"
+    now = f"now {shown(t['value'])}{then}; default {shown(t['default'])}"
+    return line((f"{t['name']} ({t['type']}): {now}", ""))
 
 
-def tunable_cells(t: TunableStatus, st: Status) -> tuple[str, str, Line, str, Line]:
-    return (t["name"], t["type"], value_cell(t), shown(t["default"]), changed(t, st))
+def tunable_cells(t: TunableStatus, st: Status) -> tuple[list[Line], ...]:
+    """A row of the tunables table: each cell its lines (two where a change is pending)."""
+    return ([line((t["name"], ""))], [line((t["type"], ""))], value_cell(t),
+            [line((shown(t["default"]), ""))], changed(t, st))
 
 
 def checkpoint_line(r: CheckpointRequest, st: Status) -> Line:
     steps = sorted({a["step"] for a in r["answers"] if a["step"] is not None})
     took = f"taken at step {', '.join(map(str, steps))}" if steps else "none taken yet"
-    line: Line = ((f"{at(r['ts'], st):>9} ", "bright_black"),
-                  (f"{fmt.ranks(r['ranks'])} {_when(r['step']).replace('from', 'at')}, by {r['by']}: "
-                   f"{took}", ""))
+    parts = [(f"{at(r['ts'], st):>9} ", "bright_black"),
+             (f"{fmt.ranks(r['ranks'])} {_when(r['step']).replace('from', 'at')}, by {r['by']}: {took}", "")]
     for what, ranks, style in (("waiting", r["waiting"], "yellow"), ("missed", r["missed"], "bold red"),
                                ("late", [a["rank"] for a in r["answers"] if a["late"]], "bold yellow")):
         if ranks:
-            line += ((f" · {what}: {fmt.ranks(ranks)}", style),)
-    return line
+            parts.append((f" · {what}: {fmt.ranks(ranks)}", style))
+    return line(*parts)
 
 
 def checkpoint_lines(st: Status) -> list[Line]:
     reqs = st.get("checkpoints") or []
     if not reqs:
-        return [(("no checkpoint asked yet (c on a rank, or: mpwatch ctl checkpoint all)", "bright_black"),)]
+        return [line(("no checkpoint asked yet (c on a rank, or: mpwatch ctl checkpoint all)",
+                      "bright_black"))]
     return [checkpoint_line(r, st) for r in reversed(reqs)]
 
 

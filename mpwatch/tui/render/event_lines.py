@@ -6,9 +6,9 @@ holds). Pure; UI thread.
 """
 from __future__ import annotations
 
-from mpwatch.contract.status import Event, EventFields
+from mpwatch.contract import Event, EventFields
 from mpwatch.text import eventtext, fmt
-from mpwatch.tui.render.segs import Line
+from mpwatch.tui.render.segs import Line, line
 
 SEVERITY_STYLE = {"error": "bold red", "warning": "yellow", "information": ""}
 
@@ -38,4 +38,4 @@ def text(rec: EventFields) -> str:
 
 def event_line(rec: EventFields, started: float | None) -> Line:
     style = SEVERITY_STYLE.get(eventtext.severity(rec), "")
-    return ((f"{at(rec['ts'], started):>10} ", "bright_black"), (text(rec), style))
+    return line((f"{at(rec['ts'], started):>10} ", "bright_black"), (text(rec), style))

@@ -14,7 +14,7 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from mpwatch.contract.status import State
+from mpwatch.contract import State
 
 
 def locale_is_utf8(env: Mapping[str, str] | None = None) -> bool:
@@ -58,47 +58,41 @@ class Glyphs:
     rule: str  # a horizontal line
 
 
-UNICODE = Glyphs(
-    unicode=True,
-    spark="▁▂▃▄▅▆▇█",
-    phase={"data": "▓", "compute": "█", "sync": "▒", "other": "░"},
-    bar_full="█", bar_empty="░",
-    state={State.STARTING: "◌", State.RUNNING: "●", State.STALLED: "◆", State.PAUSED: "‖",
-           State.RESTARTING: "↻", State.EXITED: "✓", State.FAILED: "✗", State.KILLED: "■"},
-    child="└", folded="▸", unfolded="▾",
-    dot_selected="●", dot_other="·",
-    mem={"allocated": "█", "cached": "▓", "other": "▒", "outside": "▚", "free": "░"},
-    collision="⚠",
-    alert={"error": "✗", "warning": "▲", "info": "ℹ"},
-    mark={"proc_started": "↑", "proc_exited": "↓", "alert": "▲", "alloc_retry": "r", "oom": "✗"},
-    capacity="─",
-    stack="█▓",
-    outside="▚",
-    sep=" · ",
-    ellipsis="…",
-    rule="─",
-)
+def _glyphs(ascii_only: bool) -> Glyphs:
+    """The Unicode set, or its ASCII fallback: each glyph is written beside its fallback."""
+    def g(uni: str, asc: str) -> str:
+        return asc if ascii_only else uni
 
-ASCII = Glyphs(
-    unicode=False,
-    spark="_.-~=+*#",
-    phase={"data": "d", "compute": "c", "sync": "s", "other": "."},
-    bar_full="#", bar_empty=".",
-    state={State.STARTING: "~", State.RUNNING: ">", State.STALLED: "!", State.PAUSED: "=",
-           State.RESTARTING: "@", State.EXITED: "+", State.FAILED: "x", State.KILLED: "#"},
-    child="`", folded="+", unfolded="-",
-    dot_selected="*", dot_other=".",
-    mem={"allocated": "#", "cached": "=", "other": "-", "outside": "x", "free": "."},
-    collision="!",
-    alert={"error": "X", "warning": "!", "info": "i"},
-    mark={"proc_started": "^", "proc_exited": "v", "alert": "!", "alloc_retry": "r", "oom": "X"},
-    capacity="-",
-    stack="#%",
-    outside="x",
-    sep=" | ",
-    ellipsis="~",
-    rule="-",
-)
+    def each(pairs: dict[str, tuple[str, str]]) -> dict[str, str]:
+        return {name: g(*pair) for name, pair in pairs.items()}
+
+    return Glyphs(
+        unicode=not ascii_only,
+        spark=g("▁▂▃▄▅▆▇█", "_.-~=+*#"),
+        phase=each({"data": ("▓", "d"), "compute": ("█", "c"), "sync": ("▒", "s"), "other": ("░", ".")}),
+        bar_full=g("█", "#"), bar_empty=g("░", "."),
+        state=each({State.STARTING: ("◌", "~"), State.RUNNING: ("●", ">"), State.STALLED: ("◆", "!"),
+                    State.PAUSED: ("‖", "="), State.RESTARTING: ("↻", "@"), State.EXITED: ("✓", "+"),
+                    State.FAILED: ("✗", "x"), State.KILLED: ("■", "#")}),
+        child=g("└", "`"), folded=g("▸", "+"), unfolded=g("▾", "-"),
+        dot_selected=g("●", "*"), dot_other=g("·", "."),
+        mem=each({"allocated": ("█", "#"), "cached": ("▓", "="), "other": ("▒", "-"), "outside": ("▚", "x"),
+                  "free": ("░", ".")}),
+        collision=g("⚠", "!"),
+        alert=each({"error": ("✗", "X"), "warning": ("▲", "!"), "info": ("ℹ", "i")}),
+        mark=each({"proc_started": ("↑", "^"), "proc_exited": ("↓", "v"), "alert": ("▲", "!"),
+                   "alloc_retry": ("r", "r"), "oom": ("✗", "X")}),
+        capacity=g("─", "-"),
+        stack=g("█▓", "#%"),
+        outside=g("▚", "x"),
+        sep=g(" · ", " | "),
+        ellipsis=g("…", "~"),
+        rule=g("─", "-"),
+    )
+
+
+UNICODE = _glyphs(ascii_only=False)
+ASCII = _glyphs(ascii_only=True)
 
 
 def pick(env: Mapping[str, str] | None = None, *, ascii_only: bool = False) -> Glyphs:

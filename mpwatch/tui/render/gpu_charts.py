@@ -8,11 +8,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from mpwatch.contract.status import DevKey, GpuMark, GpuTick, GpuTickGpu
+from mpwatch.contract import DevKey, GpuMark, GpuTick, GpuTickGpu
 from mpwatch.text import fmt
 from mpwatch.tui.render import segs
 from mpwatch.tui.render.glyphs import Glyphs
-from mpwatch.tui.render.segs import Line, Seg
+from mpwatch.tui.render.segs import Line, Part, line
 
 WINDOWS = (120.0, 600.0, 3600.0)  # the window keys: 2 min, 10 min, 1 h
 AXIS = 8  # the label column left of each chart
@@ -102,11 +102,11 @@ def memory_chart(ticks: Sequence[GpuTick], index: Device, now: float, window: fl
                      if _is(index, x["index"], x)), default=1.0)
     stacks = [_stack(t, index) for t in shown]
     fills = g.stack
-    lines: list[Line] = [((segs.pad(fmt.size(total, "?"), AXIS - 1, right=True) + " ", "bright_black"),
-                          (g.capacity * cols, "bright_black"))]
+    lines: list[Line] = [line((segs.pad(fmt.size(total, "?"), AXIS - 1, right=True) + " ", "bright_black"),
+                              (g.capacity * cols, "bright_black"))]
     for row in range(height - 1, -1, -1):
         mid = (row + 0.5) / height * total
-        cells: list[Seg] = []
+        cells: list[Part] = []
         for stack in stacks:
             acc, cell = 0.0, (" ", "")
             for who, rank, amount in stack:
@@ -121,7 +121,7 @@ def memory_chart(ticks: Sequence[GpuTick], index: Device, now: float, window: fl
                     break
             cells.append(cell)
         label = "mem" if row == height - 1 else ("0" if row == 0 else "")
-        lines.append(((segs.pad(label, AXIS - 1, right=True) + " ", "bright_black"), *_merge(cells)))
+        lines.append(line((segs.pad(label, AXIS - 1, right=True) + " ", "bright_black"), *_merge(cells)))
     return lines
 
 
@@ -133,7 +133,7 @@ def util_chart(ticks: Sequence[GpuTick], index: Device, now: float, window: floa
     levels = g.spark
     lines: list[Line] = []
     for row in range(height - 1, -1, -1):
-        cells: list[Seg] = []
+        cells: list[Part] = []
         for t in shown:
             x = _gpu_of(t, index)
             u = None if x is None else x["util_gpu"]
@@ -148,7 +148,7 @@ def util_chart(ticks: Sequence[GpuTick], index: Device, now: float, window: floa
             else:
                 cells.append((" ", ""))
         label = "util" if row == height - 1 else ("0%" if row == 0 else "")
-        lines.append(((segs.pad(label, AXIS - 1, right=True) + " ", "bright_black"), *_merge(cells)))
+        lines.append(line((segs.pad(label, AXIS - 1, right=True) + " ", "bright_black"), *_merge(cells)))
     return lines
 
 
@@ -157,7 +157,7 @@ def marks_line(marks: Sequence[GpuMark], index: Device, now: float, window: floa
     """The markers of this GPU (and of the run, gpu None) on the time axis; where several
     share a cell, the most telling shows (an alert is never hidden by a process starting)."""
     cols = max(width - AXIS, 4)
-    cells: list[Seg] = [(" ", "")] * cols
+    cells: list[Part] = [(" ", "")] * cols
     rank: dict[int, int] = {}
     start = now - window
     for m in marks:
@@ -168,43 +168,43 @@ def marks_line(marks: Sequence[GpuMark], index: Device, now: float, window: floa
         if c >= 0 and tells <= rank.get(c, len(MARK_ORDER)):
             rank[c] = tells
             cells[c] = (g.mark.get(m["kind"], "?"), MARK_STYLE.get(m["kind"], ""))
-    return ((segs.pad("marks", AXIS - 1, right=True) + " ", "bright_black"), *_merge(cells))
+    return line((segs.pad("marks", AXIS - 1, right=True) + " ", "bright_black"), *_merge(cells))
 
 
 def time_axis(window: float, width: int) -> Line:
     cols = max(width - AXIS, 4)
     left = f"-{window_name(window)}"
-    return ((" " * AXIS + segs.pad(left, cols - 3) + "now", "bright_black"),)
+    return line((" " * AXIS + segs.pad(left, cols - 3) + "now", "bright_black"))
 
 
 def legend(g: Glyphs) -> list[Line]:
     """What the charts' fills and markers mean (each GPU's ranks are named under its heading)."""
-    fills: Line = ((g.mem["other"], OTHER_STYLE), (" memory no rank holds  ", ""),
-                   (g.outside, OUTSIDE_STYLE), (" outside the run  ", ""),
-                   (g.capacity * 2, "bright_black"), (" capacity", ""))
-    marks: Line = tuple((f"{sym} {kind.replace('_', ' ')}  ", MARK_STYLE.get(kind, ""))
-                        for kind, sym in g.mark.items())
+    fills = line((g.mem["other"], OTHER_STYLE), (" memory no rank holds  ", ""),
+                 (g.outside, OUTSIDE_STYLE), (" outside the run  ", ""),
+                 (g.capacity * 2, "bright_black"), (" capacity", ""))
+    marks = line(*((f"{sym} {kind.replace('_', ' ')}  ", MARK_STYLE.get(kind, ""))
+                   for kind, sym in g.mark.items()))
     return [fills, marks]
 
 
 def rank_legend(ranks: Sequence[int], g: Glyphs, what: str = "GPU") -> Line:
-    out: list[Seg] = [(" " * AXIS, "")]
+    out: list[Part] = [(" " * AXIS, "")]
     for r in ranks:
         out += [(g.stack[r % len(g.stack)], rank_style(r)), (f" rank {r}  ", "")]
-    return tuple(out) if ranks else ((" " * AXIS + f"no rank has this {what} as its own", "bright_black"),)
+    return line(*out) if ranks else line((" " * AXIS + f"no rank has this {what} as its own", "bright_black"))
 
 
 def recent_marks(marks: Sequence[GpuMark], index: Device, now: float, window: float, n: int) -> list[Line]:
     """The last n marks of this GPU in the window, as text."""
     mine = [m for m in marks
             if (m["gpu"] is None or _is(index, m["gpu"], m)) and m["ts"] >= now - window][-n:]
-    return [((f"  {fmt.age(now - m['ts'])} ago ", "bright_black"), (m["text"], MARK_STYLE.get(m["kind"], "")))
-            for m in mine]
+    return [line((f"  {fmt.age(now - m['ts'])} ago ", "bright_black"),
+                 (m["text"], MARK_STYLE.get(m["kind"], ""))) for m in mine]
 
 
-def _merge(cells: Sequence[Seg]) -> list[Seg]:
+def _merge(cells: Sequence[Part]) -> list[Part]:
     """Neighbouring cells of one style as one segment: fewer segments to draw."""
-    out: list[Seg] = []
+    out: list[Part] = []
     for text, style in cells:
         if out and out[-1][1] == style:
             out[-1] = (out[-1][0] + text, style)

@@ -4,22 +4,23 @@ One row per GPU, at any width from 80 columns: index, a memory bar that tells wh
 memory goes (torch allocated, the caching allocator's reserve, the ranks' other memory,
 processes outside the run, free), used/total, utilization, the ranks whose own GPU it is
 (a collision marked), memory held outside the run, and the worst standing alert in a few
-words. Wide terminals add temperature, power, and memory and utilization sparklines of the
-last minutes. A GPU in MIG mode has a row of its own ("MIG" for its utilization, "needs root"
-for a memory only root reads), then one per slice, named by its profile, with the slice's own
-memory and ranks ("n/a": MIG reports no utilization). Colours follow nvitop's bands; every
+words. Wide terminals add the plain counters (contract.gpu_counters.SHOWN: temperature,
+power), and memory and utilization sparklines of the last minutes. A GPU in MIG mode has a
+row of its own ("MIG" for its utilization, "needs root" for a memory only root reads), then
+one per slice, named by its profile, with the slice's own memory and ranks ("n/a": MIG
+reports no utilization). Colours follow nvitop's bands; every
 shape has its own character (NO_COLOR).
 """
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-from mpwatch.contract.status import GpuAlert, GpuView, RunAlert, Status, devices
-from mpwatch.text import fmt
+from mpwatch.contract import BY_KEY, SHOWN, GpuAlert, GpuView, RunAlert, Status, devices
+from mpwatch.text import fmt, gpu_values
 from mpwatch.text.gpu_names import ROOT_ON_MIG, short_slice
 from mpwatch.tui.render import bars, node_rows, segs
 from mpwatch.tui.render.glyphs import Glyphs
-from mpwatch.tui.render.segs import Line, Seg
+from mpwatch.tui.render.segs import Line, Part, line
 
 # nvitop's bands (percent): below the first is light, below the second moderate, else heavy.
 MEM_BANDS = (10.0, 80.0)
@@ -29,6 +30,7 @@ SEVERITY_STYLE = {"error": "bold red", "warning": "yellow", "info": "cyan"}
 SEVERITY_ORDER = {"error": 0, "warning": 1, "info": 2}
 PART_STYLE = {"allocated": "bold", "cached": "", "other": "dim", "outside": "magenta", "free": "bright_black"}
 WIDE = 120
+UTIL = BY_KEY["util_gpu"]
 
 
 def band(pct: float | None, bands: tuple[float, float]) -> str:
@@ -80,15 +82,15 @@ def mem_parts(gpu: GpuView) -> list[tuple[str, float]]:
 def mem_bar(gpu: GpuView, width: int, g: Glyphs) -> Line:
     parts = mem_parts(gpu)
     if not parts:
-        return ((g.mem["free"] * width, "bright_black"),)
+        return line((g.mem["free"] * width, "bright_black"))
     cells = bars.split_width([b for _, b in parts], width)
     tone = band(mem_pct(gpu), MEM_BANDS)
-    out: list[Seg] = []
+    out: list[Part] = []
     for (part, _), n in zip(parts, cells, strict=True):
         if n:
             style = PART_STYLE[part] if part in ("outside", "free") else f"{PART_STYLE[part]} {tone}".strip()
             out.append((g.mem[part] * n, style))
-    return tuple(out)
+    return line(*out)
 
 
 def ranks_text(ranks: Sequence[int]) -> str:
@@ -118,7 +120,7 @@ def short(a: GpuAlert) -> str:
     return a.get("short") or a["kind"].replace("_", " ")
 
 
-def _history(gpu: GpuView, width: int, g: Glyphs) -> list[Seg]:
+def _history(gpu: GpuView, width: int, g: Glyphs) -> list[Part]:
     hist = gpu["history"]
     total = float(gpu["mem_total"] or max((v for v in hist["mem_used"] if v is not None), default=1))
     mem = bars.sparkline_scaled([None if v is None else float(v) for v in hist["mem_used"]], width,
@@ -135,14 +137,13 @@ def gpu_row(gpu: GpuView, g: Glyphs, width: int) -> Line:
     mig = gpu.get("mig")
     label = f"{gpu['index']:>2} " if mig is None else f"{g.child}{segs.pad(short_slice(mig), 7)} "
     spark = max(min((width - 125) // 2 + 16, 24), 10) if wide and "history" in gpu else 0
-    fixed = 38 + (11 + 2 * (spark + 1) if wide else 0)
+    fixed = 38 + (sum(1 + c.width for c in SHOWN) + 2 * (spark + 1) if wide else 0)
     bar_w = max(min(width - fixed - 20, 24), 8) - (len(label) - 3)  # a slice's columns under its GPU's
-    out: list[Seg] = [(label, "bold"), *mem_bar(gpu, max(bar_w, 2), g),
+    out: list[Part] = [(label, "bold"), *mem_bar(gpu, max(bar_w, 2), g),
                       (" " + segs.pad(_mem_text(gpu), 11), ""), _util(gpu)]
-    if wide:
-        temp = "" if mig else "N/A" if gpu["temperature"] is None else f"{gpu['temperature']}C"
-        power = "" if mig else "N/A" if gpu["power_w"] is None else f"{gpu['power_w']:.0f}W"
-        out += [(" " + segs.pad(temp, 4, right=True), ""), (" " + segs.pad(power, 5, right=True), "")]
+    if wide:  # the plain counters (temperature, power): a slice has none of its own
+        out += [(" " + segs.pad("" if mig else gpu_values.of(gpu, c), c.width, right=True), "")
+                for c in SHOWN]
         if spark:
             out += _history(gpu, spark, g)
     ranks = own_ranks(gpu)
@@ -157,7 +158,7 @@ def gpu_row(gpu: GpuView, g: Glyphs, width: int) -> Line:
     if a is not None:
         out.append((f" {g.alert.get(severity(a), '!')} {short(a)}",
                     SEVERITY_STYLE.get(severity(a), "yellow")))
-    return segs.cut(tuple(out), width)
+    return segs.cut(line(*out), width)
 
 
 def _mem_text(gpu: GpuView) -> str:
@@ -166,11 +167,12 @@ def _mem_text(gpu: GpuView) -> str:
     return f"{fmt.size(gpu['mem_used'], fmt.NA)}/{fmt.size(gpu['mem_total'], fmt.NA)}"
 
 
-def _util(gpu: GpuView) -> Seg:
+def _util(gpu: GpuView) -> Part:
     """Utilization; on MIG, which reports none, "MIG" on the GPU and "n/a" on its slices (never 0)."""
     if gpu["util_gpu"] is None and ("slices" in gpu or "mig" in gpu):
         return (" " + segs.pad("MIG" if "slices" in gpu else "n/a", 4, right=True), "bright_black")
-    return (" " + segs.pad(fmt.pct(gpu["util_gpu"]), 4, right=True), band(gpu["util_gpu"], UTIL_BANDS))
+    util = gpu["util_gpu"]
+    return (" " + segs.pad(gpu_values.value(UTIL, util), 4, right=True), band(util, UTIL_BANDS))
 
 
 def title(status: Status, g: Glyphs, width: int, rows: int) -> str:
@@ -201,22 +203,23 @@ def gpu_rows(status: Status, g: Glyphs, width: int) -> list[Line]:
     gpus = status["gpus"]
     note = status["gpu_status"]
     if not gpus:
-        return [(("GPU: ", "bold"), (note or "no NVIDIA GPU found", "bright_black"))]
+        return [line(("GPU: ", "bold"), (note or "no NVIDIA GPU found", "bright_black"))]
     if "node" in gpus[0]:  # a merged view: grouped by node, each labelled, NVML's own index shown
-        lines = [((lab, "bold cyan"), *gpu_row(_as_on_node(v), g, width - len(label)))
+        lines = [line((lab, "bold cyan"), *gpu_row(_as_on_node(v), g, width - len(label)))
                  for label, gpu in zip(node_rows.gpu_label(status), gpus, strict=True)
                  for lab, v in ((label, gpu), *((" " * len(label), s) for s in gpu.get("slices", ())))]
     else:
         lines = [gpu_row(v, g, width) for v in devices(gpus)]
     if note:
-        lines.append(segs.cut(((note, "bright_black"),), width))
+        lines.append(segs.cut(line((note, "bright_black")), width))
     return lines
 
 
 # ------------------------------------------------------------------ alerts ----
 def run_severity(a: RunAlert) -> str:
-    """A run alert's: a straggler slows the run but breaks nothing (a warning); the others stop it."""
-    return "warning" if a["kind"] == "straggler" else "error"
+    """A run alert's: a straggler or a slowdown slows the run but breaks nothing (a warning); the
+    others stop it."""
+    return "warning" if a["kind"] in ("straggler", "slowdown") else "error"
 
 
 def alert_items(status: Status) -> list[tuple[str, str]]:
@@ -227,14 +230,3 @@ def alert_items(status: Status) -> list[tuple[str, str]]:
     gpu_alerts = [a for gpu in devices(status["gpus"]) for a in gpu["alerts"]]
     gpu_alerts.sort(key=lambda a: SEVERITY_ORDER.get(severity(a), 1))
     return items + [(severity(a), a["message"]) for a in gpu_alerts]
-
-
-def alert_lines(status: Status, g: Glyphs, width: int, max_lines: int) -> list[Line]:
-    """One line an alert, cut to the width; past max_lines, a count (the GPU screen has all)."""
-    items = alert_items(status)
-    shown = items if len(items) <= max_lines else items[:max(max_lines - 1, 0)]
-    out = [segs.cut(((f"{g.alert.get(sev, '!')} ", SEVERITY_STYLE.get(sev, "yellow")), (text, "")), width)
-           for sev, text in shown]
-    if len(shown) < len(items):
-        out.append(((f"+{len(items) - len(shown)} more alerts: g shows them all", "bright_black"),))
-    return out

@@ -7,8 +7,19 @@ same screen.
 """
 from __future__ import annotations
 
-from mpwatch.contract.status import GpuProcess, GpuView, Status, WorkerGpu, WorkerStatus, devices, slowed_by
-from mpwatch.text import fmt
+from mpwatch.contract import (
+    BY_KEY,
+    SHOWN,
+    GpuProcess,
+    GpuView,
+    Status,
+    WorkerGpu,
+    WorkerStatus,
+    devices,
+    reading,
+    slowed_by,
+)
+from mpwatch.text import fmt, gpu_values, slowdown_text
 from mpwatch.text.gpu_names import ON_MIG, label, na_notes, slice_text
 from mpwatch.tui.render import segs
 from mpwatch.tui.render.glyphs import Glyphs
@@ -22,12 +33,13 @@ from mpwatch.tui.render.gpu_rows import (
     run_severity,
     severity,
 )
-from mpwatch.tui.render.segs import Line, Seg
+from mpwatch.tui.render.segs import Line, Part, line
 
 NA = fmt.NA
 NOT_VISIBLE_HINT = ("not visible: the pid is in another PID namespace (a container); run mpwatch with the "
                     "host's PID namespace (e.g. docker run --pid=host) to see who it is")
 HEAD = "bold"
+UTIL, SM, SM_MAX = BY_KEY["util_gpu"], BY_KEY["sm_clock_mhz"], BY_KEY["sm_clock_max_mhz"]
 
 
 def now_of(status: Status) -> float:
@@ -37,47 +49,46 @@ def now_of(status: Status) -> float:
 
 
 def gpu_heading(gpu: GpuView, g: Glyphs) -> Line:
-    """A GPU's line: memory, utilization, temperature, power, name, UUID (`gpu_notes`: the
-    lines under it)."""
+    """A GPU's line: memory, utilization, the plain counters (temperature, power), name, UUID
+    (`gpu_notes`: the lines under it)."""
     pct = mem_pct(gpu)
     uuid = gpu.get("uuid")
-    temp = NA if gpu["temperature"] is None else f"{gpu['temperature']}C"
-    power = NA if gpu["power_w"] is None else f"{gpu['power_w']:.0f}W"
     node = f" (node {gpu['node']} GPU {gpu.get('node_index')})" if "node" in gpu else ""  # a merged view
-    util = "MIG" if "slices" in gpu and gpu["util_gpu"] is None else fmt.pct(gpu["util_gpu"])
-    out: list[Seg] = [(f"GPU {gpu['index']}{node}", "bold"),
+    util = "util MIG" if "slices" in gpu and gpu["util_gpu"] is None else gpu_values.of(gpu, UTIL)
+    plain = "".join(f"  {gpu_values.of(gpu, c)}" for c in SHOWN)
+    out: list[Part] = [(f"GPU {gpu['index']}{node}", "bold"),
                       (f"  memory {fmt.size(gpu['mem_used'], NA)} / {fmt.size(gpu['mem_total'], NA)}",
                        band(pct, MEM_BANDS)),
-                      (f"  util {util}", band(gpu["util_gpu"], UTIL_BANDS)),
-                      (f"  {temp}  {power}  {gpu['name'] or NA}", "")]
+                      (f"  {util}", band(gpu["util_gpu"], UTIL_BANDS)),
+                      (f"{plain}  {gpu['name'] or NA}", "")]
     if uuid:
         out.append((f"  {uuid}", "bright_black"))
-    return tuple(out)
+    return line(*out)
 
 
 def gpu_notes(v: GpuView, indent: str = "  ") -> list[Line]:
     """Under a GPU's (or slice's) heading: its SM clock and what holds it back, then why what
     is N/A is, a line per reason (a slice's "n/a on MIG" is its GPU's to say)."""
     out: list[Line] = []
-    sm, top = v.get("sm_clock_mhz"), v.get("sm_clock_max_mhz")
+    sm, top = reading(v, SM), reading(v, SM_MAX)
     if sm is not None:
         held = [r.replace("_", " ") for r in slowed_by(v.get("throttle_reasons"))]
-        out.append(((f"{indent}SM clock {sm} of {top if top is not None else NA} MHz", ""),
-                    *(((f", held by {', '.join(held)}", "yellow"),) if held else ())))
+        out.append(line((f"{indent}SM clock {gpu_values.number(sm)} of {gpu_values.value(SM_MAX, top)}", ""),
+                        *(((f", held by {', '.join(held)}", "yellow"),) if held else ())))
     skip = frozenset({ON_MIG}) if "mig" in v else frozenset()
-    out += [((f"{indent}{note}", "bright_black"),) for note in na_notes(v["errors"], skip)]
+    out += [line((f"{indent}{note}", "bright_black")) for note in na_notes(v["errors"], skip)]
     return out
 
 
 def slice_heading(s: GpuView, g: Glyphs) -> Line:
     """A MIG slice's line, under its GPU's: which slice, its own memory and UUID."""
     mig = s.get("mig")
-    out: list[Seg] = [(f"  {g.child} {slice_text(mig) if mig else 'MIG'}", "bold"),
+    out: list[Part] = [(f"  {g.child} {slice_text(mig) if mig else 'MIG'}", "bold"),
                       (f"  memory {fmt.size(s['mem_used'], NA)} / {fmt.size(s['mem_total'], NA)}",
                        band(mem_pct(s), MEM_BANDS))]
     if s.get("uuid"):
         out.append((f"  {s.get('uuid')}", "bright_black"))
-    return tuple(out)
+    return line(*out)
 
 
 def device_label(v: GpuView) -> str:
@@ -125,7 +136,7 @@ def rank_cells(w: WorkerStatus) -> list[str]:
 def _row(cells: list[str], style: str = "") -> Line:
     text = " ".join(segs.pad(c, w, right=i >= 3)
                     for i, (c, (_, w)) in enumerate(zip(cells, RANK_COLS, strict=True)))
-    return ((text, style),)
+    return line((text, style))
 
 
 def rank_table(status: Status, width: int) -> list[Line]:
@@ -149,7 +160,7 @@ def rank_table(status: Status, width: int) -> list[Line]:
         if len(ranks) > 1:
             mig = gpu.get("mig")
             what = f"GPU {gpu['index']}" + (f" {slice_text(mig)}" if mig else "")
-            out.append(((f"ranks {', '.join(map(str, ranks))} all have {what} as their own", "yellow"),))
+            out.append(line((f"ranks {', '.join(map(str, ranks))} all have {what} as their own", "yellow")))
     return out
 
 
@@ -169,7 +180,7 @@ def outside_table(status: Status, width: int) -> list[Line]:
     gpu_w = max([OUT_COLS[0][1], *(len(device_label(v)) for v in views)])
     cols = [(n, gpu_w if n == "GPU" else w) for n, w in OUT_COLS]
     head = " ".join(segs.pad(n, w) for n, w in cols) + " COMMAND"
-    out: list[Line] = [segs.cut(((head, HEAD),), width)]
+    out: list[Line] = [segs.cut(line((head, HEAD)), width)]
     for gpu in views:
         for p in gpu["processes"]:
             if p["rank"] is not None or p["child_of"] is not None:
@@ -179,11 +190,11 @@ def outside_table(status: Status, width: int) -> list[Line]:
                      NA if since is None else f"{fmt.age(max(now - since, 0.0))} ago"]
             text = " ".join(segs.pad(c, w) for c, (_, w) in zip(cells, cols, strict=True))
             if p["visible"]:
-                out.append(segs.cut(((text, ""), (" " + (p["cmd"] or NA), "bright_black")), width))
+                out.append(segs.cut(line((text, ""), (" " + (p["cmd"] or NA), "bright_black")), width))
             else:
-                out.append(segs.cut(((text, ""), (" " + NOT_VISIBLE_HINT, "yellow")), width))
+                out.append(segs.cut(line((text, ""), (" " + NOT_VISIBLE_HINT, "yellow")), width))
     if len(out) == 1:
-        out.append((("no process outside the run holds GPU memory", "bright_black"),))
+        out.append(line(("no process outside the run holds GPU memory", "bright_black")))
     return out
 
 
@@ -194,19 +205,20 @@ def alert_list(status: Status, g: Glyphs) -> list[Line]:
     out: list[Line] = []
     for ra in status["alerts"]:
         sev = run_severity(ra)
-        found = ra.get("straggler")
-        cost = f"; it has cost the run {fmt.span(found['lost_s'])}" if found else ""
-        out.append(((f"{g.alert[sev]} ", SEVERITY_STYLE[sev]), (ra["message"], ""),
-                    (f"  ({fmt.age(max(now - ra['ts'], 0.0))} ago{cost})", "bright_black")))
+        found, slower = ra.get("straggler"), ra.get("slowdown")
+        cost = (f"; it has cost the run {fmt.span(found['lost_s'])}" if found
+                else f"; {slowdown_text.cost(slower, so_far=True)}" if slower else "")
+        out.append(line((f"{g.alert[sev]} ", SEVERITY_STYLE[sev]), (ra["message"], ""),
+                        (f"  ({fmt.age(max(now - ra['ts'], 0.0))} ago{cost})", "bright_black")))
     alerts = sorted((a for gpu in devices(status["gpus"]) for a in gpu["alerts"]),
                     key=lambda a: (SEVERITY_ORDER.get(severity(a), 1), a["since"]))
     for a in alerts:
         sev = severity(a)
-        out.append(((f"{g.alert.get(sev, '!')} ", SEVERITY_STYLE.get(sev, "yellow")), (a["message"], ""),
-                    (f"  (since {fmt.age(max(now - a['since'], 0.0))} ago)", "bright_black")))
+        out.append(line((f"{g.alert.get(sev, '!')} ", SEVERITY_STYLE.get(sev, "yellow")), (a["message"], ""),
+                        (f"  (since {fmt.age(max(now - a['since'], 0.0))} ago)", "bright_black")))
         hint = a.get("hint")
         if hint:
-            out.append((("    what to do: ", "bright_black"), (hint, "")))
+            out.append(line(("    what to do: ", "bright_black"), (hint, "")))
     if not out:
-        out.append((("no alerts", "bright_black"),))
+        out.append(line(("no alerts", "bright_black")))
     return out

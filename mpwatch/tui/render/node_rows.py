@@ -5,10 +5,10 @@ Pure; the UI thread draws what these return. A plain run has no `nodes`: nothing
 """
 from __future__ import annotations
 
-from mpwatch.contract.status import NodeStatus, State, Status
+from mpwatch.contract import NodeStatus, State, Status
 from mpwatch.text import fmt
 from mpwatch.tui.render.glyphs import Glyphs
-from mpwatch.tui.render.segs import Line, Seg
+from mpwatch.tui.render.segs import Line, line
 
 MAX_NODE_LINES = 4  # past this many nodes, one summary line and the unreachable ones
 COUNTED = (State.RUNNING, State.STALLED, State.PAUSED, State.FAILED, State.STARTING, State.RESTARTING)
@@ -35,9 +35,9 @@ def down_text(n: NodeStatus) -> str:
 
 
 def node_line(n: NodeStatus, g: Glyphs) -> Line:
-    segs: list[Seg] = [(f"node {n['node']} ", "bold"), (where(n), "cyan")]
+    segs: list[tuple[str, str]] = [(f"node {n['node']} ", "bold"), (where(n), "cyan")]
     if not n["reachable"]:
-        return (*segs, (f"  {g.state.get(State.FAILED, 'x')} {down_text(n)}", "bold red"))
+        return line(*segs, (f"  {g.state.get(State.FAILED, 'x')} {down_text(n)}", "bold red"))
     segs.append((f"  {n['workers']} workers: ", ""))
     for s in COUNTED:
         k = n["counts"].get(s, 0)
@@ -47,7 +47,7 @@ def node_line(n: NodeStatus, g: Glyphs) -> Line:
         segs.append(("finished", "bold"))
     elif n["base_rank"]:
         segs.append((f"ranks from {n['base_rank']}", "bright_black"))
-    return tuple(segs)
+    return line(*segs)
 
 
 def header_lines(status: Status, g: Glyphs) -> list[Line]:
@@ -56,8 +56,8 @@ def header_lines(status: Status, g: Glyphs) -> list[Line]:
     if len(nodes) <= MAX_NODE_LINES:
         return [node_line(n, g) for n in nodes]
     down = [n for n in nodes if not n["reachable"]]
-    head: Line = ((f"{len(nodes)} nodes: ", "bold"), (f"{len(nodes) - len(down)} reachable", ""),
-                  (f", {len(down)} unreachable" if down else "", "bold red" if down else ""))
+    head = line((f"{len(nodes)} nodes: ", "bold"), (f"{len(nodes) - len(down)} reachable", ""),
+                (f", {len(down)} unreachable" if down else "", "bold red" if down else ""))
     return [head, *[node_line(n, g) for n in down[:MAX_NODE_LINES - 1]]]
 
 

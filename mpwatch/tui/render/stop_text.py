@@ -5,9 +5,7 @@ shares with others. Pure (a Status in, sentences out); UI thread.
 """
 from __future__ import annotations
 
-from mpwatch.contract.culprit import ranks_text
-from mpwatch.contract.status import RunOptions, Status, WorkerStatus
-from mpwatch.tui.render.view import ALIVE
+from mpwatch.contract import ALIVE_STATES, RunOptions, Status, WorkerStatus, ranks_text
 
 
 def _grace(options: RunOptions) -> str:
@@ -32,7 +30,7 @@ def group_peers(status: Status | None, w: WorkerStatus) -> list[int]:
     initialised in w (`dist`), and they are alive. Empty otherwise."""
     if status is None or not w.get("dist"):
         return []
-    return [x["rank"] for x in status["workers"] if x["rank"] != w["rank"] and x["state"] in ALIVE]
+    return [x["rank"] for x in status["workers"] if x["rank"] != w["rank"] and x["state"] in ALIVE_STATES]
 
 
 def shares_group(rank: int, peers: list[int]) -> str:

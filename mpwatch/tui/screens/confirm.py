@@ -3,39 +3,64 @@ every worker), or a choice of several (restarting one rank of a process group: t
 only, or all of them). UI thread."""
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import NamedTuple, TypeVar
 
 from textual import events
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
-from textual.content import Content
 from textual.screen import ModalScreen
-from textual.widgets import Button, Label
+from textual.widgets import Button
 from textual.widgets.button import ButtonVariant
 
+from mpwatch.tui.render.segs import Cell, cell
+from mpwatch.tui.widgets.cells import button
+from mpwatch.tui.widgets.lines import LineLabel
 
-class ConfirmDialog(ModalScreen[bool]):
+_Answer = TypeVar("_Answer")
+
+
+class _Question(ModalScreen[_Answer]):
+    """The question, its detail under it when given, what the subclass adds (`notes`), then
+    the answers' buttons (`buttons`)."""
+
+    def __init__(self, question: Cell, detail: Cell | None = None):
+        super().__init__()
+        self.question = question
+        self.detail = detail
+
+    def notes(self) -> ComposeResult:
+        yield from ()
+
+    def buttons(self) -> ComposeResult:
+        raise NotImplementedError
+
+    def compose(self) -> ComposeResult:
+        with Vertical(classes="dialog"):
+            yield LineLabel(self.question, classes="dialog-title")
+            if self.detail:
+                yield LineLabel(self.detail, classes="dialog-detail")
+            yield from self.notes()
+            with Horizontal(classes="dialog-buttons"):
+                yield from self.buttons()
+
+
+class ConfirmDialog(_Question[bool]):
     """Yes or no; a warning, when given, after the detail and in the warning's colour."""
 
     BINDINGS = [Binding("y", "answer(True)", "Yes"), Binding("n,escape", "answer(False)", "No")]
 
-    def __init__(self, question: str, detail: str = "", warning: str = ""):
-        super().__init__()
-        self.question = question
-        self.detail = detail
+    def __init__(self, question: Cell, detail: Cell | None = None, warning: Cell | None = None):
+        super().__init__(question, detail)
         self.warning = warning
 
-    def compose(self) -> ComposeResult:
-        with Vertical(classes="dialog"):
-            yield Label(self.question, classes="dialog-title", markup=False)
-            if self.detail:
-                yield Label(self.detail, classes="dialog-detail", markup=False)
-            if self.warning:
-                yield Label(self.warning, classes="dialog-detail dialog-warning warning", markup=False)
-            with Horizontal(classes="dialog-buttons"):
-                yield Button(Content("[y] Yes"), id="yes", variant="error")
-                yield Button(Content("[n] No"), id="no", variant="primary")
+    def notes(self) -> ComposeResult:
+        if self.warning:
+            yield LineLabel(self.warning, classes="dialog-detail dialog-warning warning")
+
+    def buttons(self) -> ComposeResult:
+        yield button(cell("[y] Yes"), id="yes", variant="error")
+        yield button(cell("[n] No"), id="no", variant="primary")
 
     def on_button_pressed(self, event: Button.Pressed) -> None:
         self.dismiss(event.button.id == "yes")
@@ -46,30 +71,23 @@ class ConfirmDialog(ModalScreen[bool]):
 
 class Choice(NamedTuple):
     key: str  # the key that chooses it (also shown on its button)
-    label: str
+    label: str  # its words (the key's own); the button says "[key] label"
     value: str  # what the dialog returns
     variant: ButtonVariant = "default"  # the button's: error for a destructive choice
 
 
-class ChoiceDialog(ModalScreen[str | None]):
+class ChoiceDialog(_Question[str | None]):
     """Several answers, each a key and a button; Escape cancels (None)."""
 
     BINDINGS = [Binding("escape", "choose", "Cancel")]
 
-    def __init__(self, question: str, detail: str, choices: list[Choice]):
-        super().__init__()
-        self.question = question
-        self.detail = detail
+    def __init__(self, question: Cell, detail: Cell | None, choices: list[Choice]):
+        super().__init__(question, detail)
         self.choices = choices
 
-    def compose(self) -> ComposeResult:
-        with Vertical(classes="dialog"):
-            yield Label(self.question, classes="dialog-title", markup=False)
-            if self.detail:
-                yield Label(self.detail, classes="dialog-detail", markup=False)
-            with Horizontal(classes="dialog-buttons"):
-                for c in self.choices:
-                    yield Button(Content(f"[{c.key}] {c.label}"), id=f"choice-{c.value}", variant=c.variant)
+    def buttons(self) -> ComposeResult:
+        for c in self.choices:
+            yield button(cell(f"[{c.key}] {c.label}"), id=f"choice-{c.value}", variant=c.variant)
 
     def on_key(self, event: events.Key) -> None:
         chosen = next((c for c in self.choices if c.key == event.key), None)

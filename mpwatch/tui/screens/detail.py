@@ -13,19 +13,18 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from rich.text import Text
 from textual.app import ComposeResult
-from textual.binding import Binding
 from textual.containers import Horizontal, VerticalScroll
 from textual.message import Message
-from textual.widgets import Static
 
-from mpwatch.contract.status import ProfileRequest, WorkerStatus
-from mpwatch.text import fmt, profile_text, stackfmt
-from mpwatch.tui import rundata
-from mpwatch.tui.render import pace, view
+from mpwatch.contract import WorkerStatus
+from mpwatch.tui import keys, rundata
+from mpwatch.tui.render import detail_text, pace
+from mpwatch.tui.render.segs import cell, line
 from mpwatch.tui.screens.run_screen import RunScreen
+from mpwatch.tui.widgets.cells import toast
 from mpwatch.tui.widgets.keys_footer import KeysFooter
+from mpwatch.tui.widgets.lines import Lines
 from mpwatch.tui.widgets.loss_plot import LossPlot
 
 LOG_LINES = 40  # the most a log box shows: the file's last lines, as many as fit
@@ -47,92 +46,32 @@ class DetailLoaded(Message):
     data: DetailData
 
 
-def dump_text(dump: str, can_act: bool = True) -> Text:
-    """The stack dump, one line a frame, function first: the main thread first, mpwatch's own
-    threads folded to one line, the user's frames bright and library frames dim, each thread's
-    innermost frame of the user's own code marked with `>` (readable without colour). `d`
-    is offered only where it can act (a live run)."""
-    if not dump.strip():
-        return Text("no stack dump yet (press d to take one)" if can_act else "no stack dump at this moment",
-                    style="bright_black")
-    procs = stackfmt.stack_view(dump)
-    if not procs:  # not a faulthandler dump: as written
-        return Text(dump, no_wrap=True, overflow="ellipsis")
-    text = Text(no_wrap=True, overflow="ellipsis")
-    for proc in procs:
-        if text:
-            text.append("\n")
-        text.append(proc.heading, style="bold")
-        for t in proc.threads:
-            text.append(f"\n{t.title}", style="bright_black" if t.mpwatch else "bold")
-            if t.mpwatch:
-                text.append(f": {len(t.frames)} frames folded", style="bright_black")
-                continue
-            for f in t.frames:
-                text.append("\n> " if f.marked else "\n  ", style="bold reverse" if f.marked else "")
-                text.append(f.func, style="bold" if f.user else "dim")
-                text.append(f"  {f.where}", style="" if f.user else "dim")
-        if proc.native:
-            text.append("\n" + "\n".join(proc.native), style="dim")
-    return text
-
-
-def profile_view(w: WorkerStatus, profiles: list[ProfileRequest], top_n: int) -> Text | None:
-    """The rank's latest profile: the request and where it stands, then its top operators."""
-    req = profile_text.latest(profiles, w["rank"])
-    if req is None:
-        return None
-    text = Text(no_wrap=True, overflow="ellipsis")
-    text.append(profile_text.request_text(req), style="bold")
-    state = profile_text.state_text(req, w["rank"], w["step"])
-    text.append("\n" + state, style="red" if state.startswith(("failed", "missed")) else "")
-    top = profile_text.top_lines(profile_text.result(req, w["rank"]), top_n)
-    if top:
-        text.append("\n" + top[0], style="bold")
-        text.append("\n" + "\n".join(top[1:]))
-    return text
-
-
-def _plain(lines: list[str], empty: str) -> Text:
-    if not lines:
-        return Text(empty, style="bright_black")
-    return Text("\n".join(lines), no_wrap=True, overflow="ellipsis")
+def _pane(title: str, body: Lines) -> VerticalScroll:
+    """A box of the view: its title over its body, which scrolls."""
+    return VerticalScroll(Lines(cell(title), classes="pane-title"), body, classes="pane")
 
 
 class DetailScreen(RunScreen):
-    BINDINGS = [Binding("escape,q,enter", "close", "Back"), Binding("y", "log_scale", "Log/linear"),
-                Binding("p", "act('pause')", "Pause/resume"), Binding("d", "act('dump')", "Dump stacks"),
-                Binding("k", "act('kill')", "Kill"), Binding("r", "act('restart')", "Restart"),
-                Binding("l", "app.logs", "Logs")]
+    BINDINGS = list(keys.DETAIL)
 
     def __init__(self, rank: int):
         super().__init__()
         self.rank = rank
         self.loads = 0
-        self.title_bar = Static(id="detail-title")
-        self.pace_line = Static(id="detail-pace")
-        self.profile_pane = Static(id="detail-profile")
-        self.children_pane = Static(id="detail-children")
+        self.title_bar = Lines(id="detail-title")
+        self.pace_line = Lines(id="detail-pace")
+        self.profile_pane = Lines(id="detail-profile")
+        self.children_pane = Lines(id="detail-children")
 
     def compose(self) -> ComposeResult:
         yield self.title_bar
         yield self.pace_line
         yield LossPlot(self.run.glyphs, id="detail-plot")
         yield self.profile_pane
-        with Horizontal(id="detail-logs"):
-            with VerticalScroll(classes="pane"):
-                yield Static("stdout", classes="pane-title")
-                yield Static(id="detail-stdout")
-            with VerticalScroll(classes="pane"):
-                yield Static("stderr", classes="pane-title")
-                yield Static(id="detail-stderr")
-        with Horizontal(id="detail-bottom"):
-            with VerticalScroll(classes="pane"):
-                yield Static("latest stack dump", classes="pane-title")
-                yield Static(id="detail-dump")
-            with VerticalScroll(classes="pane"):
-                yield Static("children", classes="pane-title")
-                yield self.children_pane
+        yield Horizontal(_pane("stdout", Lines(id="detail-stdout")),
+                         _pane("stderr", Lines(id="detail-stderr")), id="detail-logs")
+        yield Horizontal(_pane("latest stack dump", Lines(id="detail-dump")),
+                         _pane("children", self.children_pane), id="detail-bottom")
         yield KeysFooter()  # whole keys only: at 80 columns it cut 'l Logs' to 'l Log'
 
     def worker(self) -> WorkerStatus | None:
@@ -146,34 +85,19 @@ class DetailScreen(RunScreen):
     def show_status(self) -> None:
         w = self.worker()
         if w is None:
-            self.title_bar.update(Text(f"rank {self.rank}: no longer in the run", style="bold red"))
+            self.title_bar.show(detail_text.gone_lines(self.rank))
             return
         g = self.run.glyphs
-        t = Text(no_wrap=True, overflow="ellipsis")
-        t.append(f"rank {w['rank']} ", style="bold")
-        t.append(f"{g.state.get(w['state'], '?')} {w['state']}", style=view.STATE_STYLE.get(w["state"], ""))
-        t.append(f"  pid {w['pid']}  step {fmt.num(w['step'], na='-')}  loss {fmt.num(w['loss'], na='-')}"
-                 f"  restarts {w['restarts']}")
-        gpu = view.gpu_text(w["gpu"])
-        if gpu:
-            t.append(f"  GPU {gpu}")
-        note = view.note_text(w)
-        if note:
-            t.append(f"\n{note}", style="yellow")
-        memory = w.get("memory")
-        if memory is not None and memory["snapshot"]:  # at its OOM, or asked with M / ctl memory
-            t.append(f"\nCUDA memory snapshot: {memory['snapshot']} (pytorch.org/memory_viz opens it)")
-        self.title_bar.update(t)
-        self.pace_line.update(Text(pace.pace_text(w, g), style="" if w["pace"] else "bright_black"))
+        self.title_bar.show(detail_text.title_lines(w, g))
+        style = "" if w["pace"] else "bright_black"
+        self.pace_line.show([line((t, style)) for t in pace.pace_text(w, g).split("\n")])
         st = self.run.status
         top_n = TOP_SHOWN[self.size.height >= TALL]
-        prof = profile_view(w, (st.get("profiles") or []) if st is not None else [], top_n)
+        prof = detail_text.profile_lines(w, (st.get("profiles") or []) if st is not None else [], top_n)
         self.profile_pane.display = prof is not None
         if prof is not None:
-            self.profile_pane.update(prof)
-        body = [f"{c['pid']}  {c['status']}  cpu {fmt.num(c['cpu_percent'], na='-')}%  "
-                f"rss {fmt.size(c['rss_bytes'])}  {c['cmd'] or c['name']}" for c in w["children"]]
-        self.children_pane.update(_plain(body, "no child processes"))
+            self.profile_pane.show(prof)
+        self.children_pane.show(detail_text.children_lines(w))
 
     def reload(self) -> None:
         w = self.worker()
@@ -204,15 +128,15 @@ class DetailScreen(RunScreen):
         self.query_one(LossPlot).set_data(d.series, self.rank)
         self._show_log("stdout", d.stdout)
         self._show_log("stderr", d.stderr)
-        self.query_one("#detail-dump", Static).update(dump_text(d.dump, self.run.can_act))
+        self.query_one("#detail-dump", Lines).show(detail_text.dump_lines(d.dump, self.run.can_act))
 
     def _show_log(self, stream: str, lines: list[str]) -> None:
         """The file's last lines, as many as the box shows below its title: its end in view,
         never the start of a longer tail (the logs view, `l`, has the rest)."""
-        body = self.query_one(f"#detail-{stream}", Static)
+        body = self.query_one(f"#detail-{stream}", Lines)
         box = body.parent
         room = box.scrollable_content_region.height - 1 if isinstance(box, VerticalScroll) else 0
-        body.update(_plain(lines[-max(room, 1):], "(empty)"))
+        body.show(detail_text.plain_lines(lines[-max(room, 1):], "(empty)"))
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         """The keys that act leave the footer where nothing can act (a replay, an ended run)."""
@@ -224,7 +148,7 @@ class DetailScreen(RunScreen):
 
     def action_log_scale(self) -> None:
         log = self.query_one(LossPlot).toggle_log()
-        self.notify(f"loss plot: {'log' if log else 'linear'} scale", timeout=2)
+        toast(self.app, [cell(f"loss plot: {'log' if log else 'linear'} scale")], "information", timeout=2)
 
     def action_close(self) -> None:
         self.dismiss(None)

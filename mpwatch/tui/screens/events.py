@@ -8,16 +8,15 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.screen import ModalScreen
-from textual.widgets import Footer, OptionList, Static
-from textual.widgets.option_list import Option
+from textual.widgets import Footer, OptionList
 
-from mpwatch.contract.status import EventFields
-from mpwatch.tui.render import event_lines
-from mpwatch.tui.widgets.cells import to_text
+from mpwatch.contract import EventFields
+from mpwatch.tui.render import event_lines, segs
+from mpwatch.tui.render.segs import Line, line
+from mpwatch.tui.widgets.lines import LineList, Lines
 
 
 class EventsScreen(ModalScreen[int | None]):
@@ -35,30 +34,30 @@ class EventsScreen(ModalScreen[int | None]):
         self.started = started
         self.current = current  # the replay cursor's seq; None: a live run (nothing is ahead)
         self.title_text = title
-        self.list = OptionList(id="events-list")
+        self.list = LineList(id="events-list")
+        self.title_bar = Lines(id="events-title")
 
     def compose(self) -> ComposeResult:
-        yield Static(id="events-title")
+        yield self.title_bar
         yield self.list
         yield Footer()
 
     def on_mount(self) -> None:
         hint = "Enter: go to that moment, " if self.current is not None else ""
-        self.query_one("#events-title", Static).update(
-            Text(f"{self.title_text}: {len(self.events)} ({hint}Esc: back)", style="bold"))
+        self.title_bar.show([line((f"{self.title_text}: {len(self.events)} ({hint}Esc: back)", "bold"))])
         highlight = len(self.events) - 1
-        options = []
+        rows: list[tuple[list[Line], str | None]] = []
         for i, rec in enumerate(self.events):
-            line = event_lines.event_line(rec, self.started)
+            shown = event_lines.event_line(rec, self.started)
             seq = rec.get("seq")
             if self.current is not None and seq is not None:
                 if seq == self.current:
-                    line = ((">", "bold reverse"),) + line
+                    shown = line((">", "bold reverse")) + shown
                     highlight = i
                 elif seq > self.current:
-                    line = tuple((t, "dim") for t, _ in line)
-            options.append(Option(to_text(line), id=f"seq-{seq}" if seq is not None else None))
-        self.list.add_options(options or [Option(Text("no events yet", style="bright_black"), disabled=True)])
+                    shown = segs.restyle(shown, "dim")
+            rows.append(([shown], f"seq-{seq}" if seq is not None else None))
+        self.list.show_lines(rows, line(("no events yet", "bright_black")))
         if self.events:
             self.list.highlighted = highlight
             self.list.scroll_to_highlight()

@@ -5,7 +5,10 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Vertical
 from textual.screen import ModalScreen
-from textual.widgets import Input, Label
+from textual.widgets import Input
+
+from mpwatch.tui.render.segs import cell
+from mpwatch.tui.widgets.lines import LineLabel, SafeInput
 
 
 class FilterDialog(ModalScreen[str | None]):
@@ -17,9 +20,10 @@ class FilterDialog(ModalScreen[str | None]):
 
     def compose(self) -> ComposeResult:
         with Vertical(classes="dialog"):
-            yield Label("Filter rows (a rank or pid, or words such as 'failed'); empty shows all",
-                        classes="dialog-title")
-            yield Input(value=self.current, placeholder="e.g. 3, stalled, failed exit", id="filter-input")
+            yield LineLabel(cell("Filter rows (a rank or pid, or words such as 'failed'); empty shows all"),
+                            classes="dialog-title")
+            yield SafeInput(value=cell(self.current), placeholder=cell("e.g. 3, stalled, failed exit"),
+                            id="filter-input")
 
     def on_input_submitted(self, event: Input.Submitted) -> None:
         self.dismiss(event.value.strip())

@@ -9,21 +9,20 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import VerticalScroll
 from textual.message import Message
-from textual.widgets import Footer, Static
+from textual.widgets import Footer
 
-from mpwatch.contract.status import DevKey, GpuMark, GpuTick, GpuTimelineReply, GpuView, Status, dev_key
+from mpwatch.contract import DevKey, GpuMark, GpuTick, GpuTimelineReply, GpuView, Status, dev_key
 from mpwatch.sources.local import ClientError
 from mpwatch.tui.render import gpu_charts, gpu_tables
 from mpwatch.tui.render.glyphs import Glyphs
 from mpwatch.tui.render.gpu_rows import own_ranks
-from mpwatch.tui.render.segs import Line
+from mpwatch.tui.render.segs import Line, cell, line
 from mpwatch.tui.screens.run_screen import RunScreen
-from mpwatch.tui.widgets.cells import lines_to_text
+from mpwatch.tui.widgets.lines import Lines
 
 RELOAD_S = 2.0
 MARK_LINES = 3  # the latest marks of each GPU, as text
@@ -51,7 +50,7 @@ def chart_lines(status: Status, timeline: GpuTimelineReply | None, why: str | No
         if not ticks:
             for s in slices:
                 out += [gpu_tables.slice_heading(s, g), *gpu_tables.gpu_notes(s, "      ")]
-            out.append(((f"  no timeline: {why or 'no samples yet'}", "bright_black"),))
+            out.append(line((f"  no timeline: {why or 'no samples yet'}", "bright_black")))
             continue
         if not slices:
             out += _charts(gpu, dev_key(gpu), ticks, marks, (now, window, width), 6 if tall else 4,
@@ -85,11 +84,11 @@ class GpuScreen(RunScreen):
         self.timeline: GpuTimelineReply | None = None
         self.why: str | None = None
         self.loads = 0  # timelines received, for tests
-        self.charts = Static(id="gpu-charts")
-        self.ranks = Static(id="gpu-ranks")
-        self.outside = Static(id="gpu-outside")
-        self.alerts = Static(id="gpu-alerts")
-        self.title_bar = Static(id="gpu-title")
+        self.charts = Lines(id="gpu-charts")
+        self.ranks = Lines(id="gpu-ranks")
+        self.outside = Lines(id="gpu-outside")
+        self.alerts = Lines(id="gpu-alerts")
+        self.title_bar = Lines(id="gpu-title")
         self.body = VerticalScroll(id="gpu-body")
 
     @property
@@ -100,12 +99,12 @@ class GpuScreen(RunScreen):
         yield self.title_bar
         with self.body:
             yield self.charts
-            yield Static("ranks: torch's allocator (ALLOC, RSRV reserved, PEAK) and NVML "
-                         "(GAP = NVML - RSRV, FRAG = RSRV - ALLOC)", classes="pane-title")
+            yield Lines(cell("ranks: torch's allocator (ALLOC, RSRV reserved, PEAK) and NVML "
+                             "(GAP = NVML - RSRV, FRAG = RSRV - ALLOC)"), classes="pane-title")
             yield self.ranks
-            yield Static("processes outside the run", classes="pane-title")
+            yield Lines(cell("processes outside the run"), classes="pane-title")
             yield self.outside
-            yield Static("alerts", classes="pane-title")
+            yield Lines(cell("alerts"), classes="pane-title")
             yield self.alerts
         yield Footer()
 
@@ -122,15 +121,14 @@ class GpuScreen(RunScreen):
         g = self.run.glyphs
         name = gpu_charts.window_name(self.window)
         others = ", ".join(gpu_charts.window_name(w) for w in gpu_charts.WINDOWS if w != self.window)
-        self.title_bar.update(Text(f"GPUs over the last {name} (w: {others}){g.sep}Esc: back", style="bold"))
+        self.title_bar.show([line((f"GPUs over the last {name} (w: {others}){g.sep}Esc: back", "bold"))])
         if st is None:
             return
         tall = self.size.height >= 40
-        self.charts.update(lines_to_text(chart_lines(st, self.timeline, self.why, self.window, width,
-                                                     tall, g)))
-        self.ranks.update(lines_to_text(gpu_tables.rank_table(st, width)))
-        self.outside.update(lines_to_text(gpu_tables.outside_table(st, width)))
-        self.alerts.update(lines_to_text(gpu_tables.alert_list(st, g)))
+        self.charts.show(chart_lines(st, self.timeline, self.why, self.window, width, tall, g))
+        self.ranks.show(gpu_tables.rank_table(st, width))
+        self.outside.show(gpu_tables.outside_table(st, width))
+        self.alerts.show(gpu_tables.alert_list(st, g))
 
     def on_resize(self) -> None:
         self.show_status()

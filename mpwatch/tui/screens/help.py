@@ -4,18 +4,15 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from rich.console import Group
-from rich.padding import Padding
-from rich.table import Table
-from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import VerticalScroll
 from textual.screen import ModalScreen
-from textual.widgets import Static
 
+from mpwatch.tui.render.cells import auto_mark
 from mpwatch.tui.render.glyphs import Glyphs
-from mpwatch.tui.render.view import auto_mark
+from mpwatch.tui.render.segs import cell, line
+from mpwatch.tui.widgets.lines import KeyTable
 
 KEY_W = 6  # the key column's least width (Enter, Home)
 
@@ -30,12 +27,6 @@ class HelpScreen(ModalScreen[None]):
         self.can_act = can_act  # a live run: the keys that act are among the rows
 
     def compose(self) -> ComposeResult:
-        # A grid, so that a long line wraps under its own column; plain text, no markup ("[" is a key).
-        keys = Table.grid(padding=(0, 1))
-        keys.add_column(style="bold", no_wrap=True, min_width=KEY_W)
-        keys.add_column()
-        for key, what in self.rows:
-            keys.add_row(key, what)
         lines = ["Ctrl+P opens the command palette: every key here, by its name."]
         if not self.can_act:
             lines += ["", "Read-only: nothing here acts on the run (pause, kill, restart, resize, dump, "
@@ -47,8 +38,8 @@ class HelpScreen(ModalScreen[None]):
                   "never calls mpwatch.report())",
                   "", "Esc closes this help."]
         with VerticalScroll(classes="dialog wide"):
-            yield Static(Group(Text("mpwatch keys\n", style="bold"), Padding(keys, (0, 0, 1, 2)),
-                               Text("\n".join(lines))))
+            rows = [(cell(key), cell(what)) for key, what in self.rows]
+            yield KeyTable(line(("mpwatch keys", "bold")), rows, [cell(t) for t in lines], KEY_W)
 
     def action_close(self) -> None:
         self.dismiss(None)

@@ -5,16 +5,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.message import Message
 from textual.screen import ModalScreen
-from textual.widgets import Footer, RichLog, Static
+from textual.widgets import Footer
 
-from mpwatch.contract.status import State
+from mpwatch.contract import State
 from mpwatch.tui import rundata
 from mpwatch.tui.actions import RunActions
+from mpwatch.tui.render.segs import cell, line
+from mpwatch.tui.widgets.lines import LineLog, Lines
 
 LINES = 500
 STREAMS = ("stdout", "stderr")
@@ -44,8 +45,8 @@ class LogsScreen(ModalScreen[None]):
         self.loads = 0
 
     def compose(self) -> ComposeResult:
-        yield Static(id="logs-title")
-        yield RichLog(id="logs-body", wrap=False, markup=False, highlight=False, max_lines=LINES)
+        yield Lines(id="logs-title")
+        yield LineLog(id="logs-body", wrap=False, markup=False, highlight=False, max_lines=LINES)
         yield Footer()
 
     def on_mount(self) -> None:
@@ -59,7 +60,7 @@ class LogsScreen(ModalScreen[None]):
         else:
             text = (f"rank {self.rank} {self.stream} (last {LINES} lines; Tab: "
                     f"{'stdout' if self.stream == 'stderr' else 'stderr'}, Esc: back)")
-        self.query_one("#logs-title", Static).update(Text(text, style="bold"))
+        self.query_one("#logs-title", Lines).show([line((text, "bold"))])
 
     def reload(self) -> None:
         stream, app = self.stream, self.app
@@ -81,10 +82,9 @@ class LogsScreen(ModalScreen[None]):
         if msg.stream != self.stream or msg.lines == self._shown:
             return
         self.loads += 1
-        log = self.query_one(RichLog)
+        log = self.query_one(LineLog)
         log.clear()
-        for line in msg.lines or ["(empty)"]:
-            log.write(Text(line))
+        log.write_lines([cell(t) for t in msg.lines or ["(empty)"]])
         self._shown = msg.lines
 
     def action_switch(self) -> None:

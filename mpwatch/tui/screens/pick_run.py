@@ -7,30 +7,28 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 
-from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.screen import Screen
-from textual.widgets import Footer, OptionList, Static
-from textual.widgets.option_list import Option
+from textual.widgets import Footer, OptionList
 
 from mpwatch.rundir.registry import RegistryEntry
 from mpwatch.text import fmt
 from mpwatch.tui.render import glyphs
+from mpwatch.tui.render.segs import Line, line
+from mpwatch.tui.widgets.lines import LineList, Lines
 
 
-def option_text(e: RegistryEntry, now: float, sep: str = " · ") -> Text:
+def option_lines(e: RegistryEntry, now: float, sep: str = " · ") -> list[Line]:
     """Three lines: the run and its workers; its script; when it started and where its files are."""
-    t = Text(no_wrap=True, overflow="ellipsis")
-    t.append(e["run_id"], style="bold cyan")
-    t.append(f"  {e['nprocs']} worker{'s' if e['nprocs'] != 1 else ''}")
-    t.append(f"\n  {e['script']}")
-    t.append(f"\n  started {time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(e['started']))} "
-             f"({fmt.duration(max(0.0, now - e['started']))} ago){sep}{e['run_dir']}", style="bright_black")
-    return t
+    started = time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(e['started']))
+    workers = f"  {e['nprocs']} worker{'s' if e['nprocs'] != 1 else ''}"
+    ago = fmt.duration(max(0.0, now - e['started']))
+    return [line((e["run_id"], "bold cyan"), (workers, "")), line((f"  {e['script']}", "")),
+            line((f"  started {started} ({ago} ago){sep}{e['run_dir']}", "bright_black"))]
 
 
-class RunList(OptionList):
+class RunList(LineList):
     """The runs; Enter (the list's own select, after any key before it) attaches."""
 
     BINDINGS = [Binding("enter", "select", "Attach")]
@@ -44,12 +42,16 @@ class PickRunScreen(Screen[str | None]):
         self.entries = list(entries)
 
     def compose(self) -> ComposeResult:
-        yield Static(Text(f"{len(self.entries)} live runs: which one to attach to? "
-                          "(Enter attaches, q or Esc leaves)", style="bold"), id="pick-title")
+        title = Lines(id="pick-title")
+        title.show([line((f"{len(self.entries)} live runs: which one to attach to? "
+                          "(Enter attaches, q or Esc leaves)", "bold"))])
+        yield title
         now = time.time()
         sep = glyphs.pick().sep
-        yield RunList(*[Option(option_text(e, now, sep), id=e["run_id"]) for e in self.entries],
-                      id="pick-runs")
+        runs = RunList(id="pick-runs")
+        runs.show_lines([(option_lines(e, now, sep), e["run_id"]) for e in self.entries],
+                        line(("no live run", "bright_black")))
+        yield runs
         yield Footer()
 
     def on_mount(self) -> None:

@@ -5,16 +5,18 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from textual.widgets import Label
-
-from mpwatch.contract.actions import PROFILE_STEPS
+from mpwatch.contract import PROFILE_STEPS
+from mpwatch.tui.render.segs import cell
 from mpwatch.tui.screens.rank_or_all import RankOrAllDialog
+from mpwatch.tui.widgets.lines import LineLabel
 
 
 class ProfileDialog(RankOrAllDialog):
-    def lines(self) -> Iterable[Label]:
-        yield Label(f"Profile {PROFILE_STEPS} steps?", classes="dialog-title")
-        yield Label(f"torch.profiler runs from the next step for {PROFILE_STEPS} steps and writes "
-                    "a Chrome trace into rank-N/profiles/ (Perfetto opens it); all ranks start at one "
-                    "step.", classes="dialog-detail")
-        yield Label("Other lengths: mpwatch ctl profile RANK|all --steps N.", classes="dialog-detail")
+    def lines(self) -> Iterable[LineLabel]:
+        yield LineLabel(cell(f"Profile {PROFILE_STEPS} steps?"), classes="dialog-title")
+        yield LineLabel(cell(f"torch.profiler runs from the next step for {PROFILE_STEPS} steps and writes a "
+                             "Chrome trace into rank-N/profiles/ (Perfetto opens it); all ranks start at one "
+                             "step."),
+                        classes="dialog-detail")
+        yield LineLabel(cell("Other lengths: mpwatch ctl profile RANK|all --steps N."),
+                        classes="dialog-detail")

@@ -4,9 +4,12 @@ from __future__ import annotations
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
-from textual.content import Content
 from textual.screen import ModalScreen
-from textual.widgets import Button, Label
+from textual.widgets import Button
+
+from mpwatch.tui.render.segs import cell
+from mpwatch.tui.widgets.cells import button
+from mpwatch.tui.widgets.lines import LineLabel
 
 
 class QuitDialog(ModalScreen[str]):
@@ -19,13 +22,14 @@ class QuitDialog(ModalScreen[str]):
 
     def compose(self) -> ComposeResult:
         with Vertical(classes="dialog"):
-            yield Label(f"Leave run {self.run_id}?", classes="dialog-title", markup=False)
-            yield Label("detach: the run goes on; 'mpwatch attach' shows it again.", classes="dialog-detail")
-            yield Label("stop: stop every worker and end the run.", classes="dialog-detail")
+            yield LineLabel(cell(f"Leave run {self.run_id}?"), classes="dialog-title")
+            yield LineLabel(cell("detach: the run goes on; 'mpwatch attach' shows it again."),
+                            classes="dialog-detail")
+            yield LineLabel(cell("stop: stop every worker and end the run."), classes="dialog-detail")
             with Horizontal(classes="dialog-buttons"):
-                yield Button(Content("[d] Detach"), id="detach", variant="primary")
-                yield Button(Content("[s] Stop the run"), id="stop", variant="error")
-                yield Button(Content("[c] Cancel"), id="cancel")
+                yield button(cell("[d] Detach"), id="detach", variant="primary")
+                yield button(cell("[s] Stop the run"), id="stop", variant="error")
+                yield button(cell("[c] Cancel"), id="cancel")
 
     def on_button_pressed(self, event: Button.Pressed) -> None:
         self.dismiss(event.button.id)

@@ -7,9 +7,12 @@ from collections.abc import Iterable
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
-from textual.content import Content
 from textual.screen import ModalScreen
-from textual.widgets import Button, Label
+from textual.widgets import Button
+
+from mpwatch.tui.render.segs import cell
+from mpwatch.tui.widgets.cells import button
+from mpwatch.tui.widgets.lines import LineLabel
 
 
 class RankOrAllDialog(ModalScreen[str | None]):
@@ -21,7 +24,7 @@ class RankOrAllDialog(ModalScreen[str | None]):
         self.rank = rank
         self.ranks = ranks
 
-    def lines(self) -> Iterable[Label]:
+    def lines(self) -> Iterable[LineLabel]:
         """The question's title and what it does."""
         raise NotImplementedError
 
@@ -29,9 +32,9 @@ class RankOrAllDialog(ModalScreen[str | None]):
         with Vertical(classes="dialog"):
             yield from self.lines()
             with Horizontal(classes="dialog-buttons"):
-                yield Button(Content(f"[r] Rank {self.rank}"), id="rank", variant="primary")
-                yield Button(Content(f"[a] All {self.ranks} ranks"), id="all", variant="warning")
-                yield Button(Content("[n] Cancel"), id="cancel")
+                yield button(cell(f"[r] Rank {self.rank}"), id="rank", variant="primary")
+                yield button(cell(f"[a] All {self.ranks} ranks"), id="all", variant="warning")
+                yield button(cell("[n] Cancel"), id="cancel")
 
     def on_button_pressed(self, event: Button.Pressed) -> None:
         self.dismiss(event.button.id if event.button.id in ("rank", "all") else None)

@@ -7,17 +7,17 @@ each status the App applies (tui.render.control_rows). UI thread.
 """
 from __future__ import annotations
 
-from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Vertical, VerticalScroll
 from textual.screen import ModalScreen
-from textual.widgets import DataTable, Footer, Input, Label, Static
+from textual.widgets import DataTable, Footer, Input
 
-from mpwatch.contract.status import TunableStatus
+from mpwatch.contract import TunableStatus
 from mpwatch.tui.render import control_rows
+from mpwatch.tui.render.segs import BLANK, cell, line
 from mpwatch.tui.screens.run_screen import RunScreen
-from mpwatch.tui.widgets.cells import lines_to_text, to_text
+from mpwatch.tui.widgets.lines import LineLabel, Lines, LineTable, SafeInput
 
 
 class TunablesScreen(RunScreen):
@@ -25,24 +25,22 @@ class TunablesScreen(RunScreen):
 
     def __init__(self) -> None:
         super().__init__()
-        self.title_bar = Static(id="tunables-title")
-        self.table: DataTable[Text | str] = DataTable(id="tunables-table", cursor_type="row",
-                                                      zebra_stripes=True)
-        self.checkpoints = Static(id="tunables-checkpoints")
-        self.shown: list[tuple[str, ...]] = []  # the rows on screen (to redraw only on change)
+        self.title_bar = Lines(id="tunables-title")
+        self.table = LineTable(id="tunables-table", cursor_type="row", zebra_stripes=True)
+        self.checkpoints = Lines(id="tunables-checkpoints")
+        self.shown: list[object] = []  # the rows on screen (to redraw only on change)
 
     def compose(self) -> ComposeResult:
         yield self.title_bar
         yield self.table
         with VerticalScroll(id="tunables-bottom"):
-            yield Static("checkpoints asked (newest first)", classes="pane-title")
+            yield Lines(cell("checkpoints asked (newest first)"), classes="pane-title")
             yield self.checkpoints
         yield Footer()
 
     def on_mount(self) -> None:
-        for name, width in control_rows.COLS:
-            self.table.add_column(name, key=name, width=width)
-        self.table.add_column("CHANGED", key="CHANGED")
+        self.table.set_columns([(cell(name), width) for name, width in control_rows.COLS]
+                               + [(cell("CHANGED"), None)])
         self.table.focus()
         self.show_status()
 
@@ -55,23 +53,22 @@ class TunablesScreen(RunScreen):
         ts = self.tunables()
         how = ("Enter: change one, on every rank at one step" if self.run.can_act
                else "as of the moment shown; read-only here")
-        self.title_bar.update(Text(f"tunables: {len(ts)} · {how} · Esc: back", style="bold"))
+        self.title_bar.show([line((f"tunables: {len(ts)} · {how} · Esc: back", "bold"))])
         if st is None:
             return
         rows = [control_rows.tunable_cells(t, st) for t in ts]
-        keys = [tuple(str(c) for c in r) for r in rows]
-        if keys != self.shown:
-            self.shown = keys
+        if rows != self.shown:
+            self.shown = list(rows)
             at = self.table.cursor_row
             self.table.clear()
             for t, r in zip(ts, rows, strict=True):  # two lines where a change is pending
-                height = 2 if control_rows.next_change(t) is not None else 1
-                self.table.add_row(*(to_text(c) for c in r), height=height, key=t["name"])
+                self.table.add_lines_row(r, key=t["name"])
             if not rows:
-                self.table.add_row(Text("none declared yet: mpwatch.tunable(NAME, DEFAULT) in the training "
-                                        "loop declares one", style="bright_black"), "", "", "", "")
+                self.table.add_lines_row([[line(("none declared yet: mpwatch.tunable(NAME, DEFAULT) in the "
+                                                 "training loop declares one", "bright_black"))]]
+                                         + [[BLANK]] * 4)
             self.table.move_cursor(row=min(at, max(len(rows) - 1, 0)))
-        self.checkpoints.update(lines_to_text(control_rows.checkpoint_lines(st)))
+        self.checkpoints.show(control_rows.checkpoint_lines(st))
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         """Enter's "Change" leaves the footer where nothing can be set (a replay, an ended run)."""
@@ -114,9 +111,9 @@ class SetTunableDialog(ModalScreen[str | None]):
         value = t["value"]
         text = ("true" if value else "false") if isinstance(value, bool) else str(value)
         with Vertical(classes="dialog"):
-            yield Label(control_rows.dialog_title(t), classes="dialog-title")
-            yield Label("Every rank takes it at one step. Enter: send it; Esc: cancel.")
-            yield Input(value=text, id="tunable-input")
+            yield LineLabel(control_rows.dialog_title(t), classes="dialog-title")
+            yield LineLabel(cell("Every rank takes it at one step. Enter: send it; Esc: cancel."))
+            yield SafeInput(value=cell(text), id="tunable-input")
 
     def on_input_submitted(self, event: Input.Submitted) -> None:
         self.dismiss(event.value)

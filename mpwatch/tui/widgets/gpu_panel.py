@@ -6,8 +6,9 @@ from textual.app import ComposeResult
 from textual.containers import VerticalScroll
 from textual.widgets import Static
 
-from mpwatch.tui.render.segs import Line
-from mpwatch.tui.widgets.cells import lines_to_text
+from mpwatch.text.safe import Safe
+from mpwatch.tui.render.segs import Cell, Line
+from mpwatch.tui.widgets.cells import lines_to_text, to_text
 from mpwatch.tui.widgets.lines import Lines
 
 
@@ -22,16 +23,16 @@ class GpuPanel(VerticalScroll, can_focus=False):
         super().__init__(id=id)
         self.body = Static("")
         self._lines: list[Line] | None = None
-        self._title: str | None = None
+        self._title: Safe | None = None
 
     def compose(self) -> ComposeResult:
         yield self.body
 
-    def show(self, lines: list[Line], title: str, rows: int) -> None:
+    def show(self, lines: list[Line], title: Safe, rows: int) -> None:
         """`rows`: how many GPU rows fit; more scroll."""
         if title != self._title:
             self._title = title
-            self.border_title = title
+            self.border_title = to_text(title)  # a str would be read as markup
         if self.styles.max_height is None or self.styles.max_height.value != rows + 1:
             self.styles.max_height = rows + 1  # the rows and the border
         if lines != self._lines:
@@ -44,6 +45,6 @@ class AlertLines(Lines):
 
     DEFAULT_CSS = "AlertLines { height: auto; padding: 0 1; }"
 
-    def paint(self, lines: list[Line], old: list[Line] | None) -> None:
+    def paint(self, lines: list[Cell], old: list[Cell] | None) -> None:
         self.display = bool(lines)
         self.update(lines_to_text(lines))

@@ -13,7 +13,7 @@ from textual.widgets import Static
 
 from mpwatch.tui.render import bars
 from mpwatch.tui.render.glyphs import Glyphs
-from mpwatch.tui.render.segs import Line, Seg
+from mpwatch.tui.render.segs import Line, Part, line
 from mpwatch.tui.widgets.cells import lines_to_text
 
 AXIS_W = 9
@@ -55,7 +55,7 @@ def plot_lines(series: Mapping[int, Points], selected: int | None, width: int, h
     curves = {r: p for r, p in curves.items() if p}
     if not curves:
         why = "no positive loss to draw on a log scale" if log and series else "no loss reported yet"
-        return [((why, "bright_black"),), ((scale, "bright_black"),)]
+        return [line((why, "bright_black")), line((scale, "bright_black"))]
     cols, rows = max(width - AXIS_W, 4), max(height - 1, 2)
     xs = [s for p in curves.values() for s, _ in p]
     ys = [v for p in curves.values() for _, v in p]
@@ -64,7 +64,7 @@ def plot_lines(series: Mapping[int, Points], selected: int | None, width: int, h
         x1 = x0 + 1
     if bars.flat(*((10 ** y0, 10 ** y1) if log else (y0, y1))):  # one value but for rounding
         y1 = y0 + abs(y0) * 0.1 + 1e-9
-    grid = [[(" ", "")] * cols for _ in range(rows)]
+    grid: list[list[Part]] = [[(" ", "")] * cols for _ in range(rows)]
     order = sorted(curves, key=lambda r: r == selected)  # the selected rank last, on top
     for r in order:
         mark, style = (g.dot_selected, "bold yellow") if r == selected else (g.dot_other, "cyan")
@@ -75,18 +75,18 @@ def plot_lines(series: Mapping[int, Points], selected: int | None, width: int, h
     out: list[Line] = []
     for i, row in enumerate(grid):
         label = _label(y1, log) if i == 0 else (_label(y0, log) if i == rows - 1 else "")
-        segs: list[Seg] = [(f"{label:>{AXIS_W - 1}} ", "bright_black")]
+        segs: list[Part] = [(f"{label:>{AXIS_W - 1}} ", "bright_black")]
         for ch, st in row:  # runs of one style as one segment: fewer to render
             if segs and segs[-1][1] == st and len(segs) > 1:
                 segs[-1] = (segs[-1][0] + ch, st)
             else:
                 segs.append((ch, st))
-        out.append(tuple(segs))
+        out.append(line(*segs))
     # two spaces apart, not the separator: with ASCII dots it read "others . . log scale"
     legend = f"rank {selected} {g.dot_selected}, others {g.dot_other}  " if selected is not None else ""
     left, right = f"step {x0:g}  {legend}{scale}", f"{x1:g}"
     pad = max(cols - len(left) - len(right), 1)
-    out.append(((" " * AXIS_W + left + " " * pad + right, "bright_black"),))
+    out.append(line((" " * AXIS_W + left + " " * pad + right, "bright_black")))
     return out
 
 

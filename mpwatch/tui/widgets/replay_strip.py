@@ -8,12 +8,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from mpwatch.contract.status import EventFields, State
+from mpwatch.contract import EventFields, State
 from mpwatch.sources.replay.cursor import ALERT, FAILURE, MARKED, RESTART, STALL
 from mpwatch.tui import keys
 from mpwatch.tui.render import event_lines, segs
 from mpwatch.tui.render.glyphs import Glyphs
-from mpwatch.tui.render.segs import Line, cut
+from mpwatch.tui.render.segs import Cell, Line, cut, line
 from mpwatch.tui.widgets.cells import lines_to_text
 from mpwatch.tui.widgets.lines import Lines
 
@@ -50,7 +50,7 @@ def strip_line(moments: Sequence[tuple[float, str | None]], start: float, end: f
     glyph = mark_glyphs(g)
     rule, dot = ("─", "·") if g.unicode else ("-", ".")
     here = cell(t)
-    out: list[tuple[str, str]] = []
+    out: list[segs.Part] = []
     for c in range(width):
         if c in best:
             kind = best[c]
@@ -60,25 +60,25 @@ def strip_line(moments: Sequence[tuple[float, str | None]], start: float, end: f
         if c == here:
             style = f"{style} reverse".strip()
         out.append((text, style))
-    return tuple(out)
+    return line(*out)
 
 
 def where_line(pos: int, n: int, event: EventFields | None, t: float, start: float, width: int) -> Line:
     """The cursor's moment in words: when, which event of how many, what it says."""
     if event is None:
-        head: Line = ((f"{event_lines.at(t, start)} ", "bold"), (f"the end ({n} events)", "bold cyan"))
+        head = line((f"{event_lines.at(t, start)} ", "bold"), (f"the end ({n} events)", "bold cyan"))
     else:
         text = event_lines.event_line(event, start)[1]
-        head = ((f"{event_lines.at(t, start)} ", "bold"), (f"event {pos + 1}/{n}: ", "bold cyan"), text)
+        head = line((f"{event_lines.at(t, start)} ", "bold"), (f"event {pos + 1}/{n}: ", "bold cyan"), text)
     room = width - len(KEYS)
     if room <= 20:
         return cut(head, width)
     head = cut(head, room)
-    return head + ((" " * (room - segs.width(head)), ""), (KEYS, "bright_black"))
+    return head + line((" " * (room - segs.width(head)), ""), (KEYS, "bright_black"))
 
 
 class TimelineStrip(Lines):
     DEFAULT_CSS = "TimelineStrip { height: 3; padding: 0 1; border-top: solid $primary-darken-2; }"
 
-    def paint(self, lines: list[Line], old: list[Line] | None) -> None:
+    def paint(self, lines: list[Cell], old: list[Cell] | None) -> None:
         self.update(lines_to_text(lines), layout=False)  # a fixed height: no layout pass

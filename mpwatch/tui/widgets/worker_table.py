@@ -25,11 +25,11 @@ from textual.message import Message
 from textual.scroll_view import ScrollView
 from textual.strip import Strip
 
-from mpwatch.tui.render import diff
+from mpwatch.tui.render import diff, segs
 from mpwatch.tui.render.segs import ELLIPSIS, Cell
 from mpwatch.tui.render.view import Column, RowSource, rank_of_key
 from mpwatch.tui.widgets.cell_cache import CellCache
-from mpwatch.tui.widgets.cells import to_text
+from mpwatch.tui.widgets.cells import as_safe, to_text
 
 PAD = 1  # spaces on each side of a cell
 _STYLES: dict[str, Style] = {}
@@ -76,8 +76,8 @@ def _fitted(cell: Cell, width: int, right: bool) -> list[Segment]:
     key = (cell, width, right, ELLIPSIS["mark"])
     segs = _FITTED.young.get(key) or _FITTED.get(key)
     if segs is None:
-        parts: list[tuple[str, Style | None]] = (
-            [(t, _style(s)) for t, s in cell] if isinstance(cell, tuple) else [(cell, None)])
+        parts: list[tuple[str, Style | None]] = ([(as_safe(t), _style(s)) for t, s in cell]
+                                                 if isinstance(cell, tuple) else [(as_safe(cell), None)])
         segs = [Segment(" " * PAD), *_fit(parts, width, right), Segment(" " * PAD)]
         _FITTED.put(key, segs)
     return segs
@@ -320,7 +320,7 @@ class WorkerTable(ScrollView, can_focus=True):
         base = self._base if self._base is not None else self.rich_style
         if y == 0:
             if self._header is None:
-                labels = tuple(c.label for c in self.cols)
+                labels = tuple(segs.cell(c.label) for c in self.cols)
                 self._header = render_row(labels, self.cols)
             style = base + self.get_component_rich_style("worker-table--header")
             return self._header.crop_extend(x, x + width, style).apply_style(style)

@@ -25,10 +25,10 @@ if TYPE_CHECKING:
 _stack_file: "io.TextIOWrapper | None" = None  # kept open (and referenced) for faulthandler's C handler
 
 
-def _mpwatch_boot() -> None:
+def _arm_dumps() -> None:
+    """The stack dumps: faulthandler on SIGUSR1 into this rank's stack file."""
     global _stack_file
-    env = os.environ
-    stack_file = env.get("MPWATCH_STACK_FILE")
+    stack_file = os.environ.get("MPWATCH_STACK_FILE")
     if stack_file:
         import faulthandler
         import signal
@@ -39,6 +39,11 @@ def _mpwatch_boot() -> None:
             _stack_file = f
         except (OSError, ValueError, RuntimeError):
             pass
+
+
+def _mpwatch_boot() -> None:
+    _arm_dumps()
+    env = os.environ
     sup = env.get("MPWATCH_SUPERVISOR_PID")
     if sup and sys.platform.startswith("linux"):
         try:
@@ -148,6 +153,18 @@ def _after_torch(torch: "ModuleType") -> None:
 def _watch_torch() -> None:
     if (_auto_wanted() or _memory_wanted()) and "torch" not in sys.modules:
         sys.meta_path.insert(0, _TorchFinder())
+
+
+def boot_forked() -> None:
+    """What this hook does at a worker's start, for a worker the run's forkserver forked
+    (worker.boot.forkserver: it gave the child its parent-death signal and its environment
+    first): the stack dumps, and the hooks after torch's import, at once where torch was preloaded."""
+    _arm_dumps()
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        _after_torch(torch)
+    else:
+        _watch_torch()
 
 
 OWN_NAME = "_mpwatch_sitecustomize"  # where this module stays loaded once the user's takes its name

@@ -1,3 +1,0 @@
-"""Control (issues 23, 32): "checkpoint now", profiles and tunables, sent down the workers'
-channels at one step on every rank: the control room (room), the actions' requests and answers
-(actions), which ranks a request reaches and its step (reach, plan), the records (records)."""
