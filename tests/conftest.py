@@ -137,6 +137,8 @@ _CPU: collections.Counter[str] = collections.Counter()  # folder -> CPU seconds 
 _CPU_KEY = "cpu_s"
 _TEST_CPU: collections.Counter[str] = collections.Counter()  # test -> its CPU seconds, for the costliest few
 _OUTCOMES: dict[str, list[str | None]] = {}  # test -> [passed | failed | skipped, the skip's reason]
+_TEST_WALL: collections.Counter[str] = collections.Counter()  # test -> its setup + call + teardown seconds
+TIMES_ENV = "MPWATCH_TEST_TIMES"  # a file: each test's wall and CPU seconds, as JSON (to find what costs)
 
 
 def _cpu_now() -> float:
@@ -181,6 +183,7 @@ def pytest_runtest_logreport(report):
     cpu = sum(value for key, value in report.user_properties if key == _CPU_KEY)
     _CPU[folder] += cpu
     _TEST_CPU[report.nodeid] += cpu
+    _TEST_WALL[report.nodeid] += report.duration
     if report.failed or report.nodeid not in _OUTCOMES:  # a test's first word, unless a later phase fails
         _OUTCOMES[report.nodeid] = ["failed" if report.failed else "skipped" if report.skipped else "passed",
                                     privilege.skip_reason(report) if report.skipped else None]
@@ -218,6 +221,10 @@ def pytest_sessionfinish(session, exitstatus):
     if out and not hasattr(session.config, "workerinput"):  # the controller has every lane's reports
         with open(out, "w") as f:
             json.dump(_OUTCOMES, f)
+    times = os.environ.get(TIMES_ENV)
+    if times and not hasattr(session.config, "workerinput"):
+        with open(times, "w") as f:
+            json.dump({n: [round(_TEST_WALL[n], 2), round(_TEST_CPU[n], 2)] for n in _TEST_WALL}, f, indent=0)
 
 
 def _say_skips(tr) -> None:

@@ -666,7 +666,9 @@ def until_met(sc: Scenario, client: Client, timeout: float = READY_S) -> Any:
         raise AssertionError(f"scenario {sc.name}: never met within {timeout:g}s: {'; '.join(unmet)}") from None
 
 
-def record(sc: Scenario, tmp: Path) -> dict[str, Any]:
+def record(sc: Scenario, tmp: Path, then: Callable[[HeadlessRun, dict[str, Any]], None] | None = None) -> dict[str, Any]:
+    """The scenario run and recorded; `then(run, status)`, where given, once its conditions hold and
+    before the rest is read (a test of the run's behaviour on the same run: one run, not two)."""
     env = dict(os.environ, **sc.env)
     if sc.nvml is not None and sc.libnvml:
         from mpwatch.testing.libnvml import build
@@ -697,6 +699,8 @@ def record(sc: Scenario, tmp: Path) -> dict[str, Any]:
             ranks = [w["rank"] for w in status["workers"]] if sc.details else []
             history = {str(r): [list(p) for p in client.history(r)] for r in ranks}
             logs = {str(r): {s: client.logs(r, s, 12) for s in ("stdout", "stderr")} for r in ranks}
+        if then is not None:
+            then(run, dict(status))
         from mpwatch.text import eventtext
 
         want = [t for t in (eventtext.line(e) for e in events) if t]

@@ -160,3 +160,43 @@ def _under_null(paths: Iterable[str], other: dict[str, set[str]]) -> set[str]:
 
 def _topmost(paths: set[str]) -> list[str]:
     return [p for p in sorted(paths) if not any(p != q and p.startswith(q) and p[len(q)] in ".[{" for q in paths)]
+
+
+def event_drift(now: list[dict], then: list[dict]) -> list[str]:
+    """The events of each kind both runs had (which kinds happen is the run's own business): a key
+    every event of the kind carries in one run and none in the other, and the kinds of values under
+    the keys both had. A key only some events carry (an alert's `update`: whether the finding learnt
+    more while the run was recorded) is no sign either way."""
+    found = []
+    for kind in sorted({e["event"] for e in now} & {e["event"] for e in then}):
+        a, b = ([e for e in evs if e["event"] == kind] for evs in (now, then))
+        always_a, any_a = set.intersection(*map(set, a)), set().union(*map(set, a))
+        always_b, any_b = set.intersection(*map(set, b)), set().union(*map(set, b))
+        found += [f"+ events[event={kind}].{k} (the supervisor sends it, the recording lacks it)"
+                  for k in sorted(always_a - any_b)]
+        found += [f"- events[event={kind}].{k} (the recording has it, the supervisor no longer sends it)"
+                  for k in sorted(always_b - any_a)]
+        both = any_a & any_b
+        found += drift(shape([{k: v for k, v in e.items() if k in both} for e in a], "events"),
+                       shape([{k: v for k, v in e.items() if k in both} for e in b], "events"))
+    return found
+
+
+def statuses(rec: dict) -> dict[str, dict]:
+    """Every status a recording holds, by where it is in it."""
+    out = {"status": rec["status"]}
+    out.update({f"node_statuses[{i}]": st for i, st in enumerate(rec.get("node_statuses", []))})
+    if "lost" in rec:
+        out["lost.status"] = rec["lost"]["status"]
+    if "final" in rec:
+        out["final"] = rec["final"]
+    return out
+
+
+def recording_drift(fresh: dict, stored: dict) -> list[str]:
+    """How a fresh recording's statuses and events differ in shape from the stored one's (none: no drift)."""
+    now, then = statuses(fresh), statuses(stored)
+    if set(now) != set(then):
+        return [f"the statuses held: {sorted(now)} now, {sorted(then)} recorded"]
+    return [d for where in then for d in drift(shape(now[where], where), shape(then[where], where))] + \
+        event_drift(fresh["events"], stored["events"])

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import time
 import urllib.request
 
@@ -109,21 +110,67 @@ def test_busy_processes_beside_a_balanced_run_are_named_by_pid_until_they_end(he
     assert not [x for x in replay.status()["alerts"] if x["kind"] == "slowdown"]
 
 
-def test_a_dataset_3x_slower_on_every_rank_is_named_as_data(headless):
-    """Every rank's Dataset takes 60 ms a batch, then 3x as long from its 1000th batch on (a slower
-    disk under every rank): no rank is a straggler, the run is slower than its own best, in its data.
-    The ranks are held on the last CPU above the other jobs of this machine, whose noise would slow
-    them too (tests.helpers.TakenMachine: nothing takes it from them here)."""
-    run = headless(DDP, "--data", 0.06, "--data-slower-after", 1000, n=3)
-    wait_for(lambda: all(w["step"] for w in run.status()["workers"]), STEPPING_S, what="every rank stepping")
-    TakenMachine().hold([w["pid"] for w in run.status()["workers"]])
-    best(run)
-    a = wait_for(lambda: slowdown_alert(run), 400, interval=1, what="the slowdown finding")
-    steps = [w["step"] for w in run.status()["workers"]]
-    assert min(steps) >= 1000
-    assert re.fullmatch(r"the run slowed to \d\.\d steps/s from \d+\.\d \(0\.\d\dx\) since \d\d:\d\d:\d\d: "
-                        r"every rank's data takes [234]\.\dx its own best; (.*; )?every rank waits longer for its "
-                        r"data, loaded in their own processes \(no DataLoader workers\): a slower Dataset or disk",
-                        a["message"]), a["message"]
-    assert a["slowdown"]["phase"] == "data" and a["slowdown"]["ranks"] == [0, 1, 2]
-    assert not [x for x in run.status()["alerts"] if x["kind"] == "straggler"]
+def joined(screen: str) -> str:
+    """The screen's text with its wrapped lines joined (a finding is wrapped under its mark)."""
+    return " ".join(ln.strip() for ln in screen.splitlines())
+
+
+HEAD = re.compile(r"the run slowed to (\d+\.\d) steps/s from (\d+\.\d) \((0\.\d\d)x\)")
+
+
+@pytest.mark.e2e
+def test_a_dataset_3x_slower_on_every_rank_is_named_as_data_on_screen_as_recorded(tmp_path):
+    """The recorder's slowdown scenario (tests/record.py): every rank's Dataset takes 60 ms a batch,
+    then 3x as long from its 850th batch on (a slower disk under every rank), the ranks held on the
+    last CPU above the other jobs of this machine, whose noise would slow them too. No rank is a
+    straggler: the run is slower than its own best, in its data. Once the finding holds: `mpwatch
+    attach` in a tmux pane of 80x24, then of 160x48 (the same TUI, its terminal resized), shows it
+    where the findings show, with its numbers as the status has them; then the recording this run
+    made has the shape of the stored one (the drift check of tests/test_recordings.py)."""
+    from tests import record
+    from tests.e2e.test_tmux import BIN, Tmux
+    from tests.test_recordings import assert_no_drift
+
+    screens = shutil.which("tmux") is not None
+
+    def then(run, st: dict) -> None:
+        [a] = [x for x in st["alerts"] if x["kind"] == "slowdown"]
+        assert min(w["step"] for w in st["workers"]) >= 850
+        assert re.fullmatch(r"the run slowed to \d\.\d steps/s from \d+\.\d \(0\.\d\dx\) since \d\d:\d\d:\d\d: "
+                            r"every rank's data takes [234]\.\dx its own best; (.*; )?every rank waits longer for its "
+                            r"data, loaded in their own processes \(no DataLoader workers\): a slower Dataset or disk",
+                            a["message"]), a["message"]
+        assert a["slowdown"]["phase"] == "data" and a["slowdown"]["ranks"] == [0, 1, 2]
+        assert not [x for x in st["alerts"] if x["kind"] == "straggler"]
+        if screens:
+            on_screen(run.run_dir, Tmux(tmp_path, (80, 24)), BIN)
+
+    assert_no_drift("slowdown", record.record(record.scenarios(record.unused_pid())["slowdown"], tmp_path, then))
+    if not screens:
+        pytest.skip("tmux is not installed: the finding was checked, not its screens")
+
+
+def on_screen(run_dir, tmux, bin_) -> None:
+    tmux.start()
+    try:
+        tmux.type(f"{bin_} attach {run_dir}; echo ATTACH-EXIT=$?")
+        small = tmux.wait_screen(lambda s: HEAD.search(s) is not None, "the finding at 80x24", timeout=60)
+        line = next(ln for ln in small.splitlines() if HEAD.search(ln))
+        assert len(line) <= 80 and line.lstrip().startswith(("▲", "!")), line
+        a = next(x for x in json.loads(mpwatch("ctl", "--run", run_dir, "status", "--json").stdout)["alerts"]
+                 if x["kind"] == "slowdown")
+        assert abs(float(HEAD.search(line).group(3)) - a["slowdown"]["ratio"]) < 0.15, (line, a["slowdown"])
+        assert "RANK" in small and "3 running" in small  # the table and its header stay on screen
+        assert re.search(r"since \d\d:\d\d:\d\d: every rank's data takes \d\.\dx its own best", joined(small))
+
+        tmux("resize-window", "-t", "e2e", "-x", "160", "-y", "48")
+        big = tmux.wait_screen(lambda s: any(HEAD.search(ln) and len(ln.rstrip()) > 80 for ln in s.splitlines()),
+                               "the finding at 160x48", timeout=30)
+        line = next(ln for ln in big.splitlines() if HEAD.search(ln))
+        assert len(line) <= 160 and re.search(r"every rank's data takes \d\.\dx its own best", line), line
+        tmux.key("q")
+        tmux.wait_screen(lambda s: "Leave run" in s and "Detach" in s, "the quit dialog")
+        tmux.key("d")
+        tmux.wait_screen(lambda s: "ATTACH-EXIT=0" in s, "mpwatch attach to exit after detaching")
+    finally:
+        tmux.kill()
