@@ -130,3 +130,21 @@ def test_the_coercers_take_any_value(v):
     assert n is None or isinstance(n, float)
     assert coerce.as_int(v) is None or type(v) is int
     assert coerce.as_str(v) is None or isinstance(v, str)
+
+
+@pytest.mark.parametrize("where", ["int", "negative int", "string", "key", "float"])
+def test_a_frame_is_read_the_same_with_or_without_a_run_of_digits_past_the_bound(where):
+    """protocol.loads reads a frame without a run of FRAME_INT_DIGITS + 1 digits by json's own int
+    reading (the hub's fast path): the same values as the bounded path, and an integer past the
+    bound still refused, whichever path reads it."""
+    at, past = "9" * jsonread.FRAME_INT_DIGITS, "9" * (jsonread.FRAME_INT_DIGITS + 1)
+    text = {"int": '{"x":%s}', "negative int": '{"x":-%s}', "string": '{"x":"%s"}', "key": '{"%s":1}',
+            "float": '{"x":%s.5}'}[where]
+    for data in (text % at, (text % at).encode()):
+        assert protocol.loads(data) == json.loads(text % at)
+    for data in (text % past, (text % past).encode()):
+        if where in ("int", "negative int"):
+            with pytest.raises(ValueError, match="digits"):
+                protocol.loads(data)
+        else:  # read by the bounded path: a string, a key or a float of any digits is no integer
+            assert protocol.loads(data) == json.loads(text % past)
