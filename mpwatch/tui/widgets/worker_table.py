@@ -120,7 +120,9 @@ def row_strip(cells: tuple[Cell, ...], cols: list[Column], x: int, width: int, b
 
 class WorkerTable(ScrollView, can_focus=True):
     DEFAULT_CSS = """
-    WorkerTable { height: 1fr; background: $surface; }
+    /* the scrollbar's room kept with or without rows to scroll (render.columns.SCROLLBAR): the
+       columns that do not fit start past the edge, never as a sliver of their first letter */
+    WorkerTable { height: 1fr; background: $surface; scrollbar-gutter: stable; }
     WorkerTable > .worker-table--header { text-style: bold; background: $primary 40%; }
     WorkerTable > .worker-table--cursor { background: $accent 45%; text-style: bold; }
     WorkerTable:blur > .worker-table--cursor { background: $accent 20%; }
