@@ -27,37 +27,18 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
-from pathlib import Path
 
 from bench import measure
 from bench.harness import ROOT, row
 from mpwatch.contract import PaceWindow, slowdown, straggler
 from mpwatch.probes.node import NodeProbe
+from tests.helpers import pin, set_priority
 
 DDP = ROOT / "tests" / "fixtures" / "ddp_pace.py"
 PACE_DATA = ROOT / "tests" / "data" / "pace"
 CPU_RUN = ("--data", "0.06", "--pace", "0", "--work", "256", "--frozen", "150")
 DATA_RUN = ("--data", "0.06", "--data-slower-after", "1000")
 BALANCED = ("--checkpoint-every", "120", "--checkpoint-s", "3", "--eval-every", "500", "--eval-batches", "40")
-
-
-def _pin(pid: int, cpu: int) -> None:
-    for tid in os.listdir(f"/proc/{pid}/task"):
-        with contextlib.suppress(OSError):
-            os.sched_setaffinity(int(tid), {cpu})
-
-
-def _nice(pid: int, value: int) -> bool:
-    """The process's priority (its autogroup's and every thread's); False where it may not be raised."""
-    try:
-        group = Path(f"/proc/{pid}/autogroup")
-        if group.is_file():
-            group.write_text(str(value))
-        for tid in os.listdir(f"/proc/{pid}/task"):
-            os.setpriority(os.PRIO_PROCESS, int(tid), value)
-        return True
-    except PermissionError:
-        return False
 
 
 def _wait(h: measure.Headless, what: str, pred, timeout: float):
@@ -79,8 +60,8 @@ def _held(h: measure.Headless) -> tuple[int, bool]:
         h.status()["workers"]), 300)
     cpu = max(os.sched_getaffinity(0))
     for w in ws:
-        _pin(w["pid"], cpu)
-    return cpu, all([_nice(w["pid"], -5) for w in ws])
+        pin(w["pid"], cpu)
+    return cpu, all([set_priority(w["pid"], -5) for w in ws])
 
 
 @contextlib.contextmanager
@@ -89,8 +70,8 @@ def _busy(n: int, cpu: int, priority: int) -> Iterator[list[int]]:
              for _ in range(n)]
     try:
         for p in procs:
-            _pin(p.pid, cpu)
-            _nice(p.pid, priority)
+            pin(p.pid, cpu)
+            set_priority(p.pid, priority)
         yield [p.pid for p in procs]
     finally:
         for p in procs:

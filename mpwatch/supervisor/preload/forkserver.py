@@ -126,16 +126,22 @@ class Forkserver:
             self._lost(f"its imports took more than {LOAD_S:g}s")
             return
         while self.sock is not None:
-            try:
-                data = self.sock.recv(MAX_MSG)
-            except BlockingIOError:
-                return
-            except OSError:
-                data = b""
-            if not data:
-                self._lost(ENDED)
+            data = self._recv(self.sock)
+            if not data:  # nothing waits, or it is gone
                 return
             self._take(data)
+
+    def _recv(self, sock: socket.socket) -> bytes | None:
+        """What the forkserver sent; None when nothing waits; b"" once it is gone (said: _lost)."""
+        try:
+            data = sock.recv(MAX_MSG)
+        except BlockingIOError:
+            return None
+        except OSError:
+            data = b""
+        if not data:
+            self._lost(ENDED)
+        return data
 
     def _take(self, data: bytes) -> dict[str, Any] | None:
         try:
@@ -195,14 +201,10 @@ class Forkserver:
         deadline = time.monotonic() + SPAWN_S
         while self.sock is not None and (left := deadline - time.monotonic()) > 0:
             select.select([self.sock], [], [], left)
-            try:
-                data = self.sock.recv(MAX_MSG)
-            except BlockingIOError:
+            data = self._recv(self.sock)
+            if data is None:
                 continue
-            except OSError:
-                data = b""
             if not data:
-                self._lost(ENDED)
                 break
             msg = self._take(data)
             if msg is not None and msg.get("id") == rid:
