@@ -5,7 +5,9 @@ from __future__ import annotations
 import json
 import shlex
 import time
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 from mpwatch.cli.args import Parser, die
 from mpwatch.cli.listing import ended_text
@@ -104,31 +106,32 @@ def _alerts(s: postmortem.Summary) -> list[str]:
     return out
 
 
-def _stragglers(s: postmortem.Summary) -> list[str]:
-    """Each straggler finding: from when to when, what it cost the run, its last words."""
+def _spans(s: postmortem.Summary, found: Sequence[Mapping[str, Any]], title: str,
+           lead: Callable[[Mapping[str, Any]], str], tail: Callable[[Mapping[str, Any]], str]) -> list[str]:
+    """Each finding of a kind that lasts (a straggler, a slowdown): from when to when, then its
+    last words; `lead` and `tail` its own words before and after the span."""
     started = s["listing"]["started"]
-    found = s["stragglers"]
-    out = ["stragglers (a rank the others waited for at every step):"] if found else []
+    out = [title] if found else []
     for f in found[:MAX_ALERTS]:
         until = f"to {_at(f['until'], started)}" if f["until"] is not None else "to the end"
-        cost = f", cost the run {fmt.span(f['lost_s'])}" if f["lost_s"] is not None else ""
-        who = f"rank {f['rank']}" if f["rank"] is not None else "a rank"
-        out += [f"  {who} from {_at(f['since'], started)} {until}{cost}", f"      {f['message']}"]
+        out += [f"  {lead(f)}from {_at(f['since'], started)} {until}{tail(f)}", f"      {f['message']}"]
     return out
+
+
+def _stragglers(s: postmortem.Summary) -> list[str]:
+    """Each straggler finding: which rank, from when to when, what it cost the run, its last words."""
+    return _spans(s, s["stragglers"], "stragglers (a rank the others waited for at every step):",
+                  lambda f: f"rank {f['rank']} " if f["rank"] is not None else "a rank ",
+                  lambda f: f", cost the run {fmt.span(f['lost_s'])}" if f["lost_s"] is not None else "")
 
 
 def _slowdowns(s: postmortem.Summary) -> list[str]:
     """Each slowdown: from when to when, how slow, the steps it cost, its last words."""
-    started = s["listing"]["started"]
-    found = s["slowdowns"]
-    out = ["slowdowns (the run slower than its own best pace):"] if found else []
-    for f in found[:MAX_ALERTS]:
-        until = f"to {_at(f['until'], started)}" if f["until"] is not None else "to the end"
+    def tail(f: Mapping[str, Any]) -> str:
         how = f" at {f['ratio']:.2f}x its best" if f["ratio"] is not None else ""
-        cost = (f", cost the run {f['lost_steps']:.0f} steps ({fmt.span(f['lost_s'])})"
-                if f["lost_steps"] is not None else "")
-        out += [f"  from {_at(f['since'], started)} {until}{how}{cost}", f"      {f['message']}"]
-    return out
+        return how + (f", cost the run {f['lost_steps']:.0f} steps ({fmt.span(f['lost_s'])})"
+                      if f["lost_steps"] is not None else "")
+    return _spans(s, s["slowdowns"], "slowdowns (the run slower than its own best pace):", lambda f: "", tail)
 
 
 def _live(s: postmortem.Summary) -> list[str]:
