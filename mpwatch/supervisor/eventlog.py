@@ -10,7 +10,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import deque
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 from mpwatch.contract import Event, RunAlert, RunAlertKind, SlowdownInfo, StragglerInfo
 from mpwatch.rundir import writer
@@ -69,20 +69,11 @@ class EventLog:
         event.
         An alert with the `key` of a standing one replaces it where it stands (a finding that
         learnt more: one finding, updated), and its event says `update`."""
-        rec = RunAlert(ts=time.time(), kind=kind, message=message, rank=rank)
-        extra: dict[str, Any] = {}
-        if culprits is not None:
-            rec["culprits"] = extra["culprits"] = culprits
-        if waiting is not None:
-            rec["waiting"] = extra["waiting"] = waiting
-        if processes is not None:
-            rec["processes"] = extra["processes"] = processes
-        if key is not None:
-            rec["key"] = extra["key"] = key
-        if straggler is not None:
-            rec["straggler"] = extra["straggler"] = straggler
-        if slowdown is not None:
-            rec["slowdown"] = extra["slowdown"] = slowdown
+        given = {"culprits": culprits, "waiting": waiting, "processes": processes, "key": key,
+                 "straggler": straggler, "slowdown": slowdown}
+        # the alert's optional keys (typed in the signature), which its event carries too
+        extra: dict[str, Any] = {k: v for k, v in given.items() if v is not None}
+        rec = cast(RunAlert, {"ts": time.time(), "kind": kind, "message": message, "rank": rank, **extra})
         with self._lock:
             at = next((i for i, a in enumerate(self._alerts)
                        if key is not None and a.get("key") == key), None)
