@@ -138,7 +138,7 @@ _CPU_KEY = "cpu_s"
 _TEST_CPU: collections.Counter[str] = collections.Counter()  # test -> its CPU seconds, for the costliest few
 _OUTCOMES: dict[str, list[str | None]] = {}  # test -> [passed | failed | skipped, the skip's reason]
 _TEST_WALL: collections.Counter[str] = collections.Counter()  # test -> its setup + call + teardown seconds
-TIMES_ENV = "MPWATCH_TEST_TIMES"  # a file: each test's wall and CPU seconds, as JSON (to find what costs)
+TIMES_ENV = "SUITE_TIMES"  # a file: each test's wall and CPU seconds, as JSON (to find what costs)
 
 
 def _cpu_now() -> float:
