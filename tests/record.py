@@ -514,9 +514,13 @@ def scenarios(ghost: int) -> dict[str, Scenario]:
         # Issue #20: a container: NVML's pids are the host's, none of them a rank here.
         Scenario("container", 2, {"SLEEP": "0.1"}, ["--gpu-interval", "0.5"], container,
                  lambda: nvml_container(ghost + 100), cuda_container),
-        # Issue #20: rank 1 of a 3-rank gloo run (torch) paused, its peers waiting for it.
+        # Issue #20: rank 1 of a 3-rank gloo run (torch) paused, its peers waiting for it. Its steps
+        # sleep 0.2 s after opt.step(), so the pause almost always lands there and the peers wait in
+        # the loss's all_reduce, which their Python stacks show (paused in backward(), they would wait
+        # in DDP's all-reduce, which only a native stack shows: py-spy, which under load may not answer
+        # in its 10 s; with 0.02 s a quiet fresh-clone suite failed there once).
         Scenario("paused", 3, {}, ["--stall-timeout", "3"], paused, setup=_pause_rank_1,
-                 script=ROOT / "demo" / "hang.py", args=("--steps", "100000", "--step-time", "0.02")),
+                 script=ROOT / "demo" / "hang.py", args=("--steps", "100000", "--step-time", "0.2")),
         # Issue #20: three ranks of one process group (torch.distributed), for the restart dialog.
         Scenario("ddp", 3, {}, [], {"three ranks of one process group past step 20": lambda st: all(
             w["state"] == "running" and w["dist"] and (w["step"] or 0) >= 20 for w in st["workers"])},
