@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from mpwatch.contract import rank_state
-from mpwatch.sources.local import Client
+from mpwatch.sources.local import Client, ClientError
 from tests.helpers import ROOT, HeadlessRun, TakenMachine, wait_for
 
 DATA = ROOT / "tests" / "data" / "statuses"
@@ -695,7 +695,10 @@ def record(sc: Scenario, tmp: Path, then: Callable[[HeadlessRun, dict[str, Any]]
         if sc.setup is not None:
             sc.setup(run)
         with Client.at(run.run_dir) as client:
-            status = until_met(sc, client, sc.ready or READY_S)
+            try:
+                status = until_met(sc, client, sc.ready or READY_S)
+            except (ClientError, AssertionError) as e:  # what the run did, not only that it stopped
+                raise AssertionError(f"scenario {sc.name}: {e}\n{run.where()}") from None
             events = [dict(e) for e in client.events(0)["events"]]
             timeline = None
             if hasattr(client, "gpu_timeline") and status["gpus"]:

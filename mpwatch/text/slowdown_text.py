@@ -65,7 +65,8 @@ def outsiders(shown: Sequence[Outsider], n: int, cpus: float) -> str:
     """'3 processes outside the run take 2.9 CPUs: python3 (pid 3599, user ana) 98%, ...'."""
     who = ", ".join(outsider(o) for o in shown[:SHOWN]) + (", …" if n > SHOWN else "")
     many = f"{n} processes outside the run take" if n != 1 else "a process outside the run takes"
-    return f"{many} {cpus:.1f} CPU{'s' if cpus >= 1.05 or cpus < 0.95 else ''}: {who}"
+    amount = f"{cpus:.1f}"  # singular where the number shown is one, not where the float is near it
+    return f"{many} {amount} CPU{'' if amount == '1.0' else 's'}: {who}"
 
 
 def cpu_short(wait: float) -> str:

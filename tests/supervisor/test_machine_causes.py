@@ -53,3 +53,18 @@ def test_ranks_sharing_a_cpu_with_busy_processes_are_short_of_cpu_and_sleepers_a
     assert kind == "cpu" and text.startswith("the ranks wait for a CPU ") and text.endswith("% of the time (run delay)")
     idle = [slowness.cpu_wait(infos[p.pid]) or 0.0 for p in sleepers]
     assert machine.causes(machine.Seen(waits=idle), None) == ([], [])
+
+
+def test_cpus_taken_are_singular_only_where_the_number_shown_is_one():
+    """A CI run printed '3 processes outside the run take 0.9 CPU': the float was 0.95, the rule
+    looked at the float, the words at its rounding."""
+    from mpwatch.text.slowdown_text import outsiders
+    one = [{"pid": 7, "user": "ana", "name": "python3", "cmd": "python3", "cpu": 0.5}]
+    words = {cpus: outsiders(one, 3, cpus).split(": ")[0] for cpus in (0.5, 0.95, 0.96, 1.0, 1.04, 1.06, 2.0)}
+    assert words == {0.5: "3 processes outside the run take 0.5 CPUs",
+                     0.95: "3 processes outside the run take 0.9 CPUs",
+                     0.96: "3 processes outside the run take 1.0 CPU",
+                     1.0: "3 processes outside the run take 1.0 CPU",
+                     1.04: "3 processes outside the run take 1.0 CPU",
+                     1.06: "3 processes outside the run take 1.1 CPUs",
+                     2.0: "3 processes outside the run take 2.0 CPUs"}
