@@ -112,12 +112,12 @@ class ProcProbe:
         self._tree_at = time.monotonic()
         return self._tree
 
-    def sample(self, pids: list[int]) -> dict[int, ProcInfo]:
+    def sample(self, pids: list[int], tree_s: float = TREE_S) -> dict[int, ProcInfo]:
         """{worker pid: {cpu_percent, rss_bytes, status, children: [...]}} for live pids.
-        The process table is scanned for new descendants every TREE_S seconds; CPU and RSS
-        of the processes already known are read at every sample."""
+        The process table is scanned for new descendants every `tree_s` seconds (and when a
+        worker is new); CPU and RSS of the processes already known are read at every sample."""
         tree = self._tree
-        if tree is None or time.monotonic() - self._tree_at >= TREE_S or set(pids) - self._tree_roots:
+        if tree is None or time.monotonic() - self._tree_at >= tree_s or set(pids) - self._tree_roots:
             tree = self._scan_tree()
             self._tree_roots = set(pids)
         kids, parent = tree

@@ -29,3 +29,33 @@ def test_a_zombie_keeps_its_last_resident_size():
     finally:
         proc.wait()
     assert probe.sample([proc.pid]) == {} and not probe._rss  # reaped: forgotten
+
+
+def test_a_new_descendant_is_found_at_the_first_sample_past_the_scans_age():
+    """The process table is scanned for new descendants when its last scan is `tree_s` old (the
+    sampler's: procs.TREE_S up to 128 workers, every other 4 s look past them); between scans a
+    child born since is not seen, at the first sample after it is. A real parent and child."""
+    from mpwatch.probes import procs
+    from mpwatch.supervisor.diagnose import sampler
+
+    assert sampler.tree_s(128) == procs.TREE_S == 2.0 and sampler.interval(128) == 2.0
+    assert sampler.interval(256) == 4.0 and 4.0 < sampler.tree_s(256) <= 8.0  # the scan at every other look
+    probe = ProcProbe()
+    parent = subprocess.Popen([sys.executable, "-c",
+                               "import subprocess, sys\nsys.stdin.readline()\n"
+                               "c = subprocess.Popen(['sleep', '60'])\nprint(c.pid, flush=True)\nsys.stdin.read()"],
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert probe.sample([parent.pid], tree_s=3600)[parent.pid]["children"] == []  # the scan, made now
+        assert parent.stdin is not None and parent.stdout is not None
+        parent.stdin.write("go\n")
+        parent.stdin.flush()
+        child = int(parent.stdout.readline())
+        assert probe.sample([parent.pid], tree_s=3600)[parent.pid]["children"] == []  # the scan is young
+        kids = probe.sample([parent.pid], tree_s=0)[parent.pid]["children"]  # it is old enough: a new one
+        assert [c["pid"] for c in kids] == [child] and kids[0]["ppid"] == parent.pid
+    finally:
+        for p in psutil.Process(parent.pid).children(recursive=True):
+            p.kill()
+        parent.kill()
+        parent.wait()

@@ -3,6 +3,8 @@ worker once a second (every 2 s past SAMPLE_WIDE workers, as nvitop does, and ev
 SAMPLE_WIDER: a sample costs ~50 us a worker and a scan of the whole process table, which at
 256 workers was a sixth of the supervisor's CPU), stores each worker's CPU%, RSS and children,
 and finds descendants that left the worker's process group (setsid) so that kills reach them too.
+Past SAMPLE_WIDER workers the process table is scanned for new descendants every other sample
+(`tree_s`): the scan was half of a sample's cost there (17 of 30 ms at 256 workers).
 """
 from __future__ import annotations
 
@@ -21,6 +23,13 @@ SAMPLE_WIDER = 128
 def interval(workers: int) -> float:
     """Seconds between two samples of a run of this many workers."""
     return SAMPLE_S * (4 if workers > SAMPLE_WIDER else 2 if workers > SAMPLE_WIDE else 1)
+
+
+def tree_s(workers: int) -> float:
+    """How old the process table's scan may be at a sample: every sample's up to SAMPLE_WIDER
+    workers (procs.TREE_S is shorter than their interval), every other sample's past it (one and a
+    half intervals: a sample a little early still finds the scan old enough)."""
+    return procs.TREE_S if workers <= SAMPLE_WIDER else 1.5 * interval(workers)
 
 
 class Sampler:
@@ -45,7 +54,7 @@ class Sampler:
     def sample(self) -> None:
         with self.lock:
             pids = [w.pid for w in self.workers.values() if w.alive and w.pid is not None]
-        infos = self._probe.sample(pids)
+        infos = self._probe.sample(pids, tree_s(len(self.workers)))
         found: list[tuple[Worker, int]] = []
         with self.lock:
             for w in self.workers.values():
