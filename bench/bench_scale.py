@@ -210,8 +210,11 @@ def parts_rows(n: int, rounds: int) -> list[dict]:
              "the exit path, the ledger's held reports, control's pushes, stalls, stragglers, resize, the "
              "end check; 10 ticks a second"),
             ("sample_ms", f"a sample of {n} workers' processes", "ms",
-             "psutil over each worker and its children (the process table scanned every 2 s); every 4 s "
+             "psutil over each worker and its children, the process table's scan apart (next row); every 4 s "
              "past 128 workers (every 2 s before)"),
+            ("scan_ms", "a scan of the process table for new descendants", "ms",
+             "every process's parent (psutil): at every sample before; past 128 workers, at every other "
+             "sample now (every 8 s)"),
             ("status_ms", f"a status of {n} ranks, as the TUI asks for it", "ms",
              "built under the run's lock and encoded as the control socket sends it (12 loss points a rank)")):
         rows.append(row(f"Supervisor at {n} ranks: {what}, CPU", cmd, med("now", key),
