@@ -46,10 +46,23 @@ SHARED_RUNS = {**dict.fromkeys(("record", "crashed", "hung", "killed", "oom"), "
                "three_ranks": "three-ranks", "lightning_run": "lightning", "hf_run": "hugging-face",
                "opted_out": "opted-out"}
 _RUNTIME: list[str] = []
+# Tests that take CPUs from the others (busy processes, processes pinned to a CPU above or below the
+# rest) run one after another in one lane: two at once took each other's CPUs (the slowdown test's
+# busy processes on the last CPU, the short-of-CPU straggler test's ranks pinned there).
+TAKES_CPUS = "takes-cpus"
+# Modules whose single tests run longest (SUITE_TIMES=FILE make test: 20 to 45 s each), collected
+# first, longest first. xdist hands out the groups first (by their number of tests), then single
+# tests in collection order: long ones handed out last ended their lane a minute after the others
+# (three lanes of 600 s and one of 659 s, 2026-12-06).
+LONG_FIRST = ("tests/supervisor/test_straggler_run.py", "tests/test_recordings.py", "tests/nodes/test_straggler_nodes.py",
+              "tests/nodes/test_node_faults.py", "tests/auto/test_mnist_hogwild.py", "tests/e2e/test_findings_tmux.py",
+              "tests/remote/test_merged_control.py", "tests/supervisor/test_profile.py")
 
 
 def pytest_configure(config):
     """Before any test starts a process: this pytest process's own runtime directory."""
+    config.addinivalue_line("markers", f"takes_cpus: pins processes to CPUs or runs busy ones there (one lane: the "
+                                       f"xdist group {TAKES_CPUS!r})")
     lane = os.environ.get("PYTEST_XDIST_WORKER", "main")
     rt = tempfile.mkdtemp(prefix=f"mpw-rt-{lane}-")  # short: the runs' sockets live under it
     os.chmod(rt, 0o700)
@@ -65,10 +78,14 @@ def pytest_unconfigure(config):
 
 @pytest.hookimpl(tryfirst=True)  # before xdist's own, which reads the groups (and names them in the ids)
 def pytest_collection_modifyitems(config, items):
+    rank = {path: i for i, path in enumerate(LONG_FIRST)}
+    items.sort(key=lambda item: rank.get(item.nodeid.split("::", 1)[0], len(rank)))  # stable: a module stays whole
     for item in items:
         if "nobody" in getattr(item, "fixturenames", ()) and item.get_closest_marker("root") is None:
             item.add_marker(pytest.mark.root("becoming uid 65534"))
         groups = {SHARED_RUNS[name] for name in getattr(item, "fixturenames", ()) if name in SHARED_RUNS}
+        if item.get_closest_marker("takes_cpus") is not None:
+            groups.add(TAKES_CPUS)
         assert len(groups) <= 1, f"{item.nodeid} reads runs of two xdist groups: {groups}"
         for group in groups:
             item.add_marker(pytest.mark.xdist_group(group))

@@ -28,6 +28,7 @@ def test_the_clocks_of_every_gpu_held_back_are_a_cause_and_full_clocks_none():
     assert machine.gpus_held(status("gpu2")["gpus"], {0, 1}) == ([], False)
 
 
+@pytest.mark.takes_cpus
 @pytest.mark.skipif(not os.path.exists("/proc/self/schedstat"), reason="the kernel keeps no schedstat")
 def test_ranks_sharing_a_cpu_with_busy_processes_are_short_of_cpu_and_sleepers_are_not():
     spin = [subprocess.Popen([sys.executable, "-c", SPIN], start_new_session=True) for _ in range(3)]

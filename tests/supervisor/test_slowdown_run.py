@@ -23,7 +23,7 @@ from tests.helpers import FIXTURES, TakenMachine, mpwatch, need, wait_for
 from tests.supervisor.test_straggler_run import free_port
 
 need("torch", "the slowdown's runs are torch's (pip install -e '.[demo]')")
-pytestmark = [pytest.mark.torch, pytest.mark.timeout(600)]
+pytestmark = [pytest.mark.torch, pytest.mark.timeout(600), pytest.mark.takes_cpus]
 
 DDP = FIXTURES / "ddp_pace.py"
 STEPPING_S = 150  # every rank's first steps: three torch imports and gloo's start on a loaded 2-core machine

@@ -27,6 +27,7 @@ def started(code: str, cpu: int | None = None) -> subprocess.Popen:
     return p
 
 
+@pytest.mark.takes_cpus
 def test_a_process_sharing_its_cpu_with_busy_ones_waits_for_it_and_is_named_short_of_cpu():
     procs = [started(SPIN, 0) for _ in range(3)]  # the probed one and two busy ones, on CPU 0
     sleeper = started("import time\nwhile True: time.sleep(0.05)")

@@ -145,6 +145,7 @@ def lower_priority(pid: int, nice: int) -> None:
 
 @pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two CPUs to put ranks on different ones")
 @pytest.mark.timeout(360)
+@pytest.mark.takes_cpus
 def test_a_rank_whose_core_a_busy_process_shares_is_named_short_of_cpu(headless):
     """Rank 1 and a busy process on CPU 0, rank 1 a lower-priority job than it (on a machine busy
     with other work the kernel would otherwise move that work onto the peers' CPU until every rank
