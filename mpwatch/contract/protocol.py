@@ -204,10 +204,11 @@ def encode(msg: dict[str, Any]) -> bytes:
 
 
 def encode_lossy(msg: dict[str, Any]) -> bytes:
-    """Encode, turning non-finite floats into strings rather than failing."""
+    """Encode, turning non-finite floats into strings (and keys JSON has no room for, a tuple's,
+    into theirs) rather than failing."""
     try:
         return encode(msg)
-    except ValueError:
+    except (ValueError, TypeError):
         return json.dumps(_deep_clean(msg), separators=(",", ":"), allow_nan=False, default=str).encode()
 
 

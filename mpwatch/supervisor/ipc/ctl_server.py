@@ -33,9 +33,9 @@ class CtlServer(sockets.Listener[None]):
                     data = conn.recv_bytes(protocol.MAX_FRAME)
                 except (EOFError, OSError):
                     return
-                reply = self._handle(data)
+                payload = self._encode(self._handle(data))
                 try:
-                    conn.send_bytes(protocol.encode_lossy(reply))
+                    conn.send_bytes(payload)
                 except (OSError, ValueError):
                     return
         finally:
@@ -43,6 +43,16 @@ class CtlServer(sockets.Listener[None]):
                 conn.close()
             except OSError:
                 pass
+
+    @staticmethod
+    def _encode(reply: Reply) -> bytes:
+        """The reply's frame; one that cannot be encoded is a bug (logged): the client is told,
+        and its connection stays (a thread that died of it closed the connection unsaid)."""
+        try:
+            return protocol.encode_lossy(reply)
+        except Exception as exc:  # noqa: BLE001 - a bug must not cost the client its connection
+            line = boundary.failed("control commands", exc, "a reply's encoding")
+            return protocol.encode({"ok": False, "error": line})
 
     def _handle(self, data: bytes) -> Reply:
         cmd: object = None
