@@ -80,6 +80,7 @@ EXIT_BARRIER_S = 300.0  # a node whose workers ended waits this long for the oth
 
 # Reliability and security (docs/reliability.md, docs/metrics.md, docs/settings.md)
 SETSID_FOUND_S = 2.0  # a child that left its worker's process group is found within this
+WIDE_SETSID_FOUND_S = 8.0  # ...and within this past 128 workers (a look every 4 s, a scan at every other)
 HANDSHAKE_S = 5.0  # a peer that never answers the handshake is cut off after this
 COMMAND_REREADS = 20  # a GPU process's command read again while it is its parent's, at most
 HELD_MAX = 1024  # a starting rank's messages kept until its pid is known
@@ -116,6 +117,20 @@ def _attr(path: str) -> Callable[[], Any]:
 def _scaled(path: str, by: float) -> Callable[[], Any]:
     read = _attr(path)
     return lambda: read() / by
+
+
+def _wide_found() -> Callable[[], Any]:
+    """The longest a setsid'd child waits to be found past SAMPLE_WIDER workers: the looks until
+    the process table's scan is old enough, each an interval long."""
+
+    def read() -> Any:
+        from mpwatch.supervisor.diagnose import sampler
+
+        n = sampler.SAMPLE_WIDER + 1
+        step = sampler.interval(n)
+        return -(-sampler.tree_s(n) // step) * step  # (the scan's age is due at the first look past it)
+
+    return read
 
 
 def _parsed(dest: str) -> Callable[[], Any]:
@@ -599,6 +614,13 @@ def _table() -> list[Promise]:
             "docs/reliability.md",
             [f"is found by the process sampler within {WORDS[int(SETSID_FOUND_S)]} seconds"],
             [_attr("mpwatch.probes.procs:TREE_S")],
+        ),
+        P(
+            "WIDE_SETSID_FOUND_S",
+            WIDE_SETSID_FOUND_S,
+            "docs/reliability.md",
+            [f"scans for new descendants at every other look, it is found within {WIDE_SETSID_FOUND_S:g} s"],
+            [_wide_found()],
         ),
         P(
             "HANDSHAKE_S",
