@@ -38,7 +38,7 @@ lint: compiled
 	$(BIN)/mypy
 
 # Four lanes (pytest-xdist) on two cores: the tests wait on real processes more than they compute.
-# Measured from a fresh clone on 2 cores: 617 s of tests in 4 lanes (2026-12-06, 1,586 tests;
+# Measured from a fresh clone on 2 cores: 578-617 s of tests in 4 lanes (2026-12-06, 1,589 tests;
 # docs/contributing.md says where it goes); 6 lanes were no faster (473 s against 464 s in 4: the two cores
 # are then busy most of the time, more lanes add only CPU), 2 slower beside busy processes (763 s
 # against 688 s). Each run recorded once per session stays in one lane (its xdist group); LANES=0:
