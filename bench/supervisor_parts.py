@@ -117,7 +117,8 @@ def measure(run, n: int, procs: list) -> dict:
             protocol.encode(run.snapshot(TUI_TAIL))  # what the control socket answers the TUI's poll
         status_ms = (time.thread_time() - c) / 10 * 1e3
         run.close()
-    return {"frame_us": frame_us, "tick_us": tick_us, "sample_ms": sample_ms, "scan_ms": scan_ms, "status_ms": status_ms}
+    return {"frame_us": frame_us, "tick_us": tick_us, "sample_ms": sample_ms, "scan_ms": scan_ms,
+            "status_ms": status_ms}
 
 
 def tick(run) -> None:

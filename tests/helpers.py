@@ -234,18 +234,21 @@ class HeadlessRun:
         return wait_for(lambda: (lambda w: w if w["state"] == state else None)(self.worker(rank)),
                         timeout, what=f"rank {rank} to be {state}")
 
+    def news(self) -> str:
+        """Its last events but reports, a line each: where a failure's message says the run stood."""
+        news = [e for e in self.events() if e.get("event") != "report"][-12:]
+        return "\n".join(json.dumps(e)[:300] for e in news)
+
     def where(self) -> str:
         """Where the run stood, for a failure's message: the supervisor's exit code (or that it
         lives), its last events but reports, the tails of its stderr and supervisor.log."""
         code = self.proc.poll() if self.proc is not None else None
-        news = [e for e in self.events() if e.get("event") != "report"][-12:]
         try:
             log = (self.run_dir / "supervisor.log").read_text(errors="replace")[-2000:]
         except OSError:
             log = ""
         return (f"the supervisor {'lives' if code is None else f'exited with {code}'}; its last events:\n"
-                + "\n".join(json.dumps(e)[:300] for e in news)
-                + f"\nits stderr ends:\n{self.stderr_text[-2000:]}\nsupervisor.log ends:\n{log}")
+                f"{self.news()}\nits stderr ends:\n{self.stderr_text[-2000:]}\nsupervisor.log ends:\n{log}")
 
     def wait_exit(self, timeout: float = 60.0) -> int:
         """The supervisor's exit code; past `timeout`, a failure that says where the run stood
@@ -253,10 +256,8 @@ class HeadlessRun:
         try:
             return self.proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
-            news = [e for e in self.events() if e.get("event") != "report"][-12:]
-            lines = "\n".join(json.dumps(e)[:300] for e in news)
             raise AssertionError(f"the supervisor did not exit within {timeout:g}s; its last events:\n"
-                                 f"{lines}") from None
+                                 f"{self.news()}") from None
 
     @property
     def run_id(self) -> str:
