@@ -37,15 +37,13 @@ lint: compiled
 	$(BIN)/ruff check mpwatch
 	$(BIN)/mypy
 
-# Four lanes (pytest-xdist) on two cores: the tests wait on real processes more than they compute.
-# Measured from a fresh clone on 2 cores: 578-617 s of tests in 4 lanes (2026-12-06, 1,589 tests;
-# docs/contributing.md says where it goes); 6 lanes were no faster (473 s against 464 s in 4: the two cores
-# are then busy most of the time, more lanes add only CPU), 2 slower beside busy processes (763 s
-# against 688 s). Each run recorded once per session stays in one lane (its xdist group); LANES=0:
-# no lanes, one process.
-# tests.ci: then, as a user with a passwordless sudo, the tests that need root, as root through it;
-# it ends with every test that did not run and why.
-LANES ?= 4
+# Six lanes (pytest-xdist) on two cores: the tests wait on real processes more than they compute.
+# In four lanes the two cores idled 17% of the suite (205 of 1,190 CPU-s, 2026-12-06: every lane
+# waiting on a run's clock at once); in six, 4% (41 of 1,024), and the same tests took 510-523 s
+# against 585-598 s in four, the CPU the same (980-1,000 CPU-s). docs/contributing.md says where it
+# goes. Each run recorded once per session stays in one lane (its xdist group); LANES=0: no lanes, one
+# process.
+LANES ?= 6
 test: lint tests-compiled
 	$(BIN)/python -m tests.ci -q -rs -n $(LANES) --dist loadgroup
 

@@ -1,7 +1,7 @@
 """The harness every test gets for free:
 
-- Its own runtime directory (XDG_RUNTIME_DIR) per pytest process: `make test` runs four lanes
-  (pytest-xdist, `-n 4 --dist loadgroup`), and a lane never sees the other's runs in
+- Its own runtime directory (XDG_RUNTIME_DIR) per pytest process: `make test` runs six lanes
+  (pytest-xdist, `-n 6 --dist loadgroup`), and a lane never sees the other's runs in
   `mpwatch ls`, nor the user's own. Ports come from the OS, tmux sockets and sshd folders are
   made unique by the tests themselves.
 - The supervisors it starts are strict (MPWATCH_STRICT_STATES=1), and it fails when a run under

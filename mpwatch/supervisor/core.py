@@ -103,6 +103,7 @@ class Run:
         self.lock = threading.RLock()
         self.workers: dict[int, Worker] = {}
         self.world = opts.nprocs
+        self.env_added, self.env_note = spawn.openmp(os.environ, opts.nprocs)  # in each worker's environment
         self.master_port = opts.master_port or spawn.free_port()
         self.authkey = os.urandom(32)
         self.state = RunState.RUNNING
@@ -191,8 +192,12 @@ class Run:
         # the time setup took, 0.1 s under load)
         self.log.event(Event.RUN_STARTED, ts=self.started_wall, script=o.script, args=o.args,
                        nprocs=o.nprocs, run_dir=str(run_dir), pid=os.getpid())
+        if self.env_note is not None:
+            errors.LOG.info("%s", self.env_note)
+            if self.status_out is not None:
+                self.status_out.note(self.env_note)
         self.sampler.start()
-        self.launcher.open(spawn.forkserver_env(os.environ, self.run_id, self.settings.nccl_flight))
+        self.launcher.open(spawn.forkserver_env(self.base_env(), self.run_id, self.settings.nccl_flight))
         self.marks.helper = self.launcher.pid  # the forkserver carries the run's marks: never a leftover
         if self.nodes is not None:
             self.nodes.start()  # the workers start once torch's rendezvous has formed the first round
@@ -200,6 +205,11 @@ class Run:
             self.resizing.launch(o.nprocs)  # a few a tick (supervisor.resize): a stop cancels the rest
 
     # ------------------------------------------------------------- starting ----
+    def base_env(self) -> dict[str, str]:
+        """What a worker's environment (and the forkserver's) is made from: this process's, now
+        (a node's rendezvous sets a variable in it), and what the run adds (spawn.openmp)."""
+        return {**os.environ, **self.env_added}
+
     def start(self, rank: int, reason: str | None = None) -> None:
         """Start rank's process: its first start, or again (`reason`: restarted, resized)."""
         o = self.opts
@@ -208,7 +218,7 @@ class Run:
         paths, w = self.store.rank_paths(rank), self.workers.get(rank)
         place = self.nodes.placement(rank) if self.nodes is not None else spawn.one_node(
             o, rank, self.world, self.master_port, self.run_id, restarts=0 if w is None else w.restarts)
-        env = spawn.worker_env(os.environ, place, channel=self.hub.address, authkey=self.authkey,
+        env = spawn.worker_env(self.base_env(), place, channel=self.hub.address, authkey=self.authkey,
                                run_id=self.run_id, rank_dir=paths.dir, stack_file=paths.stack_file,
                                virtual_local_rank=o.virtual_local_rank, flush_s=self.flush_interval(),
                                nccl_flight=self.settings.nccl_flight, auto=o.auto and self.settings.auto,

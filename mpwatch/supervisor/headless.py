@@ -43,6 +43,10 @@ class Reporter:
         except (OSError, ValueError):
             pass  # a closed terminal must not stop the run
 
+    def note(self, text: str) -> None:
+        """A line of the supervisor's own, not an event's (the workers' OpenMP default)."""
+        self._print(text)
+
     def event(self, rec: dict[str, Any]) -> None:
         line = describe(rec)
         if line:

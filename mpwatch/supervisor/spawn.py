@@ -69,6 +69,22 @@ def one_node(o: Options, rank: int, world: int, master_port: int, run_id: str, r
                      max_restarts=o.max_restarts, role=o.role)
 
 
+OMP_THREADS = "OMP_NUM_THREADS"
+
+
+def openmp(base: Mapping[str, str], nprocs: int) -> tuple[dict[str, str], str | None]:
+    """torchrun's default for OpenMP, added to every worker's environment (and the forkserver's):
+    where more than one worker shares the node and OMP_NUM_THREADS is unset, each worker's is 1, as
+    torchrun sets it. Each would otherwise start a thread per core (N workers, N threads a core)
+    that spin between parallel regions (a 3-rank gloo run of demo/hang.py here: twice the CPU, and
+    slower). Decided at the start, by -n (a resize keeps it). Returns what to add and the line that
+    says so (nothing, None: the user's own value, or one worker)."""
+    if nprocs <= 1 or OMP_THREADS in base:
+        return {}, None
+    return {OMP_THREADS: "1"}, (f"{OMP_THREADS}=1 for each worker, as torchrun sets it where several "
+                                f"share a node (set {OMP_THREADS} to choose)")
+
+
 def visible_device(base: Mapping[str, str], local_rank: int) -> str:
     """torchrun's --virtual-local-rank: the one GPU a worker sees, through the parent's
     CUDA_VISIBLE_DEVICES when it has one."""

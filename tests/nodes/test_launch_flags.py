@@ -124,6 +124,23 @@ def test_a_module_runs_with_m_and_gets_torchruns_environment(headless, tmp_path)
     assert [w["global_rank"] for w in st["workers"]] == [0, 1] and st["run"]["node"] is None
 
 
+@pytest.mark.parametrize("n,given,told", [(2, None, "1"), (2, "3", "3"), (1, None, None)],
+                         ids=["several-unset", "several-set", "one-unset"])
+def test_openmps_threads_are_torchruns_default(headless, n, given, told):
+    """As torchrun: with more than one worker on the node and OMP_NUM_THREADS unset, each worker's is
+    1 (each would start a thread per core), and the supervisor says so; the user's own value stands,
+    and one worker is left alone."""
+    env = {k: v for k, v in os.environ.items() if k != "OMP_NUM_THREADS"}
+    if given is not None:
+        env["OMP_NUM_THREADS"] = given
+    run = headless(SCRIPT, "0", n=n, env=env)
+    assert run.wait_exit(60) == 0, run.stderr_text
+    assert [env_lines(run, rank)[0]["OMP_NUM_THREADS"] for rank in range(n)] == [told] * n
+    said = "OMP_NUM_THREADS=1 for each worker, as torchrun sets it where several share a node"
+    assert (said in run.stderr_text) == (given is None and n > 1), run.stderr_text
+    assert (said in (run.run_dir / "supervisor.log").read_text()) == (given is None and n > 1)
+
+
 def test_a_restarted_worker_is_told_its_restart_count(headless, tmp_path):
     run = headless(SCRIPT, "0", tmp_path, n=1, opts=["--max-restarts", "1"])  # fails once (a marker in tmp_path)
     assert run.wait_exit(60) == 0, run.stderr_text
