@@ -32,7 +32,7 @@ from tests.helpers import ROOT, HeadlessRun, WaitTimeout, internal_errors, need,
 from tests.recorded_runs import finding_in_status
 from tests.supervisor import test_metrics as metrics
 
-AFTER_RESUME = 100  # steps each rank makes after `ctl resume 1` before its rate is read
+AFTER_RESUME = 200  # steps each rank makes after `ctl resume 1` before its rate is read
 
 
 @functools.cache
@@ -92,10 +92,11 @@ class PausedAct:
         self.step_at_resume = step = max(w["step"] for w in run.status()["workers"])
 
         def stepped() -> list[dict] | None:
-            # each rank 100 steps on (two seconds at 0.02 s a step: eight of its report batches, so that
-            # its rate is read over several and one batch late by a flush moves it little; over four a
-            # late one read 9.3 beside 21.8 under a loaded suite), well within a window (32 batches, 8 s)
-            # that would still span the pause
+            # each rank 200 steps on (4 to 6 s at 0.02 s a step: 16 or more of its report batches, so
+            # that its rate is read over several and one batch late by a flush moves it little; over four
+            # a late one read 9.3 beside 21.8 under a loaded suite, and 100 steps, once the ranks ran
+            # one OpenMP thread each and stepped 36/s, not 10, read 21 beside 36), well within a window
+            # (32 batches, 8 s) that would still span the pause
             ws = run.status()["workers"]
             return ws if all((w["step"] or 0) >= step + AFTER_RESUME and w["steps_per_s"] for w in ws) else None
         try:
