@@ -401,8 +401,8 @@ BUSY_NICE = -15
 class TakenMachine:
     """A run's ranks on the last CPU above every other job of this machine (nice -5: the noise of the
     tests beside it leaves their pace alone), then busy processes (`while True: pass`, sessions of
-    their own) on the same CPU above them (BUSY_NICE) while `taking()` lasts: another job taking the
-    machine from the run, and only from it. Where priorities cannot be raised: everything at nice 0,
+    their own) on the same CPU above them (BUSY_NICE) until `stop`: another job taking the machine
+    from the run, and only from it. Where priorities cannot be raised: everything at nice 0,
     three busy processes instead of two."""
 
     def __init__(self) -> None:

@@ -76,9 +76,10 @@ def openmp(base: Mapping[str, str], nprocs: int) -> tuple[dict[str, str], str | 
     """torchrun's default for OpenMP, added to every worker's environment (and the forkserver's):
     where more than one worker shares the node and OMP_NUM_THREADS is unset, each worker's is 1, as
     torchrun sets it. Each would otherwise start a thread per core (N workers, N threads a core)
-    that spin between parallel regions (a 3-rank gloo run of demo/hang.py here: twice the CPU, and
-    slower). Decided at the start, by -n (a resize keeps it). Returns what to add and the line that
-    says so (nothing, None: the user's own value, or one worker)."""
+    that spin between parallel regions (3 ranks of demo/hang.py on 2 cores took 2.8x the CPU and
+    1.7x the time: bench/bench_openmp.py). Decided at the start, by -n (a resize keeps it).
+    Returns what to add and the line that says so (nothing, None: the user's own value, or one
+    worker)."""
     if nprocs <= 1 or OMP_THREADS in base:
         return {}, None
     return {OMP_THREADS: "1"}, (f"{OMP_THREADS}=1 for each worker, as torchrun sets it where several "
