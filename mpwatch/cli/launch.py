@@ -31,6 +31,10 @@ def visible_gpu_count() -> int:
     vis = os.environ.get("CUDA_VISIBLE_DEVICES")
     if vis is not None:
         return len([x for x in vis.split(",") if x.strip() and x.strip() != "-1"])
+    from mpwatch.probes.nvml import library_loads
+
+    if not library_loads():
+        return 0
     try:
         import pynvml
 

@@ -47,8 +47,10 @@ def reason_for(exc: BaseException) -> str:
     if isinstance(exc, pynvml.NVMLError):
         code = getattr(exc, "value", None)
         if code == pynvml.NVML_ERROR_LIBRARY_NOT_FOUND:
+            from mpwatch.probes.nvml import no_library
+
             # the host named: the line is read elsewhere too (attach over ssh, a replay of its files)
-            return f"NVML library not found (libnvidia-ml.so.1): no NVIDIA driver on {socket.gethostname()}"
+            return no_library(socket.gethostname())
         if code == pynvml.NVML_ERROR_DRIVER_NOT_LOADED:
             return "no NVIDIA GPU found: the NVIDIA driver is not loaded"
         if code == pynvml.NVML_ERROR_LIB_RM_VERSION_MISMATCH:
@@ -77,8 +79,10 @@ def open_backend(scenario: str | None = None) -> tuple[Backend | None, str | Non
         if scenario:
             backend = seam.backend(scenario)
         else:
-            from mpwatch.probes.nvml import NvmlBackend
+            from mpwatch.probes.nvml import NvmlBackend, library_loads, no_library
 
+            if not library_loads():
+                return None, no_library(socket.gethostname())
             try:
                 backend = NvmlBackend()
             except ImportError:

@@ -14,6 +14,31 @@ from mpwatch.contract import GpuCounter
 from mpwatch.probes.gpu_backend import NotSupported, ProcList
 from mpwatch.probes.nvml_calls import NvmlCalls, as_text, maybe_text
 
+LIBRARY = "libnvidia-ml.so.1"  # what pynvml loads on Linux, by this name, at nvmlInit
+
+
+def library_loads() -> bool:
+    """The NVML library loads, as pynvml would load it. Asked before pynvml is imported: on a
+    machine without the driver (every CPU-only node, CI) the bindings are never imported, 25 ms
+    of CPU at each supervisor's start that end in "library not found" anyway."""
+    import ctypes
+    import sys
+
+    if not sys.platform.startswith("linux"):  # pynvml looks elsewhere there: let it say
+        return True
+    if getattr(sys.modules.get("pynvml"), "nvmlLib", None) is not None:  # loaded already: pynvml keeps it
+        return True
+    try:
+        ctypes.CDLL(LIBRARY)
+    except OSError:
+        return False
+    return True
+
+
+def no_library(host: str) -> str:
+    """The one line for a machine where the library does not load."""
+    return f"NVML library not found ({LIBRARY}): no NVIDIA driver on {host}"
+
 
 class NvmlBackend(NvmlCalls):
     """The real thing, over nvidia-ml-py. `nv` is the pynvml module."""

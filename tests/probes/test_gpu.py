@@ -5,6 +5,8 @@ import contextlib
 import ctypes
 import json
 import os
+import subprocess
+import sys
 import types
 
 import psutil
@@ -68,6 +70,21 @@ def test_real_backend_without_a_driver_gives_the_clear_line():
     backend, why = gpu.open_backend(None)
     assert backend is None
     assert why.startswith("NVML library not found") and "\n" not in why
+
+
+def test_without_the_library_the_bindings_are_never_imported():
+    """A supervisor on a machine without the driver says so without importing pynvml (25 ms of
+    its start), and so does the -n default, which counts the GPUs: the same line as pynvml's."""
+    if nvml_present():
+        pytest.skip("this machine has an NVIDIA driver")
+    code = ("import json, sys\nfrom mpwatch.probes import gpu\nfrom mpwatch.cli import launch\n"
+            "backend, why = gpu.open_backend(None)\n"
+            "print(json.dumps([backend is None, why, launch.default_nprocs(), 'pynvml' in sys.modules]))")
+    env = {k: v for k, v in os.environ.items() if k != "CUDA_VISIBLE_DEVICES"}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=60)
+    none, why, nprocs, imported = json.loads(out.stdout)
+    assert none and why == gpu.reason_for(pynvml.NVMLError(pynvml.NVML_ERROR_LIBRARY_NOT_FOUND))
+    assert nprocs == 2 and not imported
 
 
 # ------------------------------------------------- both stand-ins, one scenario ----
