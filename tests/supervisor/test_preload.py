@@ -122,13 +122,15 @@ def test_torch_is_imported_once_and_the_hooks_are_in(headless, tmp_path):
                                                '\nimport torch  # noqa: E402, F401\nimport mpwatch  # noqa: E402\n'))
     forked, execd = two_ways(headless, probe, env=dict(os.environ, TORCH="1"))
     pre = forked.wait_event("preloaded")[0]
-    assert pre["modules"] == ["torch"]
+    assert pre["modules"] == ["torch", "torch._dynamo"]  # what torch imports at a worker's first optimizer, too
     for rank in range(2):
         f, e = seen(forked, rank), seen(execd, rank)
-        assert f["torch_loaded"] and not e["torch_loaded"]  # imported before its first line: the forkserver's
+        # imported before its first line: the forkserver's
+        assert f["torch_loaded"] and f["dynamo_loaded"] and not e["torch_loaded"] and not e["dynamo_loaded"]
         assert f["auto_hooked"] and e["auto_hooked"] and not f["cuda_initialised"]
         assert f["ppid"] == pre["pid"]
-        f.pop("torch_loaded"), e.pop("torch_loaded")
+        for key in ("torch_loaded", "dynamo_loaded"):
+            f.pop(key), e.pop(key)
         assert comparable(f, forked) == comparable(e, execd)
     assert forked.wait_exit() == execd.wait_exit() == 0
 
@@ -278,3 +280,23 @@ def test_a_fork_that_speaks_at_once_is_its_ranks_own(headless, tmp_path):
     run.ctl("stop")
     run.wait_exit()
     run.assert_gone(pid)
+
+
+def test_what_follows_a_preload_is_imported_softly(monkeypatch):
+    """worker.boot.forkserver: a module that follows a preload (torch._dynamo after torch) is imported
+    with it where it can be, and listed; one that fails to import is left to the workers, and the
+    preload stands (torch's case runs above: the forked ranks have torch._dynamo at their first line)."""
+    import importlib.util
+    from pathlib import Path
+
+    from mpwatch.supervisor import spawn
+
+    spec = importlib.util.spec_from_file_location("_forkserver_under_test", Path(spawn.INJECT_DIR) / "forkserver.py")
+    server = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(server)
+    assert server.FOLLOWERS == {"torch": ("torch._dynamo",)}
+    monkeypatch.setattr(server, "FOLLOWERS", {"json": ("mpwatch_no_such_module", "json.tool")})
+    loaded: list[str] = []
+    why = server._preload(["json"], loaded)
+    assert loaded == ["json", "json.tool"]
+    assert why is None or not why.startswith("--preload")  # (this pytest's threads may be named: not the preload)

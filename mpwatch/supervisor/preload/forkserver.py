@@ -38,6 +38,8 @@ SPAWN_S = 30.0  # a fork answered in this long, or the forkserver is given up on
 CLOSE_S = 5.0
 ENDED = "the forkserver ended"
 PUMPED_S = 0.05  # a ForkedProc's poll reads the socket itself when nobody has for this long
+LOADED_EXTRA = 4  # the ready message's modules: those asked and at most this many that followed them
+NAME_MAX = 200  # characters of a module's name there
 LOAD_S = 600.0  # a forkserver not ready after this long is given up on: the workers start by exec
 
 State = Literal["loading", "ready", "failed"]
@@ -118,6 +120,16 @@ class Forkserver:
     @property
     def pid(self) -> int | None:
         return None if self.proc is None else self.proc.pid
+
+    @property
+    def loaded(self) -> list[str]:
+        """What it imported, as its ready message lists it (what was asked, and what follows
+        torch: worker.boot.forkserver's FOLLOWERS), bounded; else what it was asked."""
+        got = self.info.get("modules")
+        if (isinstance(got, list) and len(got) <= len(self.modules) + LOADED_EXTRA
+                and all(isinstance(m, str) and 0 < len(m) <= NAME_MAX for m in got)):
+            return got
+        return self.modules
 
     def pump(self) -> None:
         """Read what the forkserver said, without waiting: ready, failed, children's exits."""

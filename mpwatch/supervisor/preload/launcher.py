@@ -77,7 +77,7 @@ class Launcher:
         s.pump()
         if s.state == "ready" and not self.announced:
             self.announced = True
-            self.log.event(Event.PRELOADED, pid=s.pid, modules=s.modules,
+            self.log.event(Event.PRELOADED, pid=s.pid, modules=s.loaded,
                            seconds=round(s.info.get("seconds", 0), 2), tasks=s.info.get("tasks"))
         elif s.state == "failed":
             self._fallback(s.why or "the forkserver ended")

@@ -1,8 +1,8 @@
-"""The run's start-up process (one per node): it imports once what every worker imports (torch,
-and what `--preload MODULE` names), then forks each worker the supervisor asks for, as
-multiprocessing's forkserver does with its preload list. A worker forked here is what
-`python SCRIPT` (or `python -m MODULE`) would have been: see `_become` for each thing a child
-puts right before the script's first line runs.
+"""The run's start-up process (one per node): it imports once what every worker imports (torch
+and what torch imports at a worker's first optimizer, and what `--preload MODULE` names), then
+forks each worker the supervisor asks for, as multiprocessing's forkserver does with its preload
+list. A worker forked here is what `python SCRIPT` (or `python -m MODULE`) would have been: see
+`_become` for each thing a child puts right before the script's first line runs.
 
 Started by the supervisor (supervisor.preload.forkserver) as `python -c 'exec(input())' [PAD]`,
 the line on its stdin loading this file and calling `main(FD, SUPERVISOR_PID, MODULES)`: FD is one
@@ -36,6 +36,11 @@ MAX_MSG = 1 << 20  # the largest request (a worker's environment rides in it)
 OUT_MAX = 1 << 16  # start-up output replayed into each worker (what its own start would have printed)
 PAD_VAR = "MPWATCH_FORKSERVER_PAD"  # the last of its environment: room for each child's own
 PR_SET_PDEATHSIG = 1
+# What a preloaded module's own code imports at once in nearly every worker: torch imports its
+# compiler's front end at the first optimizer, DDP model or torch.compile a worker builds (the first
+# call of a function under torch._disable_dynamo), 1 CPU-s a worker (2-3 on a busy machine), paid
+# again by each restart. Imported after it, softly: where it fails, the workers import it themselves.
+FOLLOWERS = {"torch": ("torch._dynamo",)}
 # Signals whose disposition a child restores to what this interpreter had at its start.
 SIGNALS = [s for s in signal.valid_signals() if s not in (signal.SIGKILL, signal.SIGSTOP)]
 
@@ -73,8 +78,9 @@ def _startup_output() -> "tuple[bytes, bytes]":
     return out[0], out[1]
 
 
-def _preload(modules: "list[str]") -> "str | None":
-    """Import each module; why the forkserver cannot serve, or None."""
+def _preload(modules: "list[str]", loaded: "list[str]") -> "str | None":
+    """Import each module, then softly what follows it (FOLLOWERS), adding each imported to
+    `loaded`; why the forkserver cannot serve, or None."""
     import importlib
 
     for name in modules:
@@ -82,6 +88,16 @@ def _preload(modules: "list[str]") -> "str | None":
             importlib.import_module(name)
         except BaseException as exc:  # noqa: BLE001 - a failed preload is said, never raised
             return f"--preload {name}: {type(exc).__name__}: {exc}"[:500]
+        loaded.append(name)
+    for name in modules:
+        for extra in FOLLOWERS.get(name, ()):
+            if extra in loaded:
+                continue
+            try:
+                importlib.import_module(extra)
+            except BaseException:  # noqa: BLE001 - each worker imports it (or fails to) for itself
+                continue
+            loaded.append(extra)
     if "mpwatch" in sys.modules:
         return "a preload imported mpwatch (each worker must set up its own channel)"
     import threading
@@ -113,7 +129,8 @@ def main(fd: int, supervisor: int, modules: "list[str]") -> None:
         os._exit(1)
     _parent_death()
     t0 = time.monotonic()
-    why = _preload(modules)
+    loaded: list[str] = []
+    why = _preload(modules, loaded)
     if why is not None:
         _send(sock, {"t": "failed", "why": why})
         os._exit(0)
@@ -121,7 +138,7 @@ def main(fd: int, supervisor: int, modules: "list[str]") -> None:
     gc.freeze()  # the preloaded objects stay out of every child's collections: their pages stay shared
     sys.stdout.flush()
     sys.stderr.flush()
-    _send(sock, {"t": "ready", "pid": os.getpid(), "modules": modules, "seconds": time.monotonic() - t0,
+    _send(sock, {"t": "ready", "pid": os.getpid(), "modules": loaded, "seconds": time.monotonic() - t0,
                  "tasks": len(os.listdir("/proc/self/task"))})
     job = Server(sock, start, _startup_output()).serve()
     _become(job)  # returns only in a forked child: the worker it is to be
