@@ -6,11 +6,13 @@ machine's busy and idle time from /proc/stat), then prints the machine's busy an
 command and the CPU of the processes it saw, summed by kind (pytest lanes, supervisors, forkservers,
 workers by script, tmux, ...). A process that lived under 0.2 s may be missed, and what a process
 spent after its last reading is lost: the sums are a floor. Processes that were already running
-count only what they spent after the first reading. Linux only; standard library only.
+count only what they spent after the first reading. SUITE_CPU_DUMP=FILE: each process
+as a JSON line (kind, CPU-s, start tick, pid, command). Linux only; standard library only.
 """
 from __future__ import annotations
 
 import collections
+import json
 import os
 import re
 import subprocess
@@ -112,6 +114,10 @@ def main(argv: list[str]) -> int:
         k = kind(cmd)
         by[k] += last - first
         count[k] += 1
+    if os.environ.get("SUITE_CPU_DUMP"):  # each process as a JSON line: [kind, CPU-s, start tick, command]
+        with open(os.environ["SUITE_CPU_DUMP"], "w") as out:
+            for (pid, start), (cmd, first, last, _) in seen.items():
+                out.write(json.dumps([kind(cmd), round(last - first, 2), int(start), pid, cmd]) + "\n")
     seen_cpu = sum(by.values())
     print(f"\nsuite_cpu: {time.monotonic() - t0:.1f} s; the machine busy {busy1 - busy0:.1f} CPU-s, "
           f"idle {idle1 - idle0:.1f} CPU-s; the processes seen {seen_cpu:.1f} CPU-s:", file=sys.stderr)

@@ -23,6 +23,7 @@
 from __future__ import annotations
 
 import collections
+import gc
 import json
 import os
 import resource
@@ -234,6 +235,13 @@ def _say_times(tr, config) -> None:
 
 
 def pytest_sessionfinish(session, exitstatus):
+    # pytest's last look for exceptions raised in finalizers (its unraisableexception cleanup, at
+    # exit) collects the whole heap five times: 2.4-6.2 CPU-s a lane at the suite's very end, where
+    # the lanes all end together (py-spy over a six-lane suite, 2026-12-06). One collection here runs
+    # every finalizer due, whose exceptions that cleanup still reports; the survivors are then frozen
+    # out of its five.
+    gc.collect()
+    gc.freeze()
     out = os.environ.get(privilege.OUTCOMES_ENV)
     if out and not hasattr(session.config, "workerinput"):  # the controller has every lane's reports
         with open(out, "w") as f:

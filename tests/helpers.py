@@ -34,16 +34,25 @@ class WaitTimeout(AssertionError, TimeoutError):
     """A condition that never came: a test failure to pytest, a TimeoutError to a bench."""
 
 
+FAST_S = 5.0  # a condition not met this far into a wait waits on a run's clock (a timeout, a finding's hold):
+SLOW_INTERVAL_S = 0.2  # from then on it is polled this often at most: a poll of a status costs the run's
+# supervisor and this lane a millisecond each, and six lanes polling 20 times a second through such waits
+# spent 28 CPU-s of a suite more (the lanes 177 CPU-s, 149 since; scripts/suite_cpu.py, 2026-12-06)
+
+
 def wait_for(pred, timeout: float = 30.0, interval: float = 0.05, what: str = "condition"):
-    """Poll pred() until it returns a truthy value; return it, or fail after timeout."""
-    deadline = time.monotonic() + timeout
+    """Poll pred() until it returns a truthy value; return it, or fail after timeout. Every
+    `interval` for the first FAST_S seconds, then every SLOW_INTERVAL_S (a longer interval stands)."""
+    start = time.monotonic()
+    deadline = start + timeout
     while True:
         value = pred()
         if value:
             return value
-        if time.monotonic() > deadline:
+        now = time.monotonic()
+        if now > deadline:
             raise WaitTimeout(f"timed out after {timeout:g}s waiting for {what}")
-        time.sleep(interval)
+        time.sleep(interval if now - start < FAST_S else max(interval, SLOW_INTERVAL_S))
 
 
 def alive(pid: int) -> bool:
@@ -54,11 +63,21 @@ def alive(pid: int) -> bool:
         return False
 
 
-def descendants(pid: int) -> list[int]:
-    try:
-        return [c.pid for c in psutil.Process(pid).children(recursive=True)]
-    except psutil.Error:
-        return []
+def descendants(*pids: int) -> list[int]:
+    """The live descendants of the pids, from one read of the process table however many pids
+    there are (psutil's children(recursive=True) reads all of /proc for each: a cleanup of 256
+    ranks read it 256 times)."""
+    kids: dict[int, list[int]] = {}
+    for p in psutil.process_iter(["ppid"]):
+        kids.setdefault(p.info["ppid"], []).append(p.pid)
+    out, todo, seen = [], list(pids), set(pids)
+    while todo:
+        for child in kids.get(todo.pop(), ()):
+            if child not in seen:
+                seen.add(child)
+                out.append(child)
+                todo.append(child)
+    return out
 
 
 def of_run(run_id: str) -> set[int]:
@@ -267,8 +286,7 @@ class HeadlessRun:
         """Every worker pid this run started, plus their live descendants now."""
         self.events()
         pids = set(self.seen_pids)
-        for pid in list(pids):
-            pids.update(descendants(pid))
+        pids.update(descendants(*pids))
         if self.proc is not None and self.proc.poll() is None:
             self.helpers.update(helpers_of(self.proc.pid))
         return pids

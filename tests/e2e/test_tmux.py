@@ -15,11 +15,10 @@ import time
 import uuid
 from pathlib import Path
 
-import psutil
 import pytest
 
 from mpwatch.rundir.textfiles import read_jsonl
-from tests.helpers import FIXTURES, alive, assert_gone, wait_for
+from tests.helpers import FIXTURES, alive, assert_gone, descendants, wait_for
 
 pytestmark = [pytest.mark.e2e,
               pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed")]
@@ -94,11 +93,7 @@ def run_pids(run_dir: Path) -> set[int]:
         pids.update(rec["pid"] for rec in read_jsonl(run_dir / "events.jsonl", ["worker_started"]))
     except OSError:
         pass
-    for pid in list(pids):
-        try:
-            pids.update(c.pid for c in psutil.Process(pid).children(recursive=True))
-        except psutil.Error:
-            pass
+    pids.update(descendants(*pids))
     return pids
 
 
