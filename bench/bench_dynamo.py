@@ -7,10 +7,7 @@ with the code before (torch alone preloaded) and without the forkserver (--no-pr
 """
 from __future__ import annotations
 
-import resource
-import subprocess
 import sys
-import time
 from pathlib import Path
 
 from bench import measure
@@ -28,14 +25,7 @@ def _once(run_dir: Path, tree: Path | None, opts: list[str]) -> tuple[float, flo
     env = measure.clean_env(PYTHONPATH=str(tree)) if tree is not None else measure.clean_env()
     cmd = [*measure.mpwatch_cmd(), "--headless", "-n", str(RANKS), "--run-dir", str(run_dir), *opts,
            str(measure.ROOT / "demo" / "hang.py"), "--steps", str(STEPS), "--step-time", str(STEP_S)]
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    t0 = time.monotonic()
-    res = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env, timeout=600)
-    wall = time.monotonic() - t0
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    if res.returncode != 0:
-        raise RuntimeError(f"{measure.shown(cmd)} exited {res.returncode}: {res.stderr.strip()[-300:]}")
-    return after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime, wall
+    return measure.whole_run(cmd, env)
 
 
 def run(quick: bool = False) -> list[dict]:
@@ -57,8 +47,9 @@ def run(quick: bool = False) -> list[dict]:
     return [
         row("torch._dynamo preloaded after torch: CPU of a short 3-rank gloo run (each rank builds an SGD)",
             cmd, cpu["now"], cpu["before"], alt_name=alt, unit="CPU-s", note=note),
-        row("torch._dynamo preloaded after torch: wall time of the same run", cmd, wall["now"], wall["before"],
-            alt_name=alt, unit="s", note=f"median of {reps} alternated runs each; --no-preload: {wall['exec']:.1f} s"),
+        row("torch._dynamo preloaded after torch: wall time of the same run", cmd, wall["now"],
+            wall["before"], alt_name=alt, unit="s",
+            note=f"median of {reps} alternated runs each; --no-preload: {wall['exec']:.1f} s"),
     ]
 
 

@@ -7,10 +7,7 @@ forkserver, workers: every process is reaped up the tree) and its wall time, for
 from __future__ import annotations
 
 import os
-import resource
-import subprocess
 import sys
-import time
 
 from bench import measure
 from bench.harness import row
@@ -27,14 +24,7 @@ def _once(run_dir, threads: str | None) -> tuple[float, float]:
         env["OMP_NUM_THREADS"] = threads
     cmd = [*measure.mpwatch_cmd(), "--headless", "-n", str(RANKS), "--run-dir", str(run_dir),
            str(measure.ROOT / "demo" / "hang.py"), "--steps", str(STEPS), "--step-time", str(STEP_S)]
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    t0 = time.monotonic()
-    res = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env, timeout=600)
-    wall = time.monotonic() - t0
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    if res.returncode != 0:
-        raise RuntimeError(f"{measure.shown(cmd)} exited {res.returncode}: {res.stderr.strip()[-300:]}")
-    return after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime, wall
+    return measure.whole_run(cmd, env)
 
 
 def run(quick: bool = False) -> list[dict]:

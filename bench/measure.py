@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import resource
 import shlex
 import signal
 import statistics
@@ -86,6 +87,20 @@ def shown(cmd: list[str]) -> str:
             p = os.path.basename(p)
         out.append(p)
     return shlex.join(out)
+
+
+def whole_run(cmd: list[str], env: dict, timeout: float = 600) -> tuple[float, float]:
+    """(CPU-s, wall s) of a command run to its end: its CPU is every process reaped up its tree
+    (a supervisor reaps its forkserver, which reaped the workers). Raises where it fails."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    t0 = time.monotonic()
+    res = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env,
+                         timeout=timeout)
+    wall = time.monotonic() - t0
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    if res.returncode != 0:
+        raise RuntimeError(f"{shown(cmd)} exited {res.returncode}: {res.stderr.strip()[-300:]}")
+    return after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime, wall
 
 
 @contextlib.contextmanager
