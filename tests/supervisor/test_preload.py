@@ -118,8 +118,9 @@ def test_a_forked_worker_sees_what_an_execd_one_sees(headless, tmp_path, launch)
 def test_torch_is_imported_once_and_the_hooks_are_in(headless, tmp_path):
     need("torch")
     probe = tmp_path / "probe_torch.py"  # imports torch at its top: the forkserver preloads it by itself
-    probe.write_text(PROBE.read_text().replace('\nimport mpwatch  # noqa: E402\n',
-                                               '\nimport torch  # noqa: E402, F401\nimport mpwatch  # noqa: E402\n'))
+    probe.write_text(PROBE.read_text().replace(  # an optimizer named: torch._dynamo follows torch (preload.detect)
+        '\nimport mpwatch  # noqa: E402\n',
+        '\nimport torch  # noqa: E402, F401\nOPTIMIZERS = torch.optim\nimport mpwatch  # noqa: E402\n'))
     forked, execd = two_ways(headless, probe, env=dict(os.environ, TORCH="1"))
     pre = forked.wait_event("preloaded")[0]
     assert pre["modules"] == ["torch", "torch._dynamo"]  # what torch imports at a worker's first optimizer, too
@@ -297,6 +298,9 @@ def test_what_follows_a_preload_is_imported_softly(monkeypatch):
     assert server.FOLLOWERS == {"torch": ("torch._dynamo",)}
     monkeypatch.setattr(server, "FOLLOWERS", {"json": ("mpwatch_no_such_module", "json.tool")})
     loaded: list[str] = []
-    why = server._preload(["json"], loaded)
+    server._preload(["json"], loaded, False)  # the workers build nothing that imports it: not followed
+    assert loaded == ["json"]
+    loaded.clear()
+    why = server._preload(["json"], loaded, True)
     assert loaded == ["json", "json.tool"]
     assert why is None or not why.startswith("--preload")  # (this pytest's threads may be named: not the preload)

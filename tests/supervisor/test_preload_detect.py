@@ -34,6 +34,26 @@ def test_torch_is_preloaded_where_every_run_imports_it(tmp_path, source, preload
     assert detect.imports_torch(opts(tmp_path, "train.py")) is preloaded
 
 
+@pytest.mark.parametrize("source, follows", [
+    ("import torch\ndef main():\n    opt = torch.optim.SGD(net.parameters(), lr=0.1)\n", True),
+    ("from torch.optim import AdamW\n", True),
+    ("from torch import optim\n", True),
+    ("import torch\nfrom torch.nn.parallel import DistributedDataParallel as DDP\n", True),
+    ("import torch\nmodel = torch.compile(model)\n", True),
+    ("import lightning as L\n", True),
+    ("from transformers import Trainer\n", True),
+    ("import torch\nprint(torch.ones(2).sum())\n", False),  # no optimizer, no DDP: nothing imports it
+    ("import torch, torchvision\nmodel = torchvision.models.resnet18().eval()\n", False),
+])
+def test_torchs_compiler_front_end_follows_where_the_sources_build_what_imports_it(tmp_path, source, follows):
+    """torch._dynamo, which torch imports at a worker's first optimizer, DDP model or torch.compile,
+    is preloaded after torch where the script (or a module of its own) names one, or imports a
+    framework that trains; an inference script's forkserver does not pay for it."""
+    (tmp_path / "model.py").write_text(source)
+    (tmp_path / "train.py").write_text("import model\n")
+    assert detect.builds_models(opts(tmp_path, "train.py")) is follows
+
+
 def test_the_scripts_own_modules_are_read_too(tmp_path):
     (tmp_path / "model.py").write_text("import torch.nn as nn\n")
     (tmp_path / "train.py").write_text("from model import Net\n")

@@ -9,6 +9,7 @@ import ast
 import os
 import stat
 import sys
+from collections.abc import Iterator
 from importlib.machinery import PathFinder
 from pathlib import Path
 
@@ -19,6 +20,14 @@ TORCH_USERS = frozenset({
     "torch", "torchvision", "torchaudio", "torchtext", "lightning", "pytorch_lightning", "transformers",
     "accelerate", "deepspeed", "timm", "torchmetrics", "diffusers", "peft", "trl", "fairseq", "mmengine",
 })
+# Where workers build what makes torch import its compiler's front end, torch._dynamo (the first
+# call of a function under torch._disable_dynamo: 1 CPU-s a worker): an optimizer, a DDP or FSDP
+# model, torch.compile, named in the sources; or a framework that trains (Lightning, transformers'
+# Trainer, ...). The forkserver then imports it once (worker.boot.forkserver's FOLLOWERS).
+BUILDERS = frozenset({"optim", "DistributedDataParallel", "DDP", "FullyShardedDataParallel", "FSDP",
+                      "fully_shard", "compile"})
+BUILDER_MODULES = ("torch.optim", "torch.nn.parallel", "torch.distributed.fsdp")
+TRAINERS = TORCH_USERS - {"torch", "torchvision", "torchaudio", "torchtext", "torchmetrics"}
 MAX_FILES = 32
 MAX_BYTES = 1 << 20
 
@@ -45,6 +54,35 @@ def _torch_installed() -> bool:
 
 def imports_torch(opts: Options) -> bool:
     """The script (or the module of -m), or one of its own modules, imports torch or a package built on it."""
+    return any(level == 0 and name.split(".")[0] in TORCH_USERS
+               for tree in _trees(opts) for name, level in _imports(tree))
+
+
+def builds_models(opts: Options) -> bool:
+    """The script or one of its own modules names an optimizer, a DDP or FSDP model or torch.compile
+    (anywhere: a function may build it), or imports a framework that trains: its workers will import
+    torch's compiler front end, which the forkserver then imports once for them (FOLLOWERS)."""
+    for tree in _trees(opts):
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Attribute) and node.attr in BUILDERS:
+                return True
+            if isinstance(node, ast.Name) and node.id in BUILDERS:
+                return True
+            if isinstance(node, ast.Import):
+                named = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                named = [node.module or "", *(a.name for a in node.names)]
+            else:
+                continue
+            if any(n.split(".")[0] in TRAINERS or n in BUILDERS or n.startswith(BUILDER_MODULES)
+                   for n in named):
+                return True
+    return False
+
+
+def _trees(opts: Options) -> Iterator[ast.Module]:
+    """The syntax trees of the script (or the module of -m) and of its own modules it imports,
+    at most MAX_FILES."""
     cwd = Path(opts.cwd)
     if opts.launch == "module":
         first = module_file(opts.script, [str(cwd), *sys.path[1:]])
@@ -62,13 +100,11 @@ def imports_torch(opts: Options) -> bool:
         tree = _parse(path)
         if tree is None:
             continue
+        yield tree
         for name, level in _imports(tree):
-            if level == 0 and name.split(".")[0] in TORCH_USERS:
-                return True
             local = _local(name, level, path.parent if level else base)
             if local is not None:
                 todo.append(local)
-    return False
 
 
 def _parse(path: Path) -> ast.Module | None:

@@ -30,7 +30,7 @@ ARGV = [sys.executable, "-c", "exec(input())"]  # short: a worker's command line
 # whose import would set up a channel), with the cwd ('' of -c) off sys.path.
 BOOT = ("import sys; del sys.path[0]; import importlib.util as u; "
         f"s = u.spec_from_file_location('_mpwatch_forkserver', {SERVER!r}); m = u.module_from_spec(s); "
-        "sys.modules[s.name] = m; s.loader.exec_module(m); m.main({fd}, {pid}, {modules!r})")
+        "sys.modules[s.name] = m; s.loader.exec_module(m); m.main({fd}, {pid}, {modules!r}, {follow!r})")
 PAD_VAR = protocol.ENV_FORKSERVER_PAD  # worker.boot.forkserver's: room for each child's environment
 ENV_ROOM = 1 << 15  # bytes of it: a worker's own variables (and tunables) beyond the forkserver's
 MAX_MSG = 1 << 20  # the forkserver's bound on a request (worker.boot.forkserver.MAX_MSG)
@@ -75,10 +75,13 @@ def _running(pid: int) -> bool:
 
 
 class Forkserver:
-    def __init__(self, modules: list[str], env: dict[str, str], cwd: str, title: list[str]):
+    def __init__(self, modules: list[str], env: dict[str, str], cwd: str, title: list[str],
+                 follow: bool = False):
         """title: the workers' command line (the same for every worker of a run): the forkserver's
-        own is made as long, so that each child shows its own in its place."""
+        own is made as long, so that each child shows its own in its place. follow: import what
+        follows the modules too (preload.detect.builds_models)."""
         self.modules = modules
+        self.follow = follow
         self.title = title
         self.env = env
         self.cwd = cwd
@@ -103,7 +106,7 @@ class Forkserver:
                 pass
         # what it prints as it starts (a user's sitecustomize, a preload's warnings): each worker prints it
         self._logs = [tempfile.TemporaryFile(), tempfile.TemporaryFile()]  # noqa: SIM115 - closed in close()
-        boot = BOOT.format(fd=theirs.fileno(), pid=os.getpid(), modules=self.modules)
+        boot = BOOT.format(fd=theirs.fileno(), pid=os.getpid(), modules=self.modules, follow=self.follow)
         try:
             self.proc = subprocess.Popen(
                 _padded(ARGV, self.title), env={**self.env, PAD_VAR: " " * ENV_ROOM}, cwd=self.cwd,

@@ -46,7 +46,8 @@ class Launcher:
             return
         self.env = env
         o = self.opts
-        server = Forkserver(modules, env, o.cwd, spawn.command(o.launch, o.script, o.args))
+        follow = "torch" in modules and detect.builds_models(o)
+        server = Forkserver(modules, env, o.cwd, spawn.command(o.launch, o.script, o.args), follow=follow)
         try:
             server.start()
         except OSError as exc:

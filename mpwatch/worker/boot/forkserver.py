@@ -5,9 +5,9 @@ list. A worker forked here is what `python SCRIPT` (or `python -m MODULE`) would
 `_become` for each thing a child puts right before the script's first line runs.
 
 Started by the supervisor (supervisor.preload.forkserver) as `python -c 'exec(input())' [PAD]`,
-the line on its stdin loading this file and calling `main(FD, SUPERVISOR_PID, MODULES)`: FD is one
-end of a SOCK_SEQPACKET socket pair, one JSON message a packet, the worker's stdout and stderr
-riding along a spawn request (SCM_RIGHTS). Its command line is as long as the workers' (PAD), and
+the line on its stdin loading this file and calling `main(FD, SUPERVISOR_PID, MODULES, FOLLOW)`: FD
+is one end of a SOCK_SEQPACKET socket pair, one JSON message a packet, the worker's stdout and
+stderr riding along a spawn request (SCM_RIGHTS). Its command line is as long as the workers' (PAD), and
 its environment ends with PAD_VAR: room for a child to show its own in /proc/PID/cmdline and
 /proc/PID/environ (`_proc_view`), where ps, psutil and the run's marks read them.
 
@@ -36,10 +36,11 @@ MAX_MSG = 1 << 20  # the largest request (a worker's environment rides in it)
 OUT_MAX = 1 << 16  # start-up output replayed into each worker (what its own start would have printed)
 PAD_VAR = "MPWATCH_FORKSERVER_PAD"  # the last of its environment: room for each child's own
 PR_SET_PDEATHSIG = 1
-# What a preloaded module's own code imports at once in nearly every worker: torch imports its
-# compiler's front end at the first optimizer, DDP model or torch.compile a worker builds (the first
-# call of a function under torch._disable_dynamo), 1 CPU-s a worker (2-3 on a busy machine), paid
-# again by each restart. Imported after it, softly: where it fails, the workers import it themselves.
+# What a preloaded module's own code imports in its workers: torch imports its compiler's front end
+# at the first optimizer, DDP model or torch.compile a worker builds (the first call of a function
+# under torch._disable_dynamo), 1 CPU-s a worker (2-3 on a busy machine), paid again by each restart.
+# Imported after it where the supervisor says the workers build one (`follow`: its sources name
+# one, supervisor.preload.detect), softly: where it fails, the workers import it themselves.
 FOLLOWERS = {"torch": ("torch._dynamo",)}
 # Signals whose disposition a child restores to what this interpreter had at its start.
 SIGNALS = [s for s in signal.valid_signals() if s not in (signal.SIGKILL, signal.SIGSTOP)]
@@ -78,9 +79,9 @@ def _startup_output() -> "tuple[bytes, bytes]":
     return out[0], out[1]
 
 
-def _preload(modules: "list[str]", loaded: "list[str]") -> "str | None":
-    """Import each module, then softly what follows it (FOLLOWERS), adding each imported to
-    `loaded`; why the forkserver cannot serve, or None."""
+def _preload(modules: "list[str]", loaded: "list[str]", follow: bool) -> "str | None":
+    """Import each module, then (with `follow`) softly what follows it (FOLLOWERS), adding each
+    imported to `loaded`; why the forkserver cannot serve, or None."""
     import importlib
 
     for name in modules:
@@ -89,7 +90,7 @@ def _preload(modules: "list[str]", loaded: "list[str]") -> "str | None":
         except BaseException as exc:  # noqa: BLE001 - a failed preload is said, never raised
             return f"--preload {name}: {type(exc).__name__}: {exc}"[:500]
         loaded.append(name)
-    for name in modules:
+    for name in modules if follow else ():
         for extra in FOLLOWERS.get(name, ()):
             if extra in loaded:
                 continue
@@ -118,7 +119,7 @@ def _hook() -> "Any":
     return sys.modules.get("_mpwatch_sitecustomize") or sys.modules.get("sitecustomize")
 
 
-def main(fd: int, supervisor: int, modules: "list[str]") -> None:
+def main(fd: int, supervisor: int, modules: "list[str]", follow: bool = False) -> None:
     null = os.open(os.devnull, os.O_RDONLY)
     os.dup2(null, 0)  # its boot line came on stdin; a worker's stdin is /dev/null
     os.close(null)
@@ -130,7 +131,7 @@ def main(fd: int, supervisor: int, modules: "list[str]") -> None:
     _parent_death()
     t0 = time.monotonic()
     loaded: list[str] = []
-    why = _preload(modules, loaded)
+    why = _preload(modules, loaded, follow)
     if why is not None:
         _send(sock, {"t": "failed", "why": why})
         os._exit(0)
