@@ -115,8 +115,13 @@ class MpwatchApp(RunActions):
             self.refresh_view()
 
     # -------------------------------------------------------------- snapshots ----
+    def _showing(self) -> bool:
+        """The app has a screen to show a poller's message on: a message posted as the app quits
+        lands after its screens are gone (a RunGone as the source closes under the poller)."""
+        return self.is_running and bool(self.screen_stack)
+
     def on_snapshot_ready(self, msg: SnapshotReady) -> None:
-        if not self.is_running:
+        if not self._showing():
             return
         try:
             first = self.snapshots == 0
@@ -197,6 +202,8 @@ class MpwatchApp(RunActions):
             self.say(f"and {len(notes) - MAX_NOTICES} more events (see the table, or e)", "warning")
 
     def on_poll_failed(self, msg: PollFailed) -> None:
+        if not self._showing():
+            return
         text = f"cannot read the run's status: {msg.why}"
         if not self.messages or self.messages[-1][0] != text:
             self.say(text, "error")
@@ -207,6 +214,8 @@ class MpwatchApp(RunActions):
 
     def on_run_gone(self, msg: RunGone) -> None:
         self.live = False
+        if not self._showing():
+            return
         self.refresh_bindings()
         final, info = msg.final, msg.info or {}
         code = info.get("exit_code") if info.get("finished") else None

@@ -71,3 +71,18 @@ async def test_a_toast_shows_from_the_documented_size(size):
         said = app.messages[-1][0]
     assert said == "rank 3 failed: exit 1"  # the status line says it at every size
     assert ("rank 3 failed: exit 1" in app.toasts) == (size == TOAST_SIZE), (size, app.toasts)
+
+
+async def test_a_pollers_last_message_after_the_app_closed_is_let_go():
+    """A poller's message that lands as the app quits, its screens gone (the run's end, seen as the
+    source closes under it), is let go: it raised ScreenStackError into a fresh-clone suite once."""
+    from mpwatch.tui.poller import PollFailed, RunGone
+
+    app = MpwatchApp(RecordedSource("states"), None, glyphs=glyphs.UNICODE, notices=False)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.pause()
+        assert app.live
+    assert not app.screen_stack
+    app.on_run_gone(RunGone(None, {"finished": True, "exit_code": 0}, "the run ended"))
+    app.on_poll_failed(PollFailed("the socket closed"))
+    assert not app.live
