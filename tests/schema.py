@@ -120,7 +120,27 @@ def shape(value: Any, path: str = "", out: dict[str, set[str]] | None = None) ->
     return out
 
 
-DATA_KEYED = frozenset({"counts", "metrics", "phases", "errors"})  # contract.status's dict[str, ...] fields
+def _data_keyed() -> frozenset[str]:
+    """contract.status's fields typed dict[str, ...] (X | None too): their keys are data (states,
+    metric names, phases), never the schema's. Read from the schema: a list kept by hand here lacked
+    Pace.relative, whose phases are there only once a rank has peers to be compared with (a fresh
+    recording read as drift where the run was slower to pace its ranks)."""
+    from mpwatch.contract import status
+
+    out = set()
+    for tp in vars(status).values():
+        if not is_typeddict(tp):
+            continue
+        for key, (hint, _) in fields(tp).items():
+            if get_origin(hint) in (types.UnionType, typing.Union):
+                args = [a for a in get_args(hint) if a is not type(None)]
+                hint = args[0] if len(args) == 1 else hint
+            if get_origin(hint) is dict and get_args(hint)[0] is str:
+                out.add(key)
+    return frozenset(out)
+
+
+DATA_KEYED = _data_keyed()  # counts, errors, metrics, phases, relative
 
 
 def drift(fresh: dict[str, set[str]], stored: dict[str, set[str]]) -> list[str]:
@@ -141,13 +161,15 @@ def drift(fresh: dict[str, set[str]], stored: dict[str, set[str]]) -> list[str]:
 
 def _under_null(paths: Iterable[str], other: dict[str, set[str]]) -> set[str]:
     """The paths of which `other` knows nothing, so that nothing is compared: under one it only
-    ever saw null, under a list it only ever saw empty (no outsider took the machine while it was
-    recorded), and the items of a kind it never saw (an alert kind one run raised and the other not:
+    ever saw null, under a list or a data-keyed dict it only ever saw empty (no outsider took the
+    machine while it was recorded; a pace not yet compared with the other ranks'), and the items of a kind it never saw (an alert kind one run raised and the other not:
     which findings a run has is its own business; each kind's keys are compared where both have it)."""
     paths = list(paths)
     unknown = [q for q, kinds in other.items()
                if kinds == {"null"} or ("list" in kinds and kinds <= {"list", "null"}
-                                        and not any(k.startswith(q + "[") for k in other))]
+                                        and not any(k.startswith(q + "[") for k in other))
+               or ("object" in kinds and kinds <= {"object", "null"} and q.rsplit(".", 1)[-1] in DATA_KEYED
+                   and q + "{}" not in other)]
     out = {p for p in paths for q in unknown if p.startswith(q) and p[len(q):len(q) + 1] in (".", "[", "{")}
     for p in paths:
         for tagged in re.finditer(r"\[(?:kind|event)=[^\]]*\]", p):
