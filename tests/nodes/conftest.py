@@ -16,10 +16,28 @@ from tests.helpers import HeadlessRun, mpwatch, wait_for
 ADDRS = ("127.0.0.1", "127.0.0.2")
 
 
+# A run's store or master port, below the kernel's ephemeral range (32768-60999 on Linux), where
+# bind(0) and every outgoing connection (gloo's, a store client's) take theirs: a port bind(0) handed
+# out was taken by another lane's connection before a supervisor slowed by torch's import bound it
+# (EADDRINUSE, a fresh-clone suite, 2026-12-06). Each lane draws from a block of its own, in turn.
+PORT_BASE = 20000
+PORT_BLOCK = 1000
+_drawn = [0]
+
+
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    lane = os.environ.get("PYTEST_XDIST_WORKER", "gw0")[2:]
+    start = PORT_BASE + PORT_BLOCK * ((int(lane) if lane.isdigit() else 0) % 12)
+    for _ in range(PORT_BLOCK):
+        port = start + (os.getpid() + _drawn[0]) % PORT_BLOCK
+        _drawn[0] += 1
+        try:
+            with socket.socket() as s:  # free on every address (the store listens on all of them)
+                s.bind(("", port))
+        except OSError:
+            continue
+        return port
+    raise RuntimeError(f"no free port in {start}-{start + PORT_BLOCK - 1}")
 
 
 def node_flags(backend: str, node: int, port: int, nnodes: int = 2, rdzv_id: str = "job7") -> list[str]:
