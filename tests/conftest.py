@@ -234,6 +234,27 @@ def _say_times(tr, config) -> None:
         tr.write_line("lanes: " + ", ".join(f"{lane} {spent:.1f}s" for lane, spent in sorted(_LANES.items())))
 
 
+def pytest_collection_finish(session):
+    """The lane's heap once collected (the modules, the test items) frozen out of the collector's
+    reach; see pytest_runtest_teardown."""
+    gc.collect()
+    gc.freeze()
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_teardown(item, nextitem):
+    """At the end of each test module, its garbage collected, then what lives on frozen. A lane's
+    full collections walked every object it ever kept (imported modules, Textual's caches, the
+    session's runs): 17-24% of a lane's CPU in tests/tui, replay and faults, 2026-12-06; frozen,
+    each walks only what came since (lanes' CPU 84 -> 76 CPU-s over those tests, two lanes). What
+    a frozen object holds is never collected: the lanes are short-lived, and module fixtures are
+    torn down before this runs."""
+    yield
+    if nextitem is None or nextitem.module is not item.module:
+        gc.collect()
+        gc.freeze()
+
+
 def pytest_sessionfinish(session, exitstatus):
     # pytest's last look for exceptions raised in finalizers (its unraisableexception cleanup, at
     # exit) collects the whole heap five times: 2.4-6.2 CPU-s a lane at the suite's very end, where
