@@ -193,9 +193,10 @@ class Run:
         self.log.event(Event.RUN_STARTED, ts=self.started_wall, script=o.script, args=o.args,
                        nprocs=o.nprocs, run_dir=str(run_dir), pid=os.getpid())
         if self.env_note is not None:
-            errors.LOG.info("%s", self.env_note)
             if self.status_out is not None:
                 self.status_out.note(self.env_note)
+            if self.status_out is None or not errors.is_stderr(self._log_file):  # once in supervisor.log
+                errors.LOG.info("%s", self.env_note)
         self.sampler.start()
         self.launcher.open(spawn.forkserver_env(self.base_env(), self.run_id, self.settings.nccl_flight))
         self.marks.helper = self.launcher.pid  # the forkserver carries the run's marks: never a leftover

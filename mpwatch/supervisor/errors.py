@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import io
 import logging
+import os
 import threading
 
 from mpwatch.rundir import layout, writer
@@ -102,6 +103,18 @@ def attach(store: writer.RunStore) -> logging.Handler | None:
     LOG.propagate = False  # the run's file, not the root logger's handlers (a host program's)
     LOG.addHandler(handler)
     return handler
+
+
+def is_stderr(handler: logging.Handler | None) -> bool:
+    """The log's file is this process's stderr too (cli.tui_launch starts its supervisor so): a line
+    said on stderr is in supervisor.log already."""
+    if not isinstance(handler, logging.StreamHandler):
+        return False
+    try:
+        log, err = os.fstat(handler.stream.fileno()), os.fstat(2)
+    except (OSError, ValueError, AttributeError):
+        return False
+    return (log.st_dev, log.st_ino) == (err.st_dev, err.st_ino)
 
 
 def detach(handler: logging.Handler | None) -> None:

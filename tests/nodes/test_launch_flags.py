@@ -141,6 +141,30 @@ def test_openmps_threads_are_torchruns_default(headless, n, given, told):
     assert (said in (run.run_dir / "supervisor.log").read_text()) == (given is None and n > 1)
 
 
+def test_openmps_line_is_once_in_the_log_of_a_supervisor_the_tui_started(tmp_path):
+    """The TUI starts its supervisor with stdout and stderr on supervisor.log (cli.tui_launch, whose
+    claim and command line this is): the line the supervisor says on stderr is the log's line, not
+    written a second time by its logger."""
+    from mpwatch.cli.tui_launch import supervisor_argv
+    from mpwatch.rundir import claim, writer
+    from mpwatch.settings import Settings
+
+    env = {k: v for k, v in os.environ.items() if k != "OMP_NUM_THREADS"}
+    ns = run_parser().parse_args(["-n", "2", "--run-dir", str(tmp_path / "run"), SCRIPT, "0"])
+    opts = options(ns, env)
+    taken = claim.claim(opts.script, opts.nprocs, opts.cwd, Settings.from_env(env).tmpdir, ns.run_dir)
+    try:
+        with writer.open_supervisor_log(taken.fd) as log:
+            code = subprocess.run(supervisor_argv(ns, opts, taken), stdin=subprocess.DEVNULL, stdout=log,
+                                  stderr=log, env=env, cwd=tmp_path, timeout=120).returncode
+    finally:
+        os.close(taken.fd)
+    text = (taken.run_dir / "supervisor.log").read_text()
+    assert code == 0, text
+    assert text.count("OMP_NUM_THREADS=1 for each worker, as torchrun sets it") == 1, text
+    assert "run ended: exit code 0" in text  # the supervisor's narration is in the file
+
+
 def test_a_restarted_worker_is_told_its_restart_count(headless, tmp_path):
     run = headless(SCRIPT, "0", tmp_path, n=1, opts=["--max-restarts", "1"])  # fails once (a marker in tmp_path)
     assert run.wait_exit(60) == 0, run.stderr_text

@@ -44,6 +44,12 @@ def test_torch_is_preloaded_where_every_run_imports_it(tmp_path, source, preload
     ("from transformers import Trainer\n", True),
     ("import torch\nprint(torch.ones(2).sum())\n", False),  # no optimizer, no DDP: nothing imports it
     ("import torch, torchvision\nmodel = torchvision.models.resnet18().eval()\n", False),
+    ("import torch as th\nmodel = th.compile(model)\n", True),
+    ("from torch import compile\nmodel = compile(model)\n", True),
+    # compile that is not torch's builds no model: a regex, the builtin, another module's
+    ("import re, torch\nSTEP = re.compile(r'step (\\d+)')\n", False),
+    ("import torch\ncode = compile('1 + 1', '<s>', 'eval')\n", False),
+    ("import torch\nfrom re import compile\nSTEP = compile('step')\n", False),
 ])
 def test_torchs_compiler_front_end_follows_where_the_sources_build_what_imports_it(tmp_path, source, follows):
     """torch._dynamo, which torch imports at a worker's first optimizer, DDP model or torch.compile,

@@ -62,22 +62,35 @@ def builds_models(opts: Options) -> bool:
     """The script or one of its own modules names an optimizer, a DDP or FSDP model or torch.compile
     (anywhere: a function may build it), or imports a framework that trains: its workers will import
     torch's compiler front end, which the forkserver then imports once for them (FOLLOWERS)."""
-    for tree in _trees(opts):
-        for node in ast.walk(tree):
-            if isinstance(node, ast.Attribute) and node.attr in BUILDERS:
+    return any(_builds(tree) for tree in _trees(opts))
+
+
+def _builds(tree: ast.Module) -> bool:
+    """One file names a builder. `compile` counts only as torch's (torch.compile, or compile imported
+    from torch): re.compile and the builtin compile() build no model."""
+    torch_names = {a.asname or "torch" for node in ast.walk(tree) if isinstance(node, ast.Import)
+                   for a in node.names if a.name == "torch"}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and node.attr in BUILDERS:
+            if node.attr != "compile" or (isinstance(node.value, ast.Name) and node.value.id in torch_names):
                 return True
-            if isinstance(node, ast.Name) and node.id in BUILDERS:
+        elif isinstance(node, ast.Name) and node.id in BUILDERS - {"compile"}:
+            return True
+        elif isinstance(node, ast.Import):
+            if any(_builder_module(a.name) for a in node.names):
                 return True
-            if isinstance(node, ast.Import):
-                named = [a.name for a in node.names]
-            elif isinstance(node, ast.ImportFrom):
-                named = [node.module or "", *(a.name for a in node.names)]
-            else:
-                continue
-            if any(n.split(".")[0] in TRAINERS or n in BUILDERS or n.startswith(BUILDER_MODULES)
-                   for n in named):
+        elif isinstance(node, ast.ImportFrom):
+            module = node.module or ""
+            if _builder_module(module):
+                return True
+            from_torch = node.level == 0 and module.split(".")[0] == "torch"
+            if from_torch and any(a.name in BUILDERS for a in node.names):  # from torch import optim
                 return True
     return False
+
+
+def _builder_module(name: str) -> bool:
+    return name.split(".")[0] in TRAINERS or name.startswith(BUILDER_MODULES)
 
 
 def _trees(opts: Options) -> Iterator[ast.Module]:
