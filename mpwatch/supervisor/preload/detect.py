@@ -26,6 +26,7 @@ TORCH_USERS = frozenset({
 # Trainer, ...). The forkserver then imports it once (worker.boot.forkserver's FOLLOWERS).
 BUILDERS = frozenset({"optim", "DistributedDataParallel", "DDP", "FullyShardedDataParallel", "FSDP",
                       "fully_shard", "compile"})
+NAMED_BUILDERS = BUILDERS - {"compile"}  # a bare `compile` is the builtin unless imported from torch
 BUILDER_MODULES = ("torch.optim", "torch.nn.parallel", "torch.distributed.fsdp")
 TRAINERS = TORCH_USERS - {"torch", "torchvision", "torchaudio", "torchtext", "torchmetrics"}
 MAX_FILES = 32
@@ -74,7 +75,7 @@ def _builds(tree: ast.Module) -> bool:
         if isinstance(node, ast.Attribute) and node.attr in BUILDERS:
             if node.attr != "compile" or (isinstance(node.value, ast.Name) and node.value.id in torch_names):
                 return True
-        elif isinstance(node, ast.Name) and node.id in BUILDERS - {"compile"}:
+        elif isinstance(node, ast.Name) and node.id in NAMED_BUILDERS:
             return True
         elif isinstance(node, ast.Import):
             if any(_builder_module(a.name) for a in node.names):
