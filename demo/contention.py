@@ -16,6 +16,8 @@ import os
 import sys
 import time
 
+import torch
+
 import mpwatch
 
 
@@ -34,8 +36,6 @@ def parse_args(argv=None):
 def main(argv=None) -> int:
     args = parse_args(argv)
     rank = int(os.environ.get("RANK", "0"))
-    import torch
-
     if not torch.cuda.is_available():
         print(f"contention: rank {rank}: no CUDA GPU here, nothing to show "
               "(this demo pins every rank to GPU 0 and grows its memory)", flush=True)

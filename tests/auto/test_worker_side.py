@@ -11,6 +11,7 @@ import subprocess
 import sys
 import threading
 from multiprocessing.connection import Listener
+from pathlib import Path
 
 import pytest
 
@@ -64,12 +65,12 @@ class Channel:
         return [e for b in self.batches(pid) for e in b["reports"]]
 
 
-def run_loop(tmp_path, chan: Channel, *args, timeout: float = 180) -> dict:
+def run_loop(tmp_path, chan: Channel, *args, timeout: float = 180, script: Path = LOOP) -> dict:
     out = tmp_path / "out.json"
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([INJECT_DIR, str(ROOT)]),
                **{protocol.ENV_ADDRESS: chan.address, protocol.ENV_AUTHKEY: KEY.hex(), protocol.ENV_RANK: "0",
                   protocol.ENV_FLUSH: "0.05", protocol.ENV_AUTO: "1"})
-    res = subprocess.run([sys.executable, str(LOOP), "--out", str(out), *map(str, args)], env=env,
+    res = subprocess.run([sys.executable, str(script), "--out", str(out), *map(str, args)], env=env,
                          capture_output=True, text=True, timeout=timeout, cwd=tmp_path)
     assert res.returncode == 0, res.stderr
     assert "mpwatch:" not in res.stderr, res.stderr  # no "no automatic steps in this process"
@@ -175,7 +176,7 @@ def test_hogwild_children_send_their_own_steps(tmp_path):
 
 def test_a_process_that_never_imports_torch_loads_nothing_of_mpwatch(tmp_path):
     chan = Channel(tmp_path)
-    out = run_loop(tmp_path, chan, "--no-torch")
+    out = run_loop(tmp_path, chan, script=FIXTURES / "never_torch.py")
     assert out["modules"] == []
     assert out["meta_path"][0] == "_TorchFinder"  # waiting for torch, a comparison per import
     assert chan.by_pid == {}
