@@ -68,6 +68,12 @@ def pytest_configure(config):
     rt = tempfile.mkdtemp(prefix=f"mpw-rt-{lane}-")  # short: the runs' sockets live under it
     os.chmod(rt, 0o700)
     os.environ["XDG_RUNTIME_DIR"] = rt
+    # Every torch process the tests start (a one-rank run, a node's one rank, a script run bare) has
+    # as many OpenMP threads as CPUs, and GNU OpenMP's spin for a while after each parallel region:
+    # a loop of small ops with sleeps between them took 10 ms of CPU a step, not 0.6, from the lanes
+    # beside it. Passive: they sleep at once. What a test asserts never rests on a thread's spinning;
+    # runs of several ranks a node have one thread each anyway (OMP_NUM_THREADS=1, as torchrun).
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     _RUNTIME.append(rt)
     config._mpwatch_started = time.monotonic()  # the suite's wall time, for the summary
 
