@@ -27,6 +27,19 @@ def messages(run: HeadlessRun) -> set[str]:
     return {flat(a["message"]) for a in run.status()["alerts"] if a["kind"] == "straggler"}
 
 
+def screen_and_said(t: Tmux, run: HeadlessRun, pred, what: str, said: set[str], timeout: float = 60) -> str:
+    """The screen once pred holds, and into `said` every message the status had meanwhile, read at
+    each look at the screen: the TUI shows the one it polled last, which may have been replaced by the
+    time the screen is read (a finding's numbers move with the run)."""
+    def look(screen: str) -> bool:
+        said.update(messages(run))
+        return pred(screen)
+
+    screen = t.wait_screen(look, what, timeout)
+    said.update(messages(run))
+    return screen
+
+
 def test_a_straggler_finding_is_whole_and_once_at_80x24_and_160x48(tmp_path):
     need("torch", "the straggler's run is torch's (pip install -e '.[demo]')")
     run = HeadlessRun(tmp_path, FIXTURES / "ddp_pace.py", "--slow-rank", "2", "--slow-data", "0.15", n=3)
@@ -38,21 +51,20 @@ def test_a_straggler_finding_is_whole_and_once_at_80x24_and_160x48(tmp_path):
             t.type(f"{BIN} attach {run.run_dir}")
         for t in screens.values():
             t.wait_screen(lambda s: "RANK" in s, "the TUI attached", 120)
-        wait_for(lambda: messages(run), 240, interval=0.5, what="rank 2 named the straggler")
+        # the finding's numbers as the status had them from then up to each capture
+        said = set(wait_for(lambda: messages(run), 240, interval=0.5, what="rank 2 named the straggler"))
         for size, t in screens.items():
-            before = messages(run)
-            s = t.wait_screen(lambda s: "(no DataLoader workers)" in s and "alert: rank 2 is the straggler" in s,
-                              f"the finding whole and its notice at {size}", 60)
-            said = before | messages(run)  # the finding's numbers as the status had them around the capture
+            s = screen_and_said(t, run, lambda s: "(no DataLoader workers)" in s and "alert: rank 2 is the straggler" in s,
+                                f"the finding whole and its notice at {size}", said)
             assert any(m in flat(s) for m in said), f"{said}\n{s}"
             assert flat(s).count("its data takes") == 1, s  # once, one set of numbers
             notice = next(ln for ln in s.splitlines() if "alert: rank 2 is the straggler" in ln)
             assert " ms" not in notice and "(whole under the table; a: every alert)" in flat(notice), notice
         t = screens[(80, 24)]
         t.key("a")
-        s = t.wait_screen(lambda s: "alerts: 1 standing" in s and "(no DataLoader workers)" in flat(s),
-                          "the alerts screen")
-        assert any(m in flat(s) for m in messages(run) | said), s
+        s = screen_and_said(t, run, lambda s: "alerts: 1 standing" in s and "(no DataLoader workers)" in flat(s),
+                            "the alerts screen", said)
+        assert any(m in flat(s) for m in said), s
     finally:
         for t in screens.values():
             t.kill()
