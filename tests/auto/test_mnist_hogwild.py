@@ -30,8 +30,11 @@ UPSTREAM = {"main.py": "6fa449233d3a38c97fd1f3e87ac91132f6681131",
             "train.py": "49d171c451b740b0541bc1588b622780c9bd44f7"}
 TRAIN_IMAGES, TEST_IMAGES, BATCH = 240, 48, 16
 STEPS = TRAIN_IMAGES // BATCH  # one epoch of each trainer
-# train.py's own line: pid, epoch, progress, then the loss it passed to backward()
-PRINTED = re.compile(r"^(\d+)\tTrain Epoch: 1 \[\d+/\d+ \(\d+%\)\]\tLoss: (-?\d+\.\d+)$", re.M)
+# train.py's own line: pid, epoch, progress, then the loss it passed to backward() ({:.6f}). Read
+# wherever it is, not line by line: both trainers write to rank 0's stdout, unbuffered (mpwatch's
+# PYTHONUNBUFFERED: nothing lost at a crash), and print() writes its text and its newline apart, so
+# one trainer's line may hold the other's whole (seen: a fresh-clone suite, one line short).
+PRINTED = re.compile(r"(\d+)\tTrain Epoch: 1 \[\d+/\d+ \(\d+%\)\]\tLoss: (-?\d+\.\d{6})")
 
 
 def git_blob(path: Path) -> str:
@@ -77,7 +80,7 @@ def test_each_hogwild_trainer_shows_its_own_steps_and_the_losses_it_printed(head
     assert not list((tmp_path / "data" / "MNIST").glob("raw/*.gz")), "it downloaded"
     assert "Test set: Average loss" in out
     printed: dict[int, list[float]] = {}
-    for pid, loss in PRINTED.findall(out):  # --log-interval 1: the n-th line of a pid is its step n
+    for pid, loss in PRINTED.findall(out):  # --log-interval 1: the n-th print of a pid is its step n
         printed.setdefault(int(pid), []).append(float(loss))
     assert len(printed) == 2 and all(len(losses) == STEPS for losses in printed.values()), printed
     reports = run.events("report")
