@@ -23,7 +23,7 @@ from mpwatch.supervisor import errors
 from mpwatch.supervisor.commands import Commands
 from mpwatch.supervisor.core import Options, Run
 from tests.faults.conftest import FAULTS
-from tests.helpers import FIXTURES, assert_gone, wait_for
+from tests.helpers import FIXTURES, assert_gone, internal_errors, wait_for
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -93,6 +93,8 @@ def test_a_bug_in_a_handler_is_logged_with_its_traceback_and_answered_as_interna
     assert 'raise KeyError("injected: pause")' in log and 'raise ValueError("injected: logs")' in log
     assert "no rank 7" not in log  # a refusal is no bug
     assert f"supervisor pid {os.getpid()}" in log and "ended with exit code 1" in log
+    found = internal_errors(tmp_path)  # what the autouse check finds unless a test says injects_bugs
+    assert any("control command 'logs': ValueError: injected: logs" in f for f in found), found
 
 
 @pytest.mark.injects_bugs

@@ -16,6 +16,7 @@ from mpwatch.supervisor.eventlog import EventLog
 from mpwatch.supervisor.snapshot import worker_status
 from mpwatch.supervisor.workers import exits, states
 from mpwatch.supervisor.workers.worker import TAIL, Attempt, Worker
+from tests.helpers import internal_errors
 
 MOVES = sorted(states.TRANSITIONS, key=lambda m: (str(m[0]), str(m[1])))
 
@@ -93,7 +94,8 @@ def test_every_allowed_move_changes_the_state_and_records_its_event(old, new, pr
 
 def test_a_refused_move_raises_when_strict_and_is_an_internal_alert_otherwise(proc, tmp_path_factory):
     # (its own directory: the autouse check fails a test whose tmp_path holds internal alerts)
-    store = RunStore(tmp_path_factory.mktemp("refused"), Settings())
+    folder = tmp_path_factory.mktemp("refused")
+    store = RunStore(folder, Settings())
     store.create()
     log = EventLog(store)
     assert (State.STARTING, State.STARTING) not in states.TRANSITIONS
@@ -113,6 +115,8 @@ def test_a_refused_move_raises_when_strict_and_is_an_internal_alert_otherwise(pr
     assert events[-1]["event"] == Event.PAUSED.value  # the event of entering that state, as always
     assert [a["kind"] for a in log.alerts()] == ["internal", "internal"]
     store.close()
+    found = internal_errors(folder)  # what the autouse check would have failed a test for
+    assert len(found) == 2 and "starting -> starting" in found[0] and "exited -> paused" in found[1], found
 
 
 def test_a_worker_that_could_not_start_is_failed_with_its_cause(log):
