@@ -15,7 +15,6 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import psutil
@@ -319,39 +318,28 @@ class HeadlessRun:
 
 def internal_errors(folder: Path, bugs: bool = True) -> list[str]:
     """What the supervisors of the runs under `folder` said was their own fault: each run's
-    `internal` alerts, and (with `bugs`) the bugs logged to its supervisor.log. A FIFO or a
-    link a hostile test left where one of these files goes is never read."""
+    `internal` alerts, and (with `bugs`) the bugs logged to its supervisor.log. Read as mpwatch
+    reads a run's files (rundir.textfiles): a line at a time, a line past 4 MiB passed over (a
+    hostile test leaves a 1 GiB one), only lines holding the needle parsed, never through a link
+    nor from a FIFO a hostile test left where one of these files goes."""
+    from mpwatch.rundir import textfiles
     from mpwatch.supervisor import errors
 
     out = []
     for path in folder.rglob("events.jsonl"):
-        if not path.is_file() or path.is_symlink():
+        try:
+            out += [f"internal alert: {rec['message']}" for rec in textfiles.read_jsonl(path, ["alert"], ['"internal"'])
+                    if rec.get("kind") == "internal"]
+        except OSError:  # a link or a FIFO in its place
             continue
-        for line in _lines_with(path, b'"internal"'):  # parsed only where an internal alert may be
-            try:
-                rec = json.loads(line)
-            except (ValueError, RecursionError):  # a hostile test's line nested past the recursion limit
-                continue
-            if isinstance(rec, dict) and rec.get("event") == "alert" and rec.get("kind") == "internal":
-                out.append(f"internal alert: {rec['message']}")
-    if bugs:
-        out += [f"bug in {path}: {line.decode(errors='replace').rstrip()}" for path in folder.rglob(errors.FILE_NAME)
-                if path.is_file() and not path.is_symlink() for line in _lines_with(path, b" ERROR [")]
+    for path in folder.rglob(errors.FILE_NAME) if bugs else ():
+        try:
+            with textfiles.open_regular(path) as f:
+                out += [f"bug in {path}: {line.decode(errors='replace').rstrip()}"
+                        for line in textfiles.bounded_lines(f) if b" ERROR [" in line]
+        except OSError:
+            continue
     return out
-
-
-def _lines_with(path: Path, needle: bytes, limit: int = 1 << 22) -> Iterator[bytes]:
-    """The file's lines that hold `needle`, read a line at a time: a hostile test leaves a 1 GiB
-    line in a run's events, which reading the file whole made 2-3 GiB of one lane's memory and
-    seconds of its CPU at the test's end. A line longer than `limit` is passed over unread."""
-    with open(path, "rb") as f:
-        while line := f.readline(limit):
-            if len(line) == limit and not line.endswith(b"\n"):
-                while (rest := f.readline(limit)) and not rest.endswith(b"\n"):
-                    pass
-                continue
-            if needle in line:
-                yield line
 
 
 def assert_gone(pids, timeout: float = 15.0):

@@ -664,8 +664,8 @@ def until_met(sc: Scenario, client: Client, timeout: float = READY_S) -> Any:
         st = client.status()
         unmet[:] = sc.unmet(dict(st))
         return None if unmet else st
-    # Every 0.2 s; a status of many ranks once a second per 256 (each costs the supervisor and this
-    # process ~13 ms of CPU at 256 ranks, whose workers of `wide` step once a second anyway).
+    # Every 0.2 s, or once a second per 256 ranks: a status of 256 costs the supervisor and this
+    # process ~13 ms of CPU, and the workers of `wide` step once a second anyway.
     try:
         return wait_for(met, timeout, interval=max(0.2, sc.n / 256), what=f"scenario {sc.name}'s conditions")
     except AssertionError:
