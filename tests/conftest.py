@@ -45,7 +45,7 @@ from tests.users import Nobody, why_not
 # session fixture read in two lanes is made twice. One group a run, so the lanes split them.
 SHARED_RUNS = {**dict.fromkeys(("record", "crashed", "hung", "killed", "oom"), "recorded"),
                "three_ranks": "three-ranks", "lightning_run": "lightning", "hf_run": "hugging-face",
-               "opted_out": "opted-out"}
+               **dict.fromkeys(("opted_out", "torch_forks"), "auto-loops")}
 _RUNTIME: list[str] = []
 # Tests that take CPUs from the others (busy processes, processes pinned to a CPU above or below the
 # rest) run one after another in one lane: two at once took each other's CPUs (the slowdown test's

@@ -2,16 +2,20 @@
 --headless`, once with `--no-auto` and once with MPWATCH_AUTO=0, each to its end, started once a
 session. test_runs.py reads them as a user's opt-out (the script is left without steps), and
 test_worker_side.py reads their losses as the loop's own without the hooks (bit-identical with
-them): both made these runs for themselves before. Their tests share the xdist group `opted-out`
-(tests/conftest.py)."""
+them): both made these runs for themselves before. And the forkserver test_worker_side's loops
+are forked from (`torch_forks`). Their tests share the xdist group `auto-loops` (tests/conftest.py)."""
 from __future__ import annotations
 
 import json
 import os
+import sys
+from collections.abc import Iterator
 
 import pytest
 
-from tests.helpers import FIXTURES, HeadlessRun, internal_errors, need
+from mpwatch.supervisor import spawn
+from mpwatch.supervisor.preload.forkserver import Forkserver
+from tests.helpers import FIXTURES, ROOT, HeadlessRun, internal_errors, need, wait_for
 
 LOOP = FIXTURES / "auto_loop.py"
 # the shapes the hooks must leave bit-identical: accumulation, two optimizers, a checkpoint's backward
@@ -47,3 +51,22 @@ def opted_out(tmp_path_factory) -> dict[str, OptedOut]:
     finally:
         for run in runs.values():
             run.cleanup()
+
+
+@pytest.fixture(scope="session")
+def torch_forks() -> Iterator[Forkserver]:
+    """mpwatch's own forkserver (supervisor.preload), as a supervisor starts it for a torch script
+    that builds an optimizer: torch and what follows it imported once, and each of
+    test_worker_side's loops forked from it, as the supervisor forks such a script's workers
+    (each loop started by exec imported them for itself: 3.3 CPU-s a loop)."""
+    need("torch", "automatic steps are torch's (pip install -e '.[demo]')")
+    env = spawn.forkserver_env({**os.environ, "PYTHONPATH": str(ROOT)}, "tests-auto-loops")
+    server = Forkserver(["torch"], env, str(ROOT), [sys.executable, str(LOOP)], follow=True)
+    server.start()
+    try:
+        wait_for(lambda: server.pump() or server.state != "loading", 300, interval=0.1,
+                 what="the forkserver's imports")
+        assert server.state == "ready", server.why
+        yield server
+    finally:
+        server.close()
