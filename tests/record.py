@@ -505,8 +505,11 @@ def scenarios(ghost: int) -> dict[str, Scenario]:
         # (rank 3's first attempt removes the folder the workers start in: its restart cannot start).
         Scenario("ended", 4, {"EXIT": "1", "LEAVE_CWD": "3", "SLEEP": "0.05"}, ["--max-restarts", "1", "--grace", "2"],
                  ended, setup=_kill_rank_2, workdir=True, final=True),
-        # 256 ranks on one node (a big machine's worth): the table, the header and the counts at scale.
-        Scenario("wide", 256, {"SLEEP": "1.0", "MPWATCH_MAX_WORKERS": "256"}, [], wide, details=False),
+        # 256 ranks on one node (a big machine's worth): the table, the header and the counts at scale. Its
+        # workers forked from one process that imported what they import (--preload), as a torch script's
+        # are: 256 interpreters each importing for itself cost the drift check 11-22 CPU-s, forked 3-8.
+        Scenario("wide", 256, {"SLEEP": "1.0", "MPWATCH_MAX_WORKERS": "256"},
+                 ["--preload", "multiprocessing.connection", "--preload", "subprocess"], wide, details=False),
         # Issue #20: the mnist demo (torch, offline digits), its loss from 2.3 down: the TREND reads falling.
         Scenario("mnist", 2, {}, [], {"both ranks past step 150": lambda st: all(
             w["state"] == "running" and (w["step"] or 0) >= 150 for w in st["workers"])},
