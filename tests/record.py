@@ -507,7 +507,8 @@ def scenarios(ghost: int) -> dict[str, Scenario]:
                  ended, setup=_kill_rank_2, workdir=True, final=True),
         # 256 ranks on one node (a big machine's worth): the table, the header and the counts at scale. Its
         # workers forked from one process that imported what they import (--preload), as a torch script's
-        # are: 256 interpreters each importing for itself cost the drift check 11-22 CPU-s, forked 3-4.
+        # are: its fresh recording alone kept the machine busy 19 CPU-s with 256 interpreters each importing
+        # for itself, 12 forked (in suites 13-24 CPU-s then, 4-13 since).
         Scenario("wide", 256, {"SLEEP": "1.0", "MPWATCH_MAX_WORKERS": "256"},
                  ["--preload", "multiprocessing.connection", "--preload", "subprocess"], wide, details=False),
         # Issue #20: the mnist demo (torch, offline digits), its loss from 2.3 down: the TREND reads falling.
